@@ -1,0 +1,77 @@
+"""Read-only numpy columns and a small append-only builder for them."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+# array.array typecodes for the dtypes the model uses.
+_TYPECODES = {"i1": "b", "u1": "B", "i4": "i", "i8": "q", "f8": "d"}
+
+
+def frozen(values: Any, dtype: str) -> npt.NDArray[Any]:
+    """A read-only numpy array of ``dtype`` holding ``values`` (no copy when already right)."""
+    arr = np.asarray(values, dtype=dtype)
+    if arr.ndim != 1:
+        raise ValueError(f"a column must be one-dimensional, got shape {arr.shape}")
+    if arr.flags.writeable:
+        if arr is values or (isinstance(values, np.ndarray) and np.shares_memory(arr, values)):
+            arr = arr.copy()
+        arr.flags.writeable = False
+    return arr
+
+
+def check_lengths(table: str, columns: Mapping[str, npt.NDArray[Any]]) -> int:
+    """Return the common length of ``columns`` or raise naming the odd one out."""
+    lengths = {name: len(col) for name, col in columns.items()}
+    n = next(iter(lengths.values()), 0)
+    for name, length in lengths.items():
+        if length != n:
+            raise ValueError(f"{table}.{name} has {length} rows, expected {n}")
+    return n
+
+
+class ColumnBuilder:
+    """Append rows one at a time into typed buffers, then freeze them into numpy columns.
+
+    Used where rows are produced one by one (the simulator, small importers, tests). Bulk
+    importers build numpy arrays directly.
+    """
+
+    def __init__(self, dtypes: Mapping[str, str]) -> None:
+        self._dtypes = dict(dtypes)
+        self._buffers: dict[str, array[Any]] = {
+            name: array(_TYPECODES[np.dtype(dt).str[1:]]) for name, dt in dtypes.items()
+        }
+
+    def append(self, **row: int | float) -> int:
+        """Append one row; every column must be given. Returns the row index."""
+        if row.keys() != self._buffers.keys():
+            missing = self._buffers.keys() - row.keys()
+            extra = row.keys() - self._buffers.keys()
+            raise KeyError(f"row columns differ: missing {sorted(missing)}, extra {sorted(extra)}")
+        for name, value in row.items():
+            self._buffers[name].append(value)  # type: ignore[arg-type]
+        return len(self) - 1
+
+    def extend(self, name: str, values: Iterable[int | float]) -> None:
+        """Append many values to one column (the caller keeps columns equally long)."""
+        self._buffers[name].extend(values)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(next(iter(self._buffers.values()))) if self._buffers else 0
+
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        """The frozen columns."""
+        out: dict[str, npt.NDArray[Any]] = {}
+        for name, buf in self._buffers.items():
+            arr = np.frombuffer(buf, dtype=self._dtypes[name]).copy() if len(buf) else np.empty(
+                0, dtype=self._dtypes[name]
+            )
+            arr.flags.writeable = False
+            out[name] = arr
+        return out

@@ -1,0 +1,95 @@
+"""A :class:`Job`: the ranks of one run, on one aligned clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from echo_view.model.trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAlignment:
+    """How the ranks' clocks were put on one time axis.
+
+    ``offsets_ns[i]`` is added to trace ``i``'s times to place it on the job's clock.
+    ``uncertainty_ns`` bounds the remaining error of that placement; ``method`` names how it
+    was obtained (``single-rank``, ``shared-host-clock``, ``collective-end``, ``none``).
+    """
+
+    method: str
+    offsets_ns: tuple[int, ...]
+    uncertainty_ns: int
+    note: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """All ranks of one training run (measured or predicted)."""
+
+    traces: tuple[Trace, ...]
+    alignment: ClockAlignment
+    world_size: int | None = None
+    source: str = ""
+    predicted: bool = False
+    meta: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ranks = [t.rank for t in self.traces]
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"a job holds each rank once, got ranks {ranks}")
+        if ranks != sorted(ranks):
+            order = sorted(range(len(ranks)), key=ranks.__getitem__)
+            object.__setattr__(self, "traces", tuple(self.traces[i] for i in order))
+            offsets = self.alignment.offsets_ns
+            object.__setattr__(
+                self,
+                "alignment",
+                ClockAlignment(
+                    self.alignment.method,
+                    tuple(offsets[i] for i in order),
+                    self.alignment.uncertainty_ns,
+                    self.alignment.note,
+                ),
+            )
+        if len(self.alignment.offsets_ns) != len(self.traces):
+            raise ValueError("alignment.offsets_ns needs one offset per trace")
+
+    def __len__(self) -> int:
+        return len(self.traces)
+
+    def __iter__(self) -> Iterator[Trace]:
+        return iter(self.traces)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks present, ascending."""
+        return tuple(t.rank for t in self.traces)
+
+    def index_of(self, rank: int) -> int:
+        """Position of ``rank`` in :attr:`traces`."""
+        for i, t in enumerate(self.traces):
+            if t.rank == rank:
+                return i
+        raise KeyError(f"rank {rank} is not in this job (ranks {list(self.ranks)})")
+
+    def trace(self, rank: int) -> Trace:
+        """The trace of ``rank``."""
+        return self.traces[self.index_of(rank)]
+
+    def offset_ns(self, rank: int) -> int:
+        """Clock offset that places ``rank`` on the job's clock."""
+        return self.alignment.offsets_ns[self.index_of(rank)]
+
+    def start_ns(self) -> int:
+        """Earliest aligned event start over all ranks (the job's time origin)."""
+        starts = [
+            t.span_ns()[0] + off
+            for t, off in zip(self.traces, self.alignment.offsets_ns, strict=True)
+            if len(t)
+        ]
+        return min(starts) if starts else 0
+
+    def event_count(self) -> int:
+        """Total events over all ranks."""
+        return sum(len(t) for t in self.traces)

@@ -1,0 +1,91 @@
+"""The one-way dependency rule of docs/architecture.md, enforced on every import statement.
+
+``cli -> tui -> sim | analysis | validate | tracing -> formats -> model -> errors | units``;
+``importers`` and ``exporters`` see only ``model``, ``formats``, ``errors`` and ``units``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each layer may import from the project (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "echo_view.errors": set(),
+    "echo_view.units": set(),
+    "echo_view.model": {"echo_view.errors", "echo_view.units"},
+    "echo_view.formats": {"echo_view.model", "echo_view.errors", "echo_view.units"},
+    "echo_view.analysis": {"echo_view.model", "echo_view.errors", "echo_view.units"},
+    "echo_view.validate": {"echo_view.model", "echo_view.errors", "echo_view.units",
+                           "echo_view.analysis"},
+    "echo_view.sim": {"echo_view.model", "echo_view.errors", "echo_view.units",
+                      "echo_view.analysis"},
+    "echo_view.tracing": {"echo_view.model", "echo_view.errors", "echo_view.units",
+                          "echo_view.sim"},
+    "echo_view.tui": {"echo_view.model", "echo_view.errors", "echo_view.units",
+                      "echo_view.analysis", "echo_view.sim", "echo_view.validate",
+                      "echo_view.formats"},
+    "importers": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
+    "exporters": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
+}
+# The composition root may import anything.
+ROOTS = {"echo_view.cli", "echo_view.__main__", "echo_view"}
+
+
+def _layer(module: str) -> str | None:
+    for layer in sorted(ALLOWED, key=len, reverse=True):
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return None
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def test_every_import_follows_the_layering() -> None:
+    violations = []
+    files = [*ROOT.glob("echo_view/**/*.py"), *ROOT.glob("importers/**/*.py"),
+             *ROOT.glob("exporters/**/*.py")]
+    assert files
+    for path in files:
+        mod = _module_name(path)
+        if any(mod == r or mod.startswith(r + ".") for r in ROOTS if r != "echo_view") or (
+            mod == "echo_view"
+        ):
+            continue
+        own = _layer(mod)
+        assert own is not None, f"{mod} belongs to no layer: add it to ALLOWED"
+        for lineno, imported in _imports(path):
+            target = _layer(imported)
+            if imported.split(".")[0] not in {"echo_view", "importers", "exporters"}:
+                continue
+            if target == own:
+                continue
+            if target is None or target not in ALLOWED[own]:
+                violations.append(f"{path.relative_to(ROOT)}:{lineno} {own} imports {imported}")
+    assert not violations, "layering broken:\n" + "\n".join(violations)
+
+
+def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from importers.kineto import KinetoImporter\n")
+    assert _imports(bad) == [(1, "importers.kineto")]
+    assert _layer("importers.kineto") not in ALLOWED["echo_view.model"]
