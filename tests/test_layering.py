@@ -18,15 +18,33 @@ ALLOWED: dict[str, set[str]] = {
     "echo_view.model": {"echo_view.errors", "echo_view.units"},
     "echo_view.formats": {"echo_view.model", "echo_view.errors", "echo_view.units"},
     "echo_view.analysis": {"echo_view.model", "echo_view.errors", "echo_view.units"},
-    "echo_view.validate": {"echo_view.model", "echo_view.errors", "echo_view.units",
-                           "echo_view.analysis"},
-    "echo_view.sim": {"echo_view.model", "echo_view.errors", "echo_view.units",
-                      "echo_view.analysis"},
-    "echo_view.tracing": {"echo_view.model", "echo_view.errors", "echo_view.units",
-                          "echo_view.sim"},
-    "echo_view.tui": {"echo_view.model", "echo_view.errors", "echo_view.units",
-                      "echo_view.analysis", "echo_view.sim", "echo_view.validate",
-                      "echo_view.formats"},
+    "echo_view.validate": {
+        "echo_view.model",
+        "echo_view.errors",
+        "echo_view.units",
+        "echo_view.analysis",
+    },
+    "echo_view.sim": {
+        "echo_view.model",
+        "echo_view.errors",
+        "echo_view.units",
+        "echo_view.analysis",
+    },
+    "echo_view.tracing": {
+        "echo_view.model",
+        "echo_view.errors",
+        "echo_view.units",
+        "echo_view.sim",
+    },
+    "echo_view.tui": {
+        "echo_view.model",
+        "echo_view.errors",
+        "echo_view.units",
+        "echo_view.analysis",
+        "echo_view.sim",
+        "echo_view.validate",
+        "echo_view.formats",
+    },
     "importers": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
     "exporters": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
 }
@@ -62,8 +80,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_every_import_follows_the_layering() -> None:
     violations = []
-    files = [*ROOT.glob("echo_view/**/*.py"), *ROOT.glob("importers/**/*.py"),
-             *ROOT.glob("exporters/**/*.py")]
+    files = [
+        *ROOT.glob("echo_view/**/*.py"),
+        *ROOT.glob("importers/**/*.py"),
+        *ROOT.glob("exporters/**/*.py"),
+    ]
     assert files
     for path in files:
         mod = _module_name(path)

@@ -40,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict, inspect and validate the step time of distributed training jobs.",
     )
     parser.add_argument("--version", action="version", version=f"echo-view {__version__}")
-    parser.add_argument(
-        "--debug", action="store_true", help="show the full traceback on errors"
-    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = importlib.import_module(f"echo_view.cli.{name}")

@@ -187,8 +187,9 @@ class TraceBuilder:
         offsets = np.zeros(len(self._args) + 1, dtype=np.int64)
         if self._args:
             np.cumsum([len(a) for a in self._args], out=offsets[1:])
-        events = EventTable(**self._events.columns(), args_blob=b"".join(self._args),
-                            args_offsets=offsets)
+        events = EventTable(
+            **self._events.columns(), args_blob=b"".join(self._args), args_offsets=offsets
+        )
         steps = StepTable(**self._steps.columns(), detected=steps_detected)
         return Trace(
             rank=self.rank,

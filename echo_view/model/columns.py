@@ -55,12 +55,12 @@ class ColumnBuilder:
             extra = row.keys() - self._buffers.keys()
             raise KeyError(f"row columns differ: missing {sorted(missing)}, extra {sorted(extra)}")
         for name, value in row.items():
-            self._buffers[name].append(value)  # type: ignore[arg-type]
+            self._buffers[name].append(value)
         return len(self) - 1
 
     def extend(self, name: str, values: Iterable[int | float]) -> None:
         """Append many values to one column (the caller keeps columns equally long)."""
-        self._buffers[name].extend(values)  # type: ignore[arg-type]
+        self._buffers[name].extend(values)
 
     def __len__(self) -> int:
         return len(next(iter(self._buffers.values()))) if self._buffers else 0
@@ -69,8 +69,10 @@ class ColumnBuilder:
         """The frozen columns."""
         out: dict[str, npt.NDArray[Any]] = {}
         for name, buf in self._buffers.items():
-            arr = np.frombuffer(buf, dtype=self._dtypes[name]).copy() if len(buf) else np.empty(
-                0, dtype=self._dtypes[name]
+            arr = (
+                np.frombuffer(buf, dtype=self._dtypes[name]).copy()
+                if len(buf)
+                else np.empty(0, dtype=self._dtypes[name])
             )
             arr.flags.writeable = False
             out[name] = arr

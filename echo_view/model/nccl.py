@@ -18,7 +18,16 @@ from dataclasses import dataclass
 
 from echo_view.model.kinds import CollectiveKind, collective_kind_from_name
 
-_ALGORITHMS = {"RING", "TREE", "COLLNET", "COLLNETDIRECT", "COLLNETCHAIN", "NVLS", "NVLSTREE", "PAT"}
+_ALGORITHMS = {
+    "RING",
+    "TREE",
+    "COLLNET",
+    "COLLNETDIRECT",
+    "COLLNETCHAIN",
+    "NVLS",
+    "NVLSTREE",
+    "PAT",
+}
 _PROTOCOLS = {"LL", "LL128", "SIMPLE"}
 _REDOPS = {"Sum", "Prod", "Max", "Min", "Avg", "PreMulSum", "SumPostDiv"}
 _PREFIX = re.compile(r"^(?:void\s+)?(nccl(?:Sym)?(?:Dev)?Kernel)_([A-Za-z0-9_]+)")
@@ -63,8 +72,5 @@ def parse_nccl_kernel_name(name: str) -> NcclKernelInfo | None:
     if leftovers:
         # dtype names may contain underscores (int8_t, uint64_t); rejoin what is left.
         dtype = "_".join(leftovers)
-    if op == "Generic":
-        kind = CollectiveKind.UNKNOWN
-    else:
-        kind = collective_kind_from_name(op)
+    kind = CollectiveKind.UNKNOWN if op == "Generic" else collective_kind_from_name(op)
     return NcclKernelInfo(kind, algorithm, protocol, reduction, dtype)

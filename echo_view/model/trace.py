@@ -21,9 +21,11 @@ from echo_view.model.columns import check_lengths, frozen
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 
-I64 = npt.NDArray[np.int64]
-I32 = npt.NDArray[np.int32]
-U8 = npt.NDArray[np.uint8]
+# Column types. Stored dtypes are int64 / int32 / uint8 (see each table); constructors accept
+# any integer array and convert it.
+I64 = npt.NDArray[np.integer[Any]]
+I32 = npt.NDArray[np.integer[Any]]
+U8 = npt.NDArray[np.integer[Any]]
 
 #: Sentinel for "unknown" in integer columns.
 NONE = -1
