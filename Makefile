@@ -1,0 +1,5 @@
+.PHONY: check demo
+check:
+	bash scripts/check.sh
+demo:
+	bash scripts/demo.sh

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Everything CI runs: lint, format check, type check, and the test suite (layering test included).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/env.sh"
+cd "$root"
+export PATH="$root/.venv/bin:$PATH"
+echo "== ruff check"; ruff check .
+echo "== ruff format --check"; ruff format --check .
+echo "== mypy"; mypy
+echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,15 @@
+"""Errors print as one line naming file, place and hint."""
+
+from __future__ import annotations
+
+from echo_view.errors import ConfigError, InputError
+
+
+def test_one_line_has_file_place_message_and_hint() -> None:
+    e = InputError("bad\nvalue", path="a/b.json", where="traceEvents[3]", hint="fix it")
+    assert e.one_line() == "a/b.json: traceEvents[3]: bad value (fix it)"
+    assert e.exit_code == 2
+
+
+def test_optional_parts_are_left_out() -> None:
+    assert str(ConfigError("unknown key 'x'")) == "unknown key 'x'"
