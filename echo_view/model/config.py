@@ -1,0 +1,280 @@
+"""The workload configuration: a GPT-style model, its 3D-parallel layout, batch, cluster and
+precision, as users write it in TOML.
+
+Parsing is strict, like Calculon's: an unknown key or an inconsistent value is a
+:class:`~echo_view.errors.ConfigError` naming the key. Reading the TOML file itself is the CLI's
+job; this module validates the decoded mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from echo_view.errors import ConfigError
+
+RECOMPUTE = ("none", "selective", "full")
+DTYPES = ("fp32", "fp16", "bf16", "fp8")
+MODEL_KINDS = ("gpt",)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Transformer shape. ``ffn_hidden`` defaults to 4 * hidden; ``kv_heads`` to ``heads``."""
+
+    kind: str
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    ffn_hidden: int
+    kv_heads: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """Megatron-style layout: tensor, pipeline, data and context parallel sizes and options."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    distributed_optimizer: bool = False
+    overlap_grad_reduce: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    """Global batch and micro-batch, in sequences."""
+
+    global_batch: int
+    micro: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """GPU preset name and topology; ``overrides`` are other cluster knobs, checked by the
+    simulator's cluster model (an unknown one is an error there)."""
+
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    nic_gbps_per_gpu: float | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A measured step time the simulator reports against (and never uses)."""
+
+    step_time_s: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """A whole ``simulate`` / ``trace`` input."""
+
+    model: ModelConfig
+    parallel: ParallelConfig
+    batch: BatchConfig
+    cluster: ClusterConfig
+    dtype: str
+    reference: Reference | None = None
+    source: str = ""
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step: global / (micro * dp)."""
+        return self.batch.global_batch // (self.batch.micro * self.parallel.dp)
+
+
+class _Section:
+    """Typed access to one TOML table that remembers which keys were read."""
+
+    def __init__(self, data: Mapping[str, Any], name: str, source: str) -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"[{name}] must be a table", path=source or None)
+        self.data = data
+        self.name = name
+        self.source = source
+        self.used: set[str] = set()
+
+    def _err(self, key: str, message: str) -> ConfigError:
+        return ConfigError(message, path=self.source or None, where=f"{self.name}.{key}")
+
+    def get(self, key: str, kind: type, default: Any = None, *, required: bool = False) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if required:
+                raise self._err(key, "required key is missing")
+            return default
+        value = self.data[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is int and isinstance(value, bool):
+            raise self._err(key, f"expected an integer, got {value!r}")
+        if not isinstance(value, kind):
+            raise self._err(key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    def positive(self, key: str, default: int | None = None, *, required: bool = True) -> int:
+        value = self.get(key, int, default, required=required and default is None)
+        if value is None or value < 1:
+            raise self._err(key, f"must be a positive integer, got {value!r}")
+        return int(value)
+
+    def choice(self, key: str, options: tuple[str, ...], default: str | None = None) -> str:
+        value = self.get(key, str, default, required=default is None)
+        if value not in options:
+            raise self._err(key, f"must be one of {', '.join(options)}; got {value!r}")
+        return str(value)
+
+    def rest(self) -> dict[str, Any]:
+        return {k: v for k, v in self.data.items() if k not in self.used}
+
+    def finish(self) -> None:
+        extra = sorted(self.rest())
+        if extra:
+            known = ", ".join(sorted(self.used))
+            raise self._err(extra[0], f"unknown key (known keys: {known})")
+
+
+_SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference")
+
+
+def parse_workload_config(data: Mapping[str, Any], source: str = "") -> WorkloadConfig:
+    """Validate a decoded TOML mapping into a :class:`WorkloadConfig`."""
+    for key in data:
+        if key not in _SECTIONS:
+            raise ConfigError(
+                f"unknown table [{key}] (known: {', '.join(_SECTIONS)})", path=source or None
+            )
+    for key in _SECTIONS[:5]:
+        if key not in data:
+            raise ConfigError(f"required table [{key}] is missing", path=source or None)
+
+    m = _Section(data["model"], "model", source)
+    kind = m.choice("kind", MODEL_KINDS)
+    hidden = m.positive("hidden")
+    heads = m.positive("heads")
+    model = ModelConfig(
+        kind=kind,
+        layers=m.positive("layers"),
+        hidden=hidden,
+        heads=heads,
+        seq_len=m.positive("seq_len"),
+        vocab=m.positive("vocab"),
+        ffn_hidden=m.positive("ffn_hidden", 4 * hidden),
+        kv_heads=m.positive("kv_heads", heads),
+    )
+    m.finish()
+
+    p = _Section(data["parallel"], "parallel", source)
+    parallel = ParallelConfig(
+        tp=p.positive("tp"),
+        pp=p.positive("pp"),
+        dp=p.positive("dp"),
+        cp=p.positive("cp", 1),
+        virtual_stages=p.positive("virtual_stages", 1),
+        sequence_parallel=p.get("sequence_parallel", bool, False),
+        recompute=p.choice("recompute", RECOMPUTE, "none"),
+        distributed_optimizer=p.get("distributed_optimizer", bool, False),
+        overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
+    )
+    p.finish()
+
+    b = _Section(data["batch"], "batch", source)
+    batch = BatchConfig(global_batch=b.positive("global"), micro=b.positive("micro"))
+    b.finish()
+
+    c = _Section(data["cluster"], "cluster", source)
+    gpu = c.get("gpu", str, required=True)
+    gpn = c.positive("gpus_per_node")
+    nodes = c.positive("nodes")
+    nic = c.get("nic_gbps_per_gpu", float)
+    if nic is not None and nic <= 0:
+        raise c._err("nic_gbps_per_gpu", f"must be positive, got {nic}")
+    cluster = ClusterConfig(gpu, gpn, nodes, nic, MappingProxyType(c.rest()))
+
+    pr = _Section(data["precision"], "precision", source)
+    dtype = pr.choice("dtype", DTYPES)
+    pr.finish()
+
+    reference = None
+    if "reference" in data:
+        r = _Section(data["reference"], "reference", source)
+        step = r.get("step_time_s", float, required=True)
+        if step <= 0:
+            raise r._err("step_time_s", f"must be positive, got {step}")
+        reference = Reference(step, r.get("source", str, ""))
+        r.finish()
+
+    cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source)
+    _check_consistency(cfg)
+    return cfg
+
+
+def _check_consistency(cfg: WorkloadConfig) -> None:
+    src = cfg.source or None
+    par, mod = cfg.parallel, cfg.model
+
+    def err(where: str, message: str) -> ConfigError:
+        return ConfigError(message, path=src, where=where)
+
+    if par.world_size != cfg.cluster.gpus:
+        raise err(
+            "parallel",
+            f"tp*pp*dp*cp = {par.tp}*{par.pp}*{par.dp}*{par.cp} = {par.world_size} GPUs, but the "
+            f"cluster has gpus_per_node*nodes = {cfg.cluster.gpus_per_node}*{cfg.cluster.nodes} "
+            f"= {cfg.cluster.gpus}",
+        )
+    if mod.layers % (par.pp * par.virtual_stages):
+        raise err(
+            "model.layers",
+            f"{mod.layers} layers do not split into pp*virtual_stages = "
+            f"{par.pp * par.virtual_stages} equal chunks",
+        )
+    if par.virtual_stages > 1 and par.pp == 1:
+        raise err("parallel.virtual_stages", "interleaving needs pp > 1")
+    if mod.heads % par.tp:
+        raise err("model.heads", f"{mod.heads} heads are not divisible by tp = {par.tp}")
+    if mod.heads % mod.kv_heads:
+        raise err("model.kv_heads", f"{mod.heads} heads are not divisible by {mod.kv_heads}")
+    if mod.kv_heads % par.tp and par.tp % mod.kv_heads:
+        raise err("model.kv_heads", f"{mod.kv_heads} kv heads cannot be split over tp = {par.tp}")
+    if mod.hidden % mod.heads:
+        raise err("model.hidden", f"hidden {mod.hidden} is not divisible by heads {mod.heads}")
+    if cfg.batch.global_batch % (cfg.batch.micro * par.dp):
+        raise err(
+            "batch.global",
+            f"global batch {cfg.batch.global_batch} is not divisible by micro*dp = "
+            f"{cfg.batch.micro}*{par.dp}",
+        )
+    if mod.seq_len % par.cp:
+        raise err("model.seq_len", f"seq_len {mod.seq_len} is not divisible by cp = {par.cp}")
+    if par.sequence_parallel and mod.seq_len % par.tp:
+        raise err(
+            "parallel.sequence_parallel",
+            f"seq_len {mod.seq_len} is not divisible by tp = {par.tp}",
+        )
+    if par.virtual_stages > 1 and cfg.micro_batches % par.pp:
+        raise err(
+            "batch.global",
+            f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) to be "
+            f"a multiple of pp = {par.pp}",
+        )
