@@ -14,6 +14,6 @@ fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "echo-view: installing echo-view and its test tools into $venv (first run only)" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root[dev,plot]"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root[dev,plot,trace]"
   echo "$want" > "$stamp"
 fi

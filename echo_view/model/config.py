@@ -18,11 +18,17 @@ from echo_view.errors import ConfigError
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
 MODEL_KINDS = ("gpt",)
+ATTENTION = ("auto", "flash", "unfused")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Transformer shape. ``ffn_hidden`` defaults to 4 * hidden; ``kv_heads`` to ``heads``."""
+    """Transformer shape. ``ffn_hidden`` defaults to 4 * hidden; ``kv_heads`` to ``heads``.
+
+    ``attention`` picks the core-attention kernels: ``flash`` (one fused kernel forward, one
+    backward), ``unfused`` (batched GEMMs around a softmax, as Megatron-LM ran before fused
+    attention), or ``auto`` (see :func:`resolve_attention`).
+    """
 
     kind: str
     layers: int
@@ -32,6 +38,7 @@ class ModelConfig:
     vocab: int
     ffn_hidden: int
     kv_heads: int
+    attention: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +188,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         vocab=m.positive("vocab"),
         ffn_hidden=m.positive("ffn_hidden", 4 * hidden),
         kv_heads=m.positive("kv_heads", heads),
+        attention=m.choice("attention", ATTENTION, "auto"),
     )
     m.finish()
 
@@ -278,3 +286,17 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) to be "
             f"a multiple of pp = {par.pp}",
         )
+
+
+def resolve_attention(cfg: WorkloadConfig) -> str:
+    """The attention implementation ``auto`` stands for.
+
+    Fused (flash) attention kernels exist for fp16/bf16/fp8 only, and selective recomputation is
+    defined on the unfused core attention (it recomputes the softmax and its neighbours), so
+    ``auto`` means ``unfused`` for fp32 or selective recompute and ``flash`` otherwise.
+    """
+    if cfg.model.attention != "auto":
+        return cfg.model.attention
+    if cfg.dtype == "fp32" or cfg.parallel.recompute == "selective":
+        return "unfused"
+    return "flash"

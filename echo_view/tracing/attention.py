@@ -1,0 +1,83 @@
+"""Core attention as the GPU runs it: one fused flash kernel, or the unfused GEMM-softmax-GEMM.
+
+The flash kernels are registered as torch custom ops so that the recorder sees exactly one
+forward and one backward kernel (the meta device would otherwise decompose them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_LIB = "echo_view"
+
+
+@torch.library.custom_op(f"{_LIB}::flash_attn", mutates_args=())
+def flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention over ``[b, heads, s, d]`` tensors (k/v may have fewer heads: GQA)."""
+    raise NotImplementedError("echo_view::flash_attn is traced on the meta device only")
+
+
+@flash_attn.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op(f"{_LIB}::flash_attn_bwd", mutates_args=())
+def flash_attn_bwd(
+    grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward of :func:`flash_attn`."""
+    raise NotImplementedError("echo_view::flash_attn_bwd is traced on the meta device only")
+
+
+@flash_attn_bwd.register_fake
+def _(
+    grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = flash_attn_bwd(grad, q, k, v)
+    return dq, dk, dv
+
+
+flash_attn.register_autograd(_backward, setup_context=_setup)
+
+
+def attention_flops(q_shape: list[int], k_shape: list[int], backward: bool) -> float:
+    """FLOPs of causal attention: QK^T and PV are each 2*b*h*s*s*d, halved by the causal mask;
+    the backward pass does 2.5x the forward's matrix work (five products instead of two)."""
+    b, h, s, d = q_shape
+    s_k = k_shape[2]
+    fwd = 4.0 * b * h * s * s_k * d * 0.5
+    return fwd * 2.5 if backward else fwd
+
+
+def unfused_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float
+) -> torch.Tensor:
+    """Megatron's core attention before fused kernels: ``baddbmm`` for QK^T, a (masked)
+    softmax, dropout, and ``bmm`` with V. Tensors are ``[b, heads, s, d]``."""
+    b, h, s, d = q.shape
+    if k.shape[1] != h:  # grouped-query attention: repeat the kv heads
+        rep = h // k.shape[1]
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+    qm = q.reshape(b * h, s, d)
+    km = k.reshape(b * h, s, d)
+    scores = torch.baddbmm(
+        qm.new_empty(b * h, s, s), qm, km.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d)
+    )
+    probs = F.dropout(torch.softmax(scores, dim=-1), p=dropout, training=dropout > 0)
+    out = torch.bmm(probs, v.reshape(b * h, s, d))
+    return out.reshape(b, h, s, d)

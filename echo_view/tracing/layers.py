@@ -1,0 +1,174 @@
+"""Megatron-style tensor-parallel layers whose communication is recorded, not performed.
+
+Each layer holds only this rank's shard of the weights (on the ``meta`` device) and calls
+:meth:`Recorder.collective` exactly where Megatron-LM launches a collective:
+
+- column-parallel linear: identity forward / all-reduce of the input gradient backward (``f``);
+  with sequence parallelism, all-gather forward / reduce-scatter backward instead;
+- row-parallel linear: all-reduce forward / identity backward (``g``); with sequence
+  parallelism, reduce-scatter forward / all-gather backward;
+- vocab-parallel embedding and cross-entropy: all-reduces over the tensor-parallel group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from echo_view.model.kinds import CollectiveKind
+from echo_view.tracing.recorder import Recorder
+
+
+class _Comm(torch.autograd.Function):
+    """Records a collective in forward and/or backward; reshapes along dim 0 for AG/RS."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        rec: Recorder,
+        fwd: CollectiveKind | None,
+        bwd: CollectiveKind | None,
+        tp: int,
+    ) -> torch.Tensor:
+        ctx.rec, ctx.bwd, ctx.tp = rec, bwd, tp
+        return _apply(rec, fwd, x, tp)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None
+
+
+def _apply(rec: Recorder, kind: CollectiveKind | None, x: torch.Tensor, tp: int) -> torch.Tensor:
+    if kind is None or tp == 1:
+        return x
+    size = x.numel() * x.element_size()
+    if kind == CollectiveKind.ALL_REDUCE:
+        rec.collective(kind, size, "tp")
+        return x.clone()
+    if kind == CollectiveKind.ALL_GATHER:
+        rec.collective(kind, size * tp, "tp")
+        return x.new_empty((x.shape[0] * tp, *x.shape[1:]))
+    if kind == CollectiveKind.REDUCE_SCATTER:
+        rec.collective(kind, size, "tp")
+        return x.new_empty((x.shape[0] // tp, *x.shape[1:]))
+    raise ValueError(f"unsupported tensor-parallel collective {kind}")
+
+
+def comm(
+    x: torch.Tensor,
+    rec: Recorder,
+    fwd: CollectiveKind | None,
+    bwd: CollectiveKind | None,
+    tp: int,
+) -> torch.Tensor:
+    """Insert a recorded collective pair (forward kind, backward kind) on ``x``."""
+    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp)  # type: ignore[no-untyped-call]
+    return out
+
+
+AR, AG, RS = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y = x W^T + b`` with W split by output rows over ``tp`` ranks."""
+
+    def __init__(
+        self,
+        rec: Recorder,
+        d_in: int,
+        d_out: int,
+        tp: int,
+        sp: bool,
+        dtype: torch.dtype,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.rec, self.tp, self.sp = rec, tp, sp
+        self.weight = nn.Parameter(torch.empty(d_out // tp, d_in, device="meta", dtype=dtype))
+        self.bias = (
+            nn.Parameter(torch.empty(d_out // tp, device="meta", dtype=dtype)) if bias else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """``y = x W^T + b`` with W split by input columns over ``tp`` ranks."""
+
+    def __init__(
+        self, rec: Recorder, d_in: int, d_out: int, tp: int, sp: bool, dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.rec, self.tp, self.sp = rec, tp, sp
+        self.weight = nn.Parameter(torch.empty(d_out, d_in // tp, device="meta", dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
+        return y + self.bias
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Token embedding with the vocabulary split over ``tp`` ranks (+ learned positions)."""
+
+    def __init__(
+        self,
+        rec: Recorder,
+        vocab: int,
+        hidden: int,
+        seq: int,
+        tp: int,
+        sp: bool,
+        dtype: torch.dtype,
+        learned_positions: bool,
+    ) -> None:
+        super().__init__()
+        self.rec, self.tp, self.sp = rec, tp, sp
+        shard = -(-vocab // tp)
+        self.weight = nn.Parameter(torch.empty(shard, hidden, device="meta", dtype=dtype))
+        self.pos = (
+            nn.Parameter(torch.empty(seq, hidden, device="meta", dtype=dtype))
+            if learned_positions
+            else None
+        )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        # tokens: [s, b]; out-of-shard ids are masked to zero before the reduction.
+        emb = F.embedding(tokens, self.weight)
+        if self.sp:
+            emb = comm(emb, self.rec, RS, AG, self.tp)
+        else:
+            emb = comm(emb, self.rec, AR, None, self.tp)
+        if self.pos is not None:
+            pos = self.pos[: emb.shape[0] * (self.tp if self.sp else 1)]
+            if self.sp:
+                pos = pos[: emb.shape[0]]
+            emb = emb + pos.unsqueeze(1)
+        return emb
+
+
+class VocabParallelCrossEntropy(nn.Module):
+    """Loss over vocabulary-sharded logits: three small all-reduces over ``tp`` (max, sum of
+    exponentials, target logit), as Megatron's vocab-parallel cross entropy does."""
+
+    def __init__(self, rec: Recorder, tp: int) -> None:
+        super().__init__()
+        self.rec, self.tp = rec, tp
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        lmax = logits.amax(dim=-1)
+        lmax = comm(lmax, self.rec, AR, None, self.tp)
+        shifted = logits - lmax.unsqueeze(-1)
+        pred = torch.gather(shifted, -1, target.unsqueeze(-1)).squeeze(-1)
+        pred = comm(pred, self.rec, AR, None, self.tp)
+        sum_exp = shifted.exp().sum(dim=-1)
+        sum_exp = comm(sum_exp, self.rec, AR, None, self.tp)
+        return (sum_exp.log() - pred).mean()

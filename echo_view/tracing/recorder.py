@@ -1,0 +1,194 @@
+"""Record the aten ops a torch program dispatches, with shapes, dtypes, FLOPs and bytes.
+
+:class:`Recorder` is a ``TorchDispatchMode``: every op that reaches the dispatcher (forward,
+autograd's backward, recomputation) is appended to the current phase's columns. Collectives are
+not aten ops here — the parallel layers call :meth:`Recorder.collective` at the point where
+Megatron would launch them, so they land in program order between the compute ops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from echo_view.model.columns import ColumnBuilder
+from echo_view.model.graph import AXES, OpClass, OpTable
+from echo_view.model.kinds import CollectiveKind
+from echo_view.model.strings import StringTable
+from echo_view.tracing.attention import attention_flops
+from echo_view.tracing.opinfo import (
+    NO_KERNEL,
+    elementwise_flops,
+    gemm_flops,
+    op_class,
+    tensor_shapes,
+)
+
+_COLUMNS = {
+    "name": "i4",
+    "op_class": "u1",
+    "flops": "f8",
+    "bytes": "i8",
+    "dtype": "i4",
+    "shapes": "i4",
+    "coll_kind": "i1",
+    "coll_bytes": "i8",
+    "axis": "i1",
+    "grad_bytes": "i8",
+}
+_DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.bool: "bool",
+    torch.uint8: "uint8",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Short dtype name (``bf16``)."""
+    return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * t.element_size()
+
+
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Collects ops into per-phase :class:`OpTable` columns."""
+
+    def __init__(self, strings: StringTable) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.strings = strings
+        self._cols: ColumnBuilder | None = None
+        self.enabled = True
+
+    # -- phases -------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start a new op sequence (a phase of one chunk)."""
+        self._cols = ColumnBuilder(_COLUMNS)
+
+    def end(self) -> OpTable:
+        """Finish the current op sequence and return it."""
+        if self._cols is None:
+            raise RuntimeError("Recorder.end() without begin()")
+        table = OpTable(**self._cols.columns())
+        self._cols = None
+        return table
+
+    def _row(self, **row: float) -> None:
+        if self._cols is not None and self.enabled:
+            self._cols.append(**row)
+
+    # -- explicit records -----------------------------------------------------------------
+    def collective(self, kind: CollectiveKind, nbytes: int, axis: str, name: str = "") -> None:
+        """Record a collective over parallel ``axis`` moving ``nbytes`` per rank."""
+        label = name or f"nccl:{kind.label}"
+        self._row(
+            name=self.strings.intern(label),
+            op_class=OpClass.COLLECTIVE,
+            flops=0.0,
+            bytes=0,
+            dtype=-1,
+            shapes=-1,
+            coll_kind=int(kind),
+            coll_bytes=int(nbytes),
+            axis=AXES.index(axis),
+            grad_bytes=0,
+        )
+
+    def op(
+        self,
+        name: str,
+        cls: int,
+        *,
+        flops: float,
+        nbytes: int,
+        dtype: str,
+        shapes: str = "",
+        grad_bytes: int = 0,
+    ) -> None:
+        """Record a synthetic compute op (a fused kernel the program does not dispatch)."""
+        self._row(
+            name=self.strings.intern(name),
+            op_class=cls,
+            flops=flops,
+            bytes=nbytes,
+            dtype=self.strings.intern(dtype),
+            shapes=self.strings.intern(shapes),
+            coll_kind=-1,
+            coll_bytes=0,
+            axis=-1,
+            grad_bytes=grad_bytes,
+        )
+
+    def grad_ready(self, nbytes: int) -> None:
+        """Mark that ``nbytes`` of parameter gradients are complete at this point."""
+        if self._cols is not None and self.enabled and len(self._cols):
+            # Attach to the latest op: the gradient is ready when that kernel ends.
+            self._cols._buffers["grad_bytes"][-1] += nbytes
+
+    # -- dispatch ------------------------------------------------------------------------
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in NO_KERNEL or self._cols is None or not self.enabled:
+            return out
+        flat_in, _ = tree_flatten((args, kwargs or {}))
+        flat_out, _ = tree_flatten(out)
+        ins = [t for t in flat_in if isinstance(t, torch.Tensor)]
+        outs = [t for t in flat_out if isinstance(t, torch.Tensor)]
+        if not ins and not outs:
+            return out
+        cls = op_class(name)
+        shapes = tensor_shapes(args, torch.Tensor)
+        if cls == OpClass.GEMM:
+            flops = gemm_flops(name, shapes)
+        elif name == "flash_attn":
+            flops = attention_flops(shapes[0], shapes[1], backward=False)
+        elif name == "flash_attn_bwd":
+            flops = attention_flops(shapes[1], shapes[2], backward=True)
+        else:
+            flops = elementwise_flops(sum(int(t.numel()) for t in outs))
+        # In-place ops write what they read: count the written tensor once.
+        nbytes = sum(_nbytes(t) for t in ins) + sum(
+            _nbytes(t) for t in outs if not any(t is i for i in ins)
+        )
+        ref = outs[0] if outs else ins[0]
+        self._row(
+            name=self.strings.intern(f"{func.namespace}::{name}"),
+            op_class=cls,
+            flops=flops,
+            bytes=nbytes,
+            dtype=self.strings.intern(dtype_name(ref.dtype)),
+            shapes=self.strings.intern("x".join(str(s).replace(" ", "") for s in shapes)),
+            coll_kind=-1,
+            coll_bytes=0,
+            axis=-1,
+            grad_bytes=0,
+        )
+        return out
+
+
+def numel(shape: tuple[int, ...] | list[int]) -> int:
+    """Number of elements of ``shape``."""
+    return math.prod(shape)
+
+
+def concat_tables(tables: list[OpTable]) -> OpTable:
+    """Concatenate op tables in order."""
+    fields = list(_COLUMNS)
+    return OpTable(**{f: np.concatenate([getattr(t, f) for t in tables]) for f in fields})
