@@ -1,0 +1,244 @@
+"""Training steps of one rank: the profiler's ``ProfilerStep#N`` spans, or steps detected.
+
+Rules, tried in this order (the first that applies wins; :attr:`StepDetection.rule` names it):
+
+1. ``trace`` — the trace already carries steps (the importer read ``ProfilerStep#N``).
+2. ``profiler_step`` — events on CPU threads named ``ProfilerStep#N``; several rows with one
+   ``N`` (one per thread) merge into one step spanning all of them.
+3. ``optimizer_step`` (detected) — CPU events named ``Optimizer.step#<Class>.step`` (what
+   ``torch.optim`` records around every ``step()`` call). Their ends cut the activity of their
+   thread into steps: ``[first event, end 1], [end 1, end 2], ..., [end k, last event]``. An
+   optimizer step ends an iteration, so every cut is an iteration boundary.
+4. ``repeated_annotation`` (detected) — the user annotation name that occurs most often (at
+   least twice) among the *top-level* CPU annotations of one thread (not enclosed by another
+   annotation or operator there; ties go to the name seen first). Its starts cut that thread's
+   activity the same way: ``[first event, start 1], [start 1, start 2], ..., [start k, last
+   event]``; an empty leading piece is dropped.
+5. ``window`` (detected) — one step over the whole trace (first to last CPU event, or all events
+   when there is no CPU thread).
+
+Detected steps are numbered from 0. ``gpu_end_ns`` is filled where it is unknown (-1): the
+latest end of the GPU work *launched* inside the step, found through the launch's correlation
+id; GPU work with no launch in the trace is placed by its own start time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import GPU_KINDS, GPU_WORK_KINDS, NONE, EventKind, LaneKind, StepTable, Trace
+
+I64 = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#[^.]*\.step$")
+# CPU event kinds that can enclose an annotation (python frames wrap everything, so they do
+# not count when deciding what is top-level).
+_ENCLOSING = (EventKind.CPU_OP, EventKind.USER_ANNOTATION)
+
+
+@dataclass(frozen=True, eq=False)
+class StepDetection:
+    """Steps of one trace and the rule that found them."""
+
+    table: StepTable
+    rule: str
+
+
+def steps_of(trace: Trace) -> StepTable:
+    """The trace's steps (see the module docstring for the rules), with ``gpu_end_ns`` filled."""
+    return find_steps(trace).table
+
+
+def find_steps(trace: Trace) -> StepDetection:
+    """Like :func:`steps_of`, also naming the rule that produced the steps."""
+    if len(trace.steps):
+        return StepDetection(_with_gpu_end(trace, trace.steps), "trace")
+    cpu = trace.lane_mask(LaneKind.CPU_THREAD)
+    for rule, finder in (
+        ("profiler_step", _profiler_steps),
+        ("optimizer_step", _optimizer_steps),
+        ("repeated_annotation", _annotation_steps),
+    ):
+        found = finder(trace, cpu)
+        if found is not None and len(found):
+            return StepDetection(_with_gpu_end(trace, found), rule)
+    return StepDetection(_with_gpu_end(trace, _window_step(trace, cpu)), "window")
+
+
+def launch_start_ns(trace: Trace) -> I64:
+    """For every event, the start of the CPU event that launched it (-1 when none is known).
+
+    A GPU event and its launch (``cudaLaunchKernel``, ``cudaMemcpyAsync``...) share a
+    correlation id; when several CPU events carry one id the earliest counts.
+    """
+    ev = trace.events
+    out = np.full(len(ev), NONE, dtype=np.int64)
+    gpu = trace.mask(*GPU_KINDS) & (ev.correlation >= 0)
+    cpu = trace.lane_mask(LaneKind.CPU_THREAD) & (ev.correlation >= 0) & ~trace.mask(*GPU_KINDS)
+    if not gpu.any() or not cpu.any():
+        return out
+    corr = ev.correlation[cpu]
+    start = ev.start_ns[cpu]
+    order = np.lexsort((start, corr))
+    corr, start = corr[order], start[order]
+    first = np.ones(len(corr), dtype=bool)
+    first[1:] = corr[1:] != corr[:-1]
+    corr, start = corr[first], start[first]
+    rows = np.flatnonzero(gpu)
+    want = ev.correlation[rows]
+    idx = np.minimum(np.searchsorted(corr, want), len(corr) - 1)
+    hit = corr[idx] == want
+    out[rows[hit]] = start[idx[hit]]
+    return out
+
+
+def step_of_gpu_work(trace: Trace, steps: StepTable) -> tuple[I64, I64]:
+    """``(rows, step index)`` of the GPU work (kernels, copies, sets) that belongs to a step.
+
+    Work belongs to the step during whose CPU span it was launched; work without a known
+    launch belongs to the step during which it started. Steps must not overlap.
+    """
+    work = np.flatnonzero(trace.mask(*GPU_WORK_KINDS))
+    if not len(work) or not len(steps):
+        return work[:0].astype(np.int64), work[:0].astype(np.int64)
+    launch = launch_start_ns(trace)[work]
+    t = np.where(launch >= 0, launch, trace.events.start_ns[work])
+    order = np.argsort(steps.start_ns, kind="stable")
+    starts = np.asarray(steps.start_ns)[order]
+    ends = np.asarray(steps.end_ns)[order]
+    pos = np.searchsorted(starts, t, side="right") - 1
+    ok = pos >= 0
+    ok[ok] &= t[ok] < ends[pos[ok]]
+    return work[ok].astype(np.int64), order[pos[ok]].astype(np.int64)
+
+
+def _with_gpu_end(trace: Trace, steps: StepTable) -> StepTable:
+    """``steps`` with unknown ``gpu_end_ns`` computed from the work launched in each step."""
+    gpu_end = np.asarray(steps.gpu_end_ns, dtype=np.int64).copy()
+    unknown = gpu_end < 0
+    if unknown.any():
+        rows, idx = step_of_gpu_work(trace, steps)
+        computed = np.full(len(steps), NONE, dtype=np.int64)
+        np.maximum.at(computed, idx, trace.events.end_ns[rows])
+        gpu_end[unknown] = computed[unknown]
+    return StepTable(
+        number=steps.number,
+        start_ns=steps.start_ns,
+        end_ns=steps.end_ns,
+        gpu_end_ns=gpu_end,
+        detected=steps.detected,
+    )
+
+
+def _table(
+    number: npt.ArrayLike, start: npt.ArrayLike, end: npt.ArrayLike, detected: bool
+) -> StepTable:
+    s = np.asarray(start, dtype=np.int64)
+    order = np.argsort(s, kind="stable")
+    return StepTable(
+        number=np.asarray(number, dtype=np.int64)[order],
+        start_ns=s[order],
+        end_ns=np.asarray(end, dtype=np.int64)[order],
+        gpu_end_ns=np.full(len(s), NONE, dtype=np.int64),
+        detected=detected,
+    )
+
+
+def _name_rows(trace: Trace, pattern: re.Pattern[str], among: Mask) -> tuple[I64, list[str]]:
+    """Rows of ``among`` whose name matches ``pattern`` (one regex call per distinct name)."""
+    ids = np.unique(trace.events.name[among])
+    hits = [int(i) for i in ids if pattern.match(trace.strings[int(i)])]
+    rows = np.flatnonzero(among & np.isin(trace.events.name, np.array(hits, dtype=np.int32)))
+    return rows, [trace.strings[i] for i in hits]
+
+
+def _step_number(name: str) -> int:
+    m = _PROFILER_STEP.match(name)
+    return int(m.group(1)) if m else NONE
+
+
+def _profiler_steps(trace: Trace, cpu: Mask) -> StepTable | None:
+    rows, _ = _name_rows(trace, _PROFILER_STEP, cpu)
+    if not len(rows):
+        return None
+    names = trace.events.name[rows]
+    uniq, inv = np.unique(names, return_inverse=True)
+    numbers = np.array([_step_number(trace.strings[int(i)]) for i in uniq], dtype=np.int64)
+    start = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+    end = np.full(len(uniq), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(start, inv, trace.events.start_ns[rows])
+    np.maximum.at(end, inv, trace.events.end_ns[rows])
+    return _table(numbers, start, end, detected=False)
+
+
+def _cut_lane(trace: Trace, lane: int, cuts: I64) -> StepTable:
+    """Cut the activity of ``lane`` at the times ``cuts`` into consecutive steps."""
+    on_lane = trace.events.lane == lane
+    first = int(trace.events.start_ns[on_lane].min())
+    last = int(trace.events.end_ns[on_lane].max())
+    edges = np.unique(np.concatenate([[first], np.clip(cuts, first, last), [last]]))
+    start, end = edges[:-1], edges[1:]
+    return _table(np.arange(len(start)), start, end, detected=True)
+
+
+def _optimizer_steps(trace: Trace, cpu: Mask) -> StepTable | None:
+    rows, _ = _name_rows(trace, _OPTIMIZER_STEP, cpu)
+    if not len(rows):
+        return None
+    lanes, counts = np.unique(trace.events.lane[rows], return_counts=True)
+    lane = int(lanes[np.argmax(counts)])
+    rows = rows[trace.events.lane[rows] == lane]
+    return _cut_lane(trace, lane, trace.events.end_ns[rows])
+
+
+def _top_level(trace: Trace, rows: I64) -> Mask:
+    """Which of ``rows`` (events on CPU threads) no other event of ``rows`` encloses."""
+    ev = trace.events
+    lane = ev.lane[rows]
+    top = np.zeros(len(rows), dtype=bool)
+    # One pass per thread (a handful), vectorised within it: by start, longer first, an event
+    # is top-level when it starts at or after the furthest end reached by the events before it.
+    for lid in np.unique(lane):
+        on = np.flatnonzero(lane == lid)
+        start = ev.start_ns[rows[on]]
+        end = ev.end_ns[rows[on]]
+        order = np.lexsort((-end, start))
+        reach = np.maximum.accumulate(end[order])
+        top_o = np.ones(len(order), dtype=bool)
+        top_o[1:] = start[order][1:] >= reach[:-1]
+        top[on[order]] = top_o
+    return top
+
+
+def _annotation_steps(trace: Trace, cpu: Mask) -> StepTable | None:
+    enclosing = np.flatnonzero(cpu & trace.mask(*_ENCLOSING) & (trace.events.dur_ns > 0))
+    if not len(enclosing):
+        return None
+    top = enclosing[_top_level(trace, enclosing)]
+    ann = top[trace.events.kind[top] == int(EventKind.USER_ANNOTATION)]
+    if not len(ann):
+        return None
+    keys = trace.events.lane[ann].astype(np.int64) << 32 | trace.events.name[ann].astype(np.int64)
+    uniq, first_pos, counts = np.unique(keys, return_index=True, return_counts=True)
+    if counts.max() < 2:
+        return None
+    # Most frequent; ties to the one whose first occurrence is earliest.
+    first_start = trace.events.start_ns[ann][first_pos]
+    best = np.lexsort((first_start, -counts))[0]
+    rows = ann[keys == uniq[best]]
+    return _cut_lane(trace, int(trace.events.lane[rows[0]]), trace.events.start_ns[rows])
+
+
+def _window_step(trace: Trace, cpu: Mask) -> StepTable:
+    sel = cpu if cpu.any() else np.ones(len(trace), dtype=bool)
+    if not sel.any():
+        return StepTable.empty()
+    start = int(trace.events.start_ns[sel].min())
+    end = int(trace.events.end_ns[sel].max())
+    return _table([0], [start], [end], detected=True)

@@ -1,0 +1,287 @@
+"""Whole-job summary: per-rank step breakdowns, the slowest rank, top kernels and collectives.
+
+:meth:`JobSummary.to_json` gives the stable object ``echo-view info --json`` prints
+(``"schema": "echo-view.info/1"``; keys are only ever added, never renamed). All times are
+integer nanoseconds.
+
+```
+schema          "echo-view.info/1"
+source          the job's source (paths as given)
+job             ranks [int], world_size int|null, predicted bool, events int,
+                devices [{rank, index, name}] (GPUs that ran work),
+                clock_alignment {method, uncertainty_ns, offsets_ns [int], note},
+                collectives {total int, by_kind {kind: count}}
+ranks           one object per (rank, device) -- device is null for a rank without GPU work:
+                {rank, device, steps, step_rule, steps_detected, cpu_step_ns, step_ns,
+                 compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns,   <- means per step
+                 total {step_ns, compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns},
+                 per_step [{step, cpu_start_ns, cpu_ns, gpu_end_ns, window_start_ns, step_ns,
+                            compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns}]}
+slowest_rank    {rank, device, step_ns} | null   (largest mean step time)
+top_kernels     [{name, count, total_ns, ranks}]  by total_ns, descending
+top_collectives [{kind, count, total_ns, bytes}]  by total_ns; bytes -1 when unknown
+```
+
+Category times of a rank without GPU work are ``null``. For every other row and step,
+``compute_ns + exposed_comm_ns + memory_ns + idle_ns == step_ns`` (see
+:mod:`echo_view.analysis.breakdown` for the definitions). Means are rounded to whole ns.
+Top kernels and collectives cover the whole trace, not only its steps; a collective's time is
+its GPU kernel's duration.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.analysis.breakdown import StepBreakdown, breakdown
+from echo_view.model import (
+    GPU_KINDS,
+    CollectiveKind,
+    EventKind,
+    Job,
+    Trace,
+    parse_nccl_kernel_name,
+)
+
+I64 = npt.NDArray[np.int64]
+
+SCHEMA = "echo-view.info/1"
+CATEGORIES = ("compute_ns", "comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """Totals over the steps of one (rank, device); ``device`` is None without GPU work."""
+
+    rank: int
+    device: int | None
+    steps: int
+    step_rule: str
+    steps_detected: bool
+    cpu_step_ns: int
+    step_ns: int
+    categories: dict[str, int] | None
+    per_step: list[dict[str, int]]
+
+    def mean(self, total: int) -> int:
+        return round(total / self.steps) if self.steps else 0
+
+    @property
+    def mean_step_ns(self) -> int:
+        return self.mean(self.step_ns)
+
+
+@dataclass(frozen=True)
+class TopItem:
+    """One line of a top-N list."""
+
+    name: str
+    count: int
+    total_ns: int
+    extra: int
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """Everything ``echo-view info`` shows about a job."""
+
+    job: Job
+    rows: list[RankRow]
+    breakdowns: list[StepBreakdown]
+    top_kernels: list[TopItem]
+    top_collectives: list[TopItem]
+    collectives_by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def slowest(self) -> RankRow | None:
+        """The (rank, device) with the largest mean step time (first rank on ties)."""
+        timed = [r for r in self.rows if r.steps]
+        return max(timed, key=lambda r: r.mean_step_ns) if timed else None
+
+    def devices(self) -> list[dict[str, Any]]:
+        """The GPUs that ran work, with their names where the trace gives them."""
+        out: list[dict[str, Any]] = []
+        for trace, bd in zip(self.job.traces, self.breakdowns, strict=True):
+            names = {d.index: d.name for d in trace.devices}
+            out.extend({"rank": trace.rank, "index": d, "name": names.get(d)} for d in bd.devices)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON object described in the module docstring."""
+        job = self.job
+        al = job.alignment
+        slowest = self.slowest
+        return {
+            "schema": SCHEMA,
+            "source": job.source,
+            "job": {
+                "ranks": list(job.ranks),
+                "world_size": job.world_size,
+                "predicted": job.predicted,
+                "events": job.event_count(),
+                "devices": self.devices(),
+                "clock_alignment": {
+                    "method": al.method,
+                    "uncertainty_ns": al.uncertainty_ns,
+                    "offsets_ns": list(al.offsets_ns),
+                    "note": al.note,
+                },
+                "collectives": {
+                    "total": sum(self.collectives_by_kind.values()),
+                    "by_kind": dict(self.collectives_by_kind),
+                },
+            },
+            "ranks": [_row_json(r) for r in self.rows],
+            "slowest_rank": None
+            if slowest is None
+            else {"rank": slowest.rank, "device": slowest.device, "step_ns": slowest.mean_step_ns},
+            "top_kernels": [
+                {"name": k.name, "count": k.count, "total_ns": k.total_ns, "ranks": k.extra}
+                for k in self.top_kernels
+            ],
+            "top_collectives": [
+                {"kind": c.name, "count": c.count, "total_ns": c.total_ns, "bytes": c.extra}
+                for c in self.top_collectives
+            ],
+        }
+
+
+def _row_json(r: RankRow) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rank": r.rank,
+        "device": r.device,
+        "steps": r.steps,
+        "step_rule": r.step_rule,
+        "steps_detected": r.steps_detected,
+        "cpu_step_ns": r.mean(r.cpu_step_ns),
+        "step_ns": r.mean_step_ns,
+    }
+    for name in CATEGORIES:
+        out[name] = None if r.categories is None else r.mean(r.categories[name])
+    total: dict[str, int | None] = {"step_ns": r.step_ns}
+    for name in CATEGORIES:
+        total[name] = None if r.categories is None else r.categories[name]
+    out["total"] = total
+    out["per_step"] = r.per_step
+    return out
+
+
+def rank_rows(bd: StepBreakdown) -> list[RankRow]:
+    """One :class:`RankRow` per device of a breakdown (one device-less row without GPU work)."""
+    devices: list[int | None] = list(bd.devices) or [None]
+    rows = []
+    for dev in devices:
+        sel = bd.device == dev if dev is not None else np.ones(len(bd), dtype=bool)
+        cats = {name: int(getattr(bd, name)[sel].sum()) for name in CATEGORIES}
+        per_step = []
+        for i in np.flatnonzero(sel):
+            step = {
+                "step": int(bd.step[i]),
+                "cpu_start_ns": int(bd.cpu_start_ns[i]),
+                "cpu_ns": int(bd.cpu_ns[i]),
+                "gpu_end_ns": int(bd.gpu_end_ns[i]),
+                "window_start_ns": int(bd.window_start_ns[i]),
+                "step_ns": int(bd.window_ns[i]),
+            }
+            step.update({name: int(getattr(bd, name)[i]) for name in CATEGORIES})
+            per_step.append(step)
+        rows.append(
+            RankRow(
+                rank=bd.rank,
+                device=dev,
+                steps=int(sel.sum()) if dev is not None else 0,
+                step_rule=bd.rule,
+                steps_detected=bd.detected,
+                cpu_step_ns=int(bd.cpu_ns[sel].sum()),
+                step_ns=int(bd.window_ns[sel].sum()),
+                categories=cats if dev is not None else None,
+                per_step=per_step,
+            )
+        )
+    return rows
+
+
+def _kernel_totals(trace: Trace) -> tuple[I64, I64, I64]:
+    """(name ids, counts, total durations) of the trace's kernels."""
+    k = trace.mask(EventKind.KERNEL)
+    names = trace.events.name[k]
+    uniq, inv = np.unique(names, return_inverse=True)
+    counts = np.bincount(inv, minlength=len(uniq))
+    totals = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(totals, inv, trace.events.dur_ns[k])
+    return uniq.astype(np.int64), counts.astype(np.int64), totals
+
+
+def _collectives(trace: Trace) -> tuple[I64, I64, I64]:
+    """(kind, GPU time, bytes) per collective. NCCL kernels the collective table does not list
+    count too, with the kind their name gives and unknown bytes."""
+    ct = trace.collectives
+    ev = trace.events
+    on_gpu = np.isin(ev.kind[ct.event], [int(k) for k in GPU_KINDS])
+    times = np.where(on_gpu, ev.dur_ns[ct.event], 0).astype(np.int64)
+    kernels = np.flatnonzero(trace.mask(EventKind.KERNEL))
+    kernels = kernels[~np.isin(kernels, ct.event)]
+    uniq, inv = np.unique(ev.name[kernels], return_inverse=True)
+    code = np.array([_nccl_kind(trace.strings[int(i)]) for i in uniq], dtype=np.int64)
+    kind_of = code[inv] if len(kernels) else np.empty(0, dtype=np.int64)
+    extra = kind_of >= 0
+    rows = kernels[extra]
+    return (
+        np.concatenate([np.asarray(ct.kind, dtype=np.int64), kind_of[extra]]),
+        np.concatenate([times, ev.dur_ns[rows]]),
+        np.concatenate([np.asarray(ct.bytes, dtype=np.int64), np.full(len(rows), -1)]),
+    )
+
+
+def _nccl_kind(name: str) -> int:
+    info = parse_nccl_kernel_name(name)
+    return -1 if info is None else int(info.collective)
+
+
+def summarize(job: Job, top: int = 10) -> JobSummary:
+    """Breakdowns of every rank and the job-wide summary."""
+    bds = [breakdown(t) for t in job.traces]
+    rows = [row for bd in bds for row in rank_rows(bd)]
+
+    kernel_count: Counter[str] = Counter()
+    kernel_total: Counter[str] = Counter()
+    kernel_ranks: Counter[str] = Counter()
+    n_kinds = len(CollectiveKind)
+    coll_count = np.zeros(n_kinds, dtype=np.int64)
+    coll_total = np.zeros(n_kinds, dtype=np.int64)
+    coll_bytes = np.zeros(n_kinds, dtype=np.int64)
+    coll_unknown = np.zeros(n_kinds, dtype=bool)
+    for trace in job.traces:
+        uniq, counts, totals = _kernel_totals(trace)
+        for i, c, s in zip(uniq.tolist(), counts.tolist(), totals.tolist(), strict=True):
+            name = trace.strings[i]
+            kernel_count[name] += c
+            kernel_total[name] += s
+            kernel_ranks[name] += 1
+        kinds, times, nbytes = _collectives(trace)
+        coll_count += np.bincount(kinds, minlength=n_kinds)
+        np.add.at(coll_total, kinds, times)
+        np.add.at(coll_bytes, kinds, np.maximum(nbytes, 0))
+        # One unknown size makes the kind's byte total unknown: -1, never a partial sum.
+        coll_unknown[kinds[nbytes < 0]] = True
+
+    names = sorted(kernel_total, key=lambda n: (-kernel_total[n], n))[:top]
+    top_kernels = [TopItem(n, kernel_count[n], kernel_total[n], kernel_ranks[n]) for n in names]
+    present = [CollectiveKind(int(k)) for k in np.flatnonzero(coll_count)]
+    present.sort(key=lambda k: (-int(coll_total[k]), k.label))
+    top_colls = [
+        TopItem(
+            k.label,
+            int(coll_count[k]),
+            int(coll_total[k]),
+            -1 if coll_unknown[k] else int(coll_bytes[k]),
+        )
+        for k in present[:top]
+    ]
+    by_kind = {k.label: int(coll_count[k]) for k in sorted(present, key=lambda k: k.label)}
+    return JobSummary(job, rows, bds, top_kernels, top_colls, by_kind)

@@ -1,0 +1,106 @@
+"""Step detection rules, each on a hand-built trace."""
+
+from __future__ import annotations
+
+from echo_view.analysis.steps import find_steps, launch_start_ns, steps_of
+from echo_view.model import EventKind, LaneKind, TraceBuilder
+
+UA = EventKind.USER_ANNOTATION
+
+
+def test_steps_from_the_trace_get_gpu_end() -> None:
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7 = b.gpu_stream(0, 7)
+    b.event(EventKind.RUNTIME, "cudaLaunchKernel", 10, 5, cpu, correlation=1)
+    b.event(EventKind.KERNEL, "k", 50, 200, s7, correlation=1)
+    b.step(5, 0, 100)
+    found = find_steps(b.build())
+    assert found.rule == "trace"
+    assert found.table.number.tolist() == [5]
+    # launched at 10 inside [0, 100): the step's GPU work ends at 250.
+    assert found.table.gpu_end_ns.tolist() == [250]
+    assert not found.table.detected
+
+
+def test_profiler_step_events_merge_across_threads_and_ignore_gpu_copies() -> None:
+    b = TraceBuilder(0)
+    main = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    other = b.lane(LaneKind.CPU_THREAD, 1, 2)
+    s7 = b.gpu_stream(0, 7)
+    b.event(UA, "ProfilerStep#8", 1000, 900, main)
+    b.event(UA, "ProfilerStep#7", 0, 1000, main)
+    b.event(UA, "ProfilerStep#7", 5, 1010, other)
+    b.event(EventKind.GPU_ANNOTATION, "ProfilerStep#7", 0, 5000, s7)
+    # a kernel with no launch in the trace is placed by its own start (1500: step 8)
+    b.event(EventKind.KERNEL, "k", 1500, 700, s7)
+    found = find_steps(b.build())
+    assert found.rule == "profiler_step"
+    t = found.table
+    assert t.number.tolist() == [7, 8]
+    assert t.start_ns.tolist() == [0, 1000]
+    assert t.end_ns.tolist() == [1015, 1900]
+    assert t.gpu_end_ns.tolist() == [-1, 2200]
+    assert not t.detected
+
+
+def test_optimizer_step_ends_cut_the_thread() -> None:
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    b.event(EventKind.CPU_OP, "aten::mm", 0, 100, cpu)
+    b.event(UA, "Optimizer.step#SGD.step", 300, 100, cpu)
+    b.event(EventKind.CPU_OP, "aten::mm", 450, 100, cpu)
+    b.event(UA, "Optimizer.step#SGD.step", 800, 100, cpu)
+    b.event(EventKind.CPU_OP, "aten::add", 950, 50, cpu)
+    found = find_steps(b.build())
+    assert found.rule == "optimizer_step"
+    assert found.table.detected
+    assert found.table.number.tolist() == [0, 1, 2]
+    assert found.table.start_ns.tolist() == [0, 400, 900]
+    assert found.table.end_ns.tolist() == [400, 900, 1000]
+
+
+def test_repeated_top_level_annotation_cuts_at_its_starts() -> None:
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    for t0 in (0, 500, 1000):
+        b.event(UA, "## forward ##", t0, 200, cpu)
+        b.event(UA, "## backward ##", t0 + 200, 250, cpu)
+        # nested annotations repeat more often but are not top-level
+        for k in range(3):
+            b.event(UA, "inner", t0 + 10 + 50 * k, 20, cpu)
+    b.event(EventKind.CPU_OP, "aten::copy_", 1460, 40, cpu)
+    found = find_steps(b.build())
+    assert found.rule == "repeated_annotation"
+    assert found.table.start_ns.tolist() == [0, 500, 1000]
+    assert found.table.end_ns.tolist() == [500, 1000, 1500]
+    assert found.table.detected
+
+
+def test_single_annotation_falls_back_to_the_window() -> None:
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7 = b.gpu_stream(0, 7)
+    b.event(UA, "train", 100, 400, cpu)
+    b.event(EventKind.CPU_OP, "aten::mm", 600, 50, cpu)
+    b.event(EventKind.KERNEL, "k", 700, 100, s7)
+    found = find_steps(b.build())
+    assert found.rule == "window"
+    assert found.table.start_ns.tolist() == [100]
+    assert found.table.end_ns.tolist() == [650]
+    # the kernel starts after the CPU window: it belongs to no step
+    assert found.table.gpu_end_ns.tolist() == [-1]
+    assert steps_of(b.build()).number.tolist() == [0]
+
+
+def test_launch_start_uses_the_earliest_cpu_event_of_a_correlation() -> None:
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7 = b.gpu_stream(0, 7)
+    b.event(EventKind.DRIVER, "cuLaunchKernel", 30, 5, cpu, correlation=4)
+    b.event(EventKind.RUNTIME, "cudaLaunchKernel", 20, 20, cpu, correlation=4)
+    k1 = b.event(EventKind.KERNEL, "k", 100, 10, s7, correlation=4)
+    k2 = b.event(EventKind.KERNEL, "k", 200, 10, s7, correlation=99)
+    out = launch_start_ns(b.build())
+    assert out[k1] == 20
+    assert out[k2] == -1
