@@ -1,0 +1,122 @@
+"""Kernel cost model: an op's GPU time from its FLOPs and bytes against the GPU's peaks.
+
+Each kernel is bounded by its math or its memory traffic (a roofline), with efficiencies that
+grow with the kernel's size — small GEMMs and short kernels reach a smaller fraction of peak
+than large ones::
+
+    eff(x)  = eff_max * x / (x + x_half)                     (saturating in size x)
+    t_math  = flops / (peak_flops[dtype] * eff_gemm(flops))  (GEMM, attention)
+    t_mem   = bytes / (hbm_bytes_per_s * eff_mem(bytes))
+    t       = max(t_math, t_mem, kernel_min) + kernel_gap
+
+``kernel_gap`` is the idle time between back-to-back kernels on one stream (launch latency the
+CPU cannot hide); ``kernel_min`` the shortest a kernel takes. Every parameter has a physical
+meaning and a default; ``echo-view calibrate compute`` fits them to measured kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.errors import ConfigError
+
+# Op classes (shared with echo_view.model.graph.OpClass and echo_view.model.workload).
+GEMM, ATTENTION, COLLECTIVE = 0, 1, 9
+
+
+class GpuPeaks(Protocol):
+    """What the cost model needs of a GPU preset."""
+
+    name: str
+    peak_flops: Mapping[str, float]
+    hbm_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeParams:
+    """Efficiencies and fixed costs of the kernel cost model (see module docstring).
+
+    Defaults are typical of NVIDIA data-center GPUs running cuBLAS/cuDNN kernels from
+    PyTorch; calibrate them on traces of the GPU at hand.
+    """
+
+    gemm_eff_max: float = 0.80
+    gemm_half_flops: float = 4.0e9
+    attn_eff_max: float = 0.55
+    attn_half_flops: float = 4.0e9
+    mem_eff_max: float = 0.85
+    mem_half_bytes: float = 2.0e6
+    kernel_min_ns: int = 2_000
+    kernel_gap_ns: int = 1_500
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> ComputeParams:
+        """A copy with some fields replaced; an unknown name is a :class:`ConfigError`."""
+        known = {f.name: f.type for f in fields(self)}
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in known:
+                raise ConfigError(
+                    f"unknown compute parameter {key!r}",
+                    hint=f"known: {', '.join(sorted(known))}",
+                )
+            try:
+                changes[key] = int(value) if key.endswith("_ns") else float(value)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"compute parameter {key!r} needs a number, got {value!r}"
+                ) from exc
+        return replace(self, **changes)
+
+
+def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray[np.float64]:
+    return eff_max * x / (x + half)
+
+
+def peak_for(gpu: GpuPeaks, dtype: str) -> float:
+    """Dense peak FLOP/s of ``gpu`` for ``dtype`` (``fp8`` falls back to ``bf16``, integer and
+    unknown types to ``fp32``)."""
+    peaks = gpu.peak_flops
+    if dtype in peaks:
+        return float(peaks[dtype])
+    if dtype == "fp8" and "bf16" in peaks:
+        return float(peaks["bf16"])
+    if dtype in ("fp16", "bf16") and "fp16" in peaks:
+        return float(peaks["fp16"])
+    return float(peaks["fp32"])
+
+
+def op_times_ns(
+    op_class: npt.NDArray[Any],
+    flops: npt.NDArray[Any],
+    nbytes: npt.NDArray[Any],
+    peak_flops: npt.NDArray[Any],
+    gpu: GpuPeaks,
+    params: ComputeParams,
+) -> npt.NDArray[np.int64]:
+    """GPU time of each op (int64 ns), vectorised. ``peak_flops`` is per op (its dtype's peak).
+    Collectives get 0: their time comes from the communication model."""
+    f = np.asarray(flops, dtype=np.float64)
+    b = np.asarray(nbytes, dtype=np.float64)
+    cls = np.asarray(op_class)
+    peak = np.asarray(peak_flops, dtype=np.float64)
+    is_gemm = cls == GEMM
+    is_attn = cls == ATTENTION
+    eff = np.where(
+        is_attn,
+        _sat(f, params.attn_eff_max, params.attn_half_flops),
+        _sat(f, params.gemm_eff_max, params.gemm_half_flops),
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_math = np.where(is_gemm | is_attn, f / (peak * eff), 0.0)
+        t_mem = b / (gpu.hbm_bytes_per_s * _sat(b, params.mem_eff_max, params.mem_half_bytes))
+    t_mem = np.nan_to_num(t_mem)
+    t_math = np.nan_to_num(t_math)
+    t = np.maximum(np.maximum(t_math, t_mem) * 1e9, params.kernel_min_ns) + params.kernel_gap_ns
+    out: npt.NDArray[np.int64] = np.rint(t).astype(np.int64)
+    out[cls == COLLECTIVE] = 0
+    return out
