@@ -1,0 +1,206 @@
+"""``echo-view info PATH... [--json]``: what a job's traces hold and where its step time goes.
+
+Reads the files with the importer that recognises the first path, then prints, per rank and
+GPU, the mean step time and its breakdown into compute, communication, exposed communication,
+memory copies/sets and idle time (definitions: :mod:`echo_view.analysis.breakdown`), the job's
+ranks, devices, clock alignment and collectives, and the top kernels and collectives. With
+``--json`` it prints the stable object documented in :mod:`echo_view.analysis.summary` instead.
+Import progress goes to stderr, only when stderr is a terminal or the import takes over 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
+from echo_view.errors import UsageError
+from echo_view.formats import Registry
+from echo_view.units import format_duration
+
+_LABELS = {
+    "compute_ns": "compute",
+    "comm_ns": "comm",
+    "exposed_comm_ns": "exposed comm",
+    "memory_ns": "memory",
+    "idle_ns": "idle",
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``info`` sub-command."""
+    p = subparsers.add_parser(
+        "info",
+        help="summarise traces: steps, compute/communication/idle breakdown, collectives",
+        description="Summarise the traces of one job: ranks, devices, clock alignment, "
+        "collectives, and per rank the mean step time split into compute, communication, "
+        "exposed communication, memory copies/sets and idle GPU time.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
+    p.add_argument(
+        "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    """Import, summarise, print."""
+    paths: list[Path] = list(args.paths)
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more, got {args.top}")
+    importer = registry.importer_for(paths[0])
+    for path in paths[1:]:
+        other = registry.importer_for(path)
+        if other.name != importer.name:
+            raise UsageError(
+                f"{path} is a {other.name} file but {paths[0]} is {importer.name}",
+                hint="give the files of one job in one format",
+            )
+    progress = StderrProgress(sys.stderr)
+    try:
+        job = importer.read(paths, progress)
+    finally:
+        progress.close()
+    summary = summarize(job, top=args.top)
+    if args.json:
+        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
+    else:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=160)
+        render(summary, console)
+    return 0
+
+
+class StderrProgress:
+    """A :data:`~echo_view.formats.Progress` that prints to ``stream`` once it is worth it.
+
+    On a terminal it redraws one line; otherwise it starts printing plain lines (at most one a
+    second) only after the import has run for ``delay_s``.
+    """
+
+    def __init__(self, stream: TextIO, delay_s: float = 1.0) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.delay_s = delay_s
+        self.t0 = time.monotonic()
+        self.last = -1.0e9
+        self.drawn = False
+
+    def __call__(self, message: str, fraction: float) -> None:
+        now = time.monotonic()
+        if not self.tty and now - self.t0 < self.delay_s:
+            return
+        if now - self.last < (0.1 if self.tty else 1.0) and fraction < 1.0:
+            return
+        self.last = now
+        text = message if fraction < 0 else f"{message} {100 * fraction:.0f}%"
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{text}")
+            self.drawn = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the redrawn line, if any."""
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    if ranks and list(ranks) == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(str(r) for r in ranks)
+
+
+def _share(ns: int, whole: int) -> str:
+    pct = f" ({100 * ns / whole:.1f}%)" if whole else ""
+    return format_duration(ns) + pct
+
+
+def _rank_cells(r: RankRow) -> list[str]:
+    cells = [
+        str(r.rank),
+        "-" if r.device is None else str(r.device),
+        str(r.steps),
+        format_duration(r.mean(r.cpu_step_ns)) if r.steps else "-",
+        format_duration(r.mean_step_ns) if r.steps else "-",
+    ]
+    for name in CATEGORIES:
+        if r.categories is None:
+            cells.append("-")
+        else:
+            cells.append(_share(r.mean(r.categories[name]), r.mean_step_ns))
+    return cells
+
+
+def render(summary: JobSummary, console: Console) -> None:
+    """Print ``summary`` as text tables."""
+    job = summary.job
+    al = job.alignment
+    names = sorted({d["name"] or f"GPU {d['index']}" for d in summary.devices()})
+    console.print(f"[bold]{job.source or 'job'}[/bold]")
+    console.print(
+        f"ranks {_ranks_text(job.ranks)} ({len(job)} of world size "
+        f"{job.world_size if job.world_size is not None else 'unknown'}); "
+        f"{len(summary.devices())} GPUs with work: {', '.join(names) or 'none'}"
+    )
+    console.print(
+        f"clock alignment: {al.method}, uncertainty {format_duration(al.uncertainty_ns)}"
+        + (f" ({al.note})" if al.note else "")
+    )
+    colls = summary.collectives_by_kind
+    kinds = ", ".join(f"{k} {n}" for k, n in colls.items()) or "none"
+    console.print(f"events {job.event_count():,}; collectives {sum(colls.values())}: {kinds}")
+    rules = sorted({(r.step_rule, r.steps_detected) for r in summary.rows})
+    console.print(
+        "steps: "
+        + ", ".join(f"{rule}{' (detected)' if det else ''}" for rule, det in rules)
+        + "; times are means per step"
+    )
+
+    table = Table(box=box.SIMPLE_HEAD, title="Per rank", title_justify="left")
+    for head in ("rank", "gpu", "steps", "cpu step", "step"):
+        table.add_column(head, justify="right")
+    for name in CATEGORIES:
+        table.add_column(_LABELS[name], justify="right")
+    for row in summary.rows:
+        table.add_row(*_rank_cells(row))
+    console.print(table)
+    slow = summary.slowest
+    if slow is not None:
+        console.print(
+            f"slowest: rank {slow.rank}"
+            + (f" gpu {slow.device}" if slow.device is not None else "")
+            + f", step {format_duration(slow.mean_step_ns)}"
+        )
+
+    if summary.top_kernels:
+        kt = Table(box=box.SIMPLE_HEAD, title="Top kernels (all ranks)", title_justify="left")
+        kt.add_column("kernel")
+        for head in ("count", "total", "ranks"):
+            kt.add_column(head, justify="right")
+        for k in summary.top_kernels:
+            name = k.name if len(k.name) <= 90 else k.name[:87] + "..."
+            kt.add_row(name, str(k.count), format_duration(k.total_ns), str(k.extra))
+        console.print(kt)
+    if summary.top_collectives:
+        ct = Table(box=box.SIMPLE_HEAD, title="Collectives (all ranks)", title_justify="left")
+        ct.add_column("kind")
+        for head in ("count", "GPU time", "bytes"):
+            ct.add_column(head, justify="right")
+        for c in summary.top_collectives:
+            nbytes = "unknown" if c.extra < 0 else f"{c.extra:,}"
+            ct.add_row(c.name, str(c.count), format_duration(c.total_ns), nbytes)
+        console.print(ct)
