@@ -1,0 +1,82 @@
+"""The time ruler above the timeline: tick marks at 1-2-5 steps with labels in a unit that fits
+the zoom."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual.widget import Widget
+
+from echo_view.tui.raster import Window
+
+_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
+
+
+def nice_step(ns_per_cell: float, min_cells: int = 12) -> float:
+    """The smallest 1, 2 or 5 x 10^k ns step that is at least ``min_cells`` cells wide."""
+    target = max(ns_per_cell * min_cells, 1e-3)
+    exp = math.floor(math.log10(target))
+    for base in (1, 2, 5, 10):
+        step = base * 10.0**exp
+        if step >= target:
+            return step
+    return 10.0 ** (exp + 1)
+
+
+def format_tick(t_ns: float, step_ns: float) -> str:
+    """``t_ns`` in the largest unit not coarser than the step, with just enough decimals."""
+    for scale, unit in _UNITS:
+        if step_ns >= scale or scale == 1:
+            decimals = max(0, math.ceil(-math.log10(step_ns / scale) + 1e-9))
+            return f"{t_ns / scale:.{decimals}f}{unit}"
+    return f"{t_ns:.0f}ns"  # pragma: no cover - the loop always returns
+
+
+def ruler_text(window: Window, gutter: int, origin_label: str = "") -> Text:
+    """One line: the origin label in the gutter, then ``|label`` ticks across the cells."""
+    step = nice_step(window.ns_per_cell)
+    chars = [" "] * window.width
+    styles: list[str] = [""] * window.width
+    first = math.ceil(window.t0 / step)
+    k = first
+    while True:
+        t = k * step
+        cell = round((t - window.t0) / window.ns_per_cell)
+        if cell >= window.width:
+            break
+        if cell >= 0:
+            label = "╵" + format_tick(t, step)
+            for i, ch in enumerate(label):
+                if cell + i < window.width:
+                    chars[cell + i] = ch
+                    styles[cell + i] = "bold #d0d0d0" if i else "#808080"
+        k += 1
+    text = Text(origin_label[: gutter - 1].ljust(gutter - 1) + "│", style="#808080")
+    for ch, st in zip(chars, styles, strict=True):
+        text.append(ch, st or None)
+    return text
+
+
+class TimeRuler(Widget):
+    """A one-line ruler kept in step with a timeline's window."""
+
+    DEFAULT_CSS = """
+    TimeRuler { height: 1; background: $panel; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.window: Window | None = None
+        self.label_width = 12
+        self.origin_label = ""
+
+    def show(self, window: Window, label_width: int, origin_label: str) -> None:
+        """Draw ``window`` (called when the timeline's view changes)."""
+        self.window, self.label_width, self.origin_label = window, label_width, origin_label
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.window is None:
+            return Text("")
+        return ruler_text(self.window, self.label_width, self.origin_label)

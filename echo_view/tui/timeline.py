@@ -1,0 +1,435 @@
+"""The timeline: a line-API widget with one terminal row per lane, grouped and collapsible per
+rank, with keyboard zoom, pan, event stepping and a row cache.
+
+View state (``t0``, ``ns_per_cell``, ``cursor``, ``selection``) is reactive; the widget tells the
+rest of the app what happened only through its nested messages (:class:`TimelineView.Selected`,
+:class:`TimelineView.ViewChanged`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from echo_view.tui.index import Group, TimelineIndex, Track
+from echo_view.tui.raster import Window, render_row
+
+ZOOM_STEP = 1.5
+MIN_NS_PER_CELL = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """One event: trace ``trace`` of source ``source``, event row ``row``."""
+
+    source: int
+    trace: int
+    row: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowRef:
+    """What one timeline row shows: a rank's header (its GPU activity) or one lane."""
+
+    group: int
+    track: Track | None
+    header: bool
+
+
+class TimelineView(ScrollView, can_focus=True):
+    """Lanes of every rank on one time axis."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("w,plus,equals_sign", "zoom_in", "Zoom in", key_display="w"),
+        Binding("s,minus", "zoom_out", "Zoom out", key_display="s"),
+        Binding("a,left", "pan(-0.25)", "Pan left", key_display="a"),
+        Binding("d,right", "pan(0.25)", "Pan right", key_display="d"),
+        Binding("A,shift+left", "pan(-1)", "Page left", show=False),
+        Binding("D,shift+right", "pan(1)", "Page right", show=False),
+        Binding("up,k", "cursor(-1)", "Lane up", show=False),
+        Binding("down,j", "cursor(1)", "Lane down", show=False),
+        Binding("pageup", "cursor(-10)", "Lanes up", show=False),
+        Binding("pagedown", "cursor(10)", "Lanes down", show=False),
+        Binding("tab", "step_event(1)", "Next event", show=False),
+        Binding("shift+tab", "step_event(-1)", "Previous event", show=False),
+        Binding("f", "fit_selection", "Fit"),
+        Binding("0", "reset", "Reset", show=False),
+        Binding("enter,space", "toggle_group", "Collapse", show=False),
+        Binding("x", "toggle_all", "Collapse all", show=False),
+        Binding("[", "goto_step(-1)", "Previous step", show=False),
+        Binding("]", "goto_step(1)", "Next step", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    TimelineView { overflow-x: hidden; overflow-y: auto; }
+    """
+
+    t0: reactive[float] = reactive(0.0, init=False)
+    """View time (ns) at the left edge of the first cell."""
+    ns_per_cell: reactive[float] = reactive(1000.0, init=False)
+    """Nanoseconds one terminal cell covers (the zoom)."""
+    cursor: reactive[int] = reactive(0, init=False)
+    """The row the keyboard acts on."""
+    selection: reactive[Selection | None] = reactive(None, init=False)
+    """The selected event."""
+
+    class Selected(Message):
+        """Posted when the selection changes; handled as ``on_timeline_view_selected``."""
+
+        def __init__(self, timeline: TimelineView, selection: Selection | None) -> None:
+            super().__init__()
+            self.timeline = timeline
+            self.selection = selection
+
+    class ViewChanged(Message):
+        """Posted when the visible time window, cursor or step changes
+        (``on_timeline_view_view_changed``)."""
+
+        def __init__(self, timeline: TimelineView) -> None:
+            super().__init__()
+            self.timeline = timeline
+
+    def __init__(self, index: TimelineIndex, *, name: str | None = None, id: str | None = None):
+        super().__init__(name=name, id=id)
+        self.index = index
+        self.rows: list[RowRef] = []
+        self.steps: list[tuple[int, int, int]] = []
+        self.step_index = -1
+        self.matches: dict[int, npt.NDArray[np.int64]] = {}
+        self.match_version = 0
+        self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(2048)
+        self._fitted = False
+        self.rebuild_rows()
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    @property
+    def label_width(self) -> int:
+        """Width of the label column."""
+        return 18 if self.size.width >= 120 else 12
+
+    @property
+    def cells(self) -> int:
+        return max(1, self.size.width - self.label_width)
+
+    @property
+    def window(self) -> Window:
+        return Window(self.t0, self.ns_per_cell, self.cells)
+
+    def rebuild_rows(self) -> None:
+        """Recompute the row list after a collapse or a new index."""
+        rows: list[RowRef] = []
+        for gi, g in enumerate(self.index.groups):
+            rows.append(RowRef(gi, g.header, True))
+            if not g.collapsed:
+                rows.extend(RowRef(gi, t, False) for t in g.lanes)
+        self.rows = rows
+        self.virtual_size = Size(self.size.width, len(rows))
+        self.cursor = min(self.cursor, max(0, len(rows) - 1))
+        self._cache.clear()
+        self.refresh()
+
+    def set_index(self, index: TimelineIndex) -> None:
+        """Show another index (a new alignment in the diff screen)."""
+        self.index = index
+        self.selection = None
+        self.rebuild_rows()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # on_mount runs before layout, so the first real width is only known here.
+        self.virtual_size = Size(self.size.width, len(self.rows))
+        if not self._fitted and self.size.width > self.label_width:
+            self._fitted = True
+            self.fit(*self.index.span)
+        self._cache.clear()
+
+    # -- drawing ---------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        row_no = int(self.scroll_offset.y) + y
+        width = self.size.width
+        if row_no >= len(self.rows):
+            return Strip.blank(width)
+        ref = self.rows[row_no]
+        sel = self._selected_position(ref.track)
+        key = (
+            row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
+            self.match_version, row_no == self.cursor and self.has_focus,
+            self.index.groups[ref.group].collapsed,
+        )  # fmt: skip
+        strip = self._cache.get(key)
+        if strip is None:
+            strip = self._render_row(ref, row_no, sel)
+            self._cache[key] = strip
+        return strip
+
+    def _render_row(self, ref: RowRef, row_no: int, sel: int | None) -> Strip:
+        group = self.index.groups[ref.group]
+        src = self.index.sources[group.source]
+        if ref.header:
+            mark = "▸" if group.collapsed else "▾"
+            prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
+            label = f"{mark}{prefix}r{group.rank}"
+            label_style = Style(bold=True, color="#e0e0e0")
+        else:
+            label = f"  {ref.track.label}" if ref.track else ""
+            label_style = Style(color="#a0a0a0")
+        if row_no == self.cursor:
+            label_style += Style(reverse=True)
+        label = label[: self.label_width - 1].ljust(self.label_width - 1) + "│"
+        segs = [Segment(label, label_style)]
+        track = ref.track
+        if track is not None:
+            trace = self.index.trace(track.source, track.trace)
+            names, strings = trace.events.name, trace.strings
+
+            def name_of(p: int) -> str:
+                return strings[int(names[track.rows[p]])]
+
+            segs += render_row(
+                track,
+                self.window,
+                src.shift_ns,
+                name_of,
+                selected=sel,
+                match_starts=self.matches.get(id(track)),
+            )
+        return Strip(segs).crop_extend(0, self.size.width, None)
+
+    def _selected_position(self, track: Track | None) -> int | None:
+        sel = self.selection
+        if sel is None or track is None:
+            return None
+        if sel.source != track.source or sel.trace != track.trace:
+            return None
+        group = self.group_of(sel)
+        if group is None:
+            return None
+        positions = group.header_pos if track.lane < 0 else group.lane_pos
+        if sel.row >= len(positions):
+            return None
+        pos = int(positions[sel.row])
+        if pos < 0 or (track.lane >= 0 and int(track.rows[pos]) != sel.row):
+            return None
+        return pos
+
+    def group_of(self, sel: Selection) -> Group | None:
+        return self.index.group_of(sel.source, sel.trace)
+
+    # -- view changes ----------------------------------------------------------------------------
+
+    def watch_t0(self) -> None:
+        self._view_changed()
+
+    def watch_ns_per_cell(self) -> None:
+        self._view_changed()
+
+    def watch_cursor(self) -> None:
+        self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
+        self._view_changed()
+
+    def watch_selection(self, selection: Selection | None) -> None:
+        self.refresh()
+        self.post_message(self.Selected(self, selection))
+
+    def _view_changed(self) -> None:
+        self.refresh()
+        self.post_message(self.ViewChanged(self))
+
+    def fit(self, start: float, end: float, margin: float = 0.02) -> None:
+        """Show ``[start, end)`` across the full width (with a small margin)."""
+        span = max(float(end - start), 1.0)
+        pad = span * margin
+        self.ns_per_cell = max((span + 2 * pad) / self.cells, MIN_NS_PER_CELL)
+        self.t0 = start - pad
+
+    def zoom(self, factor: float, focus: float | None = None) -> None:
+        """Multiply the ns per cell by ``factor`` keeping ``focus`` (view time) in place."""
+        if focus is None:
+            focus = self.focus_time()
+        lo, hi = self.index.span
+        max_dt = max((hi - lo) * 4.0 / self.cells, MIN_NS_PER_CELL)
+        new = min(max(self.ns_per_cell * factor, MIN_NS_PER_CELL), max_dt)
+        self.t0 = focus - (focus - self.t0) * (new / self.ns_per_cell)
+        self.ns_per_cell = new
+
+    def focus_time(self) -> float:
+        """The selected event's middle when it is on screen, else the view's centre."""
+        w = self.window
+        span = self.selection_span()
+        if span is not None:
+            mid = (span[0] + span[1]) / 2
+            if w.t0 <= mid <= w.t1:
+                return mid
+        return (w.t0 + w.t1) / 2
+
+    def selection_span(self) -> tuple[int, int] | None:
+        """The selected event's ``(start, end)`` on the view clock."""
+        sel = self.selection
+        if sel is None:
+            return None
+        job = self.index.sources[sel.source].job
+        trace = job.traces[sel.trace]
+        off = job.alignment.offsets_ns[sel.trace] - job.start_ns()
+        off -= self.index.sources[sel.source].shift_ns
+        start = int(trace.events.start_ns[sel.row]) + off
+        return start, start + int(trace.events.dur_ns[sel.row])
+
+    def action_zoom_in(self) -> None:
+        self.zoom(1 / ZOOM_STEP)
+
+    def action_zoom_out(self) -> None:
+        self.zoom(ZOOM_STEP)
+
+    def action_pan(self, pages: float) -> None:
+        self.t0 = self.t0 + pages * self.ns_per_cell * self.cells
+
+    def action_reset(self) -> None:
+        self.fit(*self.index.span)
+
+    def action_fit_selection(self) -> None:
+        span = self.selection_span()
+        if span is None:
+            if 0 <= self.step_index < len(self.steps):
+                self.fit(*self.steps[self.step_index][1:])
+            return
+        self.fit(span[0], span[1], margin=0.1)
+
+    def action_cursor(self, delta: int) -> None:
+        self.cursor = min(max(self.cursor + delta, 0), max(0, len(self.rows) - 1))
+
+    def action_toggle_group(self) -> None:
+        if not self.rows:
+            return
+        gi = self.rows[self.cursor].group
+        group = self.index.groups[gi]
+        group.collapsed = not group.collapsed
+        self.rebuild_rows()
+        self.cursor = next(i for i, r in enumerate(self.rows) if r.group == gi)
+
+    def action_toggle_all(self) -> None:
+        collapse = not all(g.collapsed for g in self.index.groups)
+        gi = self.rows[self.cursor].group if self.rows else 0
+        for g in self.index.groups:
+            g.collapsed = collapse
+        self.rebuild_rows()
+        self.cursor = next((i for i, r in enumerate(self.rows) if r.group == gi), 0)
+
+    def action_goto_step(self, delta: int) -> None:
+        if not self.steps:
+            self.notify("no steps in this trace", severity="warning")
+            return
+        self.step_index = min(max(self.step_index + delta, 0), len(self.steps) - 1)
+        _, start, end = self.steps[self.step_index]
+        self.fit(start, end)
+
+    def action_step_event(self, direction: int) -> None:
+        if not self.rows:
+            return
+        track = self.rows[self.cursor].track
+        if track is None or not len(track):
+            return
+        sel = self._selected_position(track)
+        shift = self.index.sources[track.source].shift_ns
+        if sel is not None:
+            pos = sel + direction
+        elif direction > 0:
+            pos = int(np.searchsorted(track.starts, self.t0 + shift, side="left"))
+        else:
+            pos = int(np.searchsorted(track.starts, self.window.t1 + shift, side="left")) - 1
+        found = track.next_shown(pos, direction)
+        if found is None:
+            self.app.bell()
+            return
+        self.select(Selection(track.source, track.trace, int(track.rows[found])), move_cursor=False)
+
+    # -- selection -------------------------------------------------------------------------------
+
+    def select(self, selection: Selection, *, move_cursor: bool = True) -> None:
+        """Select an event, open its rank, put the cursor on its lane and bring it into view."""
+        group = self.group_of(selection)
+        if group is None:
+            return
+        if move_cursor:
+            trace = self.index.trace(selection.source, selection.trace)
+            lane = int(trace.events.lane[selection.row])
+            if group.collapsed:
+                group.collapsed = False
+                self.rebuild_rows()
+            for i, r in enumerate(self.rows):
+                if r.track is not None and r.track in group.lanes and r.track.lane == lane:
+                    self.cursor = i
+                    break
+        self.selection = selection
+        span = self.selection_span()
+        if span is not None:
+            w = self.window
+            if span[1] < w.t0 or span[0] > w.t1:
+                self.t0 = (span[0] + span[1]) / 2 - (w.t1 - w.t0) / 2
+
+    # -- mouse -----------------------------------------------------------------------------------
+
+    def on_click(self, event: events.Click) -> None:
+        row_no = int(self.scroll_offset.y) + event.y
+        if not 0 <= row_no < len(self.rows):
+            return
+        self.cursor = row_no
+        ref = self.rows[row_no]
+        if event.x < self.label_width:
+            if ref.header:
+                self.action_toggle_group()
+            return
+        if ref.track is None:
+            return
+        shift = self.index.sources[ref.track.source].shift_ns
+        t = self.t0 + (event.x - self.label_width + 0.5) * self.ns_per_cell + shift
+        pos = ref.track.at(int(t), slack=int(self.ns_per_cell))
+        if pos is not None:
+            tr = ref.track
+            self.selection = Selection(tr.source, tr.trace, int(tr.rows[pos]))
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if event.ctrl:
+            event.prevent_default()
+            self.zoom(1 / ZOOM_STEP, self._time_at(event.x))
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if event.ctrl:
+            event.prevent_default()
+            self.zoom(ZOOM_STEP, self._time_at(event.x))
+
+    def on_mouse_scroll_left(self, event: events.MouseScrollLeft) -> None:
+        event.prevent_default()
+        self.action_pan(-0.1)
+
+    def on_mouse_scroll_right(self, event: events.MouseScrollRight) -> None:
+        event.prevent_default()
+        self.action_pan(0.1)
+
+    def _time_at(self, x: int) -> float:
+        return self.t0 + max(0, x - self.label_width) * self.ns_per_cell
+
+    def on_focus(self) -> None:
+        self._cache.clear()
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self._cache.clear()
+        self.refresh()
