@@ -1,0 +1,1 @@
+"""Writers from the model to files: Perfetto/Chrome JSON and native Perfetto protobuf."""

@@ -1,0 +1,80 @@
+"""Write a :class:`~echo_view.model.graph.TracedGraph` as versioned traced-graph JSON.
+
+Format (``docs/traced-graph.md`` documents every field)::
+
+    {"format": "echo-view.traced-graph", "version": 1,
+     "config": {...the workload config as TOML-shaped tables...},
+     "key": {...the config parts the graph depends on...},
+     "meta": {...tracer facts: attention kind, layers per chunk, torch version...},
+     "strings": ["aten::mm", ...],
+     "roles": [{"stages": [0], "params": N, "grad_dtype_bytes": 4,
+                "forward": [TABLE per chunk], "backward": [TABLE per chunk],
+                "optimizer": TABLE}]}
+
+A TABLE is columnar: ``{"name": [...], "op_class": [...], "flops": [...], "bytes": [...],
+"dtype": [...], "shapes": [...], "coll_kind": [...], "coll_bytes": [...], "axis": [...],
+"grad_bytes": [...]}``, one entry per op in program order. Gzip when the path ends in ``.gz``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from echo_view.formats import atomic_output
+from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OpTable, TracedGraph
+
+FORMAT_NAME = "echo-view.traced-graph"
+TABLE_COLUMNS = (
+    "name",
+    "op_class",
+    "flops",
+    "bytes",
+    "dtype",
+    "shapes",
+    "coll_kind",
+    "coll_bytes",
+    "axis",
+    "grad_bytes",
+)
+
+
+def _table(t: OpTable) -> dict[str, list[Any]]:
+    return {c: getattr(t, c).tolist() for c in TABLE_COLUMNS}
+
+
+def graph_document(graph: TracedGraph) -> dict[str, Any]:
+    """The JSON document of ``graph`` as plain Python data."""
+    return {
+        "format": FORMAT_NAME,
+        "version": GRAPH_SCHEMA_VERSION,
+        "config": graph.config.get("config", {}),
+        "key": graph.config.get("key", {}),
+        "meta": graph.meta,
+        "strings": list(graph.strings.strings),
+        "roles": [
+            {
+                "stages": list(r.stages),
+                "params": r.params,
+                "grad_dtype_bytes": r.grad_dtype_bytes,
+                "forward": [_table(t) for t in r.forward],
+                "backward": [_table(t) for t in r.backward],
+                "optimizer": _table(r.optimizer),
+            }
+            for r in graph.roles
+        ],
+    }
+
+
+def write_graph(graph: TracedGraph, path: Path) -> None:
+    """Write ``graph`` to ``path`` atomically (gzip for ``.gz``)."""
+    data = msgspec.json.encode(graph_document(graph))
+    with atomic_output(Path(path)) as tmp:
+        if str(path).endswith(".gz"):
+            with gzip.open(tmp, "wb", compresslevel=6) as f:
+                f.write(data)
+        else:
+            tmp.write_bytes(data)

@@ -1,0 +1,164 @@
+"""Chrome/Perfetto JSON text for the events of one rank, a chunk of rows at a time.
+
+Each row is ``%``-formatted into a template whose head (phase, category, name, pid, tid) is
+built once per distinct (category, name, thread) and whose times are exact microseconds with
+three decimals, from integer ns (``%d.%03d`` of ``divmod(ns, 1000)``; no float on the way).
+``args`` are the event's raw JSON bytes, written through without decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import Trace
+from exporters.layout import OutThread, RankLayout
+
+#: Rows formatted per chunk: bounds the memory of one chunk's text (~200 bytes a row).
+CHUNK_ROWS = 65_536
+
+_X_TAIL = b'%b%d.%03d,"dur":%d.%03d,"args":%b},\n'
+_TAIL = b'%b%d.%03d,"args":%b},\n'
+_OPEN = ord("{")
+
+Head = Callable[[bytes, bytes, OutThread], bytes]
+
+
+def json_string(text: str) -> bytes:
+    """``text`` as a JSON string literal."""
+    return msgspec.json.encode(text)
+
+
+def x_head(cat: bytes, name: bytes, th: OutThread) -> bytes:
+    return b'{"ph":"X","cat":%b,"name":%b,"pid":%d,"tid":%d,"ts":' % (cat, name, th.pid, th.tid)
+
+
+def instant_head(cat: bytes, name: bytes, th: OutThread) -> bytes:
+    return b'{"ph":"i","s":"t","cat":%b,"name":%b,"pid":%d,"tid":%d,"ts":' % (
+        cat,
+        name,
+        th.pid,
+        th.tid,
+    )
+
+
+def counter_head(cat: bytes, name: bytes, th: OutThread) -> bytes:
+    return b'{"ph":"C","cat":%b,"name":%b,"pid":%d,"ts":' % (cat, name, th.pid)
+
+
+class _HeadCache:
+    """Head bytes per (category, name, thread) of one trace."""
+
+    def __init__(self, trace: Trace, threads: Sequence[OutThread], head: Head) -> None:
+        self._trace = trace
+        self._threads = threads
+        self._head = head
+        self._strings: dict[int, bytes] = {}
+        self._heads: dict[tuple[int, int, int], bytes] = {}
+
+    def _string(self, sid: int) -> bytes:
+        enc = self._strings.get(sid)
+        if enc is None:
+            enc = self._strings[sid] = json_string(self._trace.strings[sid])
+        return enc
+
+    def heads(
+        self, cat: npt.NDArray[Any], name: npt.NDArray[Any], thread: npt.NDArray[Any]
+    ) -> tuple[list[bytes], list[int]]:
+        """Distinct heads of these rows and each row's index into them."""
+        keys = np.stack((cat.astype(np.int64), name.astype(np.int64), thread.astype(np.int64)))
+        uniq, inv = np.unique(keys, axis=1, return_inverse=True)
+        out: list[bytes] = []
+        for c, n, t in uniq.T.tolist():
+            h = self._heads.get((c, n, t))
+            if h is None:
+                h = self._head(self._string(c), self._string(n), self._threads[t])
+                self._heads[(c, n, t)] = h
+            out.append(h)
+        return out, inv.reshape(-1).tolist()
+
+
+def _args_list(trace: Trace, rows: npt.NDArray[Any]) -> list[bytes] | None:
+    """Per-row args when some need fixing (a non-object is wrapped), else ``None``."""
+    ev = trace.events
+    assert ev.args_offsets is not None
+    lo = ev.args_offsets[rows]
+    hi = ev.args_offsets[rows + 1]
+    nonempty = np.flatnonzero(hi > lo)
+    if not len(nonempty) or not len(ev.args_blob):
+        return None
+    blob = np.frombuffer(ev.args_blob, dtype=np.uint8)
+    odd = nonempty[blob[lo[nonempty]] != _OPEN]
+    if not len(odd):
+        return None
+    raw = ev.args_blob
+    out = [raw[a:b] or b"{}" for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    for i in odd.tolist():
+        out[i] = b'{"value":' + out[i] + b"}"
+    return out
+
+
+def event_chunks(
+    rl: RankLayout,
+    rows: npt.NDArray[Any],
+    threads: Sequence[OutThread],
+    head: Head,
+    *,
+    with_dur: bool,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Iterator[tuple[int, bytes]]:
+    """``(rows done, text)`` per chunk of ``rows`` (event rows of ``rl.trace``, in order)."""
+    trace = rl.trace
+    ev = trace.events
+    assert ev.args_offsets is not None
+    cache = _HeadCache(trace, threads, head)
+    blob = ev.args_blob
+    for lo_row in range(0, len(rows), chunk_rows):
+        part = rows[lo_row : lo_row + chunk_rows]
+        heads, inv = cache.heads(ev.cat[part], ev.name[part], rl.thread[part])
+        ts_us, ts_ns = np.divmod(rl.start_ns[part], 1000)
+        offs = ev.args_offsets[part].tolist()
+        ends = ev.args_offsets[part + 1].tolist()
+        fixed = _args_list(trace, part)
+        if with_dur:
+            dur_us, dur_ns = np.divmod(ev.dur_ns[part], 1000)
+            if fixed is None:
+                text = [
+                    _X_TAIL % (heads[h], a, b, c, d, blob[lo:hi] or b"{}")
+                    for h, a, b, c, d, lo, hi in zip(
+                        inv,
+                        ts_us.tolist(),
+                        ts_ns.tolist(),
+                        dur_us.tolist(),
+                        dur_ns.tolist(),
+                        offs,
+                        ends,
+                        strict=True,
+                    )
+                ]
+            else:
+                text = [
+                    _X_TAIL % (heads[h], a, b, c, d, args)
+                    for h, a, b, c, d, args in zip(
+                        inv,
+                        ts_us.tolist(),
+                        ts_ns.tolist(),
+                        dur_us.tolist(),
+                        dur_ns.tolist(),
+                        fixed,
+                        strict=True,
+                    )
+                ]
+        else:
+            args_list = fixed or [blob[lo:hi] or b"{}" for lo, hi in zip(offs, ends, strict=True)]
+            text = [
+                _TAIL % (heads[h], a, b, args)
+                for h, a, b, args in zip(
+                    inv, ts_us.tolist(), ts_ns.tolist(), args_list, strict=True
+                )
+            ]
+        yield lo_row + len(part), b"".join(text)
