@@ -300,3 +300,58 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     if cfg.dtype == "fp32" or cfg.parallel.recompute == "selective":
         return "unfused"
     return "flash"
+
+
+def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
+    """The TOML-shaped mapping that :func:`parse_workload_config` turns back into ``cfg``."""
+    m, p, b, c = cfg.model, cfg.parallel, cfg.batch, cfg.cluster
+    cluster: dict[str, Any] = {"gpu": c.gpu, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes}
+    if c.nic_gbps_per_gpu is not None:
+        cluster["nic_gbps_per_gpu"] = c.nic_gbps_per_gpu
+    cluster.update(c.overrides)
+    out: dict[str, Any] = {
+        "model": {
+            "kind": m.kind,
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "heads": m.heads,
+            "seq_len": m.seq_len,
+            "vocab": m.vocab,
+            "ffn_hidden": m.ffn_hidden,
+            "kv_heads": m.kv_heads,
+            "attention": m.attention,
+        },
+        "parallel": {
+            "tp": p.tp,
+            "pp": p.pp,
+            "dp": p.dp,
+            "cp": p.cp,
+            "virtual_stages": p.virtual_stages,
+            "sequence_parallel": p.sequence_parallel,
+            "recompute": p.recompute,
+            "distributed_optimizer": p.distributed_optimizer,
+            "overlap_grad_reduce": p.overlap_grad_reduce,
+        },
+        "batch": {"global": b.global_batch, "micro": b.micro},
+        "cluster": cluster,
+        "precision": {"dtype": cfg.dtype},
+    }
+    if cfg.reference is not None:
+        out["reference"] = {
+            "step_time_s": cfg.reference.step_time_s,
+            "source": cfg.reference.source,
+        }
+    return out
+
+
+def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
+    """The parts of ``cfg`` a traced graph depends on (cluster, global batch and the reference
+    do not change a rank's ops), used to find a cached graph."""
+    full = config_to_mapping(cfg)
+    return {
+        "model": full["model"],
+        "parallel": full["parallel"],
+        "micro": cfg.batch.micro,
+        "dtype": cfg.dtype,
+        "attention": resolve_attention(cfg),
+    }

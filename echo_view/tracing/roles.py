@@ -14,7 +14,12 @@ from typing import Any
 
 import torch
 
-from echo_view.model.config import WorkloadConfig, resolve_attention
+from echo_view.model.config import (
+    WorkloadConfig,
+    config_to_mapping,
+    resolve_attention,
+    tracing_key,
+)
 from echo_view.model.graph import OpClass, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.tracing.gpt import TORCH_DTYPES, GPTChunk
@@ -103,6 +108,7 @@ def trace_workload(cfg: WorkloadConfig) -> TracedGraph:
     meta = {
         "attention": resolve_attention(cfg),
         "layers_per_chunk": layers,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
     }
-    return TracedGraph(strings, tuple(roles), config={}, meta=meta)
+    config = {"config": config_to_mapping(cfg), "key": tracing_key(cfg)}
+    return TracedGraph(strings, tuple(roles), config=config, meta=meta)

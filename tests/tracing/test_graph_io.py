@@ -1,0 +1,93 @@
+"""Traced-graph JSON: round trip, and clear errors for broken files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from echo_view.errors import InputError
+from echo_view.model.config import parse_workload_config
+from exporters.graph import write_graph
+from importers.graph import is_graph_document, read_graph
+
+pytest.importorskip("torch")
+
+from echo_view.tracing.roles import trace_workload
+
+CFG: dict[str, Any] = {
+    "model": {"kind": "gpt", "layers": 4, "hidden": 256, "heads": 8, "seq_len": 128, "vocab": 1000},
+    "parallel": {"tp": 2, "pp": 2, "dp": 1},
+    "batch": {"global": 4, "micro": 1},
+    "cluster": {"gpu": "A100", "gpus_per_node": 4, "nodes": 1},
+    "precision": {"dtype": "bf16"},
+}
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_round_trip_keeps_every_column(tmp_path: Path, suffix: str) -> None:
+    graph = trace_workload(parse_workload_config(CFG))
+    path = tmp_path / f"g{suffix}"
+    write_graph(graph, path)
+    assert is_graph_document(path)
+    back = read_graph(path)
+    assert back.strings.strings == graph.strings.strings
+    assert back.config["key"] == graph.config["key"]
+    assert parse_workload_config(back.config["config"]) == parse_workload_config(CFG)
+    for r0, r1 in zip(graph.roles, back.roles, strict=True):
+        assert r0.stages == r1.stages and r0.params == r1.params
+        for t0, t1 in zip(
+            (*r0.forward, *r0.backward, r0.optimizer),
+            (*r1.forward, *r1.backward, r1.optimizer),
+            strict=True,
+        ):
+            for col in (
+                "name",
+                "op_class",
+                "flops",
+                "bytes",
+                "coll_kind",
+                "coll_bytes",
+                "axis",
+                "grad_bytes",
+                "dtype",
+                "shapes",
+            ):
+                assert np.array_equal(getattr(t0, col), getattr(t1, col)), col
+
+
+def _write(path: Path, doc: Any) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_rejections(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a traced-graph file"):
+        read_graph(_write(tmp_path / "a.json", {"traceEvents": []}))
+    with pytest.raises(InputError, match="unknown traced-graph version 99"):
+        read_graph(_write(tmp_path / "b.json", {"format": "echo-view.traced-graph", "version": 99}))
+    bad = tmp_path / "c.json.gz"
+    bad.write_bytes(gzip.compress(b'{"format": "echo-view.traced-graph"')[:-6])
+    with pytest.raises(InputError, match=r"cannot read|invalid JSON"):
+        read_graph(bad)
+    doc = {
+        "format": "echo-view.traced-graph",
+        "version": 1,
+        "strings": ["a"],
+        "roles": [
+            {
+                "stages": [0],
+                "params": 1,
+                "forward": [{"name": [0]}],
+                "backward": [],
+                "optimizer": {},
+            }
+        ],
+    }
+    with pytest.raises(InputError, match=r"lacks column 'op_class'") as info:
+        read_graph(_write(tmp_path / "d.json", doc))
+    assert info.value.where == "roles[0].forward[0]"
