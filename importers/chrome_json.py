@@ -1,0 +1,421 @@
+"""Streaming reader for trace-event JSON files (Chrome, Perfetto, PyTorch Kineto).
+
+The ``traceEvents`` array is decoded in chunks of about ``chunk_bytes`` of text with msgspec, so a
+multi-gigabyte trace never has to be held as one string, one ``list`` of dicts, or (for gzip)
+one decompressed buffer. Everything else in the file is decoded normally.
+
+Usage::
+
+    from importers.chrome_json import read_container
+
+    with read_container(path) as c:          # reads up to the start of the event array
+        c.form                                # "object" ({"traceEvents": [...], ...}) or "array"
+        c.header                              # top-level keys before "traceEvents", decoded
+        for chunk in c.chunks(Event):         # Event: any msgspec type (a Struct, dict, Raw...)
+            chunk.first_index                 # index of chunk.events[0] in traceEvents
+            chunk.events                      # list[Event]
+            chunk.decode(OtherType)           # the same chunk decoded again as another type
+        c.top                                 # every top-level key but traceEvents (after chunks())
+        c.truncated, c.dropped_bytes          # array form without its closing "]"
+        c.event_count, c.text_bytes
+
+Accepted input (what Perfetto and catapult accept):
+
+- plain or gzip-compressed text (gzip is recognised by its magic bytes, not by the file name;
+  concatenated gzip members are read in sequence);
+- the object form ``{"traceEvents": [...], <any other keys, before or after>}`` and the array form
+  ``[{...}, ...]``; an array whose closing ``]`` is missing (a trace cut short while being written)
+  is read up to its last complete event and flagged ``truncated``; the bytes of a half-written last
+  event are counted in ``dropped_bytes``.
+
+Every failure is an :class:`~echo_view.errors.InputError` naming the file, the place and what to do:
+empty file, damaged or truncated gzip, invalid JSON (``line L column C`` of the decompressed text;
+columns count bytes), a top level that is neither object nor array, no ``traceEvents`` key,
+``traceEvents`` that is not a list, and events that do not fit ``Event`` (``traceEvents[i].field``).
+
+Why chunking is correct: a chunk is cut right after a ``}`` followed by ``,`` and decoded as
+``[`` + text + ``]``. That text is valid JSON only when the cut falls between two events: a cut
+inside a string leaves the string open, a cut inside a nested value leaves it unbalanced, and both
+fail at the very end of the chunk, which is how a bad cut is told apart from a real error (a real
+error is reported at its own position, before the end). After a bad cut the next candidate is tried.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from echo_view.errors import InputError
+from importers.chrome_json_text import (
+    BLOCK,
+    BOM,
+    GZIP_MAGIC,
+    HINT_JSON,
+    WS,
+    TextCursor,
+    json_kind,
+    split_decode_error,
+    validation_error,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "Container",
+    "EventChunk",
+    "looks_like_trace",
+    "read_container",
+    "sniff_head",
+]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+#: Default amount of JSON text decoded at once.
+DEFAULT_CHUNK_BYTES = 16 << 20
+
+_CUT = re.compile(rb"\}[ \t\r\n]*,")
+_TRAILING = "trailing characters"
+_HINT_TRACE = 'a trace is {"traceEvents": [...]} or a JSON array of events'
+
+_DECODERS: dict[tuple[Any, Any], msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(event_type: Any, float_hook: Any) -> msgspec.json.Decoder[Any]:
+    key = (event_type, float_hook)
+    dec = _DECODERS.get(key)
+    if dec is None:
+        dec = msgspec.json.Decoder(list[event_type], float_hook=float_hook)
+        _DECODERS[key] = dec
+    return dec
+
+
+@dataclass(eq=False)
+class EventChunk(Generic[T]):
+    """Consecutive events of ``traceEvents`` and the text they were decoded from."""
+
+    path: Path
+    #: Index of ``events[0]`` in ``traceEvents``.
+    first_index: int
+    events: list[T]
+    #: ``[`` + the events' JSON text + ``]``; ``msgspec.Raw`` values point into it.
+    text: bytes
+    #: Line and column (1-based) of ``text[1]`` in the decompressed file.
+    line: int
+    column: int
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def locate(self, k: int) -> str:
+        """``line L column C`` of byte ``k`` of :attr:`text`."""
+        k = max(1, min(k, len(self.text) - 1))
+        nl = self.text.count(b"\n", 1, k)
+        if nl:
+            col = k - self.text.rfind(b"\n", 1, k)
+            return f"line {self.line + nl} column {col}"
+        return f"line {self.line} column {self.column + k - 1}"
+
+    def decode(self, event_type: type[U], *, float_hook: Any = None) -> list[U]:
+        """The chunk's events decoded again as ``event_type`` (errors name ``traceEvents[i]``)."""
+        try:
+            events: list[U] = _decoder(event_type, float_hook).decode(self.text)
+        except msgspec.ValidationError as exc:
+            raise validation_error(self.path, self.first_index, exc) from None
+        except msgspec.DecodeError as exc:
+            msg, k = split_decode_error(exc)
+            where = self.locate(len(self.text) - 1 if k is None else k)
+            raise InputError(
+                f"invalid JSON: {msg}", path=self.path, where=where, hint=HINT_JSON
+            ) from None
+        return events
+
+
+class Container(TextCursor):
+    """An open trace-event JSON file: its layout, its top-level keys and its event chunks.
+
+    Create it with :func:`read_container`. :meth:`chunks` can be iterated once; :attr:`top` is
+    complete only after it has run to the end (keys after ``traceEvents`` are read then).
+    """
+
+    def __init__(self, path: Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        super().__init__(path)
+        self.chunk_bytes = chunk_bytes
+        #: ``"object"`` or ``"array"``.
+        self.form: Literal["object", "array"] = "object"
+        #: Top-level keys that come before ``traceEvents``, decoded.
+        self.header: dict[str, Any] = {}
+        #: The array form ended without its closing bracket.
+        self.truncated = False
+        #: Bytes of an incomplete last event that a truncated array form had to drop.
+        self.dropped_bytes = 0
+        #: Events decoded so far.
+        self.event_count = 0
+        self._top: dict[str, Any] = {}
+        self._done = False
+        self._started = False
+
+    @property
+    def top(self) -> dict[str, Any]:
+        """Every top-level key except ``traceEvents``, decoded (after :meth:`chunks` finished)."""
+        if not self._done:
+            raise RuntimeError("Container.top is complete only after chunks() has been consumed")
+        return self._top
+
+    def chunks(self, event_type: type[T], *, float_hook: Any = None) -> Iterator[EventChunk[T]]:
+        """Decode ``traceEvents`` as ``list[event_type]``, chunk by chunk.
+
+        ``float_hook`` is passed to msgspec: it applies to ``Any``-typed fields only (``str``
+        keeps each float's exact text).
+        """
+        if self._started:
+            raise RuntimeError("Container.chunks() can be iterated only once")
+        self._started = True
+        dec = _decoder(event_type, float_hook)
+        try:
+            yield from self._event_chunks(dec)
+            self._read_tail()
+            self._done = True
+        finally:
+            self.close()
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- top level --------------------------------------------------------------------------
+
+    def _read_header(self) -> None:
+        """Parse up to the first event of ``traceEvents`` (or of the top-level array)."""
+        self._fill(1 << 16)
+        if self._buf.startswith(BOM):
+            self._pos = len(BOM)
+        c = self._skip_ws()
+        if c == -1:
+            raise InputError(
+                "empty file" if self.text_bytes == 0 else "the file holds only whitespace",
+                path=self.path,
+                hint=_HINT_TRACE,
+            )
+        if c == ord("["):
+            self.form = "array"
+            self._pos += 1
+            return
+        if c != ord("{"):
+            raise InputError(
+                f"not a trace: the top level is {json_kind(c)}, not an object or a list",
+                path=self.path,
+                where=self._where(self._pos),
+                hint=_HINT_TRACE,
+            )
+        self._pos += 1
+        if self._skip_ws() == ord("}"):
+            raise InputError("not a trace: no traceEvents key", path=self.path, hint=_HINT_TRACE)
+        while True:
+            key = self._read_key()
+            if key == "traceEvents":
+                c = self._skip_ws()
+                if c != ord("["):
+                    kind = "missing" if c == -1 else json_kind(c)
+                    raise InputError(
+                        f"traceEvents is not a list (it is {kind})",
+                        path=self.path,
+                        where=self._where(self._pos),
+                        hint="traceEvents must be a JSON array of event objects",
+                    )
+                self._pos += 1
+                return
+            self.header[key] = self._read_value()
+            if not self._after_member():
+                raise InputError(
+                    "not a trace: no traceEvents key", path=self.path, hint=_HINT_TRACE
+                )
+
+    def _read_tail(self) -> None:
+        """After the event array: the object form's remaining keys, then only whitespace."""
+        self._top = dict(self.header)
+        if self.form == "object" and self._after_member():
+            while True:
+                key = self._read_key()
+                if key == "traceEvents":
+                    raise self._json_error("traceEvents appears twice")
+                self._top[key] = self._read_value()
+                if not self._after_member():
+                    break
+        if not self.truncated and self._skip_ws() != -1:
+            raise self._json_error("invalid JSON: trailing characters after the trace")
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _try(
+        self, dec: msgspec.json.Decoder[Any], start: int, end: int, close: bool
+    ) -> tuple[EventChunk[Any] | None, str, int | None, bytes]:
+        """Decode ``[`` + ``_buf[start:end]`` (+ ``]``).
+
+        Returns (chunk or None, decode error, its byte in the text, the text).
+        """
+        view = memoryview(self._buf)[start:end]
+        text = b"".join((b"[", view, b"]") if close else (b"[", view))
+        view.release()
+        line, col = self._line_col(start)
+        chunk: EventChunk[Any] = EventChunk(self.path, self.event_count, [], text, line, col)
+        try:
+            chunk.events = dec.decode(text)
+        except msgspec.ValidationError as exc:
+            raise validation_error(self.path, self.event_count, exc) from None
+        except msgspec.DecodeError as exc:
+            msg, k = split_decode_error(exc)
+            return None, msg, k, text
+        self.event_count += len(chunk.events)
+        return chunk, "", None, text
+
+    def _event_chunks(self, dec: msgspec.json.Decoder[Any]) -> Iterator[EventChunk[Any]]:
+        size = self.chunk_bytes
+        while True:
+            self._compact()
+            self._fill(size + BLOCK)
+            c = self._skip_ws()
+            if c == ord("]"):
+                self._pos += 1
+                return
+            if c == -1:
+                self._end_of_text()
+                return
+            pos = self._pos
+            search = min(pos + size, len(self._buf))
+            fails = 0
+            while True:
+                m = _CUT.search(self._buf, search)
+                if m is None:
+                    if self._more():
+                        continue
+                    # No cut point left: the rest holds the end of the array, or is cut short.
+                    yield from self._final(dec, pos)
+                    return
+                chunk, msg, k, text = self._try(dec, pos, m.start() + 1, close=True)
+                if chunk is not None:
+                    yield chunk
+                    self._pos = m.end()
+                    break
+                if k is not None and msg.startswith(_TRAILING):
+                    # The array closed inside this text.
+                    yield from self._close_at(dec, pos, text, k)
+                    return
+                if k is not None and k < len(text) - 1:
+                    raise self._json_error(f"invalid JSON: {msg}", pos + k - 1)
+                # The cut fell inside a string or a nested value: try the next candidate,
+                # in growing steps after many failures so that bad input stays O(n log n).
+                fails += 1
+                search = m.end() if fails < 8 else m.end() + (m.end() - pos) // 2
+
+    def _close_at(
+        self, dec: msgspec.json.Decoder[Any], pos: int, text: bytes, k: int
+    ) -> Iterator[EventChunk[Any]]:
+        """``text`` (``[`` + ``_buf[pos:]``...) parsed as a complete array up to byte ``k``."""
+        close = text.rfind(b"]", 0, k)
+        chunk, msg, k2, _ = self._try(dec, pos, pos + close - 1, close=True)
+        if chunk is None:  # pragma: no cover - these bytes parsed a moment ago
+            raise self._json_error(f"invalid JSON: {msg}", pos + (k2 or 1) - 1)
+        if chunk.events:
+            yield chunk
+        self._pos = pos + close
+
+    def _final(self, dec: msgspec.json.Decoder[Any], pos: int) -> Iterator[EventChunk[Any]]:
+        """Decode the rest of the text, which has no cut point left."""
+        chunk, msg, k, text = self._try(dec, pos, len(self._buf), close=False)
+        if chunk is not None:
+            # "[" + rest is a complete array: the text ends right after traceEvents' "]".
+            if chunk.events:
+                yield chunk
+            self._pos = len(self._buf)
+            if self.form == "object":
+                raise self._json_error(
+                    "invalid JSON: the file ends after traceEvents without the closing '}'"
+                )
+            return
+        if k is not None and msg.startswith(_TRAILING):
+            yield from self._close_at(dec, pos, text, k)
+            return
+        if k is not None and k < len(text):
+            raise self._json_error(f"invalid JSON: {msg}", pos + k - 1)
+        self._end_of_text()
+        yield from self._truncated_rest(dec, pos)
+
+    def _end_of_text(self) -> None:
+        """The text ended inside the event array: acceptable for the array form only."""
+        if self.form == "object":
+            raise self._json_error("invalid JSON: the file ends inside traceEvents", len(self._buf))
+        self.truncated = True
+
+    def _truncated_rest(
+        self, dec: msgspec.json.Decoder[Any], pos: int
+    ) -> Iterator[EventChunk[Any]]:
+        """A truncated array: keep the complete events, drop a half-written last one."""
+        buf = self._buf
+        stop = len(buf.rstrip(WS))
+        if stop > pos and buf[stop - 1] == ord(","):
+            stop = len(buf[: stop - 1].rstrip(WS))
+        end = stop
+        while end > pos:
+            chunk, msg, k, text = self._try(dec, pos, end, close=True)
+            if chunk is not None:
+                yield chunk
+                break
+            if k is not None and k < len(text) - 1:
+                raise self._json_error(f"invalid JSON: {msg}", pos + k - 1)
+            # Back off to the previous "}," : the last event is incomplete.
+            end = buf.rfind(b"}", pos, end - 1)
+            while end >= pos and not buf[end + 1 : end + 64].lstrip(WS).startswith(b","):
+                end = buf.rfind(b"}", pos, end)
+            end = max(end + 1, pos)
+        self.dropped_bytes = stop - end if end > pos else stop - pos
+        self._pos = len(buf)
+
+
+def read_container(path: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Container:
+    """Open ``path`` and read up to the first event (raises :class:`InputError` on bad input)."""
+    container = Container(Path(path), chunk_bytes=max(1024, chunk_bytes))
+    container.open()
+    try:
+        container._read_header()
+    except BaseException:
+        container.close()
+        raise
+    return container
+
+
+def sniff_head(path: str | Path, limit: int = 1 << 16) -> bytes:
+    """The first ``limit`` decompressed bytes of ``path`` (``b""`` when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit)
+    except OSError:
+        return b""
+    if not raw.startswith(GZIP_MAGIC):
+        return raw
+    try:
+        return zlib.decompressobj(wbits=31).decompress(raw, limit)
+    except zlib.error:
+        return b""
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """Whether text starting with ``head`` looks like trace-event JSON (cheap, not a proof)."""
+    text = head.removeprefix(BOM).lstrip(WS)
+    if text.startswith(b"["):
+        rest = text[1:].lstrip(WS)
+        return rest.startswith(b"{") or rest.startswith(b"]") or not rest
+    return text.startswith(b"{") and b'"traceEvents"' in text

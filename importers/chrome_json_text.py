@@ -1,0 +1,320 @@
+"""A cursor over the decompressed text of a JSON file, read block by block.
+
+:class:`TextCursor` holds only a window of the text: it reads gzip or plain files in blocks
+(gzip sniffed by magic bytes), drops what has been consumed, and still reports exact
+``line L column C`` positions. It reads the small JSON values around a trace's event array
+(top-level keys); :mod:`importers.chrome_json` decodes the array itself in chunks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from echo_view.errors import InputError
+
+BLOCK = 4 << 20  # decompressed bytes produced per read
+_READ = 1 << 20  # compressed bytes read per call
+GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"
+WS = b" \t\r\n"
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"', re.DOTALL)
+_SCALAR = re.compile(rb"[^,:\]\}\[\{ \t\r\n]+")
+_BYTE = re.compile(r"\s*\(byte (\d+)\)\s*$")
+_AT = re.compile(r"^(.*?) - at `\$\[(\d+)\](.*)`$", re.DOTALL)
+
+HINT_JSON = "the file is damaged or not a trace; Perfetto and chrome://tracing will refuse it too"
+
+
+def json_kind(first: int) -> str:
+    """What a JSON value starting with byte ``first`` is, in words."""
+    c = chr(first)
+    if c == "{":
+        return "an object"
+    if c == "[":
+        return "a list"
+    if c == '"':
+        return "a string"
+    if c in "tf":
+        return "a boolean"
+    if c == "n":
+        return "null"
+    return "a number"
+
+
+def split_decode_error(exc: msgspec.DecodeError) -> tuple[str, int | None]:
+    """msgspec's message without its ``(byte N)`` suffix, and N (``None`` when absent)."""
+    text = str(exc)
+    m = _BYTE.search(text)
+    if m is None:
+        return text.removeprefix("JSON is malformed: "), None
+    return text[: m.start()].removeprefix("JSON is malformed: "), int(m.group(1))
+
+
+def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError) -> InputError:
+    """An event that does not fit the requested type, named ``traceEvents[i].field``."""
+    text = str(exc)
+    m = _AT.match(text)
+    if m is None:
+        return InputError(f"unexpected event layout: {text}", path=path, where="traceEvents")
+    msg, idx, rest = m.group(1), int(m.group(2)), m.group(3)
+    return InputError(
+        msg[:1].lower() + msg[1:],
+        path=path,
+        where=f"traceEvents[{first_index + idx}]{rest}",
+        hint="every event must be an object whose fields have the trace-event types",
+    )
+
+
+class BlockSource:
+    """Decompressed text of a file, block by block; concatenated gzip members are joined."""
+
+    def __init__(self, path: Path, fh: BinaryIO) -> None:
+        self.path = path
+        self.fh = fh
+        self.size = os.fstat(fh.fileno()).st_size
+        self.gzip = fh.read(2) == GZIP_MAGIC
+        fh.seek(0)
+        self.consumed = 0  # file bytes consumed so far (for progress)
+        self.eof = False
+        self._z: Any = zlib.decompressobj(wbits=31) if self.gzip else None
+        self._pending = b""
+
+    def read(self) -> bytes:
+        """The next block of text; ``b""`` at the end."""
+        if self.eof:
+            return b""
+        if not self.gzip:
+            data = self.fh.read(BLOCK)
+            self.consumed += len(data)
+            self.eof = not data
+            return data
+        while True:
+            if not self._pending:
+                self._pending = self.fh.read(_READ)
+                self.consumed += len(self._pending)
+                if not self._pending:
+                    if not self._z.eof:
+                        raise InputError(
+                            "truncated gzip: the compressed stream ends early",
+                            path=self.path,
+                            where=f"byte {self.consumed} of the .gz file",
+                            hint="the file was cut short; copy or compress it again",
+                        )
+                    self.eof = True
+                    return b""
+            if self._z.eof:
+                # The member is complete: another member follows, or zero padding ends the file.
+                if not self._pending.strip(b"\0"):
+                    self._pending = b""
+                    continue
+                self._z = zlib.decompressobj(wbits=31)
+            try:
+                out: bytes = self._z.decompress(self._pending, BLOCK)
+            except zlib.error as exc:
+                raise InputError(
+                    f"damaged gzip data ({exc})",
+                    path=self.path,
+                    where=f"near byte {self.consumed} of the .gz file",
+                    hint="the compressed file is corrupt; copy or compress it again",
+                ) from None
+            self._pending = self._z.unused_data if self._z.eof else self._z.unconsumed_tail
+            if out:
+                return out
+
+
+class TextCursor:
+    """A position in a file's decompressed text, holding only a window of it in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: BinaryIO | None = None
+        self._src: BlockSource | None = None
+        self._buf = b""
+        self._pos = 0
+        self._base = 0  # text offset of _buf[0]
+        self._base_line = 1  # line and column of _buf[0]
+        self._base_col = 1
+
+    @property
+    def text_bytes(self) -> int:
+        """Decompressed bytes read so far."""
+        return self._base + len(self._buf)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the file is gzip-compressed."""
+        return self._src is not None and self._src.gzip
+
+    def fraction_read(self) -> float:
+        """Share of the file consumed so far, for progress reports."""
+        if self._src is None or self._src.size == 0:
+            return 1.0
+        return min(1.0, self._src.consumed / self._src.size)
+
+    def open(self) -> None:
+        """Open the file (raises :class:`InputError` when it cannot be read)."""
+        try:
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        except OSError as exc:
+            raise InputError(
+                f"cannot open: {exc.strerror}", path=self.path, hint="check the path"
+            ) from None
+        self._src = BlockSource(self.path, self._fh)
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    # -- window -----------------------------------------------------------------------------
+
+    def _fill(self, need: int) -> bool:
+        """Read until ``len(_buf) >= need`` or the end; False when nothing more was read."""
+        assert self._src is not None
+        have = len(self._buf)
+        parts = [self._buf]
+        while have < need:
+            block = self._src.read()
+            if not block:
+                break
+            parts.append(block)
+            have += len(block)
+        if len(parts) == 1:
+            return False
+        self._buf = b"".join(parts)
+        return True
+
+    def _more(self) -> bool:
+        """Read at least one more block; False at the end of the text."""
+        return self._fill(len(self._buf) + 1)
+
+    def _at_eof(self) -> bool:
+        return self._src is None or self._src.eof
+
+    def _compact(self) -> None:
+        """Drop the consumed text before ``_pos``, keeping the line/column bookkeeping."""
+        pos = self._pos
+        if pos == 0:
+            return
+        self._base_line, self._base_col = self._line_col(pos)
+        self._base += pos
+        self._buf = self._buf[pos:]
+        self._pos = 0
+
+    def _line_col(self, i: int) -> tuple[int, int]:
+        """Line and column (1-based; columns count bytes) of ``_buf[i]``."""
+        nl = self._buf.count(b"\n", 0, i)
+        if nl:
+            return self._base_line + nl, i - self._buf.rfind(b"\n", 0, i)
+        return self._base_line, self._base_col + i
+
+    def _where(self, i: int) -> str:
+        line, col = self._line_col(i)
+        return f"line {line} column {col}"
+
+    def _json_error(self, message: str, i: int | None = None) -> InputError:
+        where = self._where(self._pos if i is None else min(i, len(self._buf)))
+        return InputError(message, path=self.path, where=where, hint=HINT_JSON)
+
+    # -- JSON tokens ------------------------------------------------------------------------
+
+    def _skip_ws(self) -> int:
+        """Advance past whitespace; the next byte, or -1 at the end of the text."""
+        while True:
+            buf, n, pos = self._buf, len(self._buf), self._pos
+            while pos < n and buf[pos] in WS:
+                pos += 1
+            self._pos = pos
+            if pos < n:
+                return buf[pos]
+            if not self._more():
+                return -1
+
+    def _read_key(self) -> str:
+        """Read ``"key" :`` at the cursor."""
+        c = self._skip_ws()
+        if c != ord('"'):
+            if c == -1:
+                raise self._json_error("invalid JSON: the file ends inside the top-level object")
+            raise self._json_error("invalid JSON: expected a key string")
+        end = self._value_end(self._pos)
+        try:
+            key = msgspec.json.decode(self._buf[self._pos : end], type=str)
+        except msgspec.DecodeError as exc:
+            raise self._json_error(f"invalid JSON: {split_decode_error(exc)[0]}") from None
+        self._pos = end
+        if self._skip_ws() != ord(":"):
+            raise self._json_error("invalid JSON: expected ':' after a key")
+        self._pos += 1
+        return key
+
+    def _read_value(self) -> Any:
+        """Read and decode the JSON value at the cursor."""
+        if self._skip_ws() == -1:
+            raise self._json_error("invalid JSON: the file ends where a value was expected")
+        start = self._pos
+        end = self._value_end(start)
+        try:
+            value = msgspec.json.decode(self._buf[start:end])
+        except msgspec.DecodeError as exc:
+            msg, k = split_decode_error(exc)
+            raise self._json_error(f"invalid JSON: {msg}", start + (k or 0)) from None
+        self._pos = end
+        return value
+
+    def _after_member(self) -> bool:
+        """After an object member: True on ``,``, False on ``}``."""
+        c = self._skip_ws()
+        if c == ord(","):
+            self._pos += 1
+            return True
+        if c == ord("}"):
+            self._pos += 1
+            return False
+        if c == -1:
+            raise self._json_error("invalid JSON: the file ends inside the top-level object")
+        raise self._json_error("invalid JSON: expected ',' or '}' after a value")
+
+    def _value_end(self, start: int) -> int:
+        """End offset of the JSON value at ``_buf[start]``, reading more text as needed.
+
+        Only brackets and strings are tracked; msgspec validates the value afterwards. The scan
+        resumes where it stopped when more text arrives, so a long value costs one pass.
+        """
+        first = self._buf[start]
+        depth = 0
+        scan = start
+        while True:
+            buf = self._buf
+            if first == ord('"'):
+                m = _STRING.match(buf, start)
+                if m is not None:
+                    return m.end()
+            elif first in b"[{":
+                for m in _TOKEN.finditer(buf, scan):
+                    tok = m.group()
+                    if tok == b'"':
+                        break  # a string runs past the window: resume from its quote
+                    scan = m.end()
+                    if tok[0] == ord('"'):
+                        continue
+                    depth += 1 if tok[0] in b"[{" else -1
+                    if depth == 0:
+                        return scan
+            else:
+                m = _SCALAR.match(buf, start)
+                if m is None:
+                    raise self._json_error("invalid JSON: unexpected character", start)
+                if m.end() < len(buf) or self._at_eof():
+                    return m.end()
+            if not self._more():
+                raise self._json_error("invalid JSON: the file ends inside a value", len(buf))
