@@ -1,0 +1,153 @@
+"""Native Perfetto protobuf export (``.pftrace``).
+
+Written as a stream of ``Trace`` messages of one ``TracePacket`` each, all on trusted packet
+sequence 1. The ``perfetto`` package's :class:`StreamingTraceProtoBuilder` writes the first
+packets: interned names and categories (``SEQ_INCREMENTAL_STATE_CLEARED``), one process track per
+output process, one thread track per output thread (same pids/tids, names and lanes as the JSON
+export), counter tracks, and an instant on an "echo-view export" track that carries the base
+time, ranks and alignment. Slice begin/end, instant and counter packets follow, encoded
+column-wise by :mod:`exporters.packets` in the order of :mod:`exporters.protoevents`. Times are
+ns relative to the same base as the JSON export.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO, Any
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
+
+from echo_view.formats import Progress, atomic_output, no_progress
+from echo_view.model import Job
+from exporters.layout import ExportLayout, ExportStats, build_layout
+from exporters.packets import ANNOTATION_NAMES, SEQUENCE_ID, PacketEncoder
+from exporters.perfetto_json import package_version
+from exporters.protoevents import Counters, counters, intern, packet_order
+
+#: Packets encoded per chunk.
+CHUNK_PACKETS = 65_536
+#: Name of the track holding the export's metadata instant.
+METADATA_TRACK = "echo-view export"
+
+
+def _packet(builder: StreamingTraceProtoBuilder) -> Any:
+    packet = builder.create_packet()
+    packet.trusted_packet_sequence_id = SEQUENCE_ID
+    return packet
+
+
+def _write_interned(builder: StreamingTraceProtoBuilder, names: Any, cats: Any) -> None:
+    packet = _packet(builder)
+    packet.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    data = packet.interned_data
+    for iid, name in enumerate(names, start=1):
+        data.event_names.add(iid=iid, name=name)
+    for iid, name in enumerate(cats, start=1):
+        data.event_categories.add(iid=iid, name=name)
+    for iid, name in enumerate(ANNOTATION_NAMES, start=1):
+        data.debug_annotation_names.add(iid=iid, name=name)
+    builder.write_packet(packet)
+
+
+def _write_tracks(
+    builder: StreamingTraceProtoBuilder, layout: ExportLayout, ctrs: Counters
+) -> None:
+    for p in layout.processes:
+        packet = _packet(builder)
+        desc = packet.track_descriptor
+        desc.uuid = p.pid
+        desc.process.pid = p.pid
+        desc.process.process_name = p.name
+        desc.process.legacy_sort_index = p.sort_index
+        desc.child_ordering = pb.TrackDescriptor.EXPLICIT
+        desc.sibling_order_rank = p.sort_index
+        builder.write_packet(packet)
+    for t in layout.threads:
+        packet = _packet(builder)
+        desc = packet.track_descriptor
+        desc.uuid = t.tid
+        desc.thread.pid = t.pid
+        desc.thread.tid = t.tid
+        desc.thread.thread_name = t.name
+        desc.thread.legacy_sort_index = t.sort_index
+        desc.sibling_order_rank = t.sort_index
+        builder.write_packet(packet)
+    for uuid, pid, name in ctrs.tracks:
+        packet = _packet(builder)
+        desc = packet.track_descriptor
+        desc.uuid = uuid
+        desc.parent_uuid = pid
+        desc.name = name
+        desc.counter.SetInParent()
+        builder.write_packet(packet)
+
+
+def _write_metadata(
+    builder: StreamingTraceProtoBuilder, job: Job, layout: ExportLayout, uuid: int
+) -> None:
+    packet = _packet(builder)
+    desc = packet.track_descriptor
+    desc.uuid = uuid
+    desc.name = METADATA_TRACK
+    builder.write_packet(packet)
+    packet = _packet(builder)
+    packet.timestamp = 0
+    event = packet.track_event
+    event.type = pb.TrackEvent.TYPE_INSTANT
+    event.track_uuid = uuid
+    event.name = METADATA_TRACK
+    al = job.alignment
+    values: dict[str, int | str] = {
+        "base_time_ns": layout.base_ns,
+        "echo_view_version": package_version(),
+        "ranks": ",".join(str(r) for r in job.ranks),
+        "world_size": job.world_size if job.world_size is not None else -1,
+        "alignment_method": al.method,
+        "alignment_uncertainty_ns": al.uncertainty_ns,
+        "alignment_offsets_ns": ",".join(str(o) for o in al.offsets_ns),
+        "slices_moved_to_overlap_lanes": layout.moved,
+        "source": job.source,
+    }
+    for key, value in values.items():
+        ann = event.debug_annotations.add(name=key)
+        if isinstance(value, int):
+            ann.int_value = value
+        else:
+            ann.string_value = value
+    builder.write_packet(packet)
+
+
+def write_pftrace(job: Job, layout: ExportLayout, out: IO[bytes], progress: Progress) -> int:
+    """Write ``job`` laid out as ``layout`` to ``out``; returns the packets written."""
+    builder = StreamingTraceProtoBuilder(out)
+    interned = intern(layout)
+    first_free = max([t.tid for t in layout.threads] + [len(layout.processes)]) + 1
+    ctrs = counters(layout, first_free)
+    _write_interned(builder, interned.names, interned.cats)
+    _write_tracks(builder, layout, ctrs)
+    _write_metadata(builder, job, layout, first_free + len(ctrs.tracks))
+    order = packet_order(layout, interned, ctrs)
+    encoder = PacketEncoder(layout, interned, ctrs)
+    for lo in range(0, len(order), CHUNK_PACKETS):
+        out.write(encoder.encode(order, slice(lo, lo + CHUNK_PACKETS)))
+        progress("writing packets", min(1.0, (lo + CHUNK_PACKETS) / len(order)))
+    return len(order)
+
+
+class PerfettoProtoExporter:
+    """Writes a :class:`Job` as a native Perfetto protobuf trace."""
+
+    name = "perfetto-proto"
+    suffixes = (".pftrace", ".perfetto-trace")
+
+    def __init__(self) -> None:
+        #: Summary of the last :meth:`write` (``None`` before the first).
+        self.last_stats: ExportStats | None = None
+
+    def write(self, job: Job, path: Path, progress: Progress = no_progress) -> None:
+        """Write ``job`` to ``path`` atomically."""
+        layout = build_layout(job)
+        with atomic_output(Path(path)) as tmp, open(tmp, "wb") as fh:
+            write_pftrace(job, layout, fh, progress)
+        self.last_stats = layout.stats(layout.event_count())
