@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -314,7 +313,6 @@ class Group:
     rank: int
     header: Track | None
     lanes: list[Track]
-    collapsed: bool = False
     lane_pos: I64 = field(init=False)
     header_pos: I64 = field(init=False)
 
@@ -343,7 +341,8 @@ class TimelineIndex:
     sources: list[Source]
     groups: list[Group]
     span: tuple[int, int]
-    meta: dict[str, Any] = field(default_factory=dict)
+    collapsed: set[int] = field(default_factory=set)
+    """Positions in :attr:`groups` of the ranks shown as their header row only."""
 
     @classmethod
     def build(cls, sources: Sequence[Source], interleave: bool = True) -> TimelineIndex:
@@ -380,6 +379,16 @@ class TimelineIndex:
         if lo is None or hi is None:
             return (0, 1)
         return (lo, max(hi, lo + 1))
+
+    def view(
+        self, sources: Sequence[Source] | None = None, only_source: int | None = None
+    ) -> TimelineIndex:
+        """Another index over the same tracks (no copy): other clock shifts for the sources,
+        and/or only the groups of one source."""
+        groups = [g for g in self.groups if only_source is None or g.source == only_source]
+        index = TimelineIndex(list(sources or self.sources), groups, (0, 1))
+        index.span = index.compute_span()
+        return index
 
     def set_filter(self, classes: frozenset[int] | None) -> None:
         """Show only events of ``classes`` (``None``: all)."""

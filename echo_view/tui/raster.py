@@ -10,9 +10,10 @@ selected event are marked. Only the coverage queries touch all events, and they 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,20 @@ CLASS_COLOURS: dict[int, str] = {
 # Style ids: class * 4 + mode. EMPTY is the background.
 _GLYPH, _LABEL, _SELECTED, _MATCH = 0, 1, 2, 3
 EMPTY = N_CLASSES * 4
+
+
+_NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
+
+
+@lru_cache(maxsize=65536)
+def short_name(name: str) -> str:
+    """A name as a lane shows it: without ``void``, template arguments and parameters
+    (``void at::native::foo<4, ...>(int, ...)`` -> ``at::native::foo``)."""
+    base = name.removeprefix("void ")
+    cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=-1)
+    if cut < 0 or _NUMBERED.match(base, cut):
+        return base  # "PyTorch Profiler (0)" keeps its number
+    return base[:cut]
 
 
 @cache

@@ -25,7 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from echo_view.tui.index import Group, TimelineIndex, Track
-from echo_view.tui.raster import Window, render_row
+from echo_view.tui.raster import Window, render_row, short_name
 
 ZOOM_STEP = 1.5
 MIN_NS_PER_CELL = 0.05
@@ -55,22 +55,24 @@ class TimelineView(ScrollView, can_focus=True):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("w,plus,equals_sign", "zoom_in", "Zoom in", key_display="w"),
         Binding("s,minus", "zoom_out", "Zoom out", key_display="s"),
-        Binding("a,left", "pan(-0.25)", "Pan left", key_display="a"),
-        Binding("d,right", "pan(0.25)", "Pan right", key_display="d"),
-        Binding("A,shift+left", "pan(-1)", "Page left", show=False),
-        Binding("D,shift+right", "pan(1)", "Page right", show=False),
-        Binding("up,k", "cursor(-1)", "Lane up", show=False),
-        Binding("down,j", "cursor(1)", "Lane down", show=False),
+        Binding("a,left", "pan(-0.25)", "Pan ←", key_display="a"),
+        Binding("d,right", "pan(0.25)", "Pan →", key_display="d"),
+        Binding("shift+left", "pan(-1)", "Page left", show=False),
+        Binding("shift+right", "pan(1)", "Page right", show=False),
+        Binding("up", "cursor(-1)", "Lane up", show=False),
+        Binding("down", "cursor(1)", "Lane down", show=False),
+        Binding("home", "cursor(-1000000)", "First lane", show=False),
+        Binding("end", "cursor(1000000)", "Last lane", show=False),
         Binding("pageup", "cursor(-10)", "Lanes up", show=False),
         Binding("pagedown", "cursor(10)", "Lanes down", show=False),
-        Binding("tab", "step_event(1)", "Next event", show=False),
-        Binding("shift+tab", "step_event(-1)", "Previous event", show=False),
-        Binding("f", "fit_selection", "Fit"),
-        Binding("0", "reset", "Reset", show=False),
-        Binding("enter,space", "toggle_group", "Collapse", show=False),
-        Binding("x", "toggle_all", "Collapse all", show=False),
-        Binding("[", "goto_step(-1)", "Previous step", show=False),
-        Binding("]", "goto_step(1)", "Next step", show=False),
+        Binding("tab", "step_event(1)", "Next event on the lane", show=False),
+        Binding("shift+tab", "step_event(-1)", "Previous event on the lane", show=False),
+        Binding("f", "fit_selection", "Fit the selection (or the current step)", show=False),
+        Binding("0", "reset", "Reset: fit the whole job", show=False),
+        Binding("enter,space", "toggle_group", "Collapse/expand the rank", show=False),
+        Binding("x", "toggle_all", "Collapse/expand all ranks", show=False),
+        Binding("left_square_bracket", "goto_step(-1)", "Previous step", show=False),
+        Binding("right_square_bracket", "goto_step(1)", "Next step", show=False),
     ]
 
     DEFAULT_CSS = """
@@ -109,9 +111,10 @@ class TimelineView(ScrollView, can_focus=True):
         self.steps: list[tuple[int, int, int]] = []
         self.step_index = -1
         self.matches: dict[int, npt.NDArray[np.int64]] = {}
-        self.match_version = 0
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(2048)
         self._fitted = False
+        self.initial_span: tuple[float, float] | None = None
+        """What the first layout shows (default: everything)."""
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
@@ -134,7 +137,7 @@ class TimelineView(ScrollView, can_focus=True):
         rows: list[RowRef] = []
         for gi, g in enumerate(self.index.groups):
             rows.append(RowRef(gi, g.header, True))
-            if not g.collapsed:
+            if gi not in self.index.collapsed:
                 rows.extend(RowRef(gi, t, False) for t in g.lanes)
         self.rows = rows
         self.virtual_size = Size(self.size.width, len(rows))
@@ -148,6 +151,11 @@ class TimelineView(ScrollView, can_focus=True):
         self.selection = None
         self.rebuild_rows()
 
+    def invalidate(self) -> None:
+        """Forget every cached row (after a filter or search change) and redraw."""
+        self._cache.clear()
+        self.refresh()
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cache.clear()
@@ -157,7 +165,7 @@ class TimelineView(ScrollView, can_focus=True):
         self.virtual_size = Size(self.size.width, len(self.rows))
         if not self._fitted and self.size.width > self.label_width:
             self._fitted = True
-            self.fit(*self.index.span)
+            self.fit(*(self.initial_span or self.index.span))
         self._cache.clear()
 
     # -- drawing ---------------------------------------------------------------------------------
@@ -171,8 +179,8 @@ class TimelineView(ScrollView, can_focus=True):
         sel = self._selected_position(ref.track)
         key = (
             row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
-            self.match_version, row_no == self.cursor and self.has_focus,
-            self.index.groups[ref.group].collapsed,
+            row_no == self.cursor and self.has_focus,
+            ref.group in self.index.collapsed,
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
@@ -184,7 +192,7 @@ class TimelineView(ScrollView, can_focus=True):
         group = self.index.groups[ref.group]
         src = self.index.sources[group.source]
         if ref.header:
-            mark = "▸" if group.collapsed else "▾"
+            mark = "▸" if ref.group in self.index.collapsed else "▾"
             prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
             label = f"{mark}{prefix}r{group.rank}"
             label_style = Style(bold=True, color="#e0e0e0")
@@ -201,7 +209,7 @@ class TimelineView(ScrollView, can_focus=True):
             names, strings = trace.events.name, trace.strings
 
             def name_of(p: int) -> str:
-                return strings[int(names[track.rows[p]])]
+                return short_name(strings[int(names[track.rows[p]])])
 
             segs += render_row(
                 track,
@@ -226,7 +234,7 @@ class TimelineView(ScrollView, can_focus=True):
         if sel.row >= len(positions):
             return None
         pos = int(positions[sel.row])
-        if pos < 0 or (track.lane >= 0 and int(track.rows[pos]) != sel.row):
+        if not 0 <= pos < len(track) or int(track.rows[pos]) != sel.row:
             return None
         return pos
 
@@ -319,16 +327,14 @@ class TimelineView(ScrollView, can_focus=True):
         if not self.rows:
             return
         gi = self.rows[self.cursor].group
-        group = self.index.groups[gi]
-        group.collapsed = not group.collapsed
+        self.index.collapsed ^= {gi}
         self.rebuild_rows()
         self.cursor = next(i for i, r in enumerate(self.rows) if r.group == gi)
 
     def action_toggle_all(self) -> None:
-        collapse = not all(g.collapsed for g in self.index.groups)
+        everything = set(range(len(self.index.groups)))
         gi = self.rows[self.cursor].group if self.rows else 0
-        for g in self.index.groups:
-            g.collapsed = collapse
+        self.index.collapsed = set() if self.index.collapsed == everything else everything
         self.rebuild_rows()
         self.cursor = next((i for i, r in enumerate(self.rows) if r.group == gi), 0)
 
@@ -370,8 +376,9 @@ class TimelineView(ScrollView, can_focus=True):
         if move_cursor:
             trace = self.index.trace(selection.source, selection.trace)
             lane = int(trace.events.lane[selection.row])
-            if group.collapsed:
-                group.collapsed = False
+            gi = self.index.groups.index(group)
+            if gi in self.index.collapsed:
+                self.index.collapsed.discard(gi)
                 self.rebuild_rows()
             for i, r in enumerate(self.rows):
                 if r.track is not None and r.track in group.lanes and r.track.lane == lane:

@@ -1,0 +1,232 @@
+"""``echo-view diff A B [--json] [--fail-above PCT] [--plot OUT.png]``: compare two jobs.
+
+A and B are anything echo-view reads (measured traces, predicted jobs). The comparison (rank and
+step alignment, categories, kernel classes, collectives, verdict) is
+:func:`echo_view.analysis.diff.diff_jobs`; ``--json`` prints its stable object (documented in
+docs/cli.md). ``--fail-above PCT`` makes the exit status 1 when the step-time error exceeds PCT
+percent (or when nothing could be compared), for CI. ``--plot`` draws per-rank step-time bars
+beside the category breakdown (needs the ``plot`` extra: matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
+from echo_view.cli.info import StderrProgress
+from echo_view.errors import UsageError
+from echo_view.formats import Registry, atomic_output
+from echo_view.model import Job
+from echo_view.units import format_duration
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``diff`` sub-command."""
+    p = subparsers.add_parser(
+        "diff",
+        help="compare two jobs (predicted vs measured): step time per rank, breakdown, kernels",
+        description="Compare job A with job B: per rank the step time of each, the delta and "
+        "the error; per category (compute, communication, exposed communication, memory, "
+        "idle) the time of each and the delta; the kernel classes and collectives that moved "
+        "most; and a verdict. The reference for the error is the measured input when exactly "
+        "one input is predicted, else A.",
+    )
+    p.add_argument("a", type=Path, metavar="A", help="first job (trace file or directory)")
+    p.add_argument("b", type=Path, metavar="B", help="second job (trace file or directory)")
+    p.add_argument("--json", action="store_true", help="print the stable JSON object")
+    p.add_argument(
+        "--fail-above",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when the step-time error exceeds PCT percent",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="OUT",
+        help="write step-time and breakdown bars (.png/.svg/.pdf)",
+    )
+    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels/collectives (10)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE_PCT,
+        metavar="PCT",
+        help=f"step-time change the verdict calls a match ({DEFAULT_TOLERANCE_PCT:g})",
+    )
+    p.set_defaults(func=run)
+
+
+def _read(registry: Registry, path: Path) -> Job:
+    progress = StderrProgress(sys.stderr)
+    try:
+        return registry.importer_for(path).read([path], progress)
+    finally:
+        progress.close()
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    """Read both jobs, compare, print; the exit status follows ``--fail-above``."""
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more, got {args.top}")
+    if args.fail_above is not None and args.fail_above < 0:
+        raise UsageError(f"--fail-above must be 0 or more, got {args.fail_above:g}")
+    if args.plot is not None:
+        _plot_format(args.plot)  # fail before the (possibly long) import
+    diff = diff_jobs(
+        _read(registry, args.a), _read(registry, args.b), top=args.top, tolerance_pct=args.tolerance
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(diff.to_json(), indent=2) + "\n")
+    else:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=140)
+        render(diff, console)
+    if args.plot is not None:
+        write_plot(diff, args.plot)
+    if args.fail_above is not None:
+        err = diff.error_pct
+        if err is None or err > args.fail_above:
+            shown = "unknown" if err is None else f"{err:.2f}%"
+            print(
+                f"echo-view: step-time error {shown} exceeds --fail-above {args.fail_above:g}%",
+                file=sys.stderr,
+            )
+            return 1
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+def _delta(ns: int) -> str:
+    return ("+" if ns > 0 else "-" if ns < 0 else "±") + format_duration(abs(ns))
+
+
+def _items_table(title: str, items: list[ItemDiff], head: str) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    t.add_column(head)
+    for h in ("A / step", "B / step", "delta", "delta %", "count A", "count B"):
+        t.add_column(h, justify="right")
+    for it in items:
+        name = it.name if len(it.name) <= 70 else it.name[:67] + "..."
+        t.add_row(
+            name,
+            format_duration(it.time.a_ns),
+            format_duration(it.time.b_ns),
+            _delta(it.time.delta_ns),
+            _pct(it.time.delta_pct()),
+            f"{it.a_count:g}",
+            f"{it.b_count:g}",
+        )
+    return t
+
+
+def render(diff: JobDiff, console: Console) -> None:
+    """Print ``diff`` as text tables."""
+    ref_b = diff.reference_is_b
+    pa = " (predicted)" if diff.a_predicted else ""
+    pb = " (predicted)" if diff.b_predicted else ""
+    console.print(f"[bold]A[/bold] {diff.a_source}{pa}")
+    console.print(f"[bold]B[/bold] {diff.b_source}{pb}")
+    code, text = diff.verdict
+    colour = {"match": "green", "b_slower": "red", "b_faster": "cyan"}.get(code, "yellow")
+    console.print(f"[bold {colour}]{text}[/]")
+    err = diff.error_pct
+    if err is not None:
+        console.print(f"step-time error {err:.2f}% of {'B' if ref_b else 'A'} (slowest rank)")
+
+    rt = Table(box=box.SIMPLE_HEAD, title="Step time per rank", title_justify="left")
+    for h in ("rank", "steps", "A", "B", "delta", "delta %", "error %"):
+        rt.add_column(h, justify="right")
+    for r in diff.ranks:
+        e = r.step.error_pct(ref_b)
+        rt.add_row(
+            str(r.rank),
+            f"{len(r.steps_a)} ({r.step_alignment})",
+            format_duration(r.step.a_ns),
+            format_duration(r.step.b_ns),
+            _delta(r.step.delta_ns),
+            _pct(r.step.delta_pct()),
+            "-" if e is None else f"{e:.2f}",
+        )
+    console.print(rt)
+    ct = Table(box=box.SIMPLE_HEAD, title="Categories (mean over ranks)", title_justify="left")
+    for h in ("category", "A", "B", "delta", "delta %"):
+        ct.add_column(h, justify="right" if h != "category" else "left")
+    for c in CATEGORIES:
+        p = diff.categories[c]
+        ct.add_row(
+            c,
+            format_duration(p.a_ns),
+            format_duration(p.b_ns),
+            _delta(p.delta_ns),
+            _pct(p.delta_pct()),
+        )
+    console.print(ct)
+    if diff.kernels:
+        console.print(_items_table("Kernel classes by |delta|", diff.kernels, "kernel class"))
+    if diff.collectives:
+        console.print(_items_table("Collectives by |delta|", diff.collectives, "collective"))
+    for note in diff.notes:
+        console.print(f"note: {note}")
+
+
+def _plot_format(path: Path) -> str:
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in PLOT_FORMATS:
+        raise UsageError(
+            f"cannot tell the plot format from {path.name!r}",
+            hint=f"use one of: {', '.join('.' + f for f in PLOT_FORMATS)}",
+        )
+    return fmt
+
+
+def write_plot(diff: JobDiff, path: Path) -> None:
+    """Per-rank step-time bars (A beside B) and the category breakdown, written atomically."""
+    fmt = _plot_format(path)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError(
+            "--plot needs matplotlib", hint="install the plot extra: pip install 'echo-view[plot]'"
+        ) from None
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    ranks = [r.rank for r in diff.ranks]
+    xs = list(range(len(ranks)))
+    ax1.bar([x - 0.2 for x in xs], [r.step.a_ns / 1e6 for r in diff.ranks], 0.4, label="A")
+    ax1.bar([x + 0.2 for x in xs], [r.step.b_ns / 1e6 for r in diff.ranks], 0.4, label="B")
+    ax1.set_xticks(xs, [str(r) for r in ranks])
+    ax1.set_xlabel("rank")
+    ax1.set_ylabel("step time (ms)")
+    ax1.set_title("Step time per rank")
+    ax1.legend()
+    parts = ("compute", "exposed_comm", "memory", "idle")
+    colours = ("#4caf50", "#9c27b0", "#ff9800", "#bdbdbd")
+    bottom = [0.0, 0.0]
+    for part, colour in zip(parts, colours, strict=True):
+        vals = [diff.categories[part].a_ns / 1e6, diff.categories[part].b_ns / 1e6]
+        ax2.bar(["A", "B"], vals, 0.6, bottom=bottom, label=part, color=colour)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax2.set_ylabel("time per step (ms, mean over ranks)")
+    ax2.set_title("Category breakdown")
+    ax2.legend(fontsize="small")
+    fig.suptitle(diff.verdict[1][:140], fontsize="small")
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format=fmt)

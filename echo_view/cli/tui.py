@@ -1,0 +1,43 @@
+"""``echo-view tui PATH [PATH2]``: browse a job's timeline in the terminal; with two inputs,
+also diff them (predicted vs measured). Keys: ``?`` in the app, or docs/tui.md."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from echo_view.formats import Progress, Registry
+from echo_view.model import Job
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tui`` sub-command."""
+    p = subparsers.add_parser(
+        "tui",
+        help="browse timelines in the terminal; with two inputs, diff them",
+        description="Open a job's timeline (every rank's CPU threads and GPU streams) in the "
+        "terminal, with zoom, search, details and a summary. With a second input, a diff screen "
+        "compares the two (for example predicted vs measured). Press ? in the app for the keys.",
+    )
+    p.add_argument("path", type=Path, metavar="PATH", help="a job (trace file or directory)")
+    p.add_argument("path2", type=Path, nargs="?", metavar="PATH2", help="a second job to diff")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    """Run the app until the user quits; an input error ends it with the usual one-line error."""
+    from echo_view.tui.app import EchoViewApp
+
+    paths: list[Path] = [args.path] + ([args.path2] if args.path2 is not None else [])
+    for path in paths:
+        registry.importer_for(path)  # a wrong path fails here, before the screen is taken
+
+    def load(path: Path, progress: Progress) -> Job:
+        return registry.importer_for(path).read([path], progress)
+
+    app = EchoViewApp(list[Path | Job](paths), loader=load)
+    app.run()
+    if app.error is not None:
+        raise app.error
+    return 0

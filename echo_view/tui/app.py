@@ -1,0 +1,218 @@
+"""The echo-view terminal app: loads one or two inputs in a worker thread (with progress), then
+shows the timeline; with two inputs it opens the diff screen on top.
+
+The app reads files only through the ``loader`` it is given (the CLI passes the format
+registry's importers), so the TUI knows no file format.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.worker import get_current_worker
+
+from echo_view.analysis.diff import JobDiff, diff_jobs
+from echo_view.errors import EchoViewError
+from echo_view.formats import Progress
+from echo_view.model import Job
+from echo_view.tui.commands import EchoCommands
+from echo_view.tui.diffscreen import DiffScreen
+from echo_view.tui.help import HelpScreen, Section, binding_rows
+from echo_view.tui.index import Source, TimelineIndex
+from echo_view.tui.panel import Steps, TimelinePanel, view_steps
+from echo_view.tui.screens import LoadingScreen, TimelineScreen
+from echo_view.tui.search import KindFilterScreen
+from echo_view.tui.summary import SummaryScreen
+from echo_view.tui.tables import SortableTable
+from echo_view.tui.timeline import TimelineView
+
+#: Reads one input (file or directory) into a job, reporting progress.
+JobLoader = Callable[[Path, Progress], Job]
+# Progress reaches the UI thread at most this often.
+_PROGRESS_INTERVAL_S = 0.05
+
+
+@dataclass(eq=False)
+class Loaded:
+    """What the loading worker hands to the UI."""
+
+    jobs: list[Job]
+    titles: list[str]
+    full: TimelineIndex
+    views: list[TimelineIndex]
+    steps: list[Steps]
+    diff: JobDiff | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def prepare(jobs: Sequence[Job], titles: Sequence[str]) -> Loaded:
+    """Index the jobs for the timeline (and diff them when there are two)."""
+    t0 = time.perf_counter()
+    labels = ["A", "B"][: len(jobs)] if len(jobs) > 1 else [""]
+    full = TimelineIndex.build([Source(j, lab) for j, lab in zip(jobs, labels, strict=True)])
+    views = [full.view(only_source=i) for i in range(len(jobs))]
+    steps = [view_steps(v, i) for i, v in enumerate(views)]
+    t1 = time.perf_counter()
+    diff = diff_jobs(jobs[0], jobs[1]) if len(jobs) == 2 else None
+    t2 = time.perf_counter()
+    return Loaded(
+        list(jobs), list(titles), full, views, steps, diff, {"index_s": t1 - t0, "diff_s": t2 - t1}
+    )
+
+
+class EchoViewApp(App[None]):
+    """Browse one job's timeline, or diff two."""
+
+    TITLE = "echo-view"
+    COMMANDS = App.COMMANDS | {EchoCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("ctrl+p", "command_palette", "Commands", show=False),
+    ]
+
+    def __init__(
+        self,
+        inputs: Sequence[Path | Job],
+        loader: JobLoader | None = None,
+    ) -> None:
+        super().__init__()
+        if not 1 <= len(inputs) <= 2:
+            raise ValueError("echo-view tui takes one or two inputs")
+        self.inputs = list(inputs)
+        self.loader = loader
+        self.loaded: Loaded | None = None
+        self.error: EchoViewError | None = None
+        self.timings: dict[str, float] = {}
+        self.current = 0
+        self._screens: dict[int, TimelineScreen] = {}
+        self._last_progress = 0.0
+
+    def on_mount(self) -> None:
+        self._t_mount = time.perf_counter()
+        self.push_screen(LoadingScreen())
+        self.load()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _progress(self, message: str, fraction: float) -> None:
+        now = time.perf_counter()
+        if now - self._last_progress < _PROGRESS_INTERVAL_S and 0 <= fraction < 1:
+            return
+        self._last_progress = now
+        self.call_from_thread(self._report, message, fraction)
+
+    def _report(self, message: str, fraction: float) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.report(message, fraction)
+
+    @work(thread=True, group="load")
+    def load(self) -> None:
+        """Read and index the inputs off the UI thread."""
+        worker = get_current_worker()
+        jobs: list[Job] = []
+        titles: list[str] = []
+        t0 = time.perf_counter()
+        try:
+            for i, item in enumerate(self.inputs):
+                if isinstance(item, Job):
+                    jobs.append(item)
+                    titles.append(item.source or f"input {i + 1}")
+                    continue
+                if self.loader is None:
+                    raise ValueError("a path was given but no loader")
+                self._progress(f"reading {item}", -1)
+                jobs.append(self.loader(item, self._progress))
+                titles.append(str(item))
+                if worker.is_cancelled:
+                    return
+        except EchoViewError as exc:
+            self.call_from_thread(self._failed, exc)
+            return
+        t1 = time.perf_counter()
+        self._progress(f"indexing {sum(j.event_count() for j in jobs):,} events", -1)
+        loaded = prepare(jobs, titles)
+        loaded.timings["import_s"] = t1 - t0
+        if not worker.is_cancelled:
+            self.call_from_thread(self._on_loaded, loaded)
+
+    def _failed(self, exc: EchoViewError) -> None:
+        self.error = exc
+        self.exit(return_code=exc.exit_code)
+
+    def _on_loaded(self, loaded: Loaded) -> None:
+        self.loaded = loaded
+        self.timings = dict(loaded.timings)
+        self.timings["ready_s"] = time.perf_counter() - self._t_mount
+        self.switch_screen(self._timeline_screen(0))
+        if loaded.diff is not None:
+            self.action_diff()
+
+    def _timeline_screen(self, i: int) -> str:
+        """Name of input ``i``'s timeline screen, installed once so that switching keeps its
+        zoom and selection."""
+        assert self.loaded is not None
+        name = f"timeline-{i}"
+        if i not in self._screens:
+            title = self.loaded.titles[i]
+            if len(self.loaded.jobs) > 1:
+                title = f"{'AB'[i]}: {title}"
+            screen = TimelineScreen(self.loaded.views[i], self.loaded.steps[i], title)
+            self._screens[i] = screen
+            self.install_screen(screen, name)
+        return name
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        sections: list[Section] = [("Everywhere", binding_rows(self.BINDINGS))]
+        screen_type = type(self.screen)
+        if screen_type in (TimelineScreen, DiffScreen, SummaryScreen):
+            sections.append(("This screen", binding_rows(screen_type.BINDINGS)))
+        sections += [
+            ("Timeline", binding_rows(TimelineView.BINDINGS)),
+            ("Timeline panel", binding_rows(TimelinePanel.BINDINGS)),
+            ("Tables", binding_rows(SortableTable.BINDINGS)),
+            ("Kind filter", binding_rows(KindFilterScreen.BINDINGS)),
+        ]
+        if screen_type is not TimelineScreen:
+            sections.append(("Timeline screen", binding_rows(TimelineScreen.BINDINGS)))
+        if screen_type is not DiffScreen:
+            sections.append(("Diff screen (two inputs)", binding_rows(DiffScreen.BINDINGS)))
+        if screen_type is not SummaryScreen:
+            sections.append(("Summary screen", binding_rows(SummaryScreen.BINDINGS)))
+        self.push_screen(HelpScreen(sections))
+
+    def action_summary(self) -> None:
+        if self.loaded is None or isinstance(self.screen, SummaryScreen):
+            return
+        i = self.current
+        self.push_screen(SummaryScreen(self.loaded.jobs[i], self.loaded.titles[i]))
+
+    def action_diff(self) -> None:
+        loaded = self.loaded
+        if loaded is None or isinstance(self.screen, DiffScreen):
+            return
+        if loaded.diff is None:
+            self.notify("the diff screen needs two inputs: echo-view tui A B", severity="warning")
+            return
+        title = f"A: {loaded.titles[0]}  vs  B: {loaded.titles[1]}"
+        self.push_screen(DiffScreen(loaded.full, loaded.diff, title))
+
+    def action_other_input(self) -> None:
+        if self.loaded is None or len(self.loaded.jobs) < 2:
+            self.notify("only one input is open", severity="warning")
+            return
+        if not isinstance(self.screen, TimelineScreen):
+            return
+        self.current = 1 - self.current
+        self.switch_screen(self._timeline_screen(self.current))

@@ -1,0 +1,84 @@
+"""The ``?`` help screen: every key binding of the app, its screens and the timeline, read from
+their ``BINDINGS`` so that the list cannot drift from what the keys do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+Section = tuple[str, Sequence[tuple[str, str]]]
+
+MOUSE_HELP: Section = (
+    "Mouse (where the terminal sends it)",
+    [
+        ("click", "select the event under the pointer; on a rank label: collapse/expand"),
+        ("wheel", "scroll lanes"),
+        ("ctrl+wheel", "zoom at the pointer"),
+        ("horizontal wheel", "pan"),
+    ],
+)
+
+
+def _key_text(binding: Binding) -> str:
+    keys = [k.strip() for k in binding.key.split(",")]
+    shown = {"equals_sign": "=", "left_square_bracket": "[", "right_square_bracket": "]"}
+    return " ".join(shown.get(k, k) for k in keys)
+
+
+def binding_rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
+    """``(keys, description)`` for each binding that has a description."""
+    rows = []
+    for b in bindings:
+        if isinstance(b, Binding):
+            binding = b
+        elif len(b) == 2:
+            binding = Binding(b[0], b[1])
+        else:
+            binding = Binding(b[0], b[1], b[2])
+        if binding.description:
+            rows.append((_key_text(binding), binding.description))
+    return rows
+
+
+def help_table(sections: Sequence[Section]) -> Table:
+    """The help as one two-column table with a heading per section."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold #e5c07b", no_wrap=True)
+    table.add_column()
+    for title, rows in sections:
+        table.add_row(Text(title, style="bold underline"), "")
+        for keys, desc in rows:
+            table.add_row(keys, desc)
+        table.add_row("", "")
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every binding, grouped by where it applies; Escape, q or ? closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "dismiss", "Close help"),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 90%; max-width: 100; height: 90%; border: round $primary; background: $surface;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, sections: Sequence[Section]) -> None:
+        super().__init__()
+        self.sections = [*sections, MOUSE_HELP]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(help_table(self.sections))

@@ -1,0 +1,238 @@
+"""The timeline panel: ruler, timeline, details, status line and the search box, with the keys
+that act across them (search, n/N, kind filter, jump to partner or peer)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.widgets import Input, Static
+
+from echo_view.analysis.steps import steps_of
+from echo_view.tui.details import DetailsPane
+from echo_view.tui.index import TimelineIndex, class_label
+from echo_view.tui.ruler import TimeRuler
+from echo_view.tui.search import KindFilterScreen, Matches, classes_present, search
+from echo_view.tui.timeline import Selection, TimelineView
+from echo_view.units import format_duration
+
+Steps = list[tuple[int, int, int]]
+
+
+def view_steps(index: TimelineIndex, source: int = 0) -> Steps:
+    """``(number, start, end)`` on the view clock of each step of ``source``, spanning all its
+    ranks (CPU start to the later of CPU end and the end of the GPU work it launched)."""
+    src = index.sources[source]
+    job = src.job
+    origin = job.start_ns() + src.shift_ns
+    spans: dict[int, tuple[int, int]] = {}
+    for tidx, trace in enumerate(job.traces):
+        table = steps_of(trace)
+        off = job.alignment.offsets_ns[tidx] - origin
+        ends = np.maximum(np.asarray(table.end_ns), np.asarray(table.gpu_end_ns))
+        for n, s, e in zip(
+            table.number.tolist(), table.start_ns.tolist(), ends.tolist(), strict=True
+        ):
+            lo, hi = spans.get(n, (s + off, e + off))
+            spans[n] = (min(lo, s + off), max(hi, e + off))
+    return sorted(((n, lo, hi) for n, (lo, hi) in spans.items()), key=lambda x: x[1])
+
+
+class TimelinePanel(Vertical):
+    """Everything around one :class:`TimelineView`."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "search", "Search"),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+        Binding("k", "filter_kinds", "Filter by kind", show=False),
+        Binding("i", "toggle_details", "Details pane", show=False),
+        Binding("p", "jump_partner", "Jump to launch/kernel partner", show=False),
+        Binding("c", "jump_peer", "Jump to collective peer (next rank)", show=False),
+        Binding("escape", "clear", "Clear search/selection", show=False),
+    ]
+    DEFAULT_CSS = """
+    TimelinePanel { height: 1fr; }
+    TimelinePanel > TimelineView { height: 1fr; }
+    TimelinePanel > #status { height: 1; background: $panel; color: $text-muted; }
+    TimelinePanel > Input { dock: bottom; display: none; }
+    TimelinePanel > Input.-shown { display: block; }
+    """
+
+    def __init__(
+        self,
+        index: TimelineIndex,
+        steps: Steps,
+        *,
+        initial_span: tuple[float, float] | None = None,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self.index = index
+        self.steps = steps
+        self.initial_span = initial_span
+        self.matches: Matches | None = None
+        self.match_at = -1
+        self.shown_classes: frozenset[int] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TimeRuler()
+        view = TimelineView(self.index)
+        view.steps = self.steps
+        view.initial_span = self.initial_span
+        yield view
+        yield DetailsPane()
+        yield Static(id="status")
+        yield Input(placeholder="search names (regex; enter: find, esc: cancel)", id="search")
+
+    @property
+    def timeline(self) -> TimelineView:
+        return self.query_one(TimelineView)
+
+    def on_mount(self) -> None:
+        self.timeline.focus()
+
+    def set_index(self, index: TimelineIndex, steps: Steps) -> None:
+        """Show another index (a new alignment) keeping the zoom."""
+        self.index = index
+        self.steps = steps
+        tl = self.timeline
+        tl.set_index(index)
+        tl.steps = steps
+        if self.matches is not None:
+            self._run_search(self.matches.query)
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def on_timeline_view_view_changed(self, message: TimelineView.ViewChanged) -> None:
+        tl = message.timeline
+        self.query_one(TimeRuler).show(tl.window, tl.label_width, "time")
+        self._update_status()
+
+    def on_timeline_view_selected(self, message: TimelineView.Selected) -> None:
+        sel = message.selection
+        details = self.query_one(DetailsPane)
+        if sel is None:
+            details.show(None, 0, 0, 0)
+        else:
+            src = self.index.sources[sel.source]
+            details.show(src.job, sel.trace, sel.row, src.job.start_ns() + src.shift_ns)
+        self._update_status()
+
+    def _update_status(self) -> None:
+        tl = self.timeline
+        w = tl.window
+        parts = []
+        if tl.rows and 0 <= tl.cursor < len(tl.rows):
+            ref = tl.rows[tl.cursor]
+            g = self.index.groups[ref.group]
+            label = ref.track.label if ref.track is not None and not ref.header else "gpu (all)"
+            src = f"{self.index.sources[g.source].label} " if len(self.index.sources) > 1 else ""
+            parts.append(f"{src}r{g.rank} {label}")
+        parts.append(
+            f"{format_duration(w.t0)} … {format_duration(w.t1)}"
+            f" ({format_duration(w.t1 - w.t0)}, {format_duration(w.ns_per_cell)}/cell)"
+        )
+        if 0 <= tl.step_index < len(self.steps):
+            parts.append(f"step {self.steps[tl.step_index][0]}")
+        if self.matches is not None:
+            at = f"{self.match_at + 1}/" if self.match_at >= 0 else ""
+            parts.append(f"/{self.matches.query}: {at}{len(self.matches)}")
+        if self.shown_classes is not None:
+            parts.append("kinds: " + ",".join(class_label(c) for c in sorted(self.shown_classes)))
+        self.query_one("#status", Static).update(" │ ".join(parts))
+
+    # -- search -----------------------------------------------------------------------------------
+
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        box = self.query_one("#search", Input)
+        box.remove_class("-shown")
+        self.timeline.focus()
+        if event.value.strip():
+            self._run_search(event.value.strip())
+            self.action_next_match(1)
+
+    def _run_search(self, query: str) -> None:
+        self.matches = search(self.index, query)
+        self.match_at = -1
+        tl = self.timeline
+        tl.matches = self.matches.starts
+        tl.invalidate()
+        if not len(self.matches):
+            self.notify(f"no event name matches {query!r}", severity="warning")
+        self._update_status()
+
+    def action_next_match(self, direction: int) -> None:
+        m = self.matches
+        if m is None or not len(m):
+            self.notify("no search results: press / to search", severity="warning")
+            return
+        tl = self.timeline
+        span = tl.selection_span()
+        now = float(span[0]) if span is not None else tl.t0 - 1
+        i = m.next_after(now, direction)
+        if i is None:
+            return
+        self.match_at = i
+        track = m.tracks[int(m.track_of[i])]
+        tl.select(Selection(track.source, track.trace, int(track.rows[int(m.pos[i])])))
+        self._update_status()
+
+    def action_clear(self) -> None:
+        box = self.query_one("#search", Input)
+        if box.has_class("-shown"):
+            box.remove_class("-shown")
+            self.timeline.focus()
+            return
+        if self.matches is not None:
+            self.matches = None
+            self.timeline.matches = {}
+            self.timeline.invalidate()
+        else:
+            self.timeline.selection = None
+        self._update_status()
+
+    # -- filter and jumps -------------------------------------------------------------------------
+
+    def action_filter_kinds(self) -> None:
+        def apply(classes: frozenset[int] | None) -> None:
+            self.shown_classes = classes
+            self.index.set_filter(classes)
+            self.timeline.invalidate()
+            self._update_status()
+
+        screen = KindFilterScreen(classes_present(self.index), self.shown_classes)
+        self.app.push_screen(screen, apply)
+
+    def action_toggle_details(self) -> None:
+        self.query_one(DetailsPane).toggle_class("-hidden")
+
+    def _jump(self, why: set[str] | None) -> None:
+        tl = self.timeline
+        sel = tl.selection
+        links = self.query_one(DetailsPane).links
+        cand = [lk for lk in links if (lk.why in why if why else lk.why.startswith("r"))]
+        if sel is None or not cand:
+            self.notify("nothing to jump to", severity="warning")
+            return
+        if why is None:
+            # Peers are in rank order: go to the next rank after the current one, wrapping.
+            later = [lk for lk in cand if lk.trace > sel.trace]
+            cand = later or cand
+        target = cand[0]
+        tl.select(Selection(sel.source, target.trace, target.row))
+
+    def action_jump_partner(self) -> None:
+        self._jump({"launch", "gpu"})
+
+    def action_jump_peer(self) -> None:
+        self._jump(None)

@@ -1,0 +1,100 @@
+"""A DataTable whose columns sort by the numbers behind the formatted cells: ``o`` cycles the
+sort column, ``r`` reverses it, and a click on a header sorts by that column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.widgets import DataTable
+
+from echo_view.units import format_duration
+
+
+class Cell(Text):
+    """Display text that sorts by ``value``."""
+
+    def __init__(self, text: str, value: Any, *, justify: str = "right", style: str = "") -> None:
+        super().__init__(text, justify=justify, style=style)  # type: ignore[arg-type]
+        self.value = value
+
+
+def name_cell(name: str, width: int = 60) -> Cell:
+    """A left-aligned text cell, shortened to ``width`` characters."""
+    short = name if len(name) <= width else name[: width - 1] + "…"
+    return Cell(short, name.lower(), justify="left")
+
+
+def ns_cell(ns: int | float | None) -> Cell:
+    """A duration cell (``-`` when unknown)."""
+    if ns is None:
+        return Cell("-", float("-inf"))
+    return Cell(format_duration(ns), float(ns))
+
+
+def num_cell(value: float | int | None, fmt: str = "{:,}", style: str = "") -> Cell:
+    """A number cell (``-`` when unknown)."""
+    if value is None:
+        return Cell("-", float("-inf"))
+    return Cell(fmt.format(value), float(value), style=style)
+
+
+def delta_cell(ns: int | float) -> Cell:
+    """A signed duration, red when B is slower and green when faster."""
+    style = "#e06c75" if ns > 0 else "#98c379" if ns < 0 else ""
+    sign = "+" if ns > 0 else "-" if ns < 0 else "±"
+    return Cell(sign + format_duration(abs(ns)), float(ns), style=style)
+
+
+def pct_cell(pct: float | None) -> Cell:
+    if pct is None:
+        return Cell("-", float("-inf"))
+    style = "#e06c75" if pct > 0 else "#98c379" if pct < 0 else ""
+    return Cell(f"{pct:+.1f}%", pct, style=style)
+
+
+def _sort_key(value: Any) -> Any:
+    return value.value if isinstance(value, Cell) else str(value)
+
+
+class SortableTable(DataTable[Any]):
+    """DataTable with numeric sorting of :class:`Cell` columns."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("o", "next_sort", "Sort column"),
+        Binding("r", "reverse_sort", "Reverse"),
+    ]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, zebra_stripes=True, cursor_type="row")
+        self.sort_column = -1
+        self.sort_reverse = True
+
+    def fill(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Replace the table's content."""
+        self.clear(columns=True)
+        for c in columns:
+            self.add_column(c, key=c)
+        self.add_rows(rows)
+
+    def sort_by(self, column: int, reverse: bool) -> None:
+        """Sort by column number ``column``."""
+        keys = list(self.columns)
+        if not keys:
+            return
+        self.sort_column = column % len(keys)
+        self.sort_reverse = reverse
+        self.sort(keys[self.sort_column], key=_sort_key, reverse=reverse)
+
+    def action_next_sort(self) -> None:
+        self.sort_by(self.sort_column + 1, True)
+
+    def action_reverse_sort(self) -> None:
+        self.sort_by(max(self.sort_column, 0), not self.sort_reverse)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        same = event.column_index == self.sort_column
+        self.sort_by(event.column_index, not self.sort_reverse if same else True)
