@@ -1,0 +1,140 @@
+"""Compute cost models: how long each non-collective op takes.
+
+A :class:`ComputeModel` turns a workload's ops into durations in one vectorised call. The one
+replay and what-if use, :class:`MeasuredCompute`, keeps each op's measured duration and scales
+it by a factor per op class (``compute.scale.gemm=0.5`` asks "what if GEMMs ran twice as
+fast?"). Kernel names are sorted into classes by :func:`classify_kernels`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.errors import ConfigError
+from echo_view.model.workload import (
+    CLASS_ATTENTION,
+    CLASS_COLLECTIVE,
+    CLASS_ELEMENTWISE,
+    CLASS_EMBEDDING,
+    CLASS_GEMM,
+    CLASS_NORMALIZATION,
+    CLASS_OPTIMIZER,
+    CLASS_OTHER,
+    CLASS_REDUCTION,
+    OP_CLASS_NAMES,
+    Workload,
+)
+
+I64 = npt.NDArray[np.integer[Any]]
+
+#: ``compute.scale.<key>`` keys: every GPU op class but collectives, ``cpu`` for CPU ops, and
+#: ``all`` for every GPU op that is not a collective.
+SCALE_KEYS: tuple[str, ...] = (
+    *(c for c in OP_CLASS_NAMES if c != "collective"),
+    "cpu",
+    "all",
+)
+
+# Kernel-name patterns, tried in order; the first match wins. Attention before GEMM (flash
+# kernels mention gemm tiles), normalisation and embedding before the generic elementwise ones.
+_RULES: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (CLASS_ATTENTION, re.compile(r"flash|fmha|attention|attn|sdpa|softmax", re.I)),
+    (CLASS_EMBEDDING, re.compile(r"embedding|embbag|embedding_bag|index_select|gather", re.I)),
+    (
+        CLASS_GEMM,
+        re.compile(
+            r"gemm|sgemm|hgemm|cutlass|cublas|ampere_|volta_|turing_|hopper_|sm\d+_xmma|"
+            r"xmma|wgmma|matmul|gemv|dot_kernel|splitkreduce|conv",
+            re.I,
+        ),
+    ),
+    (CLASS_NORMALIZATION, re.compile(r"norm|layer_?norm|rms", re.I)),
+    (CLASS_OPTIMIZER, re.compile(r"adam|adagrad|sgd_|multi_tensor|optimizer|fused_.*apply", re.I)),
+    (CLASS_REDUCTION, re.compile(r"reduce|scan|sum_kernel|argmax|topk|sort", re.I)),
+    (CLASS_ELEMENTWISE, re.compile(r"elementwise|vectorized|unrolled|pointwise|fill|copy", re.I)),
+)
+
+
+def classify_kernel(name: str) -> int:
+    """The op class of a GPU kernel, from its name (``other`` when nothing matches)."""
+    if name.startswith(("nccl", "ncclDev", "void nccl")) or "nccl" in name[:24].lower():
+        return CLASS_COLLECTIVE
+    for cls, pattern in _RULES:
+        if pattern.search(name):
+            return cls
+    return CLASS_OTHER
+
+
+def classify_kernels(names: Iterable[str]) -> list[int]:
+    """:func:`classify_kernel` over many names."""
+    return [classify_kernel(n) for n in names]
+
+
+class ComputeModel(Protocol):
+    """Durations of a workload's ops (collectives get their time from the comm model)."""
+
+    def durations(self, workload: Workload) -> I64:
+        """One duration in ns per op."""
+        ...
+
+
+class MeasuredCompute:
+    """Each op's own cost (the measured duration in a replay), scaled per class.
+
+    ``scale`` maps :data:`SCALE_KEYS` to factors: a GPU op of class ``c`` (not a collective,
+    copies included) runs ``scale[c] * scale["all"]`` times its cost; CPU ops run
+    ``scale["cpu"]`` times theirs (gaps between CPU ops are CPU time too and scale with it).
+    """
+
+    def __init__(self, scale: Mapping[str, float] | None = None) -> None:
+        scale = dict(scale or {})
+        unknown = sorted(set(scale) - set(SCALE_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown compute scale {', '.join('compute.scale.' + k for k in unknown)}",
+                hint="known: " + ", ".join("compute.scale." + k for k in SCALE_KEYS),
+            )
+        for key, value in scale.items():
+            if not np.isfinite(value) or value < 0:
+                raise ConfigError(f"compute.scale.{key} must be a finite number >= 0, got {value}")
+        self.scale = scale
+
+    def factors(self, workload: Workload) -> npt.NDArray[np.float64]:
+        """The factor each op's cost is multiplied by."""
+        per_class = np.array([self.scale.get(c, 1.0) for c in OP_CLASS_NAMES], dtype=np.float64)
+        per_class[CLASS_COLLECTIVE] = 1.0
+        gpu = workload.gpu_mask()
+        f = np.where(gpu, per_class[workload.ops.op_class] * self.scale.get("all", 1.0), 1.0)
+        cpu = ~gpu
+        f[cpu] = self.scale.get("cpu", 1.0)
+        f[workload.ops.coll >= 0] = 1.0
+        return f
+
+    def durations(self, workload: Workload) -> I64:
+        return _scaled(workload.ops.dur_ns, self.factors(workload))
+
+    def gaps(self, workload: Workload) -> I64:
+        """Lane gaps under the same scaling (CPU time between CPU ops scales with ``cpu``)."""
+        cpu = self.scale.get("cpu", 1.0)
+        return _scaled(workload.ops.gap_ns, np.where(workload.gpu_mask(), 1.0, cpu))
+
+
+def _scaled(values: npt.ArrayLike, factor: npt.NDArray[np.float64]) -> I64:
+    v = np.asarray(values, dtype=np.int64)
+    if np.all(factor == 1.0):
+        return v.copy()
+    return np.round(v * factor).astype(np.int64)
+
+
+__all__ = [
+    "SCALE_KEYS",
+    "ComputeModel",
+    "MeasuredCompute",
+    "classify_kernel",
+    "classify_kernels",
+]

@@ -1,0 +1,317 @@
+"""What a simulation returns (:class:`SimResult`) and the predicted :class:`~echo_view.model.Job`
+built from it, which exports, validates and analyses like a measured one.
+
+A replayed job keeps every event of its measured source: ops take their simulated times, and
+every other event of a lane (CPU ops and annotations around the runtime calls, GPU annotations
+around kernels) is carried by a monotone piecewise map from measured to predicted time anchored
+on the lane's ops, so nesting and order survive. A workload without a measured source (a traced
+graph) is written op by op through :class:`~echo_view.model.TraceBuilder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import (
+    NONE,
+    ClockAlignment,
+    EventKind,
+    EventTable,
+    Job,
+    StepTable,
+    Trace,
+    TraceBuilder,
+)
+from echo_view.model.kinds import CollectiveKind
+from echo_view.model.workload import DepKind, Workload
+
+I64 = npt.NDArray[np.integer[Any]]
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """Simulated times on the workload's clock (ns from its start).
+
+    ``start_ns``/``end_ns`` per op; a collective's participants all end at the collective's
+    end and each starts at its own ready time. ``coll_start_ns`` is when the last participant
+    was ready (the transfer starts), ``coll_end_ns`` when all end. ``dur_ns`` and
+    ``coll_dur_ns`` are the costs the models gave.
+    """
+
+    start_ns: I64
+    end_ns: I64
+    coll_start_ns: I64
+    coll_end_ns: I64
+    dur_ns: I64
+    coll_dur_ns: I64
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def identical(self, other: SimResult) -> bool:
+        """True when both results hold exactly the same times."""
+        return all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            for f in ("start_ns", "end_ns", "coll_start_ns", "coll_end_ns")
+        )
+
+
+def step_spans(workload: Workload, start: I64, end: I64) -> dict[tuple[int, int], int]:
+    """``{(rank, step number): ns}`` from each step's marker start to the latest end of the
+    GPU work (or, with none, any work) that belongs to the step — on the times given, which
+    may be simulated or measured."""
+    out: dict[tuple[int, int], int] = {}
+    steps = workload.steps
+    if not len(steps):
+        return out
+    ops = workload.ops
+    gpu = workload.gpu_mask()
+    for s in range(len(steps)):
+        members = ops.step == s
+        sel = members & gpu
+        if not sel.any():
+            sel = members
+        t0 = int(start[int(steps.marker[s])])
+        t1 = int(end[sel].max()) if sel.any() else t0
+        out[(int(steps.rank[s]), int(steps.number[s]))] = t1 - t0
+    return out
+
+
+def predicted_job(
+    workload: Workload, result: SimResult, source: Job | None = None, origin_ns: int = 0
+) -> Job:
+    """The simulated timeline as a :class:`~echo_view.model.Job`.
+
+    With ``source`` (the measured job the workload was reconstructed from), every measured
+    event is kept and moved to its predicted time, each trace stays on its own clock and the
+    source's clock alignment still applies; ``origin_ns`` is the aligned source time that the
+    workload's 0 stands for. Without it the job is built from the ops alone, on one clock that
+    starts at ``origin_ns``.
+    """
+    if source is not None:
+        traces = tuple(
+            _replayed_trace(workload, result, t, off - origin_ns)
+            for t, off in zip(source.traces, source.alignment.offsets_ns, strict=True)
+        )
+        return Job(
+            traces=traces,
+            alignment=source.alignment,
+            world_size=source.world_size,
+            source=source.source,
+            predicted=True,
+            meta={**source.meta, "simulated": True},
+        )
+    built = tuple(_built_trace(workload, result, r) for r in workload.ranks)
+    if origin_ns:
+        built = tuple(_shifted(t, origin_ns) for t in built)
+    return Job(
+        traces=built,
+        alignment=ClockAlignment("simulated", tuple(0 for _ in built), 0, "one simulated clock"),
+        world_size=workload.world_size,
+        source="workload",
+        predicted=True,
+        meta={"simulated": True},
+    )
+
+
+def _lane_map(t: I64, ms: I64, me: I64, ps: I64, pe: I64) -> I64:
+    """Map measured times ``t`` to predicted ones through anchors sorted by ``ms``: linear
+    inside an op, gap-preserving (capped at the next op's start) between ops."""
+    k = np.searchsorted(ms, t, side="right") - 1
+    out = np.empty(len(t), dtype=np.int64)
+    before = k < 0
+    out[before] = ps[0] - (ms[0] - t[before])
+    kk = k[~before]
+    tt = t[~before]
+    m_s, m_e, p_s, p_e = ms[kk], me[kk], ps[kk], pe[kk]
+    inside = tt <= m_e
+    span = np.maximum(m_e - m_s, 1)
+    ratio = (p_e - p_s) / span
+    lin = p_s + np.round((tt - m_s) * ratio).astype(np.int64)
+    gap = p_e + (tt - m_e)
+    nxt = np.minimum(kk + 1, len(ms) - 1)
+    cap = np.where(kk + 1 < len(ms), ps[nxt], np.iinfo(np.int64).max)
+    res = np.where(inside, np.minimum(lin, p_e), np.minimum(gap, cap))
+    out[~before] = res
+    return out
+
+
+def _replayed_trace(wl: Workload, res: SimResult, trace: Trace, shift: int) -> Trace:
+    """``trace`` with every event moved to predicted time (trace time + ``shift`` is workload
+    time; the caller moves the result back to the job's clock)."""
+    ev = trace.events
+    ops = np.flatnonzero((wl.ops.rank == trace.rank) & (wl.ops.source >= 0))
+    src = wl.ops.source[ops].astype(np.int64)
+    m_start = ev.start_ns + shift
+    m_end = m_start + ev.dur_ns
+    new_start = m_start.copy()
+    new_end = m_end.copy()
+    lanes = ev.lane
+    op_lane = lanes[src]
+    anchors: dict[int, tuple[I64, I64, I64, I64]] = {}
+    for lane in np.unique(op_lane).tolist():
+        a = ops[op_lane == lane]
+        rows = src[op_lane == lane]
+        order = np.argsort(m_start[rows], kind="stable")
+        a, rows = a[order], rows[order]
+        anchor = (m_start[rows], m_end[rows], res.start_ns[a], res.end_ns[a])
+        anchors[lane] = anchor
+        on = np.flatnonzero(lanes == lane)
+        s_map = _lane_map(m_start[on], *anchor)
+        e_map = _lane_map(m_end[on], *anchor)
+        new_start[on] = s_map
+        new_end[on] = np.maximum(e_map, s_map)
+    new_start[src] = res.start_ns[ops]
+    new_end[src] = res.end_ns[ops]
+    events = EventTable(
+        kind=ev.kind,
+        start_ns=new_start - shift,
+        dur_ns=new_end - new_start,
+        name=ev.name,
+        cat=ev.cat,
+        lane=ev.lane,
+        correlation=ev.correlation,
+        external_id=ev.external_id,
+        args_blob=ev.args_blob,
+        args_offsets=ev.args_offsets,
+    )
+    return Trace(
+        rank=trace.rank,
+        source=trace.source,
+        strings=trace.strings,
+        events=events,
+        lanes=trace.lanes,
+        flows=trace.flows,
+        collectives=trace.collectives,
+        groups=trace.groups,
+        steps=_replayed_steps(wl, res, trace, shift, anchors),
+        devices=trace.devices,
+        metadata={**dict(trace.metadata), "simulated": True},
+    )
+
+
+def _replayed_steps(
+    wl: Workload,
+    res: SimResult,
+    trace: Trace,
+    shift: int,
+    anchors: dict[int, tuple[I64, I64, I64, I64]],
+) -> StepTable:
+    """Steps of the replayed trace: each starts at its marker's simulated start and ends where
+    the marker's lane map takes the measured step end; ``gpu_end_ns`` is left for the
+    analysis to compute from the work launched in the step."""
+    marks = np.flatnonzero(wl.steps.rank == trace.rank)
+    if not len(marks):
+        return StepTable.empty()
+    number = wl.steps.number[marks].astype(np.int64)
+    marker = wl.steps.marker[marks]
+    start = res.start_ns[marker].astype(np.int64)
+    end = start.copy()
+    m_step_end = wl.meta.get("measured_step_end_ns", {})
+    for i, m in enumerate(marker.tolist()):
+        row = int(wl.ops.source[m])
+        measured_end = m_step_end.get((trace.rank, int(number[i])))
+        if row >= 0 and measured_end is not None:
+            lane = int(trace.events.lane[row])
+            mapped = _lane_map(np.array([measured_end], dtype=np.int64), *anchors[lane])
+            end[i] = max(int(mapped[0]), int(start[i]))
+    return StepTable(
+        number=number,
+        start_ns=start - shift,
+        end_ns=end - shift,
+        gpu_end_ns=np.full(len(marks), NONE, dtype=np.int64),
+    )
+
+
+def _shifted(trace: Trace, by: int) -> Trace:
+    ev = trace.events
+    steps = trace.steps
+    return Trace(
+        rank=trace.rank,
+        source=trace.source,
+        strings=trace.strings,
+        events=EventTable(
+            kind=ev.kind,
+            start_ns=ev.start_ns + by,
+            dur_ns=ev.dur_ns,
+            name=ev.name,
+            cat=ev.cat,
+            lane=ev.lane,
+            correlation=ev.correlation,
+            external_id=ev.external_id,
+            args_blob=ev.args_blob,
+            args_offsets=ev.args_offsets,
+        ),
+        lanes=trace.lanes,
+        flows=trace.flows,
+        collectives=trace.collectives,
+        groups=trace.groups,
+        steps=StepTable(
+            number=steps.number,
+            start_ns=steps.start_ns + by,
+            end_ns=np.where(steps.end_ns >= 0, steps.end_ns + by, NONE),
+            gpu_end_ns=np.where(steps.gpu_end_ns >= 0, steps.gpu_end_ns + by, NONE),
+            detected=steps.detected,
+        ),
+        devices=trace.devices,
+        metadata=trace.metadata,
+    )
+
+
+def _built_trace(wl: Workload, res: SimResult, rank: int) -> Trace:
+    """One rank's predicted trace written op by op."""
+    b = TraceBuilder(rank, source="simulated")
+    b.metadata["simulated"] = True
+    ops = wl.ops
+    mine = np.flatnonzero(ops.rank == rank)
+    lane_ids: dict[int, int] = {}
+    for lane_idx in np.unique(ops.lane[mine]):
+        lane = wl.lanes[int(lane_idx)]
+        lane_ids[int(lane_idx)] = b.lane(
+            lane.kind, lane.pid, lane.tid, lane.name, device=lane.device, stream=lane.stream
+        )
+    group_ids = {g: b.group(pg.name, pg.ranks, pg.description) for g, pg in enumerate(wl.groups)}
+    row_of: dict[int, int] = {}
+    for i in mine.tolist():
+        row_of[i] = b.event(
+            EventKind(int(ops.kind[i])),
+            wl.strings[int(ops.name[i])],
+            int(res.start_ns[i]),
+            int(res.end_ns[i] - res.start_ns[i]),
+            lane_ids[int(ops.lane[i])],
+            correlation=i,
+        )
+        c = int(ops.coll[i])
+        if c >= 0:
+            cs = wl.collectives
+            b.collective(
+                row_of[i],
+                CollectiveKind(int(cs.kind[c])),
+                nbytes=int(cs.bytes[c]),
+                group=group_ids[int(cs.group[c])],
+                seq=int(cs.seq[c]),
+            )
+    deps = wl.deps
+    dst = deps.dst()
+    launch = np.flatnonzero(deps.kind == int(DepKind.LAUNCH))
+    for k in launch.tolist():
+        a, z = int(deps.src[k]), int(dst[k])
+        if a in row_of and z in row_of:
+            b.flow(row_of[a], row_of[z], flow_id=z)
+    gpu = wl.gpu_mask()
+    for s in np.flatnonzero(wl.steps.rank == rank).tolist():
+        members = ops.step == s
+        t0 = int(res.start_ns[int(wl.steps.marker[s])])
+        cpu_sel = members & ~gpu
+        gpu_sel = members & gpu
+        t_cpu = int(res.end_ns[cpu_sel].max()) if cpu_sel.any() else t0
+        t_gpu = int(res.end_ns[gpu_sel].max()) if gpu_sel.any() else NONE
+        b.step(int(wl.steps.number[s]), t0, t_cpu, t_gpu)
+    return b.build()
+
+
+__all__ = ["SimResult", "predicted_job", "step_spans"]
