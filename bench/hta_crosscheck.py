@@ -94,7 +94,7 @@ def run_hta(files: list[Path]) -> dict[int, dict[str, float]]:
             "non_compute": float(r["non_compute_time(us)"]),
         }
     for _, r in ov.iterrows():
-        out[int(r["rank"])]["overlap"] = 100.0 * float(r["comp_comm_overlap_ratio"])
+        out[int(r["rank"])]["overlap"] = float(r["comp_comm_overlap_pctg"])
     return out
 
 

@@ -1,0 +1,54 @@
+"""echo-view's breakdown versus HolisticTraceAnalysis 0.5.0 on real traces.
+
+Runs only where ``hta`` is importable (its own venv, see bench/hta_crosscheck.py):
+``.venv-hta/bin/python -m pytest tests/analysis/test_hta_crosscheck.py``. echo-view recomputes
+HTA's quantities with HTA's window, step filter and µs rounding
+(:mod:`echo_view.analysis.hta_compat`) on its own interval arithmetic and kernel labels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("hta")
+pytest.importorskip("importers.kineto")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _crosscheck() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "hta_crosscheck", ROOT / "bench" / "hta_crosscheck.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+XC = _crosscheck()
+
+
+@pytest.mark.parametrize("job", XC.DEFAULT_JOBS, ids=lambda p: p.name.split(".")[0])
+def test_breakdown_agrees_with_hta(job: Path) -> None:
+    rows = XC.compare(job)
+    ranks = {r.rank for r in rows}
+    assert ranks, "HTA found no rank"
+    for r in rows:
+        assert r.hta >= 0 and r.ours >= 0
+        if r.quantity == "overlap":
+            # HTA rounds the overlap percentage to two decimals.
+            assert abs(r.diff) <= 0.005 + 1e-9, r
+        else:
+            # Whole µs on both sides; agreement to 0.01% of the window (the brief allows 1%).
+            assert abs(r.diff_pct_of_window) <= 0.01, r
+    by = {(r.rank, r.quantity): r.ours for r in rows}
+    for rank in ranks:
+        parts = by[rank, "idle"] + by[rank, "compute"] + by[rank, "non_compute"]
+        assert parts == pytest.approx(by[rank, "window"])
