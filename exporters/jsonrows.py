@@ -70,8 +70,15 @@ class _HeadCache:
         self, cat: npt.NDArray[Any], name: npt.NDArray[Any], thread: npt.NDArray[Any]
     ) -> tuple[list[bytes], list[int]]:
         """Distinct heads of these rows and each row's index into them."""
-        keys = np.stack((cat.astype(np.int64), name.astype(np.int64), thread.astype(np.int64)))
-        uniq, inv = np.unique(keys, axis=1, return_inverse=True)
+        # Two int64 keys instead of a row-wise unique (which sorts void records, ~10x slower):
+        # (cat, name) < 2**62 since string ids are int32; then (that pair's rank, thread).
+        pair = cat.astype(np.int64) * len(self._trace.strings) + name.astype(np.int64)
+        pairs, pair_inv = np.unique(pair, return_inverse=True)
+        key = pair_inv.astype(np.int64) * len(self._threads) + thread.astype(np.int64)
+        keys, inv = np.unique(key, return_inverse=True)
+        n_strings = len(self._trace.strings)
+        pair_of = pairs[keys // len(self._threads)]
+        uniq = np.stack((pair_of // n_strings, pair_of % n_strings, keys % len(self._threads)))
         out: list[bytes] = []
         for c, n, t in uniq.T.tolist():
             h = self._heads.get((c, n, t))

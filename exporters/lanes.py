@@ -19,12 +19,23 @@ import numpy as np
 import numpy.typing as npt
 
 Ints = npt.NDArray[np.integer[Any]]
+I64 = npt.NDArray[np.int64]
 
 
 def nesting_order(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.intp]:
     """Row order by (group, start, longest first, row): Perfetto's order for ``X`` slices."""
-    rows = np.arange(len(start_ns))
-    return np.lexsort((rows, -np.asarray(dur_ns), start_ns, group))
+    # lexsort is stable, so equal keys keep row order.
+    return np.lexsort((-np.asarray(dur_ns), start_ns, group))
+
+
+def _combined_key(group: I64, times: I64, lo: int, hi: int) -> I64 | None:
+    """``group`` and ``times`` in one sortable int64, or ``None`` when they do not fit."""
+    span_bits = max(1, int(hi - lo).bit_length())
+    group_bits = max(1, int(group.max()).bit_length()) if len(group) else 1
+    if group.min() < 0 or span_bits + group_bits > 62:
+        return None
+    key: I64 = (group << span_bits) + (times - lo)
+    return key
 
 
 def badly_nested(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.bool_]:
@@ -43,8 +54,34 @@ def badly_nested(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.bo
     s = np.asarray(start_ns)[cand].astype(np.int64)
     d = np.asarray(dur_ns)[cand].astype(np.int64)
     g = np.asarray(group)[cand].astype(np.int64)
+    e = s + d
+    opens = nesting_order(s, d, g)
     rank = np.empty(m, dtype=np.int64)
-    rank[nesting_order(s, d, g)] = np.arange(m)
+    rank[opens] = np.arange(m)
+    ko = _combined_key(g, s, int(s.min()), int(e.max()))
+    kc = _combined_key(g, e, int(s.min()), int(e.max()))
+    if ko is None or kc is None:
+        return _badly_nested_lexsort(s, d, g, rank, cand, bad)
+    # Closes sorted by (group, end, inner first). Merging them with the sorted opens (closes
+    # first at equal keys) gives each bracket's depth by counting, without materialising it.
+    closes = np.lexsort((-rank, kc))
+    ko_sorted = ko[opens]
+    kc_sorted = kc[closes]
+    depth_open = np.arange(1, m + 1) - np.searchsorted(kc_sorted, ko_sorted, "right")
+    depth_close = np.searchsorted(ko_sorted, kc_sorted, "left") - np.arange(m)
+    at_open = np.empty(m, dtype=np.int64)
+    at_open[opens] = depth_open
+    at_close = np.empty(m, dtype=np.int64)
+    at_close[closes] = depth_close
+    bad[cand] = at_open != at_close
+    return bad
+
+
+def _badly_nested_lexsort(
+    s: I64, d: I64, g: I64, rank: I64, cand: npt.NDArray[np.intp], bad: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.bool_]:
+    """:func:`badly_nested` for keys too wide to combine: sort all brackets together."""
+    m = len(s)
     # Brackets: opens (kind 1, outer first), closes (kind 0, inner first) sorted per group by time.
     times = np.concatenate((s, s + d))
     kinds = np.concatenate((np.ones(m, np.int8), np.zeros(m, np.int8)))

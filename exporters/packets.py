@@ -52,6 +52,9 @@ _ARGS, _CORR, _EXT, _COLL, _BYTES, _GROUP, _SEQ, _STEP = range(1, 9)
 _PACKET_HEAD = b"\x40"  # TracePacket.timestamp (8, varint)
 _PACKET_MID = bytes([0x50, SEQUENCE_ID, 0x68, 0x02, 0x5A])  # seq id (10), flags (13), event (11)
 _TYPE, _TRACK, _NAME, _CAT, _ANNOTATION = b"\x48", b"\x58", b"\x50", b"\x18", b"\x22"
+#: Room left in front of each event for the packet header: tag, length, timestamp, sequence id,
+#: flags, event tag and event length (at most 1 + 10 + 1 + 10 + 5 + 10 bytes).
+_HEAD_ROOM = 40
 _FLOW_OUT, _FLOW_END, _DOUBLE = b"\xf9\x02", b"\x81\x03", b"\xe1\x02"  # 47, 48, 44 (fixed64)
 
 
@@ -171,7 +174,7 @@ class PacketEncoder:
         cat = np.full(n, it.step_cat_iid, dtype=np.int64)
         cat[ev] = it.cat_iid[ref[ev]]
 
-        te = Rows(n)
+        te = Rows(n, 96, start=_HEAD_ROOM)
         te.raw(_TYPE)
         te.varint(typ)
         te.raw(_TRACK)
@@ -217,14 +220,14 @@ class PacketEncoder:
         )
         te_len = te.len + size
 
-        pk = Rows(n, 24)
-        pk.raw(_PACKET_HEAD)
-        pk.varint(ts)
-        pk.raw(_PACKET_MID)
-        pk.varint(te_len)
-        out = Rows(n, 32 + te.buf.shape[1])
-        out.raw(b"\x0a")  # Trace.packet (1, length-delimited)
-        out.varint(pk.len + te_len)
-        out.append(pk)
-        out.append(te)
-        return with_suffixes(out.flat(), out.len, args, size)
+        head = Rows(n, _HEAD_ROOM)
+        head.raw(b"\x0a")  # Trace.packet (1, length-delimited)
+        head.varint(
+            len(_PACKET_HEAD) + varint_len(ts) + len(_PACKET_MID) + varint_len(te_len) + te_len
+        )
+        head.raw(_PACKET_HEAD)
+        head.varint(ts)
+        head.raw(_PACKET_MID)
+        head.varint(te_len)
+        te.prepend(head)
+        return with_suffixes(te.flat(), te.total_len(), args, size)

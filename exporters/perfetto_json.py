@@ -23,6 +23,7 @@ import numpy as np
 from echo_view.formats import Progress, atomic_output, no_progress
 from echo_view.model import EventKind, Job
 from exporters.jsonrows import (
+    CHUNK_ROWS,
     counter_head,
     event_chunks,
     instant_head,
@@ -166,7 +167,13 @@ def _flow_rows(layout: ExportLayout, phase: bytes) -> bytes:
     )
 
 
-def write_json(job: Job, layout: ExportLayout, out: Sink, progress: Progress) -> None:
+def write_json(
+    job: Job,
+    layout: ExportLayout,
+    out: Sink,
+    progress: Progress = no_progress,
+    chunk_rows: int = CHUNK_ROWS,
+) -> None:
     """Write the whole JSON document for ``job`` laid out as ``layout`` to ``out``."""
     out.write(b'{"traceEvents":[\n')
     total = max(1, layout.event_count())
@@ -183,7 +190,9 @@ def write_json(job: Job, layout: ExportLayout, out: Sink, progress: Progress) ->
                 rows = np.flatnonzero(rl.is_slice)
             else:
                 rows = np.flatnonzero(kind == int(which))
-            for n, text in event_chunks(rl, rows, layout.threads, head, with_dur=with_dur):
+            for n, text in event_chunks(
+                rl, rows, layout.threads, head, with_dur=with_dur, chunk_rows=chunk_rows
+            ):
                 out.write(text)
                 progress(f"rank {rl.trace.rank}: writing events", (done + n) / total)
             done += len(rows)
@@ -204,8 +213,9 @@ class PerfettoJsonExporter:
     name = "perfetto-json"
     suffixes = (".json", ".json.gz")
 
-    def __init__(self, *, gzip_level: int = GZIP_LEVEL) -> None:
+    def __init__(self, *, gzip_level: int = GZIP_LEVEL, chunk_rows: int = CHUNK_ROWS) -> None:
         self.gzip_level = gzip_level
+        self.chunk_rows = chunk_rows
         #: Summary of the last :meth:`write` (``None`` before the first).
         self.last_stats: ExportStats | None = None
 
@@ -218,7 +228,7 @@ class PerfettoJsonExporter:
                 with gzip.GzipFile(
                     filename="", mode="wb", fileobj=raw, compresslevel=self.gzip_level, mtime=0
                 ) as gz:
-                    write_json(job, layout, gz, progress)
+                    write_json(job, layout, gz, progress, self.chunk_rows)
             else:
-                write_json(job, layout, raw, progress)
+                write_json(job, layout, raw, progress, self.chunk_rows)
         self.last_stats = layout.stats(layout.event_count())

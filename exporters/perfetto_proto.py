@@ -118,7 +118,13 @@ def _write_metadata(
     builder.write_packet(packet)
 
 
-def write_pftrace(job: Job, layout: ExportLayout, out: IO[bytes], progress: Progress) -> int:
+def write_pftrace(
+    job: Job,
+    layout: ExportLayout,
+    out: IO[bytes],
+    progress: Progress = no_progress,
+    chunk_packets: int = CHUNK_PACKETS,
+) -> int:
     """Write ``job`` laid out as ``layout`` to ``out``; returns the packets written."""
     builder = StreamingTraceProtoBuilder(out)
     interned = intern(layout)
@@ -129,9 +135,9 @@ def write_pftrace(job: Job, layout: ExportLayout, out: IO[bytes], progress: Prog
     _write_metadata(builder, job, layout, first_free + len(ctrs.tracks))
     order = packet_order(layout, interned, ctrs)
     encoder = PacketEncoder(layout, interned, ctrs)
-    for lo in range(0, len(order), CHUNK_PACKETS):
-        out.write(encoder.encode(order, slice(lo, lo + CHUNK_PACKETS)))
-        progress("writing packets", min(1.0, (lo + CHUNK_PACKETS) / len(order)))
+    for lo in range(0, len(order), chunk_packets):
+        out.write(encoder.encode(order, slice(lo, lo + chunk_packets)))
+        progress("writing packets", min(1.0, (lo + chunk_packets) / len(order)))
     return len(order)
 
 
@@ -141,7 +147,8 @@ class PerfettoProtoExporter:
     name = "perfetto-proto"
     suffixes = (".pftrace", ".perfetto-trace")
 
-    def __init__(self) -> None:
+    def __init__(self, *, chunk_packets: int = CHUNK_PACKETS) -> None:
+        self.chunk_packets = chunk_packets
         #: Summary of the last :meth:`write` (``None`` before the first).
         self.last_stats: ExportStats | None = None
 
@@ -149,5 +156,5 @@ class PerfettoProtoExporter:
         """Write ``job`` to ``path`` atomically."""
         layout = build_layout(job)
         with atomic_output(Path(path)) as tmp, open(tmp, "wb") as fh:
-            write_pftrace(job, layout, fh, progress)
+            write_pftrace(job, layout, fh, progress, self.chunk_packets)
         self.last_stats = layout.stats(layout.event_count())

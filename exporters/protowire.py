@@ -45,19 +45,30 @@ def varint_bytes(value: int) -> bytes:
 
 def varint_len(values: npt.NDArray[Any]) -> I64:
     """Encoded length of each varint (1..10)."""
-    v = np.asarray(values).astype(np.uint64)
+    v = np.asarray(values).astype(np.int64).view(np.uint64)
     n = np.ones(len(v), dtype=np.int64)
-    for k in range(1, 10):
+    top = int(v.max()) if len(v) else 0
+    k = 1
+    while k < 10 and top >= 1 << (7 * k):
         n += v >= np.uint64(1 << (7 * k))
+        k += 1
     return n
 
 
 class Rows:
-    """The bytes of ``n`` messages, appended to field by field."""
+    """The bytes of ``n`` messages, appended to field by field.
 
-    def __init__(self, n: int, width: int = 64) -> None:
-        self.buf = np.zeros((n, width), dtype=np.uint8)
+    Row ``i`` occupies ``buf[i, start : start + len[i]]``. With ``start`` > 0 a header whose
+    length depends on the body (a length prefix) can be put in front later with
+    :meth:`prepend`, without moving the body: :meth:`flat` then skips the gap between them.
+    Writes go through flat indices into ``buf``, the fastest form of numpy scatter.
+    """
+
+    def __init__(self, n: int, width: int = 64, start: int = 0) -> None:
+        self.start = start
+        self.buf = np.zeros((n, max(width, start + 1)), dtype=np.uint8)
         self.len = np.zeros(n, dtype=np.int64)
+        self.head_len = np.zeros(n, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.len)
@@ -65,23 +76,27 @@ class Rows:
     def _rows(self, mask: Mask | None) -> npt.NDArray[np.intp]:
         return np.arange(len(self.len)) if mask is None else np.flatnonzero(mask)
 
-    def _reserve(self, rows: npt.NDArray[np.intp], extra: int) -> None:
-        need = int(self.len[rows].max()) + extra if len(rows) else 0
+    def _at(self, rows: npt.NDArray[np.intp], extra: int) -> tuple[U8, I64]:
+        """Flat buffer and flat write positions of ``rows``, grown for ``extra`` more bytes."""
+        at = self.len[rows] + self.start
+        need = int(at.max()) + extra if len(rows) else 0
         width = self.buf.shape[1]
         if need > width:
             grown = np.zeros((len(self.len), max(need, 2 * width)), dtype=np.uint8)
             grown[:, :width] = self.buf
             self.buf = grown
+            width = grown.shape[1]
+        flat: U8 = self.buf.reshape(-1)
+        return flat, rows * width + at
 
     def raw(self, data: bytes, mask: Mask | None = None) -> None:
         """Append the same bytes to every row (or the rows of ``mask``)."""
         rows = self._rows(mask)
         if not len(rows) or not data:
             return
-        self._reserve(rows, len(data))
-        at = self.len[rows]
+        flat, at = self._at(rows, len(data))
         for j, byte in enumerate(data):
-            self.buf[rows, at + j] = byte
+            flat[at + j] = byte
         self.len[rows] += len(data)
 
     def varint(self, values: npt.NDArray[Any], mask: Mask | None = None) -> None:
@@ -90,15 +105,18 @@ class Rows:
         if not len(rows):
             return
         v = np.asarray(values)[rows].astype(np.int64).view(np.uint64)
-        n = varint_len(v)
-        self._reserve(rows, int(n.max()))
-        at = self.len[rows]
-        for j in range(int(n.max())):
-            m = n > j
-            byte = ((v[m] >> np.uint64(7 * j)) & np.uint64(0x7F)).astype(np.uint8)
-            byte |= np.where(n[m] > j + 1, 0x80, 0).astype(np.uint8)
-            self.buf[rows[m], at[m] + j] = byte
-        self.len[rows] += n
+        n = lengths = varint_len(v)
+        most = int(n.max())
+        flat, at = self._at(rows, most)
+        for j in range(most):
+            if j:
+                m = n > j
+                v, n, at = v[m], n[m], at[m]
+            byte = (v & np.uint64(0x7F)).astype(np.uint8)
+            byte |= ((n > j + 1) * 0x80).astype(np.uint8)
+            flat[at + j] = byte
+            v = v >> np.uint64(7)
+        self.len[rows] += lengths
 
     def fixed64(self, values: npt.NDArray[Any], mask: Mask | None = None) -> None:
         """Append 8 little-endian bytes per row (int64 ids, or float64 bit patterns)."""
@@ -108,10 +126,9 @@ class Rows:
         arr = np.asarray(values)[rows]
         as_bytes = np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("<"))).view(np.uint8)
         as_bytes = as_bytes.reshape(len(rows), 8)
-        self._reserve(rows, 8)
-        at = self.len[rows]
+        flat, at = self._at(rows, 8)
         for j in range(8):
-            self.buf[rows, at + j] = as_bytes[:, j]
+            flat[at + j] = as_bytes[:, j]
         self.len[rows] += 8
 
     def pooled(self, pool: list[bytes], index: npt.NDArray[Any], mask: Mask | None = None) -> None:
@@ -123,23 +140,27 @@ class Rows:
             sel[rows] = idx[rows] == value
             self.raw(pool[value], sel)
 
-    def append(self, other: Rows) -> None:
-        """Append ``other``'s row ``i`` to row ``i``."""
-        if not len(other.len):
-            return
-        most = int(other.len.max())
-        rows = np.arange(len(self.len))
-        self._reserve(rows, most)
-        at = self.len
-        for j in range(most):
-            m = other.len > j
-            self.buf[m, at[m] + j] = other.buf[m, j]
-        self.len += other.len
+    def prepend(self, head: Rows) -> None:
+        """Put ``head``'s rows (built from column 0) in front of these rows."""
+        width = head.buf.shape[1]
+        if head.start or width > self.start:
+            raise ValueError(
+                f"a head of width {width} does not fit in front of column {self.start}"
+            )
+        self.buf[:, :width] = head.buf
+        self.head_len = head.len.copy()
+
+    def total_len(self) -> I64:
+        """Length of each row, head included."""
+        out: I64 = self.head_len + self.len
+        return out
 
     def flat(self) -> U8:
-        """All rows' bytes, concatenated."""
-        width = self.buf.shape[1]
-        valid = np.arange(width)[None, :] < self.len[:, None]
+        """All rows' bytes (head, then body), concatenated."""
+        cols = np.arange(self.buf.shape[1])[None, :]
+        valid = cols < self.head_len[:, None]
+        if self.start:
+            valid |= (cols >= self.start) & (cols < (self.start + self.len)[:, None])
         out: U8 = self.buf[valid]
         return out
 
@@ -148,15 +169,9 @@ def with_suffixes(head: U8, head_len: I64, tail: bytes, tail_len: I64) -> bytes:
     """Row ``i`` = ``head`` row ``i`` followed by ``tail`` row ``i`` (both given concatenated)."""
     if not len(tail):
         return head.tobytes()
-    total = head_len + tail_len
-    start = np.zeros(len(total), dtype=np.int64)
-    np.cumsum(total[:-1], out=start[1:])
-    size = int(total.sum())
-    step = np.zeros(size + 1, dtype=np.int8)
-    step[start + head_len] += 1
-    step[start + total] -= 1
-    in_tail = np.cumsum(step[:-1], dtype=np.int8).astype(bool)
-    out = np.empty(size, dtype=np.uint8)
+    counts = np.stack((head_len, tail_len), axis=1).reshape(-1)
+    in_tail = np.repeat(np.tile(np.array([False, True]), len(head_len)), counts)
+    out = np.empty(len(in_tail), dtype=np.uint8)
     out[~in_tail] = head
     out[in_tail] = np.frombuffer(tail, dtype=np.uint8)
     return out.tobytes()

@@ -1,0 +1,70 @@
+"""``echo-view export PATH... -o OUT``: write the traces of one job for Perfetto / chrome://tracing.
+
+The importer is the one that recognises the first path (all paths must be of that format and
+are read as one job); the exporter is chosen by the suffix of ``OUT``: ``.json`` / ``.json.gz``
+(Chrome JSON that Perfetto and chrome://tracing open) or ``.pftrace`` (native Perfetto
+protobuf, smaller and faster to load for big jobs). A one-line summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from echo_view.cli.info import StderrProgress
+from echo_view.errors import UsageError
+from echo_view.formats import Registry
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``export`` sub-command."""
+    p = subparsers.add_parser(
+        "export",
+        help="write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
+        description="Write the traces of one job as one file for Perfetto: one process per "
+        "rank and GPU, one per rank and CPU process, named threads and streams, overlapping "
+        "slices on extra lanes, launch -> kernel and cross-rank collective flows, a steps track "
+        "per rank, times relative to the job start (exact to the nanosecond).",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=Path,
+        metavar="OUT",
+        help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    """Import, export, summarise on stderr."""
+    paths: list[Path] = list(args.paths)
+    out: Path = args.output
+    exporter = registry.exporter_for(out)  # a wrong suffix fails before a long import
+    if out.is_dir():
+        raise UsageError(f"output {str(out)!r} is a directory", hint="give a file name")
+    for path in paths:
+        if path.exists() and out.exists() and path.resolve() == out.resolve():
+            raise UsageError(f"output {str(out)!r} is also an input", hint="choose another name")
+    importer = registry.importer_for(paths[0])
+    for path in paths[1:]:
+        other = registry.importer_for(path)
+        if other.name != importer.name:
+            raise UsageError(
+                f"{path} is a {other.name} file but {paths[0]} is {importer.name}",
+                hint="give the files of one job in one format",
+            )
+    progress = StderrProgress(sys.stderr)
+    try:
+        job = importer.read(paths, progress)
+        exporter.write(job, out, progress)
+    finally:
+        progress.close()
+    stats = getattr(exporter, "last_stats", None)
+    detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
+    print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)
+    return 0
