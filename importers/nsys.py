@@ -1,0 +1,295 @@
+"""Nsight Systems importer: ``nsys export --type sqlite`` files (also gzip-compressed) and
+``.nsys-rep`` reports into a :class:`~echo_view.model.job.Job`.
+
+What is read, how ranks are mapped and which export flags to use: ``docs/nsys.md``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from echo_view.formats import Progress, no_progress
+from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.kinds import EventKind
+from echo_view.model.trace import DeviceInfo, Trace
+from importers.nsys_build import CaptureInfo, build_trace, link_launches
+from importers.nsys_db import Export, file_kind, open_export
+from importers.nsys_nccl import find_collectives
+from importers.nsys_nvtx import read_nvtx
+from importers.nsys_ranks import RANK_BY, plan_ranks
+from importers.nsys_tables import (
+    Names,
+    Rows,
+    fix_sync_devices,
+    load_names,
+    read_kernels,
+    read_memcpy,
+    read_memset,
+    read_runtime,
+    read_sync,
+)
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """What a capture says about its clock: host name and wall-clock anchor."""
+
+    host: str | None
+    utc_minus_clock_ns: int | None
+
+
+class NsysImporter:
+    """Reads Nsight Systems SQLite exports (one capture may hold several ranks; several files
+    make one job)."""
+
+    name = "nsys"
+
+    def __init__(self, rank_by: str = "auto") -> None:
+        if rank_by not in RANK_BY:
+            raise ValueError(f"rank_by must be one of {RANK_BY}, not {rank_by!r}")
+        self.rank_by = rank_by
+
+    def sniff(self, path: Path) -> bool:
+        """SQLite magic (also inside gzip) or a ``.nsys-rep`` suffix."""
+        return Path(path).is_file() and file_kind(Path(path)) is not None
+
+    def read(
+        self,
+        paths: Sequence[Path],
+        progress: Progress = no_progress,
+        *,
+        rank_by: str | None = None,
+    ) -> Job:
+        """Read the captures in ``paths`` (natural file-name order) into one job; ranks of later
+        files follow those of earlier ones."""
+        mode = rank_by or self.rank_by
+        files = sorted((Path(p) for p in paths), key=_natural_key)
+        traces: list[Trace] = []
+        clocks: list[_Clock] = []
+        per_file: list[int] = []
+        notes: list[str] = []
+        for k, path in enumerate(files):
+            step = (k / len(files), (k + 1) / len(files))
+            ranks, clock, file_notes = _read_capture(path, mode, len(traces), progress, step)
+            traces.extend(ranks)
+            clocks.extend([clock] * len(ranks))
+            per_file.append(len(ranks))
+            notes.extend(file_notes)
+        for note in notes:
+            warnings.warn(note, stacklevel=2)
+        progress("done", 1.0)
+        return Job(
+            traces=tuple(traces),
+            alignment=_alignment(clocks, per_file),
+            world_size=None,
+            source=", ".join(str(p) for p in files),
+            meta={"format": "nsys", "rank_by": mode, "notes": notes},
+        )
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in _DIGITS.split(path.name)]
+
+
+def _read_capture(
+    path: Path, rank_by: str, first_rank: int, progress: Progress, span: tuple[float, float]
+) -> tuple[list[Trace], _Clock, list[str]]:
+    lo, hi = span
+
+    def report(msg: str, f: float) -> None:
+        progress(f"{path.name}: {msg}", lo + (hi - lo) * f)
+
+    with open_export(path) as exp:
+        report("strings", 0.0)
+        names = load_names(exp, _string_refs(exp))
+        report("GPU activity", 0.1)
+        kernels = read_kernels(exp, names)
+        work = [kernels, *(b for b in (read_memcpy(exp, names), read_memset(exp, names)) if b)]
+        sync = read_sync(exp, names)
+        if sync is not None:
+            fix_sync_devices(work, sync)
+        report("CUDA API and NVTX", 0.4)
+        runtime = read_runtime(exp, names)
+        nvtx = read_nvtx(exp, names)
+        report("linking", 0.7)
+        n_work = sum(len(b) for b in work)
+        cpu = [b for b in (runtime, nvtx.rows) if b is not None]
+        rows = Rows.concat([*work, *([sync] if sync else []), *cpu])
+        rt_base = n_work + (len(sync) if sync else 0)
+        launch_of = (
+            link_launches(
+                rows.process[:n_work], rows.correlation[:n_work], runtime.process,
+                runtime.correlation,
+            )
+            if runtime is not None
+            else np.full(n_work, -1, dtype=np.int64)
+        )  # fmt: skip
+        linked = np.flatnonzero(launch_of >= 0)
+        launch_src, launch_dst = launch_of[linked] + rt_base, linked
+        collectives, comms, undecoded = find_collectives(
+            exp, names, kernels, launch_of[: len(kernels)], runtime, nvtx
+        )
+        is_work = np.zeros(len(rows), dtype=bool)
+        is_work[:n_work] = True
+        plan = plan_ranks(rank_by, rows.process, rows.device, is_work, launch_src, launch_dst)
+
+        notes = [f"{path}: {w}" for w in exp.warnings]
+        if undecoded:
+            notes.append(f"{path}: {undecoded} NCCL NVTX payload(s) could not be decoded")
+        meta: dict[str, Any] = {
+            "format": "nsys",
+            "file": str(path),
+            "nsys_version": exp.product_version,
+            "schema_version": exp.schema_version,
+            "rank_by": plan.mode,
+            "capture_ranks": plan.count,
+            "nvtx_open_ranges": nvtx.open_ranges,
+            "dropped_cpu_events": plan.dropped_cpu_events,
+        }
+        info = CaptureInfo(
+            path=str(path),
+            names=names,
+            process_names=_process_names(exp),
+            thread_names=_thread_names(exp, names),
+            arg_lens=np.fromiter(map(len, rows.args), dtype=np.int64, count=len(rows)),
+            launch_src=launch_src,
+            launch_dst=launch_dst,
+            collectives=collectives,
+            comms=comms,
+        )
+        gpus = _gpu_info(exp)
+        clock = _clock(exp)
+        report("building ranks", 0.8)
+        traces: list[Trace] = []
+        order = np.argsort(plan.rank_of, kind="stable")
+        bounds = np.searchsorted(plan.rank_of[order], np.arange(plan.count + 1))
+        for r in range(plan.count):
+            idx = np.sort(order[bounds[r] : bounds[r + 1]])
+            info.metadata = {**meta, **_rank_meta(rows, idx, info)}
+            devices = _devices_of(rows, idx, gpus)
+            traces.append(build_trace(first_rank + r, rows, idx, info, devices))
+    return traces, clock, notes
+
+
+def _string_refs(exp: Export) -> list[tuple[str, str]]:
+    k = exp.kernel_table
+    return [
+        (k, "demangledName"),
+        (k, "shortName"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+        ("NVTX_EVENTS", "textId"),
+        ("NVTX_EVENTS", "jsonTextId"),
+        ("ThreadNames", "nameId"),
+    ]
+
+
+def _process_names(exp: Export) -> dict[int, str]:
+    if not exp.has("PROCESSES") or not {"globalPid", "name"} <= exp.columns("PROCESSES"):
+        return {}
+    rows = exp.query('SELECT globalPid, name FROM "PROCESSES"', "PROCESSES")
+    return {int(g): str(n) for g, n in rows if g is not None and n}
+
+
+def _thread_names(exp: Export, names: Names) -> dict[int, str]:
+    t = "ThreadNames"
+    if not exp.has(t) or not {"globalTid", "nameId"} <= exp.columns(t):
+        return {}
+    rows = exp.query(f'SELECT globalTid, nameId FROM "{t}"', t)
+    if not rows:
+        return {}
+    ids = names.from_ids(np.array([r[1] if r[1] is not None else -1 for r in rows]))
+    return {int(r[0]): names[int(g)] for r, g in zip(rows, ids.tolist(), strict=True) if names[g]}
+
+
+def _rank_meta(rows: Rows, idx: np.ndarray, info: CaptureInfo) -> dict[str, Any]:
+    procs = sorted({int(p) for p in np.unique(rows.process[idx]).tolist()})
+    work = idx[np.isin(rows.kind[idx], [int(EventKind.KERNEL)])]
+    return {
+        "pids": [(p >> 24) & 0xFFFFFF for p in procs],
+        "process_names": [info.process_names.get(p, "") for p in procs],
+        "gpu_devices": sorted({int(d) for d in np.unique(rows.device[work]).tolist()}),
+    }
+
+
+def _gpu_info(exp: Export) -> dict[int, DeviceInfo]:
+    """GPU descriptions by CUDA device index (``TARGET_INFO_GPU``; absent in trimmed exports)."""
+    t = "TARGET_INFO_GPU"
+    cols = exp.columns(t)
+    if not cols or "name" not in cols:
+        return {}
+    index = "cuDevice" if "cuDevice" in cols else "id"
+    c = exp.col
+    sql = (
+        f"SELECT {c(t, index)}, name, {c(t, 'smCount')}, {c(t, 'totalMemory')}, "
+        f'{c(t, "computeMajor")}, {c(t, "computeMinor")} FROM "{t}"'
+    )
+    out: dict[int, DeviceInfo] = {}
+    for idx, name, sms, mem, major, minor in exp.query(sql, t):
+        cc = (int(major), int(minor)) if major >= 0 and minor >= 0 else None
+        out[int(idx)] = DeviceInfo(
+            int(idx),
+            str(name or ""),
+            int(sms) if sms > 0 else None,
+            int(mem) if mem > 0 else None,
+            cc,
+        )
+    return out
+
+
+def _devices_of(rows: Rows, idx: np.ndarray, gpus: dict[int, DeviceInfo]) -> list[DeviceInfo]:
+    used = np.unique(rows.device[idx][rows.device[idx] >= 0]).tolist()
+    return [gpus[d] for d in used if d in gpus]
+
+
+def _clock(exp: Export) -> _Clock:
+    host = None
+    env = "TARGET_INFO_SYSTEM_ENV"
+    if {"name", "value"} <= exp.columns(env):
+        got = exp.query(f"SELECT value FROM \"{env}\" WHERE name = 'Hostname' LIMIT 1", env)
+        host = str(got[0][0]) if got and got[0][0] else None
+    host = host or exp.meta.get("EXPORT_HOST")
+    anchor = None
+    t = "TARGET_INFO_SESSION_START_TIME"
+    if {"utcEpochNs", "systemClockNs"} <= exp.columns(t):
+        got = exp.query(f'SELECT utcEpochNs, systemClockNs FROM "{t}" LIMIT 1', t)
+        if got and got[0][0] is not None and got[0][1] is not None:
+            anchor = int(got[0][0]) - int(got[0][1])
+    return _Clock(host, anchor)
+
+
+def _alignment(clocks: list[_Clock], per_file: list[int]) -> ClockAlignment:
+    n = len(clocks)
+    zeros = (0,) * n
+    if n == 1:
+        return ClockAlignment("single-rank", zeros, 0)
+    if len([k for k in per_file if k]) <= 1:
+        return ClockAlignment(
+            "shared-host-clock", zeros, 0, "one Nsight Systems capture: one session clock"
+        )
+    hosts = {c.host for c in clocks}
+    if len(hosts) == 1 and None not in hosts:
+        return ClockAlignment(
+            "shared-host-clock", zeros, 0, f"all captures ran on host {next(iter(hosts))}"
+        )
+    anchors = [c.utc_minus_clock_ns for c in clocks]
+    if all(a is not None for a in anchors):
+        base = anchors[0]
+        assert base is not None
+        offsets = tuple(int(a) - base for a in anchors if a is not None)
+        return ClockAlignment(
+            "wall-clock",
+            offsets,
+            1_000_000,
+            "captures from different hosts placed by their UTC session start; "
+            "assumes host clocks agree to about 1 ms",
+        )
+    return ClockAlignment("none", zeros, 0, "captures from different hosts without clock anchors")

@@ -1,0 +1,237 @@
+"""Turning the file-level event columns of one capture into per-rank :class:`Trace` objects."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from echo_view.model.kinds import EventKind, LaneKind
+from echo_view.model.strings import StringTable
+from echo_view.model.trace import (
+    CollectiveTable,
+    DeviceInfo,
+    EventTable,
+    FlowTable,
+    Lane,
+    ProcessGroup,
+    StepTable,
+    Trace,
+)
+from importers.nsys_nccl import Collective, Communicator
+from importers.nsys_tables import I64, NO_STREAM, Names, Rows, compact
+
+# Step-like NVTX ranges: "ProfilerStep#3", "step 3", "train_step_3", "iteration 7", "iteration".
+_STEP = re.compile(
+    r"^(?:ProfilerStep#(\d+)|(?:train(?:ing)?[ _]?)?(?:step|iteration|iter)(?:[ _#:=-]*(\d+))?)$",
+    re.IGNORECASE,
+)
+_GPU_LANE_BASE = 1 << 62
+_GPU_WORK = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])
+
+
+def link_launches(work_process: I64, work_corr: I64, rt_process: I64, rt_corr: I64) -> I64:
+    """For each GPU work row, the runtime row with the same correlation id in the same process
+    (-1 when the launch is not in the capture)."""
+    out = np.full(len(work_corr), -1, dtype=np.int64)
+    if not len(rt_corr) or not len(work_corr):
+        return out
+    _, inv = np.unique(np.concatenate([rt_process, work_process]), return_inverse=True)
+    # Correlation ids are 32-bit per process; pack (process index, id) into one int64 key.
+    key = (inv.astype(np.int64) << 32) | (np.concatenate([rt_corr, work_corr]) & 0xFFFFFFFF)
+    rt_key, work_key = key[: len(rt_corr)], key[len(rt_corr) :]
+    valid_rt = np.flatnonzero(rt_corr >= 0)
+    order = valid_rt[np.argsort(rt_key[valid_rt], kind="stable")]
+    if not len(order):
+        return out
+    pos = np.minimum(np.searchsorted(rt_key[order], work_key), len(order) - 1)
+    hit = (rt_key[order[pos]] == work_key) & (work_corr >= 0)
+    out[hit] = order[pos[hit]]
+    return out
+
+
+@dataclass
+class CaptureInfo:
+    """File-level facts that every rank of the capture shares."""
+
+    path: str
+    names: Names
+    process_names: Mapping[int, str]
+    thread_names: Mapping[int, str]
+    arg_lens: I64
+    launch_src: I64  # runtime row of each launch link
+    launch_dst: I64  # GPU work row it launched
+    collectives: Sequence[Collective]
+    comms: Mapping[int, Communicator]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def detect_steps(names: Names, rows: Rows, idx: I64) -> tuple[I64, I64, I64] | None:
+    """``(number, start, end)`` of step-like NVTX ranges among rows ``idx`` (the thread with the
+    most of them wins), or ``None``."""
+    ann = idx[rows.kind[idx] == int(EventKind.USER_ANNOTATION)]
+    if not len(ann):
+        return None
+    uniq, inv = compact(rows.name[ann], len(names.strings))
+    numbers: list[int] = []
+    for g in uniq.tolist():
+        m = _STEP.match(names[g])
+        numbers.append(-2 if m is None else int(m.group(1) or m.group(2) or -1))
+    num = np.array(numbers, dtype=np.int64)[inv.reshape(-1)]
+    is_step = num > -2
+    hit, hit_num = ann[is_step], num[is_step]
+    if not len(hit):
+        return None
+    threads, counts = np.unique(rows.thread[hit], return_counts=True)
+    on_best = rows.thread[hit] == threads[np.argmax(counts)]
+    pick, number = hit[on_best], hit_num[on_best]
+    o = np.argsort(rows.start[pick], kind="stable")
+    pick, number = pick[o], number[o]
+    # Ranges named without a number ("iteration") are numbered in time order.
+    unnumbered = number < 0
+    number[unnumbered] = np.flatnonzero(unnumbered)
+    return number, rows.start[pick], rows.end[pick]
+
+
+def gpu_end_per_step(step_start: I64, step_end: I64, launch_start: I64, work_end: I64) -> I64:
+    """When the last GPU work launched inside each step finished (-1 if none)."""
+    out = np.full(len(step_start), -1, dtype=np.int64)
+    ok = launch_start >= 0
+    if not len(step_start) or not ok.any():
+        return out
+    ls, we = launch_start[ok], work_end[ok]
+    i = np.searchsorted(step_start, ls, side="right") - 1
+    inside = (i >= 0) & (ls < step_end[np.maximum(i, 0)])
+    np.maximum.at(out, i[inside], we[inside])
+    return out
+
+
+def _lanes(
+    rows: Rows, order: I64, process_names: Mapping[int, str], thread_names: Mapping[int, str]
+) -> tuple[tuple[Lane, ...], I64]:
+    # One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is
+    # (device << 32 | stream) - 2**62, negative, so GPU lanes come first by device and stream.
+    dev, stream = rows.device[order], rows.stream[order]
+    gpu_key = ((dev << 32) | (stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
+    key = np.where(dev >= 0, gpu_key, rows.thread[order])
+    uniq = np.unique(key)  # few lanes: sort the distinct keys, then look each row up
+    inv = np.searchsorted(uniq, key)
+    lanes: list[Lane] = []
+    for k in uniq.tolist():
+        if k < 0:
+            d, s = (k + _GPU_LANE_BASE) >> 32, (k + _GPU_LANE_BASE) & 0xFFFFFFFF
+            if s == NO_STREAM:  # event and context syncs wait on no stream
+                lanes.append(Lane(LaneKind.OTHER, d, "cuda sync", "CUDA sync", device=d))
+            else:
+                lanes.append(Lane(LaneKind.GPU_STREAM, d, s, f"stream {s}", device=d, stream=s))
+        else:
+            tid = k & 0xFFFFFF
+            name = thread_names.get(k) or f"thread {tid}"
+            lanes.append(Lane(LaneKind.CPU_THREAD, (k >> 24) & 0xFFFFFF, tid, name))
+    return tuple(lanes), inv.reshape(-1).astype(np.int64)
+
+
+def build_trace(
+    rank: int, rows: Rows, idx: I64, info: CaptureInfo, devices: Sequence[DeviceInfo]
+) -> Trace:
+    """The :class:`Trace` of one rank: rows ``idx`` of the capture, sorted by start time
+    (longer first on ties, so that parents precede their children)."""
+    names = info.names
+    dur = rows.end - rows.start
+    order = idx[np.lexsort((-dur[idx], rows.start[idx]))]
+    new_pos = np.full(len(rows), -1, dtype=np.int64)
+    new_pos[order] = np.arange(len(order))
+
+    ids = np.concatenate([rows.name[order], rows.cat[order]])
+    uniq, inv = compact(ids, len(names.strings))
+    strings = StringTable(names[int(g)] for g in uniq.tolist())
+    lanes, lane_of = _lanes(rows, order, info.process_names, info.thread_names)
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(info.arg_lens[order], out=offsets[1:])
+    events = EventTable(
+        kind=rows.kind[order],
+        start_ns=rows.start[order],
+        dur_ns=dur[order],
+        name=inv[: len(order)],
+        cat=inv[len(order) :],
+        lane=lane_of,
+        correlation=rows.correlation[order],
+        external_id=np.full(len(order), -1, dtype=np.int64),
+        args_blob=b"".join([rows.args[i] for i in order.tolist()]),
+        args_offsets=offsets,
+    )
+
+    src, dst = new_pos[info.launch_src], new_pos[info.launch_dst]
+    both = (src >= 0) & (dst >= 0)
+    ac2g = strings.intern("ac2g")
+    flows = FlowTable(
+        src=src[both],
+        dst=dst[both],
+        flow_id=rows.correlation[info.launch_dst[both]],
+        cat=np.full(int(both.sum()), ac2g, dtype=np.int64),
+    )
+    collectives, groups = _collectives(strings, info, new_pos)
+
+    # Steps and the end of the GPU work launched inside each.
+    launch_start = np.full(len(rows), -1, dtype=np.int64)
+    launch_start[info.launch_dst] = rows.start[info.launch_src]
+    work = order[np.isin(rows.kind[order], _GPU_WORK)]
+    steps = StepTable.empty()
+    found = detect_steps(names, rows, order)
+    if found is not None:
+        number, s_start, s_end = found
+        steps = StepTable(
+            number=number,
+            start_ns=s_start,
+            end_ns=s_end,
+            gpu_end_ns=gpu_end_per_step(s_start, s_end, launch_start[work], rows.end[work]),
+        )
+    return Trace(
+        rank=rank,
+        source=info.path,
+        strings=strings,
+        events=events,
+        lanes=lanes,
+        flows=flows,
+        collectives=collectives,
+        groups=groups,
+        steps=steps,
+        devices=tuple(devices),
+        metadata=dict(info.metadata),
+    )
+
+
+def _collectives(
+    strings: StringTable, info: CaptureInfo, new_pos: I64
+) -> tuple[CollectiveTable, tuple[ProcessGroup, ...]]:
+    mine = [c for c in info.collectives if new_pos[c.row] >= 0]
+    if not mine:
+        return CollectiveTable.empty(), ()
+    groups: list[ProcessGroup] = []
+    group_of: dict[int, int] = {}
+    for c in mine:
+        if c.comm is None or c.comm in group_of:
+            continue
+        comm = info.comms.get(c.comm)
+        size = comm.nranks if comm is not None else None
+        desc = f"NCCL communicator 0x{c.comm:016x}" + (f", {size} ranks" if size else "")
+        group_of[c.comm] = len(groups)
+        groups.append(ProcessGroup(f"nccl:{c.comm:016x}", (), desc))
+
+    def sid(s: str | None) -> int:
+        return -1 if s is None else strings.intern(s)
+
+    table = CollectiveTable(
+        event=np.array([new_pos[c.row] for c in mine], dtype=np.int64),
+        kind=np.array([int(c.kind) for c in mine], dtype=np.int64),
+        bytes=np.array([c.nbytes for c in mine], dtype=np.int64),
+        dtype=np.array([sid(c.dtype) for c in mine], dtype=np.int64),
+        group=np.array([group_of.get(c.comm, -1) if c.comm is not None else -1 for c in mine]),
+        seq=np.full(len(mine), -1, dtype=np.int64),
+        algorithm=np.array([sid(c.algorithm) for c in mine], dtype=np.int64),
+        protocol=np.array([sid(c.protocol) for c in mine], dtype=np.int64),
+    )
+    return table, tuple(groups)

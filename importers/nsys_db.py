@@ -1,0 +1,274 @@
+"""Opening an Nsight Systems export and learning its schema.
+
+Accepts a SQLite export (plain or gzip-compressed) or a ``.nsys-rep`` report, which is turned into
+SQLite by the ``nsys`` CLI. The input is never modified: compressed files and reports are
+materialised in a temporary directory that is removed afterwards. Tables and columns are
+inspected at run time because the schema drifts between Nsight Systems versions (schema 3.0 in
+2022.4 to 3.25 in 2026.2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from echo_view.errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+#: Report suffixes: ``.nsys-rep`` (2021.3 and later) and the older ``.qdrep``.
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+#: Schema majors this reader understands, and the newest minor it was checked against.
+SUPPORTED_SCHEMA_MAJOR = 3
+NEWEST_CHECKED_MINOR = 25
+
+KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL")
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2022.4 used the second name
+KERNEL_HINT = (
+    "profile with `nsys profile --trace=cuda,nvtx ...` and export with "
+    "`nsys export --type sqlite --lazy=false <report>.nsys-rep`; a lazy export omits empty tables"
+)
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def file_kind(path: Path) -> str | None:
+    """``"sqlite"``, ``"gzip"`` (gzip-compressed SQLite), ``"report"`` or ``None``; reads at
+    most a few bytes."""
+    if path.name.lower().endswith(REPORT_SUFFIXES):
+        return "report"
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+            if head.startswith(SQLITE_MAGIC):
+                return "sqlite"
+            if head.startswith(GZIP_MAGIC):
+                fh.seek(0)
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    if gz.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+                        return "gzip"
+    except (OSError, EOFError, zlib.error):
+        return None
+    return None
+
+
+class Export:
+    """An open, read-only Nsight Systems SQLite export."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.warnings: list[str] = []
+        rows = self.query("SELECT name FROM sqlite_master WHERE type = 'table'", "sqlite_master")
+        self.tables: frozenset[str] = frozenset(str(r[0]) for r in rows)
+        self._columns: dict[str, frozenset[str]] = {}
+        self.meta = self._read_meta()
+        self.schema_version = self.meta.get("EXPORT_SCHEMA_VERSION")
+        self.product_version = self.meta.get("EXPORT_PRODUCT_VERSION")
+        self._check_identity()
+        self.kernel_table = self._require_kernel_table()
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def query(self, sql: str, where: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run ``sql``; SQLite errors become one-line :class:`InputError` naming ``where``."""
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(
+                f"cannot read the SQLite export ({exc})",
+                path=self.path,
+                where=where,
+                hint="the file is corrupt or truncated; export it again with `nsys export`",
+            ) from None
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def first_table(self, *names: str) -> str | None:
+        """The first of ``names`` that exists."""
+        return next((n for n in names if n in self.tables), None)
+
+    def columns(self, table: str) -> frozenset[str]:
+        """Column names of ``table`` (empty when the table is absent)."""
+        cols = self._columns.get(table)
+        if cols is None:
+            if table not in self.tables:
+                cols = frozenset()
+            else:
+                rows = self.query(f'PRAGMA table_info("{table}")', table)
+                cols = frozenset(str(r[1]) for r in rows)
+            self._columns[table] = cols
+        return cols
+
+    def col(self, table: str, column: str, default: str = "-1") -> str:
+        """SQL for ``column`` of ``table`` with NULL as ``default``, or ``default`` itself when
+        this schema version lacks the column."""
+        if column in self.columns(table):
+            return f'COALESCE("{column}", {default})'
+        return default
+
+    # -- schema checks -----------------------------------------------------------------------
+
+    def _read_meta(self) -> dict[str, str]:
+        table = self.first_table(*META_TABLES)
+        if table is None or not {"name", "value"} <= self.columns(table):
+            return {}
+        rows = self.query(f'SELECT name, value FROM "{table}"', table)
+        return {str(n): str(v) for n, v in rows if n is not None and v is not None}
+
+    def _check_identity(self) -> None:
+        if "StringIds" not in self.tables and not self.meta:
+            raise InputError(
+                "SQLite database is not an Nsight Systems export (no StringIds or "
+                "META_DATA_EXPORT table)",
+                path=self.path,
+                hint="export the report with `nsys export --type sqlite <report>.nsys-rep`",
+            )
+        version = self.schema_version
+        if version is None:
+            self.warnings.append(
+                "no EXPORT_SCHEMA_VERSION in the export; tables and columns are read by name"
+            )
+            return
+        m = _VERSION.match(version.strip())
+        if m is None or int(m.group(1)) != SUPPORTED_SCHEMA_MAJOR:
+            raise InputError(
+                f"unsupported Nsight Systems export schema {version!r} "
+                f"(echo-view reads schema {SUPPORTED_SCHEMA_MAJOR}.x: nsys 2022.4 to 2026.2)",
+                path=self.path,
+                where="META_DATA_EXPORT.EXPORT_SCHEMA_VERSION",
+                hint="export the report with an Nsight Systems release that writes schema 3.x",
+            )
+        if int(m.group(2)) > NEWEST_CHECKED_MINOR:
+            self.warnings.append(
+                f"export schema {version} is newer than the newest checked "
+                f"({SUPPORTED_SCHEMA_MAJOR}.{NEWEST_CHECKED_MINOR}); read by table and column names"
+            )
+
+    def _require_kernel_table(self) -> str:
+        table = self.first_table(*KERNEL_TABLES)
+        if table is None:
+            raise InputError(
+                "the export has no CUDA kernel table",
+                path=self.path,
+                where=KERNEL_TABLES[0],
+                hint=KERNEL_HINT,
+            )
+        cols = self.columns(table)
+        needed = ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")
+        missing = [c for c in needed if c not in cols]
+        if not {"demangledName", "shortName"} & cols:
+            missing.append("demangledName")
+        if missing:
+            raise InputError(
+                f"the kernel table lacks column(s) {', '.join(missing)}",
+                path=self.path,
+                where=table,
+                hint="export the report again with `nsys export --type sqlite`",
+            )
+        return table
+
+
+def _connect(db_path: Path, shown: Path) -> sqlite3.Connection:
+    # Read-only and immutable: no journal, no locks, and the input can never be changed.
+    uri = db_path.resolve().as_uri() + "?mode=ro&immutable=1"
+    try:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise InputError(f"cannot open the SQLite file ({exc})", path=shown) from None
+
+
+def _gunzip(path: Path, tmp: Path) -> Path:
+    out = tmp / (path.name.removesuffix(".gz") or "export.sqlite")
+    try:
+        with gzip.open(path, "rb") as src, out.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(
+            f"cannot decompress the gzip file ({exc})",
+            path=path,
+            hint="the file is corrupt or truncated; copy it again",
+        ) from None
+    return out
+
+
+def export_command(report: Path, output: Path) -> list[str]:
+    """The ``nsys export`` command line that turns ``report`` into SQLite at ``output``."""
+    return [
+        "nsys",
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "--output",
+        str(output),
+        str(report),
+    ]
+
+
+def _export_report(path: Path, tmp: Path) -> Path:
+    out = tmp / (path.stem + ".sqlite")
+    exe = shutil.which("nsys")
+    if exe is None:
+        shown = shlex.join(export_command(path, path.with_suffix(".sqlite")))
+        raise InputError(
+            "reading a .nsys-rep report needs the Nsight Systems `nsys` CLI, which is not on PATH",
+            path=path,
+            hint=f"run `{shown}` and pass the .sqlite file",
+        )
+    cmd = [exe, *export_command(path, out)[1:]]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"`nsys export` failed to run ({exc})", path=path) from None
+    if proc.returncode != 0 or not out.exists():
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        last = detail[-1] if detail else f"exit code {proc.returncode}"
+        raise InputError(
+            f"`nsys export` could not convert the report: {last}",
+            path=path,
+            hint="check that the report opens in this Nsight Systems version",
+        )
+    return out
+
+
+@contextlib.contextmanager
+def open_export(path: Path) -> Iterator[Export]:
+    """Open ``path`` (SQLite, gzip-compressed SQLite, or a report) as an :class:`Export`."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file", path=path, hint="check the path")
+    kind = file_kind(path)
+    if kind is None:
+        raise InputError(
+            "not an Nsight Systems SQLite export (no SQLite header)",
+            path=path,
+            hint="export the report with `nsys export --type sqlite <report>.nsys-rep`",
+        )
+    if kind == "sqlite":  # read in place, read-only
+        conn = _connect(path, path)
+        try:
+            yield Export(path, conn)
+        finally:
+            conn.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="echo-view-nsys-") as tmp_name:
+        tmp = Path(tmp_name)
+        db_path = _gunzip(path, tmp) if kind == "gzip" else _export_report(path, tmp)
+        conn = _connect(db_path, path)
+        try:
+            yield Export(path, conn)
+        finally:
+            conn.close()
