@@ -1,0 +1,251 @@
+"""``echo-view check PATH... [--json] [--select CODES] [--ignore CODES] [--job] [--fix -o OUT]``
+
+Validates Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job
+directories and native Perfetto protobuf traces. Each file streams through the rules chunk by
+chunk; the files of a directory (or all files with ``--job``) are also checked as the ranks of
+one job. Exit code: 0 clean (warnings allowed), 1 errors, 2 unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+
+from echo_view.errors import InputError, UsageError
+from echo_view.formats import Registry, atomic_output
+from echo_view.validate import (
+    ContainerFacts,
+    FileValidator,
+    JsonErrorInfo,
+    RankSummary,
+    Report,
+    Selection,
+    check_job,
+)
+from echo_view.validate.events import FLOAT_HOOK, RawEvent, events_from_objects
+from echo_view.validate.fix import repair
+from echo_view.validate.pftrace import check_pftrace
+from echo_view.validate.render import render_report
+from importers.chrome_json import looks_like_trace, read_container, sniff_head
+
+_JSON_SUFFIXES = (".json", ".json.gz")
+_ENCODER = msgspec.json.Encoder(decimal_format="number")
+_PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "check",
+        help="validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="trace files (.json, .json.gz, .pftrace) or job directories",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="only these codes or prefixes (EV3, EV301,EV302); repeatable",
+    )
+    p.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="CODES",
+        help="skip these codes or prefixes; repeatable",
+    )
+    p.add_argument(
+        "--job", action="store_true", help="check the given files together as the ranks of one job"
+    )
+    p.add_argument(
+        "--show",
+        type=int,
+        default=3,
+        metavar="N",
+        help="locations shown per code in the text report (default 3)",
+    )
+    p.add_argument(
+        "--fix", action="store_true", help="write a repaired copy of the (single) input to -o OUT"
+    )
+    p.add_argument("-o", "--output", type=Path, metavar="OUT", help="where --fix writes")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class _Job:
+    name: str
+    files: list[Path] = field(default_factory=list)
+
+
+def _trace_files(directory: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.is_file()
+        and (
+            (p.name.endswith(_JSON_SUFFIXES) and looks_like_trace(sniff_head(p)))
+            or p.name.endswith(_PROTO_SUFFIXES)
+        )
+    )
+
+
+def expand(paths: list[Path], as_job: bool) -> list[_Job]:
+    """Files to check, grouped into jobs: a directory's trace files form one job (each
+    sub-directory its own), loose files are single-file jobs unless ``as_job``."""
+    jobs: list[_Job] = []
+    loose = _Job("the given files")
+    for path in paths:
+        if not path.exists():
+            raise InputError("no such file or directory", path=path, hint="check the path")
+        if path.is_dir():
+            for d in sorted({path, *(p for p in path.rglob("*") if p.is_dir())}):
+                files = _trace_files(d)
+                if files:
+                    jobs.append(_Job(str(d), files))
+        elif as_job:
+            loose.files.append(path)
+        else:
+            jobs.append(_Job(str(path), [path]))
+    if loose.files:
+        jobs.insert(0, loose)
+    if not jobs:
+        raise InputError(
+            "no trace files found",
+            path=paths[0],
+            hint="give .json, .json.gz or .pftrace files or directories holding them",
+        )
+    return jobs
+
+
+def _classify(exc: InputError, facts: ContainerFacts) -> None:
+    msg = exc.message
+    where = exc.where or ""
+    if msg.startswith(("truncated gzip", "damaged gzip")):
+        facts.compression_error = f"{msg} ({where})" if where else msg
+    elif msg.startswith("traceEvents is not a list"):
+        facts.trace_events_type = msg.removeprefix("traceEvents is not a list (it is ").rstrip(")")
+    elif msg.startswith(("not a trace", "empty file", "the file holds only")):
+        facts.not_a_trace = msg
+    else:
+        line = col = None
+        if where.startswith("line "):
+            bits = where.split()
+            line, col = int(bits[1]), int(bits[3])
+        facts.json_error = JsonErrorInfo(msg, line, col)
+
+
+def check_json_file(path: Path, report: Report) -> RankSummary:
+    """Stream one JSON trace through the file rules; returns its rank summary."""
+    v = FileValidator(str(path), report)
+    facts = ContainerFacts(str(path))
+    try:
+        with read_container(path) as c:
+            facts.form = c.form
+            try:
+                for chunk in c.chunks(RawEvent, float_hook=FLOAT_HOOK):
+                    v.feed(chunk.events, chunk.first_index)
+            except InputError as exc:
+                if not (exc.where or "").startswith("traceEvents["):
+                    raise
+                # An element that is not an object: read again, element by element.
+                return _check_loose(path, report)
+            facts.top = c.top
+            facts.truncated = c.truncated
+            facts.events = c.event_count
+    except InputError as exc:
+        if exc.message.startswith("cannot open"):
+            raise
+        _classify(exc, facts)
+    return v.finish(facts)
+
+
+def _check_loose(path: Path, report: Report) -> RankSummary:
+    v = FileValidator(str(path), report)
+    facts = ContainerFacts(str(path))
+    with read_container(path) as c:
+        facts.form = c.form
+        for chunk in c.chunks(Any, float_hook=FLOAT_HOOK):
+            v.feed(events_from_objects(chunk.events), chunk.first_index)
+        facts.top, facts.truncated, facts.events = c.top, c.truncated, c.event_count
+    return v.finish(facts)
+
+
+def fix_file(src: Path, out: Path) -> list[str]:
+    """Write a repaired copy of ``src`` to ``out`` (atomically); returns what changed."""
+    if out.exists() and out.resolve() == src.resolve():
+        raise UsageError("--fix never overwrites its input", path=out, hint="choose another -o")
+    raws: list[msgspec.Raw] = []
+    with read_container(src) as c:
+        for chunk in c.chunks(msgspec.Raw):
+            raws.extend(chunk.events)
+        top, truncated = c.top, c.truncated
+    result = repair(raws, top, truncated)
+    with atomic_output(out) as tmp:
+        opener = gzip.open if out.name.endswith(".gz") else open
+        with opener(tmp, "wb") as fh:
+            fh.writelines(result.json_parts())
+    return result.changes or ["nothing to repair; wrote an unchanged copy"]
+
+
+def check_paths(paths: list[Path], report: Report, as_job: bool = False) -> None:
+    """Check every file and every job; findings go to ``report``."""
+    for job in expand(paths, as_job):
+        summaries: list[RankSummary] = []
+        for path in job.files:
+            if path.name.endswith(_PROTO_SUFFIXES):
+                check_pftrace(path.read_bytes(), str(path), report)
+            else:
+                summaries.append(check_json_file(path, report))
+        if len(summaries) > 1:
+            check_job(summaries, report)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    try:
+        selection = Selection.parse(args.select, args.ignore)
+    except ValueError as exc:
+        raise UsageError(
+            str(exc), hint="codes look like EV301; see docs/validation-codes.md"
+        ) from None
+    if args.output is not None and not args.fix:
+        raise UsageError("-o/--output is only used with --fix")
+    report = Report(selection)
+    changes: list[str] = []
+    if args.fix:
+        if args.output is None:
+            raise UsageError("--fix needs -o OUT", hint="the input is never modified")
+        if len(args.paths) != 1 or args.paths[0].is_dir():
+            raise UsageError("--fix repairs one trace file at a time")
+        check_paths(args.paths, report)
+        changes = fix_file(args.paths[0], args.output)
+        after = Report(Selection.parse([c.split(":")[0] for c in changes if c.startswith("EV")]))
+        if after.selection.select:
+            check_paths([args.output], after)
+            left = {t.code: t.count for t in after}
+            if left:
+                changes.append(f"still present in {args.output}: {left}")
+    else:
+        check_paths(args.paths, report, args.job)
+    if args.json:
+        doc = report.to_json()
+        if args.fix:
+            doc["fix"] = {"output": str(args.output), "changes": changes}
+        sys.stdout.buffer.write(_ENCODER.encode(doc) + b"\n")
+    else:
+        Console(highlight=False, soft_wrap=True).print(render_report(report, args.show, changes))
+    return report.exit_code()

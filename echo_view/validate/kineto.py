@@ -1,0 +1,339 @@
+"""EV6xx: PyTorch profiler (Kineto) semantics, and the per-rank summary for EV7xx.
+
+A GPU kernel, memcpy or memset shares ``args.correlation`` with the CUDA/HIP runtime (or
+driver) call that launched it; a launch cannot start after its GPU work; the profiler's
+recording window is the ``Trace`` span ("PyTorch Profiler (0)"); training loops mark steps with
+``ProfilerStep#N``. While the events stream by, this rule also gathers the collectives and
+steps of the rank (:class:`~echo_view.validate.crossrank.RankSummary`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import CollectiveKind, collective_kind_from_name, parse_nccl_kernel_name
+from echo_view.units import format_duration
+from echo_view.validate.context import FileContext
+from echo_view.validate.events import PH, T_BIG_FLOAT, T_FLOAT, T_INT, T_STRING, UNSET, EventChunk
+from echo_view.validate.findings import Finding, Severity, define
+from echo_view.validate.kineto_args import (
+    KinetoArgs,
+    as_int,
+    decode_args,
+    parse_ranks,
+    rank_summary,
+)
+from echo_view.validate.nesting import _Cols
+from echo_view.validate.summary import UNKNOWN_GROUP, RankSummary
+
+define(
+    "EV601",
+    Severity.WARNING,
+    "GPU work without a launch",
+    "no runtime/driver event has this kernel's args.correlation: the launch was not recorded "
+    "(window edge, or a trace filtered or sampled after capture)",
+)
+define(
+    "EV602",
+    Severity.WARNING,
+    "launch without GPU work",
+    "a kernel/memcpy/memset launch has no GPU event with its correlation: the GPU side was "
+    "not recorded (window edge, CUPTI buffer overflow)",
+)
+define(
+    "EV603",
+    Severity.ERROR,
+    "GPU work starts before its launch",
+    "a kernel cannot start before the call that launched it: the CPU and GPU clocks are "
+    "misaligned or the correlation ids are mixed up",
+)
+define(
+    "EV604",
+    Severity.WARNING,
+    "event outside the profiling window",
+    "the event lies outside the profiler's Trace span; it was recorded after the window "
+    "closed (or before it opened) and may be incomplete",
+)
+define(
+    "EV605",
+    Severity.INFO,
+    "no ProfilerStep annotations",
+    "wrap each iteration in torch.profiler's schedule (prof.step()) so steps are marked; "
+    "step analyses fall back to detecting steps from the timeline",
+)
+
+GPU_CATS = frozenset({"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"})
+RUNTIME_CATS = frozenset(
+    {
+        "cuda_runtime",
+        "Runtime",
+        "cuda_driver",
+        "Driver",
+        "privateuse1_runtime",
+        "privateuse1_driver",
+        "xpu_runtime",
+        "xpu_driver",
+        "mtia_runtime",
+    }
+)
+CPU_OP_CATS = frozenset({"cpu_op", "Operator", "user_annotation"})
+_LAUNCH = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
+_NOT_LAUNCH = re.compile(r"hostfunc|launchhost|memcpytosymbol|memcpyfromsymbol|peer", re.IGNORECASE)
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_GOOD = np.array([T_INT, T_FLOAT, T_BIG_FLOAT, T_STRING], dtype=np.uint8)
+
+# Classes of interned strings (bit flags), computed once per distinct string.
+_C_GPU, _C_RUNTIME, _C_LAUNCH, _C_NCCL, _C_RPC, _C_STEP, _C_GPU_ANN, _C_TRACE, _C_CPU = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+)
+
+
+class KinetoRule:
+    """Launch/kernel correlation, the profiling window, steps, and the rank's collectives."""
+
+    def __init__(self) -> None:
+        self.cls = np.zeros(0, dtype=np.uint16)
+        self.step_no = np.zeros(0, dtype=np.int64)
+        self.gpu = _Cols(corr="i8", start="i8", index="i8", thread="i4", name="i4")
+        self.rt = _Cols(corr="i8", start="i8", index="i8", thread="i4", launch="?")
+        self.steps = _Cols(number="i8", start="i8", end="i8")
+        self.window: tuple[int, int, int] | None = None  # start, end, index
+        self.coll_gpu: list[tuple[Any, ...]] = []
+        self.coll_cpu: list[tuple[Any, ...]] = []
+        self.pg_ranks: dict[str, tuple[int, ...]] = {}
+        self.seen_gpu = self.seen_cpu = False
+
+    def _classes(self, ctx: FileContext) -> None:
+        keys = ctx.strings.table.keys_
+        old = len(self.cls)
+        if old == len(keys):
+            return
+        cls = np.zeros(len(keys) - old, dtype=np.uint16)
+        steps = np.full(len(keys) - old, -1, dtype=np.int64)
+        for j, s in enumerate(keys[old:]):
+            if not isinstance(s, str):
+                continue
+            c = 0
+            if s in GPU_CATS:
+                c |= _C_GPU
+            if s in RUNTIME_CATS:
+                c |= _C_RUNTIME
+            if s in CPU_OP_CATS:
+                c |= _C_CPU
+            if s == "gpu_user_annotation":
+                c |= _C_GPU_ANN
+            if s == "Trace":
+                c |= _C_TRACE
+            if _LAUNCH.search(s) and not _NOT_LAUNCH.search(s):
+                c |= _C_LAUNCH
+            if s.startswith(("nccl", "void nccl")) and parse_nccl_kernel_name(s) is not None:
+                c |= _C_NCCL
+            if s == "record_param_comms":
+                c |= _C_RPC
+            m = _STEP.match(s)
+            if m:
+                c |= _C_STEP
+                steps[j] = int(m.group(1))
+            cls[j] = c
+        self.cls = np.concatenate([self.cls, cls])
+        self.step_no = np.concatenate([self.step_no, steps])
+
+    def visit(self, chunk: EventChunk, ctx: FileContext) -> None:
+        self._classes(ctx)
+        if not len(chunk):
+            return
+        cls = self.cls
+        cat_c = np.where(chunk.cat >= 0, cls[np.maximum(chunk.cat, 0)], 0)
+        name_c = np.where(chunk.name >= 0, cls[np.maximum(chunk.name, 0)], 0)
+        x = (chunk.ph == PH["X"]) & np.isin(chunk.ts_kind, _GOOD) & np.isin(chunk.dur_kind, _GOOD)
+        ev = chunk.events
+        start, end = chunk.ts_ns, chunk.ts_ns + chunk.dur_ns
+
+        gpu = np.flatnonzero(x & ((cat_c & _C_GPU) != 0))
+        rt = np.flatnonzero(x & ((cat_c & _C_RUNTIME) != 0))
+        cpu = np.flatnonzero(x & ((cat_c & _C_CPU) != 0))
+        self.seen_gpu |= bool(len(gpu) or len(rt))
+        self.seen_cpu |= bool(len(cpu))
+        rpc = cpu[(name_c[cpu] & _C_RPC) != 0]
+        rows = np.concatenate([gpu, rt, rpc])
+        args = decode_args([ev[r].args for r in rows.tolist()])
+        corr = np.array([as_int(a.correlation) if a is not None else -1 for a in args], np.int64)
+        ng, nr = len(gpu), len(rt)
+        if ng:
+            self.gpu.add(
+                corr=corr[:ng],
+                start=start[gpu],
+                index=gpu + chunk.first,
+                thread=chunk.thread[gpu],
+                name=chunk.name[gpu],
+            )
+        if nr:
+            self.rt.add(
+                corr=corr[ng : ng + nr],
+                start=start[rt],
+                index=rt + chunk.first,
+                thread=chunk.thread[rt],
+                launch=(name_c[rt] & _C_LAUNCH) != 0,
+            )
+        nccl = (name_c[gpu] & _C_NCCL) != 0
+        for j in np.flatnonzero(nccl).tolist():
+            r = int(gpu[j])
+            self.coll_gpu.append(self._coll(ctx, chunk, r, args[j], start[r], end[r]))
+        for j, r in enumerate(rpc.tolist()):
+            a = args[ng + nr + j]
+            if a is not None and a.collective is not UNSET:
+                self.coll_cpu.append(self._coll(ctx, chunk, r, a, start[r], end[r]))
+
+        steps = np.flatnonzero(x & ((name_c & _C_STEP) != 0) & ((cat_c & _C_GPU_ANN) == 0))
+        if len(steps):
+            self.steps.add(
+                number=self.step_no[chunk.name[steps]], start=start[steps], end=end[steps]
+            )
+        if self.window is None:
+            tr = np.flatnonzero(x & ((cat_c & _C_TRACE) != 0))
+            if len(tr):
+                r = int(tr[0])
+                self.window = (int(start[r]), int(end[r]), chunk.first + r)
+
+    def _coll(
+        self, ctx: FileContext, chunk: EventChunk, r: int, a: KinetoArgs | None, s: Any, e: Any
+    ) -> tuple[Any, ...]:
+        name = ctx.name(int(chunk.name[r]))
+        info = parse_nccl_kernel_name(name)
+        kind = info.collective if info is not None else CollectiveKind.UNKNOWN
+        dtype = (info.dtype or "") if info is not None else ""
+        group, seq, n_in, n_out = UNKNOWN_GROUP, -1, -1, -1
+        if a is not None:
+            if a.collective is not UNSET and isinstance(a.collective, str):
+                named = collective_kind_from_name(a.collective)
+                if named != CollectiveKind.UNKNOWN:
+                    kind = named
+            if isinstance(a.dtype, str):
+                dtype = a.dtype
+            if a.pg_name is not UNSET:
+                group = str(a.pg_name)
+                ranks = parse_ranks(a.pg_ranks)
+                if ranks is not None:
+                    self.pg_ranks.setdefault(group, ranks)
+            seq, n_in, n_out = as_int(a.seq), as_int(a.in_nelems), as_int(a.out_nelems)
+        return (group, kind.label, dtype, n_in, n_out, seq, int(s), int(e), chunk.first + r)
+
+    def finish(self, ctx: FileContext) -> None:
+        g = {k: self.gpu.get(k) for k in self.gpu.dtypes}
+        r = {k: self.rt.get(k) for k in self.rt.dtypes}
+        self._links(ctx, g, r)
+        self._window(ctx)
+        if self.seen_gpu and self.seen_cpu and not len(self.steps.get("number")):
+            ctx.emit(
+                "EV605",
+                1,
+                [
+                    Finding(
+                        "EV605", "no ProfilerStep#N slice on the CPU side", ctx.at(0, None, None)
+                    )
+                ],
+            )
+
+    def _links(
+        self, ctx: FileContext, g: dict[str, npt.NDArray[Any]], r: dict[str, npt.NDArray[Any]]
+    ) -> None:
+        gk = g["corr"] >= 0
+        rk = r["corr"] >= 0
+        rt_corr = np.unique(r["corr"][rk])
+        gpu_corr = np.unique(g["corr"][gk])
+
+        def emit(
+            code: str, cols: dict[str, npt.NDArray[Any]], rows: npt.NDArray[np.intp], msg: Any
+        ) -> None:
+            ctx.emit(
+                code,
+                len(rows),
+                (
+                    Finding(
+                        code,
+                        msg(i),
+                        ctx.at(
+                            int(cols["index"][i]), int(cols["start"][i]), int(cols["thread"][i])
+                        ),
+                    )
+                    for i in rows.tolist()
+                ),
+            )
+
+        no_launch = np.flatnonzero(gk & ~np.isin(g["corr"], rt_corr))
+        emit(
+            "EV601",
+            g,
+            no_launch,
+            lambda i: (
+                f"{ctx.name(int(g['name'][i]))!r} (correlation {int(g['corr'][i])}) has no launch"
+            ),
+        )
+        no_work = np.flatnonzero(rk & r["launch"] & ~np.isin(r["corr"], gpu_corr))
+        emit(
+            "EV602",
+            r,
+            no_work,
+            lambda i: f"launch with correlation {int(r['corr'][i])} has no GPU event",
+        )
+        if len(rt_corr) and gk.any():
+            order = np.lexsort((r["start"], r["corr"]))
+            corr_sorted = r["corr"][order]
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = corr_sorted[1:] != corr_sorted[:-1]
+            keys = corr_sorted[first]
+            starts = r["start"][order][first]
+            rows = np.flatnonzero(gk)
+            pos = np.searchsorted(keys, g["corr"][rows])
+            pos = np.minimum(pos, len(keys) - 1)
+            hit = keys[pos] == g["corr"][rows]
+            early = rows[hit & (g["start"][rows] < starts[pos])]
+            launch_start = dict(zip(keys.tolist(), starts.tolist(), strict=True))
+
+            def early_msg(i: int) -> str:
+                corr = int(g["corr"][i])
+                lead = launch_start[corr] - int(g["start"][i])
+                return f"starts {format_duration(lead)} before its launch (correlation {corr})"
+
+            emit("EV603", g, early, early_msg)
+
+    def _window(self, ctx: FileContext) -> None:
+        sl = ctx.slices
+        if self.window is None or sl is None or not len(sl.start):
+            return
+        w0, w1, widx = self.window
+        end = np.minimum(sl.end, np.iinfo(np.int64).max)
+        out = np.flatnonzero(((sl.start < w0) | (end > w1)) & (sl.index != widx))
+        out = out[np.argsort(sl.index[out], kind="stable")]
+        ctx.emit(
+            "EV604",
+            len(out),
+            (
+                Finding(
+                    "EV604",
+                    "starts before the Trace span"
+                    if sl.start[i] < w0
+                    else f"ends {format_duration(int(end[i]) - w1)} after the Trace span",
+                    ctx.at(int(sl.index[i]), int(sl.start[i]), int(sl.thread[i])),
+                )
+                for i in out.tolist()
+            ),
+        )
+
+    def summary(self, ctx: FileContext) -> RankSummary:
+        """The rank's identity, collectives and steps (times on its absolute clock)."""
+        steps = (self.steps.get("number"), self.steps.get("start"), self.steps.get("end"))
+        colls = self.coll_gpu if self.coll_gpu else self.coll_cpu
+        return rank_summary(ctx.path, ctx.facts.top, colls, self.pg_ranks, steps)
