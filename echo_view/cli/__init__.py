@@ -24,9 +24,11 @@ def build_registry() -> Registry:
     from exporters.perfetto_json import PerfettoJsonExporter
     from exporters.perfetto_proto import PerfettoProtoExporter
     from importers.kineto import KinetoImporter
+    from importers.nsys import NsysImporter
 
     reg = Registry()
     reg.add_importer(KinetoImporter())
+    reg.add_importer(NsysImporter())
     reg.add_exporter(PerfettoJsonExporter())
     reg.add_exporter(PerfettoProtoExporter())
     reg.load_plugins()
