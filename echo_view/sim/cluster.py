@@ -1,0 +1,492 @@
+"""GPU presets and the cluster the simulator runs on.
+
+Every preset value comes from NVIDIA's datasheets (cited in :attr:`GpuSpec.source`); peak FLOP/s
+are dense (no structured sparsity). Bandwidths are bytes per second; NVLink is per GPU and per
+direction (NVIDIA quotes the bidirectional sum: "600 GB/s" for A100 is 300 GB/s each way).
+A :class:`Cluster` is a GPU, a node size, a node count, the NIC bandwidth per GPU and the
+intra-node fabric; every value can be overridden by name (:meth:`Cluster.with_overrides`), which
+is how ``--set cluster.KEY=VALUE`` and the workload config's ``[cluster]`` table reach it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from echo_view.errors import ConfigError
+
+if TYPE_CHECKING:
+    from echo_view.model.config import ClusterConfig
+
+GB = 1e9
+TFLOPS = 1e12
+GIB = 1 << 30
+
+#: Intra-node fabrics: a switch (every GPU reaches every other at its full NVLink rate), a
+#: direct NVLink mesh (DGX-1 hybrid cube mesh), or PCIe only.
+FABRICS = ("nvswitch", "nvlink", "pcie")
+#: Host CPU vendors; NCCL's tuner caps LL bandwidth across nodes differently for each.
+CPU_VENDORS = ("intel", "amd", "arm")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model, as NVIDIA specifies it."""
+
+    name: str
+    #: Dense peak FLOP/s per dtype (``fp32``, ``tf32``, ``fp16``, ``bf16``, ``fp8``); a dtype
+    #: the GPU has no tensor-core path for is absent.
+    peak_flops: Mapping[str, float] = field(hash=False)
+    hbm_bytes_per_s: float
+    #: Per GPU, per direction.
+    nvlink_bytes_per_s: float
+    memory_bytes: int
+    sm_count: int
+    source: str
+    #: ``volta``, ``ampere``, ``hopper`` or ``blackwell`` (selects NCCL's per-architecture tables).
+    arch: str = "ampere"
+    #: NVLink links per GPU (NCCL counts bandwidth per link).
+    nvlink_links: int = 0
+    #: Host link, per direction.
+    pcie_bytes_per_s: float = 32 * GB
+    #: NIC bandwidth per GPU in the vendor's reference system (DGX/HGX), bits per second.
+    default_nic_bits_per_s: float = 200e9
+    default_fabric: str = "nvswitch"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
+
+
+def _spec(
+    name: str,
+    flops_t: Mapping[str, float],
+    hbm_gbs: float,
+    nvlink_gbs: float,
+    memory_gb: float,
+    sms: int,
+    arch: str,
+    links: int,
+    pcie_gbs: float,
+    nic_gbps: float,
+    source: str,
+    fabric: str = "nvswitch",
+) -> GpuSpec:
+    return GpuSpec(
+        name=name,
+        peak_flops={k: v * TFLOPS for k, v in flops_t.items()},
+        hbm_bytes_per_s=hbm_gbs * GB,
+        nvlink_bytes_per_s=nvlink_gbs * GB,
+        memory_bytes=int(memory_gb * GB),
+        sm_count=sms,
+        source=source,
+        arch=arch,
+        nvlink_links=links,
+        pcie_bytes_per_s=pcie_gbs * GB,
+        default_nic_bits_per_s=nic_gbps * 1e9,
+        default_fabric=fabric,
+    )
+
+
+_A100_FLOPS = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}
+_H100_FLOPS = {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9}
+_A100_SRC = (
+    "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TF, TF32 156 TF, FP16/BF16 312 TF "
+    "dense; NVLink 600 GB/s (12 links); PCIe Gen4 64 GB/s; DGX A100: 8x 200 Gb/s HDR per GPU"
+)
+_H100_SRC = (
+    "NVIDIA H100 Tensor Core GPU datasheet (SXM5): FP32 67 TF, TF32 494.7, FP16/BF16 989.4, FP8 "
+    "1,978.9 TF dense; HBM3 3.35 TB/s; NVLink 900 GB/s (18 links); PCIe Gen5 128 GB/s; "
+    "DGX H100: 8x 400 Gb/s NDR per GPU"
+)
+
+#: The presets, named as NVIDIA reports them.
+PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
+    {
+        s.name: s
+        for s in (
+            _spec(
+                "V100-SXM2-32GB",
+                {"fp32": 15.7, "fp16": 125.0},
+                900,
+                150,
+                32,
+                80,
+                "volta",
+                6,
+                16,
+                50,
+                "NVIDIA Tesla V100 datasheet (SXM2): FP32 15.7 TF, tensor FP16 125 TF; HBM2 900 "
+                "GB/s; NVLink 300 GB/s (6 links); PCIe Gen3 32 GB/s; DGX-1: 4x 100 Gb/s EDR "
+                "per 8 GPUs (hybrid cube-mesh NVLink)",
+                fabric="nvlink",
+            ),
+            _spec(
+                "A100-SXM4-40GB",
+                _A100_FLOPS,
+                1555,
+                300,
+                40,
+                108,
+                "ampere",
+                12,
+                32,
+                200,
+                _A100_SRC + "; HBM2 1,555 GB/s, 40 GB",
+            ),
+            _spec(
+                "A100-SXM4-80GB",
+                _A100_FLOPS,
+                2039,
+                300,
+                80,
+                108,
+                "ampere",
+                12,
+                32,
+                200,
+                _A100_SRC + "; HBM2e 2,039 GB/s, 80 GB",
+            ),
+            _spec(
+                "H100-SXM5-80GB", _H100_FLOPS, 3350, 450, 80, 132, "hopper", 18, 64, 400, _H100_SRC
+            ),
+            _spec(
+                "H800-SXM5-80GB",
+                _H100_FLOPS,
+                3350,
+                200,
+                80,
+                132,
+                "hopper",
+                8,
+                64,
+                400,
+                "NVIDIA H800 SXM5 product brief: H100 compute and memory with NVLink reduced to "
+                "400 GB/s (8 links); 400 Gb/s NDR per GPU as in Echo's H800 cluster; compute as "
+                + _H100_SRC,
+            ),
+            _spec(
+                "H200-SXM-141GB",
+                _H100_FLOPS,
+                4800,
+                450,
+                141,
+                132,
+                "hopper",
+                18,
+                64,
+                400,
+                "NVIDIA H200 Tensor Core GPU datasheet (SXM): HBM3e 141 GB at 4.8 TB/s, NVLink "
+                "900 GB/s, compute as H100 SXM (FP16/BF16 989 TF, FP8 1,979 TF dense)",
+            ),
+            _spec(
+                "B200",
+                {"fp32": 80.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
+                8000,
+                900,
+                180,
+                148,
+                "blackwell",
+                18,
+                64,
+                400,
+                "NVIDIA HGX/DGX B200 datasheets and Blackwell architecture brief (1,000 W HGX): "
+                "FP32 80 TF, TF32 1.1 PF, FP16/BF16 2.25 PF, FP8 4.5 PF dense; HBM3e 8 TB/s, "
+                "180 GB (1,440 GB per 8 GPUs); NVLink 5 1.8 TB/s (18 links); DGX B200: 8x 400 "
+                "Gb/s per GPU",
+            ),
+        )
+    }
+)
+
+_ALIASES = {
+    "V100": "V100-SXM2-32GB",
+    "A100": "A100-SXM4-80GB",
+    "A100-40GB": "A100-SXM4-40GB",
+    "A100-80GB": "A100-SXM4-80GB",
+    "H100": "H100-SXM5-80GB",
+    "H800": "H800-SXM5-80GB",
+    "H200": "H200-SXM-141GB",
+    "B200": "B200",
+}
+
+
+def known_presets() -> tuple[str, ...]:
+    """Preset names followed by their short aliases."""
+    return (*PRESETS, *(a for a in _ALIASES if a not in PRESETS))
+
+
+def gpu_preset(name: str) -> GpuSpec:
+    """The preset called ``name`` (full name or short alias, case-insensitive)."""
+    key = name.strip()
+    by_upper = {k.upper(): v for k, v in PRESETS.items()}
+    alias = {k.upper(): v for k, v in _ALIASES.items()}
+    up = key.upper()
+    if up in by_upper:
+        return by_upper[up]
+    if up in alias:
+        return PRESETS[alias[up]]
+    raise ConfigError(
+        f"unknown GPU preset {name!r}",
+        where="cluster.gpu",
+        hint=f"known presets: {', '.join(known_presets())}",
+    )
+
+
+_MATCHERS: tuple[tuple[re.Pattern[str], str | None], ...] = (
+    (re.compile(r"V100[- ]SXM2"), "V100-SXM2-32GB"),
+    (re.compile(r"A100[- ]SXM4?[- ]80GB|A100[- ]80GB"), "A100-SXM4-80GB"),
+    (re.compile(r"A100[- ]SXM4?[- ]40GB|A100[- ]40GB"), "A100-SXM4-40GB"),
+    # PG509 is the A100 SXM4 board; its memory size tells the variant (see match_gpu).
+    (re.compile(r"A100[- ]PG509|A100[- ]SXM"), None),
+    (re.compile(r"H100.*(?:PCIE|NVL)"), ""),
+    (re.compile(r"H100"), "H100-SXM5-80GB"),
+    (re.compile(r"H800.*PCIE"), ""),
+    (re.compile(r"H800"), "H800-SXM5-80GB"),
+    (re.compile(r"H200"), "H200-SXM-141GB"),
+    (re.compile(r"B200"), "B200"),
+)
+
+
+def match_gpu(device_name: str, memory_bytes: int | None = None) -> GpuSpec | None:
+    """The preset for a device name as CUDA reports it (Kineto ``deviceProperties``,
+    nccl-tests): ``Tesla V100-SXM2-32GB``, ``NVIDIA A100-SXM4-80GB``, ``NVIDIA H100 80GB HBM3``,
+    ``NVIDIA H800``, ``NVIDIA B200``, ``NVIDIA A100-PG509-200`` (``memory_bytes`` picks the 40
+    or 80 GB A100). ``None`` when no preset fits (PCIe cards, other GPUs): no guess."""
+    name = device_name.upper()
+    for pattern, preset in _MATCHERS:
+        if not pattern.search(name):
+            continue
+        if preset == "":
+            return None
+        if preset is None:
+            big = memory_bytes is not None and memory_bytes > 60 * GB
+            return PRESETS["A100-SXM4-80GB" if big else "A100-SXM4-40GB"]
+        return PRESETS[preset]
+    return None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The machines a job runs on: ``nodes`` nodes of ``gpus_per_node`` GPUs each.
+
+    Rank ``r`` lives on node ``r // gpus_per_node`` (the usual launcher layout).
+    ``nvlink_bytes_per_s`` None means the GPU preset's value.
+    """
+
+    gpu: GpuSpec
+    gpus_per_node: int = 8
+    nodes: int = 1
+    #: NIC bandwidth available to each GPU, per direction.
+    nic_bytes_per_s_per_gpu: float = 25 * GB
+    fabric: str = "nvswitch"
+    nvlink_bytes_per_s: float | None = None
+    pcie_bytes_per_s: float | None = None
+    cpu: str = "intel"
+    #: Extra one-way network latency beyond NCCL's defaults (long cables, extra switch tiers).
+    net_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1 or self.nodes < 1:
+            raise ConfigError(
+                f"a cluster needs at least one node of one GPU, got {self.nodes} x "
+                f"{self.gpus_per_node}",
+                where="cluster",
+            )
+        for key, value in (
+            ("nic_gbps_per_gpu", self.nic_bytes_per_s_per_gpu),
+            ("nvlink_gbps", self.nvlink_bytes_per_s),
+            ("pcie_gbps", self.pcie_bytes_per_s),
+        ):
+            if value is not None and not value > 0:
+                raise ConfigError(f"must be positive, got {value}", where=f"cluster.{key}")
+        if self.fabric not in FABRICS:
+            raise ConfigError(
+                f"unknown fabric {self.fabric!r}",
+                where="cluster.fabric",
+                hint=f"one of: {', '.join(FABRICS)}",
+            )
+        if self.cpu not in CPU_VENDORS:
+            raise ConfigError(
+                f"unknown CPU vendor {self.cpu!r}",
+                where="cluster.cpu",
+                hint=f"one of: {', '.join(CPU_VENDORS)}",
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def nvlink_bw(self) -> float:
+        """NVLink bandwidth per GPU per direction in use (override or preset)."""
+        if self.nvlink_bytes_per_s is not None:
+            return self.nvlink_bytes_per_s
+        return self.gpu.nvlink_bytes_per_s
+
+    @property
+    def pcie_bw(self) -> float:
+        """PCIe bandwidth per GPU per direction in use (override or preset)."""
+        if self.pcie_bytes_per_s is not None:
+            return self.pcie_bytes_per_s
+        return self.gpu.pcie_bytes_per_s
+
+    def node_of(self, rank: int) -> int:
+        """The node rank ``rank`` runs on."""
+        return rank // self.gpus_per_node
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Cluster:
+        """A copy with the named values replaced (strings are parsed). Keys: see
+        :data:`OVERRIDE_KEYS`; an unknown key is a :class:`ConfigError` listing them."""
+        cluster = self
+        # The GPU first, so that its per-GPU values can be overridden in the same mapping.
+        items = sorted(overrides.items(), key=lambda kv: kv[0] != "gpu")
+        for key, raw in items:
+            if key not in OVERRIDE_KEYS:
+                raise ConfigError(
+                    f"unknown cluster key {key!r}",
+                    where=f"cluster.{key}",
+                    hint=f"known keys: {', '.join(OVERRIDE_KEYS)}",
+                )
+            cluster = _apply(cluster, key, raw)
+        return cluster
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved values, in the units the override keys use."""
+        return {
+            "gpu": self.gpu.name,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "nic_gbps_per_gpu": self.nic_bytes_per_s_per_gpu * 8 / 1e9,
+            "nvlink_gbytes_per_s": self.nvlink_bw / GB,
+            "pcie_gbytes_per_s": self.pcie_bw / GB,
+            "fabric": self.fabric,
+            "cpu": self.cpu,
+            "net_latency_us": self.net_latency_s * 1e6,
+        }
+
+
+#: Keys :meth:`Cluster.with_overrides` accepts, with their units. ``*_gbps`` are gigabits per
+#: second, ``*_gbytes_per_s`` gigabytes per second; per-GPU bandwidths are per direction.
+OVERRIDE_KEYS: tuple[str, ...] = (
+    "gpu",
+    "gpus_per_node",
+    "nodes",
+    "nic_gbps_per_gpu",
+    "nvlink_gbps",
+    "nvlink_gbytes_per_s",
+    "pcie_gbps",
+    "pcie_gbytes_per_s",
+    "fabric",
+    "cpu",
+    "net_latency_us",
+    "hbm_gbytes_per_s",
+    "memory_gb",
+    "sm_count",
+    "peak_tflops_fp32",
+    "peak_tflops_tf32",
+    "peak_tflops_fp16",
+    "peak_tflops_bf16",
+    "peak_tflops_fp8",
+)
+
+
+def _number(key: str, raw: Any, *, integer: bool = False) -> float:
+    if isinstance(raw, bool):
+        raise ConfigError(f"expected a number, got {raw!r}", where=f"cluster.{key}")
+    try:
+        value = int(raw) if integer else float(raw)
+    except (TypeError, ValueError):
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"expected {kind}, got {raw!r}", where=f"cluster.{key}") from None
+    if not value > 0:
+        raise ConfigError(f"must be positive, got {raw!r}", where=f"cluster.{key}")
+    return value
+
+
+def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
+    if key == "gpu":
+        if isinstance(raw, GpuSpec):
+            return replace(cluster, gpu=raw)
+        return replace(cluster, gpu=gpu_preset(str(raw)))
+    if key == "gpus_per_node":
+        return replace(cluster, gpus_per_node=int(_number(key, raw, integer=True)))
+    if key == "nodes":
+        return replace(cluster, nodes=int(_number(key, raw, integer=True)))
+    if key == "nic_gbps_per_gpu":
+        return replace(cluster, nic_bytes_per_s_per_gpu=_number(key, raw) * 1e9 / 8)
+    if key == "nvlink_gbps":
+        return replace(cluster, nvlink_bytes_per_s=_number(key, raw) * 1e9 / 8)
+    if key == "nvlink_gbytes_per_s":
+        return replace(cluster, nvlink_bytes_per_s=_number(key, raw) * GB)
+    if key == "pcie_gbps":
+        return replace(cluster, pcie_bytes_per_s=_number(key, raw) * 1e9 / 8)
+    if key == "pcie_gbytes_per_s":
+        return replace(cluster, pcie_bytes_per_s=_number(key, raw) * GB)
+    if key == "fabric":
+        return replace(cluster, fabric=str(raw).strip().lower())
+    if key == "cpu":
+        return replace(cluster, cpu=str(raw).strip().lower())
+    if key == "net_latency_us":
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"expected a number, got {raw!r}", where=f"cluster.{key}") from None
+        if value < 0:
+            raise ConfigError(f"must not be negative, got {raw!r}", where=f"cluster.{key}")
+        return replace(cluster, net_latency_s=value * 1e-6)
+    gpu = cluster.gpu
+    if key == "hbm_gbytes_per_s":
+        gpu = replace(gpu, hbm_bytes_per_s=_number(key, raw) * GB)
+    elif key == "memory_gb":
+        gpu = replace(gpu, memory_bytes=int(_number(key, raw) * GB))
+    elif key == "sm_count":
+        gpu = replace(gpu, sm_count=int(_number(key, raw, integer=True)))
+    else:  # peak_tflops_<dtype>
+        dtype = key.removeprefix("peak_tflops_")
+        flops = dict(gpu.peak_flops)
+        flops[dtype] = _number(key, raw) * TFLOPS
+        gpu = replace(gpu, peak_flops=flops)
+    if gpu.name == cluster.gpu.name:
+        gpu = replace(gpu, name=f"{gpu.name} (modified)")
+    return replace(cluster, gpu=gpu)
+
+
+def make_cluster(
+    gpu: str | GpuSpec = "A100-SXM4-80GB",
+    *,
+    gpus_per_node: int = 8,
+    nodes: int = 1,
+    nic_gbps_per_gpu: float | None = None,
+    **overrides: Any,
+) -> Cluster:
+    """A cluster of ``gpu`` with that GPU's reference fabric and NIC unless given."""
+    spec = gpu if isinstance(gpu, GpuSpec) else gpu_preset(gpu)
+    nic_bits = nic_gbps_per_gpu * 1e9 if nic_gbps_per_gpu is not None else None
+    if nic_bits is None:
+        nic_bits = spec.default_nic_bits_per_s
+    if not nic_bits > 0:
+        raise ConfigError(
+            f"must be positive, got {nic_gbps_per_gpu}", where="cluster.nic_gbps_per_gpu"
+        )
+    cluster = Cluster(
+        gpu=spec,
+        gpus_per_node=gpus_per_node,
+        nodes=nodes,
+        nic_bytes_per_s_per_gpu=nic_bits / 8,
+        fabric=spec.default_fabric,
+    )
+    return cluster.with_overrides(overrides) if overrides else cluster
+
+
+def cluster_from_config(config: ClusterConfig) -> Cluster:
+    """The cluster a workload config's ``[cluster]`` table describes."""
+    cluster = make_cluster(
+        config.gpu,
+        gpus_per_node=config.gpus_per_node,
+        nodes=config.nodes,
+        nic_gbps_per_gpu=config.nic_gbps_per_gpu,
+    )
+    return cluster.with_overrides(config.overrides) if config.overrides else cluster

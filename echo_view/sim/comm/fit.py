@@ -1,0 +1,380 @@
+"""Calibration of the collective models against measured collective times.
+
+A :class:`Measurement` is one timed collective (a row of an nccl-tests log): kind, payload,
+ranks placed on a cluster, time. :func:`fit_nccl` and :func:`fit_alphabeta` adjust the models'
+physical constants to minimise a robust (Huber) loss on log(predicted / measured) with a weak
+prior that pulls every constant towards its default, so constants the data cannot see stay at
+NCCL's values instead of drifting. Efficiencies are kept in (0, 1), everything else positive.
+
+nccl-tests times a loop from the host; a thread that drives G GPUs launches G kernels per
+iteration, so the measured time is ``max(model time, G * launch_us)`` (``launch_us`` is fitted
+when a log has G > 1 and is never used when simulating).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import CollectiveKind
+from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm.alphabeta import AlphaBetaModel, AlphaBetaParams
+from echo_view.sim.comm.nccl import _TUNED, NcclModel, predict_us
+from echo_view.sim.comm.params import CommParams
+from echo_view.sim.comm.placement import Placement, place
+from echo_view.sim.comm.tuner import TunerChoice
+
+MIB = 1 << 20
+F64 = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured collective."""
+
+    kind: CollectiveKind
+    nbytes: int
+    time_ns: int
+    ranks: tuple[int, ...]
+    cluster: Cluster
+    #: GPUs driven by the host thread that launched it (nccl-tests ``nGpus``).
+    gpus_per_thread: int = 1
+    #: Where it came from (a file): errors are reported per source.
+    source: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorStats:
+    """Mean absolute relative error of one source's measurements, split at 1 MiB."""
+
+    count_large: int
+    mae_large: float
+    count_small: int
+    mae_small: float
+    worst: float
+    worst_nbytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "points_ge_1mib": self.count_large,
+            "mae_ge_1mib": self.mae_large,
+            "points_lt_1mib": self.count_small,
+            "mae_lt_1mib": self.mae_small,
+            "worst": self.worst,
+            "worst_nbytes": self.worst_nbytes,
+        }
+
+
+class _Params(Protocol):
+    launch_us: float
+
+    def flat(self) -> dict[str, float]: ...
+
+
+P = TypeVar("P", CommParams, AlphaBetaParams)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Fitted constants and how well they fit."""
+
+    params: CommParams | AlphaBetaParams
+    fitted: tuple[str, ...]
+    iterations: int
+    errors: dict[str, ErrorStats]
+
+
+# --- prediction ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    m: Measurement
+    placement: Placement
+    choice: TunerChoice | None
+
+
+def _prepare(measurements: Sequence[Measurement]) -> list[_Prepared]:
+    tuner = NcclModel()
+    out = []
+    for m in measurements:
+        placement = place(m.ranks, m.cluster)
+        choice = None
+        if placement.nranks > 1 and m.kind in _TUNED and m.nbytes > 0:
+            choice = tuner.choice(m.kind, m.nbytes, placement, m.cluster)
+        out.append(_Prepared(m, placement, choice))
+    return out
+
+
+def _nccl_predict(params: CommParams, prepared: Sequence[_Prepared]) -> F64:
+    out = np.empty(len(prepared))
+    for i, p in enumerate(prepared):
+        us = predict_us(params, p.m.kind, p.m.nbytes, p.placement, p.m.cluster, p.choice)[0]
+        out[i] = max(us, p.m.gpus_per_thread * params.launch_us)
+    return out
+
+
+def _alphabeta_predict(params: AlphaBetaParams, prepared: Sequence[_Prepared]) -> F64:
+    model = AlphaBetaModel(params)
+    out = np.empty(len(prepared))
+    for i, p in enumerate(prepared):
+        m = p.m
+        us = model.collective_time_ns(m.kind, m.nbytes, m.ranks, m.cluster) / 1e3
+        out[i] = max(us, m.gpus_per_thread * params.launch_us)
+    return out
+
+
+def predicted_us(model: NcclModel | AlphaBetaModel, measurements: Sequence[Measurement]) -> F64:
+    """What ``model`` predicts each measurement measured (harness floor included), µs."""
+    prepared = _prepare(measurements)
+    if isinstance(model, NcclModel):
+        return _nccl_predict(model.params, prepared)
+    return _alphabeta_predict(model.params, prepared)
+
+
+def error_stats(measurements: Sequence[Measurement], predicted: F64) -> dict[str, ErrorStats]:
+    """Per-source mean absolute relative errors (|predicted - measured| / measured)."""
+    measured = np.array([m.time_ns / 1e3 for m in measurements])
+    rel = np.abs(predicted - measured) / measured
+    sizes = np.array([m.nbytes for m in measurements])
+    sources = [m.source for m in measurements]
+    out: dict[str, ErrorStats] = {}
+    for src in dict.fromkeys(sources):
+        idx = np.array([s == src for s in sources])
+        large = idx & (sizes >= MIB)
+        small = idx & (sizes < MIB)
+        worst = int(np.argmax(np.where(idx, rel, -1.0)))
+        out[src] = ErrorStats(
+            int(large.sum()),
+            float(rel[large].mean()) if large.any() else math.nan,
+            int(small.sum()),
+            float(rel[small].mean()) if small.any() else math.nan,
+            float(rel[worst]),
+            int(sizes[worst]),
+        )
+    return out
+
+
+# --- the fitter --------------------------------------------------------------------------
+
+_FRACTIONS = ("_eff",)
+
+
+def _is_fraction(name: str) -> bool:
+    return name.split(".")[0].endswith(_FRACTIONS)
+
+
+def _to_z(name: str, value: float) -> float:
+    if _is_fraction(name):
+        # Start inside the interval: at exactly 1 the logistic is flat and cannot move.
+        v = min(max(value, 1e-3), 0.99)
+        return math.log(v / (1 - v))
+    return math.log(max(value, 1e-9))
+
+
+def _from_z(name: str, z: float) -> float:
+    if _is_fraction(name):
+        return 1.0 / (1.0 + math.exp(-z))
+    return math.exp(z)
+
+
+def _least_squares(
+    residual: Callable[[F64], F64],
+    z0: F64,
+    *,
+    huber: float,
+    max_iter: int = 100,
+) -> tuple[F64, int]:
+    """Levenberg-Marquardt with iteratively reweighted Huber weights; forward-difference
+    Jacobian (the tuner's choices make the model piecewise smooth only)."""
+
+    def cost(r: F64) -> float:
+        a = np.abs(r)
+        return float(np.sum(np.where(a < huber, 0.5 * a * a, huber * (a - 0.5 * huber))))
+
+    z = z0.copy()
+    r = residual(z)
+    c = cost(r)
+    lam = 1e-2
+    step = 1e-4
+    for it in range(1, max_iter + 1):
+        jac = np.empty((len(r), len(z)))
+        for j in range(len(z)):
+            dz = np.zeros_like(z)
+            dz[j] = step
+            jac[:, j] = (residual(z + dz) - r) / step
+        a = np.abs(r)
+        w = np.sqrt(np.where(a < huber, 1.0, huber / np.maximum(a, 1e-12)))
+        jw = jac * w[:, None]
+        rw = r * w
+        h = jw.T @ jw
+        g = jw.T @ rw
+        improved = False
+        while lam < 1e10:
+            damped = h + lam * (np.diag(np.diag(h)) + 1e-9 * np.eye(len(z)))
+            delta = np.asarray(-np.linalg.solve(damped, g), dtype=np.float64)
+            r_new = residual(z + delta)
+            c_new = cost(r_new)
+            if c_new < c:
+                improved = abs(c - c_new) > 1e-9 * max(c, 1e-12)
+                z, r, c = z + delta, r_new, c_new
+                lam = max(lam / 3, 1e-9)
+                break
+            lam *= 4
+        if not improved:
+            return z, it
+    return z, max_iter
+
+
+def _fit(
+    base: P,
+    candidates: Sequence[str],
+    predict: Callable[[P], F64],
+    measured: F64,
+    *,
+    huber: float,
+    prior: float,
+    free: Sequence[str] = (),
+    start_at: dict[str, float] | None = None,
+) -> tuple[P, tuple[str, ...], int]:
+    """Fit the ``candidates`` the data is sensitive to; ``free`` ones get no prior."""
+    start = {name: base.flat()[name] for name in candidates}
+    start.update(start_at or {})
+    names = list(candidates)
+    z0 = np.array([_to_z(k, start[k]) for k in names])
+    log_meas = np.log(measured)
+    prior_w = np.array([0.0 if k in free else prior for k in names])
+
+    def params_at(z: F64, keep: Sequence[str]) -> P:
+        return base.with_flat({k: _from_z(k, float(v)) for k, v in zip(keep, z, strict=True)})
+
+    def data_residual(z: F64, keep: Sequence[str]) -> F64:
+        pred = predict(params_at(z, keep))
+        return np.asarray(np.log(np.maximum(pred, 1e-9)) - log_meas, dtype=np.float64)
+
+    # Drop constants that no measurement depends on.
+    r0 = data_residual(z0, names)
+    keep = []
+    for j in range(len(names)):
+        dz = z0.copy()
+        dz[j] += 0.05
+        if names[j] in free or np.max(np.abs(data_residual(dz, names) - r0)) > 1e-9:
+            keep.append(j)
+    names = [names[j] for j in keep]
+    z0, prior_w = z0[keep], prior_w[keep]
+    if not names:
+        return base, (), 0
+
+    def residual(z: F64) -> F64:
+        return np.concatenate([data_residual(z, names), prior_w * (z - z0)])
+
+    z, iterations = _least_squares(residual, z0, huber=huber)
+    return params_at(z, names), tuple(names), iterations
+
+
+NCCL_CANDIDATES: tuple[str, ...] = tuple(
+    k
+    for k in CommParams().flat()
+    if not k.startswith(("pcie", "nvls")) and k not in ("protocol_eff.SIMPLE",)
+)
+ALPHABETA_CANDIDATES: tuple[str, ...] = tuple(
+    k for k in AlphaBetaParams().flat() if k != "pcie_eff"
+)
+
+
+def _launch_start(measurements: Sequence[Measurement]) -> dict[str, float]:
+    """Start the host launch cost where it just explains the fastest multi-GPU-thread time."""
+    multi = [m.time_ns / 1e3 / m.gpus_per_thread for m in measurements if m.gpus_per_thread > 1]
+    return {"launch_us": min(multi)} if multi else {}
+
+
+def _free(measurements: Sequence[Measurement], *others: str) -> tuple[str, ...]:
+    """Constants fitted without a prior (their default, 0, is no information)."""
+    launch = ("launch_us",) if any(m.gpus_per_thread > 1 for m in measurements) else ()
+    return (*launch, *others)
+
+
+def fit_nccl(
+    measurements: Sequence[Measurement],
+    start: CommParams | None = None,
+    *,
+    huber: float = 0.15,
+    prior: float = 0.05,
+    source: str | None = None,
+) -> FitResult:
+    """Calibrate :class:`NcclModel` to ``measurements``."""
+    if not measurements:
+        raise ValueError("nothing to fit")
+    prepared = _prepare(measurements)
+    measured = np.array([m.time_ns / 1e3 for m in measurements])
+    base = start if start is not None else CommParams()
+    params, names, iters = _fit(
+        base,
+        NCCL_CANDIDATES,
+        lambda p: _nccl_predict(p, prepared),
+        measured,
+        huber=huber,
+        prior=prior,
+        free=_free(measurements, "channel_us", "proxy_us"),
+        start_at={"channel_us": 0.5, "proxy_us": 0.5, **_launch_start(measurements)},
+    )
+    label = source or f"calibrated on {len({m.source for m in measurements})} logs"
+    params = params.with_flat({}, source=label)
+    errors = error_stats(measurements, _nccl_predict(params, prepared))
+    return FitResult(params, names, iters, errors)
+
+
+def fit_alphabeta(
+    measurements: Sequence[Measurement],
+    start: AlphaBetaParams | None = None,
+    *,
+    huber: float = 0.15,
+    prior: float = 0.05,
+    source: str | None = None,
+) -> FitResult:
+    """Calibrate :class:`AlphaBetaModel` to ``measurements`` the same way."""
+    if not measurements:
+        raise ValueError("nothing to fit")
+    prepared = _prepare(measurements)
+    measured = np.array([m.time_ns / 1e3 for m in measurements])
+    base = start if start is not None else AlphaBetaParams()
+    params, names, iters = _fit(
+        base,
+        ALPHABETA_CANDIDATES,
+        lambda p: _alphabeta_predict(p, prepared),
+        measured,
+        huber=huber,
+        prior=prior,
+        free=_free(measurements),
+        start_at=_launch_start(measurements),
+    )
+    label = source or f"calibrated on {len({m.source for m in measurements})} logs"
+    params = params.with_flat({}, source=label)
+    errors = error_stats(measurements, _alphabeta_predict(params, prepared))
+    return FitResult(params, names, iters, errors)
+
+
+def leave_one_out(
+    measurements: Sequence[Measurement],
+    fit: Callable[[Sequence[Measurement]], FitResult],
+) -> dict[str, ErrorStats]:
+    """Held-out errors: each source predicted by constants fitted on all the others."""
+    sources = list(dict.fromkeys(m.source for m in measurements))
+    out: dict[str, ErrorStats] = {}
+    for src in sources:
+        train = [m for m in measurements if m.source != src]
+        test = [m for m in measurements if m.source == src]
+        result = fit(train)
+        model: NcclModel | AlphaBetaModel
+        if isinstance(result.params, CommParams):
+            model = NcclModel(result.params)
+        else:
+            model = AlphaBetaModel(result.params)
+        out.update(error_stats(test, predicted_us(model, test)))
+    return out

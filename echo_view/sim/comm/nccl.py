@@ -1,0 +1,245 @@
+"""White-box NCCL-like collective model.
+
+NCCL's tuner (:mod:`.tuner`) decides which algorithm (ring, tree, NVLS), protocol (LL, LL128,
+Simple) and how many channels a call uses; this module times that choice:
+
+    time = latency + bytes_on_the_busiest_link / bus_bandwidth
+
+- latency = base[protocol] + channels * channel_us
+            + intra-node hops * hop[intra tier]
+            + inter-node hops * (hop[net] + channels * proxy_us)
+  (a tree's hops cost ``tree_hop_factor`` ring hops);
+- bus bandwidth = min(channels * per-channel throughput,
+                      protocol payload fraction * slowest tier), where the tiers are the GPU's
+  NVLink (or PCIe) and, across nodes, the NICs of the node with the fewest ranks of the group;
+- bytes on the busiest link: 2(n-1)/n * S (ring all-reduce), (n-1)/n * S (all-gather,
+  reduce-scatter), 2 * S (tree all-reduce), S (broadcast, reduce, NVLS).
+
+Point-to-point collectives (send/recv, all-to-all, gather, scatter) move each peer's share over
+NVLink or the GPU's NIC concurrently. A one-rank group copies its buffer in HBM.
+Equations and sources: docs/comm-model.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from echo_view.model import CollectiveKind
+from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
+from echo_view.sim.comm.params import CommParams
+from echo_view.sim.comm.placement import PROTOCOLS, Placement, place
+from echo_view.sim.comm.tuner import (
+    NVLS,
+    P2P_LL_THRESHOLD,
+    TREE,
+    Topology,
+    TunerChoice,
+    choose,
+    table,
+    topology,
+)
+
+_TUNED = (
+    CollectiveKind.ALL_REDUCE,
+    CollectiveKind.ALL_GATHER,
+    CollectiveKind.REDUCE_SCATTER,
+    CollectiveKind.BROADCAST,
+    CollectiveKind.REDUCE,
+)
+_PAIR = (CollectiveKind.SEND, CollectiveKind.RECV, CollectiveKind.SEND_RECV)
+
+
+def tier_bandwidths(placement: Placement, cluster: Cluster, params: CommParams) -> float:
+    """Delivered GB/s of the slowest tier a ring or tree of this group crosses."""
+    bw = math.inf
+    if placement.ppn_max > 1:
+        if placement.intra == "nvlink":
+            bw = cluster.nvlink_bw / 1e9 * params.nvlink_eff
+        else:
+            bw = cluster.pcie_bw / 1e9 * params.pcie_eff
+    if placement.multi_node:
+        nics = placement.ppn_min * cluster.nic_bytes_per_s_per_gpu / 1e9
+        bw = min(bw, nics * params.net_eff)
+    return bw
+
+
+def time_choice_us(
+    kind: CollectiveKind,
+    nbytes: int,
+    placement: Placement,
+    cluster: Cluster,
+    params: CommParams,
+    choice: TunerChoice,
+) -> float:
+    """Time of the tuner's ``choice`` on this hardware, µs."""
+    n, nodes = placement.nranks, placement.nodes
+    if choice.algorithm == NVLS:
+        return params.nvls_us + nbytes / (cluster.nvlink_bw * params.nvls_eff) * 1e6
+    p = PROTOCOLS.index(choice.protocol)
+    intra_hop = (params.nvlink_hop_us if placement.intra == "nvlink" else params.pcie_hop_us)[p]
+    # Every network step, the proxy thread posts one send and one receive per channel.
+    net_hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 + choice.channels * params.proxy_us
+    bus = min(
+        choice.channels * params.channel_gbs[p],
+        params.protocol_eff[p] * tier_bandwidths(placement, cluster, params),
+    )
+    fixed = params.base_us[p] + choice.channels * params.channel_us
+    if choice.algorithm == TREE:
+        depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+        hops = (placement.ppn_max - 1) * intra_hop + depth * net_hop
+        return fixed + params.tree_hop_factor * 2 * hops + 2 * nbytes / (bus * 1e3)
+    # Ring: a chunk's path around the ring crosses n - nodes intra-node and nodes - 1
+    # inter-node links per pass; all-reduce makes two passes.
+    passes = 2 if kind == CollectiveKind.ALL_REDUCE else 1
+    latency = fixed + passes * ((n - nodes) * intra_hop + (nodes - 1) * net_hop)
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        factor = 1.0
+    else:
+        factor = passes * (n - 1) / n
+    return latency + nbytes * factor / (bus * 1e3)
+
+
+class NcclModel:
+    """NCCL-like collective model: :meth:`estimate` and :meth:`collective_time_ns`."""
+
+    name = "nccl"
+
+    def __init__(self, params: CommParams | None = None) -> None:
+        self.params = params if params is not None else CommParams()
+        self._tables: dict[
+            tuple[CollectiveKind, Placement, Cluster],
+            tuple[Topology, dict[tuple[str, str], tuple[float, float]]],
+        ] = {}
+
+    def tuner(
+        self, kind: CollectiveKind, placement: Placement, cluster: Cluster
+    ) -> tuple[Topology, dict[tuple[str, str], tuple[float, float]]]:
+        """NCCL's topology and cost table for this group (cached)."""
+        key = (kind, placement, cluster)
+        hit = self._tables.get(key)
+        if hit is None:
+            topo = topology(placement, cluster)
+            hit = (topo, table(kind, placement, cluster, topo))
+            self._tables[key] = hit
+        return hit
+
+    def choice(
+        self, kind: CollectiveKind, nbytes: int, placement: Placement, cluster: Cluster
+    ) -> TunerChoice:
+        """What NCCL would run (tuned collectives with two or more ranks only)."""
+        topo, costs = self.tuner(kind, placement, cluster)
+        return choose(kind, nbytes, placement, topo, costs)
+
+    def estimate(
+        self, kind: CollectiveKind, nbytes: int, ranks: Sequence[int], cluster: Cluster
+    ) -> CollectiveEstimate:
+        """Time and shape of one collective with per-rank payload ``nbytes`` over ``ranks``."""
+        if nbytes < 0:
+            raise ValueError(f"negative payload {nbytes} for {kind.label}")
+        if kind == CollectiveKind.BARRIER:
+            nbytes = max(nbytes, 4)  # PyTorch's barrier all-reduces one element
+        kind, assumed = _normalise(kind)
+        placement = place(ranks, cluster)
+        n = placement.nranks
+        if nbytes == 0:
+            return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0, assumed=assumed)
+        choice = None
+        if n > 1 and kind in _TUNED:
+            choice = self.choice(kind, nbytes, placement, cluster)
+        us, algorithm, protocol, channels = predict_us(
+            self.params, kind, nbytes, placement, cluster, choice
+        )
+        nccl_us = choice.time_us if choice is not None else None
+        return _finish(kind, nbytes, n, us, algorithm, protocol, channels, nccl_us, assumed)
+
+    def collective_time_ns(
+        self, kind: CollectiveKind, nbytes: int, ranks: Sequence[int], cluster: Cluster
+    ) -> int:
+        return self.estimate(kind, nbytes, ranks, cluster).time_ns
+
+
+def predict_us(
+    params: CommParams,
+    kind: CollectiveKind,
+    nbytes: int,
+    placement: Placement,
+    cluster: Cluster,
+    choice: TunerChoice | None,
+) -> tuple[float, str, str, int]:
+    """(µs, algorithm, protocol, channels) of one collective; ``choice`` is NCCL's tuner choice
+    for tuned collectives of two or more ranks, else None."""
+    if placement.nranks == 1:
+        bw = cluster.gpu.hbm_bytes_per_s * params.hbm_eff
+        return params.local_copy_us + 2 * nbytes / bw * 1e6, "local_copy", "none", 0
+    if choice is not None:
+        us = time_choice_us(kind, nbytes, placement, cluster, params, choice)
+        return us, choice.algorithm, choice.protocol, choice.channels
+    us, proto = p2p_time_us(kind, nbytes, placement, cluster, params)
+    return us, "p2p", proto, 1
+
+
+def p2p_time_us(
+    kind: CollectiveKind,
+    nbytes: int,
+    placement: Placement,
+    cluster: Cluster,
+    params: CommParams,
+) -> tuple[float, str]:
+    """Send/recv, all-to-all, gather, scatter: each peer's share moves concurrently over NVLink
+    (same node) or the GPU's own NIC (other nodes)."""
+    n = placement.nranks
+    if kind in _PAIR:
+        intra_bytes, inter_bytes = (0.0, float(nbytes)) if placement.multi_node else (
+            float(nbytes), 0.0)  # fmt: skip
+        per_peer = nbytes
+    else:
+        intra_bytes = nbytes * (placement.ppn_max - 1) / n
+        inter_bytes = nbytes * (n - placement.ppn_min) / n
+        per_peer = nbytes // n
+    p = 0 if per_peer <= P2P_LL_THRESHOLD else 2
+    eff = params.protocol_eff[p]
+    if placement.intra == "nvlink":
+        intra_bw, intra_hop = cluster.nvlink_bw * params.nvlink_eff, params.nvlink_hop_us[p]
+    else:
+        intra_bw, intra_hop = cluster.pcie_bw * params.pcie_eff, params.pcie_hop_us[p]
+    net_bw = cluster.nic_bytes_per_s_per_gpu * params.net_eff
+    seconds = max(intra_bytes / (intra_bw * eff), inter_bytes / (net_bw * eff))
+    hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 if inter_bytes else intra_hop
+    return params.base_us[p] + hop + seconds * 1e6, PROTOCOLS[p]
+
+
+def _normalise(kind: CollectiveKind) -> tuple[CollectiveKind, str | None]:
+    """Kinds timed as another: a barrier is a one-element all-reduce; an unknown collective is
+    timed as an all-reduce and says so."""
+    if kind == CollectiveKind.UNKNOWN:
+        return CollectiveKind.ALL_REDUCE, "all_reduce"
+    if kind == CollectiveKind.BARRIER:
+        return CollectiveKind.ALL_REDUCE, None
+    return kind, None
+
+
+def _finish(
+    kind: CollectiveKind,
+    nbytes: int,
+    n: int,
+    us: float,
+    algorithm: str,
+    protocol: str,
+    channels: int,
+    nccl_us: float | None,
+    assumed: str | None,
+) -> CollectiveEstimate:
+    time_ns = max(1, round(us * 1e3))
+    algbw = nbytes / (time_ns * 1e-9)
+    return CollectiveEstimate(
+        time_ns=time_ns,
+        algorithm=algorithm,
+        protocol=protocol,
+        channels=channels,
+        algbw_bytes_per_s=algbw,
+        busbw_bytes_per_s=algbw * bus_factor(kind, n),
+        nccl_time_ns=None if nccl_us is None else round(nccl_us * 1e3),
+        assumed=assumed,
+    )

@@ -1,0 +1,227 @@
+"""The NCCL-like model's constants and their TOML form.
+
+Every constant is a physical quantity: a kernel's fixed latency per protocol, the latency of one
+hop over NVLink, PCIe or the network, the fraction of a link's bandwidth a protocol delivers,
+one channel's throughput. Defaults are NCCL 2.22.3's own (``tuning.cc`` latencies, protocol wire
+formats, NCCL's per-link bandwidths against the datasheets'); ``echo-view calibrate comm``
+replaces them with values fitted to measurements. No per-size tables.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from echo_view.errors import ConfigError
+from echo_view.sim.comm.placement import PROTOCOLS
+
+Proto3 = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class CommParams:
+    """Constants of :class:`~echo_view.sim.comm.nccl.NcclModel` (µs, fractions, GB/s)."""
+
+    #: Fixed cost of one collective kernel, per protocol (LL, LL128, Simple).
+    base_us: Proto3 = (6.6, 14.0, 8.4)
+    #: One pipeline step across NVLink / PCIe / the network, per protocol.
+    nvlink_hop_us: Proto3 = (0.6, 1.9, 3.4)
+    pcie_hop_us: Proto3 = (1.0, 2.5, 5.7)
+    net_hop_us: Proto3 = (2.7, 4.0, 14.0)
+    #: A tree step forwards whole chunks level by level: its hops cost this many ring hops.
+    tree_hop_factor: float = 2.0
+    #: Each channel is a thread block with its own connections: a fixed cost per channel
+    #: (NCCL's tuner has none; measured ~1.5 µs on A100).
+    channel_us: float = 0.0
+    #: Per network step, the proxy thread posts one transfer per channel (NCCL's tuner has a
+    #: per-step "net overhead" of 1-2 µs instead).
+    proxy_us: float = 0.0
+    nvls_us: float = 25.0
+    #: One-rank "collective": a device-to-device copy.
+    local_copy_us: float = 2.0
+    #: Delivered / nominal bandwidth of each tier.
+    nvlink_eff: float = 0.8
+    pcie_eff: float = 0.75
+    net_eff: float = 0.96
+    #: NVLink SHARP all-reduce: algorithm bandwidth / per-GPU NVLink bandwidth.
+    nvls_eff: float = 0.7
+    hbm_eff: float = 1.0
+    #: Payload fraction of each protocol's wire format (LL: 4 data bytes per 8; LL128: 120/128).
+    protocol_eff: Proto3 = (0.5, 0.9375, 1.0)
+    #: Throughput of one channel (one thread block), GB/s, per protocol.
+    channel_gbs: Proto3 = (2.5, 10.0, 20.0)
+    #: nccl-tests only: host time to launch one GPU's kernel; a thread driving G GPUs cannot
+    #: issue iterations faster than G * launch_us. Not used when simulating.
+    launch_us: float = 0.0
+    source: str = "defaults from NCCL 2.22.3 tuning.cc and the GPU datasheets"
+
+    def flat(self) -> dict[str, float]:
+        """Every constant by a dotted name (``base_us.LL``, ``net_eff``)."""
+        out: dict[str, float] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                for proto, v in zip(PROTOCOLS, value, strict=True):
+                    out[f"{f.name}.{proto}"] = float(v)
+            elif isinstance(value, float | int):
+                out[f.name] = float(value)
+        return out
+
+    def with_flat(self, values: Mapping[str, float], source: str | None = None) -> CommParams:
+        """A copy with the named constants replaced (names as :meth:`flat` gives them)."""
+        changes: dict[str, Any] = {}
+        tuples = {f.name: list(getattr(self, f.name)) for f in fields(self)
+                  if isinstance(getattr(self, f.name), tuple)}  # fmt: skip
+        for name, value in values.items():
+            base, _, proto = name.partition(".")
+            if proto:
+                if base not in tuples or proto not in PROTOCOLS:
+                    raise KeyError(name)
+                tuples[base][PROTOCOLS.index(proto)] = float(value)
+            elif name in self.flat():
+                changes[name] = float(value)
+            else:
+                raise KeyError(name)
+        for base, vals in tuples.items():
+            changes[base] = (vals[0], vals[1], vals[2])
+        if source is not None:
+            changes["source"] = source
+        return replace(self, **changes)
+
+
+# TOML layout: (section, key, field, per-protocol?)
+_LAYOUT: tuple[tuple[str, str, str, bool], ...] = (
+    ("latency_us", "base", "base_us", True),
+    ("latency_us", "nvlink_hop", "nvlink_hop_us", True),
+    ("latency_us", "pcie_hop", "pcie_hop_us", True),
+    ("latency_us", "net_hop", "net_hop_us", True),
+    ("latency_us", "tree_hop_factor", "tree_hop_factor", False),
+    ("latency_us", "per_channel", "channel_us", False),
+    ("latency_us", "proxy_per_channel", "proxy_us", False),
+    ("latency_us", "nvls", "nvls_us", False),
+    ("latency_us", "local_copy", "local_copy_us", False),
+    ("bandwidth", "nvlink_eff", "nvlink_eff", False),
+    ("bandwidth", "pcie_eff", "pcie_eff", False),
+    ("bandwidth", "net_eff", "net_eff", False),
+    ("bandwidth", "nvls_eff", "nvls_eff", False),
+    ("bandwidth", "hbm_eff", "hbm_eff", False),
+    ("bandwidth", "protocol_eff", "protocol_eff", True),
+    ("bandwidth", "channel_gbs", "channel_gbs", True),
+    ("harness", "launch_us", "launch_us", False),
+)
+
+
+def _fmt(value: float) -> str:
+    return repr(float(f"{value:.6g}"))
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def comm_params_to_toml(params: CommParams, fit: Mapping[str, Any] | None = None) -> str:
+    """The TOML text ``echo-view calibrate comm`` writes and ``--model`` reads. ``fit`` adds an
+    informational ``[fit]`` table (ignored when loading)."""
+    lines = [
+        "# echo-view collective model constants; see docs/comm-model.md",
+        "[model]",
+        'kind = "nccl"',
+        f"source = {_toml_string(params.source)}",
+    ]
+    section = ""
+    for sec, key, name, per_proto in _LAYOUT:
+        if sec != section:
+            lines += ["", f"[{sec}]"]
+            section = sec
+        value = getattr(params, name)
+        if per_proto:
+            inner = ", ".join(f"{p} = {_fmt(v)}" for p, v in zip(PROTOCOLS, value, strict=True))
+            lines.append(f"{key} = {{ {inner} }}")
+        else:
+            lines.append(f"{key} = {_fmt(value)}")
+    if fit:
+        lines += ["", "[fit]"]
+        for key, value in fit.items():
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _fmt(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return _toml_string(str(value))
+
+
+def parse_toml(text: str, path: str | None = None) -> dict[str, Any]:
+    """Decode TOML text, turning syntax errors into :class:`ConfigError`."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+
+
+def _positive(value: Any, where: str, path: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"expected a number, got {value!r}", path=path, where=where)
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError(f"must be a non-negative number, got {value!r}", path=path, where=where)
+    return v
+
+
+def comm_params_from_mapping(data: Mapping[str, Any], path: str | None = None) -> CommParams:
+    """Validate a decoded ``[model] kind = "nccl"`` TOML document into :class:`CommParams`.
+    Missing keys keep their defaults; unknown keys are errors."""
+    known_sections = {sec for sec, *_ in _LAYOUT} | {"model", "fit"}
+    for sec in data:
+        if sec not in known_sections:
+            raise ConfigError(
+                f"unknown table [{sec}]",
+                path=path,
+                hint=f"known tables: {', '.join(sorted(known_sections))}",
+            )
+    model = data.get("model", {})
+    source = str(model.get("source", f"calibrated ({path})" if path else "calibrated"))
+    values: dict[str, Any] = {"source": source}
+    for sec in {s for s, *_ in _LAYOUT}:
+        table = data.get(sec, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"[{sec}] must be a table", path=path)
+        keys = {key: (name, per) for s, key, name, per in _LAYOUT if s == sec}
+        for key, value in table.items():
+            where = f"{sec}.{key}"
+            if key not in keys:
+                raise ConfigError(
+                    "unknown key", path=path, where=where, hint=f"known keys: {', '.join(keys)}"
+                )
+            name, per_proto = keys[key]
+            if per_proto:
+                if not isinstance(value, Mapping):
+                    raise ConfigError(
+                        "expected an inline table { LL = ..., LL128 = ..., SIMPLE = ... }",
+                        path=path,
+                        where=where,
+                    )
+                current = list(getattr(CommParams(), name))
+                for proto, v in value.items():
+                    if proto not in PROTOCOLS:
+                        raise ConfigError(
+                            f"unknown protocol {proto!r}",
+                            path=path,
+                            where=where,
+                            hint="protocols: LL, LL128, SIMPLE",
+                        )
+                    current[PROTOCOLS.index(proto)] = _positive(v, f"{where}.{proto}", path)
+                values[name] = (current[0], current[1], current[2])
+            else:
+                values[name] = _positive(value, where, path)
+    return CommParams(**values)
