@@ -177,15 +177,23 @@ class TimelinePanel(Vertical):
             self.notify("no search results: press / to search", severity="warning")
             return
         tl = self.timeline
-        span = tl.selection_span()
-        now = float(span[0]) if span is not None else tl.t0 - 1
-        i = m.next_after(now, direction)
+        if 0 <= self.match_at < len(m) and tl.selection == self._match_selection(self.match_at):
+            # Step through the list: matches at one instant on several ranks all get a turn.
+            i: int | None = (self.match_at + direction) % len(m)
+        else:
+            span = tl.selection_span()
+            i = m.next_after(float(span[0]) if span is not None else tl.t0 - 1, direction)
         if i is None:
             return
         self.match_at = i
-        track = m.tracks[int(m.track_of[i])]
-        tl.select(Selection(track.source, track.trace, int(track.rows[int(m.pos[i])])))
+        tl.select(self._match_selection(i))
         self._update_status()
+
+    def _match_selection(self, i: int) -> Selection:
+        m = self.matches
+        assert m is not None
+        track = m.tracks[int(m.track_of[i])]
+        return Selection(track.source, track.trace, int(track.rows[int(m.pos[i])]))
 
     def action_clear(self) -> None:
         box = self.query_one("#search", Input)

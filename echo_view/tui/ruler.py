@@ -25,10 +25,10 @@ def nice_step(ns_per_cell: float, min_cells: int = 12) -> float:
 
 
 def format_tick(t_ns: float, step_ns: float) -> str:
-    """``t_ns`` in the largest unit not coarser than the step, with just enough decimals."""
+    """``t_ns`` in the largest unit that needs at most one decimal for the step."""
     for scale, unit in _UNITS:
-        if step_ns >= scale or scale == 1:
-            decimals = max(0, math.ceil(-math.log10(step_ns / scale) + 1e-9))
+        if step_ns >= scale / 10 or scale == 1:
+            decimals = max(0, math.ceil(-math.log10(step_ns / scale) - 1e-9))
             return f"{t_ns / scale:.{decimals}f}{unit}"
     return f"{t_ns:.0f}ns"  # pragma: no cover - the loop always returns
 

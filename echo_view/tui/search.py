@@ -106,9 +106,9 @@ class KindFilterScreen(ModalScreen[frozenset[int] | None]):
     """Pick the kinds of events to show; dismisses with the chosen classes (None: cancelled)."""
 
     BINDINGS = [  # noqa: RUF012 - Textual reads this class attribute
-        Binding("escape", "cancel", "Cancel"),
-        Binding("enter", "apply", "Apply"),
-        Binding("a", "all", "All"),
+        Binding("escape", "cancel", "Close the kind filter unchanged"),
+        Binding("enter", "apply", "Apply the kind filter", priority=True),
+        Binding("a", "all", "Tick every kind"),
     ]
     DEFAULT_CSS = """
     KindFilterScreen { align: center middle; }

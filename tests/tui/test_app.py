@@ -1,0 +1,385 @@
+"""Pilot tests: every interaction of the app, driven with keys (and the mouse) at 80x24."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, SelectionList, Static
+
+from echo_view.errors import InputError
+from echo_view.formats import Progress
+from echo_view.model import EventKind, Job
+from echo_view.tui.app import EchoViewApp
+from echo_view.tui.details import DetailsPane
+from echo_view.tui.diffscreen import DiffScreen
+from echo_view.tui.help import HelpScreen
+from echo_view.tui.index import COMM
+from echo_view.tui.panel import TimelinePanel
+from echo_view.tui.screens import TimelineScreen
+from echo_view.tui.search import KindFilterScreen
+from echo_view.tui.summary import SummaryScreen
+from echo_view.tui.tables import SortableTable
+from echo_view.tui.timeline import Selection, TimelineView
+from tests.tui.conftest import run_app, synth_job
+
+
+def _tl(app: EchoViewApp) -> TimelineView:
+    return app.screen.query_one(TimelineView)
+
+
+def _panel(app: EchoViewApp) -> TimelinePanel:
+    return app.screen.query_one(TimelinePanel)
+
+
+def _details(app: EchoViewApp) -> str:
+    body = app.screen.query_one(DetailsPane).query_one(Static)
+    return str(body.render())
+
+
+def _kind(app: EchoViewApp, sel: Selection | None) -> EventKind:
+    assert sel is not None
+    job = app.loaded.jobs[sel.source] if app.loaded else None
+    assert job is not None
+    return job.traces[sel.trace].kind(sel.row)
+
+
+async def _lane(pilot: Pilot[None], tl: TimelineView, label: str, group: int = 0) -> None:
+    """Put the cursor on the lane labelled ``label`` of group ``group``."""
+    target = next(
+        i
+        for i, r in enumerate(tl.rows)
+        if r.group == group and not r.header and r.track is not None and r.track.label == label
+    )
+    while tl.cursor != target:
+        await pilot.press("down" if tl.cursor < target else "up")
+
+
+def test_loads_paths_in_a_worker_with_progress() -> None:
+    seen: list[tuple[str, float]] = []
+    job = synth_job()
+
+    def loader(path: Path, progress: Progress) -> Job:
+        progress("reading", 0.5)
+        seen.append((str(path), 0.5))
+        return job
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, TimelineScreen)
+        assert app.loaded is not None and app.loaded.jobs == [job]
+        assert {"import_s", "index_s", "ready_s"} <= set(app.timings)
+
+    run_app([Path("some/job")], body, loader=loader)
+    assert seen == [("some/job", 0.5)]
+
+
+def test_an_input_error_ends_the_app_with_it() -> None:
+    def loader(path: Path, progress: Progress) -> Job:
+        raise InputError("not a trace", path=path, hint="check it")
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.pause()
+
+    app = run_app([Path("bad.json")], body, loader=loader)
+    assert app.error is not None and "bad.json: not a trace" in app.error.one_line()
+    assert app.return_code == 2
+
+
+def test_zoom_pan_reset(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        dt0, t00 = tl.ns_per_cell, tl.t0
+        await pilot.press("w")
+        assert tl.ns_per_cell == pytest.approx(dt0 / 1.5)
+        await pilot.press("plus")
+        assert tl.ns_per_cell == pytest.approx(dt0 / 2.25)
+        await pilot.press("s", "minus")
+        assert tl.ns_per_cell == pytest.approx(dt0)
+        await pilot.press("d")
+        assert tl.t0 == pytest.approx(t00 + 0.25 * tl.cells * dt0)
+        await pilot.press("left", "left")
+        assert tl.t0 == pytest.approx(t00 - 0.25 * tl.cells * dt0)
+        await pilot.press("w", "w", "a", "0")
+        assert (tl.t0, tl.ns_per_cell) == pytest.approx((t00, dt0))
+        assert tl.window.t0 <= 0 and tl.window.t1 >= tl.index.span[1]
+
+    run_app([synth], body)
+
+
+def test_tab_walks_the_lane_and_f_fits_the_selection(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "gpu0 s7")
+        await pilot.press("tab")
+        first = tl.selection
+        assert first is not None and _kind(app, first) == EventKind.KERNEL
+        trace = synth.traces[0]
+        kernels = np.flatnonzero(trace.events.lane == trace.events.lane[first.row])
+        assert first.row == int(kernels[np.argmin(trace.events.start_ns[kernels])])
+        await pilot.press("tab")
+        second = tl.selection
+        assert second is not None
+        assert trace.events.start_ns[second.row] > trace.events.start_ns[first.row]
+        await pilot.press("shift+tab")
+        assert tl.selection == first
+        await pilot.press("f")
+        start, end = tl.selection_span() or (0, 0)
+        assert tl.window.t0 < start and tl.window.t1 > end
+        assert tl.window.t1 - tl.window.t0 < 1.5 * (end - start)
+        assert "gpu0 s7" in str(_panel(app).query_one("#status", Static).render())
+
+    run_app([synth], body)
+
+
+def test_collapse_and_step_selector(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        n = len(tl.rows)
+        await pilot.press("enter")
+        assert len(tl.rows) == n - 3 and 0 in tl.index.collapsed
+        await pilot.press("x")
+        assert len(tl.rows) == 2
+        await pilot.press("x")
+        assert len(tl.rows) == n
+        await pilot.press("right_square_bracket")
+        steps = _panel(app).steps
+        assert [s[0] for s in steps] == [0, 1]
+        assert tl.step_index == 0
+        await pilot.press("right_square_bracket")
+        _, start, end = steps[1]
+        assert tl.window.t0 <= start and tl.window.t1 >= end
+        assert tl.window.t1 - tl.window.t0 < 1.1 * (end - start)
+        assert "step 1" in str(_panel(app).query_one("#status", Static).render())
+
+    run_app([synth], body)
+
+
+def test_details_partner_and_peer_jumps(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "gpu0 s13")
+        await pilot.press("tab")
+        sel = tl.selection
+        assert sel is not None and sel.trace == 0
+        text = _details(app)
+        assert "all_reduce" in text and "group 'dp'" in text and "seq 0" in text
+        assert "peers: r1" in text and "launch: cudaLaunchKernel" in text
+        await pilot.press("c")
+        peer = tl.selection
+        assert peer is not None and peer.trace == 1
+        assert synth.traces[1].collectives.seq[0] == 0
+        assert peer.row == int(synth.traces[1].collectives.event[0])
+        assert tl.rows[tl.cursor].track is not None and tl.rows[tl.cursor].track.trace == 1
+        await pilot.press("p")
+        launch = tl.selection
+        assert _kind(app, launch) == EventKind.RUNTIME
+        await pilot.press("p")
+        assert tl.selection == peer
+
+    run_app([synth], body)
+
+
+def test_search_and_match_navigation(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        panel = _panel(app)
+        await pilot.press("slash")
+        box = panel.query_one("#search", Input)
+        assert box.has_focus
+        await pilot.press(*"linear_[34]", "enter")
+        assert panel.matches is not None and len(panel.matches) == 2 * 2 * 2
+        assert tl.has_focus
+        first = tl.selection
+        assert first is not None
+        name = synth.traces[first.trace].name(first.row)
+        assert name in ("aten::linear_3", "aten::linear_4")
+        seen = {(first.trace, first.row)}
+        for _ in range(7):
+            await pilot.press("n")
+            assert tl.selection is not None
+            seen.add((tl.selection.trace, tl.selection.row))
+        assert len(seen) == 8
+        await pilot.press("n")
+        assert tl.selection == first  # wraps around
+        await pilot.press("N")
+        assert tl.selection != first
+        assert "/linear_[34]: 8/8" in str(panel.query_one("#status", Static).render())
+        await pilot.press("escape")
+        assert panel.matches is None
+
+    run_app([synth], body)
+
+
+def test_a_bad_regex_is_searched_literally(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        panel = _panel(app)
+        await pilot.press("slash", *"Memcpy DtoH (", "enter")
+        assert panel.matches is not None and len(panel.matches) == 2 * 2
+
+    run_app([synth], body)
+
+
+def test_filter_by_kind(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await pilot.press("k")
+        assert isinstance(app.screen, KindFilterScreen)
+        sl = app.screen.query_one(SelectionList)
+        assert sl.has_focus
+        # Untick everything but "comm" (the last entry), then apply.
+        for _ in range(sl.option_count - 1):
+            await pilot.press("space", "down")
+        await pilot.press("enter")
+        assert _panel(app).shown_classes == frozenset({COMM})
+        await _lane(pilot, tl, "gpu0 s7")
+        await pilot.press("tab")
+        assert tl.selection is None  # nothing shown on the GEMM stream
+        header = tl.index.groups[0].header
+        assert header is not None and set(header.coverage) == {COMM}
+        await pilot.press("k", "a", "enter")
+        assert _panel(app).shown_classes is None
+
+    run_app([synth], body)
+
+
+def test_summary_screen_tables_sort(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("S")
+        assert isinstance(app.screen, SummaryScreen)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        ranks = app.screen.query_one("#ranks", SortableTable)
+        assert ranks.row_count == 2 and ranks.has_focus
+        await pilot.press("2")
+        kernels = app.screen.query_one("#kernel-table", SortableTable)
+        assert kernels.has_focus and kernels.row_count == 2  # GEMM and NCCL
+        first = kernels.get_row_at(0)[0].plain
+        await pilot.press("r")  # ascending total
+        assert kernels.get_row_at(0)[0].plain != first
+        await pilot.press("o")  # next column: mean
+        assert kernels.sort_column == 3
+        await pilot.press("3")
+        colls = app.screen.query_one("#coll-table", SortableTable)
+        assert colls.row_count == 1 and colls.get_row_at(0)[0].plain == "all_reduce"
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run_app([synth], body)
+
+
+def test_help_lists_every_binding(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = " ".join(
+            f"{k} {d}" for _, rows in app.screen.sections for k, d in rows
+        )  # fmt: skip
+        for b in [*TimelineView.BINDINGS, *TimelinePanel.BINDINGS, *DiffScreen.BINDINGS]:
+            assert b.description in text  # type: ignore[union-attr]
+        assert "ctrl+p" in text and "Help" in text
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+
+    run_app([synth], body)
+
+
+def test_command_palette_goes_to_a_step(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"go to step 1")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        tl = _tl(app)
+        assert tl.step_index == 1
+
+    run_app([synth], body)
+
+
+def test_mouse_click_selects_the_event_under_it(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        row = next(i for i, r in enumerate(tl.rows) if r.track and r.track.label == "gpu0 s13")
+        trace = synth.traces[0]
+        k = int(trace.collectives.event[0])
+        mid = int(trace.events.start_ns[k] + trace.events.dur_ns[k] // 2)
+        x = tl.label_width + int((mid - tl.t0) / tl.ns_per_cell)
+        await pilot.click(TimelineView, offset=(x, row))
+        assert tl.selection == Selection(0, 0, k)
+        await pilot.click(TimelineView, offset=(1, 0))  # the rank label toggles it
+        assert 0 in tl.index.collapsed
+
+    run_app([synth], body)
+
+
+def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        screen = app.screen
+        verdict = str(screen.query_one("#verdict", Static).render())
+        assert "B is" in verdict and "slower" in verdict and "reference: A" in verdict
+        assert screen.query_one("#rank-table", SortableTable).row_count == 2
+        await pilot.press("2")
+        tl = screen.query_one(TimelineView)
+        assert tl.has_focus
+        assert [(g.rank, g.source) for g in tl.index.groups] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert len(tl.rows) == 4  # collapsed: one GPU row per rank and input
+        assert [s.shift_ns for s in tl.index.sources] == [0, 0]
+        await pilot.press("full_stop")
+        assert screen.align_at == 1
+        assert [s.shift_ns for s in tl.index.sources] == [1000 * 1000, 1000 * 1000]
+        assert tl.window.t0 <= 0 < tl.window.t1
+        await pilot.press("4")
+        kt = screen.query_one("#kernel-table", SortableTable)
+        assert kt.row_count == 2 and kt.get_row_at(0)[0].plain == "cutlass::Kernel"
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+        await pilot.press("b")
+        assert app.current == 1 and isinstance(app.screen, TimelineScreen)
+        assert app.screen.sub_title.startswith("B: ")
+        await pilot.press("D")
+        assert isinstance(app.screen, DiffScreen)
+
+    run_app([synth, slower], body)
+
+
+def test_usable_at_80x24(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        assert tl.size.height >= 10 and tl.size.width == 80
+        assert tl.cells >= 60
+        await pilot.press("down", "tab", "i")
+        assert not app.screen.query_one(DetailsPane).display or app.screen.query_one(
+            DetailsPane
+        ).has_class("-hidden")
+        assert tl.size.height >= 16
+
+    run_app([synth], body)
+
+
+def test_dlrm_sample_every_rank_and_collective_peers(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        assert [g.rank for g in tl.index.groups] == list(range(8))
+        panel = _panel(app)
+        await pilot.press("slash", *"nccl", "enter")
+        assert panel.matches is not None and len(panel.matches) >= 8 * 8
+        sel = tl.selection
+        assert sel is not None
+        ranks = {sel.trace}
+        for _ in range(7):
+            await pilot.press("c")
+            assert tl.selection is not None
+            ranks.add(tl.selection.trace)
+        assert ranks == set(range(8))
+        await pilot.press("p")
+        assert _kind(app, tl.selection) == EventKind.RUNTIME
+        await pilot.press("w", "w", "d", "s", "0", "S")
+        assert isinstance(app.screen, SummaryScreen)
+
+    run_app([dlrm], body, size=(120, 40))

@@ -1,0 +1,163 @@
+"""The timeline's numpy index and rasteriser against brute force on random and hand-made
+events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from echo_view.model import EventKind, Job, LaneKind
+from echo_view.tui.index import COMM, Coverage, Source, TimelineIndex, Track
+from echo_view.tui.raster import GLYPHS, Window, cells, render_row, short_name
+from echo_view.tui.ruler import format_tick, nice_step, ruler_text
+
+
+def _random_track(seed: int, n: int = 600, nested: bool = True) -> Track:
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 1_000_000, n)).astype(np.int64)
+    durs = rng.integers(0, 5_000, n).astype(np.int64)
+    if nested:
+        durs[rng.integers(0, n, 5)] = 400_000  # a few long enclosing events
+    order = np.lexsort((-durs, starts))
+    starts, durs = starts[order], durs[order]
+    classes = rng.choice([int(EventKind.KERNEL), COMM, int(EventKind.MEMCPY)], n).astype(np.uint8)
+    return Track(
+        0, 0, 0, "t", LaneKind.GPU_STREAM, np.arange(n), starts, starts + durs, classes
+    )  # fmt: skip
+
+
+def _busy_brute(starts: np.ndarray, ends: np.ndarray, a: int, b: int) -> int:
+    covered = np.zeros(b - a, dtype=bool)
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        lo, hi = max(s, a), min(e, b)
+        if hi > lo:
+            covered[lo - a : hi - a] = True
+    return int(covered.sum())
+
+
+def test_coverage_is_the_measure_of_the_union() -> None:
+    rng = np.random.default_rng(1)
+    starts = np.sort(rng.integers(0, 2_000, 300)).astype(np.int64)
+    ends = starts + rng.integers(0, 60, 300)
+    cov = Coverage.of(starts, ends)
+    bounds = np.array([0, 137, 500, 501, 999, 1500, 2100], dtype=np.int64)
+    busy = cov.busy(bounds)
+    for i in range(len(bounds) - 1):
+        assert busy[i] == _busy_brute(starts, ends, int(bounds[i]), int(bounds[i + 1]))
+    assert cov.total == _busy_brute(starts, ends, 0, 3_000)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_visible_and_count_match_brute_force(seed: int) -> None:
+    t = _random_track(seed)
+    rng = np.random.default_rng(seed + 10)
+    for _ in range(50):
+        t0 = int(rng.integers(-10_000, 1_000_000))
+        t1 = t0 + int(rng.integers(1, 300_000))
+        want = np.flatnonzero((t.starts < t1) & (t.ends > t0))
+        np.testing.assert_array_equal(t.visible(t0, t1), want)
+        # count_visible counts instants at the window edge too; it bounds the enumeration.
+        assert t.count_visible(t0, t1) >= len(want)
+        min_dur = int(rng.integers(0, 10_000))
+        long_enough = want[(t.ends[want] - t.starts[want]) >= min_dur]
+        np.testing.assert_array_equal(t.visible(t0, t1, min_dur), long_enough)
+
+
+def test_at_returns_the_innermost_covering_event() -> None:
+    starts = np.array([0, 10, 20, 50], dtype=np.int64)
+    ends = np.array([100, 40, 30, 60], dtype=np.int64)
+    t = Track(0, 0, 0, "t", LaneKind.CPU_THREAD, np.arange(4), starts, ends, np.zeros(4, np.uint8))
+    assert t.at(25) == 2  # inside 0 > 1 > 2
+    assert t.at(45) == 0  # only the outer one
+    assert t.at(200) is None
+    assert t.at(105, slack=10) == 0  # nearest within the slack
+
+
+def test_filter_hides_classes_and_next_shown_skips_them() -> None:
+    t = _random_track(3, nested=False)
+    t.set_filter(frozenset({COMM}))
+    vis = t.visible(0, 2_000_000)
+    assert len(vis) and (t.classes[vis] == COMM).all()
+    first = int(np.flatnonzero(t.classes == COMM)[0])
+    assert t.next_shown(0, 1) == first
+    assert set(t.coverage) == {COMM}
+
+
+def test_index_groups_lanes_per_rank_with_gpu_header(synth: Job) -> None:
+    index = TimelineIndex.build([Source(synth, "")])
+    assert [g.rank for g in index.groups] == [0, 1]
+    g = index.groups[0]
+    assert [t.lane_kind for t in g.lanes] == [
+        LaneKind.CPU_THREAD,
+        LaneKind.GPU_STREAM,
+        LaneKind.GPU_STREAM,
+    ]
+    trace = synth.traces[0]
+    gpu = trace.mask(EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+    assert g.header is not None and len(g.header) == int(gpu.sum())
+    assert index.event_count() == sum(len(t) for t in synth.traces)
+    # The NCCL kernel is shown as communication, the GEMMs as kernels.
+    s13 = g.lanes[2]
+    assert set(s13.classes.tolist()) == {COMM}
+    lo, hi = index.span
+    assert lo == 0 and hi == max(int(t.events.end_ns.max()) for t in synth.traces)
+
+
+def test_interleaved_two_source_index_and_views(synth: Job) -> None:
+    other = Job(synth.traces, synth.alignment, 2, "b", True)
+    full = TimelineIndex.build([Source(synth, "A"), Source(other, "B")])
+    assert [(g.rank, g.source) for g in full.groups] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    only_b = full.view(only_source=1)
+    assert [g.source for g in only_b.groups] == [1, 1]
+    shifted = full.view(sources=[Source(synth, "A", 0), Source(other, "B", 1000)])
+    assert shifted.span[0] == full.span[0] - 1000
+
+
+def test_cells_show_full_blocks_where_covered_and_names_where_wide() -> None:
+    starts = np.array([0, 500], dtype=np.int64)
+    ends = np.array([300, 520], dtype=np.int64)
+    kinds = np.array([int(EventKind.KERNEL)] * 2, dtype=np.uint8)
+    t = Track(0, 0, 0, "t", LaneKind.GPU_STREAM, np.arange(2), starts, ends, kinds)
+    w = Window(0, 100, 10)  # 10 cells of 100 ns
+    glyphs, _ = cells(t, w, 0)
+    assert glyphs[:3] == ["█"] * 3
+    assert glyphs[5] == GLYPHS[2]  # 20 of 100 ns busy -> a low bar
+    assert glyphs[4] == " "
+    text = "".join(s.text for s in render_row(t, w, 0, lambda p: ["gemm", "tiny"][p]))
+    assert len(text) == 10
+    assert text.startswith(" ge")  # three cells: the name is cut to fit
+    assert "tiny" not in text  # one cell wide: no room for a name
+
+
+def test_selected_and_matched_cells_are_marked() -> None:
+    starts = np.array([0, 500], dtype=np.int64)
+    ends = np.array([300, 520], dtype=np.int64)
+    kinds = np.array([int(EventKind.KERNEL)] * 2, dtype=np.uint8)
+    t = Track(0, 0, 0, "t", LaneKind.GPU_STREAM, np.arange(2), starts, ends, kinds)
+    w = Window(0, 100, 10)
+    plain = render_row(t, w, 0, str)
+    sel = render_row(t, w, 0, str, selected=1)
+    assert [s.style for s in plain] != [s.style for s in sel]
+    assert any(s.text == "▮" and s.style is not None and s.style.bold for s in sel)
+    hit = render_row(t, w, 0, str, match_starts=np.array([500], dtype=np.int64))
+    assert any(s.style is not None and s.style.bgcolor is not None and s.text == "▂" for s in hit)
+
+
+def test_short_names() -> None:
+    assert short_name("void at::native::k<4, float>(int, float*)") == "at::native::k"
+    assert short_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == (
+        "ncclKernel_AllReduce_RING_LL_Sum_float"
+    )
+    assert short_name("PyTorch Profiler (0)") == "PyTorch Profiler (0)"
+    assert short_name("aten::mm") == "aten::mm"
+
+
+def test_ruler_steps_and_labels() -> None:
+    assert nice_step(100, 12) == 2000
+    assert nice_step(1000, 12) == 20000
+    assert format_tick(2_000_000, 1_000_000) == "2ms"
+    assert format_tick(2_500_000, 500_000) == "2.5ms"
+    assert format_tick(1500, 500) == "1.5µs"
+    text = ruler_text(Window(0, 100_000, 60), 12, "time").plain
+    assert text.startswith("time") and "╵0ms" in text and "╵2ms" in text
+    assert len(text) == 12 + 60
