@@ -146,6 +146,8 @@ def _thread_name(lane: Lane) -> str:
         return name
     if lane.kind == LaneKind.GPU_STREAM:
         return f"stream {lane.stream if lane.stream >= 0 else lane.tid}"
+    if lane.kind == LaneKind.OTHER:
+        return str(lane.tid) or "events"
     return f"thread {lane.tid}"
 
 

@@ -158,9 +158,9 @@ class Rows:
     def flat(self) -> U8:
         """All rows' bytes (head, then body), concatenated."""
         cols = np.arange(self.buf.shape[1])[None, :]
-        valid = cols < self.head_len[:, None]
+        valid = (cols >= self.start) & (cols < (self.start + self.len)[:, None])
         if self.start:
-            valid |= (cols >= self.start) & (cols < (self.start + self.len)[:, None])
+            valid |= cols < self.head_len[:, None]
         out: U8 = self.buf[valid]
         return out
 

@@ -1,0 +1,223 @@
+"""Native Perfetto protobuf export: parsed back with perfetto_trace_pb2 and compared to the job
+and to the JSON export (same slices, lanes and flows)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+from echo_view.model import Job
+from exporters.layout import STEP_CATEGORY
+from exporters.perfetto_json import PerfettoJsonExporter
+from exporters.perfetto_proto import METADATA_TRACK, PerfettoProtoExporter
+from exporters.protowire import Rows, varint_bytes, with_suffixes
+from tests.exporters.export_jobs import ALLGATHER, ALLREDUCE, OFFSETS, T0, handmade_job
+from tests.exporters.perfetto_checks import (
+    ProtoTrace,
+    json_flows,
+    json_slices,
+    load_json,
+    metadata_names,
+    proto_flow_pairs,
+    read_pftrace,
+)
+from tests.exporters.test_export_json import expected_slices
+
+
+@pytest.fixture(scope="module")
+def job() -> Job:
+    return handmade_job()
+
+
+@pytest.fixture(scope="module")
+def parsed(job: Job, tmp_path_factory: pytest.TempPathFactory) -> ProtoTrace:
+    path = tmp_path_factory.mktemp("pf") / "job.pftrace"
+    PerfettoProtoExporter().write(job, path)
+    return read_pftrace(path)
+
+
+def test_packets_are_well_formed(parsed: ProtoTrace) -> None:
+    assert parsed.errors == []
+
+
+def test_slices_keep_name_start_and_duration_exactly(job: Job, parsed: ProtoTrace) -> None:
+    slices = [s for s in parsed.slices if s.cat != STEP_CATEGORY]
+    assert Counter((s.name, s.ts, s.dur) for s in slices) == expected_slices(job)
+    steps = [s for s in parsed.slices if s.cat == STEP_CATEGORY]
+    assert sorted((s.name, s.ts, s.dur, s.annotations["step"]) for s in steps) == [
+        ("step 1", 0, 10_000, 1),
+        ("step 1", 1000 + OFFSETS[1], 10_000, 1),
+    ]
+
+
+def test_same_tracks_and_lanes_as_json(job: Job, parsed: ProtoTrace, tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    PerfettoJsonExporter().write(job, path)
+    doc = load_json(path)
+    procs, threads = metadata_names(doc)
+    pf_procs = {
+        t.process.pid: t.process.process_name
+        for t in parsed.tracks.values()
+        if t.HasField("process")
+    }
+    pf_threads = {
+        (t.thread.pid, t.thread.tid): t.thread.thread_name
+        for t in parsed.tracks.values()
+        if t.HasField("thread")
+    }
+    assert pf_procs == procs
+    assert pf_threads == threads
+    for t in parsed.tracks.values():
+        if t.HasField("thread"):
+            assert t.uuid == t.thread.tid
+    json_where = Counter((threads[s.thread], s.name, s.ts, s.dur) for s in json_slices(doc))
+    pf_where = Counter(
+        (parsed.tracks[s.track].thread.thread_name, s.name, s.ts, s.dur) for s in parsed.slices
+    )
+    assert pf_where == json_where
+
+
+def test_nesting_per_track(parsed: ProtoTrace) -> None:
+    by_track: dict[int, list[tuple[int, int]]] = {}
+    for s in parsed.slices:
+        by_track.setdefault(s.track, []).append((s.ts, s.ts + s.dur))
+    for spans in by_track.values():
+        for a0, a1 in spans:
+            for b0, b1 in spans:
+                assert not (a0 < b0 < a1 < b1), (a0, a1, b0, b1)
+
+
+def test_flows_pair_like_the_json_flows(job: Job, parsed: ProtoTrace, tmp_path: Path) -> None:
+    out, end = proto_flow_pairs(parsed.slices)
+    assert out.keys() == end.keys()
+    assert len(out) == 12
+    pf = Counter((out[f].name, out[f].ts, end[f].name, end[f].ts) for f in out)
+    path = tmp_path / "job.json"
+    PerfettoJsonExporter().write(job, path)
+    flows = json_flows(load_json(path))
+    js = Counter(
+        (f.source.name, f.source.ts, f.end.name, f.end.ts)
+        for f in flows
+        if f.source is not None and f.end is not None
+    )
+    assert pf == js
+    for f in out:
+        assert out[f].ts <= end[f].ts
+
+
+def test_annotations(parsed: ProtoTrace) -> None:
+    ar = [s for s in parsed.slices if s.name == ALLREDUCE]
+    assert len(ar) == 2
+    for s in ar:
+        assert s.annotations["collective"] == "all_reduce"
+        assert s.annotations["bytes"] == 4096
+        assert s.annotations["group"] == "0"
+        assert s.annotations["seq"] == 0
+        assert s.annotations["correlation"] == 13
+    ag = [s for s in parsed.slices if s.name == ALLGATHER]
+    assert all("seq" not in s.annotations for s in ag)
+    linear = next(s for s in parsed.slices if s.name == "aten::linear")
+    assert linear.annotations["args"] == '{"External id":1}'
+    assert "correlation" not in linear.annotations
+
+
+def test_instants_counters_metadata(parsed: ProtoTrace) -> None:
+    names = Counter(s.name for s in parsed.instants)
+    assert names == {"iteration start": 2, METADATA_TRACK: 1}
+    meta = next(s for s in parsed.instants if s.name == METADATA_TRACK)
+    assert meta.annotations["base_time_ns"] == T0
+    assert meta.annotations["alignment_method"] == "collective-end"
+    tracks = {t.uuid: t.name for t in parsed.tracks.values() if t.HasField("counter")}
+    got = sorted((tracks[u], ts, v) for u, ts, v in parsed.counters)
+    shift = 1000 + OFFSETS[1]
+    assert got == [
+        ("GPU memory allocated", 60, 1024.0),
+        ("GPU memory allocated", 60 + shift, 1024.0),
+        ("GPU memory reserved", 60, 2048.5),
+        ("GPU memory reserved", 60 + shift, 2048.5),
+    ]
+
+
+def test_small_chunks_give_the_same_bytes(job: Job, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.pftrace", tmp_path / "b.pftrace"
+    PerfettoProtoExporter().write(job, a)
+    PerfettoProtoExporter(chunk_packets=5).write(job, b)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_failed_export_leaves_no_file(
+    job: Job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import exporters.perfetto_proto as pp
+
+    def broken(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pp, "_write_metadata", broken)
+    with pytest.raises(OSError, match="disk full"):
+        PerfettoProtoExporter().write(job, tmp_path / "x.pftrace")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- column-wise wire encoding
+
+EDGES = [0, 1, 127, 128, 300, 16_383, 16_384, 2**31 - 1, 2**35, 2**56, 2**63 - 1, -1, -(2**63)]
+
+
+def test_varints_match_protobuf() -> None:
+    values = np.array(EDGES, dtype=np.int64)
+    rows = Rows(len(values), width=4)  # forces the matrix to grow
+    rows.raw(b"\x20")  # DebugAnnotation.int_value
+    rows.varint(values)
+    flat = rows.flat().tobytes()
+    at = 0
+    for v, n in zip(EDGES, rows.len.tolist(), strict=True):
+        msg = pb.DebugAnnotation.FromString(flat[at : at + n])
+        assert msg.int_value == v
+        assert flat[at : at + n] == pb.DebugAnnotation(int_value=v).SerializeToString()
+        assert flat[at + 1 : at + n] == varint_bytes(v)
+        at += n
+
+
+def test_masked_fields_prepend_and_suffixes_match_protobuf() -> None:
+    n = 4
+    ids = np.array([5, 2**40, 7, 2**64 - 1], dtype=np.uint64).view(np.int64)
+    value = np.array([0.5, -2.25, 1e300, 0.0])
+    body = Rows(n, 8, start=16)
+    body.raw(b"\x58")
+    body.varint(np.array([1, 300, 70_000, 2]))
+    has_flow = np.array([True, False, True, True])
+    body.raw(b"\xf9\x02", has_flow)
+    body.fixed64(ids, has_flow)
+    body.raw(b"\xe1\x02", ~has_flow)
+    body.fixed64(value, ~has_flow)
+    names = [b"\x50\x01", b"\x50\x02"]
+    body.pooled(names, np.array([0, 1, 1, 0]))
+    head = Rows(n, 16)
+    head.raw(b"\x48")
+    head.varint(np.array([1, 2, 3, 4]))
+    body.prepend(head)
+    tails = [b"", b"\xb2\x01\x02ab", b"", b"\xb2\x01\x01z"]  # categories (22), a string
+    data = with_suffixes(
+        body.flat(),
+        body.total_len(),
+        b"".join(tails),
+        np.array([len(t) for t in tails], dtype=np.int64),
+    )
+    at = 0
+    for i, length in enumerate((body.total_len() + [len(t) for t in tails]).tolist()):
+        te = pb.TrackEvent.FromString(data[at : at + length])
+        at += length
+        assert te.type == i + 1
+        assert te.track_uuid == [1, 300, 70_000, 2][i]
+        assert te.name_iid == [1, 2, 2, 1][i]
+        if has_flow[i]:
+            assert list(te.flow_ids) == [int(ids.view(np.uint64)[i])]
+        else:
+            assert te.double_counter_value == value[i]
+        assert list(te.categories) == [[], ["ab"], [], ["z"]][i]
+    assert at == len(data)
