@@ -210,8 +210,8 @@ def write_json(
 class PerfettoJsonExporter:
     """Writes a :class:`Job` as Perfetto-compatible Chrome JSON (gzip for ``.json.gz``)."""
 
-    name = "perfetto-json"
-    suffixes = (".json", ".json.gz")
+    name: str = "perfetto-json"
+    suffixes: tuple[str, ...] = (".json", ".json.gz")
 
     def __init__(self, *, gzip_level: int = GZIP_LEVEL, chunk_rows: int = CHUNK_ROWS) -> None:
         self.gzip_level = gzip_level

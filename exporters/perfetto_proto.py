@@ -144,8 +144,8 @@ def write_pftrace(
 class PerfettoProtoExporter:
     """Writes a :class:`Job` as a native Perfetto protobuf trace."""
 
-    name = "perfetto-proto"
-    suffixes = (".pftrace", ".perfetto-trace")
+    name: str = "perfetto-proto"
+    suffixes: tuple[str, ...] = (".pftrace", ".perfetto-trace")
 
     def __init__(self, *, chunk_packets: int = CHUNK_PACKETS) -> None:
         self.chunk_packets = chunk_packets
