@@ -1,0 +1,222 @@
+"""``diff_jobs``: hand-computed two-rank jobs, alignment rules, the reference side, kernel classes,
+and a predicted-vs-measured pair on the real DLRM sample."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_view.analysis.diff import SCHEMA, diff_jobs, kernel_class
+from echo_view.model import (
+    ClockAlignment,
+    CollectiveKind,
+    EventKind,
+    EventTable,
+    Job,
+    LaneKind,
+    Trace,
+    TraceBuilder,
+)
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "void cutlass::Kernel<cutlass_80_gemm>(Params)"
+DLRM = Path(__file__).resolve().parents[2] / "samples" / "dlrm_kineto"
+
+
+def _rank(rank: int, steps: list[int], gemm_ns: int, comm_ns: int) -> Trace:
+    """Per step (1000 ns apart, CPU span 400 ns): a GEMM at +0 and an all-reduce at +100 on
+    another stream, both launched at the step start."""
+    b = TraceBuilder(rank)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7, s9 = b.gpu_stream(0, 7), b.gpu_stream(0, 9)
+    g = b.group("dp", (0, 1))
+    for i, n in enumerate(steps):
+        t = 1000 * i
+        b.event(EventKind.USER_ANNOTATION, f"ProfilerStep#{n}", t, 400, cpu)
+        b.step(n, t, t + 400)
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", t, 1, cpu, correlation=10 * i + 1)
+        b.event(EventKind.KERNEL, GEMM, t, gemm_ns, s7, correlation=10 * i + 1)
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", t + 1, 1, cpu, correlation=10 * i + 2)
+        k = b.event(EventKind.KERNEL, NCCL, t + 100, comm_ns, s9, correlation=10 * i + 2)
+        b.collective(k, CollectiveKind.ALL_REDUCE, nbytes=1 << 20, group=g, seq=i)
+    return b.build()
+
+
+def _job(gemm_ns: int, comm_ns: int, steps: list[int], predicted: bool = False) -> Job:
+    traces = (_rank(0, steps, gemm_ns, comm_ns), _rank(1, steps, gemm_ns, comm_ns))
+    return Job(traces, ClockAlignment("none", (0, 0), 0), 2, f"g{gemm_ns}", predicted)
+
+
+def test_identical_jobs_match() -> None:
+    a = _job(200, 200, [3, 4])
+    d = diff_jobs(a, a)
+    assert d.verdict[0] == "match"
+    assert d.error_pct == 0.0
+    assert all(r.step.delta_ns == 0 and r.step_alignment == "number" for r in d.ranks)
+    assert all(p.delta_ns == 0 for p in d.categories.values())
+
+
+def test_hand_computed_step_time_categories_and_kernels() -> None:
+    # A: GEMM [0,200) comm [100,300): window = max(CPU end 400, GPU end 300) = 400.
+    # compute 200, comm 200, exposed comm 100 (200..300), idle 100 (300..400).
+    # B: GEMM [0,600): window 600; compute 600, comm 200 all hidden, idle 0.
+    a = _job(200, 200, [3, 4])
+    b = _job(600, 200, [3, 4], predicted=True)
+    d = diff_jobs(a, b)
+    assert [r.rank for r in d.ranks] == [0, 1]
+    r0 = d.ranks[0]
+    assert (r0.step.a_ns, r0.step.b_ns) == (400, 600)
+    assert r0.steps_a == r0.steps_b == (3, 4)
+    cats = {c: (p.a_ns, p.b_ns) for c, p in r0.categories.items()}
+    assert cats == {
+        "compute": (200, 600),
+        "comm": (200, 200),
+        "exposed_comm": (100, 0),
+        "memory": (0, 0),
+        "idle": (100, 0),
+    }
+    assert d.step_time.a_ns == 400 and d.step_time.b_ns == 600
+    assert not d.reference_is_b  # B is the predicted one: A is the reference
+    assert d.error_pct == pytest.approx(50.0)
+    code, text = d.verdict
+    assert code == "b_slower" and "50.0% slower" in text
+    # Kernel classes per step over both ranks: GEMM 2 x 200 -> 2 x 600.
+    top = d.kernels[0]
+    assert top.name == "cutlass::Kernel"
+    assert (top.time.a_ns, top.time.b_ns, top.a_count, top.b_count) == (400, 1200, 2, 2)
+    assert d.kernels[1].name == "nccl:all_reduce" and d.kernels[1].time.delta_ns == 0
+    assert [c.name for c in d.collectives] == ["all_reduce x2 1.0 MiB"]
+    assert d.collectives[0].time.a_ns == 400
+
+
+def test_reference_is_the_measured_side() -> None:
+    measured = _job(200, 200, [1])
+    predicted = _job(600, 200, [1], predicted=True)
+    d = diff_jobs(predicted, measured)
+    assert d.reference_is_b
+    assert d.error_pct == pytest.approx(100 * 200 / 400)
+    assert d.to_json()["reference"] == "b"
+    assert d.verdict[0] == "b_faster"
+
+
+def test_steps_pair_by_order_when_numbers_differ() -> None:
+    a = _job(200, 200, [10, 11])
+    b = _job(200, 200, [0, 1, 2])
+    d = diff_jobs(a, b)
+    assert d.ranks[0].step_alignment == "order"
+    assert d.ranks[0].steps_a == (10, 11) and d.ranks[0].steps_b == (0, 1)
+    assert any("by order" in n for n in d.notes)
+
+
+def test_ranks_in_one_job_only_are_noted() -> None:
+    a = _job(200, 200, [1])
+    b = Job((a.traces[0],), ClockAlignment("none", (0,), 0), 1, "one")
+    d = diff_jobs(a, b)
+    assert [r.rank for r in d.ranks] == [0]
+    assert d.notes[0] == "ranks only in A (left out): [1]"
+
+
+def test_json_keys_are_stable() -> None:
+    d = diff_jobs(_job(200, 200, [1]), _job(300, 200, [1], predicted=True)).to_json()
+    assert list(d) == [
+        "schema",
+        "a",
+        "b",
+        "reference",
+        "step_time",
+        "ranks",
+        "categories",
+        "kernels",
+        "collectives",
+        "verdict",
+        "notes",
+    ]
+    assert d["schema"] == SCHEMA
+    assert set(d["step_time"]) == {
+        "a_ns",
+        "b_ns",
+        "delta_ns",
+        "delta_pct",
+        "error_pct",
+        "slowest_rank_a",
+        "slowest_rank_b",
+    }
+    assert set(d["ranks"][0]) == {
+        "rank",
+        "a_device",
+        "b_device",
+        "steps_a",
+        "steps_b",
+        "step_alignment",
+        "step",
+        "categories",
+    }
+    assert set(d["categories"]) == {"compute", "comm", "exposed_comm", "memory", "idle"}
+    assert set(d["kernels"][0]) == {
+        "name",
+        "a_ns",
+        "b_ns",
+        "delta_ns",
+        "delta_pct",
+        "error_pct",
+        "a_count",
+        "b_count",
+    }
+    assert set(d["verdict"]) == {"code", "text", "tolerance_pct"}
+
+
+def test_kernel_classes() -> None:
+    assert kernel_class("void at::native::vectorized_elementwise_kernel<4, F>(int, F)") == (
+        "at::native::vectorized_elementwise_kernel"
+    )
+    assert kernel_class("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)") == (
+        "nccl:send_recv"
+    )
+    assert kernel_class("Memset (Device)") == "Memset"
+    assert kernel_class("sm80_xmma_gemm_f32f32") == "sm80_xmma_gemm_f32f32"
+
+
+def _stretch_gpu(trace: Trace, factor: float) -> Trace:
+    """The trace with every GPU kernel ``factor`` times longer (starts unchanged)."""
+    ev = trace.events
+    dur = np.asarray(ev.dur_ns).copy()
+    k = trace.mask(EventKind.KERNEL)
+    dur[k] = np.round(dur[k] * factor).astype(np.int64)
+    events = EventTable(
+        kind=ev.kind,
+        start_ns=ev.start_ns,
+        dur_ns=dur,
+        name=ev.name,
+        cat=ev.cat,
+        lane=ev.lane,
+        correlation=ev.correlation,
+        external_id=ev.external_id,
+        args_blob=ev.args_blob,
+        args_offsets=ev.args_offsets,
+    )
+    return replace(trace, events=events)
+
+
+def test_dlrm_measured_vs_a_perturbed_prediction() -> None:
+    """The real 8-rank job against a 'prediction' made here by stretching its kernels 1.3x
+    (used until a simulated job of the sample is part of the test data)."""
+    kineto = pytest.importorskip("importers.kineto", reason="the Kineto importer is not built yet")
+    measured = kineto.KinetoImporter().read([DLRM])
+    predicted = Job(
+        tuple(_stretch_gpu(t, 1.3) for t in measured.traces),
+        measured.alignment,
+        measured.world_size,
+        "stretched",
+        predicted=True,
+    )
+    d = diff_jobs(measured, predicted)
+    assert [r.rank for r in d.ranks] == list(range(8))
+    assert all(r.steps_a == r.steps_b and r.step_alignment == "number" for r in d.ranks)
+    assert all(r.step.b_ns >= r.step.a_ns for r in d.ranks)
+    assert d.categories["compute"].delta_ns > 0 and d.categories["comm"].delta_ns > 0
+    ratio = [k.time.b_ns / k.time.a_ns for k in d.kernels if k.time.a_ns > 10_000]
+    assert ratio and all(r == pytest.approx(1.3, rel=0.02) for r in ratio)
+    assert d.error_pct is not None and d.error_pct > 0

@@ -1,0 +1,159 @@
+"""``echo-view diff``: text and JSON output, ``--fail-above`` exit codes, ``--plot``, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import build_parser
+from echo_view.errors import InputError, UsageError
+from echo_view.formats import Progress, Registry, no_progress
+from echo_view.model import (
+    ClockAlignment,
+    CollectiveKind,
+    EventKind,
+    Job,
+    LaneKind,
+    Trace,
+    TraceBuilder,
+)
+
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _rank(rank: int, gemm_ns: int) -> Trace:
+    b = TraceBuilder(rank)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7, s9 = b.gpu_stream(0, 7), b.gpu_stream(0, 9)
+    for n in range(2):
+        t = 10_000 * n
+        b.event(EventKind.USER_ANNOTATION, f"ProfilerStep#{n}", t, 4000, cpu)
+        b.step(n, t, t + 4000)
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", t, 10, cpu, correlation=2 * n + 1)
+        b.event(EventKind.KERNEL, "gemm_kernel", t + 100, gemm_ns, s7, correlation=2 * n + 1)
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", t + 20, 10, cpu, correlation=2 * n + 2)
+        k = b.event(EventKind.KERNEL, NCCL, t + 500, 1000, s9, correlation=2 * n + 2)
+        b.collective(k, CollectiveKind.ALL_REDUCE, nbytes=1 << 20, seq=n)
+    return b.build()
+
+
+class PairImporter:
+    """``*.pair`` files: ``fast.pair`` is a measured job with 3 µs GEMMs; ``slow.pair`` a
+    predicted one whose GEMMs take ``gemm_ns`` from the file name (``slow-4200.pair``)."""
+
+    name = "pair"
+
+    def sniff(self, path: Path) -> bool:
+        return path.suffix == ".pair"
+
+    def read(self, paths: Sequence[Path], progress: Progress = no_progress) -> Job:
+        stem = paths[0].stem
+        gemm = int(stem.split("-")[1]) if "-" in stem else 3000
+        traces = (_rank(0, gemm), _rank(1, gemm))
+        return Job(traces, ClockAlignment("none", (0, 0), 0), 2, str(paths[0]), "-" in stem)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    args = build_parser().parse_args(argv)
+    reg = Registry()
+    reg.add_importer(PairImporter())
+    code = args.func(args, reg)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path, Path]:
+    a, b, same = tmp_path / "fast.pair", tmp_path / "slow-4200.pair", tmp_path / "slow-3000.pair"
+    for p in (a, b, same):
+        p.write_text("x")
+    return a, b, same
+
+
+def test_text_output(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, _ = pair
+    code, out, _ = _run(["diff", str(a), str(b)], capsys)
+    assert code == 0
+    # Step window: CPU 4000 ns vs GPU end 100 + gemm; 4000 -> 4300 with 4200 ns GEMMs.
+    assert "B is 7.5% slower than A" in out
+    assert "Step time per rank" in out and "Categories" in out and "gemm_kernel" in out
+
+
+def test_json_output(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, _ = pair
+    code, out, _ = _run(["diff", str(a), str(b), "--json"], capsys)
+    assert code == 0
+    d = json.loads(out)
+    assert d["schema"] == "echo-view.diff/1"
+    assert d["step_time"]["a_ns"] == 4000 and d["step_time"]["b_ns"] == 4300
+    assert d["step_time"]["error_pct"] == 7.5
+    assert d["reference"] == "a" and d["b"]["predicted"] is True
+    assert d["verdict"]["code"] == "b_slower"
+    assert [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert d["kernels"][0]["name"] == "gemm_kernel"
+    assert d["kernels"][0]["delta_ns"] == 2 * 1200
+
+
+@pytest.mark.parametrize(("pct", "want"), [("5", 1), ("7.5", 0), ("10", 0), ("0", 1)])
+def test_fail_above(
+    pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], pct: str, want: int
+) -> None:
+    a, b, _ = pair
+    code, _, err = _run(["diff", str(a), str(b), "--json", "--fail-above", pct], capsys)
+    assert code == want
+    assert ("exceeds --fail-above" in err) == (want == 1)
+
+
+def test_fail_above_passes_on_a_match(
+    pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, _, same = pair
+    code, out, _ = _run(["diff", str(a), str(same), "--fail-above", "0"], capsys)
+    assert code == 0 and "matches A" in out
+
+
+def test_fail_above_through_main(pair: tuple[Path, Path, Path]) -> None:
+    """The exit status reaches the process through ``main`` (real registry: a wrong path)."""
+    from echo_view.cli import main
+
+    assert main(["diff", "no/such/a", "no/such/b"]) == 2
+
+
+def test_plot_is_written_atomically(
+    pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    a, b, _ = pair
+    out = tmp_path / "diff.png"
+    code, _, _ = _run(["diff", str(a), str(b), "--plot", str(out)], capsys)
+    assert code == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_plot_suffix_and_missing_matplotlib(
+    pair: tuple[Path, Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b, _ = pair
+    with pytest.raises(UsageError, match="plot format"):
+        _run(["diff", str(a), str(b), "--plot", str(tmp_path / "x.bmp")], capsys)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(UsageError) as err:
+        _run(["diff", str(a), str(b), "--plot", str(tmp_path / "x.png")], capsys)
+    assert "echo-view[plot]" in err.value.one_line()
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_bad_arguments(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, _ = pair
+    with pytest.raises(UsageError, match="--fail-above"):
+        _run(["diff", str(a), str(b), "--fail-above", "-1"], capsys)
+    with pytest.raises(InputError, match="no such file"):
+        _run(["diff", str(a), str(a.parent / "missing.pair")], capsys)
