@@ -110,7 +110,7 @@ def main() -> int:
         assert isinstance(job, Job)
         slices = sum(int(r.is_slice.sum()) for r in build_layout(job).ranks)
         print(f"imported: {job.event_count()} events ({slices} slices), {len(job)} ranks")
-        t_layout, layout = median_time(lambda: build_layout(job), args.repeat)
+        t_layout, _ = median_time(lambda: build_layout(job), args.repeat)
         results = [("import (Kineto JSON, baseline)", t_import, size)]
         for name, exporter in (
             ("export .json", PerfettoJsonExporter()),
