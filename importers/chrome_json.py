@@ -78,7 +78,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 #: Default amount of JSON text decoded at once.
-DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_CHUNK_BYTES = 4 << 20
 
 _CUT = re.compile(rb"\}[ \t\r\n]*,")
 _TRAILING = "trailing characters"
@@ -121,6 +121,11 @@ class EventChunk(Generic[T]):
             col = k - self.text.rfind(b"\n", 1, k)
             return f"line {self.line + nl} column {col}"
         return f"line {self.line} column {self.column + k - 1}"
+
+    def release(self) -> None:
+        """Drop the events and the text now (a chunk is large; free it before the next one)."""
+        self.events = []
+        self.text = b""
 
     def decode(self, event_type: type[U], *, float_hook: Any = None) -> list[U]:
         """The chunk's events decoded again as ``event_type`` (errors name ``traceEvents[i]``)."""
@@ -307,7 +312,9 @@ class Container(TextCursor):
                     return
                 chunk, msg, k, text = self._try(dec, pos, m.start() + 1, close=True)
                 if chunk is not None:
+                    del text  # the chunk holds it; keep no second reference while suspended
                     yield chunk
+                    del chunk
                     self._pos = m.end()
                     break
                 if k is not None and msg.startswith(_TRAILING):

@@ -18,8 +18,8 @@ import msgspec
 
 from echo_view.errors import InputError
 
-BLOCK = 4 << 20  # decompressed bytes produced per read
-_READ = 1 << 20  # compressed bytes read per call
+BLOCK = 1 << 20  # decompressed bytes produced per read
+_READ = 256 << 10  # compressed bytes read per call
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = b"\xef\xbb\xbf"
 WS = b" \t\r\n"

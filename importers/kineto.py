@@ -1,0 +1,289 @@
+"""PyTorch profiler (Kineto) traces -> a :class:`~echo_view.model.Job`, one file per rank.
+
+``KinetoImporter().read(paths)`` takes one file, several files, or directories of rank files
+(``.json`` or ``.json.gz``, gzip recognised by content) and returns one job:
+
+- Events: every ``X`` slice, ``B``/``E`` and ``b``/``e`` pair, instant and counter, with exact
+  int64 ns times (``baseTimeNanoseconds`` added; see :mod:`importers.kineto_columns`), kinds from
+  Kineto's categories (2021 ``Kernel``/``Runtime``/``Operator`` ones too), lanes per GPU stream
+  and CPU thread, ``correlation`` and ``External id`` columns, and each event's raw ``args``
+  (:mod:`importers.kineto_timeline`). Rows are in file order.
+- Flows (``ac2g``, ``async_cpu_to_gpu``, ``async``, ``fwdbwd``... ``s``/``f`` pairs) as arrows
+  between event rows; collectives and process groups (:mod:`importers.kineto_comms`);
+  ``ProfilerStep#N`` steps, devices and metadata (:mod:`importers.kineto_meta`).
+- Ranks: ``distributedInfo.rank``, else the file name (``rank-3``, ``rank3``, ``_rank_3``,
+  ``worker3``). A single file that states no rank is rank 0 (``metadata["rank_source"]`` says
+  so); when several files are read, each must state its rank, and two files may not claim one.
+- Clocks: :mod:`importers.kineto_align` (``Job.alignment`` says how and how well).
+- Any other trace-event JSON (a plain Chrome trace, an echo-view export) is read by the same
+  rules; an echo-view export is split back into its ranks (:mod:`importers.kineto_roundtrip`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from echo_view.errors import InputError
+from echo_view.formats import Progress, no_progress
+from echo_view.model import ClockAlignment, EventTable, Job, StringTable, Trace
+from importers.chrome_json import (
+    DEFAULT_CHUNK_BYTES,
+    looks_like_trace,
+    read_container,
+    sniff_head,
+)
+from importers.kineto_align import align
+from importers.kineto_columns import Columns, RawEvent
+from importers.kineto_comms import EventView, build_collectives
+from importers.kineto_meta import build_devices, build_steps, rank_from_name, trace_metadata
+from importers.kineto_roundtrip import export_metadata, split_export
+from importers.kineto_rows import FileColumns
+from importers.kineto_timeline import build_timeline
+
+_SUFFIXES = (".json", ".json.gz", ".gz")
+_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+_NAME_HINT = (
+    "name each file after its rank (rank-3.json, worker3.pt.trace.json.gz) or profile with "
+    "torch.distributed initialised so that distributedInfo.rank is recorded"
+)
+
+
+@dataclass
+class ParsedFile:
+    """One file read into columns, with its top-level keys and container facts."""
+
+    path: Path
+    columns: FileColumns
+    top: dict[str, Any]
+    form: str
+    truncated: bool
+    dropped_bytes: int
+    text_bytes: int
+
+
+def read_file(
+    path: Path,
+    progress: Progress = no_progress,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    done: float = 0.0,
+    share: float = 1.0,
+) -> ParsedFile:
+    """Read one trace-event file into columns (progress from ``done`` to ``done + share``)."""
+    cols = Columns()
+    with read_container(path, chunk_bytes=chunk_bytes) as c:
+        for chunk in c.chunks(RawEvent):
+            cols.add(chunk)
+            chunk.release()
+            progress(f"{path.name}: {c.event_count} events", done + share * c.fraction_read())
+        return ParsedFile(
+            path, cols.finish(), c.top, c.form, c.truncated, c.dropped_bytes, c.text_bytes
+        )
+
+
+def source_format(top: dict[str, Any]) -> str:
+    """``echo-view`` (our export), ``kineto`` or ``chrome-json``."""
+    if export_metadata(top) is not None:
+        return "echo-view"
+    kineto = ("schemaVersion", "distributedInfo", "deviceProperties", "baseTimeNanoseconds")
+    return "kineto" if any(k in top for k in kineto) else "chrome-json"
+
+
+def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str, Any]) -> Trace:
+    """One rank's :class:`Trace` from its columns."""
+    top = parsed.top
+    tl = build_timeline(fc)
+    base = top.get("baseTimeNanoseconds")
+    base = base if isinstance(base, int) and not isinstance(base, bool) else 0
+    start = tl.start_ns + np.int64(base) if base else tl.start_ns
+    strings = StringTable(fc.strings)
+    view = EventView(
+        kind=tl.kind,
+        name=fc.name,
+        lane=tl.lane,
+        start_ns=start,
+        dur_ns=tl.dur_ns,
+        correlation=fc.correlation,
+        external_id=fc.external_id,
+        args_blob=fc.args_blob,
+        args_offsets=fc.args_offsets,
+    )
+    dist = top.get("distributedInfo")
+    pg_config = dist.get("pg_config") if isinstance(dist, dict) else None
+    comms = build_collectives(view, strings, pg_config)
+    steps = extra.pop("steps", None) or build_steps(view, strings)
+    meta = trace_metadata(top, source_format(top))
+    meta.update(extra)
+    notes = {**tl.notes, **comms.notes}
+    if fc.skipped:
+        notes["events_skipped_by_phase"] = sum(fc.skipped.values())
+        meta["skipped_phases"] = dict(fc.skipped)
+    if parsed.truncated:
+        meta["truncated"] = True
+        notes["dropped_bytes"] = parsed.dropped_bytes
+    meta["import_notes"] = notes
+    meta["process_names"] = tl.process_names
+    events = EventTable(
+        kind=tl.kind,
+        start_ns=start,
+        dur_ns=tl.dur_ns,
+        name=fc.name,
+        cat=fc.cat,
+        lane=tl.lane,
+        correlation=fc.correlation,
+        external_id=fc.external_id,
+        args_blob=fc.args_blob,
+        args_offsets=fc.args_offsets,
+    )
+    return Trace(
+        rank=rank,
+        source=str(parsed.path),
+        strings=strings,
+        events=events,
+        lanes=tl.lanes,
+        flows=tl.flows,
+        collectives=comms.table,
+        groups=comms.groups,
+        steps=steps,
+        devices=build_devices(top.get("deviceProperties")),
+        metadata=meta,
+    )
+
+
+def _file_rank(parsed: ParsedFile, many: bool) -> tuple[int, str]:
+    dist = parsed.top.get("distributedInfo")
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+        return rank, "distributedInfo"
+    named = rank_from_name(parsed.path)
+    if named is not None:
+        return named, "file name"
+    if many:
+        raise InputError(
+            "cannot tell which rank this file is: it has no distributedInfo.rank and its "
+            "name states no rank",
+            path=parsed.path,
+            hint=_NAME_HINT,
+        )
+    return 0, "default (a single file that states no rank)"
+
+
+def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
+    """The trace files of ``paths`` (directories listed) and whether ranks must be explicit."""
+    files: list[Path] = []
+    dirs = False
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            dirs = True
+            found = sorted(
+                f
+                for f in p.iterdir()
+                if f.is_file()
+                and f.name.lower().endswith(_SUFFIXES)
+                and looks_like_trace(sniff_head(f))
+            )
+            if not found:
+                raise InputError(
+                    "no trace files (.json or .json.gz holding trace events) in this directory",
+                    path=p,
+                    hint="point at the directory that holds the rank files",
+                )
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise InputError("no such file or directory", path=p, hint="check the path")
+    if not files:
+        raise InputError("no input files given", hint="give trace files or a directory")
+    return files, dirs or len(files) > 1
+
+
+class KinetoImporter:
+    """Reads Kineto (PyTorch profiler) and other trace-event JSON files into a :class:`Job`."""
+
+    name = "kineto"
+
+    def __init__(self, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.chunk_bytes = chunk_bytes
+
+    def sniff(self, path: Path) -> bool:
+        """True for a trace-event JSON file, or a directory holding at least one."""
+        path = Path(path)
+        if path.is_dir():
+            return any(
+                f.is_file() and f.name.lower().endswith(_SUFFIXES) and self._sniff_file(f)
+                for f in sorted(path.iterdir())
+            )
+        return path.is_file() and self._sniff_file(path)
+
+    @staticmethod
+    def _sniff_file(path: Path) -> bool:
+        head = sniff_head(path)
+        if looks_like_trace(head):
+            return True
+        text = head.lstrip()
+        return text.startswith(b"{") and any(k in head for k in _KINETO_KEYS)
+
+    def read(self, paths: Sequence[Path], progress: Progress = no_progress) -> Job:
+        """Read the files of one job (see the module docstring for the rules)."""
+        files, many = expand(paths)
+        traces: list[Trace] = []
+        owner: dict[int, Path] = {}
+        world: dict[int, Path] = {}
+        restored: ClockAlignment | None = None
+        meta: dict[str, object] = {}
+        for i, path in enumerate(files):
+            parsed = read_file(
+                path,
+                progress,
+                chunk_bytes=self.chunk_bytes,
+                done=i / len(files),
+                share=1 / len(files),
+            )
+            progress(f"{path.name}: building the timeline", (i + 1) / len(files))
+            exported = split_export(parsed)
+            if exported is not None:
+                pieces = exported.pieces
+                restored = exported.alignment
+                meta.update(exported.job_meta)
+            else:
+                rank, how = _file_rank(parsed, many)
+                pieces = [(rank, parsed.columns, {"rank_source": how})]
+            for rank, fc, extra in pieces:
+                if rank in owner:
+                    raise InputError(
+                        f"two files claim rank {rank}: {owner[rank]} and {path}",
+                        path=path,
+                        hint="read the files of one job only, each rank once",
+                    )
+                owner[rank] = path
+                trace = build_trace(parsed, fc, rank, extra)
+                ws = trace.world_size
+                if ws is not None:
+                    world.setdefault(ws, path)
+                traces.append(trace)
+            del parsed
+        if len(world) > 1:
+            (a, pa), (b, pb) = list(world.items())[:2]
+            raise InputError(
+                f"the files come from different jobs: {pa} has world size {a}, {pb} has {b}",
+                path=pb,
+                hint="read the rank files of one job together",
+            )
+        traces.sort(key=lambda t: t.rank)
+        alignment = restored if restored is not None and len(files) == 1 else align(traces)
+        source = str(files[0].parent if many and len(paths) == 1 else files[0])
+        return Job(
+            traces=tuple(traces),
+            alignment=alignment,
+            world_size=next(iter(world), None),
+            source=source if len(paths) == 1 else ", ".join(str(p) for p in paths),
+            predicted=bool(meta.pop("predicted", False)),
+            meta=meta,
+        )

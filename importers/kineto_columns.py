@@ -1,0 +1,397 @@
+"""Event chunks of a trace-event file -> numpy columns (the importer's hot path).
+
+Each chunk from :mod:`importers.chrome_json` is decoded into :class:`RawEvent` structs (only the
+fields a timeline needs; ``args`` stays raw JSON) and turned into columns with one list
+comprehension per field, never one Python object per event kept beyond the chunk. What is not
+a row of the event table is set aside: ``M`` metadata (names), ``s``/``t``/``f`` flow points and
+``E``/``e`` ends (matched to their begins later).
+
+Exact time: ``ts``/``dur`` are decoded as ``int | float``. Integers are exact. A float below
+2**43 µs is split into its integer part and fraction, ``hi * 1000 + round(lo * 1000)``, which is
+the exact value of a decimal text with up to three decimals (Kineto's ``%.3f``) because the double
+is then within 0.49 ns of it. Larger floats (absolute-epoch µs with decimals) cannot be recovered
+from the double, so their chunk is decoded once more with ``Decimal`` fields and converted from
+the text (:func:`echo_view.units.us_to_ns` semantics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from io import BytesIO
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.errors import InputError
+from echo_view.model import NONE
+from importers.chrome_json import EventChunk
+from importers.kineto_rows import (
+    PH_AB,
+    PH_AE,
+    PH_AN,
+    PH_B,
+    PH_C,
+    PH_E,
+    PH_F,
+    PH_I,
+    PH_M,
+    PH_OTHER,
+    PH_S,
+    PH_T,
+    PH_X,
+    PHASES,
+    FileColumns,
+    PointColumns,
+)
+
+I64 = npt.NDArray[np.int64]
+
+#: Default ``ts``/``dur`` of an event that has none (exact as a double, never a real time).
+MISSING = -(2**62)
+_EXACT_FLOAT = float(2**43)
+_NS_LIMIT = 2**62
+_NS_LIMIT_US = _NS_LIMIT // 1000
+
+#: Phases that become rows of the event table.
+ROW_PHASES = np.array([PH_X, PH_B, PH_I, PH_C, PH_AB, PH_AN], dtype=np.uint8)
+_FLOW_PHASES = np.array([PH_S, PH_T, PH_F], dtype=np.uint8)
+_END_PHASES = np.array([PH_E, PH_AE], dtype=np.uint8)
+
+
+class RawEvent(msgspec.Struct, gc=False):
+    """One trace event as decoded for import (unknown fields are skipped by msgspec)."""
+
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str | None = None
+    ts: int | float = MISSING
+    dur: int | float = MISSING
+    id: int | str | None = None
+    bp: str = ""
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Times(msgspec.Struct, gc=False):
+    ts: Decimal | None = None
+    dur: Decimal | None = None
+
+
+class KeyArgs(msgspec.Struct, gc=False):
+    """The args every event may need: links between CPU ops, launches and GPU work."""
+
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_old: Any = msgspec.field(default=None, name="external id")
+
+
+_KEYARGS = msgspec.json.Decoder(list[KeyArgs])
+_KEYARGS_ONE = msgspec.json.Decoder(KeyArgs)
+_EMPTY_OBJ = b"{}"
+
+
+def _ints(values: list[Any]) -> I64:
+    """int64 column of ``values``; anything not an int (or out of range) becomes -1."""
+    clean = [v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values]
+    return np.array(clean, dtype=np.int64)
+
+
+def exact_ns(values: list[Any]) -> tuple[I64, list[int]]:
+    """µs values (int, float or MISSING) -> int64 ns, and the indices that need their text.
+
+    Values outside ±2**62 ns (146 years) are left in the second list too; the caller rejects them.
+    """
+    f = np.array(values, dtype=np.float64)
+    if not len(f):
+        return np.zeros(0, dtype=np.int64), []
+    big = np.abs(f) >= _EXACT_FLOAT
+    small = np.where(big, 0.0, f)
+    hi = np.floor(small)
+    ns = hi.astype(np.int64) * 1000 + np.rint((small - hi) * 1000).astype(np.int64)
+    idx = np.flatnonzero(big)
+    if not len(idx):
+        return ns, []
+    sub = [values[i] for i in idx.tolist()]
+    if float not in set(map(type, sub)):
+        # Integer µs (old Kineto's absolute epoch): exact as int64 unless absurdly large.
+        try:
+            a = np.array(sub, dtype=np.int64)
+        except OverflowError:
+            a = np.array([v if abs(v) < 2**62 else 2**62 for v in sub], dtype=np.int64)
+        ok = (a == MISSING) | (np.abs(a) < _NS_LIMIT_US)
+        ns[idx] = np.where(a == MISSING, MISSING, np.where(ok, a, 0) * 1000)
+        return ns, idx[~ok].tolist()
+    need: list[int] = []
+    for i, v in zip(idx.tolist(), sub, strict=True):
+        if type(v) is int and (v == MISSING or -_NS_LIMIT_US < v < _NS_LIMIT_US):
+            ns[i] = v if v == MISSING else v * 1000
+        else:
+            need.append(i)
+    return ns, need
+
+
+def _decimal_ns(value: Decimal | None) -> int | None:
+    """Exact ns of a µs Decimal (round half to even); None when absent or out of range."""
+    if value is None or not value.is_finite():
+        return None
+    ns = int((value * 1000).to_integral_value())
+    return ns if -_NS_LIMIT < ns < _NS_LIMIT else None
+
+
+@dataclass
+class Columns:
+    """Everything one file's events turned into, accumulated chunk by chunk."""
+
+    strings: dict[str, int] = field(default_factory=dict)
+    #: (pid, tid) pairs as written (after digit-strings became ints), by pair id.
+    threads: list[tuple[int | str, int | str]] = field(default_factory=list)
+    _thread_ids: dict[tuple[Any, Any], int] = field(default_factory=dict)
+    # Row columns, one array per chunk until finish().
+    phase: list[npt.NDArray[np.uint8]] = field(default_factory=list)
+    name: list[npt.NDArray[np.int32]] = field(default_factory=list)
+    cat: list[npt.NDArray[np.int32]] = field(default_factory=list)
+    thread: list[npt.NDArray[np.int32]] = field(default_factory=list)
+    start_ns: list[I64] = field(default_factory=list)
+    dur_ns: list[I64] = field(default_factory=list)
+    correlation: list[I64] = field(default_factory=list)
+    external_id: list[I64] = field(default_factory=list)
+    index: list[I64] = field(default_factory=list)  # traceEvents index of each row
+    async_id: dict[int, int] = field(default_factory=dict)  # row -> id of b/n events
+    args_len: list[I64] = field(default_factory=list)
+    args: BytesIO = field(default_factory=BytesIO)
+    # Side events.
+    metadata: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    flows: list[PointColumns] = field(default_factory=list)
+    ends: list[PointColumns] = field(default_factory=list)
+    _string_ids: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+
+    def intern(self, values: list[str]) -> npt.NDArray[np.int32]:
+        """String ids of ``values`` (one dict lookup each; new strings are added)."""
+        table = self.strings
+        get = table.get
+        ids = [get(v, -1) for v in values]
+        if -1 in ids:
+            for i, v in enumerate(values):
+                if ids[i] == -1:
+                    ids[i] = table.setdefault(v, len(table))
+        return np.array(ids, dtype=np.int32)
+
+    def thread_ids(self, events: list[RawEvent]) -> npt.NDArray[np.int32]:
+        """Thread-pair id of each event; Perfetto's rules: missing tid = pid, "123" = 123."""
+        table = self._thread_ids
+        get = table.get
+        ids = [get((e.pid, e.tid), -1) for e in events]
+        if -1 in ids:
+            for i, e in enumerate(events):
+                if ids[i] == -1:
+                    ids[i] = self._new_thread(e.pid, e.tid)
+        return np.array(ids, dtype=np.int32)
+
+    def _new_thread(self, pid: int | str, tid: int | str | None) -> int:
+        key = (pid, tid)
+        if key in self._thread_ids:
+            return self._thread_ids[key]
+        norm_pid = _norm(pid)
+        norm_tid = norm_pid if tid is None else _norm(tid)
+        norm = (norm_pid, norm_tid)
+        tid_id = self._thread_ids.get(("norm", norm))
+        if tid_id is None:
+            tid_id = len(self.threads)
+            self.threads.append(norm)
+            self._thread_ids[("norm", norm)] = tid_id
+        self._thread_ids[key] = tid_id
+        return tid_id
+
+    def add(self, chunk: EventChunk[RawEvent]) -> None:
+        """Turn one chunk into columns."""
+        evs = chunk.events
+        n = len(evs)
+        if not n:
+            return
+        get_ph = PHASES.get
+        ph = np.array([get_ph(e.ph, PH_OTHER) for e in evs], dtype=np.uint8)
+        is_row = np.isin(ph, ROW_PHASES)
+        ts, need_ts = exact_ns([e.ts for e in evs])
+        dur, need_dur = exact_ns([e.dur for e in evs])
+        if need_ts or need_dur:
+            times = chunk.decode(_Times)
+            for column, need, attr in ((ts, need_ts, "ts"), (dur, need_dur, "dur")):
+                for i in need:
+                    ns = _decimal_ns(getattr(times[i], attr))
+                    if ns is None:
+                        raise _bad_time(chunk, i, attr)
+                    column[i] = ns
+        missing_ts = (ts == MISSING) & (ph != PH_M) & (ph != PH_OTHER)
+        if missing_ts.any():
+            raise _missing(chunk, int(np.flatnonzero(missing_ts)[0]), "ts")
+        bad_dur = (dur == MISSING) & (ph == PH_X)
+        if bad_dur.any():
+            raise _missing(chunk, int(np.flatnonzero(bad_dur)[0]), "dur")
+        dur[(ph != PH_X) & (ph != PH_B) & (ph != PH_AB)] = 0
+        threads = self.thread_ids(evs)
+        names = self.intern([e.name for e in evs])
+        cats = self.intern([e.cat for e in evs])
+        rows = np.flatnonzero(is_row)
+        self._side_events(chunk, ph, threads, names, cats, ts, is_row)
+        if not len(rows):
+            return
+        row_evs = evs if len(rows) == n else [evs[i] for i in rows.tolist()]
+        raws = [e.args for e in row_evs]
+        self.args.write(b"".join(raws))
+        self.args_len.append(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)))
+        keys = self._key_args(chunk, raws, rows)
+        self.phase.append(ph[rows])
+        self.name.append(names[rows])
+        self.cat.append(cats[rows])
+        self.thread.append(threads[rows])
+        self.start_ns.append(ts[rows])
+        self.dur_ns.append(np.where(dur[rows] == MISSING, 0, dur[rows]))
+        self.correlation.append(_ints([k.correlation for k in keys]))
+        ext = [k.external_id if k.external_id is not None else k.external_id_old for k in keys]
+        self.external_id.append(_ints(ext))
+        self.index.append(rows.astype(np.int64) + chunk.first_index)
+        row_ph = ph[rows]
+        for j in np.flatnonzero((row_ph == PH_AB) | (row_ph == PH_AN)).tolist():
+            self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j].id])[0])
+        self.rows += len(rows)
+
+    def _key_args(
+        self, chunk: EventChunk[RawEvent], raws: list[msgspec.Raw], rows: npt.NDArray[Any]
+    ) -> list[KeyArgs]:
+        text = b"[" + b",".join([r or _EMPTY_OBJ for r in raws]) + b"]"
+        try:
+            return _KEYARGS.decode(text)
+        except msgspec.ValidationError:
+            pass
+        # Some args are not objects (or hold odd types): decode one by one, tolerating those.
+        out: list[KeyArgs] = []
+        for r in raws:
+            try:
+                out.append(_KEYARGS_ONE.decode(r) if r else KeyArgs())
+            except msgspec.ValidationError:
+                out.append(KeyArgs())
+        return out
+
+    def _side_events(
+        self,
+        chunk: EventChunk[RawEvent],
+        ph: npt.NDArray[np.uint8],
+        threads: npt.NDArray[np.int32],
+        names: npt.NDArray[np.int32],
+        cats: npt.NDArray[np.int32],
+        ts: I64,
+        is_row: npt.NDArray[np.bool_],
+    ) -> None:
+        if is_row.all():
+            return
+        evs = chunk.events
+        for i in np.flatnonzero(ph == PH_M).tolist():
+            e = evs[i]
+            args = msgspec.json.decode(e.args) if e.args else {}
+            self.metadata.append((e.name, int(threads[i]), args if isinstance(args, dict) else {}))
+        for phases, out in ((_FLOW_PHASES, self.flows), (_END_PHASES, self.ends)):
+            idx = np.flatnonzero(np.isin(ph, phases))
+            if not len(idx):
+                continue
+            il = idx.tolist()
+            out.append(
+                PointColumns(
+                    phase=ph[idx],
+                    thread=threads[idx],
+                    ts=ts[idx],
+                    id=self.flow_ids([evs[i].id for i in il]),
+                    cat=cats[idx],
+                    name=names[idx],
+                    bind_enclosing=np.array([evs[i].bp == "e" for i in il], dtype=np.bool_),
+                    index=idx.astype(np.int64) + chunk.first_index,
+                )
+            )
+        for i in np.flatnonzero((ph == PH_OTHER) & ~is_row).tolist():
+            key = evs[i].ph or "(none)"
+            self.skipped[key] = self.skipped.get(key, 0) + 1
+
+    def finish(self) -> FileColumns:
+        """The accumulated columns as one :class:`FileColumns` (the accumulator is emptied)."""
+
+        def cat(parts: list[Any], dtype: str) -> Any:
+            out = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+            parts.clear()
+            return out
+
+        lengths = cat(self.args_len, "i8")
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        del lengths
+        blob = self.args.getvalue()
+        self.args = BytesIO()
+        return FileColumns(
+            strings=list(self.strings),
+            threads=list(self.threads),
+            phase=cat(self.phase, "u1"),
+            name=cat(self.name, "i4"),
+            cat=cat(self.cat, "i4"),
+            thread=cat(self.thread, "i4"),
+            start_ns=cat(self.start_ns, "i8"),
+            dur_ns=cat(self.dur_ns, "i8"),
+            correlation=cat(self.correlation, "i8"),
+            external_id=cat(self.external_id, "i8"),
+            index=cat(self.index, "i8"),
+            async_id=self.async_id,
+            args_blob=blob,
+            args_offsets=offsets,
+            metadata=self.metadata,
+            flows=PointColumns.concat(self.flows),
+            ends=PointColumns.concat(self.ends),
+            skipped=self.skipped,
+        )
+
+    def flow_ids(self, values: list[Any]) -> I64:
+        """Flow/async ids as int64: ints as they are, strings as hex (Perfetto's rule) or,
+        when not hex, a per-file number; -1 for none."""
+        if str not in set(map(type, values)):
+            return _ints(values)
+        out: list[int] = []
+        for v in values:
+            if isinstance(v, str):
+                try:
+                    out.append(int(v, 16) & (2**63 - 1))
+                except ValueError:
+                    out.append(self._string_ids.setdefault(v, 2**62 + len(self._string_ids)))
+            else:
+                out.append(v if type(v) is int and -(2**63) <= v < 2**63 else NONE)
+        return np.array(out, dtype=np.int64)
+
+
+def _norm(value: int | str) -> int | str:
+    """Perfetto reads a numeric string pid/tid as that number."""
+    if isinstance(value, str):
+        s = value.strip()
+        if s.isdigit() or (s.startswith("-") and s[1:].isdigit()):
+            return int(s)
+    return value
+
+
+def _bad_time(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
+    e = chunk.events[i]
+    return InputError(
+        f"{e.ph!r} event {e.name!r} has {what} {getattr(e, what)!r}, not a time in µs",
+        path=chunk.path,
+        where=f"traceEvents[{chunk.first_index + i}].{what}",
+        hint="times are microseconds within ±146 years of the trace's clock origin",
+    )
+
+
+def _missing(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
+    e = chunk.events[i]
+    return InputError(
+        f"{e.ph!r} event {e.name!r} has no {what}",
+        path=chunk.path,
+        where=f"traceEvents[{chunk.first_index + i}]",
+        hint="every event except 'M' needs ts, and complete ('X') events need dur (µs)",
+    )

@@ -1,0 +1,353 @@
+"""Collectives and process groups of one Kineto trace (the ``CollectiveTable``).
+
+One collective row per NCCL/RCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``), plus one per
+``record_param_comms`` CPU op that names a collective but launched no such kernel (gloo, CPU-only
+runs; ``wait`` and other names that are no collective are skipped). For a kernel:
+
+- kind, algorithm, protocol and dtype come from the kernel name
+  (:func:`echo_view.model.parse_nccl_kernel_name`); a name without the operation
+  (``ncclDevKernel_Generic``) takes the kind from the ``Collective name`` argument;
+- the other facts come from the kernel's own args (``Collective name``, ``In msg nelems``,
+  ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Name``/``Ranks``/
+  ``Description``, ``Seq``), or, when the kernel has none, from its ``record_param_comms`` op:
+  the one sharing the kernel's or its launch's ``External id``, else the innermost one enclosing
+  the launch (found through ``correlation``) on the launch's thread;
+- ``bytes`` is the per-rank payload: ``Out msg nelems`` for all-gather, gather and receives,
+  ``In msg nelems`` otherwise, times the element size of the dtype; unknown stays -1;
+- ``seq`` is ``Seq`` when every collective of the group carries it, else the position of the
+  collective among that group's collectives on this rank, in start order; -1 when the group is
+  unknown (PyTorch's ``Sequence number`` is autograd's and is not used).
+
+Process groups come from ``distributedInfo.pg_config`` (``ranks`` a list or a string such as
+``"[0, 1]"``) and from the ``Process Group *`` arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import (
+    NONE,
+    CollectiveKind,
+    CollectiveTable,
+    EventKind,
+    ProcessGroup,
+    StringTable,
+    collective_kind_from_name,
+    parse_nccl_kernel_name,
+)
+from importers.kineto_rows import I32, I64
+
+_DTYPE_ALIASES: dict[str, str] = {
+    "float": "float32",
+    "float32": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "fp64": "float64",
+    "f64": "float64",
+    "int": "int32",
+    "int32": "int32",
+    "int32_t": "int32",
+    "i32": "int32",
+    "uint32": "uint32",
+    "uint32_t": "uint32",
+    "u32": "uint32",
+    "long": "int64",
+    "int64": "int64",
+    "int64_t": "int64",
+    "i64": "int64",
+    "uint64": "uint64",
+    "uint64_t": "uint64",
+    "u64": "uint64",
+    "short": "int16",
+    "int16": "int16",
+    "byte": "uint8",
+    "uint8": "uint8",
+    "uint8_t": "uint8",
+    "u8": "uint8",
+    "char": "int8",
+    "int8": "int8",
+    "int8_t": "int8",
+    "i8": "int8",
+    "bool": "bool",
+    "complexfloat": "complex64",
+    "complexdouble": "complex128",
+    "float8_e4m3fn": "float8_e4m3",
+    "float8_e4m3": "float8_e4m3",
+    "f8e4m3": "float8_e4m3",
+    "fp8_e4m3": "float8_e4m3",
+    "float8_e5m2": "float8_e5m2",
+    "f8e5m2": "float8_e5m2",
+    "fp8_e5m2": "float8_e5m2",
+}
+#: Bytes per element of each canonical dtype.
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float64": 8,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "int16": 2,
+    "uint8": 1,
+    "int8": 1,
+    "bool": 1,
+    "complex64": 8,
+    "complex128": 16,
+    "float8_e4m3": 1,
+    "float8_e5m2": 1,
+}
+_OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
+_COMMS_OP = "record_param_comms"
+_INTS = re.compile(r"-?\d+")
+_COLLECTIVE_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Process Group Name")
+
+
+def canonical_dtype(name: object) -> str | None:
+    """``Float``/``c10::BFloat16``/``int8_t``... as ``float32``/``bfloat16``/``int8``."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    key = name.strip().lower().removeprefix("c10::").removeprefix("at::")
+    return _DTYPE_ALIASES.get(key, key)
+
+
+def parse_ranks(value: object) -> tuple[int, ...] | None:
+    """Ranks of a group from a list or a string like ``"[0, 1]"`` (None when absent)."""
+    if isinstance(value, list):
+        ints = [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+        return tuple(ints) if len(ints) == len(value) else None
+    if isinstance(value, str) and value.strip():
+        return tuple(int(x) for x in _INTS.findall(value))
+    return None
+
+
+@dataclass
+class EventView:
+    """The event columns the collective and step builders read."""
+
+    kind: npt.NDArray[np.uint8]
+    name: I32
+    lane: I32
+    start_ns: I64
+    dur_ns: I64
+    correlation: I64
+    external_id: I64
+    args_blob: bytes
+    args_offsets: I64
+
+    def args(self, row: int) -> dict[str, Any]:
+        raw = self.args_blob[int(self.args_offsets[row]) : int(self.args_offsets[row + 1])]
+        if not raw:
+            return {}
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:  # pragma: no cover - the file decoded
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+@dataclass
+class Collectives:
+    """What :func:`build_collectives` found."""
+
+    table: CollectiveTable
+    groups: tuple[ProcessGroup, ...]
+    notes: dict[str, int] = field(default_factory=dict)
+
+
+class _Groups:
+    """Process groups by name, ``pg_config`` first."""
+
+    def __init__(self, pg_config: object) -> None:
+        self.groups: list[ProcessGroup] = []
+        self.by_name: dict[str, int] = {}
+        for pg in pg_config if isinstance(pg_config, list) else []:
+            if not isinstance(pg, dict):
+                continue
+            name = pg.get("pg_name")
+            ranks = parse_ranks(pg.get("ranks"))
+            if name is None or ranks is None:
+                continue
+            desc = pg.get("pg_desc")
+            self.add(str(name), ranks, desc if isinstance(desc, str) else "")
+
+    def add(self, name: str, ranks: tuple[int, ...], desc: str) -> int:
+        gid = self.by_name.get(name)
+        if gid is None:
+            gid = self.by_name[name] = len(self.groups)
+            self.groups.append(ProcessGroup(name, ranks, desc))
+        return gid
+
+    def from_args(self, args: dict[str, Any]) -> int:
+        """Group of a collective's args (-1 when they name none)."""
+        name = args.get("Process Group Name")
+        if name is None or isinstance(name, (dict, list)):
+            return NONE
+        name = str(name)
+        if name in self.by_name:
+            return self.by_name[name]
+        ranks = parse_ranks(args.get("Process Group Ranks"))
+        if ranks is None:
+            return NONE
+        desc = args.get("Process Group Description")
+        return self.add(name, ranks, desc if isinstance(desc, str) else "")
+
+
+def _comms_ops(ev: EventView, strings: StringTable) -> I64:
+    sid = strings.id_of(_COMMS_OP)
+    if sid is None:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero((ev.name == sid) & (ev.kind == int(EventKind.CPU_OP)))
+
+
+def _linker(ev: EventView, comms: I64) -> Any:
+    """A function kernel row -> its ``record_param_comms`` row (-1 when none)."""
+    by_ext: dict[int, int] = {}
+    for r in comms.tolist():
+        x = int(ev.external_id[r])
+        if x != NONE:
+            by_ext.setdefault(x, r)
+    launch_kinds = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)], dtype=np.uint8)
+    launches = np.flatnonzero(np.isin(ev.kind, launch_kinds) & (ev.correlation != NONE))
+    by_corr = dict(zip(ev.correlation[launches].tolist(), launches.tolist(), strict=True))
+    comms_start = ev.start_ns[comms]
+    comms_end = comms_start + ev.dur_ns[comms]
+
+    def link(kernel: int) -> int:
+        launch = by_corr.get(int(ev.correlation[kernel]), NONE)
+        for x in (ev.external_id[kernel], ev.external_id[launch] if launch >= 0 else NONE):
+            r = by_ext.get(int(x), NONE) if x != NONE else NONE
+            if r >= 0:
+                return r
+        if launch < 0 or not len(comms):
+            return NONE
+        t = ev.start_ns[launch]
+        inside = (ev.lane[comms] == ev.lane[launch]) & (comms_start <= t) & (t <= comms_end)
+        hits = np.flatnonzero(inside)
+        return int(comms[hits[np.argmax(comms_start[hits])]]) if len(hits) else NONE
+
+    return link
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int | None:
+    v = args.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def build_collectives(ev: EventView, strings: StringTable, pg_config: object) -> Collectives:
+    """Collective rows and process groups of one trace (interning new strings)."""
+    groups = _Groups(pg_config)
+    notes: dict[str, int] = {}
+    kernels = np.flatnonzero(ev.kind == int(EventKind.KERNEL))
+    parsed: dict[int, Any] = {}
+    for name_id in np.unique(ev.name[kernels]).tolist():
+        parsed[name_id] = parse_nccl_kernel_name(strings[name_id])
+    nccl = [r for r in kernels.tolist() if parsed[int(ev.name[r])] is not None]
+    comms = _comms_ops(ev, strings)
+    link = _linker(ev, comms)
+    rows: list[tuple[int, int, int, str | None, int, int, str | None, str | None]] = []
+    used_ops: set[int] = set()
+    seqs: list[int | None] = []
+    for r in nccl:
+        info = parsed[int(ev.name[r])]
+        args = ev.args(r)
+        op = link(r)
+        if op >= 0:
+            used_ops.add(op)
+        if not any(k in args for k in _COLLECTIVE_KEYS) and op >= 0:
+            args = ev.args(op)
+        named = collective_kind_from_name(str(args.get("Collective name", "")))
+        kind = info.collective if info.collective != CollectiveKind.UNKNOWN else named
+        dtype = canonical_dtype(args.get("dtype")) or canonical_dtype(info.dtype)
+        nbytes = _payload(args, named if named != CollectiveKind.UNKNOWN else kind, dtype)
+        rows.append(
+            (r, int(kind), nbytes, dtype, groups.from_args(args), 0, info.algorithm, info.protocol)
+        )
+        seqs.append(_int_arg(args, "Seq"))
+    for op in comms.tolist():
+        if op in used_ops:
+            continue
+        args = ev.args(op)
+        if "Collective name" not in args:
+            continue
+        kind = collective_kind_from_name(str(args["Collective name"]))
+        if kind == CollectiveKind.UNKNOWN:
+            # "wait" and other bookkeeping calls are recorded too; they move no data.
+            notes["comms_ops_not_collectives"] = notes.get("comms_ops_not_collectives", 0) + 1
+            continue
+        dtype = canonical_dtype(args.get("dtype"))
+        rows.append(
+            (
+                op,
+                int(kind),
+                _payload(args, kind, dtype),
+                dtype,
+                groups.from_args(args),
+                0,
+                None,
+                None,
+            )
+        )
+        seqs.append(_int_arg(args, "Seq"))
+    if not rows:
+        return Collectives(CollectiveTable.empty(), tuple(groups.groups), notes)
+    seq = _sequence(ev, rows, seqs)
+    order = np.argsort(np.array([ev.start_ns[r[0]] for r in rows]), kind="stable")
+
+    def sid(s: str | None) -> int:
+        return NONE if s is None else strings.intern(s)
+
+    table = CollectiveTable(
+        event=np.array([rows[i][0] for i in order], dtype=np.int32),
+        kind=np.array([rows[i][1] for i in order], dtype=np.uint8),
+        bytes=np.array([rows[i][2] for i in order], dtype=np.int64),
+        dtype=np.array([sid(rows[i][3]) for i in order], dtype=np.int32),
+        group=np.array([rows[i][4] for i in order], dtype=np.int32),
+        seq=seq[order],
+        algorithm=np.array([sid(rows[i][6]) for i in order], dtype=np.int32),
+        protocol=np.array([sid(rows[i][7]) for i in order], dtype=np.int32),
+    )
+    unknown_group = int((table.group == NONE).sum())
+    if unknown_group:
+        notes["collectives_without_group"] = unknown_group
+    return Collectives(table, tuple(groups.groups), notes)
+
+
+def _payload(args: dict[str, Any], kind: CollectiveKind, dtype: str | None) -> int:
+    key = "Out msg nelems" if kind in _OUTPUT_SIZED else "In msg nelems"
+    n = _int_arg(args, key)
+    size = DTYPE_BYTES.get(dtype or "")
+    return n * size if n is not None and n >= 0 and size is not None else NONE
+
+
+def _sequence(ev: EventView, rows: list[Any], seqs: list[int | None]) -> I64:
+    """``Seq`` per group when all its collectives have it, else the order within the group."""
+    out = np.full(len(rows), NONE, dtype=np.int64)
+    by_group: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row[4] != NONE:
+            by_group.setdefault(row[4], []).append(i)
+    for members in by_group.values():
+        given = [seqs[i] for i in members]
+        if all(s is not None for s in given):
+            out[members] = [s for s in given if s is not None]
+            continue
+        members.sort(key=lambda i: (int(ev.start_ns[rows[i][0]]), rows[i][0]))
+        out[members] = np.arange(len(members))
+    return out

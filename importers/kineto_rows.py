@@ -1,0 +1,96 @@
+"""Column holders shared by the Kineto importer's stages (phase codes, flow points, a file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+U8 = npt.NDArray[np.uint8]
+
+# Phase codes (``ph``).
+PH_OTHER, PH_X, PH_B, PH_E, PH_I, PH_C, PH_AB, PH_AE, PH_AN = 0, 1, 2, 3, 4, 5, 6, 7, 8
+PH_S, PH_T, PH_F, PH_M = 9, 10, 11, 12
+PHASES: dict[str, int] = {
+    "X": PH_X,
+    "B": PH_B,
+    "E": PH_E,
+    "i": PH_I,
+    "I": PH_I,
+    "R": PH_I,
+    "C": PH_C,
+    "b": PH_AB,
+    "e": PH_AE,
+    "n": PH_AN,
+    "s": PH_S,
+    "t": PH_T,
+    "f": PH_F,
+    "M": PH_M,
+}
+
+_POINT_FIELDS = ("phase", "thread", "ts", "id", "cat", "name", "bind_enclosing", "index")
+
+
+@dataclass
+class PointColumns:
+    """Flow points (``s``/``t``/``f``) or ends (``E``/``e``), one entry each."""
+
+    phase: U8
+    thread: I32
+    ts: I64
+    id: I64
+    cat: I32
+    name: I32
+    #: ``"bp": "e"`` (bind to the enclosing slice rather than the next one).
+    bind_enclosing: npt.NDArray[np.bool_]
+    #: Index in ``traceEvents`` (file order).
+    index: I64
+
+    def __len__(self) -> int:
+        return len(self.phase)
+
+    @staticmethod
+    def concat(parts: list[PointColumns]) -> PointColumns:
+        """All parts as one."""
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            i32 = z.astype(np.int32)
+            return PointColumns(z.astype(np.uint8), i32, z, z, i32, i32, z.astype(np.bool_), z)
+        return PointColumns(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in _POINT_FIELDS)
+        )
+
+
+@dataclass
+class FileColumns:
+    """One file's events as columns: one row per slice, instant or counter event.
+
+    ``thread`` indexes :attr:`threads` ((pid, tid) pairs as written), ``name``/``cat`` index
+    :attr:`strings`; times are int64 ns on the file's own clock (before ``baseTimeNanoseconds``).
+    """
+
+    strings: list[str]
+    threads: list[tuple[int | str, int | str]]
+    phase: U8
+    name: I32
+    cat: I32
+    thread: I32
+    start_ns: I64
+    dur_ns: I64
+    correlation: I64
+    external_id: I64
+    index: I64
+    async_id: dict[int, int]
+    args_blob: bytes
+    args_offsets: I64
+    metadata: list[tuple[str, int, dict[str, Any]]]
+    flows: PointColumns
+    ends: PointColumns
+    skipped: dict[str, int]
+
+    def __len__(self) -> int:
+        return len(self.phase)
