@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from echo_view.errors import InputError, UsageError
 from echo_view.formats import Progress, no_progress
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
 from importers.nsys_build import CaptureInfo, build_trace, link_launches
-from importers.nsys_db import Export, file_kind, open_export
-from importers.nsys_nccl import find_collectives
+from importers.nsys_db import KERNEL_HINT, Export, file_kind, open_export
+from importers.nsys_nccl import find_collectives, nccl_args
 from importers.nsys_nvtx import read_nvtx
 from importers.nsys_ranks import RANK_BY, plan_ranks
 from importers.nsys_tables import (
@@ -72,6 +73,8 @@ class NsysImporter:
         """Read the captures in ``paths`` (natural file-name order) into one job; ranks of later
         files follow those of earlier ones."""
         mode = rank_by or self.rank_by
+        if mode not in RANK_BY:
+            raise UsageError(f"rank_by must be one of {', '.join(RANK_BY)}, not {mode!r}")
         files = sorted((Path(p) for p in paths), key=_natural_key)
         traces: list[Trace] = []
         clocks: list[_Clock] = []
@@ -124,6 +127,12 @@ def _read_capture(
         n_work = sum(len(b) for b in work)
         cpu = [b for b in (runtime, nvtx.rows) if b is not None]
         rows = Rows.concat([*work, *([sync] if sync else []), *cpu])
+        if not len(rows):
+            raise InputError(
+                "the export holds no GPU activity, CUDA API calls or NVTX events",
+                path=path,
+                hint=KERNEL_HINT,
+            )
         rt_base = n_work + (len(sync) if sync else 0)
         launch_of = (
             link_launches(
@@ -138,6 +147,8 @@ def _read_capture(
         collectives, comms, undecoded = find_collectives(
             exp, names, kernels, launch_of[: len(kernels)], runtime, nvtx
         )
+        for coll in collectives:  # kernel rows come first in ``rows``
+            rows.args[coll.row] = nccl_args(rows.args[coll.row], coll)
         is_work = np.zeros(len(rows), dtype=bool)
         is_work[:n_work] = True
         plan = plan_ranks(rank_by, rows.process, rows.device, is_work, launch_src, launch_dst)

@@ -32,6 +32,7 @@ _ENTRY_TYPES: dict[int, tuple[str, int]] = {
     13: ("h", 2), 14: ("H", 2), 15: ("i", 4), 16: ("I", 4), 17: ("q", 8), 18: ("Q", 8),
     19: ("f", 4), 20: ("d", 8), 22: ("Q", 8), 23: ("Q", 8),
 }  # fmt: skip
+_ENCODE = msgspec.json.Encoder()
 _BLOB_HEADER = struct.Struct("<QQQQ")  # domainId, schemaId, payloadSize, payloadOffset
 _GROUP_START, _GROUP_END = "ncclGroupStart", "ncclGroupEnd"
 _NOT_OPS = ("ncclGroup", "ncclComm", "ncclGetVersion", "ncclGetUniqueId", "ncclMem")
@@ -174,6 +175,23 @@ class PayloadDecoder:
             if off + width <= len(payload):
                 fields[name] = struct.unpack_from("<" + code, payload, off)[0]
         return payload_from_fields(fields)
+
+
+def nccl_args(args: bytes, coll: Collective) -> bytes:
+    """A kernel's args JSON with what its NCCL calls said added (calls, communicator, bytes)."""
+    extra: dict[str, Any] = {}
+    if coll.calls:
+        extra["nccl calls"] = coll.calls
+    if coll.comm is not None:
+        extra["communicator"] = f"0x{coll.comm:016x}"
+    if coll.nbytes >= 0:
+        extra["bytes"] = coll.nbytes
+    if not extra:
+        return args
+    body = _ENCODE.encode(extra)
+    if not args or args == b"{}":
+        return body
+    return args[:-1] + b"," + body[1:]
 
 
 def _call_kind(name: str) -> CollectiveKind:

@@ -1,0 +1,263 @@
+"""The Nsight Systems importer on the three real 2 x H100 exports in ``samples/nsys``.
+
+Expected values come from SQL over the same files, never from the importer itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
+from importers.nsys import NsysImporter
+from tests.importers.nsys_helpers import SAMPLE_NAMES, query, sample, unpacked
+
+K = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+@pytest.fixture(scope="module")
+def jobs() -> dict[str, Job]:
+    imp = NsysImporter()
+    return {name: imp.read([sample(name)]) for name in SAMPLE_NAMES}
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("nsys")
+    return {name: unpacked(name, tmp) for name in SAMPLE_NAMES}
+
+
+def _gpu_device(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    devices = np.array([lane.device for lane in trace.lanes], dtype=np.int64)
+    return devices[trace.events.lane[rows]]
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_sample_imports_as_two_ranks_on_one_clock(jobs: dict[str, Job], name: str) -> None:
+    job = jobs[name]
+    assert job.ranks == (0, 1)
+    assert job.alignment.method == "shared-host-clock"
+    assert job.alignment.offsets_ns == (0, 0)
+    for trace in job:
+        assert trace.metadata["schema_version"] == "3.25.0"
+        assert trace.metadata["rank_by"] == "process"
+        assert trace.mask(EventKind.KERNEL).sum() > 0
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_kernels_per_device_match_sql(
+    jobs: dict[str, Job], raw: dict[str, Path], name: str
+) -> None:
+    expected = {
+        int(d): (int(n), int(total))
+        for d, n, total in query(
+            raw[name], f'SELECT deviceId, count(*), sum("end" - start) FROM {K} GROUP BY deviceId'
+        )
+    }
+    got: Counter[int] = Counter()
+    time: Counter[int] = Counter()
+    for trace in jobs[name]:
+        rows = np.flatnonzero(trace.mask(EventKind.KERNEL))
+        for dev in np.unique(_gpu_device(trace, rows)).tolist():
+            sel = rows[_gpu_device(trace, rows) == dev]
+            got[dev] += len(sel)
+            time[dev] += int(trace.events.dur_ns[sel].sum())
+    assert {d: (got[d], time[d]) for d in got} == expected
+    # Rank r holds exactly GPU r's kernels (one process per GPU, ranks by GPU index).
+    for trace in jobs[name]:
+        assert trace.metadata["gpu_devices"] == [trace.rank]
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_memory_operations_match_sql(jobs: dict[str, Job], raw: dict[str, Path], name: str) -> None:
+    for kind, table in (
+        (EventKind.MEMCPY, "CUPTI_ACTIVITY_KIND_MEMCPY"),
+        (EventKind.MEMSET, "CUPTI_ACTIVITY_KIND_MEMSET"),
+    ):
+        (n, total), *_ = query(raw[name], f'SELECT count(*), sum("end" - start) FROM {table}')
+        got = [t.events.dur_ns[t.mask(kind)] for t in jobs[name]]
+        assert sum(len(g) for g in got) == n
+        assert sum(int(g.sum()) for g in got) == total
+    (copied,) = query(raw[name], "SELECT sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0]
+    got_bytes = 0
+    for trace in jobs[name]:
+        for i in np.flatnonzero(trace.mask(EventKind.MEMCPY)).tolist():
+            args = trace.events.args(i)
+            got_bytes += args["bytes"]
+            assert trace.name(i).startswith("Memcpy ")
+    assert got_bytes == copied
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_nvtx_names_resolved(jobs: dict[str, Job], raw: dict[str, Path], name: str) -> None:
+    rows = query(
+        raw[name],
+        "SELECT COALESCE(n.text, s.value), n.domainId FROM NVTX_EVENTS n "
+        "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (34, 59, 60)",
+    )
+    assert all(text for text, _ in rows)
+    registered = {text for text, dom in rows if dom != 0}  # NCCL's domain: registered strings
+    nvtx_kinds = (EventKind.CPU_OP, EventKind.USER_ANNOTATION, EventKind.INSTANT)
+    names: Counter[str] = Counter()
+    for trace in jobs[name]:
+        for i in np.flatnonzero(trace.mask(*nvtx_kinds)).tolist():
+            names[trace.name(i)] += 1
+    assert sum(names.values()) == len(rows)
+    assert "<missing name>" not in names
+    assert registered <= set(names)
+    # torch emit_nvtx ranges "aten::x, seq = N, op_id = M" become op "aten::x" with the ids.
+    for text, dom in rows[:200]:
+        if dom == 0 and ", op_id = " in text:
+            assert text.split(", ")[0] in names
+    trace = jobs[name].traces[0]
+    op = int(np.flatnonzero(trace.mask(EventKind.CPU_OP))[0])
+    assert trace.name(op).startswith("aten::")
+    assert isinstance(trace.events.args(op)["op_id"], int)
+
+
+def test_nccl_domain_is_recognised(jobs: dict[str, Job]) -> None:
+    trace = jobs["mfu_2gpu_before"].traces[0]
+    cats = {
+        trace.name(i): trace.strings[int(trace.events.cat[i])]
+        for i in np.flatnonzero(trace.mask(EventKind.USER_ANNOTATION)).tolist()
+    }
+    assert cats["ncclGroupEnd"] == "nvtx:NCCL"
+    assert cats["ncclSend"] == "nvtx:NCCL"
+
+
+@pytest.mark.parametrize("name", ["mfu_2gpu_before", "mfu_2gpu_after"])
+def test_collectives_from_ncclDevKernel_SendRecv(
+    jobs: dict[str, Job], raw: dict[str, Path], name: str
+) -> None:
+    expected = dict(
+        query(
+            raw[name],
+            f"SELECT k.deviceId, count(*) FROM {K} k JOIN StringIds s ON s.id = k.shortName "
+            "WHERE s.value = 'ncclDevKernel_SendRecv' GROUP BY k.deviceId",
+        )
+    )
+    assert sum(expected.values()) > 0
+    for trace in jobs[name]:
+        coll = trace.collectives
+        assert len(coll) == expected[trace.rank]
+        assert {trace.collective_kind(i) for i in range(len(coll))} == {CollectiveKind.SEND_RECV}
+        for i in range(len(coll)):
+            assert trace.name(int(coll.event[i])).startswith("ncclDevKernel_SendRecv(")
+            assert trace.kind(int(coll.event[i])) == EventKind.KERNEL
+        # No NVTX payloads in these exports: sizes, groups and sequence numbers stay unknown.
+        assert (coll.bytes == -1).all() and (coll.group == -1).all() and (coll.seq == -1).all()
+        # The kernel is matched to the ncclSend/ncclRecv calls of the group that launched it.
+        attributed = [trace.events.args(int(e)).get("nccl calls") for e in coll.event]
+        assert sum(a is not None for a in attributed) >= len(coll) - 1
+        assert {tuple(sorted(set(a))) for a in attributed if a} == {("ncclRecv", "ncclSend")}
+
+
+def test_inference_sample_has_no_collectives(jobs: dict[str, Job]) -> None:
+    assert all(len(t.collectives) == 0 for t in jobs["h100_2gpu_1s"])
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_launch_flows_join_by_correlation_within_process(
+    jobs: dict[str, Job], raw: dict[str, Path], name: str
+) -> None:
+    (expected,) = query(
+        raw[name],
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN ("
+        f"SELECT correlationId, globalPid FROM {K} UNION ALL "
+        "SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL "
+        "SELECT correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET) g "
+        "ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)",
+    )[0]
+    launches = (EventKind.RUNTIME, EventKind.DRIVER)
+    work = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+    total = 0
+    for trace in jobs[name]:
+        ev, fl = trace.events, trace.flows
+        total += len(fl)
+        assert np.isin(ev.kind[fl.src], [int(k) for k in launches]).all()
+        assert np.isin(ev.kind[fl.dst], [int(k) for k in work]).all()
+        assert (ev.correlation[fl.src] == ev.correlation[fl.dst]).all()
+        assert (fl.flow_id == ev.correlation[fl.dst]).all()
+        assert (ev.start_ns[fl.src] <= ev.start_ns[fl.dst]).all()
+        assert {trace.strings[int(c)] for c in fl.cat} == {"ac2g"}
+    assert total == expected
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_lanes_and_ordering(jobs: dict[str, Job], name: str) -> None:
+    for trace in jobs[name]:
+        ev = trace.events
+        assert (np.diff(ev.start_ns) >= 0).all()
+        assert (ev.dur_ns >= 0).all()
+        for lane_id, lane in trace.iter_lanes():
+            kinds = set(ev.kind[ev.lane == lane_id].tolist())
+            if lane.kind == LaneKind.GPU_STREAM:
+                assert lane.device == trace.rank
+                assert kinds <= {int(k) for k in (*_GPU_WORK, EventKind.SYNC)}
+            elif lane.kind == LaneKind.CPU_THREAD:
+                assert lane.pid in trace.metadata["pids"]
+                assert int(EventKind.KERNEL) not in kinds
+        # The main Python thread is named as Nsight recorded it.
+        assert any(lane.name == "python3" for lane in trace.lanes)
+
+
+_GPU_WORK = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+
+
+def test_runtime_names_lose_the_api_version(jobs: dict[str, Job]) -> None:
+    trace = jobs["mfu_2gpu_before"].traces[0]
+    names = {trace.name(i) for i in np.flatnonzero(trace.mask(EventKind.RUNTIME)).tolist()}
+    assert "cudaLaunchKernel" in names
+    assert not any(n.endswith("_v7000") for n in names)
+    drivers = {trace.name(i) for i in np.flatnonzero(trace.mask(EventKind.DRIVER)).tolist()}
+    assert "cuLaunchKernelEx" in drivers
+
+
+def test_rank_by_options_agree_on_one_gpu_per_process() -> None:
+    path = sample("h100_2gpu_1s")
+    by_dev = NsysImporter().read([path], rank_by="device")
+    by_proc = NsysImporter(rank_by="process").read([path])
+    assert by_dev.traces[0].metadata["rank_by"] == "device"
+    for a, b in zip(by_dev, by_proc, strict=True):
+        assert a.mask(EventKind.KERNEL).sum() == b.mask(EventKind.KERNEL).sum()
+        assert len(a.flows) == len(b.flows)
+
+
+def test_several_files_make_one_job() -> None:
+    job = NsysImporter().read([sample("mfu_2gpu_after"), sample("mfu_2gpu_before")])
+    assert job.ranks == (0, 1, 2, 3)
+    # Natural file-name order: "after" before "before".
+    assert job.traces[0].metadata["file"].endswith("mfu_2gpu_after.sqlite.gz")
+    assert job.traces[3].metadata["file"].endswith("mfu_2gpu_before.sqlite.gz")
+    # Both captures ran on the same host: one clock, no offsets.
+    assert job.alignment.method == "shared-host-clock"
+    assert job.alignment.offsets_ns == (0, 0, 0, 0)
+
+
+def test_input_is_not_modified(tmp_path: Path) -> None:
+    path = sample("h100_2gpu_1s")
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    plain = unpacked("h100_2gpu_1s", tmp_path)
+    plain_before = hashlib.sha256(plain.read_bytes()).hexdigest()
+    NsysImporter().read([path])
+    NsysImporter().read([plain])
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert hashlib.sha256(plain.read_bytes()).hexdigest() == plain_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h100_2gpu_1s.sqlite"]
+
+
+def test_sniff(tmp_path: Path) -> None:
+    imp = NsysImporter()
+    assert imp.sniff(sample("mfu_2gpu_before"))
+    assert imp.sniff(unpacked("mfu_2gpu_before", tmp_path))
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00" * 16)
+    assert imp.sniff(rep)
+    other = tmp_path / "trace.json"
+    other.write_text('{"traceEvents": []}')
+    assert not imp.sniff(other)
+    assert not imp.sniff(tmp_path)

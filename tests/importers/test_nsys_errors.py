@@ -1,0 +1,174 @@
+"""Bad Nsight Systems inputs give one-line :class:`InputError` messages that say what to do."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sqlite3
+import stat
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from echo_view.errors import InputError
+from echo_view.model import EventKind
+from importers.nsys import NsysImporter
+from tests.importers.nsys_capture import Proc, build
+from tests.importers.nsys_helpers import export_2022_4, sample, unpacked
+
+
+def _error(path: Path) -> InputError:
+    with pytest.raises(InputError) as info:
+        NsysImporter().read([path])
+    err = info.value
+    assert "\n" not in err.one_line()
+    assert err.path == str(path)
+    return err
+
+
+def test_truncated_sqlite(tmp_path: Path) -> None:
+    good = unpacked("mfu_2gpu_before", tmp_path)
+    bad = tmp_path / "truncated.sqlite"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    err = _error(bad)
+    assert "cannot read the SQLite export" in err.message
+    assert "corrupt or truncated" in (err.hint or "")
+
+
+def test_garbage_after_sqlite_header(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.sqlite"
+    bad.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    assert "SQLite" in _error(bad).message
+
+
+def test_not_sqlite(tmp_path: Path) -> None:
+    bad = tmp_path / "trace.json"
+    bad.write_text('{"traceEvents": []}')
+    err = _error(bad)
+    assert "no SQLite header" in err.message
+    assert "nsys export --type sqlite" in (err.hint or "")
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = sample("h100_2gpu_1s").read_bytes()
+    bad = tmp_path / "cut.sqlite.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    assert "decompress" in _error(bad).message
+
+
+def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.commit()
+    con.close()
+    assert "not an Nsight Systems export" in _error(path).message
+
+
+def test_export_without_kernel_table(tmp_path: Path) -> None:
+    path = export_2022_4(tmp_path / "nokernels.sqlite", drop=["CUPTI_ACTIVITY_KIND_KERNEL"])
+    err = _error(path)
+    assert err.where == "CUPTI_ACTIVITY_KIND_KERNEL"
+    assert "--lazy=false" in (err.hint or "")
+    assert "--trace=cuda" in (err.hint or "")
+
+
+def test_kernel_table_without_required_column(tmp_path: Path) -> None:
+    path = export_2022_4(tmp_path / "odd.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN correlationId")
+    con.commit()
+    con.close()
+    err = _error(path)
+    assert "correlationId" in err.message
+
+
+@pytest.mark.parametrize("version", ["4.0.0", "2.1", "three"])
+def test_unknown_schema_version(tmp_path: Path, version: str) -> None:
+    err = _error(export_2022_4(tmp_path / "future.sqlite", version=version))
+    assert "unsupported Nsight Systems export schema" in err.message
+    assert version in err.message
+
+
+def test_newer_minor_schema_warns_and_reads(tmp_path: Path) -> None:
+    path = build(tmp_path / "newer.sqlite", [Proc(100, (0,), 1)])
+    con = sqlite3.connect(path)
+    con.execute("UPDATE EXPORT_META_DATA SET value = '3.99.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
+    con.commit()
+    con.close()
+    with pytest.warns(UserWarning, match=r"schema 3\.99\.0 is newer"):
+        job = NsysImporter().read([path])
+    assert job.meta["notes"]
+    assert job.traces[0].mask(EventKind.KERNEL).sum() == 4
+
+
+def test_export_without_any_event(tmp_path: Path) -> None:
+    err = _error(export_2022_4(tmp_path / "empty.sqlite"))
+    assert "no GPU activity" in err.message
+    assert "--trace=cuda" in (err.hint or "")
+
+
+def test_report_without_nsys_says_which_command_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    report = tmp_path / "run 1.nsys-rep"
+    report.write_bytes(b"not read")
+    err = _error(report)
+    assert "`nsys` CLI" in err.message
+    assert "nsys export --type sqlite" in (err.hint or "")
+    assert "'" + str(tmp_path / "run 1.sqlite") + "'" in (err.hint or "")  # quoted for the shell
+
+
+def _fake_nsys(bin_dir: Path, body: str) -> None:
+    """An ``nsys`` on PATH that runs ``body`` (Python) with the command line in ``argv``."""
+    bin_dir.mkdir()
+    exe = bin_dir / "nsys"
+    exe.write_text(f"#!{sys.executable}\nimport sys, shutil\nargv = sys.argv[1:]\n{body}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell-less script on PATH needs POSIX")
+def test_report_is_exported_with_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = unpacked("h100_2gpu_1s", tmp_path)
+    _fake_nsys(
+        tmp_path / "bin",
+        "assert argv[:3] == ['export', '--type', 'sqlite'], argv\n"
+        f"shutil.copy({str(source)!r}, argv[argv.index('--output') + 1])",
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"a report")
+    job = NsysImporter().read([report])
+    assert job.ranks == (0, 1)
+    assert report.read_bytes() == b"a report"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell-less script on PATH needs POSIX")
+def test_failing_nsys_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_nsys(
+        tmp_path / "bin",
+        "print('Processing...')\nprint('ERROR: the report is damaged', file=sys.stderr)\n"
+        "sys.exit(1)",
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    report = tmp_path / "bad.nsys-rep"
+    report.write_bytes(b"x")
+    err = _error(report)
+    assert "the report is damaged" in err.message
+
+
+def test_gzip_of_something_else(tmp_path: Path) -> None:
+    bad = tmp_path / "trace.json.gz"
+    with gzip.open(bad, "wb") as fh:
+        fh.write(b'{"traceEvents": []}')
+    assert not NsysImporter().sniff(bad)
+    assert "no SQLite header" in _error(bad).message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "no such file" in _error(tmp_path / "absent.sqlite").message
