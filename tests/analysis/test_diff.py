@@ -219,4 +219,7 @@ def test_dlrm_measured_vs_a_perturbed_prediction() -> None:
     assert d.categories["compute"].delta_ns > 0 and d.categories["comm"].delta_ns > 0
     ratio = [k.time.b_ns / k.time.a_ns for k in d.kernels if k.time.a_ns > 10_000]
     assert ratio and all(r == pytest.approx(1.3, rel=0.02) for r in ratio)
-    assert d.error_pct is not None and d.error_pct > 0
+    # The step window ends with the CPU's ProfilerStep on these ranks, so longer kernels fill
+    # idle time rather than lengthening the step.
+    assert d.categories["idle"].delta_ns < 0
+    assert d.error_pct is not None and d.error_pct >= 0

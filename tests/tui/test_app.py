@@ -367,7 +367,7 @@ def test_dlrm_sample_every_rank_and_collective_peers(dlrm: Job) -> None:
         tl = _tl(app)
         assert [g.rank for g in tl.index.groups] == list(range(8))
         panel = _panel(app)
-        await pilot.press("slash", *"nccl", "enter")
+        await pilot.press("slash", *"ncclKernel", "enter")
         assert panel.matches is not None and len(panel.matches) >= 8 * 8
         sel = tl.selection
         assert sel is not None
