@@ -212,7 +212,7 @@ def check_paths(paths: list[Path], report: Report, as_job: bool = False) -> None
             else:
                 summaries.append(check_json_file(path, report))
         if len(summaries) > 1:
-            check_job(summaries, report)
+            check_job(summaries, report, job.name)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:

@@ -122,9 +122,9 @@ def _ranges(values: Sequence[int]) -> str:
     return ", ".join(out[:8]) + (", ..." if len(out) > 8 else "")
 
 
-def check_job(summaries: Sequence[RankSummary], report: Report) -> None:
-    """Run every EV7xx rule over the ranks of one job."""
-    ranks = _identity(summaries, report)
+def check_job(summaries: Sequence[RankSummary], report: Report, name: str = "job") -> None:
+    """Run every EV7xx rule over the ranks of one job (``name`` locates job-wide findings)."""
+    ranks = _identity(summaries, report, Location(file=name, where="job"))
     if len(ranks) < 2:
         return
     _groups(ranks, report)
@@ -143,7 +143,9 @@ def _loc(s: RankSummary, index: int | None = None, where: str | None = None) -> 
     return Location(file=s.source, rank=s.rank, index=index, where=where)
 
 
-def _identity(summaries: Sequence[RankSummary], report: Report) -> dict[int, RankSummary]:
+def _identity(
+    summaries: Sequence[RankSummary], report: Report, job: Location
+) -> dict[int, RankSummary]:
     by_rank: dict[int, RankSummary] = {}
     for pos, s in enumerate(summaries):
         if s.rank is None:
@@ -160,7 +162,7 @@ def _identity(summaries: Sequence[RankSummary], report: Report) -> dict[int, Ran
         by_rank[s.rank] = s
     sizes = {s.world_size for s in summaries if s.world_size is not None}
     if len(sizes) > 1:
-        report.add(Finding("EV702", f"files disagree on the world size: {sorted(sizes)}", _JOB))
+        report.add(Finding("EV702", f"files disagree on the world size: {sorted(sizes)}", job))
     elif sizes:
         world = sizes.pop()
         for r in by_rank:
@@ -171,11 +173,8 @@ def _identity(summaries: Sequence[RankSummary], report: Report) -> dict[int, Ran
         missing = [r for r in range(world) if r not in by_rank]
         if missing:
             msg = f"{len(by_rank)} of {world} ranks present; missing ranks {_ranges(missing)}"
-            report.add(Finding("EV701", msg, _JOB))
+            report.add(Finding("EV701", msg, job))
     return dict(sorted(by_rank.items()))
-
-
-_JOB = Location(where="job")
 
 
 def _groups(ranks: dict[int, RankSummary], report: Report) -> None:

@@ -150,5 +150,5 @@ def validate_job(docs: Iterable[tuple[str, Any]], report: Report | None = None) 
     """Check several in-memory rank documents as one job (file rules plus EV7xx)."""
     report = report if report is not None else Report()
     summaries = [validate_document(doc, path, report)[1] for path, doc in docs]
-    check_job(summaries, report)
+    check_job(summaries, report, "job")
     return report

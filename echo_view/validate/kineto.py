@@ -18,7 +18,16 @@ import numpy.typing as npt
 from echo_view.model import CollectiveKind, collective_kind_from_name, parse_nccl_kernel_name
 from echo_view.units import format_duration
 from echo_view.validate.context import FileContext
-from echo_view.validate.events import PH, T_BIG_FLOAT, T_FLOAT, T_INT, T_STRING, UNSET, EventChunk
+from echo_view.validate.events import (
+    PH,
+    T_BIG_FLOAT,
+    T_FLOAT,
+    T_INT,
+    T_STRING,
+    UNSET,
+    EventChunk,
+    Interner,
+)
 from echo_view.validate.findings import Finding, Severity, define
 from echo_view.validate.kineto_args import (
     KinetoArgs,
@@ -249,30 +258,21 @@ class KinetoRule:
     def _links(
         self, ctx: FileContext, g: dict[str, npt.NDArray[Any]], r: dict[str, npt.NDArray[Any]]
     ) -> None:
-        gk = g["corr"] >= 0
-        rk = r["corr"] >= 0
-        rt_corr = np.unique(r["corr"][rk])
-        gpu_corr = np.unique(g["corr"][gk])
+        launch_of = match_launches(
+            _pids(ctx, g["thread"]), g["corr"], _pids(ctx, r["thread"]), r["corr"], r["start"]
+        )
 
         def emit(
             code: str, cols: dict[str, npt.NDArray[Any]], rows: npt.NDArray[np.intp], msg: Any
         ) -> None:
-            ctx.emit(
-                code,
-                len(rows),
-                (
-                    Finding(
-                        code,
-                        msg(i),
-                        ctx.at(
-                            int(cols["index"][i]), int(cols["start"][i]), int(cols["thread"][i])
-                        ),
-                    )
-                    for i in rows.tolist()
-                ),
-            )
+            def make(i: int) -> Finding:
+                where = ctx.at(int(cols["index"][i]), int(cols["start"][i]), int(cols["thread"][i]))
+                return Finding(code, msg(i), where)
 
-        no_launch = np.flatnonzero(gk & ~np.isin(g["corr"], rt_corr))
+            ctx.emit(code, len(rows), (make(i) for i in rows.tolist()))
+
+        gk = g["corr"] >= 0
+        no_launch = np.flatnonzero(gk & (launch_of < 0))
         emit(
             "EV601",
             g,
@@ -281,33 +281,24 @@ class KinetoRule:
                 f"{ctx.name(int(g['name'][i]))!r} (correlation {int(g['corr'][i])}) has no launch"
             ),
         )
-        no_work = np.flatnonzero(rk & r["launch"] & ~np.isin(r["corr"], gpu_corr))
+        used = np.zeros(len(r["corr"]), dtype=bool)
+        used[launch_of[launch_of >= 0]] = True
+        no_work = np.flatnonzero((r["corr"] >= 0) & r["launch"] & ~used)
         emit(
             "EV602",
             r,
             no_work,
             lambda i: f"launch with correlation {int(r['corr'][i])} has no GPU event",
         )
-        if len(rt_corr) and gk.any():
-            order = np.lexsort((r["start"], r["corr"]))
-            corr_sorted = r["corr"][order]
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = corr_sorted[1:] != corr_sorted[:-1]
-            keys = corr_sorted[first]
-            starts = r["start"][order][first]
-            rows = np.flatnonzero(gk)
-            pos = np.searchsorted(keys, g["corr"][rows])
-            pos = np.minimum(pos, len(keys) - 1)
-            hit = keys[pos] == g["corr"][rows]
-            early = rows[hit & (g["start"][rows] < starts[pos])]
-            launch_start = dict(zip(keys.tolist(), starts.tolist(), strict=True))
+        matched = np.flatnonzero(launch_of >= 0)
+        early = matched[g["start"][matched] < r["start"][launch_of[matched]]]
 
-            def early_msg(i: int) -> str:
-                corr = int(g["corr"][i])
-                lead = launch_start[corr] - int(g["start"][i])
-                return f"starts {format_duration(lead)} before its launch (correlation {corr})"
+        def early_msg(i: int) -> str:
+            lead = int(r["start"][launch_of[i]]) - int(g["start"][i])
+            corr = int(g["corr"][i])
+            return f"starts {format_duration(lead)} before its launch (correlation {corr})"
 
-            emit("EV603", g, early, early_msg)
+        emit("EV603", g, early, early_msg)
 
     def _window(self, ctx: FileContext) -> None:
         sl = ctx.slices
@@ -337,3 +328,60 @@ class KinetoRule:
         steps = (self.steps.get("number"), self.steps.get("start"), self.steps.get("end"))
         colls = self.coll_gpu if self.coll_gpu else self.coll_cpu
         return rank_summary(ctx.path, ctx.facts.top, colls, self.pg_ranks, steps)
+
+
+def _pids(ctx: FileContext, thread: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """A dense process id per row (the pid as Perfetto sees it)."""
+    pid_of = Interner()
+    table = np.array(
+        [pid_of[ctx.threads.label(t)[0]] for t in range(len(ctx.threads.resolved.keys_))] or [0],
+        dtype=np.int64,
+    )
+    return table[thread] if len(thread) else np.zeros(0, np.int64)
+
+
+def match_launches(
+    gpu_pid: npt.NDArray[np.int64],
+    gpu_corr: npt.NDArray[np.int64],
+    rt_pid: npt.NDArray[np.int64],
+    rt_corr: npt.NDArray[np.int64],
+    rt_start: npt.NDArray[np.int64],
+) -> npt.NDArray[np.intp]:
+    """For each GPU row, the row of the launch that shares its correlation id (-1: none).
+
+    Correlation ids are unique within one profiled process only, and GPU events sit in device
+    processes, not in the CPU process that launched them. Each device process is therefore
+    owned by the CPU process that most of its unambiguous correlation ids point to; a GPU row
+    then matches only a launch of its owner (this keeps ranks apart in merged files).
+    """
+    out = np.full(len(gpu_corr), -1, dtype=np.intp)
+    valid_rt = np.flatnonzero(rt_corr >= 0)
+    if not len(valid_rt) or not len(gpu_corr):
+        return out
+    order = valid_rt[np.lexsort((rt_start[valid_rt], rt_corr[valid_rt]))]
+    keys = rt_corr[order]
+    lo = np.searchsorted(keys, gpu_corr, side="left")
+    hi = np.searchsorted(keys, gpu_corr, side="right")
+    hi[gpu_corr < 0] = lo[gpu_corr < 0]
+    single = np.flatnonzero(hi - lo == 1)
+    owner = np.full(int(max(gpu_pid.max(), rt_pid.max(initial=0))) + 1, -1, dtype=np.int64)
+    if len(single):
+        pairs, counts = np.unique(
+            np.stack([gpu_pid[single], rt_pid[order[lo[single]]]]), axis=1, return_counts=True
+        )
+        best: dict[int, int] = {}
+        for gp, cp, n in zip(pairs[0].tolist(), pairs[1].tolist(), counts.tolist(), strict=True):
+            if n > best.get(gp, 0):
+                best[gp], owner[gp] = n, cp
+        cand = order[lo[single]]
+        want = owner[gpu_pid[single]]
+        ok = (want < 0) | (rt_pid[cand] == want)
+        out[single[ok]] = cand[ok]
+    for i in np.flatnonzero(hi - lo > 1).tolist():
+        want_pid = int(owner[gpu_pid[i]])
+        for k in range(int(lo[i]), int(hi[i])):
+            row = int(order[k])
+            if want_pid < 0 or int(rt_pid[row]) == want_pid:
+                out[i] = row
+                break
+    return out

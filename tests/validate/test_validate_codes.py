@@ -1,0 +1,37 @@
+"""Every validation code has a tiny failing and a tiny passing fixture, and the rule agrees."""
+
+from __future__ import annotations
+
+import pytest
+
+from echo_view.validate import CODES
+from tests.validate.helpers import FIXTURES, fixture, run_check
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_failing_fixture_trips_the_code(code: str) -> None:
+    report = run_check(fixture(code, "fail"))
+    assert report.count(code) >= 1, f"{code} not reported; got {report.codes()}"
+    first = report.tallies[code].first[0]
+    assert first.message
+    assert first.location.file
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_passing_fixture_does_not(code: str) -> None:
+    report = run_check(fixture(code, "pass"))
+    assert report.count(code) == 0, [f.text() for f in report.tallies[code].first]
+
+
+def test_no_fixture_without_a_code() -> None:
+    stems = {p.name.split("_")[0] for p in FIXTURES.iterdir() if p.name.startswith("EV")}
+    assert stems == set(CODES)
+
+
+def test_exit_codes_follow_severity() -> None:
+    assert run_check(fixture("EV301", "pass")).exit_code() == 0
+    assert run_check(fixture("EV301", "fail")).exit_code() == 1
+    assert run_check(fixture("EV101", "fail")).exit_code() == 2
+    # Warnings alone keep the exit code at 0.
+    warn = run_check(fixture("EV401", "fail"))
+    assert warn.count("EV401") and warn.exit_code() == 0
