@@ -158,7 +158,8 @@ class Container(TextCursor):
         self.header: dict[str, Any] = {}
         #: The array form ended without its closing bracket.
         self.truncated = False
-        #: Bytes of an incomplete last event that a truncated array form had to drop.
+        #: Bytes of an incomplete last event that a truncated array form had to drop (the text
+        #: after the last complete event, without separators and whitespace).
         self.dropped_bytes = 0
         #: Events decoded so far.
         self.event_count = 0
@@ -388,7 +389,7 @@ class Container(TextCursor):
             while end >= pos and not buf[end + 1 : end + 64].lstrip(WS).startswith(b","):
                 end = buf.rfind(b"}", pos, end)
             end = max(end + 1, pos)
-        self.dropped_bytes = stop - end if end > pos else stop - pos
+        self.dropped_bytes = len(buf[max(end, pos) : stop].strip(WS + b","))
         self._pos = len(buf)
 
 

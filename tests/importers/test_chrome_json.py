@@ -1,0 +1,255 @@
+"""The streaming trace-event JSON reader: every layout Perfetto accepts, and located errors.
+
+Expected values come from the standard library's ``json`` on the same text, never from the
+reader itself. Small ``chunk_bytes`` force many cuts, some inside strings and nested values.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from echo_view.errors import InputError
+from importers.chrome_json import looks_like_trace, read_container, sniff_head
+from tests.conftest import SAMPLES, shared_path
+
+# An event whose strings hold "}," and whose args nest objects and lists: bad cut points.
+EVENT = {
+    "ph": "X",
+    "name": 'a}, {"b": [1}, ',
+    "cat": "cpu_op",
+    "pid": 1,
+    "tid": 2,
+    "ts": 1.5,
+    "dur": 2,
+    "args": {"x": {"y": "},"}, "z": [{"q": 1}, {"r": [2, {"s": 3}]}], "t": "]}"},
+}
+
+
+def events(n: int) -> list[dict[str, Any]]:
+    return [{**EVENT, "ts": i, "tid": i % 3} for i in range(n)]
+
+
+def read_all(path: Path, chunk_bytes: int = 1024, event_type: Any = dict) -> tuple[Any, list[Any]]:
+    c = read_container(path, chunk_bytes=chunk_bytes)
+    out: list[Any] = []
+    for chunk in c.chunks(event_type):
+        assert chunk.first_index == len(out)
+        out.extend(chunk.events)
+    return c, out
+
+
+def write(path: Path, text: bytes, gz: bool = False) -> Path:
+    path.write_bytes(gzip.compress(text) if gz else text)
+    return path
+
+
+def error_of(path: Path, chunk_bytes: int = 1024) -> InputError:
+    with pytest.raises(InputError) as info:
+        read_all(path, chunk_bytes)
+    err = info.value
+    assert err.path == str(path)
+    return err
+
+
+SAMPLE_FILES = sorted(
+    [*SAMPLES.glob("dlrm_kineto/*.json.gz"), *SAMPLES.glob("hta_*/*.json.gz")], key=str
+)
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.name[:24])
+def test_samples_decode_like_json(path: Path) -> None:
+    expected = json.loads(gzip.decompress(path.read_bytes()))
+    c, got = read_all(path, chunk_bytes=64 << 10)
+    assert got == expected["traceEvents"]
+    assert c.top == {k: v for k, v in expected.items() if k != "traceEvents"}
+    assert c.form == "object" and not c.truncated and c.compressed
+    assert c.text_bytes == len(gzip.decompress(path.read_bytes()))
+    assert c.event_count == len(got)
+
+
+def test_largest_shared_file_in_default_chunks() -> None:
+    path = shared_path("data", "hta-tests", "df_index_resolver", "df_index_resolver.json.gz")
+    expected = json.loads(gzip.decompress(path.read_bytes()))
+    c, got = read_all(path, chunk_bytes=4 << 20)
+    assert len(got) == len(expected["traceEvents"]) == 216_092
+    assert got[::997] == expected["traceEvents"][::997]
+    assert c.top["distributedInfo"] == {"backend": "nccl", "rank": 1, "world_size": 2}
+
+
+@pytest.mark.parametrize("chunk_bytes", [1024, 4096, 1 << 20])
+def test_cuts_inside_strings_and_nested_values(tmp_path: Path, chunk_bytes: int) -> None:
+    doc = {"before": [{"a": "}, {"}], "traceEvents": events(500), "after": {"k": "],"}}
+    path = write(tmp_path / "t.json", json.dumps(doc, indent=1).encode())
+    c, got = read_all(path, chunk_bytes)
+    assert got == doc["traceEvents"]
+    assert c.header == {"before": doc["before"]}
+    assert c.top == {"before": doc["before"], "after": doc["after"]}
+
+
+def test_top_is_complete_only_after_the_events(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.json", json.dumps({"traceEvents": [], "late": 1}).encode())
+    c = read_container(path)
+    with pytest.raises(RuntimeError):
+        _ = c.top
+    assert list(c.chunks(dict)) == []
+    assert c.top == {"late": 1}
+    with pytest.raises(RuntimeError):
+        list(c.chunks(dict))
+
+
+def test_array_form(tmp_path: Path) -> None:
+    evs = events(300)
+    path = write(tmp_path / "a.json", json.dumps(evs).encode())
+    c, got = read_all(path)
+    assert (c.form, c.truncated, got, c.top) == ("array", False, evs, {})
+
+
+@pytest.mark.parametrize(
+    ("tail", "dropped"),
+    [(b"", 0), (b",", 0), (b",\n  ", 0), (b', {"ph": "X", "na', 15), (b', {"args": {"a": 1},', 17)],
+)
+def test_truncated_array_keeps_complete_events(tmp_path: Path, tail: bytes, dropped: int) -> None:
+    evs = events(200)
+    text = json.dumps(evs).encode()[:-1] + tail  # no closing "]"
+    path = write(tmp_path / "a.json", text)
+    c, got = read_all(path)
+    assert got == evs
+    assert c.truncated and c.dropped_bytes == dropped
+
+
+def test_empty_event_lists(tmp_path: Path) -> None:
+    for text in (b"[]", b" [ ] ", b'{"traceEvents": [ ], "x": 1}'):
+        _, got = read_all(write(tmp_path / "e.json", text))
+        assert got == []
+
+
+def test_gzip_is_sniffed_by_content(tmp_path: Path) -> None:
+    doc = {"traceEvents": events(50)}
+    text = json.dumps(doc).encode()
+    gz_named_json = write(tmp_path / "x.json", text, gz=True)
+    plain_named_gz = write(tmp_path / "y.json.gz", text)
+    for path in (gz_named_json, plain_named_gz):
+        _, got = read_all(path)
+        assert got == doc["traceEvents"]
+    assert looks_like_trace(sniff_head(gz_named_json))
+    assert looks_like_trace(sniff_head(plain_named_gz))
+
+
+def test_concatenated_gzip_members(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": events(100), "k": 2}).encode()
+    path = tmp_path / "m.json.gz"
+    path.write_bytes(gzip.compress(text[:700]) + gzip.compress(text[700:]) + b"\0\0\0")
+    c, got = read_all(path)
+    assert got == events(100) and c.top == {"k": 2}
+
+
+def test_bom_and_decode_again(tmp_path: Path) -> None:
+    class Named(msgspec.Struct):
+        name: str
+        ts: int
+
+    path = write(tmp_path / "b.json", b"\xef\xbb\xbf" + json.dumps(events(40)).encode())
+    c = read_container(path, chunk_bytes=2048)
+    for chunk in c.chunks(msgspec.Raw):
+        again = chunk.decode(Named)
+        assert [json.loads(bytes(r))["ts"] for r in chunk.events] == [n.ts for n in again]
+        chunk.release()
+        assert chunk.events == [] and chunk.text == b""
+
+
+def test_looks_like_trace() -> None:
+    assert looks_like_trace(b' \n{"traceEvents": [')
+    assert looks_like_trace(b'[{"ph": "X"}')
+    assert looks_like_trace(b"[ ]")
+    assert not looks_like_trace(b'{"schema": 1}')
+    assert not looks_like_trace(b"[1, 2]")
+    assert not looks_like_trace(b"")
+
+
+# -- rejections ----------------------------------------------------------------------------
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    assert "empty file" in error_of(write(tmp_path / "e.json", b"")).message
+    assert "whitespace" in error_of(write(tmp_path / "w.json", b"  \n ")).message
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(json.dumps({"traceEvents": events(300)}).encode())
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    err = error_of(path)
+    assert "truncated gzip" in err.message and err.where and ".gz file" in err.where
+
+
+def test_damaged_gzip(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": events(300)}).encode()))
+    data[40:60] = b"\xff" * 20
+    err = error_of(write(tmp_path / "d.json.gz", bytes(data)))
+    assert "gzip" in err.message
+
+
+def test_invalid_json_reports_line_and_column(tmp_path: Path) -> None:
+    lines = [json.dumps(e) + "," for e in events(120)]
+    lines[100] = '{"ph": "X", "ts": 1,, "dur": 2},'
+    text = "{\n" + '"traceEvents": [\n' + "\n".join(lines) + '\n{"ph": "i"}]}'
+    path = write(tmp_path / "bad.json", text.encode())
+    for chunk_bytes in (1024, 1 << 20):
+        err = error_of(path, chunk_bytes)
+        assert "invalid JSON" in err.message
+        assert err.where == "line 103 column 21"  # the second comma
+
+
+def test_invalid_json_in_the_header(tmp_path: Path) -> None:
+    err = error_of(write(tmp_path / "h.json", b'{"a": [1, 2,, 3], "traceEvents": []}'))
+    assert "invalid JSON" in err.message and err.where == "line 1 column 13"
+
+
+def test_not_a_trace(tmp_path: Path) -> None:
+    err = error_of(write(tmp_path / "n.json", b"42"))
+    assert "not a trace" in err.message and "a number" in err.message
+    err = error_of(write(tmp_path / "s.json", b'"text"'))
+    assert "a string" in err.message
+
+
+def test_trace_events_missing(tmp_path: Path) -> None:
+    for text in (b'{"schemaVersion": 1, "events": []}', b"{}"):
+        err = error_of(write(tmp_path / "m.json", text))
+        assert "no traceEvents" in err.message
+
+
+def test_trace_events_not_a_list(tmp_path: Path) -> None:
+    err = error_of(write(tmp_path / "l.json", b'{"traceEvents": {"ph": "X"}}'))
+    assert err.message == "traceEvents is not a list (it is an object)"
+    assert err.where == "line 1 column 17"
+
+
+def test_object_cut_inside_trace_events(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": events(100)}).encode()[:-40]
+    err = error_of(write(tmp_path / "c.json", text))
+    assert "ends inside traceEvents" in err.message
+
+
+def test_trailing_garbage(tmp_path: Path) -> None:
+    err = error_of(write(tmp_path / "g.json", b'{"traceEvents": []} x'))
+    assert "trailing" in err.message and err.where == "line 1 column 21"
+
+
+def test_event_of_the_wrong_shape_is_named(tmp_path: Path) -> None:
+    class Ev(msgspec.Struct):
+        ph: str
+        ts: int
+
+    evs = [{"ph": "X", "ts": i} for i in range(500)]
+    evs[321] = {"ph": "X", "ts": "soon"}
+    path = write(tmp_path / "v.json", json.dumps({"traceEvents": evs}).encode())
+    with pytest.raises(InputError) as info:
+        read_all(path, 1024, Ev)
+    assert info.value.where == "traceEvents[321].ts"
+    assert "expected `int`, got `str`" in info.value.message
