@@ -10,8 +10,11 @@ can be compared number for number:
   file. An event shorter than the rounding keeps a negative length in HTA; here it is empty.
 - **Which GPU work.** When the loaded job has more than one distinct ``ProfilerStep#N`` name,
   HTA keeps, per rank, the GPU work whose launch (same correlation id) started before the
-  rank's last ``ProfilerStep``: the last, possibly truncated, step is left out, and work
+  rank's last ``ProfilerStep`` row: the last, possibly truncated, step is left out, and work
   launched before the first step is kept. With zero or one step name nothing is filtered.
+  HTA counts GPU-side ``ProfilerStep`` annotations among those rows (they have no stream):
+  where the profiler wrote them, the "last step start" is the GPU annotation of the last step,
+  after all CPU activity, so the last step's work stays in.
 - **Window** = first start to last end of that GPU work (kernels, memcpy, memset on all streams
   and devices of the rank together).
 - ``idle`` = window minus the union of all that work; ``compute`` = union of compute kernels;
@@ -33,7 +36,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import categorize, gpu_work
 from echo_view.analysis.steps import launch_start_ns
-from echo_view.model import Job, LaneKind, Trace
+from echo_view.model import EventKind, Job, LaneKind, Trace
 
 I64 = npt.NDArray[np.int64]
 _US = 1_000
@@ -71,15 +74,17 @@ def _floor_us(ns: I64) -> I64:
     return (ns // _US) * _US
 
 
-def _step_name_ids(trace: Trace) -> list[int]:
-    # HTA matches the substring anywhere in the name.
-    ids = np.unique(trace.events.name[trace.lane_mask(LaneKind.CPU_THREAD)])
-    return [int(i) for i in ids if _STEP in trace.strings[int(i)]]
+def _step_rows(trace: Trace) -> npt.NDArray[np.bool_]:
+    """Events HTA takes for ``ProfilerStep`` rows: CPU events and GPU-side annotations (HTA
+    files a ``gpu_user_annotation`` with no stream among the CPU events) whose name contains
+    the substring."""
+    where = trace.lane_mask(LaneKind.CPU_THREAD) | trace.mask(EventKind.GPU_ANNOTATION)
+    ids = [int(i) for i in np.unique(trace.events.name[where]) if _STEP in trace.strings[int(i)]]
+    return where & np.isin(trace.events.name, np.array(ids, dtype=np.int32))
 
 
 def _last_step_start(trace: Trace) -> int | None:
-    ids = np.array(_step_name_ids(trace), dtype=np.int32)
-    rows = trace.lane_mask(LaneKind.CPU_THREAD) & np.isin(trace.events.name, ids)
+    rows = _step_rows(trace)
     return int(trace.events.start_ns[rows].max()) if rows.any() else None
 
 
@@ -127,7 +132,7 @@ def hta_job_breakdown(job: Job, *, round_to_us: bool = True) -> list[HtaBreakdow
     as HTA decides it over all the files it loaded."""
     names: set[str] = set()
     for trace in job.traces:
-        names |= {trace.strings[i] for i in _step_name_ids(trace)}
+        names |= {trace.strings[int(i)] for i in np.unique(trace.events.name[_step_rows(trace)])}
     return [
         hta_breakdown(t, filter_steps=len(names) > 1, round_to_us=round_to_us) for t in job.traces
     ]
