@@ -200,7 +200,7 @@ def kernel_class(name: str) -> str:
     info = parse_nccl_kernel_name(name)
     if info is not None:
         return f"nccl:{info.collective.label}"
-    base = name.strip().removeprefix("void ").strip()
+    base = name.strip().removeprefix("void ").strip().replace("(anonymous namespace)", "{anon}")
     m = _TEMPLATE.search(base)
     return (base[: m.start()] if m and m.start() > 0 else base).strip() or name
 

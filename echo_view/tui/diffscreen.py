@@ -72,10 +72,10 @@ def category_bars(diff: JobDiff, width: int = 40) -> Table:
     return table
 
 
-def _item_rows(items: list[ItemDiff]) -> list[list[object]]:
+def _item_rows(items: list[ItemDiff], width: int) -> list[list[object]]:
     return [
         [
-            name_cell(it.name),
+            name_cell(it.name, width),
             ns_cell(it.time.a_ns),
             ns_cell(it.time.b_ns),
             delta_cell(it.time.delta_ns),
@@ -196,10 +196,10 @@ class DiffScreen(Screen[None]):
         self.query_one("#rank-table", SortableTable).fill(("rank", *cols[1:]), ranks)
         items = ("A / step", "B / step", "delta", "delta %")
         self.query_one("#kernel-table", SortableTable).fill(
-            ("kernel class", *items), _item_rows(d.kernels)
+            ("kernel class", *items), _item_rows(d.kernels, max(20, self.size.width - 50))
         )
         self.query_one("#coll-table", SortableTable).fill(
-            ("collective", *items), _item_rows(d.collectives)
+            ("collective", *items), _item_rows(d.collectives, max(20, self.size.width - 50))
         )
         self._show_alignment()
 

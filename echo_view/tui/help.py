@@ -27,10 +27,29 @@ MOUSE_HELP: Section = (
 )
 
 
+_KEY_NAMES = {
+    "equals_sign": "=",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "question_mark": "?",
+    "slash": "/",
+    "comma": ",",
+    "full_stop": ".",
+    "plus": "+",
+    "minus": "-",
+    "escape": "esc",
+    "left": "←",
+    "right": "→",
+    "up": "↑",
+    "down": "↓",
+    "shift+left": "shift+←",
+    "shift+right": "shift+→",
+}
+
+
 def _key_text(binding: Binding) -> str:
     keys = [k.strip() for k in binding.key.split(",")]
-    shown = {"equals_sign": "=", "left_square_bracket": "[", "right_square_bracket": "]"}
-    return " ".join(shown.get(k, k) for k in keys)
+    return " ".join(_KEY_NAMES.get(k, k) for k in keys)
 
 
 def binding_rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
@@ -50,8 +69,9 @@ def binding_rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
 
 def help_table(sections: Sequence[Section]) -> Table:
     """The help as one two-column table with a heading per section."""
+    width = max((len(k) for _, rows in sections for k, _ in rows), default=8)
     table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold #e5c07b", no_wrap=True)
+    table.add_column(style="bold #e5c07b", no_wrap=True, width=min(width, 24))
     table.add_column()
     for title, rows in sections:
         table.add_row(Text(title, style="bold underline"), "")

@@ -111,6 +111,8 @@ class Track:
     sorted_ends: I64 = field(init=False)
     short_max_dur: int = field(init=False)
     long_pos: I64 = field(init=False)
+    instants: I64 = field(init=False)
+    """Sorted start times of the zero-length events (markers)."""
     coverage: dict[int, Coverage] = field(init=False)
     shown: npt.NDArray[np.bool_] | None = field(init=False)
     work: Coverage = field(init=False)
@@ -150,6 +152,8 @@ class Track:
             elif c in ANNOTATION_CLASSES:
                 ann_mask |= m
         self.work = Coverage.of(self.starts[work_mask], self.ends[work_mask])
+        shown = self.shown if self.shown is not None else slice(None)
+        self.instants = self.starts[shown][(self.ends - self.starts)[shown] == 0]
         self.annotation = Coverage.of(self.starts[ann_mask], self.ends[ann_mask])
 
     def __len__(self) -> int:

@@ -25,6 +25,7 @@ from echo_view.tui.index import _CLASS_WEIGHT, COMM, N_CLASSES, Track
 
 GLYPHS = " ▁▂▃▄▅▆▇█"
 ANNOTATION_GLYPH = "─"
+INSTANT_GLYPH = "╵"
 LABEL_MIN_CELLS = 3
 # More labels than this on one row are unreadable anyway; the longest win.
 MAX_LABELS = 300
@@ -59,7 +60,7 @@ _NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
 def short_name(name: str) -> str:
     """A name as a lane shows it: without ``void``, template arguments and parameters
     (``void at::native::foo<4, ...>(int, ...)`` -> ``at::native::foo``)."""
-    base = name.removeprefix("void ")
+    base = name.removeprefix("void ").replace("(anonymous namespace)", "{anon}")
     cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=-1)
     if cut < 0 or _NUMBERED.match(base, cut):
         return base  # "PyTorch Profiler (0)" keeps its number
@@ -122,6 +123,11 @@ def cells(track: Track, window: Window, shift: int) -> tuple[list[str], npt.NDAr
         only_ann = (work == 0) & (ann > 0)
         for i in np.flatnonzero(only_ann).tolist():
             glyphs[i] = ANNOTATION_GLYPH
+    if len(track.instants):
+        marks = (np.diff(np.searchsorted(track.instants, bounds, side="left")) > 0) & (work == 0)
+        for i in np.flatnonzero(marks).tolist():
+            glyphs[i] = INSTANT_GLYPH
+            sid[i] = int(EventKind.INSTANT) * 4 + _GLYPH
     return glyphs, sid
 
 

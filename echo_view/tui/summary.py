@@ -85,12 +85,13 @@ class SummaryScreen(Screen[None]):
         self.query_one("#headline", Static).update(head)
         ranks = self.query_one("#ranks", SortableTable)
         ranks.fill(BREAKDOWN_COLUMNS, breakdown_rows(summary))
+        width = max(24, self.size.width - 46)
         kernels = self.query_one("#kernel-table", SortableTable)
         kernels.fill(
             ("kernel", "count", "total", "mean", "ranks"),
             [
                 [
-                    name_cell(k.name),
+                    name_cell(k.name, width),
                     num_cell(k.count),
                     ns_cell(k.total_ns),
                     ns_cell(k.total_ns / k.count if k.count else None),

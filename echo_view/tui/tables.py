@@ -10,7 +10,19 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from echo_view.units import format_duration
+_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"))
+
+
+def short_duration(ns: float) -> str:
+    """Three significant digits and a unit (``14.5 ms``, ``948 µs``, ``19.0 µs``, ``7 ns``):
+    narrow enough for nine columns at 80 characters."""
+    a = abs(ns)
+    for scale, unit in _UNITS:
+        if a >= scale:
+            v = ns / scale
+            digits = 2 if abs(v) < 10 else 1 if abs(v) < 100 else 0
+            return f"{v:.{digits}f} {unit}"
+    return f"{ns:.0f} ns"
 
 
 class Cell(Text):
@@ -22,7 +34,8 @@ class Cell(Text):
 
 
 def name_cell(name: str, width: int = 60) -> Cell:
-    """A left-aligned text cell, shortened to ``width`` characters."""
+    """A left-aligned text cell without a leading ``void``, shortened to ``width`` characters."""
+    name = name.removeprefix("void ")
     short = name if len(name) <= width else name[: width - 1] + "…"
     return Cell(short, name.lower(), justify="left")
 
@@ -31,7 +44,7 @@ def ns_cell(ns: int | float | None) -> Cell:
     """A duration cell (``-`` when unknown)."""
     if ns is None:
         return Cell("-", float("-inf"))
-    return Cell(format_duration(ns), float(ns))
+    return Cell(short_duration(ns), float(ns))
 
 
 def num_cell(value: float | int | None, fmt: str = "{:,}", style: str = "") -> Cell:
@@ -45,7 +58,7 @@ def delta_cell(ns: int | float) -> Cell:
     """A signed duration, red when B is slower and green when faster."""
     style = "#e06c75" if ns > 0 else "#98c379" if ns < 0 else ""
     sign = "+" if ns > 0 else "-" if ns < 0 else "±"
-    return Cell(sign + format_duration(abs(ns)), float(ns), style=style)
+    return Cell(sign + short_duration(abs(ns)), float(ns), style=style)
 
 
 def pct_cell(pct: float | None) -> Cell:

@@ -176,6 +176,9 @@ def test_kernel_classes() -> None:
         "nccl:send_recv"
     )
     assert kernel_class("Memset (Device)") == "Memset"
+    assert kernel_class("void at::native::(anonymous namespace)::k<float>(float*)") == (
+        "at::native::{anon}::k"
+    )
     assert kernel_class("sm80_xmma_gemm_f32f32") == "sm80_xmma_gemm_f32f32"
 
 
