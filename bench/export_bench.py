@@ -2,12 +2,12 @@
 
 The real 8-rank DLRM job in ``samples/dlrm_kineto`` is replicated in time (copies of each rank's
 events, shifted past the previous copy, with correlation / External id / flow ids and step
-numbers renumbered) until it holds at least ``--events`` events, and written as 8 plain Kineto
+numbers renumbered) until it holds at least ``--slices`` slices, and written as 8 plain Kineto
 JSON files. The baseline is the Kineto importer reading those files; then the imported job is
 exported to ``.json``, ``.json.gz`` and ``.pftrace``. Each step is timed ``--repeat`` times and
 the medians and the export/import ratios are printed.
 
-    python bench/export_bench.py [--events 1000000] [--repeat 3]
+    python bench/export_bench.py [--slices 1000000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--slices", type=int, default=1_000_000, help="at least this many")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     try:
@@ -90,11 +90,11 @@ def main() -> int:
         print(f"Kineto importer unavailable ({exc}); no baseline", file=sys.stderr)
         return 1
     files = sorted(SAMPLE.glob("*.json.gz"))
-    per_copy = 0
+    per_copy = 0  # slices (X events) per copy of the job
     for f in files:
         events = json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
-        per_copy += sum(1 for e in events if e.get("ph") != "M")
-    copies = -(-args.events // per_copy)
+        per_copy += sum(1 for e in events if e.get("ph") == "X")
+    copies = -(-args.slices // per_copy)
     with tempfile.TemporaryDirectory(prefix="export_bench.") as tmp:
         d = Path(tmp)
         paths = []

@@ -130,19 +130,26 @@ class PacketEncoder:
         self.end_gev, self.end_id = dst[e], links.flow_id[e]
 
     def _flows(self, te: Rows, key: bytes, gevs: I64, ids: I64, gev: I64, mask: Mask) -> None:
-        lo = np.searchsorted(gevs, gev, "left")
-        cnt = np.where(mask, np.searchsorted(gevs, gev, "right") - lo, 0)
-        for j in range(int(cnt.max()) if len(cnt) else 0):
+        rows = np.flatnonzero(mask)
+        if not len(gevs) or not len(rows):
+            return
+        lo = np.searchsorted(gevs, gev[rows], "left")
+        cnt = np.searchsorted(gevs, gev[rows], "right") - lo
+        for j in range(int(cnt.max())):
             m = cnt > j
+            sel = np.zeros(len(gev), dtype=bool)
+            sel[rows[m]] = True
             vals = np.zeros(len(gev), dtype=np.int64)
-            vals[m] = ids[lo[m] + j]
-            te.raw(key, m)
-            te.fixed64(vals, m)
+            vals[rows[m]] = ids[lo[m] + j]
+            te.raw(key, sel)
+            te.fixed64(vals, sel)
 
     def _collectives(self, te: Rows, gev: I64, mask: Mask) -> None:
-        if not len(self.coll_gev):
+        rows = np.flatnonzero(mask)
+        if not len(self.coll_gev) or not len(rows):
             return
-        pos = np.minimum(np.searchsorted(self.coll_gev, gev), len(self.coll_gev) - 1)
+        pos = np.zeros(len(gev), dtype=np.int64)
+        pos[rows] = np.minimum(np.searchsorted(self.coll_gev, gev[rows]), len(self.coll_gev) - 1)
         hit = mask & (self.coll_gev[pos] == gev)
         if not hit.any():
             return
@@ -174,7 +181,7 @@ class PacketEncoder:
         cat = np.full(n, it.step_cat_iid, dtype=np.int64)
         cat[ev] = it.cat_iid[ref[ev]]
 
-        te = Rows(n, 96, start=_HEAD_ROOM)
+        te = Rows(n, _HEAD_ROOM + 48, start=_HEAD_ROOM)
         te.raw(_TYPE)
         te.varint(typ)
         te.raw(_TRACK)

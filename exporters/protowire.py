@@ -82,7 +82,8 @@ class Rows:
         need = int(at.max()) + extra if len(rows) else 0
         width = self.buf.shape[1]
         if need > width:
-            grown = np.zeros((len(self.len), max(need, 2 * width)), dtype=np.uint8)
+            # Grow to what is needed plus a little: flat() costs rows x width.
+            grown = np.zeros((len(self.len), need + 16), dtype=np.uint8)
             grown[:, :width] = self.buf
             self.buf = grown
             width = grown.shape[1]
@@ -157,11 +158,12 @@ class Rows:
 
     def flat(self) -> U8:
         """All rows' bytes (head, then body), concatenated."""
-        cols = np.arange(self.buf.shape[1])[None, :]
+        used = self.start + (int(self.len.max()) if len(self.len) else 0)
+        cols = np.arange(used)[None, :]
         valid = (cols >= self.start) & (cols < (self.start + self.len)[:, None])
         if self.start:
             valid |= cols < self.head_len[:, None]
-        out: U8 = self.buf[valid]
+        out: U8 = self.buf[:, :used][valid]
         return out
 
 
