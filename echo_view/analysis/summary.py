@@ -38,12 +38,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.breakdown import StepBreakdown, breakdown
+from echo_view.analysis.breakdown import StepBreakdown, breakdown, step_windows
+from echo_view.analysis.steps import StepDetection, find_steps
 from echo_view.model import (
     GPU_KINDS,
     CollectiveKind,
     EventKind,
     Job,
+    StepTable,
     Trace,
     parse_nccl_kernel_name,
 )
@@ -66,7 +68,7 @@ class RankRow:
     cpu_step_ns: int
     step_ns: int
     categories: dict[str, int] | None
-    per_step: list[dict[str, int]]
+    per_step: list[dict[str, int | None]]
 
     def mean(self, total: int) -> int:
         return round(total / self.steps) if self.steps else 0
@@ -171,16 +173,21 @@ def _row_json(r: RankRow) -> dict[str, Any]:
     return out
 
 
-def rank_rows(bd: StepBreakdown) -> list[RankRow]:
-    """One :class:`RankRow` per device of a breakdown (one device-less row without GPU work)."""
-    devices: list[int | None] = list(bd.devices) or [None]
+def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[RankRow]:
+    """One :class:`RankRow` per device of a breakdown.
+
+    A trace without GPU work has no breakdown rows; it gets one device-less row whose step
+    times come from ``steps`` (its steps, found again when not given) and whose categories
+    are ``None``.
+    """
+    if not len(bd):
+        return [_cpu_only_row(bd, steps)]
     rows = []
-    for dev in devices:
-        sel = bd.device == dev if dev is not None else np.ones(len(bd), dtype=bool)
-        cats = {name: int(getattr(bd, name)[sel].sum()) for name in CATEGORIES}
-        per_step = []
+    for dev in bd.devices:
+        sel = bd.device == dev
+        per_step: list[dict[str, int | None]] = []
         for i in np.flatnonzero(sel):
-            step = {
+            step: dict[str, int | None] = {
                 "step": int(bd.step[i]),
                 "cpu_start_ns": int(bd.cpu_start_ns[i]),
                 "cpu_ns": int(bd.cpu_ns[i]),
@@ -194,16 +201,56 @@ def rank_rows(bd: StepBreakdown) -> list[RankRow]:
             RankRow(
                 rank=bd.rank,
                 device=dev,
-                steps=int(sel.sum()) if dev is not None else 0,
+                steps=int(sel.sum()),
                 step_rule=bd.rule,
                 steps_detected=bd.detected,
                 cpu_step_ns=int(bd.cpu_ns[sel].sum()),
                 step_ns=int(bd.window_ns[sel].sum()),
-                categories=cats if dev is not None else None,
+                categories={name: int(getattr(bd, name)[sel].sum()) for name in CATEGORIES},
                 per_step=per_step,
             )
         )
     return rows
+
+
+def _cpu_only_row(bd: StepBreakdown, steps: StepDetection | None) -> RankRow:
+    table = steps.table if steps is not None else StepTable.empty()
+    order = np.argsort(table.start_ns, kind="stable")
+    cpu_start = np.asarray(table.start_ns, dtype=np.int64)[order]
+    cpu_end = np.asarray(table.end_ns, dtype=np.int64)[order]
+    gpu_end = np.asarray(table.gpu_end_ns, dtype=np.int64)[order]
+    win_start, win_end = step_windows(cpu_start, cpu_end, gpu_end)
+    per_step: list[dict[str, int | None]] = [
+        {
+            "step": int(n),
+            "cpu_start_ns": int(cs),
+            "cpu_ns": int(ce - cs),
+            "gpu_end_ns": int(ge),
+            "window_start_ns": int(ws),
+            "step_ns": int(we - ws),
+            **dict.fromkeys(CATEGORIES),
+        }
+        for n, cs, ce, ge, ws, we in zip(
+            np.asarray(table.number)[order],
+            cpu_start,
+            cpu_end,
+            gpu_end,
+            win_start,
+            win_end,
+            strict=True,
+        )
+    ]
+    return RankRow(
+        rank=bd.rank,
+        device=None,
+        steps=len(order),
+        step_rule=bd.rule,
+        steps_detected=bd.detected,
+        cpu_step_ns=int((cpu_end - cpu_start).sum()),
+        step_ns=int((win_end - win_start).sum()),
+        categories=None,
+        per_step=per_step,
+    )
 
 
 def _kernel_totals(trace: Trace) -> tuple[I64, I64, I64]:
@@ -245,8 +292,9 @@ def _nccl_kind(name: str) -> int:
 
 def summarize(job: Job, top: int = 10) -> JobSummary:
     """Breakdowns of every rank and the job-wide summary."""
-    bds = [breakdown(t) for t in job.traces]
-    rows = [row for bd in bds for row in rank_rows(bd)]
+    found = [find_steps(t) for t in job.traces]
+    bds = [breakdown(t, f) for t, f in zip(job.traces, found, strict=True)]
+    rows = [row for bd, f in zip(bds, found, strict=True) for row in rank_rows(bd, f)]
 
     kernel_count: Counter[str] = Counter()
     kernel_total: Counter[str] = Counter()

@@ -77,8 +77,17 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         console = Console(highlight=False)
         if not console.is_terminal:
             console = Console(highlight=False, width=160)
-        render(summary, console)
+        render(summary, console, title=_title(paths))
     return 0
+
+
+def _title(paths: list[Path]) -> str:
+    """The input as one short line: the path, or how many files in which directory."""
+    if len(paths) == 1:
+        return str(paths[0])
+    parents = {p.parent for p in paths}
+    where = f" in {parents.pop()}" if len(parents) == 1 else ""
+    return f"{len(paths)} files{where}"
 
 
 class StderrProgress:
@@ -124,6 +133,10 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
     return ", ".join(str(r) for r in ranks)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _share(ns: int, whole: int) -> str:
     pct = f" ({100 * ns / whole:.1f}%)" if whole else ""
     return format_duration(ns) + pct
@@ -145,16 +158,16 @@ def _rank_cells(r: RankRow) -> list[str]:
     return cells
 
 
-def render(summary: JobSummary, console: Console) -> None:
-    """Print ``summary`` as text tables."""
+def render(summary: JobSummary, console: Console, title: str | None = None) -> None:
+    """Print ``summary`` as text tables under ``title`` (default: the job's source)."""
     job = summary.job
     al = job.alignment
     names = sorted({d["name"] or f"GPU {d['index']}" for d in summary.devices()})
-    console.print(f"[bold]{job.source or 'job'}[/bold]")
+    console.print(title or job.source or "job", style="bold", markup=False)
     console.print(
         f"ranks {_ranks_text(job.ranks)} ({len(job)} of world size "
         f"{job.world_size if job.world_size is not None else 'unknown'}); "
-        f"{len(summary.devices())} GPUs with work: {', '.join(names) or 'none'}"
+        f"{_count(len(summary.devices()), 'GPU')} with work: {', '.join(names) or 'none'}"
     )
     console.print(
         f"clock alignment: {al.method}, uncertainty {format_duration(al.uncertainty_ns)}"
