@@ -352,11 +352,14 @@ def read_runtime(exp: Export, names: Names) -> Rows | None:
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not exp.has(t):
         return None
+    corr = exp.col(t, "correlationId")
     sql = (
-        f'SELECT start, "end", globalTid, {exp.col(t, "correlationId")}, '
-        f'{exp.col(t, "nameId")} FROM "{t}"'
+        f'SELECT start, "end", globalTid, {corr}, {exp.col(t, "nameId")}, '
+        + "CAST(printf('{\"correlation\":%d}', "
+        + corr
+        + f') AS BLOB) FROM "{t}"'
     )
-    m = int_matrix(exp.query(sql, t), 5)
+    m, blobs = mixed_query(exp, sql, 5, t)
     n = len(m)
     gids = names.remap(names.from_ids(m[:, 4]), runtime_name)
     # Driver API calls (cu*) versus runtime calls (cuda*), as Kineto labels them.
@@ -380,7 +383,7 @@ def read_runtime(exp: Export, names: Names) -> Rows | None:
         thread=thread,
         device=_full(n, -1),
         stream=_full(n, -1),
-        args=[b""] * n,  # the correlation id is a column of its own
+        args=blobs,  # as Kineto writes it, for exports and checks that read the args
     )
 
 
