@@ -30,11 +30,13 @@ GEMM, ATTENTION, COLLECTIVE = 0, 1, 9
 
 
 class GpuPeaks(Protocol):
-    """What the cost model needs of a GPU preset."""
+    """What the cost model needs of a GPU preset (read-only)."""
 
-    name: str
-    peak_flops: Mapping[str, float]
-    hbm_bytes_per_s: float
+    @property
+    def peak_flops(self) -> Mapping[str, float]: ...
+
+    @property
+    def hbm_bytes_per_s(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

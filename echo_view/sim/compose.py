@@ -1,0 +1,414 @@
+"""Compose a traced graph, a parallel layout and a pipeline schedule into a :class:`Workload`.
+
+Per simulated rank there are three GPU lanes: the compute stream (forward and backward passes,
+tensor-parallel collectives, which Megatron-LM runs on the compute stream, and the optimizer),
+a pipeline stream (activation / gradient transfers from the neighbouring stage) and a
+data-parallel stream (gradient buckets, when their reduction overlaps the backward pass).
+
+Symmetry rule (``ranks="stages"``): ranks that differ only in their tensor-, context- or
+data-parallel index run identical programs on identically sized data and, with a topology
+where every such group is placed alike, reach each collective at the same instant. So one rank
+per pipeline stage is simulated, a collective's time comes straight from the communication
+model, and a pass is one op (exact: its ops run back to back on one stream with nothing outside
+waiting in between). ``ranks="all"`` builds every rank with every op and real collectives that
+wait for their last participant; tests check both give the same step time.
+
+Data-parallel gradients: with ``overlap_grad_reduce`` the gradients of each model chunk are
+reduced in buckets (Megatron's default bucket: ``max(40e6, 1e6 * dp)`` parameters) as soon as
+the chunk's last backward pass has produced them, on the data-parallel stream; otherwise all of
+them after the last backward, on the compute stream. The reduction is an all-reduce, or a
+reduce-scatter with the distributed optimizer (whose updated parameters are then all-gathered).
+Gradients are reduced in fp32 for fp32 training and in the 16-bit type otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.graph import AXES, OpClass, TracedGraph
+from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
+from echo_view.model.strings import StringTable
+from echo_view.model.trace import NONE, Lane, ProcessGroup
+from echo_view.model.workload import (
+    CollectiveSpecs,
+    DepKind,
+    DepMode,
+    DepTable,
+    OpTable,
+    StepMarks,
+    Workload,
+)
+from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost
+from echo_view.sim.layout import Layout
+from echo_view.sim.schedule import schedule
+
+COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass
+class _Cols:
+    rank: list[int] = field(default_factory=list)
+    lane: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    op_class: list[int] = field(default_factory=list)
+    name: list[int] = field(default_factory=list)
+    dur: list[int] = field(default_factory=list)
+    coll: list[int] = field(default_factory=list)
+    # Fine expansion of coarse ops: (table key, first fine op, end fine op), else (-1, 0, 0).
+    src_table: list[int] = field(default_factory=list)
+    src_lo: list[int] = field(default_factory=list)
+    src_hi: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class Composed:
+    """A composed workload, the durations to run it with, and how to expand coarse ops."""
+
+    workload: Workload
+    dur_ns: npt.NDArray[np.int64]
+    coll_dur_ns: npt.NDArray[np.int64]
+    tables: tuple[TableCost, ...]
+    src_table: npt.NDArray[np.int64]
+    src_lo: npt.NDArray[np.int64]
+    src_hi: npt.NDArray[np.int64]
+    microbatches: int
+    simulated_ranks: tuple[int, ...]
+
+
+class _Composer:
+    def __init__(
+        self,
+        graph: TracedGraph,
+        cfg: WorkloadConfig,
+        costs: dict[tuple[int, str, int], TableCost],
+        colls: CollectiveCache,
+        layout: Layout,
+        fine: bool,
+    ) -> None:
+        self.graph, self.cfg, self.costs, self.colls = graph, cfg, costs, colls
+        self.layout, self.fine = layout, fine
+        self.strings = StringTable(graph.strings.strings)
+        self.c = _Cols()
+        self.lanes: list[Lane] = []
+        self.lane_rank: list[int] = []
+        self.edges: list[tuple[int, int]] = []
+        self.pending: list[tuple[tuple[int, bool, int, int], int]] = []
+        self.pass_end: dict[tuple[int, bool, int, int], int] = {}
+        self.groups: list[ProcessGroup] = []
+        self.group_ids: dict[tuple[int, ...], int] = {}
+        self.coll_rows: list[tuple[int, int, int, int]] = []  # kind, bytes, group, seq
+        self.coll_dur: list[int] = []
+        self.coll_ids: dict[tuple[int, int], int] = {}  # (group, seq) -> row
+        self.seq: dict[tuple[int, int], int] = {}  # (rank, group) -> next seq
+        self.tables: list[TableCost] = []
+        self.table_ids: dict[int, int] = {}
+        self.step_markers: list[tuple[int, int]] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+    def lane(self, rank: int, stream: int, name: str) -> int:
+        device = rank % self.colls.cluster.gpus_per_node
+        self.lanes.append(Lane(LaneKind.GPU_STREAM, device, stream, name, device, stream))
+        self.lane_rank.append(rank)
+        return len(self.lanes) - 1
+
+    def op(
+        self,
+        rank: int,
+        lane: int,
+        name: str,
+        dur: int,
+        *,
+        cls: int = OpClass.OTHER,
+        kind: EventKind = EventKind.KERNEL,
+        coll: int = NONE,
+        src: tuple[int, int, int] = (-1, 0, 0),
+    ) -> int:
+        c = self.c
+        c.rank.append(rank)
+        c.lane.append(lane)
+        c.kind.append(int(kind))
+        c.op_class.append(cls)
+        c.name.append(self.strings.intern(name))
+        c.dur.append(dur)
+        c.coll.append(coll)
+        c.src_table.append(src[0])
+        c.src_lo.append(src[1])
+        c.src_hi.append(src[2])
+        return len(c.rank) - 1
+
+    def table_id(self, tc: TableCost) -> int:
+        key = id(tc)
+        if key not in self.table_ids:
+            self.table_ids[key] = len(self.tables)
+            self.tables.append(tc)
+        return self.table_ids[key]
+
+    def collective(
+        self, rank: int, kind: CollectiveKind, nbytes: int, ranks: tuple[int, ...], dur: int
+    ) -> int:
+        gid = self.group_ids.get(ranks)
+        if gid is None:
+            gid = len(self.groups)
+            self.groups.append(ProcessGroup(f"g{gid}", ranks))
+            self.group_ids[ranks] = gid
+        seq = self.seq.get((rank, gid), 0)
+        self.seq[(rank, gid)] = seq + 1
+        row = self.coll_ids.get((gid, seq))
+        if row is None:
+            row = len(self.coll_rows)
+            self.coll_rows.append((int(kind), nbytes, gid, seq))
+            self.coll_dur.append(dur)
+            self.coll_ids[(gid, seq)] = row
+        return row
+
+    # -- passes ----------------------------------------------------------------------------
+    def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
+        """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the last op emitted."""
+        tid = self.table_id(tc)
+        if not self.fine:
+            total = int(tc.dur_ns[lo:hi].sum())
+            return self.op(rank, lane, label, total, src=(tid, lo, hi))
+        t = tc.table
+        last = -1
+        for i in range(lo, hi):
+            name = self.graph.strings[int(t.name[i])]
+            coll = NONE
+            if tc.coll[i]:
+                axis = AXES[int(t.axis[i])]
+                ranks = self.layout.group(axis, rank)
+                coll = self.collective(
+                    rank, t.coll(i), int(t.coll_bytes[i]), ranks, int(tc.dur_ns[i])
+                )
+            last = self.op(
+                rank,
+                lane,
+                name,
+                int(tc.dur_ns[i]),
+                cls=int(t.op_class[i]),
+                coll=coll,
+                src=(tid, i, i + 1),
+            )
+        return last
+
+    def bucket_cuts(self, tc: TableCost, bucket_bytes: int) -> list[int]:
+        """Op indices after which a gradient bucket is complete (ascending, last = len)."""
+        grad = np.cumsum(tc.table.grad_bytes)
+        total = int(grad[-1]) if len(grad) else 0
+        cuts: list[int] = []
+        target = bucket_bytes
+        while target < total:
+            cuts.append(int(np.searchsorted(grad, target)) + 1)
+            target += bucket_bytes
+        cuts.append(len(tc.table))
+        return sorted(set(cuts))
+
+    def rank_program(self, rank: int, m: int) -> None:
+        cfg, p, lay = self.cfg, self.cfg.parallel, self.layout
+        stage = lay.coords(rank)[0]
+        role_idx = next(i for i, r in enumerate(self.graph.roles) if stage in r.stages)
+        role = self.graph.roles[role_idx]
+        comp = self.lane(rank, COMPUTE_STREAM, f"stream {COMPUTE_STREAM} (compute)")
+        pipe = self.lane(rank, PIPE_STREAM, f"stream {PIPE_STREAM} (pipeline)")
+        dpl = self.lane(rank, DP_STREAM, f"stream {DP_STREAM} (data parallel)")
+        marker = self.op(rank, comp, "ProfilerStep#0", 0, kind=EventKind.GPU_ANNOTATION)
+        self.step_markers.append((rank, marker))
+        n_chunks = p.pp * p.virtual_stages
+        dp_group = lay.group("dp", rank)
+        red_bytes = 4 if cfg.dtype == "fp32" else 2
+        overlap = p.overlap_grad_reduce and p.dp > 1
+        bucket_params = max(40_000_000, 1_000_000 * p.dp)
+        red_kind = (
+            CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
+        )
+        act_bytes = (
+            (cfg.model.seq_len // p.cp)
+            * cfg.batch.micro
+            * cfg.model.hidden
+            * _BYTES[cfg.dtype if cfg.dtype != "fp8" else "bf16"]
+            // p.tp
+        )
+        dp_ops: list[int] = []
+        last_bwd_mb = m - 1
+        for ps in schedule(stage, p.pp, m, p.virtual_stages):
+            g = ps.chunk * p.pp + stage
+            tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
+            label = f"{'forward' if ps.forward else 'backward'} chunk {g} mb {ps.microbatch}"
+            # The activation (forward) or its gradient (backward) from the neighbouring stage.
+            peer_g = g - 1 if ps.forward else g + 1
+            xfer = None
+            if 0 <= peer_g < n_chunks and peer_g % p.pp != stage:
+                peer_rank = lay.rank(peer_g % p.pp, *lay.coords(rank)[1:])
+                t = self.colls.time_ns(CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank))
+                xfer = self.op(
+                    rank,
+                    pipe,
+                    f"ncclDevKernel_SendRecv ({'act' if ps.forward else 'grad'} {ps.microbatch})",
+                    t,
+                    cls=OpClass.COLLECTIVE,
+                )
+                self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
+            elif 0 <= peer_g < n_chunks:
+                # Same stage holds both chunks (pp == 1 with interleaving is rejected earlier).
+                self.pending.append(((rank, ps.forward, peer_g, ps.microbatch), -1))
+            first_op = len(self.c.rank)
+            if ps.forward or ps.microbatch != last_bwd_mb or p.dp == 1:
+                end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
+            else:
+                # Last backward of this chunk: gradients complete bucket by bucket.
+                bucket_bytes = bucket_params * role.grad_dtype_bytes if overlap else 1 << 62
+                cuts = self.bucket_cuts(tc, bucket_bytes)
+                lo = 0
+                for k, hi in enumerate(cuts):
+                    end = self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi)
+                    grads = int(tc.table.grad_bytes[lo:hi].sum()) // role.grad_dtype_bytes
+                    lo = hi
+                    if not overlap or grads == 0:
+                        continue
+                    nbytes = grads * red_bytes
+                    dur = self.colls.time_ns(red_kind, nbytes, dp_group)
+                    op = self.op(
+                        rank,
+                        dpl,
+                        f"nccl:{red_kind.label} grads chunk {g}",
+                        dur,
+                        cls=OpClass.COLLECTIVE,
+                    )
+                    self.edges.append((end, op))
+                    dp_ops.append(op)
+            if xfer is not None:
+                self.edges.append((xfer, first_op))
+            self.pass_end[(rank, ps.forward, g, ps.microbatch)] = end
+        if p.dp > 1 and not overlap:
+            nbytes = role.params * red_bytes
+            dur = self.colls.time_ns(red_kind, nbytes, dp_group)
+            dp_ops.append(
+                self.op(rank, comp, f"nccl:{red_kind.label} grads", dur, cls=OpClass.COLLECTIVE)
+            )
+        opt_tc = self.costs[(role_idx, "optimizer", 0)]
+        first_opt = len(self.c.rank)
+        self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
+        for op in dp_ops:
+            if int(self.c.lane[op]) != comp:
+                self.edges.append((op, first_opt))
+        if p.distributed_optimizer and p.dp > 1:
+            nbytes = role.params * _BYTES[cfg.dtype if cfg.dtype != "fp8" else "bf16"]
+            dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
+            self.op(rank, comp, "nccl:all_gather params", dur, cls=OpClass.COLLECTIVE)
+
+    def resolve(self) -> None:
+        for key, dst in self.pending:
+            src = self.pass_end.get(key)
+            if src is None or dst < 0:
+                continue
+            self.edges.append((src, dst))
+
+
+def compose(
+    graph: TracedGraph,
+    cfg: WorkloadConfig,
+    colls: CollectiveCache,
+    compute_params: Any,
+    *,
+    ranks: str = "stages",
+) -> Composed:
+    """Build the workload of one training step of ``cfg`` (see the module docstring)."""
+    p = cfg.parallel
+    if p.cp > 1:
+        raise ConfigError(
+            "context parallelism (cp > 1) is not simulated yet",
+            where="parallel.cp",
+            hint="use cp = 1",
+        )
+    if ranks not in ("stages", "all"):
+        raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
+    layout = Layout.of(p)
+    cluster = colls.cluster
+    sim_ranks = (
+        tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
+    )
+    costs: dict[tuple[int, str, int], TableCost] = {}
+    for ri, role in enumerate(graph.roles):
+        rep = layout.rank(role.stages[0])
+        for phase, tables in (("forward", role.forward), ("backward", role.backward)):
+            for chunk, t in enumerate(tables):
+                costs[(ri, phase, chunk)] = table_cost(
+                    graph, t, cfg, cluster, compute_params, colls, layout, rep
+                )
+        costs[(ri, "optimizer", 0)] = table_cost(
+            graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep
+        )
+    comp = _Composer(graph, cfg, costs, colls, layout, fine=ranks == "all")
+    m = cfg.micro_batches
+    for r in sim_ranks:
+        comp.rank_program(r, m)
+    comp.resolve()
+    c = comp.c
+    n = len(c.rank)
+    src = np.array([e[0] for e in comp.edges], dtype=np.int64)
+    dst = np.array([e[1] for e in comp.edges], dtype=np.int64)
+    zeros = np.zeros(len(src), dtype=np.int64)
+    deps = DepTable.from_edges(
+        n, src, dst, zeros + int(DepMode.END_TO_START), zeros, zeros + int(DepKind.DATA)
+    )
+    none = np.full(n, NONE, dtype=np.int64)
+    ops = OpTable(
+        rank=np.array(c.rank),
+        lane=np.array(c.lane),
+        kind=np.array(c.kind),
+        op_class=np.array(c.op_class),
+        name=np.array(c.name),
+        dur_ns=np.array(c.dur),
+        gap_ns=np.zeros(n, dtype=np.int64),
+        release_ns=none,
+        step=np.zeros(n, dtype=np.int64),
+        coll=np.array(c.coll),
+        source=none,
+    )
+    rows = comp.coll_rows
+    colls_spec = (
+        CollectiveSpecs(
+            kind=np.array([r[0] for r in rows], dtype=np.int64),
+            bytes=np.array([r[1] for r in rows], dtype=np.int64),
+            group=np.array([r[2] for r in rows], dtype=np.int64),
+            seq=np.array([r[3] for r in rows], dtype=np.int64),
+            measured_ns=np.full(len(rows), NONE, dtype=np.int64),
+        )
+        if rows
+        else CollectiveSpecs.empty()
+    )
+    steps = StepMarks(
+        rank=np.array([r for r, _ in comp.step_markers]),
+        number=np.zeros(len(comp.step_markers), dtype=np.int64),
+        marker=np.array([mk for _, mk in comp.step_markers]),
+    )
+    wl = Workload(
+        strings=comp.strings,
+        lanes=tuple(comp.lanes),
+        lane_rank=np.array(comp.lane_rank),
+        ops=ops,
+        deps=deps,
+        collectives=colls_spec,
+        groups=tuple(comp.groups),
+        steps=steps,
+        ranks=sim_ranks,
+        world_size=layout.world,
+        meta={"source": "traced-graph"},
+    )
+    return Composed(
+        workload=wl,
+        dur_ns=np.array(c.dur, dtype=np.int64),
+        coll_dur_ns=np.array(comp.coll_dur, dtype=np.int64),
+        tables=tuple(comp.tables),
+        src_table=np.array(c.src_table, dtype=np.int64),
+        src_lo=np.array(c.src_lo, dtype=np.int64),
+        src_hi=np.array(c.src_hi, dtype=np.int64),
+        microbatches=m,
+        simulated_ranks=sim_ranks,
+    )

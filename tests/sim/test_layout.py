@@ -1,0 +1,22 @@
+"""Megatron rank layout (tp-cp-dp-pp) arithmetic."""
+
+from __future__ import annotations
+
+from echo_view.sim.layout import Layout
+
+
+def test_rank_coords_round_trip_and_groups() -> None:
+    lay = Layout(tp=4, pp=3, dp=2, cp=1)
+    assert lay.world == 24
+    for r in range(lay.world):
+        assert lay.rank(*lay.coords(r)) == r
+    assert lay.group("tp", 5) == (4, 5, 6, 7)
+    assert lay.group("dp", 5) == (1, 5)
+    assert lay.group("pp", 5) == (5, 13, 21)
+    assert lay.rank(2, 1, 0, 3) == 23
+
+
+def test_context_parallel_sits_between_tp_and_dp() -> None:
+    lay = Layout(tp=2, pp=1, dp=2, cp=2)
+    assert lay.group("cp", 0) == (0, 2)
+    assert lay.group("dp", 0) == (0, 4)
