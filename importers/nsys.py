@@ -291,11 +291,9 @@ def _alignment(clocks: list[_Clock], per_file: list[int]) -> ClockAlignment:
         return ClockAlignment(
             "shared-host-clock", zeros, 0, f"all captures ran on host {next(iter(hosts))}"
         )
-    anchors = [c.utc_minus_clock_ns for c in clocks]
-    if all(a is not None for a in anchors):
-        base = anchors[0]
-        assert base is not None
-        offsets = tuple(int(a) - base for a in anchors if a is not None)
+    anchors = [c.utc_minus_clock_ns for c in clocks if c.utc_minus_clock_ns is not None]
+    if len(anchors) == n:
+        offsets = tuple(a - anchors[0] for a in anchors)
         return ClockAlignment(
             "wall-clock",
             offsets,

@@ -6,6 +6,7 @@ Expected values come from SQL over the same files, never from the importer itsel
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
 from importers.nsys import NsysImporter
+from tests.importers.nsys_capture import Proc, build
 from tests.importers.nsys_helpers import SAMPLE_NAMES, query, sample, unpacked
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -261,3 +263,25 @@ def test_sniff(tmp_path: Path) -> None:
     other.write_text('{"traceEvents": []}')
     assert not imp.sniff(other)
     assert not imp.sniff(tmp_path)
+
+
+def test_captures_from_two_hosts_are_placed_by_wall_clock(tmp_path: Path) -> None:
+    first, second = unpacked("mfu_2gpu_after", tmp_path), unpacked("mfu_2gpu_before", tmp_path)
+    con = sqlite3.connect(second)
+    con.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = 'node2' WHERE name = 'Hostname'")
+    con.commit()
+    con.close()
+    anchor = "SELECT utcEpochNs - systemClockNs FROM TARGET_INFO_SESSION_START_TIME"
+    offset = query(second, anchor)[0][0] - query(first, anchor)[0][0]
+    job = NsysImporter().read([first, second])
+    assert job.alignment.method == "wall-clock"
+    assert job.alignment.offsets_ns == (0, 0, offset, offset)
+    assert job.alignment.uncertainty_ns == 1_000_000
+
+
+def test_captures_without_clock_anchors_are_not_aligned(tmp_path: Path) -> None:
+    a = build(tmp_path / "a.sqlite", [Proc(100, (0,), 1)])
+    b = build(tmp_path / "b.sqlite", [Proc(200, (0,), 1)])
+    job = NsysImporter().read([a, b])
+    assert job.ranks == (0, 1)
+    assert job.alignment.method == "none"
