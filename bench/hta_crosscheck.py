@@ -13,7 +13,8 @@ HTA needs its own environment (jupyterlab, pandas<3):
     .venv-hta/bin/pip install -e .
     .venv-hta/bin/python bench/hta_crosscheck.py [JOB ...]
 
-A JOB is a trace file or a directory of trace files (one job); by default the samples.
+A JOB is a trace file or a directory of trace files (one job); by default the samples and,
+when present, a few real traces from ../shared.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ DEFAULT_JOBS = (
     ROOT / "samples" / "hta_nccl" / "nccl_data.json.gz",
     ROOT / "samples" / "dlrm_kineto",
     ROOT / "samples" / "hta_sampled_128",
+)
+#: Real traces from ../shared, compared too when present.
+SHARED_JOBS = (
+    ROOT.parent / "shared/data/hta-tests/negative_queue_length_values_check/rank0.json.gz",
+    ROOT.parent / "shared/data/hta-tests/df_index_resolver/df_index_resolver.json.gz",
+    ROOT.parent / "shared/data/hta-tests/trace_diff/control/control.json.gz",
+    ROOT.parent / "shared/data/tracelens/mi300/resnet_act_checkpoint.json.gz",
 )
 QUANTITIES = ("window", "idle", "compute", "non_compute")
 
@@ -143,30 +151,56 @@ def per_step_lines(job_path: Path) -> list[str]:
             f"{n} {100 * int(getattr(bd, n + '_ns').sum()) / w:.2f}%"
             for n in ("compute", "exposed_comm", "memory", "idle")
         )
-        lines.append(f"| {job_path.name} | {trace.rank} | {len(bd)} | {w / 1e3:.1f} | {parts} |")
+        name = job_path.name if job_path.is_dir() else job_path.name.split(".")[0]
+        lines.append(f"| {name} | {trace.rank} | {len(bd)} | {w / 1e3:.1f} | {parts} |")
     return lines
 
 
+def _cell(rows: dict[str, Row], q: str) -> str:
+    r = rows[q]
+    if q == "overlap":
+        return f"{r.hta:.2f} / {r.ours:.2f}"
+    return f"{r.hta:.0f} / {r.ours:.0f}"
+
+
 def main(argv: list[str]) -> int:
-    jobs = [Path(a) for a in argv] or list(DEFAULT_JOBS)
+    jobs = [Path(a) for a in argv] or [
+        *DEFAULT_JOBS,
+        *(p for p in SHARED_JOBS if p.exists()),
+    ]
+    results = [(job, compare(job)) for job in jobs]
+    print("Agreement (HTA / echo-view with HTA's rules; times in µs, overlap in %):\n")
     print(
-        "| job | rank | quantity | HTA | echo-view (HTA rules) | diff | diff % of window "
-        "| echo-view, ns not rounded |"
+        "| job | rank | window | idle | compute | non-compute | comm overlapped (%) "
+        "| largest diff (% of window) |"
     )
     print("|---|---|---|---|---|---|---|---|")
     worst = 0.0
-    for job in jobs:
-        for r in compare(job):
-            unit = "%" if r.quantity == "overlap" else " µs"
-            worst = max(worst, abs(r.diff_pct_of_window))
-            print(
-                f"| {r.job} | {r.rank} | {r.quantity} | {r.hta:.2f}{unit} | {r.ours:.2f}{unit} "
-                f"| {r.diff:+.2f} | {r.diff_pct_of_window:+.4f} | {r.ours_ns_exact:.3f}{unit} |"
-            )
-    print(f"\nlargest |difference|: {worst:.4f} % of the window (pp for overlap)\n")
-    print("| job | rank | steps | step windows (µs) | echo-view per-step breakdown |")
+    for _, rows in results:
+        for rank in sorted({r.rank for r in rows}):
+            by = {r.quantity: r for r in rows if r.rank == rank}
+            diff = max(abs(r.diff_pct_of_window) for q, r in by.items() if q != "overlap")
+            worst = max(worst, diff)
+            cells = " | ".join(_cell(by, q) for q in (*QUANTITIES, "overlap"))
+            print(f"| {by['window'].job} | {rank} | {cells} | {diff:.4f} |")
+    print(f"\nlargest difference: {worst:.4f} % of the window\n")
+    print("Effect of HTA's whole-µs rounding (echo-view, % of the window, rounded -> exact ns):\n")
+    print("| job | rank | idle | compute | non-compute | comm overlapped |")
+    print("|---|---|---|---|---|---|")
+    for _, rows in results:
+        for rank in sorted({r.rank for r in rows}):
+            by = {r.quantity: r for r in rows if r.rank == rank}
+            w, we = by["window"].ours, by["window"].ours_ns_exact
+            cells = [
+                f"{100 * by[q].ours / w:.2f} -> {100 * by[q].ours_ns_exact / we:.2f}"
+                for q in ("idle", "compute", "non_compute")
+            ]
+            cells.append(f"{by['overlap'].ours:.2f} -> {by['overlap'].ours_ns_exact:.2f}")
+            print(f"| {by['window'].job} | {rank} | {' | '.join(cells)} |")
+    print("\necho-view's own per-step breakdown (% of the summed step windows):\n")
+    print("| job | rank | steps | step windows (µs) | breakdown |")
     print("|---|---|---|---|---|")
-    for job in jobs:
+    for job, _ in results:
         for line in per_step_lines(job):
             print(line)
     return 0
