@@ -1,0 +1,238 @@
+"""The Kineto importer on the real samples: golden facts checked against the standard library.
+
+``samples/dlrm_kineto`` is an 8-rank DLRM step traced on one host (V100, NCCL);
+``samples/hta_nccl/nccl_data.json.gz`` carries NCCL arguments, float µs and a base time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_view.model import CollectiveKind, EventKind, Job, LaneKind
+from importers.kineto import KinetoImporter
+from tests.importers.kineto_files import DLRM, NCCL_DATA, load, ns, write_trace
+
+K = EventKind
+CAT_KIND = {
+    "cpu_op": K.CPU_OP,
+    "cuda_runtime": K.RUNTIME,
+    "kernel": K.KERNEL,
+    "user_annotation": K.USER_ANNOTATION,
+    "gpu_memcpy": K.MEMCPY,
+    "gpu_memset": K.MEMSET,
+    "gpu_user_annotation": K.GPU_ANNOTATION,
+    "Trace": K.OTHER,
+}
+
+
+@pytest.fixture(scope="module")
+def dlrm() -> Job:
+    return KinetoImporter().read([DLRM])
+
+
+@pytest.fixture(scope="module")
+def nccl() -> Job:
+    return KinetoImporter().read([NCCL_DATA])
+
+
+def test_dlrm_job(dlrm: Job) -> None:
+    assert dlrm.ranks == tuple(range(8))
+    assert dlrm.world_size == 8
+    al = dlrm.alignment
+    # One host's clock: kept as is; the first common collective ends within 2 µs on all ranks.
+    assert al.method == "shared-host-clock" and al.offsets_ns == (0,) * 8
+    assert 0 <= al.uncertainty_ns <= 100_000
+    for trace in dlrm:
+        assert trace.metadata["rank_source"] == "distributedInfo"
+        assert trace.metadata["world_size"] == 8
+        kinds = Counter(CollectiveKind(int(k)) for k in trace.collectives.kind)
+        assert kinds == {CollectiveKind.SEND_RECV: 5, CollectiveKind.ALL_REDUCE: 3}
+        assert trace.steps.number.tolist() == [10]
+        assert len(trace.devices) == 8 and trace.devices[0].name == "Tesla V100-SXM2-32GB"
+
+
+def test_dlrm_rank0_events_match_the_file(dlrm: Job) -> None:
+    doc = load(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz")
+    trace = dlrm.trace(0)
+    rows = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
+    expected = Counter(CAT_KIND[e["cat"]] if e["ph"] == "X" else K.INSTANT for e in rows)
+    assert Counter(trace.kind(i) for i in range(len(trace))) == expected
+    assert expected[K.CPU_OP] == 1633 and expected[K.KERNEL] == 245 and len(trace) == 2462
+    # File order, exact ns (integer µs here), raw args kept.
+    assert trace.events.start_ns.tolist() == [ns(e["ts"]) for e in rows]
+    assert trace.events.dur_ns.tolist() == [ns(e.get("dur", 0)) for e in rows]
+    for i in (0, 700, 2000):
+        assert trace.events.args(i) == json.loads(
+            json.dumps(rows[i].get("args", {}), default=float)
+        )
+    corr = [e.get("args", {}).get("correlation", -1) for e in rows]
+    ext = [e.get("args", {}).get("External id", -1) for e in rows]
+    assert trace.events.correlation.tolist() == corr
+    assert trace.events.external_id.tolist() == ext
+
+
+def test_dlrm_lanes(dlrm: Job) -> None:
+    doc = load(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz")
+    trace = dlrm.trace(0)
+    streams = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    gpu = {(lane.device, lane.stream) for lane in trace.lanes if lane.kind == LaneKind.GPU_STREAM}
+    assert streams <= gpu == {(0, 7), (0, 22), (0, 24), (0, 84)}
+    for i in np.flatnonzero(trace.mask(K.KERNEL, K.MEMCPY)).tolist():
+        assert trace.lanes[int(trace.events.lane[i])].kind == LaneKind.GPU_STREAM
+    for i in np.flatnonzero(trace.mask(K.CPU_OP, K.RUNTIME)).tolist():
+        lane = trace.lanes[int(trace.events.lane[i])]
+        assert lane.kind == LaneKind.CPU_THREAD and lane.pid == 59811
+    assert {lane.name for lane in trace.lanes} >= {"stream 84", "thread 59811 (python3)"}
+
+
+def test_dlrm_launch_flows(dlrm: Job) -> None:
+    doc = load(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz")
+    sources = [e for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == "ac2g"]
+    trace = dlrm.trace(0)
+    fl = trace.flows
+    assert len(fl) == len(sources) == 261
+    assert sorted(fl.flow_id.tolist()) == sorted(e["id"] for e in sources)
+    ev = trace.events
+    for s, d, fid in zip(fl.src.tolist(), fl.dst.tolist(), fl.flow_id.tolist(), strict=True):
+        assert trace.kind(s) == K.RUNTIME and trace.kind(d) in (K.KERNEL, K.MEMCPY, K.MEMSET)
+        assert ev.correlation[s] == ev.correlation[d] == fid
+
+
+def test_dlrm_step_gpu_end(dlrm: Job) -> None:
+    for trace in dlrm:
+        ev = trace.events
+        launch = {
+            int(ev.correlation[i]): int(ev.start_ns[i])
+            for i in np.flatnonzero(trace.mask(K.RUNTIME)).tolist()
+        }
+        start, end = int(trace.steps.start_ns[0]), int(trace.steps.end_ns[0])
+        ends = [
+            int(ev.end_ns[i])
+            for i in np.flatnonzero(trace.mask(K.KERNEL, K.MEMCPY, K.MEMSET)).tolist()
+            if start <= launch.get(int(ev.correlation[i]), -1) < end
+        ]
+        assert int(trace.steps.gpu_end_ns[0]) == max(ends)
+        step = [i for i in range(len(trace)) if trace.name(i) == "ProfilerStep#10"]
+        assert start == int(ev.start_ns[step[0]]) and end == int(ev.end_ns[step[0]])
+
+
+def test_dlrm_collectives_follow_the_kernels(dlrm: Job) -> None:
+    for trace in dlrm:
+        col = trace.collectives
+        names = [trace.name(int(e)) for e in col.event]
+        assert all(n.startswith("ncclKernel_") for n in names)
+        # No collective args in these traces: group, size and bytes stay unknown.
+        assert set(col.group.tolist()) == {-1} and set(col.bytes.tolist()) == {-1}
+        assert set(col.seq.tolist()) == {-1}
+        algos = {trace.strings[int(a)] for a in col.algorithm}
+        assert algos == {"RING"}
+        starts = trace.events.start_ns[col.event]
+        assert (np.diff(starts) >= 0).all()
+
+
+def test_nccl_data_collectives_from_args(nccl: Job) -> None:
+    doc = load(NCCL_DATA)
+    base = doc["baseTimeNanoseconds"]
+    kernels = sorted(
+        (e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]),
+        key=lambda e: e["ts"],
+    )
+    trace = nccl.traces[0]
+    col = trace.collectives
+    assert len(col) == len(kernels) == 21
+    assert trace.groups[0].name == "0" and trace.groups[0].ranks == (0, 1)
+    assert trace.groups[0].description == "default_pg"
+    for i, k in enumerate(kernels):
+        e = int(col.event[i])
+        assert int(trace.events.start_ns[e]) == base + ns(k["ts"])
+        args = k["args"]
+        size = {"Float": 4, "Long": 8}[args["dtype"]]
+        assert int(col.bytes[i]) == args["In msg nelems"] * size
+        assert (
+            trace.strings[int(col.dtype[i])] == {"Float": "float32", "Long": "int64"}[args["dtype"]]
+        )
+        assert int(col.group[i]) == 0 and int(col.seq[i]) == i
+        kind = {"allreduce": CollectiveKind.ALL_REDUCE, "broadcast": CollectiveKind.BROADCAST}
+        assert trace.collective_kind(i) == kind[args["Collective name"]]
+        assert trace.strings[int(col.algorithm[i])] == "RING"
+        assert trace.strings[int(col.protocol[i])] == "LL"
+    # The six "wait" calls recorded as record_param_comms move no data.
+    assert trace.metadata["import_notes"]["comms_ops_not_collectives"] == 6
+
+
+def test_nccl_data_times_and_metadata(nccl: Job) -> None:
+    doc = load(NCCL_DATA)
+    trace = nccl.traces[0]
+    base = doc["baseTimeNanoseconds"]
+    rows = [e for e in doc["traceEvents"] if e["ph"] in ("X", "i")]
+    # Float µs above 2**42 with a base time: exact to the ns, for every event.
+    assert trace.events.start_ns.tolist() == [base + ns(e["ts"]) for e in rows]
+    assert trace.events.dur_ns.tolist() == [ns(e.get("dur", 0)) for e in rows]
+    assert nccl.alignment.method == "single-rank"
+    meta = trace.metadata
+    assert meta["base_time_ns"] == base and meta["nccl_version"] == "2.17.1"
+    assert meta["world_size"] == 2 and meta["backend"] == "nccl"
+    fwdbwd = trace.strings.id_of("fwdbwd")
+    n_fwdbwd = sum(1 for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == "fwdbwd")
+    assert int((trace.flows.cat == fwdbwd).sum()) == n_fwdbwd == 543
+    fl = trace.flows
+    for s, d, c in zip(fl.src.tolist(), fl.dst.tolist(), fl.cat.tolist(), strict=True):
+        if c == fwdbwd:
+            assert trace.kind(s) == trace.kind(d) == K.CPU_OP
+            assert trace.events.start_ns[s] <= trace.events.start_ns[d]
+
+
+def test_absolute_epoch_float_times_are_exact(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,
+         "ts": Decimal("1694128201429795.123"), "dur": Decimal("1.5")},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1,
+         "ts": 1694128201429796, "dur": 2},
+        {"ph": "i", "s": "t", "name": "c", "pid": 1, "tid": 1,
+         "ts": Decimal("1694128201429799.999")},
+    ]  # fmt: skip
+    text = (
+        '{"traceEvents": ['
+        '{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1,'
+        ' "ts": 1694128201429795.123, "dur": 1.5},'
+        '{"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1,'
+        ' "ts": 1694128201429796, "dur": 2},'
+        '{"ph": "i", "s": "t", "name": "c", "pid": 1, "tid": 1, "ts": 1694128201429799.999}]}'
+    )
+    path = tmp_path / "epoch.json"
+    path.write_text(text)
+    trace = KinetoImporter().read([path]).traces[0]
+    assert trace.events.start_ns.tolist() == [ns(e["ts"]) for e in events]
+    assert trace.events.start_ns.tolist() == [
+        1694128201429795123,
+        1694128201429796000,
+        1694128201429799999,
+    ]
+    assert trace.events.dur_ns.tolist() == [1500, 2000, 0]
+    # A double cannot hold these: float(ts) * 1000 is off.
+    assert round(1694128201429795.123 * 1000) != 1694128201429795123
+
+
+def test_relative_float_times_with_base(tmp_path: Path) -> None:
+    path = write_trace(
+        tmp_path / "rel.json",
+        [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 0.001},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2.0, "dur": 3},
+        ],
+        baseTimeNanoseconds=1_711_964_646_000_000_000,
+    )
+    text = path.read_text().replace('"ts": 1.0', '"ts": 8796093022207.999')
+    path.write_text(text)  # just below 2**43 µs
+    trace = KinetoImporter().read([path]).traces[0]
+    assert trace.events.start_ns.tolist() == [
+        1_711_964_646_000_000_000 + 8_796_093_022_207_999,
+        1_711_964_646_000_000_000 + 2_000,
+    ]
+    assert trace.events.dur_ns.tolist() == [1, 3000]
