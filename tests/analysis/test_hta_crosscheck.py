@@ -48,7 +48,7 @@ def test_breakdown_agrees_with_hta(job: Path) -> None:
             # HTA rounds the overlap percentage to two decimals.
             assert abs(r.diff) <= 0.005 + 1e-9, r
         else:
-            # Whole µs on both sides; agreement to 0.01% of the window (the brief allows 1%).
+            # Whole µs on both sides; agreement to 0.01% of the window (acceptance bound: 1%).
             assert abs(r.diff_pct_of_window) <= 0.01, r
     by = {(r.rank, r.quantity): r.ours for r in rows}
     for rank in ranks:
