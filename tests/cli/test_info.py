@@ -217,3 +217,29 @@ def test_table_on_samples(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "Per rank" in out and "ranks 0-7" in out
     assert "Tesla V100-SXM2-32GB" in out or "GPU 0" in out
+
+
+def test_main_errors_are_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("importers.kineto")
+    from echo_view.cli import main
+
+    assert main(["info", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [\n')
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err
+
+
+def test_main_json_on_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("importers.kineto")
+    from echo_view.cli import main
+
+    assert main(["info", "--json", str(SAMPLES / "dlrm_kineto")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job"]["ranks"] == list(range(8))
+    _check_consistent(doc)
