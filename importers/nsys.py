@@ -176,6 +176,7 @@ def _read_capture(
             launch_dst=launch_dst,
             collectives=collectives,
             comms=comms,
+            process_ranks=_process_ranks(plan.mode, rows.process, plan.rank_of, first_rank),
         )
         gpus = _gpu_info(exp)
         clock = _clock(exp)
@@ -189,6 +190,17 @@ def _read_capture(
             devices = _devices_of(rows, idx, gpus)
             traces.append(build_trace(first_rank + r, rows, idx, info, devices))
     return traces, clock, notes
+
+
+def _process_ranks(
+    mode: str, process: np.ndarray, rank_of: np.ndarray, first_rank: int
+) -> dict[int, int]:
+    """globalPid -> job rank, when each process is one rank (``process`` mode)."""
+    if mode != "process":
+        return {}
+    keep = rank_of >= 0
+    pairs = set(zip(process[keep].tolist(), rank_of[keep].tolist(), strict=True))
+    return {int(p): first_rank + int(r) for p, r in pairs}
 
 
 def _string_refs(exp: Export) -> list[tuple[str, str]]:

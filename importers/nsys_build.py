@@ -66,6 +66,7 @@ class CaptureInfo:
     launch_dst: I64  # GPU work row it launched
     collectives: Sequence[Collective]
     comms: Mapping[int, Communicator]
+    process_ranks: Mapping[int, int] = field(default_factory=dict)  # globalPid -> job rank
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -204,6 +205,20 @@ def build_trace(
     )
 
 
+def _members(comm: Communicator | None, info: CaptureInfo) -> tuple[int, ...]:
+    """Job ranks of a communicator, in communicator-rank order, when every member's
+    ``ncclCommInitRank`` payload is in the capture and each member process is one rank;
+    otherwise ``()`` (unknown)."""
+    if comm is None or comm.nranks is None or len(comm.members) != comm.nranks:
+        return ()
+    by_rank = sorted((r, p) for p, r in comm.members.items())
+    if [r for r, _ in by_rank] != list(range(comm.nranks)):
+        return ()
+    if not all(p in info.process_ranks for _, p in by_rank):
+        return ()
+    return tuple(info.process_ranks[p] for _, p in by_rank)
+
+
 def _collectives(
     strings: StringTable, info: CaptureInfo, new_pos: I64
 ) -> tuple[CollectiveTable, tuple[ProcessGroup, ...]]:
@@ -219,7 +234,7 @@ def _collectives(
         size = comm.nranks if comm is not None else None
         desc = f"NCCL communicator 0x{c.comm:016x}" + (f", {size} ranks" if size else "")
         group_of[c.comm] = len(groups)
-        groups.append(ProcessGroup(f"nccl:{c.comm:016x}", (), desc))
+        groups.append(ProcessGroup(f"nccl:{c.comm:016x}", _members(comm, info), desc))
 
     def sid(s: str | None) -> int:
         return -1 if s is None else strings.intern(s)

@@ -43,10 +43,8 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 
 
 def file_kind(path: Path) -> str | None:
-    """``"sqlite"``, ``"gzip"`` (gzip-compressed SQLite), ``"report"`` or ``None``; reads at
-    most a few bytes."""
-    if path.name.lower().endswith(REPORT_SUFFIXES):
-        return "report"
+    """``"sqlite"``, ``"gzip"`` (gzip-compressed SQLite), ``"report"`` (by suffix) or ``None``;
+    reads at most a few bytes. The content wins over the name."""
     try:
         with path.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
@@ -58,8 +56,8 @@ def file_kind(path: Path) -> str | None:
                     if gz.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
                         return "gzip"
     except (OSError, EOFError, zlib.error):
-        return None
-    return None
+        pass
+    return "report" if path.name.lower().endswith(REPORT_SUFFIXES) else None
 
 
 class Export:

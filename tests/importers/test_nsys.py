@@ -285,3 +285,13 @@ def test_captures_without_clock_anchors_are_not_aligned(tmp_path: Path) -> None:
     job = NsysImporter().read([a, b])
     assert job.ranks == (0, 1)
     assert job.alignment.method == "none"
+
+
+def test_content_wins_over_the_report_suffix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SQLite export saved under a report name is read directly, without the nsys CLI.
+    monkeypatch.setenv("PATH", str(tmp_path / "no-nsys-here"))
+    misnamed = tmp_path / "run.nsys-rep"
+    misnamed.write_bytes(unpacked("h100_2gpu_1s", tmp_path).read_bytes())
+    assert NsysImporter().read([misnamed]).ranks == (0, 1)

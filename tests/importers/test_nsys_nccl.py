@@ -97,6 +97,7 @@ def test_send_recv_sizes_and_communicator(tmp_path: Path, kind: str) -> None:
         (group,) = trace.groups
         assert group.name == f"nccl:{COMM:016x}"
         assert "2 ranks" in group.description
+        assert group.ranks == (0, 1)  # from each process's ncclCommInitRank payload
         args = trace.events.args(int(coll.event[np.flatnonzero(attributed)[0]]))
         assert args["communicator"] == f"0x{COMM:016x}"
         assert args["bytes"] == 2 * SEND_BYTES
