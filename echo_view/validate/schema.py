@@ -105,7 +105,8 @@ define(
     Severity.WARNING,
     "timestamp beyond exact double precision",
     "a double holds exact ns only below 2**42 µs (~51 days): write ts relative to a base "
-    "(as Kineto's baseTimeNanoseconds) or as integers",
+    "(as Kineto's baseTimeNanoseconds) or as integers; `check --fix` rebases them exactly",
+    fixable=True,
 )
 define(
     "EV213",

@@ -20,8 +20,11 @@ def _exporters() -> dict[str, object]:
     from exporters.perfetto_json import PerfettoJsonExporter
     from exporters.perfetto_proto import PerfettoProtoExporter
 
-    return {".json": PerfettoJsonExporter(), ".json.gz": PerfettoJsonExporter(),
-            ".pftrace": PerfettoProtoExporter()}
+    return {
+        ".json": PerfettoJsonExporter(),
+        ".json.gz": PerfettoJsonExporter(),
+        ".pftrace": PerfettoProtoExporter(),
+    }
 
 
 def _errors(path: Path) -> dict[str, list[str]]:

@@ -1,0 +1,114 @@
+"""``echo-view check`` through the real entry point: output forms, selection, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+from tests.conftest import SAMPLES
+from tests.validate.helpers import fixture
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["check", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_report_is_stable_and_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, str(fixture("EV301", "fail")), "--json")
+    doc = json.loads(out)
+    assert code == 1 == doc["exit_code"]
+    assert set(doc) == {"schema", "exit_code", "summary", "files", "findings"}
+    assert doc["schema"] == "echo-view/check/1"
+    assert set(doc["summary"]) == {"errors", "warnings", "infos"}
+    (f,) = doc["files"]
+    assert set(f) == {"path", "form", "events", "truncated", "rank", "world_size", "usable"}
+    ev301 = next(x for x in doc["findings"] if x["code"] == "EV301")
+    assert set(ev301) == {"code", "severity", "title", "hint", "fixable", "count", "first"}
+    assert ev301["severity"] == "error" and ev301["fixable"] and ev301["count"] == 1
+    loc = ev301["first"][0]
+    assert loc["index"] == 1 and loc["ts"] == "5" and loc["pid"] == 1 and loc["tid"] == 1
+
+
+def test_text_report_groups_by_code(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, str(SAMPLES / "hta_nccl" / "nccl_data.json.gz"), "--show", "1")
+    assert code == 1
+    assert "EV212" in out and "hint:" in out and "more" in out
+    assert "ERRORS" in out.splitlines()[-1]
+
+
+def test_select_and_ignore(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(fixture("EV301", "fail"))
+    code, out, _ = _run(capsys, path, "--json", "--select", "EV3")
+    assert {f["code"] for f in json.loads(out)["findings"]} == {"EV301"}
+    code, out, _ = _run(capsys, path, "--json", "--ignore", "EV301,EV5")
+    assert code == 0 and not json.loads(out)["findings"]
+
+
+def test_warnings_alone_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, str(fixture("EV401", "fail")), "--json")
+    assert code == 0 and json.loads(out)["summary"]["warnings"] >= 1
+
+
+@pytest.mark.parametrize("code_", ["EV101", "EV102", "EV103", "EV108", "EV111"])
+def test_unusable_input_exits_two(code_: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, str(fixture(code_, "fail")), "--json")
+    doc = json.loads(out)
+    assert code == 2 == doc["exit_code"]
+    assert doc["findings"][0]["code"] == code_
+    assert not doc["files"][0]["usable"]
+
+
+def test_json_error_names_line_and_column(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = _run(capsys, str(fixture("EV101", "fail")), "--json")
+    where = json.loads(out)["findings"][0]["first"][0]["where"]
+    assert where == "line 1 column 29"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--select", "EV999"],
+        ["--fix"],
+        ["-o", "x.json"],
+    ],
+)
+def test_usage_errors_exit_two_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(capsys, str(fixture("EV301", "fail")), *argv)
+    assert code == 2 and not out
+    assert err.startswith("echo-view: error:") and err.count("\n") == 1
+
+
+def test_missing_path_exits_two(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, str(tmp_path / "nope.json"))
+    assert code == 2 and "no such file" in err
+
+
+def test_fix_reports_changes_and_rechecks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_path = tmp_path / "fixed.json"
+    code, out, _ = _run(
+        capsys, str(fixture("EV503", "fail")), "--fix", "-o", str(out_path), "--json"
+    )
+    doc = json.loads(out)
+    assert code == 1  # the report is about the input
+    assert doc["fix"]["output"] == str(out_path)
+    assert any(c.startswith("EV503:") for c in doc["fix"]["changes"])
+    assert not any("still present" in c for c in doc["fix"]["changes"])
+    code, out, _ = _run(capsys, str(out_path), "--json")
+    assert code == 0
+
+
+def test_job_flag_checks_loose_files_together(capsys: pytest.CaptureFixture[str]) -> None:
+    files = sorted(str(p) for p in fixture("EV703", "fail").iterdir())
+    _, out, _ = _run(capsys, *files, "--json")
+    assert not any(f["code"] == "EV703" for f in json.loads(out)["findings"])
+    _, out, _ = _run(capsys, *files, "--json", "--job")
+    assert any(f["code"] == "EV703" for f in json.loads(out)["findings"])

@@ -1,0 +1,116 @@
+"""``check --fix``: the output passes check for every code --fix claims to repair, the input
+is never touched, and only what needs changing changes."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli.check import fix_file
+from echo_view.errors import UsageError
+from echo_view.validate import CODES
+from echo_view.validate.fix import FIXABLE
+from tests.conftest import shared_path
+from tests.validate.helpers import fixture, run_check
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _claimed(changes: list[str]) -> set[str]:
+    return {c.split(":")[0] for c in changes if c[:2] == "EV" and ":" in c}
+
+
+def test_fixable_flags_match_the_fixer() -> None:
+    assert {c for c, info in CODES.items() if info.fixable} == set(FIXABLE)
+
+
+@pytest.mark.parametrize("code", FIXABLE)
+def test_fix_repairs_the_failing_fixture(code: str, tmp_path: Path) -> None:
+    src = fixture(code, "fail")
+    before = _digest(src)
+    out = tmp_path / "fixed.json"
+    changes = fix_file(src, out)
+    assert code in _claimed(changes), changes
+    assert _digest(src) == before  # the input is never modified
+    after = run_check(out)
+    for claimed in _claimed(changes):
+        assert after.count(claimed) == 0, (
+            claimed,
+            [f.text() for f in after.tallies[claimed].first],
+        )
+    json.loads(out.read_text())  # strict JSON
+
+
+def test_fix_moves_overlaps_to_named_lanes_and_keeps_every_slice(tmp_path: Path) -> None:
+    src = fixture("EV301", "fail")
+    out = tmp_path / "fixed.json"
+    fix_file(src, out)
+    doc = json.loads(out.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert sorted((e["name"], e["ts"], e["dur"]) for e in slices) == [
+        ("child", 5, 10),
+        ("parent", 0, 10),
+    ]
+    child = next(e for e in slices if e["name"] == "child")
+    parent = next(e for e in slices if e["name"] == "parent")
+    assert child["tid"] != parent["tid"] and child["pid"] == parent["pid"]
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+    assert "overlap lane 1" in names[(child["pid"], child["tid"])]
+
+
+def test_fix_rebases_big_float_timestamps_exactly(tmp_path: Path) -> None:
+    out = tmp_path / "fixed.json"
+    fix_file(fixture("EV212", "fail"), out)
+    text = out.read_text()
+    assert '"ts":0.797' in text.replace(" ", "")  # 4458676524648.797 - 4458676524648 exactly
+    assert json.loads(text)["metadata"]["ts_offset_us"] == 4458676524648
+
+
+def test_fix_writes_gzip_and_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    src = tmp_path / "in.json"
+    src.write_bytes(fixture("EV104", "fail").read_bytes())
+    out = tmp_path / "out.json.gz"
+    fix_file(src, out)
+    assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+    with pytest.raises(UsageError):
+        fix_file(src, src)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "hta-tests/nccl_parser_config/nccl_data.json.gz",  # EV212, EV503
+        "tracelens/b200/eager_trace.json.gz",  # EV301, EV503
+        "hta-tests/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    ],
+)
+def test_fix_repairs_real_traces(rel: str, tmp_path: Path) -> None:
+    src = shared_path("data", rel)
+    before = run_check(src)
+    out = tmp_path / "fixed.json.gz"
+    changes = fix_file(src, out)
+    claimed = _claimed(changes)
+    assert claimed & {t.code for t in before}, changes
+    after = run_check(out)
+    for code in claimed:
+        assert after.count(code) == 0, (code, [f.text() for f in after.tallies[code].first[:3]])
+
+    # Nothing is lost: the same number of complete slices with the same total duration.
+    def slices(path: Path) -> tuple[int, float]:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+        return len(xs), round(sum(float(e["dur"]) for e in xs), 3)
+
+    assert slices(out) == slices(src)
