@@ -15,14 +15,18 @@ ranks           one object per (rank, device) -- device is null for a rank witho
                 {rank, device, steps, step_rule, steps_detected, cpu_step_ns, step_ns,
                  compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns,   <- means per step
                  total {step_ns, compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns},
-                 per_step [{step, cpu_start_ns, cpu_ns, gpu_end_ns, window_start_ns, step_ns,
+                 per_step [{step, cpu_start_ns, cpu_ns, gpu_end_ns, gpu_span_ns,
+                            window_start_ns, step_ns,
                             compute_ns, comm_ns, exposed_comm_ns, memory_ns, idle_ns}]}
 slowest_rank    {rank, device, step_ns} | null   (largest mean step time)
 top_kernels     [{name, count, total_ns, ranks}]  by total_ns, descending
 top_collectives [{kind, count, total_ns, bytes}]  by total_ns; bytes -1 when unknown
 ```
 
-Category times of a rank without GPU work are ``null``. For every other row and step,
+``cpu_ns`` is the CPU step span (``ProfilerStep`` duration); ``gpu_span_ns`` runs from the step's
+CPU start to the end of the last GPU work it launched (``null`` when it launched none);
+``step_ns`` is the step window the categories partition. Category times of a rank without GPU
+work are ``null``. For every other row and step,
 ``compute_ns + exposed_comm_ns + memory_ns + idle_ns == step_ns`` (see
 :mod:`echo_view.analysis.breakdown` for the definitions). Means are rounded to whole ns.
 Top kernels and collectives cover the whole trace, not only its steps; a collective's time is
@@ -192,6 +196,7 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
                 "cpu_start_ns": int(bd.cpu_start_ns[i]),
                 "cpu_ns": int(bd.cpu_ns[i]),
                 "gpu_end_ns": int(bd.gpu_end_ns[i]),
+                "gpu_span_ns": _span(int(bd.cpu_start_ns[i]), int(bd.gpu_end_ns[i])),
                 "window_start_ns": int(bd.window_start_ns[i]),
                 "step_ns": int(bd.window_ns[i]),
             }
@@ -213,6 +218,10 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
     return rows
 
 
+def _span(cpu_start: int, gpu_end: int) -> int | None:
+    return gpu_end - cpu_start if gpu_end >= 0 else None
+
+
 def _cpu_only_row(bd: StepBreakdown, steps: StepDetection | None) -> RankRow:
     table = steps.table if steps is not None else StepTable.empty()
     order = np.argsort(table.start_ns, kind="stable")
@@ -226,6 +235,7 @@ def _cpu_only_row(bd: StepBreakdown, steps: StepDetection | None) -> RankRow:
             "cpu_start_ns": int(cs),
             "cpu_ns": int(ce - cs),
             "gpu_end_ns": int(ge),
+            "gpu_span_ns": _span(int(cs), int(ge)),
             "window_start_ns": int(ws),
             "step_ns": int(we - ws),
             **dict.fromkeys(CATEGORIES),

@@ -103,6 +103,11 @@ def _check_consistent(doc: dict[str, Any]) -> None:
             assert sum(step[c] for c in cats) == step["step_ns"]
             assert step["exposed_comm_ns"] <= step["comm_ns"]
             assert step["step_ns"] >= 0 and step["cpu_ns"] >= 0
+            if step["gpu_span_ns"] is not None:
+                assert step["gpu_span_ns"] == step["gpu_end_ns"] - step["cpu_start_ns"]
+                # the window ends at the later of the CPU end and the GPU end
+                end = step["window_start_ns"] + step["step_ns"]
+                assert end == max(step["cpu_start_ns"] + step["cpu_ns"], step["gpu_end_ns"])
         total = row["total"]
         assert sum(total[c] for c in cats) == total["step_ns"]
         assert total["step_ns"] == sum(s["step_ns"] for s in row["per_step"])
