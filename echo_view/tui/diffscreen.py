@@ -134,16 +134,16 @@ class DiffScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         with TabbedContent(id="tabs"):
-            with TabPane("Overview [1]", id="overview"), VerticalScroll():
+            with TabPane("Overview [1]", id="overview"), VerticalScroll(id="overview-scroll"):
                 yield Static(id="verdict")
-                yield Static(id="bars")
                 yield SortableTable(id="categories")
+                yield Static(id="bars")
                 yield Static(id="notes")
             with TabPane("Timelines [2]", id="timelines"):
                 yield Static(id="aligned")
                 steps = self._aligned_steps()
                 first = (steps[0][1], steps[0][2]) if steps else None
-                yield TimelinePanel(self.index, steps, initial_span=first)
+                yield TimelinePanel(self.index, steps, initial_span=first, autofocus=False)
             with TabPane("Ranks [3]", id="ranks"):
                 yield SortableTable(id="rank-table")
             with TabPane("Kernels [4]", id="kernels"):
@@ -165,10 +165,10 @@ class DiffScreen(Screen[None]):
             )
         self.query_one("#verdict", Static).update(head)
         bars = Table.grid()
-        bars.add_row(Text("step time per rank", style="bold underline"))
-        bars.add_row(step_bars(d))
         bars.add_row(Text("category breakdown (mean over ranks)", style="bold underline"))
         bars.add_row(category_bars(d))
+        bars.add_row(Text("step time per rank", style="bold underline"))
+        bars.add_row(step_bars(d))
         self.query_one("#bars", Static).update(bars)
         cols = ("category", "A", "B", "delta", "delta %")
         cats = [
@@ -202,6 +202,7 @@ class DiffScreen(Screen[None]):
             ("collective", *items), _item_rows(d.collectives, max(20, self.size.width - 50))
         )
         self._show_alignment()
+        self.query_one("#overview-scroll").focus()
 
     def _show_alignment(self) -> None:
         pairs = self._pairs()
@@ -218,12 +219,12 @@ class DiffScreen(Screen[None]):
             self.query_one(TimelinePanel).timeline.focus()
         else:
             target = {
-                "overview": "#categories",
+                "overview": "#overview-scroll",
                 "ranks": "#rank-table",
                 "kernels": "#kernel-table",
                 "collectives": "#coll-table",
             }[tab]
-            self.query_one(target, SortableTable).focus()
+            self.query_one(target).focus()
 
     def action_align(self, delta: int) -> None:
         pairs = self._pairs()

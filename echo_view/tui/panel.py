@@ -68,9 +68,11 @@ class TimelinePanel(Vertical):
         steps: Steps,
         *,
         initial_span: tuple[float, float] | None = None,
+        autofocus: bool = True,
         id: str | None = None,
     ) -> None:
         super().__init__(id=id)
+        self.autofocus = autofocus
         self.index = index
         self.steps = steps
         self.initial_span = initial_span
@@ -93,7 +95,8 @@ class TimelinePanel(Vertical):
         return self.query_one(TimelineView)
 
     def on_mount(self) -> None:
-        self.timeline.focus()
+        if self.autofocus:
+            self.timeline.focus()
 
     def set_index(self, index: TimelineIndex, steps: Steps) -> None:
         """Show another index (a new alignment) keeping the zoom."""

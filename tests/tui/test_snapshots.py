@@ -1,0 +1,79 @@
+"""SVG snapshots of the main screens on the real DLRM sample, at 80x24 and 160x48.
+
+Regenerate after an intended change with ``pytest tests/tui/test_snapshots.py --snapshot-update``
+and look at the report before committing the new SVGs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import pytest
+from textual.pilot import Pilot
+
+from echo_view.model import Job
+from echo_view.tui.app import EchoViewApp
+from tests.analysis.test_diff import _stretch_gpu
+from tests.tui.conftest import wait_loaded
+
+SIZES = [(80, 24), (160, 48)]
+Before = Callable[[Pilot[None]], Awaitable[None]]
+
+
+@pytest.fixture(scope="module")
+def job(dlrm: Job) -> Job:
+    # A stable title: the importer records the absolute path.
+    return replace(dlrm, source="samples/dlrm_kineto")
+
+
+@pytest.fixture(scope="module")
+def predicted(job: Job) -> Job:
+    """The sample with its kernels 1.3x longer, marked predicted (a stand-in prediction)."""
+    traces = tuple(_stretch_gpu(t, 1.3) for t in job.traces)
+    return Job(traces, job.alignment, job.world_size, "predicted (kernels x1.3)", predicted=True)
+
+
+def _keys(*keys: str) -> Before:
+    async def before(pilot: Pilot[None]) -> None:
+        await wait_loaded(pilot)
+        await pilot.press(*keys)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    return before
+
+
+SCREENS = {
+    "timeline": (),
+    "details": ("down", "down", "down", "tab", "tab", "tab"),
+    "summary": ("S",),
+    "help": ("question_mark",),
+}
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_screens(
+    snap_compare: Callable[..., bool], job: Job, screen: str, size: tuple[int, int]
+) -> None:
+    app = EchoViewApp([job])
+    assert snap_compare(app, terminal_size=size, run_before=_keys(*SCREENS[screen]))
+
+
+def test_search_marks_matches(snap_compare: Callable[..., bool], job: Job) -> None:
+    keys = ("slash", *"AllRed", "enter")
+    assert snap_compare(EchoViewApp([job]), terminal_size=(80, 24), run_before=_keys(*keys))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("tab", ["1", "2"], ids=["overview", "timelines"])
+def test_diff_screen(
+    snap_compare: Callable[..., bool],
+    job: Job,
+    predicted: Job,
+    tab: str,
+    size: tuple[int, int],
+) -> None:
+    app = EchoViewApp([job, predicted])
+    assert snap_compare(app, terminal_size=size, run_before=_keys(tab))
