@@ -35,7 +35,8 @@ def raw(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _gpu_device(trace: Trace, rows: np.ndarray) -> np.ndarray:
     devices = np.array([lane.device for lane in trace.lanes], dtype=np.int64)
-    return devices[trace.events.lane[rows]]
+    found: np.ndarray = devices[trace.events.lane[rows]]
+    return found
 
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)

@@ -65,7 +65,7 @@ def _with_payloads(tmp_path: Path, kind: str) -> Path:
         ).fetchone()
         payload = struct.pack("<Qiii4x", COMM, 2, rank, rank)
         blob = _blob(INIT_SCHEMA, payload) if kind == "blob" else None
-        text = (
+        init_text: str | None = (
             None
             if kind == "blob"
             else msgspec.json.encode(
@@ -75,7 +75,7 @@ def _with_payloads(tmp_path: Path, kind: str) -> Path:
         con.execute(
             "INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId, "
             "binaryData, jsonText) VALUES (?, ?, 59, ?, ?, 1, ?, ?)",
-            (first - 1000, first - 500, tid, name_id, blob, text),
+            (first - 1000, first - 500, tid, name_id, blob, init_text),
         )
     con.commit()
     con.close()

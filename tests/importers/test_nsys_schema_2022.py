@@ -68,7 +68,7 @@ def test_nvtx_marks_and_inline_text(tmp_path: Path) -> None:
     marks = np.flatnonzero(trace.mask(EventKind.INSTANT))
     assert [trace.name(i) for i in marks.tolist()] == ["checkpoint"]
     assert trace.events.dur_ns[marks].tolist() == [0]
-    ranges = {trace.name(i) for i in np.flatnonzero(trace.mask(EventKind.USER_ANNOTATION))}
+    ranges = {trace.name(i) for i in np.flatnonzero(trace.mask(EventKind.USER_ANNOTATION)).tolist()}
     assert ranges == {"ProfilerStep#7", "ProfilerStep#8", "forward"}
     (lane,) = {trace.lanes[int(trace.events.lane[i])] for i in marks.tolist()}
     assert lane.kind == LaneKind.CPU_THREAD and lane.name == "python3" and lane.tid == 100
