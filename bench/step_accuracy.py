@@ -1,0 +1,84 @@
+"""Predicted vs measured step time for every workload config in a folder (default:
+../shared/validation/runs), optionally sweeping one compute parameter.
+
+    python bench/step_accuracy.py [RUNS_DIR] [--sweep NAME=V1,V2,...] [--markdown]
+
+Traced graphs are computed once per config (meta device, needs torch) and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from echo_view.model.config import parse_workload_config  # noqa: E402
+from echo_view.sim import engine  # noqa: E402
+from echo_view.sim.cluster import cluster_from_config  # noqa: E402
+from echo_view.sim.comm import NcclModel  # noqa: E402
+from echo_view.sim.compose import compose  # noqa: E402
+from echo_view.sim.compose_costs import CollectiveCache  # noqa: E402
+from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
+from echo_view.tracing.roles import trace_workload  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="?", default=str(ROOT.parent / "shared/validation/runs"))
+    ap.add_argument("--sweep", default="")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    files = sorted(Path(args.runs).glob("*.toml"))
+    items = []
+    for f in files:
+        cfg = parse_workload_config(tomllib.loads(f.read_text()), str(f))
+        items.append((f, cfg, trace_workload(cfg), cluster_from_config(cfg.cluster)))
+    sweep: list[tuple[str, float | None]] = [("", None)]
+    if args.sweep:
+        name, values = args.sweep.split("=")
+        sweep = [(name, float(v)) for v in values.split(",")]
+    for name, value in sweep:
+        rows = []
+        for f, cfg, graph, cluster in items:
+            params = compute_params_for(cluster.gpu)
+            if name:
+                params = params.with_overrides({name: value})
+            t0 = time.perf_counter()
+            comp = compose(graph, cfg, CollectiveCache(NcclModel(), cluster), params)
+            res = engine.run(comp.workload, comp.dur_ns, comp.coll_dur_ns)
+            wall = time.perf_counter() - t0
+            pred = int(res.end_ns.max()) / 1e9
+            ref = cfg.reference.step_time_s if cfg.reference else float("nan")
+            rows.append((f.stem, cfg, pred, ref, 100 * (pred / ref - 1), wall))
+        label = f"{name}={value}" if name else "defaults"
+        kor = [abs(r[4]) for r in rows if r[0].startswith("korthikanti")]
+        ci = [abs(r[4]) for r in rows if r[0].startswith("megatron-ci")]
+        if args.markdown:
+            print("| run | GPUs | predicted (s) | measured (s) | error |")
+            print("|---|---|---|---|---|")
+            for stem, cfg, pred, ref, err, _ in rows:
+                print(f"| {stem} | {cfg.cluster.gpus} | {pred:.3f} | {ref:.3f} | {err:+.1f}% |")
+        else:
+            for stem, cfg, pred, ref, err, wall in rows:
+                print(
+                    f"{stem:34s} {cfg.cluster.gpus:5d} GPUs pred {pred:9.3f} s  ref {ref:8.3f} s"
+                    f"  err {err:+6.1f}%  ({wall:.1f} s)"
+                )
+        if kor:
+            print(
+                f"{label}: Korthikanti mean |err| {sum(kor) / len(kor):.2f}% (max {max(kor):.2f}%)",
+                end="",
+            )
+        if ci:
+            print(f"; Megatron-CI mean |err| {sum(ci) / len(ci):.2f}% (max {max(ci):.2f}%)", end="")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
