@@ -178,7 +178,7 @@ class KinetoRule:
         rpc = cpu[(name_c[cpu] & _C_RPC) != 0]
         rows = np.concatenate([gpu, rt, rpc])
         args = decode_args([ev[r].args for r in rows.tolist()])
-        corr = np.array([as_int(a.correlation) if a is not None else -1 for a in args], np.int64)
+        corr = _correlations(args)
         ng, nr = len(gpu), len(rt)
         if ng:
             self.gpu.add(
@@ -385,3 +385,14 @@ def match_launches(
                 out[i] = row
                 break
     return out
+
+
+def _correlations(args: list[KinetoArgs | None]) -> npt.NDArray[np.int64]:
+    """``args.correlation`` per row (-1 when absent or not an integer)."""
+    values = [a.correlation if a is not None else -1 for a in args]
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
+    return np.array([as_int(v) for v in values], dtype=np.int64)

@@ -96,15 +96,11 @@ class MetadataRule:
             self.counts = np.concatenate([self.counts, np.zeros(nraw - len(self.counts), np.int64)])
         self.counts += counts
         ev = chunk.events
-        rows = np.flatnonzero(np.isin(chunk.ph, _NEEDS_PID))
-        if len(rows) and ctx.wants("EV507"):
-            missing = [r for r in rows.tolist() if ev[r].pid is UNSET]
-            ctx.emit_rows(
-                "EV507",
-                chunk,
-                np.array(missing, dtype=np.intp),
-                lambda r: f"{ev[r].ph!r} event without pid",
-            )
+        if ctx.wants("EV507"):
+            # Judge each distinct (pid, tid) pair once, then spread to the rows.
+            no_pid = np.array([i.pid is UNSET for i in ctx.threads.infos], dtype=bool)
+            rows = np.flatnonzero(np.isin(chunk.ph, _NEEDS_PID) & no_pid[chunk.raw_thread])
+            ctx.emit_rows("EV507", chunk, rows, lambda r: f"{ev[r].ph!r} event without pid")
         for r in chunk.rows("M").tolist():
             self._meta(chunk, r, ctx)
 
