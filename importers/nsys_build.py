@@ -110,28 +110,34 @@ def gpu_end_per_step(step_start: I64, step_end: I64, launch_start: I64, work_end
     return out
 
 
-def _lanes(
-    rows: Rows, order: I64, process_names: Mapping[int, str], thread_names: Mapping[int, str]
-) -> tuple[tuple[Lane, ...], I64]:
+def _lanes(rows: Rows, order: I64, thread_names: Mapping[int, str]) -> tuple[tuple[Lane, ...], I64]:
     # One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is
-    # (device << 32 | stream) - 2**62, negative, so GPU lanes come first by device and stream.
+    # (process index << 48 | device << 32 | stream) - 2**62, negative, so GPU lanes come first,
+    # by device and stream. Stream ids are per CUDA context: when several processes share a GPU
+    # in one rank, the process index keeps their streams apart.
     dev, stream = rows.device[order], rows.stream[order]
-    gpu_key = ((dev << 32) | (stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
-    key = np.where(dev >= 0, gpu_key, rows.thread[order])
+    on_gpu = dev >= 0
+    procs, pidx = np.unique(np.where(on_gpu, rows.process[order], -1), return_inverse=True)
+    shared = int((procs >= 0).sum()) > 1
+    pidx = pidx.reshape(-1).astype(np.int64) if shared else np.zeros(len(order), dtype=np.int64)
+    gpu_key = ((pidx << 48) | (dev << 32) | (stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
+    key = np.where(on_gpu, gpu_key, rows.thread[order])
     uniq = np.unique(key)  # few lanes: sort the distinct keys, then look each row up
     inv = np.searchsorted(uniq, key)
     lanes: list[Lane] = []
     for k in uniq.tolist():
-        if k < 0:
-            d, s = (k + _GPU_LANE_BASE) >> 32, (k + _GPU_LANE_BASE) & 0xFFFFFFFF
-            if s == NO_STREAM:  # event and context syncs wait on no stream
-                lanes.append(Lane(LaneKind.OTHER, d, "cuda sync", "CUDA sync", device=d))
-            else:
-                lanes.append(Lane(LaneKind.GPU_STREAM, d, s, f"stream {s}", device=d, stream=s))
-        else:
+        if k >= 0:
             tid = k & 0xFFFFFF
             name = thread_names.get(k) or f"thread {tid}"
             lanes.append(Lane(LaneKind.CPU_THREAD, (k >> 24) & 0xFFFFFF, tid, name))
+            continue
+        k += _GPU_LANE_BASE
+        d, s = (k >> 32) & 0xFFFF, k & 0xFFFFFFFF
+        suffix = f" (pid {(int(procs[k >> 48]) >> 24) & 0xFFFFFF})" if shared else ""
+        if s == NO_STREAM:  # event and context syncs wait on no stream
+            lanes.append(Lane(LaneKind.OTHER, d, "cuda sync", "CUDA sync" + suffix, device=d))
+        else:
+            lanes.append(Lane(LaneKind.GPU_STREAM, d, s, f"stream {s}{suffix}", device=d, stream=s))
     return tuple(lanes), inv.reshape(-1).astype(np.int64)
 
 
@@ -149,7 +155,7 @@ def build_trace(
     ids = np.concatenate([rows.name[order], rows.cat[order]])
     uniq, inv = compact(ids, len(names.strings))
     strings = StringTable(names[int(g)] for g in uniq.tolist())
-    lanes, lane_of = _lanes(rows, order, info.process_names, info.thread_names)
+    lanes, lane_of = _lanes(rows, order, info.thread_names)
     offsets = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(info.arg_lens[order], out=offsets[1:])
     events = EventTable(

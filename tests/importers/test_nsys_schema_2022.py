@@ -123,3 +123,21 @@ def test_bad_rank_by() -> None:
         NsysImporter(rank_by="node")
     with pytest.raises(UsageError, match="rank_by"):
         NsysImporter().read([Path("unused")], rank_by="node")
+
+
+def test_two_processes_sharing_one_gpu(tmp_path: Path) -> None:
+    path = build(tmp_path / "shared.sqlite", [Proc(100, (0,), 1), Proc(200, (0,), 2)])
+    job = NsysImporter().read([path])  # auto: a GPU served by two processes -> ranks by GPU
+    (trace,) = job.traces
+    assert trace.metadata["rank_by"] == "device"
+    assert trace.metadata["pids"] == [100, 200]
+    streams = sorted(lane.name for lane in trace.lanes if lane.kind == LaneKind.GPU_STREAM)
+    # Stream ids are per CUDA context: each process keeps its own lanes.
+    assert streams == [
+        "stream 13 (pid 100)",
+        "stream 13 (pid 200)",
+        "stream 7 (pid 100)",
+        "stream 7 (pid 200)",
+    ]
+    assert trace.mask(EventKind.KERNEL).sum() == 8
+    assert len(trace.flows) == 12
