@@ -178,7 +178,7 @@ class MetadataRule:
                 file=ctx.path, index=info.first_index, pid=_plain(info.pid), tid=_plain(info.tid)
             )
             if odd:
-                n_bad += count
+                n_bad += 1
                 pid, tid = ctx.threads.label(info.thread)
                 bad.append(
                     Finding(
@@ -190,7 +190,7 @@ class MetadataRule:
                 )
             strs = [f"{f}={v!r}" for f, v in fields if isinstance(v, str)]
             if strs:
-                n_str += count
+                n_str += 1
                 strings.append(Finding("EV506", f"{', '.join(strs)} on {count} event(s)", loc))
         ctx.emit("EV503", n_bad, bad)
         ctx.emit("EV506", n_str, strings)
