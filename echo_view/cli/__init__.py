@@ -16,7 +16,9 @@ from echo_view.errors import EchoViewError
 from echo_view.formats import Registry
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = ("info", "export", "check", "simulate", "diff", "tui")
+COMMANDS: tuple[str, ...] = (
+    "info", "export", "check", "simulate", "diff", "tui", "comm", "calibrate"
+)  # fmt: skip
 
 
 def build_registry() -> Registry:

@@ -43,10 +43,13 @@ def run(
     dur_ns: npt.ArrayLike,
     coll_dur_ns: npt.ArrayLike,
     gap_ns: npt.ArrayLike | None = None,
+    *,
+    coarsen: bool = True,
 ) -> SimResult:
     """Simulate ``workload`` with op durations ``dur_ns`` and collective transfer times
     ``coll_dur_ns`` (one per collective row); ``gap_ns`` replaces the workload's lane gaps when
-    given. Raises
+    given. ``coarsen=False`` turns chain coarsening off (for comparison; results are equal).
+    Raises
     :class:`~echo_view.errors.SimulationError` when a collective can never complete or the
     dependencies form a cycle."""
     n = len(workload)
@@ -63,7 +66,7 @@ def run(
     gaps = workload.ops.gap_ns if gap_ns is None else np.asarray(gap_ns, dtype=np.int64)
     if len(gaps) != n or (n and gaps.min() < 0):
         raise ValueError("gap_ns needs one value >= 0 per op")
-    graph = _Graph(workload, gaps)
+    graph = _Graph(workload, gaps, coarsen)
     start, end, cstart, cend, done = _loop(workload, graph, dur, cdur, parts_ptr, parts)
     if done < n:
         raise _stuck(workload, start, parts_ptr, parts, cstart)
@@ -74,6 +77,7 @@ def run(
         coll_end_ns=np.asarray(cend, dtype=np.int64),
         dur_ns=dur,
         coll_dur_ns=cdur,
+        gap_ns=gaps,
     )
 
 
@@ -84,7 +88,7 @@ class _Graph:
     end-to-end dependency). Each slot counts the edges it still waits for.
     """
 
-    def __init__(self, wl: Workload, gaps: I64) -> None:
+    def __init__(self, wl: Workload, gaps: I64, coarsen: bool = True) -> None:
         n = len(wl)
         ops, deps = wl.ops, wl.deps
         # Lane order: consecutive ops (by id) on one lane, end -> start with the op's gap.
@@ -124,6 +128,7 @@ class _Graph:
             & (indeg[dst] == 1)
             & (ops.coll[src] < 0)
             & (ops.coll[dst] < 0)
+            & coarsen
         )
         chain[src[link]] = dst[link]
         chain_lag[src[link]] = lag[link]
@@ -227,8 +232,8 @@ def _loop(
                 # End constraints met: finish the op if it has started already.
                 i -= n
                 s = start[i]
-                if s == NONE:
-                    continue
+                if s == NONE or end[i] != NONE:
+                    continue  # not started yet (it finishes when it starts) or finished
                 e = s + dur[i]
                 if rel[n + i] > e:
                     e = rel[n + i]

@@ -39,7 +39,7 @@ class SimResult:
     ``start_ns``/``end_ns`` per op; a collective's participants all end at the collective's
     end and each starts at its own ready time. ``coll_start_ns`` is when the last participant
     was ready (the transfer starts), ``coll_end_ns`` when all end. ``dur_ns`` and
-    ``coll_dur_ns`` are the costs the models gave.
+    ``coll_dur_ns`` are the costs the models gave, ``gap_ns`` the lane gaps used.
     """
 
     start_ns: I64
@@ -48,6 +48,7 @@ class SimResult:
     coll_end_ns: I64
     dur_ns: I64
     coll_dur_ns: I64
+    gap_ns: I64
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -212,11 +213,11 @@ def _replayed_steps(
     start = res.start_ns[marker].astype(np.int64)
     end = start.copy()
     m_step_end = wl.meta.get("measured_step_end_ns", {})
+    lane_base = int(np.flatnonzero(wl.lane_rank == trace.rank)[0])
     for i, m in enumerate(marker.tolist()):
-        row = int(wl.ops.source[m])
         measured_end = m_step_end.get((trace.rank, int(number[i])))
-        if row >= 0 and measured_end is not None:
-            lane = int(trace.events.lane[row])
+        lane = int(wl.ops.lane[m]) - lane_base
+        if measured_end is not None and lane in anchors:
             mapped = _lane_map(np.array([measured_end], dtype=np.int64), *anchors[lane])
             end[i] = max(int(mapped[0]), int(start[i]))
     return StepTable(

@@ -1,0 +1,228 @@
+"""``echo-view simulate INPUT [-o OUT] [--json] [--set KEY=VALUE ...] [--comm measured|model]``.
+
+INPUT is a measured job (any trace format an importer reads): its dependency graph is
+reconstructed and replayed, with measured durations (replay) or with what-if changes
+(``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbps_per_gpu=400 --comm model``).
+``--comm model`` takes collective times from the NCCL model on the job's cluster instead of the
+trace. ``-o`` writes the predicted timeline in any export format; ``--json`` prints the step
+times (predicted and measured) and their breakdown.
+
+Knobs for ``--set``: ``cluster.<key>`` (see :data:`echo_view.sim.cluster.OVERRIDE_KEYS`),
+``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from echo_view.errors import ConfigError, UsageError
+from echo_view.formats import Registry
+from echo_view.model import Job
+from echo_view.sim import MeasuredCompute, predicted_job, simulate
+from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
+from echo_view.sim.compute import SCALE_KEYS
+from echo_view.sim.replay import ReplayInfo, workload_from_job
+from echo_view.sim.report import compare, job_steps
+from echo_view.units import format_duration
+
+KNOWN_KEYS: tuple[str, ...] = (
+    *(f"cluster.{k}" for k in OVERRIDE_KEYS),
+    *(f"compute.scale.{k}" for k in SCALE_KEYS),
+    "comm.scale",
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``simulate`` sub-command."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="predict step time by simulation: replay a measured job, or ask what-if",
+        description="Reconstruct a measured job's dependency graph and simulate it: with "
+        "measured durations (replay), or with changed compute speed, cluster or "
+        "communication (what-if). Prints the predicted step time beside the measured one.",
+    )
+    p.add_argument("input", type=Path, metavar="INPUT", help="a measured job (trace file or dir)")
+    p.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the predicted job")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a cluster or model knob (cluster.nic_gbps_per_gpu=400, "
+        "compute.scale.gemm=0.5, compute.scale.all=0.8, comm.scale=0); repeatable",
+    )
+    p.add_argument(
+        "--comm",
+        choices=("measured", "model"),
+        default="measured",
+        help="collective times: as measured (default) or from the NCCL model",
+    )
+    p.set_defaults(func=run)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a mapping; an unknown key is a ConfigError listing the known."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        if key not in KNOWN_KEYS:
+            raise ConfigError(
+                f"unknown knob {key!r}",
+                where="--set",
+                hint=f"known: {', '.join(KNOWN_KEYS)}",
+            )
+        out[key] = value.strip()
+    return out
+
+
+def _float(key: str, value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"expected a number, got {value!r}", where=key) from None
+    if not math.isfinite(x) or x < 0:
+        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
+    return x
+
+
+def cluster_for_job(job: Job, overrides: dict[str, str]) -> Cluster | None:
+    """The cluster a measured job ran on: the GPU matched from the traces' device names,
+    ``gpus_per_node`` from the devices a trace lists (else 8, or the world if smaller), as many
+    nodes as the world needs; then ``cluster.*`` overrides. ``None`` when the GPU is unknown
+    and not given."""
+    cl = {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
+    devices = [d for t in job.traces for d in t.devices]
+    spec = next(
+        (g for d in devices if (g := match_gpu(d.name, d.total_memory_bytes)) is not None), None
+    )
+    world = job.world_size or max(job.ranks) + 1
+    per_node = max((len(t.devices) for t in job.traces), default=0) or min(8, world)
+    gpu: Any = cl.pop("gpu", None) or spec
+    if gpu is None:
+        if cl:
+            raise ConfigError(
+                "the traces do not name a GPU this version knows",
+                where="--set",
+                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
+            )
+        return None
+    cluster = make_cluster(gpu, gpus_per_node=min(per_node, world))
+    if "gpus_per_node" in cl:
+        cluster = cluster.with_overrides({"gpus_per_node": cl.pop("gpus_per_node")})
+    cl.setdefault("nodes", str(-(-world // cluster.gpus_per_node)))
+    return cluster.with_overrides(cl)
+
+
+def load_job(path: Path, registry: Registry) -> Job:
+    """INPUT as a measured job. Workload configs (TOML) and traced graphs will be dispatched
+    here too; until then they are refused with a clear message."""
+    if path.suffix.lower() == ".toml":
+        raise UsageError(
+            f"{path.name}: simulating a workload config is not supported by this command yet",
+            hint="give a measured trace (file or directory of rank files)",
+        )
+    return registry.importer_for(path).read([path])
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    """Import, reconstruct, simulate, report (and export)."""
+    overrides = parse_overrides(args.overrides)
+    scales = {
+        k.removeprefix("compute.scale."): _float(k, v)
+        for k, v in overrides.items()
+        if k.startswith("compute.scale.")
+    }
+    comm_scale = _float("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
+    exporter = registry.exporter_for(args.output) if args.output is not None else None
+    t0 = time.perf_counter()
+    job = load_job(args.input, registry)
+    t_import = time.perf_counter()
+    cluster = cluster_for_job(job, overrides)
+    comm: Any = None
+    if args.comm == "model":
+        if cluster is None:
+            raise ConfigError(
+                "--comm model needs the GPU, and the traces do not name one this version knows",
+                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
+            )
+        from echo_view.sim.comm import NcclModel
+
+        comm = NcclModel()
+    workload = workload_from_job(job)
+    sim = simulate(
+        workload, cluster, compute=MeasuredCompute(scales), comm=comm, comm_scale=comm_scale
+    )
+    predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
+    t_sim = time.perf_counter()
+    report = compare(job_steps(predicted), job_steps(job))
+    info = cast(ReplayInfo, workload.meta["replay"])
+    report = {
+        "input": str(args.input),
+        "mode": "replay" if not overrides and args.comm == "measured" else "what-if",
+        "comm": args.comm,
+        **report,
+        "collectives": {
+            "total": sim.collectives.total,
+            "modelled": sim.collectives.modelled,
+            "measured": sim.collectives.measured,
+            "matched_by": info.matched_by,
+            "absent_ranks": info.absent_ranks,
+        },
+        "workload": {"ops": info.ops, "deps": info.deps},
+        "cluster": cluster.describe() if cluster is not None else None,
+        "overrides": overrides,
+        "seconds": {"import": t_import - t0, "simulate": t_sim - t_import},
+    }
+    if exporter is not None:
+        exporter.write(predicted, args.output)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(render(report))
+    return 0
+
+
+def _fmt(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds * 1e9)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}%"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as plain text."""
+    colls = report["collectives"]
+    lines = [
+        f"{report['mode']} of {report['input']} (collectives: {report['comm']}, "
+        f"{colls['modelled']} of {colls['total']} modelled)",
+        f"step time {_fmt(report['step_time_s'])}"
+        + (
+            f", measured {_fmt(report['measured_step_time_s'])} ({_pct(report['error_pct'])})"
+            if "measured_step_time_s" in report
+            else ""
+        ),
+        "",
+        f"{'rank':>5} {'step':>11} {'measured':>11} {'error':>8} {'compute':>11} "
+        f"{'comm':>11} {'exposed':>11} {'idle':>11}",
+    ]
+    for r in report["ranks"]:
+        lines.append(
+            f"{r['rank']:>5} {_fmt(r['step_time_s']):>11} "
+            f"{_fmt(r.get('measured_step_time_s')):>11} {_pct(r.get('error_pct')):>8} "
+            f"{_fmt(r['compute_s']):>11} {_fmt(r['comm_s']):>11} "
+            f"{_fmt(r['exposed_comm_s']):>11} {_fmt(r['idle_s']):>11}"
+        )
+    return "\n".join(lines) + "\n"
