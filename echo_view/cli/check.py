@@ -231,6 +231,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
         if len(args.paths) != 1 or args.paths[0].is_dir():
             raise UsageError("--fix repairs one trace file at a time")
+        if args.paths[0].name.endswith(_PROTO_SUFFIXES):
+            raise UsageError("--fix repairs JSON traces only", path=args.paths[0])
         check_paths(args.paths, report)
         changes = fix_file(args.paths[0], args.output)
         after = Report(Selection.parse([c.split(":")[0] for c in changes if c.startswith("EV")]))
