@@ -23,6 +23,7 @@ Gradients are reduced in fp32 for fp32 training and in the 16-bit type otherwise
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,15 @@ from echo_view.sim.layout import Layout
 from echo_view.sim.schedule import schedule
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
+#: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming).
+NCCL_KERNEL = {
+    CollectiveKind.ALL_REDUCE: "ncclDevKernel_AllReduce",
+    CollectiveKind.ALL_GATHER: "ncclDevKernel_AllGather",
+    CollectiveKind.REDUCE_SCATTER: "ncclDevKernel_ReduceScatter",
+    CollectiveKind.SEND_RECV: "ncclDevKernel_SendRecv",
+    CollectiveKind.ALL_TO_ALL: "ncclDevKernel_SendRecv",
+    CollectiveKind.BROADCAST: "ncclDevKernel_Broadcast",
+}
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
@@ -181,6 +191,7 @@ class _Composer:
             name = self.graph.strings[int(t.name[i])]
             coll = NONE
             if tc.coll[i]:
+                name = NCCL_KERNEL.get(t.coll(i), name)
                 axis = AXES[int(t.axis[i])]
                 ranks = self.layout.group(axis, rank)
                 coll = self.collective(
@@ -276,7 +287,7 @@ class _Composer:
                     op = self.op(
                         rank,
                         dpl,
-                        f"nccl:{red_kind.label} grads chunk {g}",
+                        f"{NCCL_KERNEL[red_kind]} (grads chunk {g})",
                         dur,
                         cls=OpClass.COLLECTIVE,
                     )
@@ -289,7 +300,7 @@ class _Composer:
             nbytes = role.params * red_bytes
             dur = self.colls.time_ns(red_kind, nbytes, dp_group)
             dp_ops.append(
-                self.op(rank, comp, f"nccl:{red_kind.label} grads", dur, cls=OpClass.COLLECTIVE)
+                self.op(rank, comp, f"{NCCL_KERNEL[red_kind]} (grads)", dur, cls=OpClass.COLLECTIVE)
             )
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
         first_opt = len(self.c.rank)
@@ -300,7 +311,13 @@ class _Composer:
         if p.distributed_optimizer and p.dp > 1:
             nbytes = role.params * _BYTES[cfg.dtype if cfg.dtype != "fp8" else "bf16"]
             dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
-            self.op(rank, comp, "nccl:all_gather params", dur, cls=OpClass.COLLECTIVE)
+            self.op(
+                rank,
+                comp,
+                f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params)",
+                dur,
+                cls=OpClass.COLLECTIVE,
+            )
 
     def resolve(self) -> None:
         for key, dst in self.pending:
@@ -317,6 +334,7 @@ def compose(
     compute_params: Any,
     *,
     ranks: str = "stages",
+    scales: Mapping[int, float] | None = None,
 ) -> Composed:
     """Build the workload of one training step of ``cfg`` (see the module docstring)."""
     p = cfg.parallel
@@ -339,10 +357,10 @@ def compose(
         for phase, tables in (("forward", role.forward), ("backward", role.backward)):
             for chunk, t in enumerate(tables):
                 costs[(ri, phase, chunk)] = table_cost(
-                    graph, t, cfg, cluster, compute_params, colls, layout, rep
+                    graph, t, cfg, cluster, compute_params, colls, layout, rep, scales
                 )
         costs[(ri, "optimizer", 0)] = table_cost(
-            graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep
+            graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep, scales
         )
     comp = _Composer(graph, cfg, costs, colls, layout, fine=ranks == "all")
     m = cfg.micro_batches

@@ -3,6 +3,7 @@ collectives from the communication model (for the groups a representative rank b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +76,10 @@ def table_cost(
     colls: CollectiveCache,
     layout: Layout,
     rank: int,
+    scales: Mapping[int, float] | None = None,
 ) -> TableCost:
-    """Durations of ``table``'s ops when run by ``rank``."""
+    """Durations of ``table``'s ops when run by ``rank``; ``scales`` multiplies the compute
+    time of op classes (what-if: ``compute.scale.gemm=0.5``)."""
     dur = op_times_ns(
         table.op_class,
         table.flops,
@@ -85,6 +88,11 @@ def table_cost(
         cluster.gpu,
         params,
     )
+    if scales:
+        factor = np.ones(len(dur))
+        for cls, k in scales.items():
+            factor[table.op_class == cls] = k
+        dur = np.rint(dur * factor).astype(np.int64)
     is_coll = table.op_class == OpClass.COLLECTIVE
     for i in np.flatnonzero(is_coll).tolist():
         axis = AXES[int(table.axis[i])]

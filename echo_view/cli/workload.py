@@ -1,0 +1,117 @@
+"""Workload configs and traced graphs on the command line: loading, the graph cache, and the
+``simulate CONFIG.toml|GRAPH.json`` path.
+
+Graph lookup for a config (no torch needed when one is found): ``<config stem>.graph.json.gz``
+beside the config, then the user cache (``$ECHO_VIEW_CACHE`` or ``~/.cache/echo-view/graphs``),
+keyed by a hash of the config parts a graph depends on (:func:`tracing_key`). Only when none
+matches is the config traced, which needs the ``trace`` extra (torch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from echo_view.errors import ConfigError, InputError
+from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
+from echo_view.model.graph import TracedGraph
+from exporters.graph import write_graph
+from importers.graph import is_graph_document, read_graph
+
+
+def is_workload_input(path: Path) -> bool:
+    """True for a workload config (``.toml``) or a traced-graph JSON file."""
+    if path.suffix.lower() == ".toml":
+        return True
+    return path.is_file() and is_graph_document(path)
+
+
+def load_config(path: Path) -> WorkloadConfig:
+    """Read and validate a workload config TOML file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=path, hint="fix the syntax") from exc
+    return parse_workload_config(data, str(path))
+
+
+def key_hash(cfg: WorkloadConfig) -> str:
+    """A short stable hash of the config parts a traced graph depends on."""
+    text = json.dumps(tracing_key(cfg), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """Where traced graphs are cached."""
+    env = os.environ.get("ECHO_VIEW_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "echo-view" / "graphs"
+
+
+def _matches(graph: TracedGraph, cfg: WorkloadConfig) -> bool:
+    return bool(graph.config.get("key") == json.loads(json.dumps(tracing_key(cfg))))
+
+
+def trace_config(cfg: WorkloadConfig) -> TracedGraph:
+    """Trace ``cfg`` on the meta device; a clear error when torch is missing."""
+    try:
+        from echo_view.tracing.roles import trace_workload
+    except ImportError as exc:
+        raise ConfigError(
+            "tracing a config needs torch, which is not installed",
+            hint="pip install 'echo-view[trace]' (torch==2.13.0), or pass a traced graph",
+        ) from exc
+    return trace_workload(cfg)
+
+
+def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]:
+    """The traced graph of ``cfg`` and where it came from (``beside``, ``cache``, ``traced``)."""
+    beside = path.with_name(path.stem + ".graph.json.gz")
+    if beside.is_file():
+        graph = read_graph(beside)
+        if _matches(graph, cfg):
+            return graph, "beside"
+    cached = cache_dir() / f"{key_hash(cfg)}.json.gz"
+    if cached.is_file():
+        try:
+            hit: TracedGraph | None = read_graph(cached)
+        except InputError:
+            hit = None  # a damaged cache entry is re-traced, not fatal
+        if hit is not None and _matches(hit, cfg):
+            return hit, "cache"
+    graph = trace_config(cfg)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_graph(graph, cached)
+    except OSError:
+        pass  # a read-only home only costs re-tracing next time
+    return graph, "traced"
+
+
+def load_workload(path: Path) -> tuple[WorkloadConfig, TracedGraph, str, float]:
+    """Config and graph for a ``.toml`` or traced-graph input, and the seconds it took."""
+    t0 = time.perf_counter()
+    if path.suffix.lower() == ".toml":
+        cfg = load_config(path)
+        graph, origin = graph_for_config(cfg, path)
+    else:
+        graph = read_graph(path)
+        cfg_map: Any = graph.config.get("config")
+        if not cfg_map:
+            raise InputError(
+                "the traced graph carries no workload config",
+                path=path,
+                where="config",
+                hint="re-run echo-view trace CONFIG.toml",
+            )
+        cfg = parse_workload_config(cfg_map, f"{path}:config")
+        origin = "graph"
+    return cfg, graph, origin, time.perf_counter() - t0

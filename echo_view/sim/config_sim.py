@@ -1,0 +1,257 @@
+"""Simulate one training step of a workload config from its traced graph, and turn the result
+into a predicted :class:`~echo_view.model.Job` and a report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.graph import OpClass, TracedGraph
+from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
+from echo_view.model.strings import StringTable
+from echo_view.model.trace import (
+    NONE,
+    CollectiveTable,
+    EventTable,
+    Lane,
+    StepTable,
+    Trace,
+)
+from echo_view.sim import engine
+from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm import CommModel
+from echo_view.sim.compose import NCCL_KERNEL, Composed, compose
+from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.layout import Layout
+from echo_view.sim.result import SimResult
+from echo_view.sim.schedule import bubble_fraction
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class ConfigSimulation:
+    """The outcome of simulating a config: times per simulated rank and the raw result."""
+
+    cfg: WorkloadConfig
+    graph: TracedGraph
+    cluster: Cluster
+    params: ComputeParams
+    composed: Composed
+    result: SimResult
+
+    @property
+    def step_ns(self) -> int:
+        """Step time: the slowest simulated rank's last op end (the step starts at 0)."""
+        return int(self.result.end_ns.max()) if len(self.result.end_ns) else 0
+
+    def rank_end_ns(self) -> dict[int, int]:
+        """Each simulated rank's last op end."""
+        ops = self.composed.workload.ops
+        out: dict[int, int] = {}
+        for r in self.composed.simulated_ranks:
+            sel = ops.rank == r
+            out[r] = int(self.result.end_ns[sel].max()) if sel.any() else 0
+        return out
+
+    def stage_ns(self) -> dict[int, int]:
+        """Step time seen by each pipeline stage (the slowest of its simulated ranks)."""
+        lay = Layout.of(self.cfg.parallel)
+        out: dict[int, int] = {}
+        for r, t in self.rank_end_ns().items():
+            s = lay.coords(r)[0]
+            out[s] = max(out.get(s, 0), t)
+        return out
+
+    def bubble(self) -> dict[str, float]:
+        """Pipeline bubble: the ideal ``(p-1)/(v*m)`` and the simulated idle share of the
+        compute stream between the step's start and the last pass's end, averaged over stages."""
+        p = self.cfg.parallel
+        wl, res = self.composed.workload, self.result
+        passes = np.array(
+            [wl.strings[int(n)].startswith(("forward", "backward")) for n in wl.ops.name],
+            dtype=bool,
+        )
+        shares = []
+        for r in self.composed.simulated_ranks:
+            sel = passes & (wl.ops.rank == r)
+            if not sel.any():
+                continue
+            busy = int((res.end_ns[sel] - res.start_ns[sel]).sum())
+            span = int(res.end_ns[sel].max())
+            shares.append(1.0 - busy / span if span else 0.0)
+        return {
+            "ideal": bubble_fraction(p.pp, self.composed.microbatches, p.virtual_stages),
+            "simulated": float(np.mean(shares)) if shares else 0.0,
+        }
+
+
+def simulate_config(
+    graph: TracedGraph,
+    cfg: WorkloadConfig,
+    cluster: Cluster,
+    comm: CommModel,
+    params: ComputeParams,
+    *,
+    comm_scale: float = 1.0,
+    ranks: str = "stages",
+    scales: Mapping[int, float] | None = None,
+) -> ConfigSimulation:
+    """Compose and run one step of ``cfg``."""
+    colls = CollectiveCache(comm, cluster, comm_scale)
+    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales)
+    result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns)
+    return ConfigSimulation(cfg, graph, cluster, params, composed, result)
+
+
+def _coll_kind_of(name: str) -> int:
+    for kind, kernel in NCCL_KERNEL.items():
+        if name.startswith(kernel):
+            return int(kind)
+    return int(CollectiveKind.UNKNOWN)
+
+
+def predicted_config_job(sim: ConfigSimulation) -> Job:
+    """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
+    ran back to back on the compute stream, so their times follow exactly from the pass's
+    start), the kernel-to-kernel gap shown as idle time."""
+    comp, res, wl = sim.composed, sim.result, sim.composed.workload
+    tables = comp.tables
+    gap = sim.params.kernel_gap_ns
+    # One flat array of every table's fine ops.
+    sizes = np.array([len(t.table) for t in tables], dtype=np.int64)
+    toff = np.concatenate([[0], np.cumsum(sizes)]) if len(tables) else np.zeros(1, np.int64)
+    all_dur = np.concatenate([t.dur_ns for t in tables]) if tables else np.zeros(0, np.int64)
+    all_cls = np.concatenate([t.table.op_class for t in tables]) if tables else all_dur
+    all_bytes = np.concatenate([t.table.coll_bytes for t in tables]) if tables else all_dur
+    all_kind = np.concatenate([t.table.coll_kind for t in tables]) if tables else all_dur
+    strings = StringTable(wl.strings.strings)
+    # Fine names: graph names, collectives renamed to NCCL kernels.
+    coll_name = {int(k): strings.intern(v) for k, v in NCCL_KERNEL.items()}
+    all_name = (
+        np.concatenate([t.table.name for t in tables]).astype(np.int64) if tables else all_dur
+    )
+    is_coll_fine = all_cls == OpClass.COLLECTIVE
+    if is_coll_fine.any():
+        all_name = all_name.copy()
+        all_name[is_coll_fine] = [
+            coll_name.get(int(k), int(n))
+            for k, n in zip(all_kind[is_coll_fine], all_name[is_coll_fine], strict=True)
+        ]
+    expanded = comp.src_table >= 0
+    traces = []
+    lanes_of: dict[int, list[int]] = {}
+    for li, r in enumerate(wl.lane_rank.tolist()):
+        lanes_of.setdefault(int(r), []).append(li)
+    for r in comp.simulated_ranks:
+        mine = wl.ops.rank == r
+        # Coarse ops kept as they are (transfers, bucket reductions, markers).
+        keep = np.flatnonzero(mine & ~expanded)
+        # Coarse ops expanded into fine kernels.
+        ex = np.flatnonzero(mine & expanded & (comp.src_hi > comp.src_lo))
+        lo, hi = comp.src_lo[ex], comp.src_hi[ex]
+        lengths = hi - lo
+        total = int(lengths.sum())
+        heads = np.cumsum(lengths) - lengths  # index of each group's first fine op
+        idx = np.repeat(toff[comp.src_table[ex]] + lo - heads, lengths) + np.arange(total)
+        fdur = all_dur[idx]
+        before = np.cumsum(fdur) - fdur  # exclusive prefix sum over all groups
+        base = before[heads] if total else np.zeros(0, dtype=np.int64)
+        fstart = np.repeat(res.start_ns[ex] - base, lengths) + before
+        fcls = all_cls[idx]
+        shown = np.where(fcls == OpClass.COLLECTIVE, fdur, np.maximum(fdur - gap, 0))
+        start = np.concatenate([res.start_ns[keep], fstart])
+        dur = np.concatenate([res.end_ns[keep] - res.start_ns[keep], shown])
+        name = np.concatenate([wl.ops.name[keep].astype(np.int64), all_name[idx]])
+        kind = np.concatenate(
+            [
+                wl.ops.kind[keep].astype(np.int64),
+                np.full(total, int(EventKind.KERNEL), dtype=np.int64),
+            ]
+        )
+        lane_global = np.concatenate([wl.ops.lane[keep], np.repeat(wl.ops.lane[ex], lengths)])
+        my_lanes = lanes_of[int(r)]
+        remap = np.full(len(wl.lanes), -1, dtype=np.int64)
+        remap[my_lanes] = np.arange(len(my_lanes))
+        order = np.lexsort((start, remap[lane_global]))
+        n = len(order)
+        cat = strings.intern("kernel")
+        events = EventTable(
+            kind=kind[order],
+            start_ns=start[order],
+            dur_ns=dur[order],
+            name=name[order],
+            cat=np.full(n, cat, dtype=np.int64),
+            lane=remap[lane_global][order],
+            correlation=np.full(n, NONE, dtype=np.int64),
+            external_id=np.full(n, NONE, dtype=np.int64),
+        )
+        # Collectives: the fine collective kernels and the coarse transfer/bucket ops.
+        ev_name = events.name
+        names_text = [strings[int(x)] for x in np.unique(ev_name)]
+        nccl_ids = np.array(
+            [strings.id_of(t) for t in names_text if t.startswith("ncclDevKernel_")],
+            dtype=np.int64,
+        )
+        coll_rows = np.flatnonzero(np.isin(ev_name, nccl_ids))
+        fine_bytes = np.concatenate([np.full(len(keep), NONE, dtype=np.int64), all_bytes[idx]])[
+            order
+        ][coll_rows]
+        colls = CollectiveTable(
+            event=coll_rows,
+            kind=np.array(
+                [_coll_kind_of(strings[int(ev_name[i])]) for i in coll_rows], dtype=np.int64
+            ),
+            bytes=fine_bytes,
+            dtype=np.full(len(coll_rows), NONE),
+            group=np.full(len(coll_rows), NONE),
+            seq=np.full(len(coll_rows), NONE),
+            algorithm=np.full(len(coll_rows), NONE),
+            protocol=np.full(len(coll_rows), NONE),
+        )
+        end = int((events.start_ns + events.dur_ns).max()) if n else 0
+        one = np.ones(1, dtype=np.int64)
+        steps = StepTable(number=one * 0, start_ns=one * 0, end_ns=one * end, gpu_end_ns=one * end)
+        lanes = tuple(
+            Lane(
+                LaneKind.GPU_STREAM,
+                wl.lanes[li].pid,
+                wl.lanes[li].tid,
+                wl.lanes[li].name,
+                wl.lanes[li].device,
+                wl.lanes[li].stream,
+            )
+            for li in my_lanes
+        )
+        meta: dict[str, Any] = {
+            "simulated": True,
+            "world_size": wl.world_size,
+            "source_format": "echo-view simulation",
+        }
+        traces.append(
+            Trace(
+                rank=r,
+                source="simulated",
+                strings=strings,
+                events=events,
+                lanes=lanes,
+                collectives=colls,
+                steps=steps,
+                metadata=meta,
+            )
+        )
+    return Job(
+        traces=tuple(traces),
+        alignment=ClockAlignment("simulated", tuple(0 for _ in traces), 0, "one simulated clock"),
+        world_size=wl.world_size,
+        source="simulated",
+        predicted=True,
+        meta={"simulated": True, "ranks_simulated": len(traces)},
+    )
