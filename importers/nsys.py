@@ -25,16 +25,15 @@ from importers.nsys_db import KERNEL_HINT, Export, file_kind, open_export
 from importers.nsys_nccl import find_collectives, nccl_args
 from importers.nsys_nvtx import read_nvtx
 from importers.nsys_ranks import RANK_BY, plan_ranks
+from importers.nsys_sync import read_sync
 from importers.nsys_tables import (
     Names,
     Rows,
-    fix_sync_devices,
     load_names,
     read_kernels,
     read_memcpy,
     read_memset,
     read_runtime,
-    read_sync,
 )
 
 _DIGITS = re.compile(r"(\d+)")
@@ -117,9 +116,7 @@ def _read_capture(
         report("GPU activity", 0.1)
         kernels = read_kernels(exp, names)
         work = [kernels, *(b for b in (read_memcpy(exp, names), read_memset(exp, names)) if b)]
-        sync = read_sync(exp, names)
-        if sync is not None:
-            fix_sync_devices(work, sync)
+        sync = read_sync(exp, names, work)
         report("CUDA API and NVTX", 0.4)
         runtime = read_runtime(exp, names)
         nvtx = read_nvtx(exp, names)

@@ -202,7 +202,7 @@ def mixed_query(exp: Export, sql: str, n_ints: int, where: str) -> tuple[I64, li
     return m, [b if b is not None else b"" for b in cols[n_ints]]
 
 
-def _gpu_rows(m: I64, kind: EventKind, name: I64, cat: int, args: list[bytes]) -> Rows:
+def gpu_rows(m: I64, kind: EventKind, name: I64, cat: int, args: list[bytes]) -> Rows:
     # m columns: start, end, deviceId, streamId, correlationId, globalPid, ...
     n = len(m)
     return Rows(
@@ -221,7 +221,7 @@ def _gpu_rows(m: I64, kind: EventKind, name: I64, cat: int, args: list[bytes]) -
     )
 
 
-_GPU_COLS = (
+GPU_COLS = (
     'start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, 0), '
     "COALESCE(contextId, -1)"
 )
@@ -250,8 +250,8 @@ def read_kernels(exp: Export, names: Names) -> Rows:
         '"grid":[%d,%d,%d],"block":[%d,%d,%d],"registers per thread":%d,"shared memory":%d',
         f"{dims}, {c(t, 'registersPerThread', '0')}, {shared}",
     )
-    m, blobs = mixed_query(exp, f'SELECT {_GPU_COLS}, {name_sql}, {args} FROM "{t}"', 8, t)
-    return _gpu_rows(m, EventKind.KERNEL, names.from_ids(m[:, 7]), names.intern("kernel"), blobs)
+    m, blobs = mixed_query(exp, f'SELECT {GPU_COLS}, {name_sql}, {args} FROM "{t}"', 8, t)
+    return gpu_rows(m, EventKind.KERNEL, names.from_ids(m[:, 7]), names.intern("kernel"), blobs)
 
 
 def _enum_labels(exp: Export, table: str, fallback: dict[int, str]) -> dict[int, str]:
@@ -263,7 +263,7 @@ def _enum_labels(exp: Export, table: str, fallback: dict[int, str]) -> dict[int,
     return labels
 
 
-def _names_by_code(names: Names, codes: I64, label: Any) -> I64:
+def names_by_code(names: Names, codes: I64, label: Any) -> I64:
     """Registry ids of ``label(code)`` for a column of small integer codes."""
     if not len(codes):
         return np.empty(0, dtype=np.int64)
@@ -283,7 +283,7 @@ def read_memcpy(exp: Export, names: Names) -> Rows | None:
         f"{c(t, 'bytes', '0')}, {c(t, 'copyKind', '0')}, {c(t, 'srcDeviceId')}, "
         f"{c(t, 'dstDeviceId')}",
     )
-    m, blobs = mixed_query(exp, f'SELECT {_GPU_COLS}, {kinds}, {args} FROM "{t}"', 10, t)
+    m, blobs = mixed_query(exp, f'SELECT {GPU_COLS}, {kinds}, {args} FROM "{t}"', 10, t)
     mem = _enum_labels(exp, "ENUM_CUDA_MEM_KIND", MEM_KINDS)
 
     def label(code: int) -> str:
@@ -292,8 +292,8 @@ def read_memcpy(exp: Export, names: Names) -> Rows | None:
         return f"Memcpy {what} ({mem.get(src, 'Unknown')} -> {mem.get(dst, 'Unknown')})"
 
     codes = (m[:, 7] << 16) | ((m[:, 8] & 0xFF) << 8) | (m[:, 9] & 0xFF)
-    return _gpu_rows(
-        m, EventKind.MEMCPY, _names_by_code(names, codes, label), names.intern("gpu_memcpy"), blobs
+    return gpu_rows(
+        m, EventKind.MEMCPY, names_by_code(names, codes, label), names.intern("gpu_memcpy"), blobs
     )
 
 
@@ -304,43 +304,11 @@ def read_memset(exp: Export, names: Names) -> Rows | None:
     c = exp.col
     args = _printf('"bytes":%d,"value":%d', f"{c(t, 'bytes', '0')}, {c(t, 'value', '0')}")
     m, blobs = mixed_query(
-        exp, f'SELECT {_GPU_COLS}, {c(t, "memKind", "7")}, {args} FROM "{t}"', 8, t
+        exp, f'SELECT {GPU_COLS}, {c(t, "memKind", "7")}, {args} FROM "{t}"', 8, t
     )
     mem = _enum_labels(exp, "ENUM_CUDA_MEM_KIND", MEM_KINDS)
-    gids = _names_by_code(names, m[:, 7], lambda k: f"Memset ({mem.get(k, 'Unknown')})")
-    return _gpu_rows(m, EventKind.MEMSET, gids, names.intern("gpu_memset"), blobs)
-
-
-def read_sync(exp: Export, names: Names) -> Rows | None:
-    t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-    if not exp.has(t):
-        return None
-    c = exp.col
-    args = _printf('"event":%d', c(t, "eventId"))
-    m, blobs = mixed_query(
-        exp, f'SELECT {_GPU_COLS}, {c(t, "syncType", "0")}, {args} FROM "{t}"', 8, t
-    )
-    gids = _names_by_code(names, m[:, 7], lambda k: SYNC_TYPES.get(k, "Unknown Sync"))
-    return _gpu_rows(m, EventKind.SYNC, gids, names.intern("cuda_sync"), blobs)
-
-
-def fix_sync_devices(work: Sequence[Rows], sync: Rows) -> None:
-    """CUPTI synchronisation records carry no device (Nsight writes 0): take it from the GPU work
-    of the same process and CUDA context."""
-    ctx = [(w.process, w.context) for w in work if w.context is not None and len(w)]
-    if sync.context is None or not ctx or not len(sync):
-        return
-    proc = np.concatenate([p for p, _ in ctx])
-    key_work = np.concatenate([c for _, c in ctx]) & 0xFFFFFFFF
-    dev = np.concatenate([w.device for w in work if w.context is not None and len(w)])
-    _, inv = np.unique(np.concatenate([proc, sync.process]), return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
-    key_work = (inv[: len(proc)] << 32) | key_work
-    key_sync = (inv[len(proc) :] << 32) | (sync.context & 0xFFFFFFFF)
-    order = np.argsort(key_work, kind="stable")
-    pos = np.minimum(np.searchsorted(key_work[order], key_sync), len(order) - 1)
-    hit = key_work[order[pos]] == key_sync
-    sync.device[hit] = dev[order[pos[hit]]]
+    gids = names_by_code(names, m[:, 7], lambda k: f"Memset ({mem.get(k, 'Unknown')})")
+    return gpu_rows(m, EventKind.MEMSET, gids, names.intern("gpu_memset"), blobs)
 
 
 def runtime_name(raw: str) -> str:

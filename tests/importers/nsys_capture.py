@@ -39,6 +39,7 @@ class Proc:
     devices: tuple[int, ...]
     context: int
     kernel_ends: dict[tuple[int, int], int] = field(default_factory=dict)  # (step, device)
+    event_records: list[int] = field(default_factory=list)  # correlation ids, in order
 
 
 def build(path: Path, procs: list[Proc], *, gpu_info: bool = True) -> Path:
@@ -83,13 +84,22 @@ def build(path: Path, procs: list[Proc], *, gpu_info: bool = True) -> Path:
                     "VALUES (?, ?, ?, ?, 7, ?, ?, 4096, 1, 1, 2)",
                     (base + 70_000, base + 71_000, dev, proc.context + k, corr, gpid),
                 )
-                # An event synchronisation: CUPTI records no device (Nsight writes 0) and no
-                # stream; the context tells the device.
+                # The all-reduce's stream records CUDA event 3 (cudaEventRecord), then the host
+                # waits for it (cudaEventSynchronize): the sync record has no device (Nsight
+                # writes 0) and no stream; the context tells the device.
+                record = corr - 1
+                proc.event_records.append(record)
+                con.execute(
+                    "INSERT INTO CUPTI_ACTIVITY_KIND_CUDA_EVENT (deviceId, contextId, streamId, "
+                    "correlationId, globalPid, eventId) VALUES (?, ?, 13, ?, ?, 3)",
+                    (dev, proc.context + k, record, gpid),
+                )
+                corr += 1
                 con.execute(
                     "INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start, end, deviceId, "
                     "contextId, streamId, correlationId, globalPid, syncType, eventId) "
                     "VALUES (?, ?, 0, ?, ?, ?, ?, 1, 3)",
-                    (base + 310_000, base + 320_000, proc.context + k, NO_STREAM, 0, gpid),
+                    (base + 310_000, base + 320_000, proc.context + k, NO_STREAM, corr, gpid),
                 )
         con.execute(
             "INSERT INTO NVTX_EVENTS (start, eventType, globalTid, text, domainId) "

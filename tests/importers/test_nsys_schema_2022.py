@@ -75,9 +75,8 @@ def test_nvtx_marks_and_inline_text(tmp_path: Path) -> None:
 
 
 def test_gpu_info_and_sync_devices(tmp_path: Path) -> None:
-    job = NsysImporter().read(
-        [build(tmp_path / "g.sqlite", [Proc(100, (0,), 1), Proc(200, (1,), 2)])]
-    )
+    procs = [Proc(100, (0,), 1), Proc(200, (1,), 2)]
+    job = NsysImporter().read([build(tmp_path / "g.sqlite", procs)])
     for trace in job:
         assert trace.devices == (
             DeviceInfo(trace.rank, "NVIDIA A100-SXM4-80GB", 108, 85899345920, (8, 0)),
@@ -88,6 +87,13 @@ def test_gpu_info_and_sync_devices(tmp_path: Path) -> None:
         # Nsight wrote device 0 for both processes; the CUDA context gives the right GPU.
         assert {(lane.kind, lane.device) for lane in lanes} == {(LaneKind.OTHER, trace.rank)}
         assert trace.name(int(syncs[0])) == "Event Sync"
+        args = [trace.events.args(i) for i in syncs.tolist()]
+        assert {a["device"] for a in args} == {trace.rank}
+        # Each wait is linked to the latest record of its CUDA event before it.
+        assert [a["wait_on_stream"] for a in args] == [13, 13]
+        assert [a["wait_on_cuda_event_record_corr_id"] for a in args] == procs[
+            trace.rank
+        ].event_records
 
 
 def test_no_gpu_info_table_means_no_devices(tmp_path: Path) -> None:

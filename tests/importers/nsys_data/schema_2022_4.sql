@@ -106,6 +106,15 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (
     eventId                     INTEGER   NOT NULL                     -- Event ID for which the synchronization API is called.
 );
 
+CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT (
+    deviceId                    INTEGER   NOT NULL,                    -- Device ID.
+    contextId                   INTEGER   NOT NULL,                    -- Context ID.
+    streamId                    INTEGER   NOT NULL,                    -- Stream ID.
+    correlationId               INTEGER,                               -- Correlation ID of the event record API to which this result is associated.
+    globalPid                   INTEGER,                               -- Serialized GlobalId.
+    eventId                     INTEGER   NOT NULL                     -- Event ID for which the event record API is called.
+);
+
 CREATE TABLE NVTX_EVENTS (
     start                       INTEGER   NOT NULL,                    -- Event start timestamp (ns).
     end                         INTEGER,                               -- Event end timestamp (ns).
