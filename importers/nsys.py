@@ -70,7 +70,8 @@ class NsysImporter:
         rank_by: str | None = None,
     ) -> Job:
         """Read the captures in ``paths`` (natural file-name order) into one job; ranks of later
-        files follow those of earlier ones."""
+        files follow those of earlier ones. ``rank_by`` (``auto``, ``process``, ``device``)
+        overrides the importer's mapping for this call."""
         mode = rank_by or self.rank_by
         if mode not in RANK_BY:
             raise UsageError(f"rank_by must be one of {', '.join(RANK_BY)}, not {mode!r}")
@@ -173,7 +174,9 @@ def _read_capture(
             launch_dst=launch_dst,
             collectives=collectives,
             comms=comms,
-            process_ranks=_process_ranks(plan.mode, rows.process, plan.rank_of, first_rank),
+            process_ranks=_process_ranks(
+                plan.mode, rows.process[:n_work], plan.rank_of[:n_work], first_rank
+            ),
         )
         gpus = _gpu_info(exp)
         clock = _clock(exp)
