@@ -24,10 +24,10 @@ import numpy.typing as npt
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.alphabeta import AlphaBetaModel, AlphaBetaParams
-from echo_view.sim.comm.nccl import _TUNED, NcclModel, predict_us
+from echo_view.sim.comm.batch import Batch, build_batch, predict_batch_us
+from echo_view.sim.comm.nccl import _TUNED, NcclModel
 from echo_view.sim.comm.params import CommParams
-from echo_view.sim.comm.placement import Placement, place
-from echo_view.sim.comm.tuner import TunerChoice
+from echo_view.sim.comm.placement import place
 
 MIB = 1 << 20
 F64 = npt.NDArray[np.float64]
@@ -93,38 +93,42 @@ class FitResult:
 # --- prediction ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    m: Measurement
-    placement: Placement
-    choice: TunerChoice | None
+@dataclass(frozen=True)
+class _Data:
+    """Measurements laid out for repeated evaluation."""
+
+    measurements: Sequence[Measurement]
+    batch: Batch
+    gpus: F64
+    measured_us: F64
 
 
-def _prepare(measurements: Sequence[Measurement]) -> list[_Prepared]:
+def _prepare(measurements: Sequence[Measurement]) -> _Data:
     tuner = NcclModel()
-    out = []
+    items = []
     for m in measurements:
         placement = place(m.ranks, m.cluster)
-        choice = None
+        options = None
         if placement.nranks > 1 and m.kind in _TUNED and m.nbytes > 0:
-            choice = tuner.choice(m.kind, m.nbytes, placement, m.cluster)
-        out.append(_Prepared(m, placement, choice))
-    return out
+            options = tuner.options(m.kind, m.nbytes, placement, m.cluster)
+        items.append((m.kind, m.nbytes, placement, m.cluster, options))
+    return _Data(
+        measurements,
+        build_batch(items),
+        np.array([float(m.gpus_per_thread) for m in measurements]),
+        np.array([m.time_ns / 1e3 for m in measurements]),
+    )
 
 
-def _nccl_predict(params: CommParams, prepared: Sequence[_Prepared]) -> F64:
-    out = np.empty(len(prepared))
-    for i, p in enumerate(prepared):
-        us = predict_us(params, p.m.kind, p.m.nbytes, p.placement, p.m.cluster, p.choice)[0]
-        out[i] = max(us, p.m.gpus_per_thread * params.launch_us)
-    return out
+def _nccl_predict(params: CommParams, data: _Data) -> F64:
+    us = predict_batch_us(params, data.batch)
+    return np.asarray(np.maximum(us, data.gpus * params.launch_us), dtype=np.float64)
 
 
-def _alphabeta_predict(params: AlphaBetaParams, prepared: Sequence[_Prepared]) -> F64:
+def _alphabeta_predict(params: AlphaBetaParams, data: _Data) -> F64:
     model = AlphaBetaModel(params)
-    out = np.empty(len(prepared))
-    for i, p in enumerate(prepared):
-        m = p.m
+    out = np.empty(len(data.measurements))
+    for i, m in enumerate(data.measurements):
         us = model.collective_time_ns(m.kind, m.nbytes, m.ranks, m.cluster) / 1e3
         out[i] = max(us, m.gpus_per_thread * params.launch_us)
     return out
@@ -132,10 +136,10 @@ def _alphabeta_predict(params: AlphaBetaParams, prepared: Sequence[_Prepared]) -
 
 def predicted_us(model: NcclModel | AlphaBetaModel, measurements: Sequence[Measurement]) -> F64:
     """What ``model`` predicts each measurement measured (harness floor included), µs."""
-    prepared = _prepare(measurements)
+    data = _prepare(measurements)
     if isinstance(model, NcclModel):
-        return _nccl_predict(model.params, prepared)
-    return _alphabeta_predict(model.params, prepared)
+        return _nccl_predict(model.params, data)
+    return _alphabeta_predict(model.params, data)
 
 
 def error_stats(measurements: Sequence[Measurement], predicted: F64) -> dict[str, ErrorStats]:
@@ -242,6 +246,7 @@ def _fit(
     prior: float,
     free: Sequence[str] = (),
     start_at: dict[str, float] | None = None,
+    weights: F64 | None = None,
 ) -> tuple[P, tuple[str, ...], int]:
     """Fit the ``candidates`` the data is sensitive to; ``free`` ones get no prior."""
     start = {name: base.flat()[name] for name in candidates}
@@ -249,6 +254,7 @@ def _fit(
     names = list(candidates)
     z0 = np.array([_to_z(k, start[k]) for k in names])
     log_meas = np.log(measured)
+    weights = np.ones(len(measured)) if weights is None else weights
     prior_w = np.array([0.0 if k in free else prior for k in names])
 
     def params_at(z: F64, keep: Sequence[str]) -> P:
@@ -256,7 +262,8 @@ def _fit(
 
     def data_residual(z: F64, keep: Sequence[str]) -> F64:
         pred = predict(params_at(z, keep))
-        return np.asarray(np.log(np.maximum(pred, 1e-9)) - log_meas, dtype=np.float64)
+        r = np.log(np.maximum(pred, 1e-9)) - log_meas
+        return np.asarray(r * weights, dtype=np.float64)
 
     # Drop constants that no measurement depends on.
     r0 = data_residual(z0, names)
@@ -300,6 +307,17 @@ def _free(measurements: Sequence[Measurement], *others: str) -> tuple[str, ...]:
     return (*launch, *others)
 
 
+def _balance(measurements: Sequence[Measurement]) -> F64:
+    """Weights that give every (source, below / from 1 MiB) class the same total weight, as
+    the errors are reported per class; normalised to a mean of 1."""
+    keys = [(m.source, m.nbytes >= MIB) for m in measurements]
+    counts: dict[tuple[str, bool], int] = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    w = np.array([1.0 / counts[k] for k in keys])
+    return np.asarray(np.sqrt(w / w.mean()), dtype=np.float64)
+
+
 def fit_nccl(
     measurements: Sequence[Measurement],
     start: CommParams | None = None,
@@ -307,26 +325,33 @@ def fit_nccl(
     huber: float = 0.15,
     prior: float = 0.05,
     source: str | None = None,
+    balance: bool = True,
 ) -> FitResult:
     """Calibrate :class:`NcclModel` to ``measurements``."""
     if not measurements:
         raise ValueError("nothing to fit")
-    prepared = _prepare(measurements)
-    measured = np.array([m.time_ns / 1e3 for m in measurements])
+    data = _prepare(measurements)
     base = start if start is not None else CommParams()
     params, names, iters = _fit(
         base,
         NCCL_CANDIDATES,
-        lambda p: _nccl_predict(p, prepared),
-        measured,
+        lambda p: _nccl_predict(p, data),
+        data.measured_us,
         huber=huber,
         prior=prior,
-        free=_free(measurements, "channel_us", "proxy_us"),
-        start_at={"channel_us": 0.5, "proxy_us": 0.5, **_launch_start(measurements)},
+        free=_free(measurements, "channel_us", "proxy_us.LL", "proxy_us.LL128", "proxy_us.SIMPLE"),
+        start_at={
+            "channel_us": 0.5,
+            "proxy_us.LL": 0.5,
+            "proxy_us.LL128": 0.5,
+            "proxy_us.SIMPLE": 0.5,
+            **_launch_start(measurements),
+        },
+        weights=_balance(measurements) if balance else None,
     )
     label = source or f"calibrated on {len({m.source for m in measurements})} logs"
     params = params.with_flat({}, source=label)
-    errors = error_stats(measurements, _nccl_predict(params, prepared))
+    errors = error_stats(measurements, _nccl_predict(params, data))
     return FitResult(params, names, iters, errors)
 
 
@@ -341,14 +366,13 @@ def fit_alphabeta(
     """Calibrate :class:`AlphaBetaModel` to ``measurements`` the same way."""
     if not measurements:
         raise ValueError("nothing to fit")
-    prepared = _prepare(measurements)
-    measured = np.array([m.time_ns / 1e3 for m in measurements])
+    data = _prepare(measurements)
     base = start if start is not None else AlphaBetaParams()
     params, names, iters = _fit(
         base,
         ALPHABETA_CANDIDATES,
-        lambda p: _alphabeta_predict(p, prepared),
-        measured,
+        lambda p: _alphabeta_predict(p, data),
+        data.measured_us,
         huber=huber,
         prior=prior,
         free=_free(measurements),
@@ -356,7 +380,7 @@ def fit_alphabeta(
     )
     label = source or f"calibrated on {len({m.source for m in measurements})} logs"
     params = params.with_flat({}, source=label)
-    errors = error_stats(measurements, _alphabeta_predict(params, prepared))
+    errors = error_stats(measurements, _alphabeta_predict(params, data))
     return FitResult(params, names, iters, errors)
 
 

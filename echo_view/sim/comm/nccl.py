@@ -36,6 +36,7 @@ from echo_view.sim.comm.tuner import (
     TREE,
     Topology,
     TunerChoice,
+    candidates,
     choose,
     table,
     topology,
@@ -80,7 +81,9 @@ def time_choice_us(
     p = PROTOCOLS.index(choice.protocol)
     intra_hop = (params.nvlink_hop_us if placement.intra == "nvlink" else params.pcie_hop_us)[p]
     # Every network step, the proxy thread posts one send and one receive per channel.
-    net_hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 + choice.channels * params.proxy_us
+    net_hop = (
+        params.net_hop_us[p] + cluster.net_latency_s * 1e6 + choice.channels * params.proxy_us[p]
+    )
     bus = min(
         choice.channels * params.channel_gbs[p],
         params.protocol_eff[p] * tier_bandwidths(placement, cluster, params),
@@ -125,12 +128,13 @@ class NcclModel:
             self._tables[key] = hit
         return hit
 
-    def choice(
+    def options(
         self, kind: CollectiveKind, nbytes: int, placement: Placement, cluster: Cluster
-    ) -> TunerChoice:
-        """What NCCL would run (tuned collectives with two or more ranks only)."""
+    ) -> list[TunerChoice]:
+        """NCCL's enabled (algorithm, protocol) pairs with their channels and NCCL's own
+        times (tuned collectives of two or more ranks only)."""
         topo, costs = self.tuner(kind, placement, cluster)
-        return choose(kind, nbytes, placement, topo, costs)
+        return candidates(kind, nbytes, placement, topo, costs)
 
     def estimate(
         self, kind: CollectiveKind, nbytes: int, ranks: Sequence[int], cluster: Cluster
@@ -145,13 +149,13 @@ class NcclModel:
         n = placement.nranks
         if nbytes == 0:
             return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0, assumed=assumed)
-        choice = None
+        options = None
         if n > 1 and kind in _TUNED:
-            choice = self.choice(kind, nbytes, placement, cluster)
+            options = self.options(kind, nbytes, placement, cluster)
         us, algorithm, protocol, channels = predict_us(
-            self.params, kind, nbytes, placement, cluster, choice
+            self.params, kind, nbytes, placement, cluster, options
         )
-        nccl_us = choice.time_us if choice is not None else None
+        nccl_us = choose(options).time_us if options is not None else None
         return _finish(kind, nbytes, n, us, algorithm, protocol, channels, nccl_us, assumed)
 
     def collective_time_ns(
@@ -166,15 +170,23 @@ def predict_us(
     nbytes: int,
     placement: Placement,
     cluster: Cluster,
-    choice: TunerChoice | None,
+    options: Sequence[TunerChoice] | None,
 ) -> tuple[float, str, str, int]:
-    """(µs, algorithm, protocol, channels) of one collective; ``choice`` is NCCL's tuner choice
-    for tuned collectives of two or more ranks, else None."""
+    """(µs, algorithm, protocol, channels) of one collective. ``options`` are NCCL's
+    candidates for tuned collectives of two or more ranks (else None); the one run is NCCL's
+    pick or the fastest on this hardware, as ``params.selection`` says."""
     if placement.nranks == 1:
         bw = cluster.gpu.hbm_bytes_per_s * params.hbm_eff
         return params.local_copy_us + 2 * nbytes / bw * 1e6, "local_copy", "none", 0
-    if choice is not None:
-        us = time_choice_us(kind, nbytes, placement, cluster, params, choice)
+    if options:
+        if params.selection == "nccl":
+            choice = choose(list(options))
+            us = time_choice_us(kind, nbytes, placement, cluster, params, choice)
+        else:
+            timed = [
+                (time_choice_us(kind, nbytes, placement, cluster, params, o), o) for o in options
+            ]
+            us, choice = min(timed, key=lambda t: t[0])
         return us, choice.algorithm, choice.protocol, choice.channels
     us, proto = p2p_time_us(kind, nbytes, placement, cluster, params)
     return us, "p2p", proto, 1

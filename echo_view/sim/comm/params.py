@@ -19,6 +19,9 @@ from echo_view.errors import ConfigError
 from echo_view.sim.comm.placement import PROTOCOLS
 
 Proto3 = tuple[float, float, float]
+#: How the model picks a collective's algorithm and protocol: the fastest by its own
+#: (calibrated) times, or the one NCCL 2.22.3's tuner picks with its built-in constants.
+SELECTIONS = ("fastest", "nccl")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class CommParams:
     channel_us: float = 0.0
     #: Per network step, the proxy thread posts one transfer per channel (NCCL's tuner has a
     #: per-step "net overhead" of 1-2 µs instead).
-    proxy_us: float = 0.0
+    proxy_us: Proto3 = (0.0, 0.0, 0.0)
     nvls_us: float = 25.0
     #: One-rank "collective": a device-to-device copy.
     local_copy_us: float = 2.0
@@ -46,8 +49,9 @@ class CommParams:
     nvlink_eff: float = 0.8
     pcie_eff: float = 0.75
     net_eff: float = 0.96
-    #: NVLink SHARP all-reduce: algorithm bandwidth / per-GPU NVLink bandwidth.
-    nvls_eff: float = 0.7
+    #: NVLink SHARP all-reduce: algorithm bandwidth / per-GPU NVLink bandwidth (H100: ~275 of
+    #: 450 GB/s measured, nccl-tests issue 212).
+    nvls_eff: float = 0.61
     hbm_eff: float = 1.0
     #: Payload fraction of each protocol's wire format (LL: 4 data bytes per 8; LL128: 120/128).
     protocol_eff: Proto3 = (0.5, 0.9375, 1.0)
@@ -56,7 +60,16 @@ class CommParams:
     #: nccl-tests only: host time to launch one GPU's kernel; a thread driving G GPUs cannot
     #: issue iterations faster than G * launch_us. Not used when simulating.
     launch_us: float = 0.0
+    selection: str = "fastest"
     source: str = "defaults from NCCL 2.22.3 tuning.cc and the GPU datasheets"
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise ConfigError(
+                f"unknown selection {self.selection!r}",
+                where="model.selection",
+                hint=f"one of: {', '.join(SELECTIONS)}",
+            )
 
     def flat(self) -> dict[str, float]:
         """Every constant by a dotted name (``base_us.LL``, ``net_eff``)."""
@@ -100,7 +113,7 @@ _LAYOUT: tuple[tuple[str, str, str, bool], ...] = (
     ("latency_us", "net_hop", "net_hop_us", True),
     ("latency_us", "tree_hop_factor", "tree_hop_factor", False),
     ("latency_us", "per_channel", "channel_us", False),
-    ("latency_us", "proxy_per_channel", "proxy_us", False),
+    ("latency_us", "proxy_per_channel", "proxy_us", True),
     ("latency_us", "nvls", "nvls_us", False),
     ("latency_us", "local_copy", "local_copy_us", False),
     ("bandwidth", "nvlink_eff", "nvlink_eff", False),
@@ -129,6 +142,7 @@ def comm_params_to_toml(params: CommParams, fit: Mapping[str, Any] | None = None
         "# echo-view collective model constants; see docs/comm-model.md",
         "[model]",
         'kind = "nccl"',
+        f'selection = "{params.selection}"',
         f"source = {_toml_string(params.source)}",
     ]
     section = ""
@@ -192,6 +206,8 @@ def comm_params_from_mapping(data: Mapping[str, Any], path: str | None = None) -
     model = data.get("model", {})
     source = str(model.get("source", f"calibrated ({path})" if path else "calibrated"))
     values: dict[str, Any] = {"source": source}
+    if "selection" in model:
+        values["selection"] = str(model["selection"])
     for sec in {s for s, *_ in _LAYOUT}:
         table = data.get(sec, {})
         if not isinstance(table, Mapping):

@@ -86,6 +86,8 @@ class Topology:
 
     graph_channels: int
     channel_gbs: float
+    #: Ring bus bandwidth NCCL can reach inside a node (caps the network channels' sum).
+    intra_gbs: float
     comm_channels: int
     arch: str
     ll128: bool
@@ -119,9 +121,8 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
         nic = cluster.nic_bytes_per_s_per_gpu / 1e9
         steps = _SPEED_INTER_SM90 if arch == "hopper" else _SPEED_INTER
         speed = next((s for s in steps if s <= nic), steps[-1])
+        # One channel per NIC of the node with the fewest ranks; NVLink caps their sum below.
         channels = placement.ppn_min
-        if placement.ppn_max > 1 and channels * speed > intra_total:
-            channels = max(1, math.floor(intra_total / speed))
     nvls = (
         arch in _NVLS_EFFICIENCY
         and cluster.fabric == "nvswitch"
@@ -131,6 +132,7 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
     return Topology(
         graph_channels=channels,
         channel_gbs=speed,
+        intra_gbs=intra_total if placement.ppn_max > 1 else math.inf,
         comm_channels=min(2 * channels, MAX_CHANNELS),
         arch=arch,
         ll128=placement.intra == "nvlink",
@@ -175,7 +177,7 @@ def table(
                 continue
             if proto == LL128 and not topo.ll128:
                 continue
-            bus = topo.graph_channels * topo.channel_gbs
+            bus = min(topo.graph_channels * topo.channel_gbs, topo.intra_gbs)
             ch = topo.graph_channels
             if algo == RING and proto == LL:
                 bus = min(ll_max, bus * (0.25 if nodes > 1 or reduce_like else 1 / 3))
@@ -217,15 +219,16 @@ def table(
     return out
 
 
-def choose(
+def candidates(
     kind: CollectiveKind,
     nbytes: int,
     placement: Placement,
     topo: Topology,
     costs: dict[tuple[str, str], tuple[float, float]],
-) -> TunerChoice:
-    """The (algorithm, protocol) NCCL runs for ``nbytes`` and how many channels it uses."""
-    best: TunerChoice | None = None
+) -> list[TunerChoice]:
+    """Every enabled (algorithm, protocol) with the channels NCCL would give it for ``nbytes``
+    and NCCL's own predicted time (``ncclTopoGetAlgoTime``), in NCCL's loop order."""
+    out = []
     log_size = int(math.log2(max(nbytes >> 6, 1)))
     for (algo, proto), (lat, bw) in costs.items():
         if bw <= 0:
@@ -240,14 +243,21 @@ def choose(
             and nbytes / (topo.comm_channels * placement.nranks) >= 64
         ):
             lat *= 1.9 if topo.arch == "volta" else 1.4  # "plateau effect of ring"
-        t = lat + nbytes / (1000.0 * bw)
-        if best is None or t < best.time_us:
-            best = TunerChoice(algo, proto, 0, t)
-    if best is None:
+        choice = TunerChoice(algo, proto, 0, lat + nbytes / (1000.0 * bw))
+        nc = channels(nbytes, choice, placement, topo)
+        out.append(TunerChoice(algo, proto, nc, choice.time_us))
+    if not out:
         raise ValueError(f"no NCCL algorithm for {kind.label}")
-    return TunerChoice(
-        best.algorithm, best.protocol, channels(nbytes, best, placement, topo), best.time_us
-    )
+    return out
+
+
+def choose(options: list[TunerChoice]) -> TunerChoice:
+    """NCCL's pick: the fastest by its own model (the first on ties, as NCCL's loop)."""
+    best = options[0]
+    for option in options[1:]:
+        if option.time_us < best.time_us:
+            best = option
+    return best
 
 
 def channels(nbytes: int, choice: TunerChoice, placement: Placement, topo: Topology) -> int:

@@ -1,0 +1,146 @@
+"""nccl-tests log parser: the real Echo logs (A100, 1-128 ranks), newer nccl-tests output, and
+located errors on malformed input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from echo_view.errors import InputError
+from echo_view.model import CollectiveKind
+from importers.nccl_tests import is_nccl_tests_log, parse_nccl_tests
+from tests.conftest import shared_path
+
+ECHO = ("echo-nccl-tests",)
+
+
+def _log(name: str) -> Path:
+    return shared_path("data", *ECHO, name)
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    ("name", "ranks", "hosts", "gpus_per_thread", "rows"),
+    [
+        ("nccl_1.log", 1, 1, 1, 28),
+        ("nccl_2.log", 2, 1, 2, 28),
+        ("nccl_4.log", 4, 1, 4, 28),
+        ("nccl_8.log", 8, 1, 8, 28),
+        ("nccl_16.log", 16, 2, 1, 25),
+        ("nccl_32.log", 32, 4, 1, 23),
+        ("nccl_64.log", 64, 8, 1, 23),
+        ("nccl_128.log", 128, 16, 1, 23),
+    ],
+)
+def test_echo_logs(name: str, ranks: int, hosts: int, gpus_per_thread: int, rows: int) -> None:
+    log = parse_nccl_tests(_log(name))
+    assert log.nranks == ranks
+    assert log.nodes == hosts
+    assert log.gpus_per_thread == gpus_per_thread
+    assert len(log.rows) == rows
+    assert log.device_names == ("A100-SXM4-40GB",)
+    # Every host holds the same number of ranks: the 128-rank log's "[1,0]<stdout>:" tag that
+    # interleaved into a host name must not create a 17th host.
+    assert set(log.ranks_per_host) == {ranks // hosts}
+    # The op is all-reduce (sum, float): inferred from the redop column and busbw/algbw.
+    assert log.collective == CollectiveKind.ALL_REDUCE
+    assert all(r.redop == "sum" and r.dtype == "float" for r in log.rows)
+    sizes = [r.nbytes for r in log.rows]
+    assert sizes == sorted(sizes)
+    assert all(r.time_ns > 0 and r.in_place_time_ns is not None for r in log.rows)
+
+
+@pytest.mark.shared
+def test_values_are_exact() -> None:
+    log = parse_nccl_tests(_log("nccl_8.log"))
+    last = log.rows[-1]
+    assert (last.nbytes, last.count) == (1073741824, 268435456)
+    assert last.time_ns == 8_139_200 and last.in_place_time_ns == 8_139_600
+    assert (last.algbw_gbs, last.busbw_gbs) == (131.92, 230.86)
+    assert log.avg_busbw_gbs == pytest.approx(59.3571)
+    assert log.params["nGpus"] == "8" and log.params["warmup iters"] == "5"
+    big = parse_nccl_tests(_log("nccl_16.log"))
+    assert big.rows[-1].nbytes == 17179869184 and big.rows[-1].time_ns == 251_757_000
+    # busbw = algbw * 2(n-1)/n, as printed (the basis of the inference).
+    r = big.rows[-1]
+    assert r.busbw_gbs == pytest.approx(r.algbw_gbs * 2 * 15 / 16, rel=1e-3)
+
+
+NEW_FORMAT = """\
+# nccl-tests version 2.17.6 nccl-headers=22203 nccl-library=22203
+# Collective test starting: all_gather_perf
+# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  1946 on  gpu-a device  0 [0000:0f:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  1947 on  gpu-b device  0 [0000:0f:00] NVIDIA H100 80GB HBM3
+gpu-a:1946:1946 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        1024           128     float    none      -1    20.15    0.05    0.03      0    19.80    0.05    0.03      0
+        2048           256     float    none      -1    20.40    0.10    0.05      0    20.10    0.10    0.05      0
+        4096           512     float    none      -1    21.00    0.20    0.10    N/A    20.90    0.20    0.10    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 0.06
+"""
+
+
+def test_newer_nccl_tests_output() -> None:
+    log = parse_nccl_tests("run.log", NEW_FORMAT)
+    assert log.collective == CollectiveKind.ALL_GATHER
+    assert log.collective_source == "test line"
+    assert log.nccl_version_code == 22203 and log.nccl_tests_version == "2.17.6"
+    assert log.nranks == 2 and log.nodes == 2
+    assert log.device_names == ("NVIDIA H100 80GB HBM3",)
+    assert [r.nbytes for r in log.rows] == [1024, 2048, 4096]
+    assert log.rows[0].root == -1 and log.rows[0].redop == "none"
+    assert log.rows[2].time_ns == 21_000 and log.rows[2].in_place_time_ns == 20_900
+
+
+def test_collective_from_file_name_and_override() -> None:
+    body = NEW_FORMAT.replace("# Collective test starting: all_gather_perf\n", "")
+    assert parse_nccl_tests("x/reduce_scatter_perf.log", body).collective == (
+        CollectiveKind.REDUCE_SCATTER
+    )
+    with pytest.raises(InputError, match="which collective"):
+        parse_nccl_tests("x/run.log", body)
+    log = parse_nccl_tests("x/run.log", body, collective=CollectiveKind.ALL_TO_ALL)
+    assert log.collective == CollectiveKind.ALL_TO_ALL and log.collective_source == "given"
+
+
+def test_malformed_row_names_file_and_line() -> None:
+    bad = NEW_FORMAT.replace("21.00    0.20", "21.00    oops")
+    with pytest.raises(InputError) as info:
+        parse_nccl_tests("bad.log", bad)
+    assert info.value.path == "bad.log"
+    assert info.value.where == "line 15"
+    assert "algbw" in info.value.message
+    truncated = NEW_FORMAT.replace("0.10    N/A    20.90    0.20    0.10    N/A", "0.10")
+    with pytest.raises(InputError, match="columns") as info:
+        parse_nccl_tests("short.log", truncated)
+    assert info.value.where == "line 15"
+
+
+def test_missing_parts_are_errors() -> None:
+    with pytest.raises(InputError, match="no nccl-tests result rows"):
+        parse_nccl_tests("empty.log", "# nThread 1 nGpus 1\n")
+    no_ranks = "\n".join(line for line in NEW_FORMAT.splitlines() if "Rank" not in line)
+    with pytest.raises(InputError, match="Rank"):
+        parse_nccl_tests("noranks.log", no_ranks)
+    with pytest.raises(InputError, match="second nccl-tests run"):
+        parse_nccl_tests("two.log", NEW_FORMAT + NEW_FORMAT)
+    with pytest.raises(InputError, match="cannot read"):
+        parse_nccl_tests(Path("/nonexistent/nccl.log"))
+
+
+def test_sniff(tmp_path: Path) -> None:
+    good = tmp_path / "a.log"
+    good.write_text(NEW_FORMAT)
+    other = tmp_path / "b.log"
+    other.write_text("hello\n")
+    assert is_nccl_tests_log(good)
+    assert not is_nccl_tests_log(other)
+    assert not is_nccl_tests_log(tmp_path / "missing.log")

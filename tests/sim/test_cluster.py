@@ -1,0 +1,146 @@
+"""GPU presets, device-name matching, and cluster overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import ClusterConfig
+from echo_view.sim.cluster import (
+    OVERRIDE_KEYS,
+    PRESETS,
+    Cluster,
+    cluster_from_config,
+    gpu_preset,
+    known_presets,
+    make_cluster,
+    match_gpu,
+)
+
+GB = 1e9
+
+
+def test_presets_are_complete_and_cited() -> None:
+    assert set(PRESETS) == {
+        "V100-SXM2-32GB",
+        "A100-SXM4-40GB",
+        "A100-SXM4-80GB",
+        "H100-SXM5-80GB",
+        "H800-SXM5-80GB",
+        "H200-SXM-141GB",
+        "B200",
+    }
+    for spec in PRESETS.values():
+        assert "datasheet" in spec.source or "product brief" in spec.source
+        assert spec.hbm_bytes_per_s > 0 and spec.nvlink_bytes_per_s > 0
+        assert spec.memory_bytes > 0 and spec.sm_count > 0
+        assert spec.peak_flops["fp32"] > 0 and spec.peak_flops["fp16"] > spec.peak_flops["fp32"]
+
+
+def test_datasheet_values() -> None:
+    a100 = gpu_preset("A100-SXM4-40GB")
+    assert a100.peak_flops["bf16"] == 312e12 and a100.peak_flops["tf32"] == 156e12
+    assert a100.hbm_bytes_per_s == 1555 * GB and a100.nvlink_bytes_per_s == 300 * GB
+    assert "fp8" not in a100.peak_flops  # no FP8 tensor cores before Hopper
+    h100, h800 = gpu_preset("H100"), gpu_preset("H800")
+    # H800 is an H100 with NVLink cut to 400 GB/s (200 per direction).
+    assert h800.peak_flops == h100.peak_flops
+    assert h800.nvlink_bytes_per_s == 200 * GB < h100.nvlink_bytes_per_s == 450 * GB
+    assert gpu_preset("H200").hbm_bytes_per_s == 4800 * GB
+    assert gpu_preset("V100").default_fabric == "nvlink"
+
+
+def test_aliases_and_unknown_preset() -> None:
+    assert gpu_preset("a100").name == "A100-SXM4-80GB"
+    assert gpu_preset("h100-sxm5-80gb").name == "H100-SXM5-80GB"
+    for alias in ("A100", "H100", "V100", "H800", "H200", "B200"):
+        assert gpu_preset(alias).name in PRESETS
+    with pytest.raises(ConfigError) as info:
+        gpu_preset("X100")
+    text = info.value.one_line()
+    assert "X100" in text and all(name in text for name in PRESETS)
+    assert set(PRESETS) <= set(known_presets())
+
+
+@pytest.mark.parametrize(
+    ("device", "memory", "preset"),
+    [
+        ("Tesla V100-SXM2-32GB", None, "V100-SXM2-32GB"),  # samples/dlrm_kineto
+        ("NVIDIA A100-SXM4-80GB", None, "A100-SXM4-80GB"),
+        ("A100-SXM4-40GB", None, "A100-SXM4-40GB"),  # nccl-tests logs
+        ("NVIDIA A100-PG509-200", 42297524224, "A100-SXM4-40GB"),  # samples/hta_nccl
+        ("NVIDIA A100-PG509-200", 85 * 10**9, "A100-SXM4-80GB"),
+        ("NVIDIA H100 80GB HBM3", None, "H100-SXM5-80GB"),
+        ("NVIDIA H800", None, "H800-SXM5-80GB"),
+        ("NVIDIA H200", None, "H200-SXM-141GB"),
+        ("NVIDIA B200", None, "B200"),
+        ("NVIDIA H100 PCIe", None, None),
+        ("NVIDIA GeForce RTX 3090", None, None),
+    ],
+)
+def test_match_gpu(device: str, memory: int | None, preset: str | None) -> None:
+    spec = match_gpu(device, memory)
+    assert (spec.name if spec else None) == preset
+
+
+def test_cluster_layout_and_hash() -> None:
+    c = make_cluster("A100-SXM4-40GB", gpus_per_node=8, nodes=4)
+    assert c.world_size == 32
+    assert [c.node_of(r) for r in (0, 7, 8, 31)] == [0, 0, 1, 3]
+    assert c.nic_bytes_per_s_per_gpu == 25 * GB  # 200 Gb/s HDR per GPU, DGX A100
+    assert c.nvlink_bw == 300 * GB
+    assert hash(c) == hash(make_cluster("A100-SXM4-40GB", gpus_per_node=8, nodes=4))
+
+
+def test_overrides() -> None:
+    c = make_cluster("A100").with_overrides(
+        {
+            "nic_gbps_per_gpu": "400",
+            "gpus_per_node": "4",
+            "nodes": 3,
+            "nvlink_gbps": "1200",
+            "cpu": "AMD",
+            "net_latency_us": "2.5",
+            "peak_tflops_bf16": "100",
+        }
+    )
+    assert c.nic_bytes_per_s_per_gpu == 50 * GB
+    assert (c.gpus_per_node, c.nodes, c.cpu) == (4, 3, "amd")
+    assert c.nvlink_bw == 150 * GB
+    assert c.net_latency_s == pytest.approx(2.5e-6)
+    assert c.gpu.peak_flops["bf16"] == 100e12
+    assert c.gpu.peak_flops["fp32"] == 19.5e12
+    # The GPU is applied first, so its values can be overridden in the same mapping.
+    h = make_cluster("A100").with_overrides({"hbm_gbytes_per_s": "5000", "gpu": "H100"})
+    assert h.gpu.hbm_bytes_per_s == 5000 * GB and h.gpu.sm_count == 132
+    assert make_cluster("A100").with_overrides({"nvlink_gbytes_per_s": 150}).nvlink_bw == 150 * GB
+    assert set(Cluster.describe(c)) <= {*OVERRIDE_KEYS, "nvlink_gbytes_per_s", "pcie_gbytes_per_s"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("nic_gbs", "1", "unknown cluster key 'nic_gbs'"),
+        ("nic_gbps_per_gpu", "-5", "must be positive"),
+        ("gpus_per_node", "eight", "expected an integer"),
+        ("fabric", "ethernet", "unknown fabric"),
+        ("cpu", "sparc", "unknown CPU vendor"),
+        ("gpu", "Z9", "unknown GPU preset"),
+        ("net_latency_us", "-1", "must not be negative"),
+    ],
+)
+def test_bad_overrides(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        make_cluster("A100").with_overrides({key: value})
+    if key == "nic_gbs":
+        assert all(k in info.value.one_line() for k in OVERRIDE_KEYS)
+
+
+def test_from_workload_config() -> None:
+    cfg = ClusterConfig("H800", gpus_per_node=8, nodes=12, nic_gbps_per_gpu=400.0,
+                        overrides={"cpu": "intel"})  # fmt: skip
+    c = cluster_from_config(cfg)
+    assert c.gpu.name == "H800-SXM5-80GB" and c.world_size == 96
+    assert c.nic_bytes_per_s_per_gpu == 50 * GB
+    with pytest.raises(ConfigError):
+        cluster_from_config(ClusterConfig("A100", 8, 1, None, {"bogus": 1}))
