@@ -118,7 +118,8 @@ class KinetoRule:
         self.gpu = _Cols(corr="i8", start="i8", index="i8", thread="i4", name="i4")
         self.rt = _Cols(corr="i8", start="i8", index="i8", thread="i4", launch="?")
         self.steps = _Cols(number="i8", start="i8", end="i8")
-        self.window: tuple[int, int, int] | None = None  # start, end, index
+        # The profiler's Trace spans (start, end, index): one per rank in a merged file.
+        self.windows: list[tuple[int, int, int]] = []
         self.coll_gpu: list[tuple[Any, ...]] = []
         self.coll_cpu: list[tuple[Any, ...]] = []
         self.pg_ranks: dict[str, tuple[int, ...]] = {}
@@ -210,11 +211,8 @@ class KinetoRule:
             self.steps.add(
                 number=self.step_no[chunk.name[steps]], start=start[steps], end=end[steps]
             )
-        if self.window is None:
-            tr = np.flatnonzero(x & ((cat_c & _C_TRACE) != 0))
-            if len(tr):
-                r = int(tr[0])
-                self.window = (int(start[r]), int(end[r]), chunk.first + r)
+        for r in np.flatnonzero(x & ((cat_c & _C_TRACE) != 0)).tolist():
+            self.windows.append((int(start[r]), int(end[r]), chunk.first + r))
 
     def _coll(
         self, ctx: FileContext, chunk: EventChunk, r: int, a: KinetoArgs | None, s: Any, e: Any
@@ -301,27 +299,30 @@ class KinetoRule:
         emit("EV603", g, early, early_msg)
 
     def _window(self, ctx: FileContext) -> None:
+        """EV604: slices inside none of the Trace spans (an unended B counts as inside)."""
         sl = ctx.slices
-        if self.window is None or sl is None or not len(sl.start):
+        if not self.windows or sl is None or not len(sl.start):
             return
-        w0, w1, widx = self.window
-        end = np.minimum(sl.end, np.iinfo(np.int64).max)
-        out = np.flatnonzero(((sl.start < w0) | (end > w1)) & (sl.index != widx))
+        inside = sl.end == np.iinfo(np.int64).max
+        for w0, w1, widx in self.windows:
+            inside |= ((sl.start >= w0) & (sl.end <= w1)) | (sl.index == widx)
+        out = np.flatnonzero(~inside)
         out = out[np.argsort(sl.index[out], kind="stable")]
-        ctx.emit(
-            "EV604",
-            len(out),
-            (
-                Finding(
-                    "EV604",
-                    "starts before the Trace span"
-                    if sl.start[i] < w0
-                    else f"ends {format_duration(int(end[i]) - w1)} after the Trace span",
-                    ctx.at(int(sl.index[i]), int(sl.start[i]), int(sl.thread[i])),
-                )
-                for i in out.tolist()
-            ),
-        )
+        first = min(w[0] for w in self.windows)
+        last = max(w[1] for w in self.windows)
+
+        def message(i: int) -> str:
+            if sl.start[i] < first:
+                return "starts before the Trace span"
+            if sl.end[i] > last:
+                return f"ends {format_duration(int(sl.end[i]) - last)} after the Trace span"
+            return "lies outside every Trace span"
+
+        def finding(i: int) -> Finding:
+            where = ctx.at(int(sl.index[i]), int(sl.start[i]), int(sl.thread[i]))
+            return Finding("EV604", message(i), where)
+
+        ctx.emit("EV604", len(out), (finding(i) for i in out.tolist()))
 
     def summary(self, ctx: FileContext) -> RankSummary:
         """The rank's identity, collectives and steps (times on its absolute clock)."""
