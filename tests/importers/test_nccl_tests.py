@@ -67,25 +67,9 @@ def test_values_are_exact() -> None:
     assert r.busbw_gbs == pytest.approx(r.algbw_gbs * 2 * 15 / 16, rel=1e-3)
 
 
-NEW_FORMAT = """\
-# nccl-tests version 2.17.6 nccl-headers=22203 nccl-library=22203
-# Collective test starting: all_gather_perf
-# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
-#
-# Using devices
-#  Rank  0 Group  0 Pid  1946 on  gpu-a device  0 [0000:0f:00] NVIDIA H100 80GB HBM3
-#  Rank  1 Group  0 Pid  1947 on  gpu-b device  0 [0000:0f:00] NVIDIA H100 80GB HBM3
-gpu-a:1946:1946 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-        1024           128     float    none      -1    20.15    0.05    0.03      0    19.80    0.05    0.03      0
-        2048           256     float    none      -1    20.40    0.10    0.05      0    20.10    0.10    0.05      0
-        4096           512     float    none      -1    21.00    0.20    0.10    N/A    20.90    0.20    0.10    N/A
-# Out of bounds values : 0 OK
-# Avg bus bandwidth    : 0.06
-"""
+# Output of a recent nccl-tests (version line, test name, Group and root columns, #wrong),
+# with an NCCL INFO line in the middle as real runs have.
+NEW_FORMAT = (Path(__file__).parent / "nccl_tests_data" / "all_gather_2ranks.log").read_text()
 
 
 def test_newer_nccl_tests_output() -> None:
