@@ -8,6 +8,12 @@ collective a rank launched on the group). Ranks of a group that are not in the j
 (a job traced on a subset of its ranks) are left out of the instance: replay treats them as
 arriving on time.
 
+When a trace records no payload for a collective (older Kineto writes no ``In msg nelems``),
+it is read from the ``nccl:<collective>`` annotation around the collective's launch, whose
+``Input Dims`` and ``Input type`` give the element count and size; that annotation also names
+the collective when the kernel is NCCL's generic point-to-point one (``SendRecv`` running an
+all-to-all).
+
 The measured transfer time of an instance is the duration of the participant that started
 last: it started when everyone else was already waiting, so its kernel time is the transfer
 alone, and it is read off one rank's clock (no cross-rank clock error).
@@ -21,7 +27,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import NONE, CollectiveKind, Job, ProcessGroup, parse_nccl_kernel_name
+from echo_view.model import (
+    NONE,
+    CollectiveKind,
+    EventKind,
+    Job,
+    ProcessGroup,
+    collective_kind_from_name,
+    parse_nccl_kernel_name,
+)
 from echo_view.model.workload import CollectiveSpecs
 from echo_view.sim.replay_deps import RankView
 
@@ -125,6 +139,7 @@ def _rank_entries(
         launch = int(view.launch_of[op - base]) if len(view.launch_of) else NONE
         return int(mstart[launch if launch >= 0 else op])
 
+    notes = _Annotations(view)
     for row in range(len(cs)):
         op = int(view.op_of_row[int(cs.event[row])])
         if op < 0 or op in covered:
@@ -135,9 +150,8 @@ def _rank_entries(
         if g >= 0:
             pg = trace.groups[g]
             key = (pg.name, tuple(pg.ranks) if pg.ranks else world_ranks)
-        out.append(
-            (key, _Entry(when(op), op, int(cs.seq[row]), int(cs.kind[row]), int(cs.bytes[row])))
-        )
+        kind, nbytes = notes.fill(op, int(cs.kind[row]), int(cs.bytes[row]))
+        out.append((key, _Entry(when(op), op, int(cs.seq[row]), kind, nbytes)))
     for lane in view.gpu_lanes:
         for op in view.lane_ops[lane].tolist():
             if op in covered:
@@ -146,5 +160,72 @@ def _rank_entries(
             info = parse_nccl_kernel_name(trace.strings[name])
             if info is None:
                 continue
-            out.append((("", world_ranks), _Entry(when(op), op, NONE, int(info.collective), NONE)))
+            kind, nbytes = notes.fill(op, int(info.collective), NONE)
+            out.append((("", world_ranks), _Entry(when(op), op, NONE, kind, nbytes)))
     return out
+
+
+#: Element sizes of the ``Input type`` names PyTorch writes.
+_ELEMENT_BYTES = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "unsigned int": 4,
+    "double": 8, "float64": 8, "long": 8, "long int": 8, "int64": 8, "long long": 8,
+    "c10::half": 2, "half": 2, "c10::bfloat16": 2, "bfloat16": 2, "short": 2, "int16": 2,
+    "unsigned char": 1, "signed char": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+}  # fmt: skip
+_GENERIC = {int(CollectiveKind.SEND_RECV), int(CollectiveKind.UNKNOWN)}
+
+
+class _Annotations:
+    """``nccl:<collective>`` annotations of one rank, to fill in what a collective row lacks."""
+
+    def __init__(self, view: RankView) -> None:
+        self.view = view
+        trace = view.trace
+        ev = trace.events
+        ann = np.flatnonzero(ev.kind == int(EventKind.USER_ANNOTATION))
+        keep = [r for r in ann.tolist() if trace.strings[int(ev.name[r])].startswith("nccl:")]
+        self.rows = np.array(keep, dtype=np.int64)
+
+    def fill(self, op: int, kind: int, nbytes: int) -> tuple[int, int]:
+        """``(kind, bytes)`` of the collective run by ``op``, completed from its annotation."""
+        if not len(self.rows) or (nbytes >= 0 and kind not in _GENERIC):
+            return kind, nbytes
+        view = self.view
+        base = int(view.op_ids[0])
+        launch = int(view.launch_of[op - base])
+        if launch < 0:
+            return kind, nbytes
+        ev = view.trace.events
+        row = int(view.src_row[launch - base])
+        t, lane = int(ev.start_ns[row]), int(ev.lane[row])
+        rows = self.rows
+        start = ev.start_ns[rows]
+        around = rows[(ev.lane[rows] == lane) & (start <= t) & (start + ev.dur_ns[rows] >= t)]
+        if not len(around):
+            return kind, nbytes
+        r = int(around[np.argmax(ev.start_ns[around])])  # the innermost
+        name = view.trace.strings[int(ev.name[r])].removeprefix("nccl:")
+        named = int(collective_kind_from_name(name))
+        if kind in _GENERIC and named != int(CollectiveKind.UNKNOWN):
+            kind = named
+        if nbytes < 0:
+            nbytes = _payload(ev.args(r))
+        return kind, nbytes
+
+
+def _payload(args: dict[str, object]) -> int:
+    """Bytes of the first input in an op's ``Input Dims`` / ``Input type`` (-1 unknown)."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list) or not dims or not types:
+        return NONE
+    shape, dtype = dims[0], types[0]
+    size = _ELEMENT_BYTES.get(str(dtype).lower())
+    if size is None or not isinstance(shape, list) or not shape:
+        return NONE
+    count = 1
+    for d in shape:
+        if not isinstance(d, int) or d < 0:
+            return NONE
+        count *= d
+    return count * size

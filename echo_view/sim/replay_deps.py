@@ -3,6 +3,8 @@
 Rules, per rank (times are measured, on the workload's clock):
 
 - **launch**: a GPU op starts no earlier than its launch call starts (same correlation id).
+  An op whose launch is not in the trace follows its stream predecessor with its measured gap
+  (the first op of a stream keeps its measured start).
 - **blocking call**: a launch call that returned after its GPU op ended (``cudaMemcpy`` to
   pageable memory, synchronous memset) waited for it: the call ends after the op ends.
 - **host sync**: ``cudaDeviceSynchronize`` waits for the last op launched on every stream;
@@ -132,9 +134,13 @@ def infer_dependencies(
     )
     has_launch = launch_of[gpu_ids - base] >= 0
     launch_t[gpu_ids[has_launch]] = mstart[launch_of[gpu_ids[has_launch] - base]]
+    first_on_stream = {int(view.lane_ops[s][0]) for s in view.gpu_lanes}
     for g, lop in zip(gpu_ids.tolist(), launch_of[gpu_ids - base].tolist(), strict=True):
         if lop < 0:
-            release[g] = mstart[g]
+            # No launch recorded (launched before the window, or sampled out): the op follows
+            # its stream with its measured gap; the first op of a stream keeps its start.
+            if g in first_on_stream:
+                release[g] = mstart[g]
             continue
         edges.add(lop, g, _MODE_S2S, DepKind.LAUNCH)
         if mend[lop] >= mend[g]:

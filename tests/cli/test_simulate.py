@@ -1,0 +1,99 @@
+"""``echo-view simulate``: JSON report, text report, export that passes ``check``, what-if knobs,
+and one-line errors for unknown knobs, presets, malformed ``--set`` and unsupported inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+
+pytest.importorskip("importers.kineto")
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+DLRM = str(SAMPLES / "dlrm_kineto")
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["simulate", *argv, "--json"]) == 0
+    out: dict[str, object] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_json_report_of_a_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    rep = _json(capsys, DLRM)
+    assert rep["mode"] == "replay" and rep["comm"] == "measured"
+    ranks = rep["ranks"]
+    assert isinstance(ranks, list) and [r["rank"] for r in ranks] == list(range(8))
+    for r in ranks:
+        for key in ("step_time_s", "compute_s", "comm_s", "exposed_comm_s", "idle_s"):
+            assert isinstance(r[key], float) and r[key] >= 0
+        assert abs(r["error_pct"]) <= 2.0
+    step = rep["step_time_s"]
+    assert isinstance(step, float)
+    assert step == max(r["step_time_s"] for r in ranks)
+    assert abs(rep["error_pct"]) <= 2.0  # type: ignore[arg-type]
+    assert rep["cluster"]["gpu"] == "V100-SXM2-32GB"  # type: ignore[index]
+
+
+def test_what_if_knobs(capsys: pytest.CaptureFixture[str]) -> None:
+    base = _json(capsys, DLRM, "--comm", "model")
+    wide = _json(capsys, DLRM, "--comm", "model", "--set", "cluster.nic_gbps_per_gpu=400")
+    none = _json(capsys, DLRM, "--set", "comm.scale=0")
+    fast = _json(capsys, DLRM, "--set", "compute.scale.all=0.5", "--set", "compute.scale.cpu=0.5")
+    assert base["collectives"]["modelled"] == 8  # type: ignore[index]
+    assert wide["cluster"]["nic_gbps_per_gpu"] == 400  # type: ignore[index]
+    assert wide["mode"] == "what-if"
+    for other in (wide, none, fast):
+        assert other["step_time_s"] <= base["step_time_s"] + 1e-9  # type: ignore[operator]
+    assert fast["step_time_s"] < base["step_time_s"]  # type: ignore[operator]
+
+
+def test_text_report_and_export_that_passes_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "pred.json.gz"
+    assert main(["simulate", DLRM, "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("replay of ") and "step time" in text and "measured" in text
+    assert out.exists()
+    assert main(["check", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--set", "cluster.nic=1"], "unknown knob 'cluster.nic'"),
+        (["--set", "compute.scale.gem=0.5"], "known: cluster.gpu"),
+        (["--set", "cluster.gpu=Z100"], "unknown GPU preset 'Z100'"),
+        (["--set", "comm.scale"], "--set expects KEY=VALUE"),
+        (["--set", "comm.scale=fast"], "expected a number"),
+        (["--set", "compute.scale.all=-1"], ">= 0"),
+    ],
+)
+def test_bad_knobs_are_one_line_errors(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", DLRM, *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_unsupported_inputs_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "job.toml"
+    cfg.write_text("[model]\n")
+    assert main(["simulate", str(cfg)]) == 2
+    assert "workload config" in capsys.readouterr().err
+    assert main(["simulate", str(tmp_path / "missing.json")]) == 2
+    assert main(["simulate", DLRM, "-o", str(tmp_path / "out.txt")]) == 2
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_model_needs_a_known_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    sampled = str(SAMPLES / "hta_sampled_128")
+    assert main(["simulate", sampled, "--comm", "model"]) == 2
+    assert "cluster.gpu" in capsys.readouterr().err
+    rep = _json(capsys, sampled, "--comm", "model", "--set", "cluster.gpu=A100-40GB")
+    assert rep["cluster"]["nodes"] == 16  # type: ignore[index]
+    assert rep["collectives"]["absent_ranks"] == 126  # type: ignore[index]
