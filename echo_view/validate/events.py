@@ -99,10 +99,6 @@ PH_EMPTY = 254
 PH_UNKNOWN = 255
 
 
-def ph_code(ph: str) -> int:
-    return PH[ph]
-
-
 def _intern_strings(values: list[Any], table: Interner) -> I32:
     try:
         ids = [table[v] for v in values]

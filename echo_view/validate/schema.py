@@ -301,15 +301,14 @@ class SchemaRule:
         ev = chunk.events
         named = np.isin(chunk.ph, _NAMED)
         rows = np.flatnonzero(named & (chunk.name < 0))
-        extra = []
+        extra: list[int] = []
         # Non-string names and categories are interned too; find them among distinct ids.
         table = ctx.strings.table.keys_
-        for col, label in ((chunk.name, "name"), (chunk.cat, "cat")):
+        for col in (chunk.name, chunk.cat):
             ids = np.unique(col[col >= 0])
             odd = [i for i in ids.tolist() if not isinstance(table[i], str)]
             if odd:
                 extra.extend(np.flatnonzero(np.isin(col, odd)).tolist())
-                del label
         if extra:
             rows = np.union1d(rows, np.array(extra, dtype=np.intp))
         ctx.emit_rows(
