@@ -17,7 +17,7 @@ from echo_view.formats import Registry
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
-    "info", "export", "check", "simulate", "diff", "tui", "comm", "calibrate"
+    "info", "export", "check", "simulate", "trace", "diff", "tui", "comm", "calibrate"
 )  # fmt: skip
 
 

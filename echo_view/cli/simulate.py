@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from echo_view.cli.simulate_workload import run_workload
+from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry
 from echo_view.model import Job
@@ -48,7 +50,12 @@ def register(subparsers: Any) -> None:
         "measured durations (replay), or with changed compute speed, cluster or "
         "communication (what-if). Prints the predicted step time beside the measured one.",
     )
-    p.add_argument("input", type=Path, metavar="INPUT", help="a measured job (trace file or dir)")
+    p.add_argument(
+        "input",
+        type=Path,
+        metavar="INPUT",
+        help="a measured job (trace file or dir), a workload config (.toml) or a traced graph",
+    )
     p.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the predicted job")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument(
@@ -66,22 +73,32 @@ def register(subparsers: Any) -> None:
         default="measured",
         help="collective times: as measured (default) or from the NCCL model",
     )
+    p.add_argument(
+        "--ranks",
+        choices=("stages", "all"),
+        default="stages",
+        help="workload configs: simulate one rank per pipeline stage (exact when the "
+        "tensor- and data-parallel ranks are symmetric; default) or every rank",
+    )
     p.set_defaults(func=run)
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``KEY=VALUE`` strings as a mapping; an unknown key is a ConfigError listing the known."""
+def parse_overrides(
+    items: Sequence[str], known: Sequence[str] | None = KNOWN_KEYS
+) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a mapping; an unknown key is a ConfigError listing the known
+    (``known=None`` leaves the check to the caller)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key or not value.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        if key not in KNOWN_KEYS:
+        if known is not None and key not in known:
             raise ConfigError(
                 f"unknown knob {key!r}",
                 where="--set",
-                hint=f"known: {', '.join(KNOWN_KEYS)}",
+                hint=f"known: {', '.join(known)}",
             )
         out[key] = value.strip()
     return out
@@ -126,18 +143,15 @@ def cluster_for_job(job: Job, overrides: dict[str, str]) -> Cluster | None:
 
 
 def load_job(path: Path, registry: Registry) -> Job:
-    """INPUT as a measured job. Workload configs (TOML) and traced graphs will be dispatched
-    here too; until then they are refused with a clear message."""
-    if path.suffix.lower() == ".toml":
-        raise UsageError(
-            f"{path.name}: simulating a workload config is not supported by this command yet",
-            hint="give a measured trace (file or directory of rank files)",
-        )
+    """INPUT as a measured job (workload configs and traced graphs go to
+    :func:`echo_view.cli.simulate_workload.run_workload` instead)."""
     return registry.importer_for(path).read([path])
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, reconstruct, simulate, report (and export)."""
+    if is_workload_input(args.input):
+        return run_workload(args, registry, parse_overrides(args.overrides, known=None))
     overrides = parse_overrides(args.overrides)
     scales = {
         k.removeprefix("compute.scale."): _float(k, v)

@@ -54,6 +54,8 @@ class ParallelConfig:
     recompute: str = "none"
     distributed_optimizer: bool = False
     overlap_grad_reduce: bool = False
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -203,6 +205,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         recompute=p.choice("recompute", RECOMPUTE, "none"),
         distributed_optimizer=p.get("distributed_optimizer", bool, False),
         overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
+        first_stage_layers=p.get("first_stage_layers", int),
+        last_stage_layers=p.get("last_stage_layers", int),
     )
     p.finish()
 
@@ -251,7 +255,10 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"cluster has gpus_per_node*nodes = {cfg.cluster.gpus_per_node}*{cfg.cluster.nodes} "
             f"= {cfg.cluster.gpus}",
         )
-    if mod.layers % (par.pp * par.virtual_stages):
+    uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
+    if uneven:
+        _check_uneven(cfg, err)
+    elif mod.layers % (par.pp * par.virtual_stages):
         raise err(
             "model.layers",
             f"{mod.layers} layers do not split into pp*virtual_stages = "
@@ -302,6 +309,47 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     return "flash"
 
 
+def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
+    """Megatron's uneven pipeline: the first and/or last stage hold a given number of layers
+    (``--decoder-first/last-pipeline-num-layers``), the other stages split the rest evenly."""
+    par, layers = cfg.parallel, cfg.model.layers
+    if par.virtual_stages > 1:
+        raise err("parallel.first_stage_layers", "uneven stages need virtual_stages = 1")
+    if par.pp < 2:
+        raise err("parallel.first_stage_layers", "uneven stages need pp >= 2")
+    first = par.first_stage_layers
+    last = par.last_stage_layers
+    for key, value in (("first_stage_layers", first), ("last_stage_layers", last)):
+        if value is not None and value < 1:
+            raise err(f"parallel.{key}", f"must be a positive integer, got {value}")
+    middle_stages = par.pp - (first is not None) - (last is not None)
+    rest = layers - (first or 0) - (last or 0)
+    if middle_stages == 0:
+        if rest != 0:
+            raise err("model.layers", f"{layers} layers != first + last stage layers")
+        return
+    if rest < middle_stages or rest % middle_stages:
+        raise err(
+            "model.layers",
+            f"the {rest} layers left after the first/last stages do not split evenly over "
+            f"the other {middle_stages} stages",
+        )
+
+
+def stage_layers(cfg: WorkloadConfig, stage: int) -> int:
+    """Layers per model chunk on pipeline ``stage``."""
+    par, layers = cfg.parallel, cfg.model.layers
+    first, last = par.first_stage_layers, par.last_stage_layers
+    if first is None and last is None:
+        return layers // (par.pp * par.virtual_stages)
+    if stage == 0 and first is not None:
+        return first
+    if stage == par.pp - 1 and last is not None:
+        return last
+    middle_stages = par.pp - (first is not None) - (last is not None)
+    return (layers - (first or 0) - (last or 0)) // middle_stages
+
+
 def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
     """The TOML-shaped mapping that :func:`parse_workload_config` turns back into ``cfg``."""
     m, p, b, c = cfg.model, cfg.parallel, cfg.batch, cfg.cluster
@@ -331,6 +379,8 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             "recompute": p.recompute,
             "distributed_optimizer": p.distributed_optimizer,
             "overlap_grad_reduce": p.overlap_grad_reduce,
+            **({"first_stage_layers": p.first_stage_layers} if p.first_stage_layers else {}),
+            **({"last_stage_layers": p.last_stage_layers} if p.last_stage_layers else {}),
         },
         "batch": {"global": b.global_batch, "micro": b.micro},
         "cluster": cluster,

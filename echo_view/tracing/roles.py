@@ -18,6 +18,7 @@ from echo_view.model.config import (
     WorkloadConfig,
     config_to_mapping,
     resolve_attention,
+    stage_layers,
     tracing_key,
 )
 from echo_view.model.graph import OpClass, Role, TracedGraph
@@ -90,7 +91,6 @@ def trace_workload(cfg: WorkloadConfig) -> TracedGraph:
     """Trace all roles of ``cfg`` on the meta device (no GPU, no cluster)."""
     p = cfg.parallel
     n_chunks = p.pp * p.virtual_stages
-    layers = cfg.model.layers // n_chunks
     strings = StringTable()
     rec = Recorder(strings)
     roles = []
@@ -99,7 +99,7 @@ def trace_workload(cfg: WorkloadConfig) -> TracedGraph:
             s = stages[0]
             fwds, bwds, params = [], [], 0
             for v in range(p.virtual_stages):
-                fwd, bwd, n = _trace_chunk(rec, cfg, v * p.pp + s, n_chunks, layers)
+                fwd, bwd, n = _trace_chunk(rec, cfg, v * p.pp + s, n_chunks, stage_layers(cfg, s))
                 fwds.append(fwd)
                 bwds.append(bwd)
                 params += n
@@ -107,7 +107,7 @@ def trace_workload(cfg: WorkloadConfig) -> TracedGraph:
             roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
     meta = {
         "attention": resolve_attention(cfg),
-        "layers_per_chunk": layers,
+        "layers_per_chunk": {str(st[0]): stage_layers(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
     }
     config = {"config": config_to_mapping(cfg), "key": tracing_key(cfg)}
