@@ -78,7 +78,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 #: Default amount of JSON text decoded at once.
-DEFAULT_CHUNK_BYTES = 4 << 20
+DEFAULT_CHUNK_BYTES = 2 << 20
 
 _CUT = re.compile(rb"\}[ \t\r\n]*,")
 _TRAILING = "trailing characters"

@@ -128,6 +128,9 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
         notes["dropped_bytes"] = parsed.dropped_bytes
     meta["import_notes"] = notes
     meta["process_names"] = tl.process_names
+    for column in (tl.kind, start, tl.dur_ns, fc.name, fc.cat, tl.lane, fc.correlation,
+                   fc.external_id, fc.args_offsets):  # fmt: skip
+        column.flags.writeable = False  # the model then keeps them without a copy
     events = EventTable(
         kind=tl.kind,
         start_ns=start,

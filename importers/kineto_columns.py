@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 from io import BytesIO
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -84,18 +85,82 @@ class _Times(msgspec.Struct, gc=False):
 class KeyArgs(msgspec.Struct, gc=False):
     """The args every event may need: links between CPU ops, launches and GPU work."""
 
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    external_id_old: Any = msgspec.field(default=None, name="external id")
+    correlation: int = NONE
+    external_id: int = msgspec.field(default=NONE, name="External id")
+    external_id_old: int = msgspec.field(default=NONE, name="external id")
+
+
+class _Interner(dict[str, int]):
+    """String -> dense id; a lookup of a new string adds it (so ``map`` can run in C)."""
+
+    def __missing__(self, key: str) -> int:
+        value = self[key] = len(self)
+        return value
+
+
+class _ThreadIds(dict[tuple[Any, Any], int]):
+    """(pid, tid) as written -> id of the normalised pair in ``threads``."""
+
+    def __init__(self, threads: list[tuple[int | str, int | str]]) -> None:
+        super().__init__()
+        self.threads = threads
+        self.norm: dict[tuple[int | str, int | str], int] = {}
+
+    def __missing__(self, key: tuple[Any, Any]) -> int:
+        pid, tid = key
+        norm_pid = _norm(pid)
+        norm = (norm_pid, norm_pid if tid is None else _norm(tid))
+        value = self.norm.get(norm)
+        if value is None:
+            value = self.norm[norm] = len(self.threads)
+            self.threads.append(norm)
+        self[key] = value
+        return value
+
+
+class _Classes(dict[tuple[Any, ...], int]):
+    """(ph, cat, name, pid, tid) -> class id, with each class's phase code, string ids and
+    thread id in :attr:`props`: one dict lookup per event replaces four."""
+
+    def __init__(self, strings: _Interner, threads: _ThreadIds) -> None:
+        super().__init__()
+        self.strings = strings
+        self.threads = threads
+        self.props = np.zeros((1024, 4), dtype=np.int32)  # phase, cat, name, thread
+
+    def __missing__(self, key: tuple[Any, ...]) -> int:
+        ph, cat, name, pid, tid = key
+        cid = len(self)
+        if cid == len(self.props):
+            self.props = np.concatenate([self.props, np.zeros_like(self.props)])
+        self.props[cid] = (
+            PHASES.get(ph, PH_OTHER),
+            self.strings[cat],
+            self.strings[name],
+            self.threads[(pid, tid)],
+        )
+        self[key] = cid
+        return cid
+
+
+_GET = {name: attrgetter(name) for name in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "args")}
 
 
 _KEYARGS = msgspec.json.Decoder(list[KeyArgs])
+_CORR = attrgetter("correlation")
+_EXT = attrgetter("external_id")
+_EXT_OLD = attrgetter("external_id_old")
 _KEYARGS_ONE = msgspec.json.Decoder(KeyArgs)
 _EMPTY_OBJ = b"{}"
 
 
 def _ints(values: list[Any]) -> I64:
     """int64 column of ``values``; anything not an int (or out of range) becomes -1."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=np.int64)
+        except OverflowError:
+            pass
     clean = [v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values]
     return np.array(clean, dtype=np.int64)
 
@@ -105,9 +170,19 @@ def exact_ns(values: list[Any]) -> tuple[I64, list[int]]:
 
     Values outside ±2**62 ns (146 years) are left in the second list too; the caller rejects them.
     """
-    f = np.array(values, dtype=np.float64)
-    if not len(f):
+    if not values:
         return np.zeros(0, dtype=np.int64), []
+    if float not in set(map(type, values)):
+        # Integer µs (Kineto before 2024): exact as int64 unless absurdly large.
+        try:
+            a = np.array(values, dtype=np.int64)
+        except OverflowError:
+            a = np.array([v if abs(v) < 2**62 else 2**62 for v in values], dtype=np.int64)
+        ok = (a == MISSING) | (np.abs(a) < _NS_LIMIT_US)
+        return np.where(a == MISSING, MISSING, np.where(ok, a, 0) * 1000), np.flatnonzero(
+            ~ok
+        ).tolist()
+    f = np.array(values, dtype=np.float64)
     big = np.abs(f) >= _EXACT_FLOAT
     small = np.where(big, 0.0, f)
     hi = np.floor(small)
@@ -146,10 +221,9 @@ def _decimal_ns(value: Decimal | None) -> int | None:
 class Columns:
     """Everything one file's events turned into, accumulated chunk by chunk."""
 
-    strings: dict[str, int] = field(default_factory=dict)
+    strings: _Interner = field(default_factory=_Interner)
     #: (pid, tid) pairs as written (after digit-strings became ints), by pair id.
     threads: list[tuple[int | str, int | str]] = field(default_factory=list)
-    _thread_ids: dict[tuple[Any, Any], int] = field(default_factory=dict)
     # Row columns, one array per chunk until finish().
     phase: list[npt.NDArray[np.uint8]] = field(default_factory=list)
     name: list[npt.NDArray[np.int32]] = field(default_factory=list)
@@ -171,42 +245,12 @@ class Columns:
     skipped: dict[str, int] = field(default_factory=dict)
     rows: int = 0
 
-    def intern(self, values: list[str]) -> npt.NDArray[np.int32]:
-        """String ids of ``values`` (one dict lookup each; new strings are added)."""
-        table = self.strings
-        get = table.get
-        ids = [get(v, -1) for v in values]
-        if -1 in ids:
-            for i, v in enumerate(values):
-                if ids[i] == -1:
-                    ids[i] = table.setdefault(v, len(table))
-        return np.array(ids, dtype=np.int32)
+    def __post_init__(self) -> None:
+        self._thread_ids = _ThreadIds(self.threads)
+        self._classes = _Classes(self.strings, self._thread_ids)
 
-    def thread_ids(self, events: list[RawEvent]) -> npt.NDArray[np.int32]:
-        """Thread-pair id of each event; Perfetto's rules: missing tid = pid, "123" = 123."""
-        table = self._thread_ids
-        get = table.get
-        ids = [get((e.pid, e.tid), -1) for e in events]
-        if -1 in ids:
-            for i, e in enumerate(events):
-                if ids[i] == -1:
-                    ids[i] = self._new_thread(e.pid, e.tid)
-        return np.array(ids, dtype=np.int32)
-
-    def _new_thread(self, pid: int | str, tid: int | str | None) -> int:
-        key = (pid, tid)
-        if key in self._thread_ids:
-            return self._thread_ids[key]
-        norm_pid = _norm(pid)
-        norm_tid = norm_pid if tid is None else _norm(tid)
-        norm = (norm_pid, norm_tid)
-        tid_id = self._thread_ids.get(("norm", norm))
-        if tid_id is None:
-            tid_id = len(self.threads)
-            self.threads.append(norm)
-            self._thread_ids[("norm", norm)] = tid_id
-        self._thread_ids[key] = tid_id
-        return tid_id
+    def _ids(self, table: dict[Any, int], keys: Any, n: int) -> npt.NDArray[np.int32]:
+        return np.fromiter(map(table.__getitem__, keys), dtype=np.int32, count=n)
 
     def add(self, chunk: EventChunk[RawEvent]) -> None:
         """Turn one chunk into columns."""
@@ -214,11 +258,22 @@ class Columns:
         n = len(evs)
         if not n:
             return
-        get_ph = PHASES.get
-        ph = np.array([get_ph(e.ph, PH_OTHER) for e in evs], dtype=np.uint8)
+        g = _GET
+        classes = zip(
+            map(g["ph"], evs),
+            map(g["cat"], evs),
+            map(g["name"], evs),
+            map(g["pid"], evs),
+            map(g["tid"], evs),
+            strict=True,
+        )
+        cls = self._ids(self._classes, classes, n)
+        props = self._classes.props[cls]
+        ph = props[:, 0].astype(np.uint8)
+        cats, names, threads = props[:, 1], props[:, 2], props[:, 3]
         is_row = np.isin(ph, ROW_PHASES)
-        ts, need_ts = exact_ns([e.ts for e in evs])
-        dur, need_dur = exact_ns([e.dur for e in evs])
+        ts, need_ts = exact_ns(list(map(g["ts"], evs)))
+        dur, need_dur = exact_ns(list(map(g["dur"], evs)))
         if need_ts or need_dur:
             times = chunk.decode(_Times)
             for column, need, attr in ((ts, need_ts, "ts"), (dur, need_dur, "dur")):
@@ -234,15 +289,12 @@ class Columns:
         if bad_dur.any():
             raise _missing(chunk, int(np.flatnonzero(bad_dur)[0]), "dur")
         dur[(ph != PH_X) & (ph != PH_B) & (ph != PH_AB)] = 0
-        threads = self.thread_ids(evs)
-        names = self.intern([e.name for e in evs])
-        cats = self.intern([e.cat for e in evs])
         rows = np.flatnonzero(is_row)
         self._side_events(chunk, ph, threads, names, cats, ts, is_row)
         if not len(rows):
             return
         row_evs = evs if len(rows) == n else [evs[i] for i in rows.tolist()]
-        raws = [e.args for e in row_evs]
+        raws = list(map(g["args"], row_evs))
         self.args.write(b"".join(raws))
         self.args_len.append(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)))
         keys = self._key_args(chunk, raws, rows)
@@ -252,9 +304,11 @@ class Columns:
         self.thread.append(threads[rows])
         self.start_ns.append(ts[rows])
         self.dur_ns.append(np.where(dur[rows] == MISSING, 0, dur[rows]))
-        self.correlation.append(_ints([k.correlation for k in keys]))
-        ext = [k.external_id if k.external_id is not None else k.external_id_old for k in keys]
-        self.external_id.append(_ints(ext))
+        self.correlation.append(_int_column(keys, _CORR))
+        ext = _int_column(keys, _EXT)
+        if b'"external id"' in chunk.text:  # 2021 traces spell it so
+            ext = np.where(ext == NONE, _int_column(keys, _EXT_OLD), ext)
+        self.external_id.append(ext)
         self.index.append(rows.astype(np.int64) + chunk.first_index)
         row_ph = ph[rows]
         for j in np.flatnonzero((row_ph == PH_AB) | (row_ph == PH_AN)).tolist():
@@ -269,13 +323,21 @@ class Columns:
             return _KEYARGS.decode(text)
         except msgspec.ValidationError:
             pass
-        # Some args are not objects (or hold odd types): decode one by one, tolerating those.
+        # Some args are not objects or hold a non-integer id: decode one by one, as dicts.
         out: list[KeyArgs] = []
         for r in raws:
             try:
                 out.append(_KEYARGS_ONE.decode(r) if r else KeyArgs())
+                continue
             except msgspec.ValidationError:
-                out.append(KeyArgs())
+                pass
+            args = msgspec.json.decode(r)
+            args = args if isinstance(args, dict) else {}
+            out.append(
+                KeyArgs(
+                    *(_as_int(args.get(k)) for k in ("correlation", "External id", "external id"))
+                )
+            )
         return out
 
     def _side_events(
@@ -366,6 +428,17 @@ class Columns:
             else:
                 out.append(v if type(v) is int and -(2**63) <= v < 2**63 else NONE)
         return np.array(out, dtype=np.int64)
+
+
+def _int_column(keys: list[KeyArgs], get: Any) -> I64:
+    try:
+        return np.fromiter(map(get, keys), dtype=np.int64, count=len(keys))
+    except OverflowError:  # an id beyond int64 is no id we can use
+        return _ints(list(map(get, keys)))
+
+
+def _as_int(value: object) -> int:
+    return value if type(value) is int and -(2**63) <= value < 2**63 else NONE
 
 
 def _norm(value: int | str) -> int | str:

@@ -216,33 +216,63 @@ def _comms_ops(ev: EventView, strings: StringTable) -> I64:
     return np.flatnonzero((ev.name == sid) & (ev.kind == int(EventKind.CPU_OP)))
 
 
-def _linker(ev: EventView, comms: I64) -> Any:
-    """A function kernel row -> its ``record_param_comms`` row (-1 when none)."""
-    by_ext: dict[int, int] = {}
-    for r in comms.tolist():
-        x = int(ev.external_id[r])
-        if x != NONE:
-            by_ext.setdefault(x, r)
+def _lookup(keys: I64, rows: I64, queries: I64) -> I64:
+    """For each query, the row whose key equals it (the first in ``rows`` order), else -1."""
+    out = np.full(len(queries), NONE, dtype=np.int64)
+    if not len(keys) or not len(queries):
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.searchsorted(sorted_keys, queries)
+    ok = (pos < len(sorted_keys)) & (queries != NONE)
+    ok[ok] = sorted_keys[pos[ok]] == queries[ok]
+    out[ok] = rows[order[pos[ok]]]
+    return out
+
+
+def link_comms_ops(ev: EventView, kernels: I64, comms: I64) -> I64:
+    """The ``record_param_comms`` row of each kernel (-1 when none): same ``External id`` as
+    the kernel or as its launch, else the innermost one enclosing the launch on its thread."""
+    out = np.full(len(kernels), NONE, dtype=np.int64)
+    if not len(kernels) or not len(comms):
+        return out
     launch_kinds = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)], dtype=np.uint8)
     launches = np.flatnonzero(np.isin(ev.kind, launch_kinds) & (ev.correlation != NONE))
-    by_corr = dict(zip(ev.correlation[launches].tolist(), launches.tolist(), strict=True))
-    comms_start = ev.start_ns[comms]
-    comms_end = comms_start + ev.dur_ns[comms]
+    launch = _lookup(ev.correlation[launches], launches, ev.correlation[kernels])
+    comms_ext = ev.external_id[comms]
+    out = _lookup(comms_ext, comms, ev.external_id[kernels])
+    has_launch = launch >= 0
+    via_launch = np.full(len(kernels), NONE, dtype=np.int64)
+    via_launch[has_launch] = _lookup(comms_ext, comms, ev.external_id[launch[has_launch]])
+    out = np.where(out >= 0, out, via_launch)
+    todo = np.flatnonzero((out < 0) & has_launch)
+    if len(todo):
+        out[todo] = _enclosing(ev, comms, launch[todo])
+    return out
 
-    def link(kernel: int) -> int:
-        launch = by_corr.get(int(ev.correlation[kernel]), NONE)
-        for x in (ev.external_id[kernel], ev.external_id[launch] if launch >= 0 else NONE):
-            r = by_ext.get(int(x), NONE) if x != NONE else NONE
-            if r >= 0:
-                return r
-        if launch < 0 or not len(comms):
-            return NONE
-        t = ev.start_ns[launch]
-        inside = (ev.lane[comms] == ev.lane[launch]) & (comms_start <= t) & (t <= comms_end)
-        hits = np.flatnonzero(inside)
-        return int(comms[hits[np.argmax(comms_start[hits])]]) if len(hits) else NONE
 
-    return link
+def _enclosing(ev: EventView, ops: I64, rows: I64) -> I64:
+    """For each row, the latest-starting op on its lane whose span holds the row's start."""
+    out = np.full(len(rows), NONE, dtype=np.int64)
+    lane, start = ev.lane[ops], ev.start_ns[ops]
+    order = np.lexsort((start, lane))
+    ops, lane, start = ops[order], lane[order], start[order]
+    end = start + ev.dur_ns[ops]
+    q_lane, q_t = ev.lane[rows], ev.start_ns[rows]
+    for ln in np.unique(q_lane).tolist():
+        lo, hi = np.searchsorted(lane, [ln, ln + 1])
+        sel = np.flatnonzero(q_lane == ln)
+        if lo == hi:
+            continue
+        j = lo + np.searchsorted(start[lo:hi], q_t[sel], side="right") - 1
+        for k, jj in zip(sel.tolist(), j.tolist(), strict=True):
+            t = int(q_t[k])
+            # Ops of one thread rarely nest; walk back a little in case they do.
+            for c in range(jj, max(lo - 1, jj - 16), -1):
+                if start[c] <= t <= end[c]:
+                    out[k] = ops[c]
+                    break
+    return out
 
 
 def _int_arg(args: dict[str, Any], key: str) -> int | None:
@@ -258,16 +288,17 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
     parsed: dict[int, Any] = {}
     for name_id in np.unique(ev.name[kernels]).tolist():
         parsed[name_id] = parse_nccl_kernel_name(strings[name_id])
-    nccl = [r for r in kernels.tolist() if parsed[int(ev.name[r])] is not None]
+    nccl = np.array(
+        [r for r in kernels.tolist() if parsed[int(ev.name[r])] is not None], dtype=np.int64
+    )
     comms = _comms_ops(ev, strings)
-    link = _linker(ev, comms)
+    linked = link_comms_ops(ev, nccl, comms)
     rows: list[tuple[int, int, int, str | None, int, int, str | None, str | None]] = []
     used_ops: set[int] = set()
     seqs: list[int | None] = []
-    for r in nccl:
+    for r, op in zip(nccl.tolist(), linked.tolist(), strict=True):
         info = parsed[int(ev.name[r])]
         args = ev.args(r)
-        op = link(r)
         if op >= 0:
             used_ops.add(op)
         if not any(k in args for k in _COLLECTIVE_KEYS) and op >= 0:

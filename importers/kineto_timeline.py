@@ -152,16 +152,20 @@ def build_timeline(fc: FileColumns) -> Timeline:
     """Kinds, durations, lanes and flows of one file's rows (times still on the file clock)."""
     notes: dict[str, int] = {}
     kind = event_kinds(fc)
-    dur = fc.dur_ns.copy()
-    match_ends(fc, dur, notes)
+    dur = fc.dur_ns
+    if len(fc.ends) or (fc.phase == PH_B).any() or (fc.phase == PH_AB).any():
+        dur = dur.copy()
+        match_ends(fc, dur, notes)
     negative = dur < 0
     if negative.any():
         # Perfetto drops such slices; keeping them at zero length keeps their args and links.
         notes["negative_durations_set_to_zero"] = int(negative.sum())
-        dur[negative] = 0
-    thread = fc.thread.copy()
+        dur = np.where(negative, 0, dur)
+    thread = fc.thread
     threads = list(fc.threads)
-    _async_lanes(fc, thread, threads)
+    if (fc.phase == PH_AB).any() or (fc.phase == PH_AN).any():
+        thread = thread.copy()
+        _async_lanes(fc, thread, threads)
     names = _names(fc)
     lane, lanes = _lanes(fc, kind, thread, threads, names)
     flows = resolve_flows(fc, thread, dur, notes)
@@ -239,7 +243,7 @@ def _lanes(
     threads: list[tuple[int | str, int | str]],
     names: _Names,
 ) -> tuple[I32, tuple[Lane, ...]]:
-    klass_of_kind = np.full(len(_K), _UNDECIDED, dtype=np.int64)
+    klass_of_kind = np.full(len(_K), _UNDECIDED, dtype=np.int8)
     for k in CPU_KINDS:
         klass_of_kind[int(k)] = _CPU
     for k in _GPU_LANE_KINDS:
@@ -248,12 +252,18 @@ def _lanes(
     has_gpu = np.zeros(len(threads), dtype=np.bool_)
     has_gpu[thread[klass == _GPU]] = True
     numeric = np.array([isinstance(p, int) and isinstance(t, int) for p, t in threads], bool)
-    fallback = np.where(has_gpu, _GPU, np.where(numeric, _CPU, _OTHER))
+    fallback = np.where(has_gpu, _GPU, np.where(numeric, _CPU, _OTHER)).astype(np.int8)
     undecided = klass == _UNDECIDED
     klass[undecided] = fallback[thread[undecided]]
-    keys, lane = np.unique(thread.astype(np.int64) * 4 + klass, return_inverse=True)
+    # Lane key thread*4 + class over a small domain: mark the keys used, number them densely.
+    row_key = thread.astype(np.int32) * 4 + klass
+    used = np.zeros(len(threads) * 4, dtype=np.bool_)
+    used[row_key] = True
+    dense = np.cumsum(used, dtype=np.int32) - 1
+    lane = dense[row_key]
+    del row_key, klass, undecided
     lanes: list[Lane] = []
-    for key in keys.tolist():
+    for key in np.flatnonzero(used).tolist():
         t, c = divmod(key, 4)
         pid, tid = threads[t]
         name = names.threads.get(t, "")
@@ -274,7 +284,7 @@ def _lanes(
         else:
             label = name or " ".join(str(x) for x in (pid, tid) if x != "") or "global"
             lanes.append(Lane(LaneKind.OTHER, pid, tid, label))
-    return lane.astype(np.int32).reshape(-1), tuple(lanes)
+    return lane, tuple(lanes)
 
 
 def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int]) -> FlowTable:
@@ -318,26 +328,29 @@ def _bind(
     """Row each point binds to (-1 when none): the deepest slice open at its time on its
     thread, or (``enclosing`` False) the next slice that begins there."""
     out = np.full(len(q_ts), -1, dtype=np.int64)
-    slices = np.flatnonzero(fc.phase != PH_C)
-    # Sort by (thread, start, longest first, file order): the deepest open slice at t is the
-    # last one starting at or before t that still runs, or one of its enclosing slices.
-    s_thread = thread[slices]
-    s_start = fc.start_ns[slices]
-    s_dur = dur[slices]
-    order = np.lexsort((slices, -s_dur, s_start, s_thread))
-    rows = slices[order]
-    s_thread, s_start, s_end = s_thread[order], s_start[order], s_start[order] + s_dur[order]
-    lo_of = np.searchsorted(s_thread, q_thread, side="left")
-    hi_of = np.searchsorted(s_thread, q_thread, side="right")
-    for t in np.unique(q_thread).tolist():
-        q = np.flatnonzero(q_thread == t)
-        lo, hi = int(lo_of[q[0]]), int(hi_of[q[0]])
+    q_threads = np.unique(q_thread)
+    wanted = np.zeros(max(int(thread.max(initial=0)), int(q_threads.max())) + 1, np.bool_)
+    wanted[q_threads] = True
+    rows = np.flatnonzero(wanted[thread] & (fc.phase != PH_C))
+    rows = rows[np.argsort(thread[rows], kind="stable")]  # grouped by thread, file order
+    grouped = thread[rows]
+    q_order = np.argsort(q_thread, kind="stable")
+    q_bounds = np.searchsorted(q_thread[q_order], q_threads)
+    for i, t in enumerate(q_threads.tolist()):
+        lo, hi = np.searchsorted(grouped, [t, t + 1])
+        q = q_order[q_bounds[i] : q_bounds[i + 1] if i + 1 < len(q_threads) else None]
         if lo == hi:
             continue
-        starts, ends = s_start[lo:hi], s_end[lo:hi]
+        # Sort by (start, longest first, file order): the deepest slice open at t is the last
+        # one starting at or before t that still runs, or one of its enclosing slices.
+        seg = rows[lo:hi]
+        seg_dur = dur[seg]
+        order = np.lexsort((seg, -seg_dur, fc.start_ns[seg]))
+        seg = seg[order]
+        starts = fc.start_ns[seg]
+        ends = starts + seg_dur[order]
         ts = q_ts[q]
         enc = enclosing[q]
-        # Enclosing: last slice starting at or before ts.
         j = np.searchsorted(starts, ts, side="right") - 1
         jj = np.maximum(j, 0)
         hit = (j >= 0) & ((ts < ends[jj]) | (ts == starts[jj]))
@@ -347,7 +360,7 @@ def _bind(
         # Next slice: first starting at or after ts.
         nxt = np.searchsorted(starts, ts, side="left")
         res = np.where(enc, res, np.where(nxt < len(starts), nxt, -1))
-        out[q] = np.where(res >= 0, rows[lo + np.maximum(res, 0)], -1)
+        out[q] = np.where(res >= 0, seg[np.maximum(res, 0)], -1)
     return out
 
 
