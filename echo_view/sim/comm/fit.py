@@ -183,9 +183,15 @@ def _to_z(name: str, value: float) -> float:
 
 
 def _from_z(name: str, z: float) -> float:
+    z = min(max(z, -50.0), 50.0)
     if _is_fraction(name):
         return 1.0 / (1.0 + math.exp(-z))
     return math.exp(z)
+
+
+def _huber_cost(r: F64, huber: float) -> float:
+    a = np.abs(r)
+    return float(np.sum(np.where(a < huber, 0.5 * a * a, huber * (a - 0.5 * huber))))
 
 
 def _least_squares(
@@ -195,12 +201,12 @@ def _least_squares(
     huber: float,
     max_iter: int = 100,
 ) -> tuple[F64, int]:
-    """Levenberg-Marquardt with iteratively reweighted Huber weights; forward-difference
-    Jacobian (the tuner's choices make the model piecewise smooth only)."""
+    """Levenberg-Marquardt with iteratively reweighted Huber weights and a forward-difference
+    Jacobian. The model is only piecewise smooth (algorithm choices, min/max of bandwidths),
+    so this finds a local minimum near the start: the defaults, which the prior also favours."""
 
     def cost(r: F64) -> float:
-        a = np.abs(r)
-        return float(np.sum(np.where(a < huber, 0.5 * a * a, huber * (a - 0.5 * huber))))
+        return _huber_cost(r, huber)
 
     z = z0.copy()
     r = residual(z)
