@@ -28,10 +28,6 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 
-def a100(nodes: int = 1, **kw: object) -> object:
-    return make_cluster("A100-SXM4-40GB", nodes=nodes, **kw)  # type: ignore[arg-type]
-
-
 def test_nccl_selection_follows_ncll_constants() -> None:
     model = NcclModel(CommParams(selection="nccl"))
     one = make_cluster("A100-SXM4-40GB")

@@ -1,0 +1,132 @@
+"""``echo-view comm`` and ``echo-view calibrate comm`` end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+from echo_view.cli.comm import parse_size, parse_sizes
+from echo_view.errors import UsageError
+from echo_view.sim.comm import NcclModel, comm_model_from_toml
+from tests.conftest import shared_path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    assert main([*argv, "--json"]) == 0
+    out: dict = json.loads(capsys.readouterr().out)  # type: ignore[type-arg]
+    return out
+
+
+def test_sizes() -> None:
+    assert parse_size("64MiB") == 64 << 20
+    assert parse_size("1GB") == 10**9
+    assert parse_size("4K") == 4096
+    assert parse_size("1e6") == 10**6
+    assert parse_size("1048576") == 1 << 20
+    assert parse_sizes("8:64") == [8, 16, 32, 64]
+    assert parse_sizes("1MiB,2MiB") == [1 << 20, 2 << 20]
+    for bad in ("3x", "1.5", "", "64:8"):
+        with pytest.raises(UsageError):
+            parse_sizes(bad)
+
+
+def test_comm_json(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(
+        capsys, "comm", "all_reduce", "--bytes", "64MiB", "--ranks", "16",
+        "--gpu", "A100-SXM4-40GB", "--nic-gbps-per-gpu", "200",
+    )  # fmt: skip
+    assert out["collective"] == "all_reduce" and out["bytes"] == 64 << 20
+    assert (out["ranks"], out["nodes"]) == (16, 2)
+    assert out["time_us"] > 0 and out["algorithm"] in ("RING", "TREE")
+    assert out["protocol"] in ("LL", "LL128", "SIMPLE") and out["channels"] >= 1
+    assert out["algbw_gbs"] == pytest.approx((64 << 20) / out["time_us"] / 1e3, rel=1e-6)
+    assert out["busbw_gbs"] == pytest.approx(out["algbw_gbs"] * 2 * 15 / 16)
+    assert out["cluster"]["nic_gbps_per_gpu"] == 200 and out["cluster"]["nodes"] == 2
+    sweep = run_json(capsys, "comm", "all_gather", "--bytes", "1KiB:1MiB", "--ranks", "8")
+    assert [r["bytes"] for r in sweep["results"]] == [1 << (10 + i) for i in range(11)]
+    spread = run_json(
+        capsys, "comm", "all_reduce", "--bytes", "1GiB", "--ranks", "4", "--ranks-per-node", "1"
+    )
+    packed = run_json(capsys, "comm", "all_reduce", "--bytes", "1GiB", "--ranks", "4")
+    assert spread["nodes"] == 4 and packed["nodes"] == 1
+    assert spread["time_us"] > packed["time_us"]
+
+
+def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["comm", "broadcast", "--bytes", "1MiB,1GiB", "--ranks", "8", "--gpu", "H100"]) == 0
+    text = capsys.readouterr().out
+    assert "broadcast over 8 ranks" in text and "H100-SXM5-80GB" in text
+    assert "1 MiB" in text and "1 GiB" in text and "RING" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["comm", "all_mix", "--bytes", "1", "--ranks", "2"], "unknown collective"),
+        (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpu", "Z1"], "known presets"),
+        (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "nic=1"], "known keys"),
+        (["comm", "all_reduce", "--bytes", "1", "--ranks", "0"], "at least 1"),
+        (
+            ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--ranks-per-node", "9"],
+            "between",
+        ),
+    ],
+)
+def test_comm_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("echo-view: error:") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.shared
+def test_calibrate_then_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = [str(shared_path("data", "echo-nccl-tests", f"nccl_{n}.log")) for n in (8, 16, 32)]
+    out = tmp_path / "comm.toml"
+    report = run_json(
+        capsys, "calibrate", "comm", *logs, "-o", str(out), "--set", "cpu=amd", "--holdout"
+    )
+    assert set(report["fit"]) == {"nccl_8.log", "nccl_16.log", "nccl_32.log"}
+    for name, stats in report["fit"].items():
+        assert stats["mae_ge_1mib"] < 0.10, name
+        assert report["holdout"][name]["mae_ge_1mib"] < 0.15, name
+    model = comm_model_from_toml(out.read_text(), str(out))
+    assert isinstance(model, NcclModel)
+    assert model.params.flat()["net_eff"] == pytest.approx(report["params"]["net_eff"], rel=1e-5)
+    assert "nccl_16.log" in out.read_text()  # [fit] table records the logs
+    # The calibrated constants change the answer of `comm`.
+    args = ["comm", "all_reduce", "--bytes", "1GiB", "--ranks", "16", "--gpu", "A100-SXM4-40GB"]
+    default = run_json(capsys, *args)
+    calibrated = run_json(capsys, *args, "--model", str(out))
+    assert calibrated["time_us"] > 1.2 * default["time_us"]  # 64 % NIC efficiency, not 96 %
+    assert calibrated["model"].startswith("calibrated on nccl_8.log")
+    # The alpha-beta baseline writes a file `comm --model` reads as well.
+    ab = tmp_path / "ab.toml"
+    assert main(["calibrate", "comm", logs[0], "-o", str(ab), "--model", "alphabeta"]) == 0
+    capsys.readouterr()
+    assert run_json(capsys, *args, "--model", str(ab))["algorithm"] == "alpha_beta"
+
+
+def test_calibrate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sample = Path(__file__).parents[1] / "importers" / "nccl_tests_data" / "all_gather_2ranks.log"
+    assert main(["calibrate", "comm", str(sample), "-o", str(tmp_path / "x.json")]) == 2
+    assert "must be a .toml" in capsys.readouterr().err
+    bad = tmp_path / "bad.log"
+    bad.write_text(sample.read_text().replace("21.00    0.20", "21.00    oops"))
+    assert main(["calibrate", "comm", str(bad), "-o", str(tmp_path / "c.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.log: line 15:" in err
+    odd = tmp_path / "odd.log"
+    odd.write_text(sample.read_text().replace("NVIDIA H100 80GB HBM3", "Mystery GPU 9000"))
+    assert main(["calibrate", "comm", str(odd), "-o", str(tmp_path / "c.toml")]) == 2
+    assert "--gpu" in capsys.readouterr().err
+    assert not (tmp_path / "c.toml").exists()  # nothing half-written
+    # With the GPU named, the same log calibrates.
+    copy = tmp_path / "all_gather_perf.log"
+    shutil.copy(odd, copy)
+    target = tmp_path / "c.toml"
+    assert main(["calibrate", "comm", str(copy), "-o", str(target), "--gpu", "H100"]) == 0
+    assert "[latency_us]" in target.read_text()
