@@ -1,0 +1,92 @@
+"""``echo-view simulate CONFIG.toml|GRAPH.json`` and ``echo-view trace`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+from tests.conftest import SAMPLES
+
+VALIDATION = SAMPLES / "configs" / "validation"
+
+
+def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml"), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in (
+        "step_time_s",
+        "ranks_total",
+        "ranks_simulated",
+        "stages",
+        "breakdown",
+        "bubble",
+        "reference_error_pct",
+    ):
+        assert key in out
+    assert out["ranks_total"] == 8 and out["ranks_simulated"] == 1
+    assert out["graph"]["origin"] == "beside"
+    assert abs(out["reference_error_pct"]) < 10
+
+
+def test_simulate_writes_a_predicted_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "pred.json"
+    assert main(["simulate", str(VALIDATION / "megatron-ci-7b-tp1-pp4.toml"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "predicted step time" in text and "error" in text
+    assert main(["check", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[model]\nkind='gpt'\n", "required table [parallel] is missing"),
+        ("[model\n", "invalid TOML"),
+    ],
+)
+def test_bad_configs_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and str(path) in err and "\n" not in err
+
+
+def test_unknown_preset_lists_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()
+    path = tmp_path / "x.toml"
+    path.write_text(src.replace('gpu = "H100-SXM5-80GB"', 'gpu = "Z9000"'))
+    shutil.copy(VALIDATION / "megatron-ci-7b-tp4-pp1.graph.json.gz", tmp_path / "x.graph.json.gz")
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Z9000" in err and "H100" in err and "A100" in err
+
+
+def test_unknown_set_key(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml"), "--set", "compute.foo=1"]
+    assert main(args) == 2
+    assert "compute.foo" in capsys.readouterr().err
+
+
+def test_trace_then_simulate_the_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    graph = tmp_path / "g.json.gz"
+    assert (
+        main(["trace", str(VALIDATION / "korthikanti-22b-selective.toml"), "-o", str(graph)]) == 0
+    )
+    capsys.readouterr()
+    assert main(["simulate", str(graph), "--json"]) == 0
+    from_graph = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(VALIDATION / "korthikanti-22b-selective.toml"), "--json"]) == 0
+    from_config = json.loads(capsys.readouterr().out)
+    assert from_graph["step_time_s"] == from_config["step_time_s"]

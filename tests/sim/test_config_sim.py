@@ -1,0 +1,146 @@
+"""Simulating workload configs: symmetry rule, what-if directions, the predicted job, and the
+accuracy guard against the published step times (on the traced graphs shipped in samples/)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from echo_view.analysis.summary import summarize
+from echo_view.model.config import parse_workload_config
+from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.comm import NcclModel
+from echo_view.sim.compute_presets import compute_params_for
+from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
+from importers.graph import read_graph
+from tests.conftest import SAMPLES
+
+CONFIGS = SAMPLES / "configs"
+VALIDATION = CONFIGS / "validation"
+
+
+def _small(**par: Any) -> Any:
+    return parse_workload_config(
+        {
+            "model": {
+                "kind": "gpt",
+                "layers": 8,
+                "hidden": 1024,
+                "heads": 16,
+                "seq_len": 512,
+                "vocab": 32000,
+            },
+            "parallel": {"tp": 2, "pp": 2, "dp": 2, **par},
+            "batch": {"global": 16, "micro": 2},
+            "cluster": {"gpu": "H100", "gpus_per_node": 4, "nodes": 2},
+            "precision": {"dtype": "bf16"},
+        }
+    )
+
+
+def _run(cfg: Any, graph: Any, **kw: Any) -> ConfigSimulation:
+    cluster = kw.pop("cluster", None) or cluster_from_config(cfg.cluster)
+    return simulate_config(graph, cfg, cluster, NcclModel(), compute_params_for(cluster.gpu), **kw)
+
+
+def _shipped(stem: str) -> tuple[Any, Any]:
+    path = VALIDATION / f"{stem}.toml"
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    return cfg, read_graph(VALIDATION / f"{stem}.graph.json.gz")
+
+
+@pytest.mark.parametrize(
+    "par",
+    [
+        {},
+        {"virtual_stages": 2, "overlap_grad_reduce": True},
+        {
+            "pp": 1,
+            "dp": 4,
+            "distributed_optimizer": True,
+            "overlap_grad_reduce": True,
+            "sequence_parallel": True,
+        },
+    ],
+)
+def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:
+    pytest.importorskip("torch")
+    from echo_view.tracing.roles import trace_workload
+
+    cfg = _small(**par)
+    graph = trace_workload(cfg)
+    stages = _run(cfg, graph, ranks="stages")
+    every = _run(cfg, graph, ranks="all")
+    assert len(every.composed.simulated_ranks) == cfg.parallel.world_size
+    assert len(stages.composed.simulated_ranks) == cfg.parallel.pp
+    assert stages.step_ns == every.step_ns
+    # every rank of a stage ends when that stage's representative does
+    for stage, t in stages.stage_ns().items():
+        assert every.stage_ns()[stage] == t
+
+
+def test_what_if_moves_the_right_way() -> None:
+    cfg, graph = _shipped("megatron-ci-7b-tp1-pp4")
+    base = _run(cfg, graph)
+    cluster = cluster_from_config(cfg.cluster)
+    faster_nic = _run(cfg, graph, cluster=cluster.with_overrides({"nvlink_gbps": 2 * 3600}))
+    assert faster_nic.step_ns <= base.step_ns
+    no_comm = _run(cfg, graph, comm_scale=0.0)
+    assert no_comm.step_ns < base.step_ns
+    half_gemm = _run(cfg, graph, scales={0: 0.5})
+    assert half_gemm.step_ns < base.step_ns
+    # halving the GEMMs saves less than half the step: the rest of the step does not shrink
+    assert half_gemm.step_ns > base.step_ns / 2
+
+
+def test_two_times_nic_bandwidth_never_slows_a_multi_node_step() -> None:
+    cfg, graph = _shipped("korthikanti-175b-selective")
+    cluster = cluster_from_config(cfg.cluster)
+    base = _run(cfg, graph, cluster=cluster)
+    fast = _run(cfg, graph, cluster=cluster.with_overrides({"nic_gbps_per_gpu": 400}))
+    assert fast.step_ns <= base.step_ns
+
+
+def test_predicted_job_breakdown_partitions_the_step() -> None:
+    cfg, graph = _shipped("megatron-ci-7b-tp4-pp1")
+    sim = _run(cfg, graph)
+    job = predicted_config_job(sim)
+    assert job.predicted and job.ranks == sim.composed.simulated_ranks
+    rows = summarize(job).to_json()["ranks"]
+    assert rows
+    for row in rows:
+        total = row["compute_ns"] + row["exposed_comm_ns"] + row["memory_ns"] + row["idle_ns"]
+        assert total == row["step_ns"]
+        assert row["comm_ns"] > 0  # tensor-parallel all-reduces and DP reduce-scatters
+    end = max(int((t.events.start_ns + t.events.dur_ns).max()) for t in job.traces)
+    assert end == sim.step_ns
+
+
+KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
+
+
+def test_published_step_times_regression_guard() -> None:
+    """Mean |error| over Korthikanti et al.'s eight runs stays <= 5% and each Megatron-CI 7B run
+    within 10% (currently 2.8% and 0.5% / 5.3%, docs/accuracy.md)."""
+    errors = {}
+    for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
+        cfg, graph = _shipped(stem)
+        sim = _run(cfg, graph)
+        errors[stem] = 100 * (sim.step_ns / 1e9 / cfg.reference.step_time_s - 1)
+    kor = [abs(errors[s]) for s in KORTHIKANTI]
+    assert len(kor) == 8
+    assert sum(kor) / len(kor) <= 5.0, errors
+    assert abs(errors["megatron-ci-7b-tp1-pp4"]) <= 10.0, errors
+    assert abs(errors["megatron-ci-7b-tp4-pp1"]) <= 10.0, errors
+
+
+def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:
+    path = CONFIGS / "echo-gpt70b-96xH800.toml"
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    graph = read_graph(CONFIGS / "echo-gpt70b-96xH800.graph.json.gz")
+    assert {r.stages for r in graph.roles} == {(0,), tuple(range(1, 11)), (11,)}
+    sim = _run(cfg, graph)
+    assert sim.step_ns > 0 and len(sim.stage_ns()) == 12
