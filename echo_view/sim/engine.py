@@ -1,7 +1,8 @@
 """The discrete-event engine: ops, dependencies and collectives in, start and end times out.
 
 The engine is a single loop over one heap of op-completion events keyed ``(t_ns, priority,
-seq)`` — ``seq`` is the op id, so equal times resolve the same way on every run. An op is
+seq)`` — ``seq`` is the op id, so equal times resolve the same way on every run; the key is
+packed into one integer, which the heap compares about twice as fast as a tuple. An op is
 scheduled the moment its last dependency resolves: its start is the latest release its
 dependencies impose, its end ``start + duration`` (or later when an end-to-end dependency holds
 it, as a host sync is held by the GPU work it waits for). A collective's participants are
@@ -12,11 +13,13 @@ stream while it waits for its peers.
 Hot-path notes. Columns are turned into flat Python lists once; the loop touches only ints,
 lists and the heap (no per-op objects). Successor edges are stored as one list of release-slot
 indices (slot ``j`` constrains op ``j``'s start, slot ``n + j`` its end) so one branch-free loop
-handles every edge kind. Chains are coarsened where that is exact: an op whose only successor is
-the next op on its lane, which in turn has no other predecessor (CPU work between launches, a
-run of kernels with no outside dependency), is timed inline without a heap round trip. This
-stays exact because the engine has no resource contention: an op's duration does not depend on
-what runs beside it. A cost model that made it depend (interference) would have to disable it.
+handles every edge kind. Chains are coarsened where that is exact: when the only edge leaving an
+op's end goes to an op with no other predecessor, that op is timed inline, without a heap round
+trip. This covers a CPU thread's calls between two host syncs (a launch resolves its kernel when
+it starts, so its end has one successor, the next call) and runs of kernels with no outside
+dependency (a traced graph). It stays exact because the engine has no resource contention: an
+op's duration does not depend on what runs beside it. A cost model that made it depend
+(interference) would have to turn it off (``coarsen=False``).
 
 The engine does no I/O, keeps no global state and uses no randomness.
 """
@@ -116,10 +119,11 @@ class _Graph:
         )
         on_end = ~from_start
         self.end_ptr, self.end_slot, self.end_lag = _csr(n, src[on_end], slot[on_end], lag[on_end])
-        # Coarsening: i -> j is a chain link when it is i's only edge and j's only edge, it is
-        # end -> start, and neither op takes part in a collective.
+        # Coarsening: i -> j is a chain link when it is the only edge leaving i's end and the
+        # only edge into j, it is end -> start, and neither op takes part in a collective.
+        # (Edges leaving i's start are resolved when i starts, before the link is followed.)
         indeg = np.bincount(dst, minlength=n) if n else np.zeros(0, dtype=np.int64)
-        outdeg = np.bincount(src, minlength=n) if n else np.zeros(0, dtype=np.int64)
+        outdeg = np.bincount(src[on_end], minlength=n) if n else np.zeros(0, dtype=np.int64)
         chain = np.full(n, -1, dtype=np.int64)
         chain_lag = np.zeros(n, dtype=np.int64)
         link = (
@@ -202,7 +206,11 @@ def _loop(
     # Releases: slot j = earliest start of op j, slot n + j = earliest end.
     rel: list[int] = np.maximum(wl.ops.release_ns, 0).tolist() + [0] * n
     count: list[int] = g.count.tolist()
-    # Priority: GPU work completes before CPU work at equal times; key = priority * n + op.
+    end_wait: list[bool] = (g.count[n:] > 0).tolist()
+    # Heap entries are single ints t * 2n + priority * n + op, ordered like the tuple
+    # (t_ns, priority, op) but compared faster; GPU work (priority 0) completes before CPU
+    # work (priority 1) at equal times.
+    span = 2 * n
     key: list[int] = []
     if n:
         kinds = np.array([int(lane.kind) for lane in wl.lanes], dtype=np.int64)
@@ -219,15 +227,17 @@ def _loop(
     end = [NONE] * n
     cstart = [NONE] * m
     cend = [NONE] * m
-    heap: list[tuple[int, int]] = []
+    heap: list[int] = []
     push = heapq.heappush
     pop = heapq.heappop
     # Ready slots: x < n means op x can start; x >= n means op x - n's end constraints are met.
     ready = [i for i in range(n - 1, -1, -1) if count[i] == 0]
+    take = ready.pop
+    put = ready.append
     done = 0
     while True:
         while ready:
-            i = ready.pop()
+            i = take()
             if i >= n:
                 # End constraints met: finish the op if it has started already.
                 i -= n
@@ -239,25 +249,26 @@ def _loop(
                     e = rel[n + i]
                 end[i] = e
                 done += 1
-                push(heap, (e, key[i]))
+                push(heap, e * span + key[i])
                 continue
             s = rel[i]
             start[i] = s
-            for k in range(sp[i], sp[i + 1]):
-                r = s + slag[k]
-                x = sslot[k]
-                if r > rel[x]:
-                    rel[x] = r
-                count[x] -= 1
-                if count[x] == 0:
-                    ready.append(x)
+            a, b = sp[i], sp[i + 1]
+            if a != b:
+                for k in range(a, b):
+                    r = s + slag[k]
+                    x = sslot[k]
+                    if r > rel[x]:
+                        rel[x] = r
+                    count[x] -= 1
+                    if count[x] == 0:
+                        put(x)
             c = coll[i]
             if c >= 0:
                 if s > cready[c]:
                     cready[c] = s
-                a = arrived[c] + 1
-                arrived[c] = a
-                if a < expected[c]:
+                arrived[c] += 1
+                if arrived[c] < expected[c]:
                     continue
                 t0 = cready[c]
                 e = t0 + cdur[c]
@@ -265,14 +276,15 @@ def _loop(
                 cend[c] = e
                 for p in parts[parts_ptr[c] : parts_ptr[c + 1]]:
                     end[p] = e
-                    push(heap, (e, key[p]))
+                    push(heap, e * span + key[p])
                 done += expected[c]
                 continue
-            if count[n + i]:
-                continue  # waits for its end constraints (a blocked call)
             e = s + dur[i]
-            if rel[n + i] > e:
-                e = rel[n + i]
+            if end_wait[i]:
+                if count[n + i]:
+                    continue  # a blocked call: it ends when what it waits for has ended
+                if rel[n + i] > e:
+                    e = rel[n + i]
             end[i] = e
             done += 1
             j = chain[i]
@@ -282,24 +294,27 @@ def _loop(
                 if rel[j] > s:
                     s = rel[j]
                 start[j] = s
-                for k in range(sp[j], sp[j + 1]):
-                    r = s + slag[k]
-                    x = sslot[k]
-                    if r > rel[x]:
-                        rel[x] = r
-                    count[x] -= 1
-                    if count[x] == 0:
-                        ready.append(x)
+                a, b = sp[j], sp[j + 1]
+                if a != b:
+                    for k in range(a, b):
+                        r = s + slag[k]
+                        x = sslot[k]
+                        if r > rel[x]:
+                            rel[x] = r
+                        count[x] -= 1
+                        if count[x] == 0:
+                            put(x)
                 e = s + dur[j]
                 end[j] = e
                 done += 1
                 i = j
                 j = chain[i]
-            push(heap, (e, key[i]))
+            push(heap, e * span + key[i])
         if not heap:
             break
-        t, kk = pop(heap)
-        i = kk if kk < n else kk - n
+        t, i = divmod(pop(heap), span)
+        if i >= n:
+            i -= n
         for k in range(ep[i], ep[i + 1]):
             r = t + elag[k]
             x = eslot[k]
@@ -307,7 +322,7 @@ def _loop(
                 rel[x] = r
             count[x] -= 1
             if count[x] == 0:
-                ready.append(x)
+                put(x)
     return start, end, cstart, cend, done
 
 
