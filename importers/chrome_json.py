@@ -61,6 +61,7 @@ from importers.chrome_json_text import (
     WS,
     TextCursor,
     json_kind,
+    line_col_in_file,
     split_decode_error,
     validation_error,
 )
@@ -106,21 +107,17 @@ class EventChunk(Generic[T]):
     events: list[T]
     #: ``[`` + the events' JSON text + ``]``; ``msgspec.Raw`` values point into it.
     text: bytes
-    #: Line and column (1-based) of ``text[1]`` in the decompressed file.
-    line: int
-    column: int
+    #: Offset of ``text[1]`` in the decompressed file.
+    offset: int
 
     def __len__(self) -> int:
         return len(self.events)
 
     def locate(self, k: int) -> str:
-        """``line L column C`` of byte ``k`` of :attr:`text`."""
+        """``line L column C`` of byte ``k`` of :attr:`text` (reads the file again)."""
         k = max(1, min(k, len(self.text) - 1))
-        nl = self.text.count(b"\n", 1, k)
-        if nl:
-            col = k - self.text.rfind(b"\n", 1, k)
-            return f"line {self.line + nl} column {col}"
-        return f"line {self.line} column {self.column + k - 1}"
+        line, col = line_col_in_file(self.path, self.offset + k - 1)
+        return f"line {line} column {col}"
 
     def release(self) -> None:
         """Drop the events and the text now (a chunk is large; free it before the next one)."""
@@ -276,8 +273,9 @@ class Container(TextCursor):
         view = memoryview(self._buf)[start:end]
         text = b"".join((b"[", view, b"]") if close else (b"[", view))
         view.release()
-        line, col = self._line_col(start)
-        chunk: EventChunk[Any] = EventChunk(self.path, self.event_count, [], text, line, col)
+        chunk: EventChunk[Any] = EventChunk(
+            self.path, self.event_count, [], text, self._base + start
+        )
         try:
             chunk.events = dec.decode(text)
         except msgspec.ValidationError as exc:

@@ -1,9 +1,10 @@
 """A cursor over the decompressed text of a JSON file, read block by block.
 
 :class:`TextCursor` holds only a window of the text: it reads gzip or plain files in blocks
-(gzip sniffed by magic bytes), drops what has been consumed, and still reports exact
-``line L column C`` positions. It reads the small JSON values around a trace's event array
-(top-level keys); :mod:`importers.chrome_json` decodes the array itself in chunks.
+(gzip sniffed by magic bytes) and drops what has been consumed. Errors still name an exact
+``line L column C``: the text before the error is read again to count its lines. The cursor
+reads the small JSON values around a trace's event array (top-level keys);
+:mod:`importers.chrome_json` decodes the array itself in chunks.
 """
 
 from __future__ import annotations
@@ -73,6 +74,37 @@ def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError)
     )
 
 
+def line_col(text: bytes, i: int) -> tuple[int, int]:
+    """Line and column (1-based; columns count bytes) of ``text[i]``."""
+    nl = text.count(b"\n", 0, i)
+    return nl + 1, i - text.rfind(b"\n", 0, i)
+
+
+def line_col_in_file(path: Path, offset: int) -> tuple[int, int]:
+    """Line and column of byte ``offset`` of a file's decompressed text.
+
+    Only errors need a position, so lines are not counted while reading; the text before the
+    error is read again instead.
+    """
+    lines, col = 1, 1
+    with open(path, "rb") as fh:
+        src = BlockSource(path, fh)
+        seen = 0
+        while seen < offset:
+            block = src.read()
+            if not block:
+                break
+            part = block[: offset - seen]
+            nl = part.count(b"\n")
+            if nl:
+                lines += nl
+                col = len(part) - part.rfind(b"\n")
+            else:
+                col += len(part)
+            seen += len(part)
+    return lines, col
+
+
 class BlockSource:
     """Decompressed text of a file, block by block; concatenated gzip members are joined."""
 
@@ -140,8 +172,6 @@ class TextCursor:
         self._buf = b""
         self._pos = 0
         self._base = 0  # text offset of _buf[0]
-        self._base_line = 1  # line and column of _buf[0]
-        self._base_col = 1
 
     @property
     def text_bytes(self) -> int:
@@ -201,21 +231,19 @@ class TextCursor:
         return self._src is None or self._src.eof
 
     def _compact(self) -> None:
-        """Drop the consumed text before ``_pos``, keeping the line/column bookkeeping."""
+        """Drop the consumed text before ``_pos``."""
         pos = self._pos
         if pos == 0:
             return
-        self._base_line, self._base_col = self._line_col(pos)
         self._base += pos
         self._buf = self._buf[pos:]
         self._pos = 0
 
     def _line_col(self, i: int) -> tuple[int, int]:
         """Line and column (1-based; columns count bytes) of ``_buf[i]``."""
-        nl = self._buf.count(b"\n", 0, i)
-        if nl:
-            return self._base_line + nl, i - self._buf.rfind(b"\n", 0, i)
-        return self._base_line, self._base_col + i
+        if self._base == 0:
+            return line_col(self._buf, i)
+        return line_col_in_file(self.path, self._base + i)
 
     def _where(self, i: int) -> str:
         line, col = self._line_col(i)
