@@ -3,7 +3,7 @@ into a predicted :class:`~echo_view.model.Job` and a report."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +118,7 @@ def _coll_kind_of(name: str) -> int:
     return int(CollectiveKind.UNKNOWN)
 
 
-def predicted_config_job(sim: ConfigSimulation) -> Job:
+def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = None) -> Job:
     """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
     ran back to back on the compute stream, so their times follow exactly from the pass's
     start), the kernel-to-kernel gap shown as idle time."""
@@ -150,7 +150,11 @@ def predicted_config_job(sim: ConfigSimulation) -> Job:
     lanes_of: dict[int, list[int]] = {}
     for li, r in enumerate(wl.lane_rank.tolist()):
         lanes_of.setdefault(int(r), []).append(li)
-    for r in comp.simulated_ranks:
+    strings.intern("kernel")
+    name_kind = np.full(len(strings), int(CollectiveKind.UNKNOWN), dtype=np.int64)
+    for sid, text in enumerate(strings.strings):
+        name_kind[sid] = _coll_kind_of(text)
+    for r in comp.simulated_ranks if ranks is None else ranks:
         mine = wl.ops.rank == r
         # Coarse ops kept as they are (transfers, bucket reductions, markers).
         keep = np.flatnonzero(mine & ~expanded)
@@ -206,9 +210,7 @@ def predicted_config_job(sim: ConfigSimulation) -> Job:
         ][coll_rows]
         colls = CollectiveTable(
             event=coll_rows,
-            kind=np.array(
-                [_coll_kind_of(strings[int(ev_name[i])]) for i in coll_rows], dtype=np.int64
-            ),
+            kind=name_kind[ev_name[coll_rows]],
             bytes=fine_bytes,
             dtype=np.full(len(coll_rows), NONE),
             group=np.full(len(coll_rows), NONE),

@@ -1,0 +1,86 @@
+"""Wall time and peak RSS of ``echo-view simulate CONFIG --json`` on the scale configs in
+samples/configs (graphs from the shipped cache, no tracing), each run in its own process,
+median of N runs; and the time to trace one role of GPT-175B on the meta device.
+
+    python bench/config_sim_bench.py [--repeat 3]
+
+Echo's published simulation times (arXiv 2412.12487, Table 8) are printed beside ours for
+scale: 83.4 s for 128 GPUs, 718.7 s for 1,024 and 4,976.9 s for 8,192.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [
+    ("echo-gpt175b-96xH800.toml", 96, 83.4, "Echo @128 GPUs"),
+    ("gpt175b-1024xH100.toml", 1024, 718.7, "Echo @1,024 GPUs"),
+    ("gpt175b-8192xH100.toml", 8192, 4976.9, "Echo @8,192 GPUs"),
+]
+
+
+def _one(config: Path) -> tuple[float, float, float]:
+    code = (
+        "import resource, sys\n"
+        "from echo_view.cli import main\n"
+        "c = main()\n"
+        "sys.stderr.write(f'RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}')\n"
+        "raise SystemExit(c)\n"
+    )
+    exe = [sys.executable, "-c", code]
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [*exe, "simulate", str(config), "--json"], check=True, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t0
+    rss = int(out.stderr.rsplit("RSS ", 1)[1]) / 1024
+    return wall, rss, json.loads(out.stdout)["step_time_s"]
+
+
+def _trace_role() -> tuple[float, float]:
+    code = (
+        "import time,resource,tomllib;"
+        "from echo_view.model.config import parse_workload_config;"
+        "from echo_view.tracing.roles import trace_workload;"
+        "p='samples/configs/echo-gpt175b-96xH800.toml';"
+        "c=parse_workload_config(tomllib.load(open(p,'rb')));t=time.perf_counter();"
+        "g=trace_workload(c);d=time.perf_counter()-t;"
+        "print(d/len(g.roles), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
+    )
+    per_role, rss = out.stdout.split()
+    return float(per_role), float(rss)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(
+        "| config | GPUs | wall s (median) | peak RSS MB (max) | predicted step s | Echo's time |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, gpus, echo_s, label in CASES:
+        runs = [_one(ROOT / "samples" / "configs" / name) for _ in range(args.repeat)]
+        wall = statistics.median(r[0] for r in runs)
+        rss = max(r[1] for r in runs)
+        print(
+            f"| {name} | {gpus} | {wall:.2f} | {rss:.0f} | {runs[0][2]:.3f} | "
+            f"{echo_s} s ({label}) |"
+        )
+    per_role, rss = _trace_role()
+    print(f"\ntracing GPT-175B (96 H800 layout), per role: {per_role:.2f} s, peak RSS {rss:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
