@@ -368,6 +368,7 @@ def fit_alphabeta(
     huber: float = 0.15,
     prior: float = 0.05,
     source: str | None = None,
+    balance: bool = True,
 ) -> FitResult:
     """Calibrate :class:`AlphaBetaModel` to ``measurements`` the same way."""
     if not measurements:
@@ -383,6 +384,7 @@ def fit_alphabeta(
         prior=prior,
         free=_free(measurements),
         start_at=_launch_start(measurements),
+        weights=_balance(measurements) if balance else None,
     )
     label = source or f"calibrated on {len({m.source for m in measurements})} logs"
     params = params.with_flat({}, source=label)
