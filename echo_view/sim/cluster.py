@@ -59,6 +59,21 @@ class GpuSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
 
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``, falling back to the path the GPU actually runs:
+        TF32 and BF16 without tensor-core support run at the FP32 rate (V100), FP8 without
+        support at the FP16 rate (A100, V100)."""
+        fallback = {"tf32": "fp32", "bf16": "fp32", "fp8": "fp16", "fp16": "fp32"}
+        key = dtype.lower()
+        while key not in self.peak_flops:
+            if key not in fallback:
+                raise ConfigError(
+                    f"unknown dtype {dtype!r}",
+                    hint=f"one of: {', '.join(('fp32', *fallback))}",
+                )
+            key = fallback[key]
+        return self.peak_flops[key]
+
 
 def _spec(
     name: str,
@@ -449,7 +464,7 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
         flops = dict(gpu.peak_flops)
         flops[dtype] = _number(key, raw) * TFLOPS
         gpu = replace(gpu, peak_flops=flops)
-    if gpu.name == cluster.gpu.name:
+    if not gpu.name.endswith(" (modified)"):
         gpu = replace(gpu, name=f"{gpu.name} (modified)")
     return replace(cluster, gpu=gpu)
 

@@ -9,7 +9,6 @@ from echo_view.model.config import ClusterConfig
 from echo_view.sim.cluster import (
     OVERRIDE_KEYS,
     PRESETS,
-    Cluster,
     cluster_from_config,
     gpu_preset,
     known_presets,
@@ -48,6 +47,15 @@ def test_datasheet_values() -> None:
     assert h800.nvlink_bytes_per_s == 200 * GB < h100.nvlink_bytes_per_s == 450 * GB
     assert gpu_preset("H200").hbm_bytes_per_s == 4800 * GB
     assert gpu_preset("V100").default_fabric == "nvlink"
+
+
+def test_peak_falls_back_to_the_path_the_gpu_runs() -> None:
+    v100, a100 = gpu_preset("V100"), gpu_preset("A100")
+    assert v100.peak("bf16") == v100.peak("tf32") == 15.7e12  # no BF16/TF32 tensor cores
+    assert v100.peak("fp8") == 125e12 and a100.peak("fp8") == 312e12  # FP8 runs as FP16
+    assert a100.peak("BF16") == 312e12
+    with pytest.raises(ConfigError, match="unknown dtype"):
+        a100.peak("int4")
 
 
 def test_aliases_and_unknown_preset() -> None:
@@ -114,7 +122,9 @@ def test_overrides() -> None:
     h = make_cluster("A100").with_overrides({"hbm_gbytes_per_s": "5000", "gpu": "H100"})
     assert h.gpu.hbm_bytes_per_s == 5000 * GB and h.gpu.sm_count == 132
     assert make_cluster("A100").with_overrides({"nvlink_gbytes_per_s": 150}).nvlink_bw == 150 * GB
-    assert set(Cluster.describe(c)) <= {*OVERRIDE_KEYS, "nvlink_gbytes_per_s", "pcie_gbytes_per_s"}
+    assert set(c.describe()) <= set(OVERRIDE_KEYS)  # resolved values read back as overrides
+    again = c.with_overrides({"sm_count": 100})
+    assert again.gpu.name == "A100-SXM4-80GB (modified)"
 
 
 @pytest.mark.parametrize(
