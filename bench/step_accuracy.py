@@ -1,9 +1,11 @@
 """Predicted vs measured step time for every workload config in a folder (default:
-../shared/validation/runs), optionally sweeping one compute parameter.
+samples/configs/validation, copies of ../shared/validation/runs), optionally sweeping one
+compute parameter.
 
     python bench/step_accuracy.py [RUNS_DIR] [--sweep NAME=V1,V2,...] [--markdown]
 
-Traced graphs are computed once per config (meta device, needs torch) and reused.
+Traced graphs come from the ``.graph.json.gz`` beside each config when it matches, else they
+are traced once (meta device, needs torch).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from echo_view.cli.workload import graph_for_config  # noqa: E402
 from echo_view.model.config import parse_workload_config  # noqa: E402
 from echo_view.sim import engine  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
@@ -24,12 +27,11 @@ from echo_view.sim.comm import NcclModel  # noqa: E402
 from echo_view.sim.compose import compose  # noqa: E402
 from echo_view.sim.compose_costs import CollectiveCache  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
-from echo_view.tracing.roles import trace_workload  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("runs", nargs="?", default=str(ROOT.parent / "shared/validation/runs"))
+    ap.add_argument("runs", nargs="?", default=str(ROOT / "samples/configs/validation"))
     ap.add_argument("--sweep", default="")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -37,7 +39,8 @@ def main() -> int:
     items = []
     for f in files:
         cfg = parse_workload_config(tomllib.loads(f.read_text()), str(f))
-        items.append((f, cfg, trace_workload(cfg), cluster_from_config(cfg.cluster)))
+        graph, _origin = graph_for_config(cfg, f)  # the shipped graph beside it, else traced
+        items.append((f, cfg, graph, cluster_from_config(cfg.cluster)))
     sweep: list[tuple[str, float | None]] = [("", None)]
     if args.sweep:
         name, values = args.sweep.split("=")
