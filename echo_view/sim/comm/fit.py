@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -69,12 +69,6 @@ class ErrorStats:
             "worst": self.worst,
             "worst_nbytes": self.worst_nbytes,
         }
-
-
-class _Params(Protocol):
-    launch_us: float
-
-    def flat(self) -> dict[str, float]: ...
 
 
 P = TypeVar("P", CommParams, AlphaBetaParams)
