@@ -295,7 +295,7 @@ class Columns:
             return
         row_evs = evs if len(rows) == n else [evs[i] for i in rows.tolist()]
         raws = list(map(g["args"], row_evs))
-        self.args.write(b"".join(raws))
+        self.args.writelines(raws)
         self.args_len.append(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)))
         keys = self._key_args(chunk, raws, rows)
         self.phase.append(ph[rows])
