@@ -252,6 +252,11 @@ class TextCursor:
             ) from None
         self._src = BlockSource(self.path, self._fh)
 
+    def __del__(self) -> None:
+        # A cursor dropped without close() must not leave its inflating thread waiting.
+        with contextlib.suppress(Exception):
+            self.close()
+
     def close(self) -> None:
         """Close the file."""
         if self._src is not None:
