@@ -268,11 +268,17 @@ def _rank_ops(
     view.op_of_row = op_of_row
     view.container = container
     view.src_row = np.array(src_rows, dtype=np.int64)
-    # CPU ops belong to the step whose span holds their start (GPU ops: see the caller).
-    for k, (_num, t0, t1) in enumerate(marks):
-        for i in view.op_ids.tolist():
-            if t0 <= ops.mstart[i] < t1 and ops.step[i] == NONE:
-                ops.step[i] = step_base + k
+    # Ops belong to the step whose span holds their start (the caller moves GPU ops to the
+    # step of their launch); steps do not overlap.
+    if marks and len(view.op_ids):
+        order = sorted(range(len(marks)), key=lambda k: (marks[k][1], k))
+        begin = np.array([marks[k][1] for k in order], dtype=np.int64)
+        finish = np.array([marks[k][2] for k in order], dtype=np.int64)
+        t = np.array(ops.mstart[first:], dtype=np.int64)
+        pos = np.searchsorted(begin, t, side="right") - 1
+        inside = (pos >= 0) & (t < finish[np.maximum(pos, 0)])
+        idx = np.array(order, dtype=np.int64)[np.maximum(pos, 0)] + step_base
+        ops.step[first:] = np.where(inside, idx, NONE).tolist()
     return view
 
 
