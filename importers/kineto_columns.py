@@ -1,23 +1,15 @@
 """Event chunks of a trace-event file -> numpy columns (the importer's hot path).
 
 Each chunk from :mod:`importers.chrome_json` is decoded into :class:`RawEvent` structs (only the
-fields a timeline needs; ``args`` stays raw JSON) and turned into columns with one list
-comprehension per field, never one Python object per event kept beyond the chunk. What is not
-a row of the event table is set aside: ``M`` metadata (names), ``s``/``t``/``f`` flow points and
-``E``/``e`` ends (matched to their begins later).
-
-Exact time: ``ts``/``dur`` are decoded as ``int | float``. Integers are exact. A float below
-2**43 µs is split into its integer part and fraction, ``hi * 1000 + round(lo * 1000)``, which is
-the exact value of a decimal text with up to three decimals (Kineto's ``%.3f``) because the double
-is then within 0.49 ns of it. Larger floats (absolute-epoch µs with decimals) cannot be recovered
-from the double, so their chunk is decoded once more with ``Decimal`` fields and converted from
-the text (:func:`echo_view.units.us_to_ns` semantics).
+fields a timeline needs; ``args`` stays raw JSON) and turned into columns with one C-level
+``map`` per field, never one Python object per event kept beyond the chunk. What is not a row of
+the event table is set aside: ``M`` metadata (names), ``s``/``t``/``f`` flow points and ``E``/``e``
+ends (matched to their begins later). Times are converted exactly (:mod:`importers.kineto_values`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 from io import BytesIO
 from operator import attrgetter
 from typing import Any
@@ -43,18 +35,22 @@ from importers.kineto_rows import (
     PH_S,
     PH_T,
     PH_X,
-    PHASES,
     FileColumns,
     PointColumns,
 )
+from importers.kineto_values import (
+    MISSING,
+    Classes,
+    ExactTimes,
+    Interner,
+    ThreadIds,
+    as_int,
+    decimal_ns,
+    exact_ns,
+    ints,
+)
 
 I64 = npt.NDArray[np.int64]
-
-#: Default ``ts``/``dur`` of an event that has none (exact as a double, never a real time).
-MISSING = -(2**62)
-_EXACT_FLOAT = float(2**43)
-_NS_LIMIT = 2**62
-_NS_LIMIT_US = _NS_LIMIT // 1000
 
 #: Phases that become rows of the event table.
 ROW_PHASES = np.array([PH_X, PH_B, PH_I, PH_C, PH_AB, PH_AN], dtype=np.uint8)
@@ -77,70 +73,12 @@ class RawEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw()
 
 
-class _Times(msgspec.Struct, gc=False):
-    ts: Decimal | None = None
-    dur: Decimal | None = None
-
-
 class KeyArgs(msgspec.Struct, gc=False):
     """The args every event may need: links between CPU ops, launches and GPU work."""
 
     correlation: int = NONE
     external_id: int = msgspec.field(default=NONE, name="External id")
     external_id_old: int = msgspec.field(default=NONE, name="external id")
-
-
-class _Interner(dict[str, int]):
-    """String -> dense id; a lookup of a new string adds it (so ``map`` can run in C)."""
-
-    def __missing__(self, key: str) -> int:
-        value = self[key] = len(self)
-        return value
-
-
-class _ThreadIds(dict[tuple[Any, Any], int]):
-    """(pid, tid) as written -> id of the normalised pair in ``threads``."""
-
-    def __init__(self, threads: list[tuple[int | str, int | str]]) -> None:
-        super().__init__()
-        self.threads = threads
-        self.norm: dict[tuple[int | str, int | str], int] = {}
-
-    def __missing__(self, key: tuple[Any, Any]) -> int:
-        pid, tid = key
-        norm_pid = _norm(pid)
-        norm = (norm_pid, norm_pid if tid is None else _norm(tid))
-        value = self.norm.get(norm)
-        if value is None:
-            value = self.norm[norm] = len(self.threads)
-            self.threads.append(norm)
-        self[key] = value
-        return value
-
-
-class _Classes(dict[tuple[Any, ...], int]):
-    """(ph, cat, name, pid, tid) -> class id, with each class's phase code, string ids and
-    thread id in :attr:`props`: one dict lookup per event replaces four."""
-
-    def __init__(self, strings: _Interner, threads: _ThreadIds) -> None:
-        super().__init__()
-        self.strings = strings
-        self.threads = threads
-        self.props = np.zeros((1024, 4), dtype=np.int32)  # phase, cat, name, thread
-
-    def __missing__(self, key: tuple[Any, ...]) -> int:
-        ph, cat, name, pid, tid = key
-        cid = len(self)
-        if cid == len(self.props):
-            self.props = np.concatenate([self.props, np.zeros_like(self.props)])
-        self.props[cid] = (
-            PHASES.get(ph, PH_OTHER),
-            self.strings[cat],
-            self.strings[name],
-            self.threads[(pid, tid)],
-        )
-        self[key] = cid
-        return cid
 
 
 _GET = {name: attrgetter(name) for name in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "args")}
@@ -154,74 +92,11 @@ _KEYARGS_ONE = msgspec.json.Decoder(KeyArgs)
 _EMPTY_OBJ = b"{}"
 
 
-def _ints(values: list[Any]) -> I64:
-    """int64 column of ``values``; anything not an int (or out of range) becomes -1."""
-    if set(map(type, values)) <= {int}:
-        try:
-            return np.array(values, dtype=np.int64)
-        except OverflowError:
-            pass
-    clean = [v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values]
-    return np.array(clean, dtype=np.int64)
-
-
-def exact_ns(values: list[Any]) -> tuple[I64, list[int]]:
-    """µs values (int, float or MISSING) -> int64 ns, and the indices that need their text.
-
-    Values outside ±2**62 ns (146 years) are left in the second list too; the caller rejects them.
-    """
-    if not values:
-        return np.zeros(0, dtype=np.int64), []
-    if float not in set(map(type, values)):
-        # Integer µs (Kineto before 2024): exact as int64 unless absurdly large.
-        try:
-            a = np.array(values, dtype=np.int64)
-        except OverflowError:
-            a = np.array([v if abs(v) < 2**62 else 2**62 for v in values], dtype=np.int64)
-        ok = (a == MISSING) | (np.abs(a) < _NS_LIMIT_US)
-        return np.where(a == MISSING, MISSING, np.where(ok, a, 0) * 1000), np.flatnonzero(
-            ~ok
-        ).tolist()
-    f = np.array(values, dtype=np.float64)
-    big = np.abs(f) >= _EXACT_FLOAT
-    small = np.where(big, 0.0, f)
-    hi = np.floor(small)
-    ns = hi.astype(np.int64) * 1000 + np.rint((small - hi) * 1000).astype(np.int64)
-    idx = np.flatnonzero(big)
-    if not len(idx):
-        return ns, []
-    sub = [values[i] for i in idx.tolist()]
-    if float not in set(map(type, sub)):
-        # Integer µs (old Kineto's absolute epoch): exact as int64 unless absurdly large.
-        try:
-            a = np.array(sub, dtype=np.int64)
-        except OverflowError:
-            a = np.array([v if abs(v) < 2**62 else 2**62 for v in sub], dtype=np.int64)
-        ok = (a == MISSING) | (np.abs(a) < _NS_LIMIT_US)
-        ns[idx] = np.where(a == MISSING, MISSING, np.where(ok, a, 0) * 1000)
-        return ns, idx[~ok].tolist()
-    need: list[int] = []
-    for i, v in zip(idx.tolist(), sub, strict=True):
-        if type(v) is int and (v == MISSING or -_NS_LIMIT_US < v < _NS_LIMIT_US):
-            ns[i] = v if v == MISSING else v * 1000
-        else:
-            need.append(i)
-    return ns, need
-
-
-def _decimal_ns(value: Decimal | None) -> int | None:
-    """Exact ns of a µs Decimal (round half to even); None when absent or out of range."""
-    if value is None or not value.is_finite():
-        return None
-    ns = int((value * 1000).to_integral_value())
-    return ns if -_NS_LIMIT < ns < _NS_LIMIT else None
-
-
 @dataclass
 class Columns:
     """Everything one file's events turned into, accumulated chunk by chunk."""
 
-    strings: _Interner = field(default_factory=_Interner)
+    strings: Interner = field(default_factory=Interner)
     #: (pid, tid) pairs as written (after digit-strings became ints), by pair id.
     threads: list[tuple[int | str, int | str]] = field(default_factory=list)
     # Row columns, one array per chunk until finish().
@@ -246,8 +121,8 @@ class Columns:
     rows: int = 0
 
     def __post_init__(self) -> None:
-        self._thread_ids = _ThreadIds(self.threads)
-        self._classes = _Classes(self.strings, self._thread_ids)
+        self._thread_ids = ThreadIds(self.threads)
+        self._classes = Classes(self.strings, self._thread_ids)
 
     def _ids(self, table: dict[Any, int], keys: Any, n: int) -> npt.NDArray[np.int32]:
         return np.fromiter(map(table.__getitem__, keys), dtype=np.int32, count=n)
@@ -275,10 +150,10 @@ class Columns:
         ts, need_ts = exact_ns(list(map(g["ts"], evs)))
         dur, need_dur = exact_ns(list(map(g["dur"], evs)))
         if need_ts or need_dur:
-            times = chunk.decode(_Times)
+            times = chunk.decode(ExactTimes)
             for column, need, attr in ((ts, need_ts, "ts"), (dur, need_dur, "dur")):
                 for i in need:
-                    ns = _decimal_ns(getattr(times[i], attr))
+                    ns = decimal_ns(getattr(times[i], attr))
                     if ns is None:
                         raise _bad_time(chunk, i, attr)
                     column[i] = ns
@@ -335,7 +210,7 @@ class Columns:
             args = args if isinstance(args, dict) else {}
             out.append(
                 KeyArgs(
-                    *(_as_int(args.get(k)) for k in ("correlation", "External id", "external id"))
+                    *(as_int(args.get(k)) for k in ("correlation", "External id", "external id"))
                 )
             )
         return out
@@ -417,7 +292,7 @@ class Columns:
         """Flow/async ids as int64: ints as they are, strings as hex (Perfetto's rule) or,
         when not hex, a per-file number; -1 for none."""
         if str not in set(map(type, values)):
-            return _ints(values)
+            return ints(values)
         out: list[int] = []
         for v in values:
             if isinstance(v, str):
@@ -434,20 +309,7 @@ def _int_column(keys: list[KeyArgs], get: Any) -> I64:
     try:
         return np.fromiter(map(get, keys), dtype=np.int64, count=len(keys))
     except OverflowError:  # an id beyond int64 is no id we can use
-        return _ints(list(map(get, keys)))
-
-
-def _as_int(value: object) -> int:
-    return value if type(value) is int and -(2**63) <= value < 2**63 else NONE
-
-
-def _norm(value: int | str) -> int | str:
-    """Perfetto reads a numeric string pid/tid as that number."""
-    if isinstance(value, str):
-        s = value.strip()
-        if s.isdigit() or (s.startswith("-") and s[1:].isdigit()):
-            return int(s)
-    return value
+        return ints(list(map(get, keys)))
 
 
 def _bad_time(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
