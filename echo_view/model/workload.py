@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.columns import check_lengths, frozen
+from echo_view.model.graph import OpClass
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import NONE, Lane, ProcessGroup
@@ -66,23 +67,17 @@ class DepKind(IntEnum):
         return self.name.lower()
 
 
-#: Op classes as stored in :attr:`OpTable.op_class`. The values and names follow the traced
-#: graph's classes (:class:`echo_view.model.graph.OpClass`) so the cost models see one vocabulary.
-OP_CLASS_NAMES: tuple[str, ...] = (
-    "gemm",
-    "attention",
-    "elementwise",
-    "reduction",
-    "normalization",
-    "embedding",
-    "optimizer",
-    "copy",
-    "other",
-    "collective",
+#: Op classes as stored in :attr:`OpTable.op_class`: the traced graph's classes
+#: (:class:`echo_view.model.graph.OpClass`), so the cost models see one vocabulary.
+OP_CLASS_NAMES: tuple[str, ...] = OpClass.NAMES
+CLASS_GEMM, CLASS_ATTENTION, CLASS_ELEMENTWISE = (
+    OpClass.GEMM,
+    OpClass.ATTENTION,
+    OpClass.ELEMENTWISE,
 )
-CLASS_GEMM, CLASS_ATTENTION, CLASS_ELEMENTWISE, CLASS_REDUCTION = 0, 1, 2, 3
-CLASS_NORMALIZATION, CLASS_EMBEDDING, CLASS_OPTIMIZER, CLASS_COPY = 4, 5, 6, 7
-CLASS_OTHER, CLASS_COLLECTIVE = 8, 9
+CLASS_REDUCTION, CLASS_NORMALIZATION = OpClass.REDUCTION, OpClass.NORMALIZATION
+CLASS_EMBEDDING, CLASS_OPTIMIZER, CLASS_COPY = OpClass.EMBEDDING, OpClass.OPTIMIZER, OpClass.COPY
+CLASS_OTHER, CLASS_COLLECTIVE = OpClass.OTHER, OpClass.COLLECTIVE
 
 
 @dataclass(frozen=True, eq=False)
