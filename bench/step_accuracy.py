@@ -23,7 +23,7 @@ from echo_view.cli.workload import graph_for_config  # noqa: E402
 from echo_view.model.config import parse_workload_config  # noqa: E402
 from echo_view.sim import engine  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
-from echo_view.sim.comm import NcclModel  # noqa: E402
+from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
 from echo_view.sim.compose import compose  # noqa: E402
 from echo_view.sim.compose_costs import CollectiveCache  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
@@ -52,7 +52,7 @@ def main() -> int:
             if name:
                 params = params.with_overrides({name: value})
             t0 = time.perf_counter()
-            comp = compose(graph, cfg, CollectiveCache(NcclModel(), cluster), params)
+            comp = compose(graph, cfg, CollectiveCache(default_comm_model(), cluster), params)
             res = engine.run(comp.workload, comp.dur_ns, comp.coll_dur_ns)
             wall = time.perf_counter() - t0
             pred = int(res.end_ns.max()) / 1e9

@@ -171,9 +171,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 "--comm model needs the GPU, and the traces do not name one this version knows",
                 hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
             )
-        from echo_view.sim.comm import NcclModel
+        from echo_view.sim.comm.defaults import default_comm_model
 
-        comm = NcclModel()
+        comm = default_comm_model()
     workload = workload_from_job(job)
     sim = simulate(
         workload, cluster, compute=MeasuredCompute(scales), comm=comm, comm_scale=comm_scale

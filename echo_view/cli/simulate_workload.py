@@ -30,7 +30,7 @@ from echo_view.formats import Registry
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
-from echo_view.sim.comm import NcclModel
+from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
 from echo_view.sim.kernel_cost import ComputeParams
@@ -75,7 +75,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         graph,
         cfg,
         cluster,
-        NcclModel(),
+        default_comm_model(),
         params,
         comm_scale=comm_scale,
         ranks=ranks_mode,

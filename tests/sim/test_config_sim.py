@@ -12,7 +12,7 @@ import pytest
 from echo_view.analysis.summary import summarize
 from echo_view.model.config import parse_workload_config
 from echo_view.sim.cluster import cluster_from_config
-from echo_view.sim.comm import NcclModel
+from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
 from importers.graph import read_graph
@@ -43,7 +43,9 @@ def _small(**par: Any) -> Any:
 
 def _run(cfg: Any, graph: Any, **kw: Any) -> ConfigSimulation:
     cluster = kw.pop("cluster", None) or cluster_from_config(cfg.cluster)
-    return simulate_config(graph, cfg, cluster, NcclModel(), compute_params_for(cluster.gpu), **kw)
+    return simulate_config(
+        graph, cfg, cluster, default_comm_model(), compute_params_for(cluster.gpu), **kw
+    )
 
 
 def _shipped(stem: str) -> tuple[Any, Any]:
