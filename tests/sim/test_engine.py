@@ -10,7 +10,7 @@ from echo_view.errors import SimulationError
 from echo_view.model import CollectiveKind, LaneKind
 from echo_view.model.workload import DepKind, DepMode, Workload
 from echo_view.model.workload_builder import WorkloadBuilder
-from echo_view.sim import MeasuredCompute, engine, simulate
+from echo_view.sim import MeasuredCompute, engine, predicted_job, simulate
 
 S2S, E2S, E2E = DepMode.START_TO_START, DepMode.END_TO_START, DepMode.END_TO_END
 
@@ -183,3 +183,19 @@ def test_bad_lengths_are_rejected() -> None:
     wl, _ = _two_ranks((10, 30))
     with pytest.raises(ValueError, match="dur_ns"):
         engine.run(wl, np.zeros(3, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+def test_predicted_job_of_a_workload_without_a_source() -> None:
+    wl, _ = _two_ranks((10, 30))
+    res = simulate(wl).result
+    job = predicted_job(wl, res, origin_ns=1_000)
+    assert job.predicted and job.ranks == (0, 1)
+    for trace in job.traces:
+        ev = trace.events
+        assert len(ev) == 5 and len(trace.collectives) == 1
+        mine = [i for i in range(len(wl)) if int(wl.ops.rank[i]) == trace.rank]
+        assert ev.start_ns.tolist() == [int(res.start_ns[i]) + 1_000 for i in mine]
+        assert (ev.start_ns + ev.dur_ns).tolist() == [int(res.end_ns[i]) + 1_000 for i in mine]
+        # Launch dependencies become launch -> kernel flows.
+        assert len(trace.flows) == 2
+        assert trace.groups[0].ranks == (0, 1)
