@@ -1,0 +1,189 @@
+"""What a trace says about a kernel that matters for interference: its launch configuration
+(grid, block, occupancy), the NCCL kernel it overlaps (collective, protocol, channels) and the
+GPU generation it ran on.
+
+Launch configurations are read from the raw JSON args of every kernel at once: one regular
+expression pass over the trace's args blob, each match mapped to its event row by
+``searchsorted`` on the args offsets (no per-event decode).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import NONE, Trace
+from echo_view.model.kinds import CollectiveKind
+from echo_view.model.nccl import parse_nccl_kernel_name
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: GPU generations the interference model knows (index = stored code). ``unknown`` is 0.
+GENERATIONS: tuple[str, ...] = (
+    "unknown",
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+    "cdna2",
+    "cdna3",
+)
+#: NCCL protocols (index = stored code; ``unknown`` is 0).
+PROTOCOLS: tuple[str, ...] = ("unknown", "LL", "LL128", "SIMPLE")
+
+_TRIPLE = rb"\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]"
+_NUMBER = rb"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+_PATTERNS: dict[str, re.Pattern[bytes]] = {
+    "grid": re.compile(rb'"grid"\s*:\s*' + _TRIPLE),
+    "block": re.compile(rb'"block"\s*:\s*' + _TRIPLE),
+    "blocks_per_sm": re.compile(rb'"blocks per SM"\s*:\s*' + _NUMBER),
+    "occupancy": re.compile(rb'"est\. achieved occupancy %"\s*:\s*' + _NUMBER),
+    "bytes": re.compile(rb'"bytes"\s*:\s*' + _NUMBER),
+}
+
+
+def _rows_of(trace: Trace, positions: I64) -> I64:
+    offsets = trace.events.args_offsets
+    assert offsets is not None
+    return np.searchsorted(offsets, positions, side="right").astype(np.int64) - 1
+
+
+def launch_config(trace: Trace) -> dict[str, Any]:
+    """Per event of ``trace`` (all rows, -1 / NaN where the args do not say): ``grid_blocks``
+    (gx*gy*gz), ``grid_x``, ``block_threads`` (bx*by*bz), ``blocks_per_sm`` and
+    ``occupancy`` (Kineto's estimate, 0..1), ``bytes`` (copies)."""
+    n = len(trace.events)
+    blob = trace.events.args_blob
+    out: dict[str, Any] = {
+        "grid_blocks": np.full(n, NONE, dtype=np.int64),
+        "grid_x": np.full(n, NONE, dtype=np.int64),
+        "block_threads": np.full(n, NONE, dtype=np.int64),
+        "blocks_per_sm": np.full(n, np.nan),
+        "occupancy": np.full(n, np.nan),
+        "bytes": np.full(n, NONE, dtype=np.int64),
+    }
+    if not blob or not n:
+        return out
+    for key in ("grid", "block"):
+        found = [
+            (m.start(), m.group(1), m.group(2), m.group(3)) for m in _PATTERNS[key].finditer(blob)
+        ]
+        if not found:
+            continue
+        pos = np.array([f[0] for f in found], dtype=np.int64)
+        dims = np.array([[int(f[1]), int(f[2]), int(f[3])] for f in found], dtype=np.int64)
+        rows = _rows_of(trace, pos)
+        if key == "grid":
+            out["grid_blocks"][rows] = dims.prod(axis=1)
+            out["grid_x"][rows] = dims[:, 0]
+        else:
+            out["block_threads"][rows] = dims.prod(axis=1)
+    for key, col, scale in (
+        ("blocks_per_sm", "blocks_per_sm", 1.0),
+        ("occupancy", "occupancy", 0.01),
+        ("bytes", "bytes", 1.0),
+    ):
+        found2 = [(m.start(), m.group(1)) for m in _PATTERNS[key].finditer(blob)]
+        if not found2:
+            continue
+        pos = np.array([f[0] for f in found2], dtype=np.int64)
+        vals = np.array([float(f[1]) for f in found2], dtype=np.float64) * scale
+        rows = _rows_of(trace, pos)
+        if col == "bytes":
+            out[col][rows] = vals.astype(np.int64)
+        else:
+            out[col][rows] = vals
+    return out
+
+
+def gpu_generation(name: str, compute_capability: tuple[int, int] | None = None) -> int:
+    """The :data:`GENERATIONS` code of a GPU from its name (and CUDA compute capability)."""
+    up = name.upper()
+    if "MI3" in up:
+        return GENERATIONS.index("cdna3")
+    if "MI2" in up or "MI100" in up:
+        return GENERATIONS.index("cdna2")
+    if any(k in up for k in ("B100", "B200", "GB200", "B300", "BLACKWELL", "RTX 50")):
+        return GENERATIONS.index("blackwell")
+    if any(k in up for k in ("H100", "H800", "H200", "H20", "GH200", "HOPPER")):
+        return GENERATIONS.index("hopper")
+    if any(k in up for k in ("L40", "L4", "RTX 40", "ADA")):
+        return GENERATIONS.index("ada")
+    if any(k in up for k in ("A100", "A800", "A10", "A30", "A40", "A6000", "RTX 30", "PG509")):
+        return GENERATIONS.index("ampere")
+    if "T4" in up or "RTX 20" in up or "TURING" in up:
+        return GENERATIONS.index("turing")
+    if "V100" in up or "VOLTA" in up:
+        return GENERATIONS.index("volta")
+    if "AMD" in up or "RADEON" in up or "INSTINCT" in up:
+        return GENERATIONS.index("unknown")
+    if compute_capability is not None:
+        major, minor = compute_capability
+        by_cc = {7: "turing" if minor >= 5 else "volta", 8: "ada" if minor >= 9 else "ampere",
+                 9: "hopper", 10: "blackwell", 12: "blackwell"}  # fmt: skip
+        if major in by_cc:
+            return GENERATIONS.index(by_cc[major])
+    return GENERATIONS.index("unknown")
+
+
+def trace_generation(trace: Trace) -> int:
+    """The GPU generation of the trace's first described device (``unknown`` when none)."""
+    for dev in trace.devices:
+        gen = gpu_generation(dev.name, dev.compute_capability)
+        if gen:
+            return gen
+    return 0
+
+
+def comm_features(trace: Trace, rows: I64, grid_x: I64) -> tuple[I64, I64, I64]:
+    """For communication kernel rows: ``(collective kind, protocol code, channels)``.
+
+    The collective comes from the trace's collective table when it points at the row, else
+    from the kernel name; the protocol from the name or the collective table; the channel
+    count is the kernel's grid x (NCCL launches one block per channel). Unknown: -1 / 0 / -1.
+    """
+    ev = trace.events
+    kind = np.full(len(rows), int(CollectiveKind.UNKNOWN), dtype=np.int64)
+    proto = np.zeros(len(rows), dtype=np.int64)
+    names = ev.name[rows]
+    for nid in np.unique(names).tolist():
+        info = parse_nccl_kernel_name(trace.strings[int(nid)])
+        if info is None:
+            continue
+        sel = names == nid
+        kind[sel] = int(info.collective)
+        if info.protocol in PROTOCOLS:
+            proto[sel] = PROTOCOLS.index(info.protocol)
+    colls = trace.collectives
+    if len(colls):
+        order = np.argsort(colls.event, kind="stable")
+        ev_sorted = colls.event[order]
+        idx = np.minimum(np.searchsorted(ev_sorted, rows), len(ev_sorted) - 1)
+        hit = ev_sorted[idx] == rows
+        c = order[idx[hit]]
+        table_kind = colls.kind[c].astype(np.int64)
+        known = table_kind != int(CollectiveKind.UNKNOWN)
+        sub = kind[hit]
+        sub[known] = table_kind[known]
+        kind[hit] = sub
+        pid = colls.protocol[c]
+        texts = np.array(
+            [PROTOCOLS.index(t) if (t := _string(trace, int(p))) in PROTOCOLS else 0 for p in pid],
+            dtype=np.int64,
+        ) if len(pid) else np.zeros(0, dtype=np.int64)  # fmt: skip
+        sub_p = proto[hit]
+        fill = (sub_p == 0) & (texts > 0)
+        sub_p[fill] = texts[fill]
+        proto[hit] = sub_p
+    channels = grid_x[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+    return kind, proto, np.asarray(channels, dtype=np.int64)
+
+
+def _string(trace: Trace, sid: int) -> str:
+    return trace.strings[sid] if 0 <= sid < len(trace.strings) else ""

@@ -1,0 +1,454 @@
+"""Interference models fitted to overlapped samples, the rate arithmetic they share with the
+simulator, and their held-out evaluation.
+
+**Rate model.** A compute kernel with solo time ``w`` progresses at rate 1 while no
+communication runs on its GPU and at rate ``u = 1 / s`` while some does (``s >= 1`` is its
+full-overlap slowdown). Measured with ``N`` ns alone and ``O`` ns overlapped, it did
+``w = N + u * O`` of work; the overlap fraction enters through that split (Echo's
+``t = (1 - r) t_solo + r t_solo s`` with ``r`` the overlapped share of the solo work).
+
+**Models.** Both predict ``u`` linearly from kernel features ``x``: ``u = x . beta``.
+
+- ``constant``: ``x`` is the one-hot kernel class, so one factor per class (the baseline).
+- ``fitted``: class one-hot plus the solo time (log2 µs), the grid size per SM (log2 waves),
+  the achieved occupancy, the overlapping collective (all-reduce, all-gather, reduce-scatter,
+  send/recv, other), its NCCL protocol (LL, LL128, Simple) and channel count (log2), and the
+  GPU generation. Missing values contribute 0 (the class value stands).
+
+Both are fitted by least squares of the relative residual ``(w - N - u O) / D`` — linear in
+``beta`` with regressors ``(O / D) x`` — made robust by Huber reweighting; ``fitted`` adds a
+ridge penalty on everything but the class terms, so features the data do not support shrink
+to the constant model. Predictions clip ``s`` to ``[1, MAX_SLOWDOWN]``.
+
+**Evaluation.** A sample's duration is predicted by running its solo work from its measured
+start through its device's measured communication (:func:`finish_times`), and compared with
+the measured duration. ``none`` predicts the solo time (no interference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.analysis.interference import OverlapSamples
+from echo_view.analysis.interference_features import GENERATIONS, PROTOCOLS
+from echo_view.model.kinds import CollectiveKind
+from echo_view.model.workload import CLASS_COLLECTIVE, OP_CLASS_NAMES
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: The largest full-overlap slowdown a model predicts (Echo saw up to 8x on GPT-2 kernels).
+MAX_SLOWDOWN = 8.0
+CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASS_NAMES if c != "collective")
+#: Collective groups the fitted model tells apart (others -> ``other``).
+COMM_GROUPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "other")
+_COMM_GROUP_OF = {
+    int(CollectiveKind.ALL_REDUCE): 0,
+    int(CollectiveKind.ALL_GATHER): 1,
+    int(CollectiveKind.REDUCE_SCATTER): 2,
+    int(CollectiveKind.SEND): 3,
+    int(CollectiveKind.RECV): 3,
+    int(CollectiveKind.SEND_RECV): 3,
+    int(CollectiveKind.ALL_TO_ALL): 3,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class KernelFeatures:
+    """Features of compute kernels, as columns (-1 / NaN where unknown)."""
+
+    op_class: I64
+    solo_ns: I64
+    grid_blocks: I64
+    sm_count: I64
+    occupancy: F64
+    comm_kind: I64
+    comm_protocol: I64
+    comm_channels: I64
+    generation: I64
+
+    def __len__(self) -> int:
+        return len(self.op_class)
+
+    @classmethod
+    def from_samples(cls, s: OverlapSamples) -> KernelFeatures:
+        c = s.cols
+        return cls(
+            op_class=c["op_class"],
+            solo_ns=c["solo_ns"],
+            grid_blocks=c["grid_blocks"],
+            sm_count=c["sm_count"],
+            occupancy=c["occupancy"],
+            comm_kind=c["comm_kind"],
+            comm_protocol=c["comm_protocol"],
+            comm_channels=c["comm_channels"],
+            generation=c["generation"],
+        )
+
+    @classmethod
+    def of_classes(
+        cls,
+        op_class: npt.ArrayLike,
+        solo_ns: npt.ArrayLike | None = None,
+        *,
+        generation: int = 0,
+        comm_kind: npt.ArrayLike | int = int(CollectiveKind.UNKNOWN),
+    ) -> KernelFeatures:
+        """Features that know only the class (and optionally solo time, generation and the
+        overlapping collective): what a cost-model workload can tell."""
+        oc = np.asarray(op_class, dtype=np.int64)
+        n = len(oc)
+        minus = np.full(n, -1, dtype=np.int64)
+        return cls(
+            op_class=oc,
+            solo_ns=minus if solo_ns is None else np.asarray(solo_ns, dtype=np.int64),
+            grid_blocks=minus,
+            sm_count=minus,
+            occupancy=np.full(n, np.nan),
+            comm_kind=np.broadcast_to(np.asarray(comm_kind, dtype=np.int64), (n,)).copy(),
+            comm_protocol=np.zeros(n, dtype=np.int64),
+            comm_channels=minus,
+            generation=np.full(n, generation, dtype=np.int64),
+        )
+
+
+def feature_names(kind: str) -> tuple[str, ...]:
+    """Names of the regressors of a model ``kind`` (``constant`` or ``fitted``)."""
+    names = [f"class.{c}" for c in CLASSES]
+    if kind == "constant":
+        return tuple(names)
+    names += ["log2_solo_us", "log2_waves", "occupancy"]
+    names += [f"comm.{g}" for g in COMM_GROUPS[:-1]]
+    names += [f"protocol.{p}" for p in PROTOCOLS[1:]]
+    names += ["log2_channels"]
+    names += [f"gpu.{g}" for g in GENERATIONS[1:]]
+    return tuple(names)
+
+
+def design(f: KernelFeatures, kind: str) -> F64:
+    """The regressor matrix ``x`` (one row per kernel) of a model ``kind``."""
+    n = len(f)
+    cls = np.asarray(f.op_class, dtype=np.int64)
+    cls = np.where((cls >= 0) & (cls < len(CLASSES)), cls, OP_CLASS_NAMES.index("other"))
+    cls = np.where(cls == CLASS_COLLECTIVE, OP_CLASS_NAMES.index("other"), cls)
+    onehot = np.zeros((n, len(CLASSES)))
+    onehot[np.arange(n), cls] = 1.0
+    if kind == "constant":
+        return onehot
+    if kind != "fitted":
+        raise ValueError(f"unknown interference model kind {kind!r}")
+    solo = np.asarray(f.solo_ns, dtype=np.float64)
+    log_solo = np.where(solo > 0, np.log2(np.maximum(solo, 1.0) / 1e3) - np.log2(10.0), 0.0)
+    blocks = np.asarray(f.grid_blocks, dtype=np.float64)
+    sms = np.asarray(f.sm_count, dtype=np.float64)
+    known_w = (blocks > 0) & (sms > 0)
+    waves = np.where(known_w, np.log2(np.maximum(blocks, 1) / np.maximum(sms, 1)), 0.0)
+    occ = np.asarray(f.occupancy, dtype=np.float64)
+    occ = np.where(np.isfinite(occ), occ - 0.5, 0.0)
+    group = np.array(
+        [_COMM_GROUP_OF.get(int(k), len(COMM_GROUPS) - 1) for k in np.asarray(f.comm_kind)],
+        dtype=np.int64,
+    ) if n else np.zeros(0, dtype=np.int64)  # fmt: skip
+    comm = np.zeros((n, len(COMM_GROUPS) - 1))
+    has = group < len(COMM_GROUPS) - 1
+    comm[np.flatnonzero(has), group[has]] = 1.0
+    proto = np.asarray(f.comm_protocol, dtype=np.int64)
+    protocol = np.zeros((n, len(PROTOCOLS) - 1))
+    known_p = (proto > 0) & (proto < len(PROTOCOLS))
+    protocol[np.flatnonzero(known_p), proto[known_p] - 1] = 1.0
+    ch = np.asarray(f.comm_channels, dtype=np.float64)
+    log_ch = np.where(ch > 0, np.log2(np.maximum(ch, 1.0)) - 3.0, 0.0)
+    gen = np.asarray(f.generation, dtype=np.int64)
+    gpu = np.zeros((n, len(GENERATIONS) - 1))
+    known_g = (gen > 0) & (gen < len(GENERATIONS))
+    gpu[np.flatnonzero(known_g), gen[known_g] - 1] = 1.0
+    return np.column_stack([onehot, log_solo, waves, occ, comm, protocol, log_ch, gpu])
+
+
+@dataclass(frozen=True, eq=False)
+class InterferenceFit:
+    """A fitted model: ``u = design(features, kind) . coef`` (see the module docstring).
+    ``samples`` counts the samples per class it was fitted on."""
+
+    kind: str
+    coef: F64
+    samples: Mapping[str, int]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return feature_names(self.kind)
+
+    def slowdown(self, f: KernelFeatures) -> F64:
+        """Full-overlap slowdown ``s`` of each kernel, in ``[1, MAX_SLOWDOWN]``."""
+        u = design(f, self.kind) @ self.coef
+        out: F64 = 1.0 / np.clip(u, 1.0 / MAX_SLOWDOWN, 1.0)
+        return out
+
+    def class_factors(self) -> dict[str, float]:
+        """The slowdown of each class with every other feature unknown."""
+        s = self.slowdown(KernelFeatures.of_classes(np.arange(len(CLASSES))))
+        return {c: float(v) for c, v in zip(CLASSES, s.tolist(), strict=True)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "coef": {n: float(c) for n, c in zip(self.names, self.coef.tolist(), strict=True)},
+            "samples": dict(self.samples),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> InterferenceFit:
+        """Inverse of :meth:`as_dict`; unknown coefficient names raise ``ValueError``."""
+        kind = str(d["kind"])
+        names = feature_names(kind)
+        given = dict(d.get("coef", {}))
+        extra = sorted(set(given) - set(names))
+        if extra:
+            raise ValueError(f"unknown coefficients {', '.join(extra)}")
+        coef = np.array([float(given.get(n, 1.0 if n.startswith("class.") else 0.0))
+                         for n in names])  # fmt: skip
+        return cls(kind, coef, {str(k): int(v) for k, v in dict(d.get("samples", {})).items()})
+
+
+def fit(
+    samples: OverlapSamples,
+    kind: str = "fitted",
+    *,
+    ridge: float = 1.0,
+    huber: float = 0.1,
+    iterations: int = 20,
+    weight_power: float = 0.0,
+) -> InterferenceFit:
+    """Fit a model ``kind`` to ``samples`` (see the module docstring). ``huber`` is the
+    residual (share of the duration) beyond which a sample's weight decays; ``ridge`` the
+    penalty on non-class terms (in units of one fully overlapped sample)."""
+    c = samples.cols
+    d = np.maximum(c["dur_ns"], 1).astype(np.float64)
+    frac = c["overlap_ns"] / d
+    n_alone = (c["dur_ns"] - c["overlap_ns"]).astype(np.float64)
+    y = (c["solo_ns"] - n_alone) / d
+    x = design(KernelFeatures.from_samples(samples), kind)
+    a = x * frac[:, None]
+    k = x.shape[1]
+    n_cls = len(CLASSES)
+    penalty = np.zeros(k)
+    penalty[n_cls:] = ridge
+    # Classes without samples keep u = 1 (no slowdown): a tiny pull to 1 on every class term.
+    prior = np.zeros(k)
+    prior[:n_cls] = 1.0
+    penalty[:n_cls] = 1e-6
+    base = d**weight_power
+    base = base / base.mean() if len(base) else base
+    w = np.ones(len(y))
+    coef = prior.copy()
+    for _ in range(max(iterations, 1)):
+        aw = a * (w * base)[:, None]
+        lhs = aw.T @ a + np.diag(penalty)
+        rhs = aw.T @ y + penalty * prior
+        coef = np.linalg.solve(lhs, rhs)
+        r = np.abs(y - a @ coef)
+        w = np.where(r <= huber, 1.0, huber / np.maximum(r, 1e-12))
+    counts = np.bincount(
+        np.clip(c["op_class"], 0, len(OP_CLASS_NAMES) - 1), minlength=len(OP_CLASS_NAMES)
+    )
+    per_class = {name: int(counts[i]) for i, name in enumerate(CLASSES) if counts[i]}
+    return InterferenceFit(kind, coef, per_class)
+
+
+def finish_times(
+    start: npt.ArrayLike,
+    work: npt.ArrayLike,
+    rate: npt.ArrayLike,
+    comm_starts: I64,
+    comm_ends: I64,
+) -> I64:
+    """End of each kernel that starts at ``start`` with ``work`` ns of solo work, progressing
+    at rate 1 outside the sorted disjoint communication intervals ``[comm_starts, comm_ends)``
+    and at ``rate`` (``1 / slowdown``) inside them. Exact up to rounding to whole ns."""
+    s = np.asarray(start, dtype=np.int64)
+    w = np.asarray(work, dtype=np.float64)
+    u = np.broadcast_to(np.asarray(rate, dtype=np.float64), s.shape)
+    m = len(comm_starts)
+    if not m or not len(s):
+        return s + np.rint(w).astype(np.int64)
+    a = 1.0 - u
+    # Breakpoints 2k (interval k starts) and 2k+1 (it ends), with the covered time before each.
+    b = np.empty(2 * m, dtype=np.int64)
+    b[0::2], b[1::2] = comm_starts, comm_ends
+    cum = np.concatenate([[0], np.cumsum(comm_ends - comm_starts)])
+    cov = np.empty(2 * m, dtype=np.float64)
+    cov[0::2], cov[1::2] = cum[:-1], cum[1:]
+
+    def covered(t: I64) -> F64:
+        k = np.searchsorted(comm_starts, t, side="right") - 1
+        kk = np.maximum(k, 0)
+        inside = np.clip(t - comm_starts[kk], 0, comm_ends[kk] - comm_starts[kk])
+        out: F64 = np.where(k >= 0, cum[kk] + inside, 0.0)
+        return out
+
+    target = s - a * covered(s) + w  # W(end) must reach W(start) + work
+    # Last breakpoint at or after the start whose W is <= target (bisection on its index).
+    lo = np.searchsorted(b, s, side="left")  # first breakpoint >= start
+    hi = np.full(len(s), 2 * m, dtype=np.int64)  # one past the last candidate
+    left, right = lo.copy(), hi.copy()
+    while True:
+        active = left < right
+        if not active.any():
+            break
+        mid = (left + right) // 2
+        mid_c = np.minimum(mid, 2 * m - 1)
+        ok = (b[mid_c] - a * cov[mid_c]) <= target
+        left = np.where(active & ok, mid + 1, left)
+        right = np.where(active & ~ok, mid, right)
+    j = left - 1  # last breakpoint with W <= target, or lo - 1 when none after the start
+    use_b = j >= lo
+    jj = np.clip(j, 0, 2 * m - 1)
+    anchor = np.where(use_b, b[jj], s)
+    w_anchor = np.where(use_b, b[jj] - a * cov[jj], s - a * covered(s))
+    k = np.searchsorted(comm_starts, anchor, side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = (k >= 0) & (anchor < comm_ends[kk])
+    slope = np.where(inside, u, 1.0)
+    end = anchor + (target - w_anchor) / slope
+    out: I64 = np.rint(end).astype(np.int64)
+    return out
+
+
+def predict_durations(samples: OverlapSamples, slowdown: F64) -> I64:
+    """Each sample's duration if its solo work met its device's measured communication at
+    full-overlap ``slowdown`` (one value per sample)."""
+    c = samples.cols
+    out = np.empty(len(samples), dtype=np.int64)
+    keys = c["trace"] * (1 << 20) + c["device"]
+    for key in np.unique(keys).tolist():
+        sel = keys == key
+        us, ue = samples.comm[(key >> 20, key & ((1 << 20) - 1))]
+        end = finish_times(c["start_ns"][sel], c["solo_ns"][sel], 1.0 / slowdown[sel], us, ue)
+        out[sel] = end - c["start_ns"][sel]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Errors:
+    """Duration errors of one model on a set of samples (fractions, not percent)."""
+
+    samples: int
+    weighted_abs: float
+    mean_abs: float
+    median_abs: float
+    total: float
+    within_10: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "samples": self.samples,
+            "weighted_abs": self.weighted_abs,
+            "mean_abs": self.mean_abs,
+            "median_abs": self.median_abs,
+            "total": self.total,
+            "within_10": self.within_10,
+        }
+
+
+def errors(measured: I64, predicted: I64) -> Errors:
+    """The absolute error summed over kernels relative to their summed duration
+    (``weighted_abs``: long kernels count in proportion to their time, as in a step time),
+    the per-kernel absolute relative error (mean, median, share within 10%) and the error of
+    the summed duration (``total``)."""
+    m = np.maximum(np.asarray(measured, dtype=np.float64), 1.0)
+    p = np.asarray(predicted, dtype=np.float64)
+    rel = np.abs(p - m) / m
+    if not len(m):
+        nan = float("nan")
+        return Errors(0, nan, nan, nan, nan, nan)
+    return Errors(
+        samples=len(m),
+        weighted_abs=float(np.abs(p - m).sum() / m.sum()),
+        mean_abs=float(rel.mean()),
+        median_abs=float(np.median(rel)),
+        total=float((p.sum() - m.sum()) / m.sum()),
+        within_10=float((rel <= 0.10).mean()),
+    )
+
+
+MODELS: tuple[str, ...] = ("none", "constant", "fitted")
+
+
+def folds(samples: OverlapSamples, by: str) -> list[npt.NDArray[np.bool_]]:
+    """Test masks of a held-out split: ``job`` (one fold per measured job: the part of a
+    source name before ``#``), ``trace`` (one per trace) or ``step`` (even vs odd steps of
+    every trace; kernels in no step are left out)."""
+    c = samples.cols
+    if by in ("job", "trace"):
+        names = [src.split("#")[0] if by == "job" else src for src in samples.sources]
+        uniq = sorted(set(names))
+        of_trace = np.array([uniq.index(n) for n in names], dtype=np.int64)
+        group = of_trace[c["trace"]] if len(c["trace"]) else c["trace"]
+        return [group == g for g in range(len(uniq)) if (group == g).any()]
+    if by == "step":
+        stepped = c["step"] >= 0
+        return [stepped & (c["step"] % 2 == p) for p in (0, 1)]
+    raise ValueError(f"unknown split {by!r} (job, trace or step)")
+
+
+def holdout(
+    samples: OverlapSamples, by: str = "job", **fit_args: Any
+) -> tuple[dict[str, Errors], dict[str, I64]]:
+    """Errors of every model in :data:`MODELS` over the held-out folds of split ``by``: each
+    fold is predicted by models fitted on the other folds only. Also returns the predicted
+    durations (per model, aligned with ``samples``; -1 for samples in no fold)."""
+    preds = {m: np.full(len(samples), -1, dtype=np.int64) for m in MODELS}
+    tested = np.zeros(len(samples), dtype=bool)
+    for test in folds(samples, by):
+        train = ~test
+        if by == "step":
+            train &= samples.cols["step"] >= 0
+        if not train.any() or not test.any():
+            continue
+        held = samples.select(test)
+        preds["none"][test] = held.cols["solo_ns"]
+        for kind in ("constant", "fitted"):
+            model = fit(samples.select(train), kind, **fit_args)
+            feats = KernelFeatures.from_samples(held)
+            preds[kind][test] = predict_durations(held, model.slowdown(feats))
+        tested |= test
+    measured = samples.cols["dur_ns"]
+    errs = {m: errors(measured[tested], preds[m][tested]) for m in MODELS}
+    return errs, preds
+
+
+def per_class_errors(
+    samples: OverlapSamples, preds: Mapping[str, I64], classes: Sequence[str] = CLASSES
+) -> dict[str, dict[str, Errors]]:
+    """:func:`errors` per kernel class for each model's held-out predictions."""
+    out: dict[str, dict[str, Errors]] = {}
+    measured = samples.cols["dur_ns"]
+    for name in classes:
+        sel = (samples.cols["op_class"] == OP_CLASS_NAMES.index(name)) & (preds["none"] >= 0)
+        if sel.any():
+            out[name] = {m: errors(measured[sel], p[sel]) for m, p in preds.items()}
+    return out
+
+
+__all__ = [
+    "CLASSES",
+    "MAX_SLOWDOWN",
+    "MODELS",
+    "Errors",
+    "InterferenceFit",
+    "KernelFeatures",
+    "design",
+    "errors",
+    "feature_names",
+    "finish_times",
+    "fit",
+    "folds",
+    "holdout",
+    "per_class_errors",
+    "predict_durations",
+]
