@@ -12,7 +12,7 @@ import pytest
 from echo_view.model import Job
 from echo_view.model.workload import Workload
 from echo_view.sim import MeasuredCompute, predicted_job, simulate, step_spans
-from echo_view.sim.comm import NcclModel
+from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import job_steps
 
@@ -65,17 +65,17 @@ def test_dlrm_replay_with_modelled_communication_is_within_10_percent(
     dlrm: tuple[Job, Workload],
 ) -> None:
     job, wl = dlrm
-    sim = simulate(wl, _cluster(job), comm=NcclModel())
+    sim = simulate(wl, _cluster(job), comm=default_comm_model())
     assert sim.collectives.modelled == 8  # payloads come from the nccl:* annotations
-    job_err, ranks = _errors(job, wl, cluster=_cluster(job), comm=NcclModel())
+    job_err, ranks = _errors(job, wl, cluster=_cluster(job), comm=default_comm_model())
     assert job_err <= 10.0 and max(ranks) <= 10.0
 
 
 def test_dlrm_what_if_moves_the_right_way(dlrm: tuple[Job, Workload]) -> None:
     job, wl = dlrm
-    base = simulate(wl, _cluster(job), comm=NcclModel()).result
-    wide = simulate(wl, _cluster(job, nic_gbps_per_gpu="400"), comm=NcclModel()).result
-    slow = simulate(wl, _cluster(job, nvlink_gbytes_per_s="10"), comm=NcclModel()).result
+    base = simulate(wl, _cluster(job), comm=default_comm_model()).result
+    wide = simulate(wl, _cluster(job, nic_gbps_per_gpu="400"), comm=default_comm_model()).result
+    slow = simulate(wl, _cluster(job, nvlink_gbytes_per_s="10"), comm=default_comm_model()).result
     none = simulate(wl, comm_scale=0.0).result
     fast = simulate(wl, compute=MeasuredCompute({"all": 0.5})).result
     spans = step_spans(wl, base.start_ns, base.end_ns)
@@ -105,6 +105,6 @@ def test_hta_sampled_two_of_128_ranks() -> None:
     assert job_err <= 2.0 and max(ranks) <= 2.0
     # With the model on an assumed A100 cluster of 16 nodes: it completes (no hang).
     cluster = _cluster(job, gpu="A100-40GB")
-    sim = simulate(wl, cluster, comm=NcclModel())
+    sim = simulate(wl, cluster, comm=default_comm_model())
     assert sim.collectives.modelled == len(wl.collectives)
     assert np.all(sim.result.end_ns >= sim.result.start_ns)
