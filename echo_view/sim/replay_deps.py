@@ -62,6 +62,7 @@ class RankView:
     cpu_lanes: list[int] = field(default_factory=list)
     launch_of: I64 = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     src_row: I64 = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    call_of_corr: dict[int, int] | None = None
 
 
 @dataclass
@@ -246,13 +247,14 @@ def _record_time(view: RankView, rec: dict[str, int], fallback: int, mstart: I64
     corr = rec.get("wait_on_cuda_event_record_corr_id")
     if corr is None:
         return fallback
-    ev = view.trace.events
-    hit = np.flatnonzero(ev.correlation == corr)
-    for r in hit.tolist():
-        op = int(view.op_of_row[int(view.container[r])]) if view.container[r] >= 0 else NONE
-        if op >= 0:
-            return int(mstart[op])
-    return fallback
+    if view.call_of_corr is None:
+        # CPU calls by correlation id, built on first use (only traces with cuda_sync records).
+        ev = view.trace.events
+        rows = np.flatnonzero((view.container >= 0) & (ev.correlation >= 0))
+        ops = view.op_of_row[view.container[rows]]
+        view.call_of_corr = dict(zip(ev.correlation[rows].tolist(), ops.tolist(), strict=True))
+    op = view.call_of_corr.get(corr, NONE)
+    return int(mstart[op]) if op >= 0 else fallback
 
 
 def _synced_op(
