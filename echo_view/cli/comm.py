@@ -2,7 +2,7 @@
 
 Prints, per message size, the predicted time, the algorithm / protocol / channel count NCCL
 would pick, and the algorithm and bus bandwidths (nccl-tests' definitions, GB/s), from the
-NCCL-like model with its default constants or the calibrated ones of ``--model FILE.toml``
+NCCL-like model with the shipped calibrated constants or those of ``--model FILE.toml``
 (written by ``echo-view calibrate comm``). Sizes accept units: ``64MiB``, ``1GB``, ``4K``
 (K/M/G like nccl-tests are binary), a comma list, or a sweep ``8:1GiB`` (doubling).
 """
@@ -30,6 +30,7 @@ from echo_view.sim.comm import (
     NcclModel,
     comm_model_from_toml,
 )
+from echo_view.sim.comm.defaults import default_comm_model
 
 _UNITS = {
     "": 1,
@@ -106,9 +107,10 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
 
 
 def load_model(path: Path | None) -> NcclModel | AlphaBetaModel:
-    """The model of ``--model FILE.toml``, or the NCCL-like model with default constants."""
+    """The model of ``--model FILE.toml``, or the simulator's default: the NCCL-like model
+    calibrated on the Echo nccl-tests logs (:mod:`echo_view.sim.comm.defaults`)."""
     if path is None:
-        return NcclModel()
+        return default_comm_model()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
