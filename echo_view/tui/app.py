@@ -16,6 +16,7 @@ from typing import ClassVar
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.worker import get_current_worker
 
 from echo_view.analysis.diff import JobDiff, diff_jobs
@@ -102,16 +103,26 @@ class EchoViewApp(App[None]):
 
     # -- loading -------------------------------------------------------------------------------
 
+    class LoadProgress(Message):
+        """Posted by the loading worker (``on_echo_view_app_load_progress``)."""
+
+        def __init__(self, message: str, fraction: float) -> None:
+            super().__init__()
+            self.message = message
+            self.fraction = fraction
+
     def _progress(self, message: str, fraction: float) -> None:
+        # Called on the worker thread: post (thread-safe, does not wait) rather than
+        # call_from_thread, which would stall the import on every update.
         now = time.perf_counter()
         if now - self._last_progress < _PROGRESS_INTERVAL_S and 0 <= fraction < 1:
             return
         self._last_progress = now
-        self.call_from_thread(self._report, message, fraction)
+        self.post_message(self.LoadProgress(message, fraction))
 
-    def _report(self, message: str, fraction: float) -> None:
+    def on_echo_view_app_load_progress(self, event: LoadProgress) -> None:
         if isinstance(self.screen, LoadingScreen):
-            self.screen.report(message, fraction)
+            self.screen.report(event.message, event.fraction)
 
     @work(thread=True, group="load")
     def load(self) -> None:
@@ -137,7 +148,8 @@ class EchoViewApp(App[None]):
             self.call_from_thread(self._failed, exc)
             return
         t1 = time.perf_counter()
-        self._progress(f"indexing {sum(j.event_count() for j in jobs):,} events", -1)
+        # A known fraction keeps the bar still: an animated one would compete for the GIL.
+        self._progress(f"indexing {sum(j.event_count() for j in jobs):,} events", 1.0)
         loaded = prepare(jobs, titles)
         loaded.timings["import_s"] = t1 - t0
         if not worker.is_cancelled:

@@ -9,15 +9,17 @@ import numpy as np
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.widgets import Input, Static
+from textual.widget import Widget
+from textual.widgets import Input
 
 from echo_view.analysis.steps import steps_of
 from echo_view.tui.details import DetailsPane
-from echo_view.tui.index import TimelineIndex, class_label
+from echo_view.tui.index import TimelineIndex
 from echo_view.tui.ruler import TimeRuler
 from echo_view.tui.search import KindFilterScreen, Matches, classes_present, search
+from echo_view.tui.tables import short_duration
 from echo_view.tui.timeline import Selection, TimelineView
-from echo_view.units import format_duration
+from echo_view.tui.tracks import class_label
 
 Steps = list[tuple[int, int, int]]
 
@@ -41,6 +43,24 @@ def view_steps(index: TimelineIndex, source: int = 0) -> Steps:
     return sorted(((n, lo, hi) for n, (lo, hi) in spans.items()), key=lambda x: x[1])
 
 
+class StatusLine(Widget):
+    """One line of text; redrawn without a layout pass (it changes on every key)."""
+
+    DEFAULT_CSS = "StatusLine { height: 1; background: $panel; color: $text-muted; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.text = ""
+
+    def show(self, text: str) -> None:
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> str:
+        return self.text
+
+
 class TimelinePanel(Vertical):
     """Everything around one :class:`TimelineView`."""
 
@@ -57,7 +77,6 @@ class TimelinePanel(Vertical):
     DEFAULT_CSS = """
     TimelinePanel { height: 1fr; }
     TimelinePanel > TimelineView { height: 1fr; }
-    TimelinePanel > #status { height: 1; background: $panel; color: $text-muted; }
     TimelinePanel > Input { dock: bottom; display: none; }
     TimelinePanel > Input.-shown { display: block; }
     """
@@ -87,7 +106,7 @@ class TimelinePanel(Vertical):
         view.initial_span = self.initial_span
         yield view
         yield DetailsPane()
-        yield Static(id="status")
+        yield StatusLine(id="status")
         yield Input(placeholder="search names (regex; enter: find, esc: cancel)", id="search")
 
     @property
@@ -95,8 +114,13 @@ class TimelinePanel(Vertical):
         return self.query_one(TimelineView)
 
     def on_mount(self) -> None:
+        tl = self.timeline
+        # Watchers run in the same cycle as the change, so the ruler and status line are
+        # redrawn in the same frame as the rows (a message would arrive a frame later).
+        for attr in ("t0", "ns_per_cell", "cursor"):
+            self.watch(tl, attr, self._view_moved, init=False)
         if self.autofocus:
-            self.timeline.focus()
+            tl.focus()
 
     def set_index(self, index: TimelineIndex, steps: Steps) -> None:
         """Show another index (a new alignment) keeping the zoom."""
@@ -110,8 +134,8 @@ class TimelinePanel(Vertical):
 
     # -- messages ---------------------------------------------------------------------------------
 
-    def on_timeline_view_view_changed(self, message: TimelineView.ViewChanged) -> None:
-        tl = message.timeline
+    def _view_moved(self) -> None:
+        tl = self.timeline
         self.query_one(TimeRuler).show(tl.window, tl.label_width, "time")
         self._update_status()
 
@@ -136,8 +160,8 @@ class TimelinePanel(Vertical):
             src = f"{self.index.sources[g.source].label} " if len(self.index.sources) > 1 else ""
             parts.append(f"{src}r{g.rank} {label}")
         parts.append(
-            f"{format_duration(w.t0)} … {format_duration(w.t1)}"
-            f" ({format_duration(w.t1 - w.t0)}, {format_duration(w.ns_per_cell)}/cell)"
+            f"{short_duration(w.t0)}…{short_duration(w.t1)}"
+            f" ({short_duration(w.t1 - w.t0)}, {short_duration(w.ns_per_cell)}/cell)"
         )
         if 0 <= tl.step_index < len(self.steps):
             parts.append(f"step {self.steps[tl.step_index][0]}")
@@ -146,7 +170,7 @@ class TimelinePanel(Vertical):
             parts.append(f"/{self.matches.query}: {at}{len(self.matches)}")
         if self.shown_classes is not None:
             parts.append("kinds: " + ",".join(class_label(c) for c in sorted(self.shown_classes)))
-        self.query_one("#status", Static).update(" │ ".join(parts))
+        self.query_one("#status", StatusLine).show(" │ ".join(parts))
 
     # -- search -----------------------------------------------------------------------------------
 

@@ -21,11 +21,12 @@ from rich.segment import Segment
 from rich.style import Style
 
 from echo_view.model import EventKind
-from echo_view.tui.index import _CLASS_WEIGHT, COMM, N_CLASSES, Track
+from echo_view.tui.tracks import _CLASS_WEIGHT, COMM, N_CLASSES, WORK_CLASSES, Track
 
 GLYPHS = " ▁▂▃▄▅▆▇█"
 ANNOTATION_GLYPH = "─"
 INSTANT_GLYPH = "╵"
+_GLYPH_ARRAY = np.array(list(GLYPHS))
 LABEL_MIN_CELLS = 3
 # More labels than this on one row are unreadable anyway; the longest win.
 MAX_LABELS = 300
@@ -51,6 +52,7 @@ CLASS_COLOURS: dict[int, str] = {
 # Style ids: class * 4 + mode. EMPTY is the background.
 _GLYPH, _LABEL, _SELECTED, _MATCH = 0, 1, 2, 3
 EMPTY = N_CLASSES * 4
+MATCH_MARK = EMPTY + 1
 
 
 _NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
@@ -72,6 +74,8 @@ def style_of(sid: int) -> Style:
     """The rich style of style id ``sid``."""
     if sid == EMPTY:
         return Style()
+    if sid == MATCH_MARK:
+        return Style(color="#ffd75f", bold=True)
     cls, mode = divmod(sid, 4)
     colour = CLASS_COLOURS[cls]
     if mode == _GLYPH:
@@ -104,19 +108,26 @@ class Window:
 def cells(track: Track, window: Window, shift: int) -> tuple[list[str], npt.NDArray[np.int64]]:
     """Glyph and style id of every cell (the level-of-detail layer, no labels)."""
     bounds = window.bounds(shift)
-    span = np.maximum(np.diff(bounds), 1).astype(np.float64)
+    span = np.maximum(bounds[1:] - bounds[:-1], 1).astype(np.float64)
     work = track.work.busy(bounds)
     # GPU kinds never overlap on one stream, but CPU calls nest: the union is the honest height.
     frac = work / span
-    best = np.full(window.width, -1.0)
-    cls = np.full(window.width, EMPTY // 4, dtype=np.int64)
-    for c, cov in track.coverage.items():
-        b = cov.busy(bounds) * _CLASS_WEIGHT[c]
-        better = b > best
-        best = np.where(better, b, best)
-        cls = np.where(better & (b > 0), c, cls)
-    level = np.where(work > 0, np.clip(np.ceil(frac * 8), 1, 8), 0).astype(np.int64)
-    glyphs = [GLYPHS[v] for v in level.tolist()]
+    if len(track.coverage) == 1:
+        # One class (most GPU streams): no per-class query needed.
+        (only,) = track.coverage
+        covered = work if only in WORK_CLASSES else track.annotation.busy(bounds)
+        best = covered.astype(np.float64)
+        cls = np.full(window.width, only, dtype=np.int64)
+    else:
+        best = np.full(window.width, -1.0)
+        cls = np.full(window.width, EMPTY // 4, dtype=np.int64)
+        for c, cov in track.coverage.items():
+            b = cov.busy(bounds) * _CLASS_WEIGHT[c]
+            better = b > best
+            best = np.where(better, b, best)
+            cls = np.where(better & (b > 0), c, cls)
+    level = np.where(work > 0, np.minimum(np.maximum(np.ceil(frac * 8), 1), 8), 0)
+    glyphs: list[str] = _GLYPH_ARRAY[level.astype(np.int64)].tolist()
     ann = track.annotation.busy(bounds) if track.annotation.total else None
     sid = np.where(best > 0, cls * 4 + _GLYPH, EMPTY)
     if ann is not None:
@@ -124,7 +135,8 @@ def cells(track: Track, window: Window, shift: int) -> tuple[list[str], npt.NDAr
         for i in np.flatnonzero(only_ann).tolist():
             glyphs[i] = ANNOTATION_GLYPH
     if len(track.instants):
-        marks = (np.diff(np.searchsorted(track.instants, bounds, side="left")) > 0) & (work == 0)
+        seen = track.instants.searchsorted(bounds, side="left")
+        marks = (seen[1:] > seen[:-1]) & (work == 0)
         for i in np.flatnonzero(marks).tolist():
             glyphs[i] = INSTANT_GLYPH
             sid[i] = int(EventKind.INSTANT) * 4 + _GLYPH
@@ -202,11 +214,13 @@ def render_row(
         bounds = window.bounds(shift)
         hits = np.diff(np.searchsorted(match_starts, bounds, side="left")) > 0
         if hits.any():
-            keep = sid != EMPTY
-            marked = np.where(hits & keep, (sid // 4) * 4 + _MATCH, sid)
-            sid = np.where(hits & ~keep, int(EventKind.INSTANT) * 4 + _MATCH, marked)
-            for i in np.flatnonzero(hits & ~keep).tolist():
-                glyphs[i] = "▼"
+            # A named cell turns black on yellow; a bar cell becomes a full yellow block, and an
+            # empty one (the match is too short to register) a yellow marker.
+            label = (sid != EMPTY) & (sid % 4 == _LABEL)
+            sid = np.where(hits & label, (sid // 4) * 4 + _MATCH, sid)
+            for i in np.flatnonzero(hits & ~label).tolist():
+                glyphs[i] = "█" if sid[i] != EMPTY else "▼"
+                sid[i] = MATCH_MARK
     if selected is not None and 0 <= selected < len(track):
         c0 = int(np.floor((track.starts[selected] - t0) / dt))
         c1 = max(int(np.ceil((track.ends[selected] - t0) / dt)), c0 + 1)

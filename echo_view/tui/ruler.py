@@ -33,28 +33,26 @@ def format_tick(t_ns: float, step_ns: float) -> str:
     return f"{t_ns:.0f}ns"  # pragma: no cover - the loop always returns
 
 
-def ruler_text(window: Window, gutter: int, origin_label: str = "") -> Text:
-    """One line: the origin label in the gutter, then ``|label`` ticks across the cells."""
+def ruler_text(window: Window, label_width: int, origin_label: str = "") -> Text:
+    """One line: the origin label in the label column, then ``╵label`` ticks across the cells."""
     step = nice_step(window.ns_per_cell)
     chars = [" "] * window.width
-    styles: list[str] = [""] * window.width
-    first = math.ceil(window.t0 / step)
-    k = first
+    ticks: list[tuple[int, int]] = []
+    k = math.ceil(window.t0 / step)
     while True:
-        t = k * step
-        cell = round((t - window.t0) / window.ns_per_cell)
+        cell = round((k * step - window.t0) / window.ns_per_cell)
         if cell >= window.width:
             break
         if cell >= 0:
-            label = "╵" + format_tick(t, step)
-            for i, ch in enumerate(label):
-                if cell + i < window.width:
-                    chars[cell + i] = ch
-                    styles[cell + i] = "bold #d0d0d0" if i else "#808080"
+            label = "╵" + format_tick(k * step, step)
+            end = min(cell + len(label), window.width)
+            chars[cell:end] = label[: end - cell]
+            ticks.append((cell, end))
         k += 1
-    text = Text(origin_label[: gutter - 1].ljust(gutter - 1) + "│", style="#808080")
-    for ch, st in zip(chars, styles, strict=True):
-        text.append(ch, st or None)
+    head = origin_label[: label_width - 1].ljust(label_width - 1) + "│"
+    text = Text(head + "".join(chars), style="#808080")
+    for a, b in ticks:
+        text.stylize("bold #d0d0d0", len(head) + a + 1, len(head) + b)
     return text
 
 

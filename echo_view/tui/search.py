@@ -19,7 +19,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection as Choice
 
-from echo_view.tui.index import N_CLASSES, TimelineIndex, Track, class_label
+from echo_view.tui.index import TimelineIndex
+from echo_view.tui.tracks import N_CLASSES, Track, class_label
 
 I64 = npt.NDArray[np.int64]
 

@@ -24,10 +24,18 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from echo_view.tui.index import Group, TimelineIndex, Track
+from echo_view.tui.index import Group, TimelineIndex
 from echo_view.tui.raster import Window, render_row, short_name
+from echo_view.tui.tracks import Track
 
 ZOOM_STEP = 1.5
+# Label column styles by (header row, cursor row); built once, not per row drawn.
+_LABEL_STYLES = {
+    (True, False): Style(bold=True, color="#e0e0e0"),
+    (False, False): Style(color="#a0a0a0"),
+    (True, True): Style(bold=True, color="#e0e0e0", reverse=True),
+    (False, True): Style(color="#a0a0a0", reverse=True),
+}
 MIN_NS_PER_CELL = 0.05
 
 
@@ -113,6 +121,7 @@ class TimelineView(ScrollView, can_focus=True):
         self.matches: dict[int, npt.NDArray[np.int64]] = {}
         self._cache: LRUCache[tuple[object, ...], Strip] = LRUCache(2048)
         self._fitted = False
+        self._width = 0
         self.initial_span: tuple[float, float] | None = None
         """What the first layout shows (default: everything)."""
         self.rebuild_rows()
@@ -122,11 +131,11 @@ class TimelineView(ScrollView, can_focus=True):
     @property
     def label_width(self) -> int:
         """Width of the label column."""
-        return 18 if self.size.width >= 120 else 12
+        return 18 if self._width >= 120 else 12
 
     @property
     def cells(self) -> int:
-        return max(1, self.size.width - self.label_width)
+        return max(1, self._width - self.label_width)
 
     @property
     def window(self) -> Window:
@@ -162,6 +171,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def on_resize(self, event: events.Resize) -> None:
         # on_mount runs before layout, so the first real width is only known here.
+        self._width = self.size.width
         self.virtual_size = Size(self.size.width, len(self.rows))
         if not self._fitted and self.size.width > self.label_width:
             self._fitted = True
@@ -172,7 +182,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         row_no = int(self.scroll_offset.y) + y
-        width = self.size.width
+        width = self._width
         if row_no >= len(self.rows):
             return Strip.blank(width)
         ref = self.rows[row_no]
@@ -184,24 +194,22 @@ class TimelineView(ScrollView, can_focus=True):
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
-            strip = self._render_row(ref, row_no, sel)
+            strip = self._render_row(ref, row_no, sel, self.window)
             self._cache[key] = strip
         return strip
 
-    def _render_row(self, ref: RowRef, row_no: int, sel: int | None) -> Strip:
+    def _render_row(self, ref: RowRef, row_no: int, sel: int | None, window: Window) -> Strip:
         group = self.index.groups[ref.group]
         src = self.index.sources[group.source]
         if ref.header:
             mark = "▸" if ref.group in self.index.collapsed else "▾"
             prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
             label = f"{mark}{prefix}r{group.rank}"
-            label_style = Style(bold=True, color="#e0e0e0")
         else:
             label = f"  {ref.track.label}" if ref.track else ""
-            label_style = Style(color="#a0a0a0")
-        if row_no == self.cursor:
-            label_style += Style(reverse=True)
-        label = label[: self.label_width - 1].ljust(self.label_width - 1) + "│"
+        label_style = _LABEL_STYLES[(ref.header, row_no == self.cursor and self.has_focus)]
+        lw = self.label_width
+        label = label[: lw - 1].ljust(lw - 1) + "│"
         segs = [Segment(label, label_style)]
         track = ref.track
         if track is not None:
@@ -213,13 +221,13 @@ class TimelineView(ScrollView, can_focus=True):
 
             segs += render_row(
                 track,
-                self.window,
+                window,
                 src.shift_ns,
                 name_of,
                 selected=sel,
                 match_starts=self.matches.get(id(track)),
             )
-        return Strip(segs).crop_extend(0, self.size.width, None)
+        return Strip(segs).crop_extend(0, lw + window.width, None)
 
     def _selected_position(self, track: Track | None) -> int | None:
         sel = self.selection

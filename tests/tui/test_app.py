@@ -16,13 +16,13 @@ from echo_view.tui.app import EchoViewApp
 from echo_view.tui.details import DetailsPane
 from echo_view.tui.diffscreen import DiffScreen
 from echo_view.tui.help import HelpScreen
-from echo_view.tui.index import COMM
-from echo_view.tui.panel import TimelinePanel
+from echo_view.tui.panel import StatusLine, TimelinePanel
 from echo_view.tui.screens import TimelineScreen
 from echo_view.tui.search import KindFilterScreen
 from echo_view.tui.summary import SummaryScreen
 from echo_view.tui.tables import SortableTable
 from echo_view.tui.timeline import Selection, TimelineView
+from echo_view.tui.tracks import COMM
 from tests.tui.conftest import run_app, synth_job
 
 
@@ -128,7 +128,7 @@ def test_tab_walks_the_lane_and_f_fits_the_selection(synth: Job) -> None:
         start, end = tl.selection_span() or (0, 0)
         assert tl.window.t0 < start and tl.window.t1 > end
         assert tl.window.t1 - tl.window.t0 < 1.5 * (end - start)
-        assert "gpu0 s7" in str(_panel(app).query_one("#status", Static).render())
+        assert "gpu0 s7" in _panel(app).query_one("#status", StatusLine).text
 
     run_app([synth], body)
 
@@ -151,7 +151,7 @@ def test_collapse_and_step_selector(synth: Job) -> None:
         _, start, end = steps[1]
         assert tl.window.t0 <= start and tl.window.t1 >= end
         assert tl.window.t1 - tl.window.t0 < 1.1 * (end - start)
-        assert "step 1" in str(_panel(app).query_one("#status", Static).render())
+        assert "step 1" in _panel(app).query_one("#status", StatusLine).text
 
     run_app([synth], body)
 
@@ -205,7 +205,7 @@ def test_search_and_match_navigation(synth: Job) -> None:
         assert tl.selection == first  # wraps around
         await pilot.press("N")
         assert tl.selection != first
-        assert "/linear_[34]: 8/8" in str(panel.query_one("#status", Static).render())
+        assert "/linear_[34]: 8/8" in panel.query_one("#status", StatusLine).text
         await pilot.press("escape")
         assert panel.matches is None
 

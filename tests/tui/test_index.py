@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from echo_view.model import EventKind, Job, LaneKind
-from echo_view.tui.index import COMM, Coverage, Source, TimelineIndex, Track
+from echo_view.tui.index import Source, TimelineIndex
 from echo_view.tui.raster import GLYPHS, Window, cells, render_row, short_name
 from echo_view.tui.ruler import format_tick, nice_step, ruler_text
+from echo_view.tui.tracks import COMM, Coverage, Track
 
 
 def _random_track(seed: int, n: int = 600, nested: bool = True) -> Track:
@@ -140,7 +141,8 @@ def test_selected_and_matched_cells_are_marked() -> None:
     assert [s.style for s in plain] != [s.style for s in sel]
     assert any(s.text == "▮" and s.style is not None and s.style.bold for s in sel)
     hit = render_row(t, w, 0, str, match_starts=np.array([500], dtype=np.int64))
-    assert any(s.style is not None and s.style.bgcolor is not None and s.text == "▂" for s in hit)
+    marks = [s for s in hit if s.style is not None and s.style.color is not None]
+    assert any(s.text == "█" and s.style.color.name == "#ffd75f" for s in marks)  # type: ignore[union-attr]
 
 
 def test_short_names() -> None:

@@ -1,0 +1,222 @@
+"""Tracks: the events of one timeline row as start-sorted columns, with merged coverage per
+display class (:class:`Coverage`) and duration tiers for enumerating what a window shows.
+
+A terminal cell covers ``ns_per_cell`` nanoseconds. Drawing a row asks, for every cell, how much
+of it each class of event covers; :class:`Coverage` answers that for all cells with one
+``searchsorted`` over merged intervals and a prefix sum, so the cost of a row depends on its width,
+not on how many events it holds. Enumerating the events behind a row (for labels, Tab, clicks)
+goes through duration tiers (durations within a factor of 8 of each other, each tier sorted by
+start): in a tier whose longest event lasts ``d``, only events starting in ``[t0 - d, t1)`` can
+overlap the window, so one step-long annotation never forces a scan of the whole lane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import EventKind, LaneKind
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: Display class of an event: its :class:`EventKind` value, except NCCL kernels, which get
+#: :data:`COMM` so that communication stands apart from compute on the GPU rows.
+COMM = len(EventKind)
+N_CLASSES = COMM + 1
+ANNOTATION_CLASSES = frozenset({int(EventKind.USER_ANNOTATION), int(EventKind.GPU_ANNOTATION)})
+#: Classes that count as "work" (glyph height); annotations only show where nothing else runs.
+WORK_CLASSES = frozenset(range(N_CLASSES)) - ANNOTATION_CLASSES - {int(EventKind.COUNTER)}
+# Colouring prefers what ran over what merely encloses it.
+_CLASS_WEIGHT = np.ones(N_CLASSES)
+_CLASS_WEIGHT[int(EventKind.PYTHON_FUNCTION)] = 0.5
+for _c in ANNOTATION_CLASSES:
+    _CLASS_WEIGHT[_c] = 0.01
+# Durations in one tier differ by less than this factor (a power of two).
+_TIER_LOG2 = 3
+
+
+def class_label(cls: int) -> str:
+    """Lower-case name of display class ``cls`` (``kernel``, ``comm``...)."""
+    return "comm" if cls == COMM else EventKind(cls).label
+
+
+_NEG = np.iinfo(np.int64).min // 4
+
+
+@dataclass(frozen=True, eq=False)
+class Coverage:
+    """Disjoint, sorted intervals (the union of some events) with the prefix sum of their
+    lengths: ``busy(bounds)`` gives the covered time between consecutive bounds.
+
+    Row 0 is an empty sentinel interval far in the past, so that every query time has an
+    interval at or before it and the lookup needs no branch (it runs for every row drawn).
+    """
+
+    starts: I64
+    lengths: I64
+    cum: I64
+
+    @classmethod
+    def of(cls, starts: I64, ends: I64) -> Coverage:
+        """Union of intervals ``[starts[i], ends[i])``; ``starts`` must be sorted."""
+        n = len(starts)
+        if n == 0:
+            return cls(np.array([_NEG]), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+        run_end = np.maximum.accumulate(ends)
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.greater(starts[1:], run_end[:-1], out=new[1:])
+        first = np.flatnonzero(new)
+        last = np.empty_like(first)
+        last[:-1] = first[1:] - 1
+        last[-1] = n - 1
+        gs = np.concatenate([[_NEG], starts[first]])
+        lengths = np.concatenate([[0], run_end[last] - starts[first]])
+        return cls(gs, lengths, np.cumsum(lengths) - lengths)
+
+    def integral(self, t: I64) -> I64:
+        """Covered time in ``(-inf, t)`` for each ``t``."""
+        k = self.starts.searchsorted(t, side="right") - 1
+        inside: I64 = np.minimum(np.maximum(t - self.starts[k], 0), self.lengths[k])
+        return self.cum[k] + inside
+
+    def busy(self, bounds: I64) -> I64:
+        """Covered time in each ``[bounds[i], bounds[i + 1])``."""
+        v = self.integral(bounds)
+        return v[1:] - v[:-1]
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1] + self.lengths[-1])
+
+
+@dataclass(eq=False)
+class Track:
+    """One timeline row's events: a lane of one rank, or (``lane == -1``) the rank's GPU work.
+
+    Times are on the source job's clock relative to the job start. Arrays are parallel and sorted
+    by start (longer first on ties, so a parent precedes its children).
+    """
+
+    source: int
+    trace: int
+    lane: int
+    label: str
+    lane_kind: LaneKind
+    rows: npt.NDArray[np.int64]
+    starts: I64
+    ends: I64
+    classes: npt.NDArray[np.uint8]
+    tiers: list[tuple[int, I64, I64]] = field(init=False)
+    """``(longest duration, positions, their starts)`` per duration tier, positions ascending."""
+    instants: I64 = field(init=False)
+    """Sorted start times of the zero-length events (markers)."""
+    coverage: dict[int, Coverage] = field(init=False)
+    shown: npt.NDArray[np.bool_] | None = field(init=False)
+    work: Coverage = field(init=False)
+    annotation: Coverage = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._sorted_ends: I64 | None = None
+        self.last_end = int(self.ends.max()) if len(self.ends) else 0
+        durs = self.ends - self.starts
+        tier = np.zeros(len(durs), dtype=np.int64)
+        pos = durs > 0
+        tier[pos] = 1 + np.log2(durs[pos]).astype(np.int64) // _TIER_LOG2
+        order = np.argsort(tier, kind="stable")  # stable: positions stay in start order
+        cuts = np.flatnonzero(np.diff(tier[order])) + 1
+        self.tiers = []
+        for part in np.split(order, cuts) if len(order) else []:
+            self.tiers.append((int(durs[part].max()), part, self.starts[part]))
+        self.set_filter(None)
+
+    def set_filter(self, classes: frozenset[int] | None) -> None:
+        """(Re)build the coverages for the events whose class is in ``classes`` (all if None)."""
+        self.coverage = {}
+        self.shown = (
+            None
+            if classes is None
+            else np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
+        )
+        present = np.unique(self.classes)
+        work_mask = np.zeros(len(self.classes), dtype=bool)
+        ann_mask = np.zeros(len(self.classes), dtype=bool)
+        for c in present.tolist():
+            if classes is not None and c not in classes:
+                continue
+            m = self.classes == c
+            self.coverage[c] = Coverage.of(self.starts[m], self.ends[m])
+            if c in WORK_CLASSES:
+                work_mask |= m
+            elif c in ANNOTATION_CLASSES:
+                ann_mask |= m
+        self.work = Coverage.of(self.starts[work_mask], self.ends[work_mask])
+        shown = self.shown if self.shown is not None else slice(None)
+        self.instants = self.starts[shown][(self.ends - self.starts)[shown] == 0]
+        self.annotation = Coverage.of(self.starts[ann_mask], self.ends[ann_mask])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def count_visible(self, t0: int, t1: int) -> int:
+        """How many events overlap ``[t0, t1)`` (two binary searches)."""
+        hi = int(np.searchsorted(self.starts, t1, side="left"))
+        if self._sorted_ends is None:
+            self._sorted_ends = np.sort(self.ends)  # only this query needs it: built lazily
+        gone = int(np.searchsorted(self._sorted_ends, t0, side="right"))
+        return max(0, hi - gone)
+
+    def visible(self, t0: int, t1: int, min_dur: int = 0) -> I64:
+        """Positions (ascending, i.e. in start order) of the events overlapping ``[t0, t1)``
+        that last at least ``min_dur`` ns."""
+        parts = []
+        for longest, pos, starts in self.tiers:
+            if longest < min_dur:
+                continue
+            lo = int(starts.searchsorted(t0 - longest, side="left"))
+            hi = int(starts.searchsorted(t1, side="left"))
+            if lo == hi:
+                continue
+            p = pos[lo:hi]
+            keep = self.ends[p] > t0
+            if min_dur > 0:
+                keep &= (self.ends[p] - self.starts[p]) >= min_dur
+            parts.append(p[keep])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        out = np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+        if self.shown is not None and len(out):
+            out = out[self.shown[out]]
+        return out
+
+    def next_shown(self, pos: int, direction: int) -> int | None:
+        """``pos`` if it is a shown event, else the nearest shown one in ``direction``."""
+        n = len(self.starts)
+        if not 0 <= pos < n:
+            return None
+        if self.shown is None or self.shown[pos]:
+            return pos
+        if direction > 0:
+            hits = np.flatnonzero(self.shown[pos:])
+            return pos + int(hits[0]) if len(hits) else None
+        hits = np.flatnonzero(self.shown[: pos + 1])
+        return int(hits[-1]) if len(hits) else None
+
+    def at(self, t: int, slack: int = 0) -> int | None:
+        """Position of the innermost event covering ``t`` (or the nearest one within ``slack``)."""
+        cand = self.visible(t - slack, t + slack + 1)
+        if not len(cand):
+            return None
+        covering = cand[(self.starts[cand] <= t) & (self.ends[cand] > t)]
+        if len(covering):
+            return int(covering[-1])
+        dist = np.minimum(np.abs(self.starts[cand] - t), np.abs(self.ends[cand] - t))
+        return int(cand[int(np.argmin(dist))])
+
+    def position_of(self, row: int) -> int | None:
+        """Position of trace event ``row`` on this track, if it is here."""
+        hit = np.flatnonzero(self.rows == row)
+        return int(hit[0]) if len(hit) else None
