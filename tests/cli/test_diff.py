@@ -157,3 +157,33 @@ def test_bad_arguments(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixt
         _run(["diff", str(a), str(b), "--fail-above", "-1"], capsys)
     with pytest.raises(InputError, match="no such file"):
         _run(["diff", str(a), str(a.parent / "missing.pair")], capsys)
+
+
+def test_predicted_vs_measured_from_simulate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real pair: the DLRM sample and ``echo-view simulate``'s what-if with 1.5x slower
+    compute, written to a file and read back like any input."""
+    from echo_view.cli import main
+
+    dlrm = Path(__file__).resolve().parents[2] / "samples" / "dlrm_kineto"
+    out = tmp_path / "predicted.json"
+    what_if = ["simulate", str(dlrm), "--set", "compute.scale.all=1.5", "-o", str(out), "--json"]
+    assert main(what_if) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert main(["diff", str(dlrm), str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["b"]["predicted"] is True and d["a"]["predicted"] is False
+    assert d["reference"] == "a"
+    assert [r["rank"] for r in d["ranks"]] == list(range(8))
+    # The simulator's own report and the diff of the files agree on both step times.
+    assert d["step_time"]["a_ns"] == round(sim["measured_step_time_s"] * 1e9)
+    assert d["step_time"]["b_ns"] == pytest.approx(sim["step_time_s"] * 1e9, abs=1000)
+    compute = d["categories"]["compute"]
+    assert compute["b_ns"] / compute["a_ns"] == pytest.approx(1.5, rel=0.02)
+    scaled = [k for k in d["kernels"] if not k["name"].startswith("nccl:") and k["a_ns"] > 50_000]
+    assert scaled and all(k["b_ns"] / k["a_ns"] == pytest.approx(1.5, rel=0.02) for k in scaled)
+    err = d["step_time"]["error_pct"]
+    assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err + 0.5)]) == 0
+    if err > 0:
+        assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err / 2)]) == 1
