@@ -244,7 +244,7 @@ def _measure_trace(trace: Trace, classify: Classifier, source: str) -> OverlapSa
         if not pick.any():
             continue
         rows = k_rows[pick]
-        best = _longest_overlap(ks[pick], ke[pick], cs, ce)
+        best = longest_overlap(ks[pick], ke[pick], cs, ce)
         ckind, cproto, cchan = comm_features(trace, c_rows[best], cfg["grid_x"])
         n = len(rows)
         cols = {
@@ -281,7 +281,7 @@ def _measure_trace(trace: Trace, classify: Classifier, source: str) -> OverlapSa
     )
 
 
-def _longest_overlap(ks: I64, ke: I64, cs: I64, ce: I64) -> I64:
+def longest_overlap(ks: I64, ke: I64, cs: I64, ce: I64) -> I64:
     """For each interval ``[ks, ke)``, the index of the interval of ``[cs, ce)`` that overlaps
     it longest (every ``[ks, ke)`` overlaps at least one)."""
     order = np.argsort(cs, kind="stable")
@@ -371,6 +371,7 @@ __all__ = [
     "OverlapSamples",
     "class_table",
     "coverage",
+    "longest_overlap",
     "measure",
     "samples_from_jobs",
 ]

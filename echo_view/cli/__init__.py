@@ -17,7 +17,8 @@ from echo_view.formats import Registry
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
-    "info", "export", "check", "simulate", "trace", "diff", "tui", "comm", "calibrate"
+    "info", "export", "check", "simulate", "trace", "diff", "tui", "comm", "calibrate",
+    "interference",
 )  # fmt: skip
 
 

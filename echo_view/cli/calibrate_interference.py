@@ -1,0 +1,82 @@
+"""``echo-view calibrate interference PATH... -o interference.toml``: fit the interference model
+to measured jobs.
+
+Measures the overlapped kernels of every PATH (:mod:`echo_view.cli.interference`), fits the
+constant-per-class and the fitted model, evaluates both held out (``--split``: by job when two
+or more jobs are given, else by step) and writes the better of the two by the held-out
+duration-weighted error — the fitted model only when it beats the constant one. The simulator
+reads the file with ``--set interference=FILE.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from echo_view.analysis.interference_fit import MODELS, fit, holdout
+from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
+from echo_view.errors import UsageError
+from echo_view.formats import Registry, atomic_output
+from echo_view.sim.interference import InterferenceModel, model_to_toml
+
+
+def register(subparsers: Any) -> None:
+    """Add ``calibrate interference``."""
+    from pathlib import Path
+
+    p = subparsers.add_parser(
+        "interference",
+        help="fit the interference model to measured jobs with overlapping NCCL kernels",
+        description="Fit how much compute kernels slow down beside NCCL kernels (a constant "
+        "per kernel class, and a model of kernel and collective features), evaluate both on "
+        "held-out data and write the better one as TOML.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="measured jobs")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        help="held-out split (default: job with two or more jobs, else step)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    if args.output.suffix.lower() != ".toml":
+        raise UsageError(f"the output must be a .toml file, got {args.output.name}")
+    samples = load_samples(args.paths, registry)
+    if len(samples) < 10:
+        raise UsageError(
+            f"only {len(samples)} overlapped kernels with a solo reference: too few to fit",
+            hint="give traces where compute overlaps NCCL kernels and runs alone too",
+        )
+    split = args.split or ("job" if len(args.paths) > 1 else "step")
+    errs, _ = holdout(samples, split)
+    evaluation = {split: {m: _errors(errs[m]) for m in MODELS}}
+    better = errs["fitted"].weighted_abs < errs["constant"].weighted_abs
+    kind = "fitted" if better else "constant"
+    sources = ", ".join(str(p) for p in args.paths)
+    model = InterferenceModel(
+        fit(samples, kind), f"calibrated on {sources} ({len(samples)} kernels)", evaluation
+    )
+    with atomic_output(args.output) as tmp:
+        tmp.write_text(model_to_toml(model), encoding="utf-8")
+    rep = report(samples, None)
+    rep["holdout"] = {"split": split, **evaluation[split]}
+    rep["chosen"] = kind
+    rep["output"] = str(args.output)
+    if args.json:
+        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+    else:
+        console = Console(highlight=False, soft_wrap=True)
+        render(rep, console)
+        console.print(
+            f"wrote the {kind} model to {args.output}"
+            + ("" if better else " (the fitted model did not beat the constant one held out)")
+        )
+    return 0

@@ -1,0 +1,203 @@
+"""``echo-view interference PATH... [--json] [--holdout SPLIT]``: how much slower compute kernels
+ran while NCCL kernels ran beside them on the same GPU.
+
+Each PATH is a measured job (a trace file, or a directory of rank files). For every kernel class
+the table gives the overlapped kernels that have a solo reference (the same kernel, by name and
+launch configuration, running with no communication), their observed slowdown (median, p90),
+their median overlap fraction, the collectives that overlapped them, and the full-overlap
+slowdown of the constant model fitted to them. ``--holdout job|trace|step`` adds the held-out
+duration errors of no interference, the constant model and the fitted model.
+
+``--json`` keys (only ever added): ``inputs``, ``traces`` (``source``, ``samples``,
+``comm_kernels``), ``classes`` (one object per class: ``class``, ``samples``, ``alone``,
+``median_slowdown``, ``p90_slowdown``, ``median_overlap_fraction``, ``mostly_overlapped``
+(samples overlapped >= 50%), ``mostly_median_slowdown``, ``mostly_p90_slowdown``,
+``comm_kinds``, ``constant_factor``), ``holdout`` (split, then per model the
+:class:`~echo_view.analysis.interference_fit.Errors` fields) when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from echo_view.analysis.interference import OverlapSamples, class_table, samples_from_jobs
+from echo_view.analysis.interference_fit import MODELS, Errors, fit, holdout
+from echo_view.errors import UsageError
+from echo_view.formats import Registry
+from echo_view.sim.compute import classify_kernel
+
+SPLITS = ("job", "trace", "step")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``interference`` sub-command."""
+    p = subparsers.add_parser(
+        "interference",
+        help="measure how much compute kernels slow down beside NCCL kernels",
+        description="Find compute kernels that overlapped a communication kernel on the same "
+        "GPU, compare each with the same kernel running alone, and report the slowdown per "
+        "kernel class.",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="measured jobs")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
+    p.add_argument(
+        "--holdout",
+        choices=SPLITS,
+        help="also report held-out errors of the models, split by job, trace or step",
+    )
+    p.set_defaults(func=run)
+
+
+def load_samples(paths: Sequence[Path], registry: Registry) -> OverlapSamples:
+    """Import every PATH and measure its overlapped kernels."""
+    names: set[str] = set()
+    jobs = []
+    for path in paths:
+        if str(path) in names:
+            raise UsageError(f"{path} is given twice")
+        names.add(str(path))
+        jobs.append((str(path), registry.importer_for(path).read([path])))
+    return samples_from_jobs(jobs, classify_kernel)
+
+
+def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:
+    """The command's JSON report (see the module docstring)."""
+    const = fit(samples, "constant").class_factors() if len(samples) else {}
+    traces = []
+    for t, src in enumerate(samples.sources):
+        traces.append(
+            {
+                "source": src,
+                "samples": int((samples.cols["trace"] == t).sum()),
+                "comm_kernels": int(samples.comm_kernels.get(t, 0)),
+            }
+        )
+    classes = [
+        {
+            "class": r.op_class,
+            "samples": r.samples,
+            "alone": r.alone,
+            "median_slowdown": _num(r.median_slowdown),
+            "p90_slowdown": _num(r.p90_slowdown),
+            "median_overlap_fraction": _num(r.median_fraction),
+            "mostly_overlapped": r.mostly_samples,
+            "mostly_median_slowdown": _num(r.mostly_median_slowdown),
+            "mostly_p90_slowdown": _num(r.mostly_p90_slowdown),
+            "comm_kinds": r.comm_kinds,
+            "constant_factor": _num(const.get(r.op_class, math.nan)) if r.samples else None,
+        }
+        for r in class_table(samples)
+    ]
+    out: dict[str, Any] = {
+        "inputs": sorted({s.split("#")[0] for s in samples.sources}),
+        "samples": len(samples),
+        "traces": traces,
+        "classes": classes,
+    }
+    if split is not None:
+        out["holdout"] = holdout_report(samples, split)
+    return out
+
+
+def holdout_report(samples: OverlapSamples, split: str) -> dict[str, Any]:
+    """Held-out errors per model, as plain numbers."""
+    errs, _ = holdout(samples, split)
+    return {"split": split, **{m: _errors(errs[m]) for m in MODELS}}
+
+
+def _errors(e: Errors) -> dict[str, Any]:
+    return {k: _num(v) if isinstance(v, float) else v for k, v in e.as_dict().items()}
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 4)
+
+
+def run(args: argparse.Namespace, registry: Registry) -> int:
+    samples = load_samples(args.paths, registry)
+    rep = report(samples, args.holdout)
+    if args.json:
+        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+    else:
+        render(rep, Console(highlight=False, soft_wrap=True))
+    return 0
+
+
+_SHORT = {
+    "all_reduce": "AR",
+    "all_gather": "AG",
+    "reduce_scatter": "RS",
+    "send_recv": "SR",
+    "send": "SR",
+    "recv": "SR",
+    "all_to_all": "A2A",
+    "broadcast": "BC",
+    "unknown": "?",
+}
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def render(rep: dict[str, Any], console: Console) -> None:
+    """The report as tables."""
+    table = Table(box=box.SIMPLE_HEAD, title="slowdown of compute kernels overlapped by NCCL")
+    for col in ("class", "overlapped", "alone", "median", "p90", "overlap", "constant s",
+                "collectives"):  # fmt: skip
+        table.add_column(
+            col, justify="left" if col in ("class", "collectives") else "right", no_wrap=True
+        )
+    for c in rep["classes"]:
+        kinds = " ".join(f"{_SHORT.get(k, k)}:{n}" for k, n in sorted(c["comm_kinds"].items()))
+        table.add_row(
+            c["class"],
+            str(c["samples"]),
+            str(c["alone"]),
+            _f(c["median_slowdown"]),
+            _f(c["p90_slowdown"]),
+            _f(c["median_overlap_fraction"]),
+            _f(c["constant_factor"]),
+            kinds or "-",
+        )
+    console.print(table)
+    used = [t for t in rep["traces"] if t["samples"]]
+    console.print(
+        f"{rep['samples']} overlapped kernels with a solo reference in {len(used)} of "
+        f"{len(rep['traces'])} traces. slowdown: duration / solo duration; overlap: share of "
+        "the duration with communication active; constant s: full-overlap slowdown of the "
+        "constant model; collectives: AR all-reduce, AG all-gather, RS reduce-scatter, "
+        "SR send/recv, A2A all-to-all, BC broadcast, ? unknown"
+    )
+    if "holdout" in rep:
+        h = rep["holdout"]
+        t2 = Table(box=box.SIMPLE_HEAD, title=f"held-out duration error (split by {h['split']})")
+        for col in ("model", "kernels", "weighted |err|", "median |err|", "total", "within 10%"):
+            t2.add_column(col, justify="left" if col == "model" else "right")
+        for m in MODELS:
+            e = h[m]
+            t2.add_row(
+                m,
+                str(e["samples"]),
+                _pct(e["weighted_abs"]),
+                _pct(e["median_abs"]),
+                _pct(e["total"], sign=True),
+                _pct(e["within_10"]),
+            )
+        console.print(t2)
+
+
+def _pct(x: float | None, sign: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:+.1f}%" if sign else f"{100 * x:.1f}%"
