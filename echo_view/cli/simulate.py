@@ -74,6 +74,13 @@ def register(subparsers: Any) -> None:
         help="collective times: as measured (default) or from the NCCL model",
     )
     p.add_argument(
+        "--compute",
+        type=Path,
+        metavar="FILE",
+        help="workload configs: kernel cost parameters from echo-view calibrate compute "
+        "(the table of the config's GPU; --set compute.* still overrides)",
+    )
+    p.add_argument(
         "--ranks",
         choices=("stages", "all"),
         default="stages",

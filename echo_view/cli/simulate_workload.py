@@ -31,7 +31,7 @@ from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
-from echo_view.sim.compute_presets import compute_params_for
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
 from echo_view.sim.kernel_cost import ComputeParams
 
@@ -61,7 +61,10 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     cluster = cluster_from_config(cfg.cluster).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
-    params = compute_params_for(cluster.gpu).with_overrides(
+    params = compute_params_for(cluster.gpu)
+    if getattr(args, "compute", None) is not None:
+        params = compute_params_from_toml(args.compute, cluster.gpu, params)
+    params = params.with_overrides(
         {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
     )
     scales: dict[int, float] = {}

@@ -8,6 +8,10 @@ calibrate compute`` and ``--set compute.<name>=...`` replace them.
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
+from echo_view.errors import ConfigError, InputError
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.kernel_cost import ComputeParams
 
@@ -35,3 +39,42 @@ def gpu_family(gpu: GpuSpec) -> str:
 def compute_params_for(gpu: GpuSpec) -> ComputeParams:
     """The cost parameters for ``gpu`` (generic defaults for a family without its own set)."""
     return _BY_FAMILY.get(gpu_family(gpu), ComputeParams())
+
+
+def compute_params_from_toml(
+    path: str | Path, gpu: GpuSpec, base: ComputeParams | None = None
+) -> ComputeParams:
+    """The parameters a ``calibrate compute`` file holds for ``gpu``: its ``[gpu."NAME"]``
+    table for the GPU's preset name, else for a GPU of the same family; values it does not
+    hold keep ``base`` (default: :func:`compute_params_for`)."""
+    file = Path(path)
+    try:
+        doc = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read the compute file: {exc.strerror}", path=file) from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not a TOML file: {exc}", path=file) from exc
+    tables = doc.get("gpu")
+    if not isinstance(tables, dict) or not tables:
+        raise InputError(
+            'no [gpu."NAME"] table', path=file, hint="write it with echo-view calibrate compute"
+        )
+    name = gpu.name.removesuffix(" (modified)")
+    key = name if name in tables else None
+    if key is None:
+        family = [k for k in tables if k.split("-")[0] == gpu_family(gpu)]
+        key = family[0] if family else None
+    if key is None:
+        raise ConfigError(
+            f"the compute file has no parameters for {name}",
+            path=file,
+            hint=f"it holds: {', '.join(tables)}",
+        )
+    table = tables[key]
+    if not isinstance(table, dict):
+        raise InputError("not a table", path=file, where=f'gpu."{key}"')
+    values = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    try:
+        return (base or compute_params_for(gpu)).with_overrides(values)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, path=file, where=f'gpu."{key}"', hint=exc.hint) from exc
