@@ -163,6 +163,7 @@ def _read_capture(
             "capture_ranks": plan.count,
             "nvtx_open_ranges": nvtx.open_ranges,
             "dropped_cpu_events": plan.dropped_cpu_events,
+            "source_tables": _source_tables(exp),
         }
         info = CaptureInfo(
             path=str(path),
@@ -190,6 +191,22 @@ def _read_capture(
             devices = _devices_of(rows, idx, gpus)
             traces.append(build_trace(first_rank + r, rows, idx, info, devices))
     return traces, clock, notes
+
+
+def _source_tables(exp: Export) -> dict[str, str]:
+    """The export table each event kind comes from (lets findings name the source row)."""
+    runtime, nvtx = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+    return {
+        EventKind.KERNEL.label: exp.kernel_table,
+        EventKind.MEMCPY.label: "CUPTI_ACTIVITY_KIND_MEMCPY",
+        EventKind.MEMSET.label: "CUPTI_ACTIVITY_KIND_MEMSET",
+        EventKind.SYNC.label: "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        EventKind.RUNTIME.label: runtime,
+        EventKind.DRIVER.label: runtime,
+        EventKind.CPU_OP.label: nvtx,
+        EventKind.USER_ANNOTATION.label: nvtx,
+        EventKind.INSTANT.label: nvtx,
+    }
 
 
 def _process_ranks(

@@ -3,7 +3,9 @@
 Validates Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job
 directories and native Perfetto protobuf traces. Each file streams through the rules chunk by
 chunk; the files of a directory (or all files with ``--job``) are also checked as the ranks of
-one job. Exit code: 0 clean (warnings allowed), 1 errors, 2 unusable input.
+one job. A file that is not JSON but that an importer reads (an Nsight Systems export) is
+imported and checked with the job-level rules. Exit code: 0 clean (warnings allowed), 1 errors,
+2 unusable input.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import msgspec
 from rich.console import Console
 
 from echo_view.errors import InputError, UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Importer, Registry, atomic_output
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -31,6 +33,7 @@ from echo_view.validate import (
 )
 from echo_view.validate.events import FLOAT_HOOK, RawEvent, events_from_objects
 from echo_view.validate.fix import repair
+from echo_view.validate.imported import check_imported_job
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
@@ -52,7 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="+",
         type=Path,
         metavar="PATH",
-        help="trace files (.json, .json.gz, .pftrace) or job directories",
+        help="trace files (.json, .json.gz, .pftrace, Nsight Systems .sqlite[.gz] or .nsys-rep) "
+        "or job directories",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument(
@@ -202,17 +206,40 @@ def fix_file(src: Path, out: Path) -> list[str]:
     return result.changes or ["nothing to repair; wrote an unchanged copy"]
 
 
-def check_paths(paths: list[Path], report: Report, as_job: bool = False) -> None:
+def importer_for_other(path: Path, registry: Registry) -> Importer | None:
+    """The importer for a file that is neither protobuf nor JSON text (an Nsight Systems
+    export, say), or ``None`` (the JSON reader then reports what the file is not)."""
+    if path.name.endswith(_PROTO_SUFFIXES):
+        return None
+    head = sniff_head(path).removeprefix(b"\xef\xbb\xbf").lstrip()
+    if head[:1] in (b"{", b"["):  # JSON text: the JSON reader's diagnostics apply
+        return None
+    return next((imp for imp in registry.importers if imp.sniff(path)), None)
+
+
+def check_paths(
+    paths: list[Path], report: Report, as_job: bool = False, registry: Registry | None = None
+) -> None:
     """Check every file and every job; findings go to ``report``."""
+    if registry is None:
+        from echo_view.cli import build_registry
+
+        registry = build_registry()
     for job in expand(paths, as_job):
         summaries: list[RankSummary] = []
+        imported: dict[int, tuple[Importer, list[Path]]] = {}
         for path in job.files:
             if path.name.endswith(_PROTO_SUFFIXES):
                 check_pftrace(path.read_bytes(), str(path), report)
+            elif (imp := importer_for_other(path, registry)) is not None:
+                imported.setdefault(id(imp), (imp, []))[1].append(path)
             else:
                 summaries.append(check_json_file(path, report))
         if len(summaries) > 1:
             check_job(summaries, report, job.name)
+        # Imported files of one format form one job (their ranks are checked together).
+        for imp, files in imported.values():
+            check_imported_job(imp.read(files), report, job.name)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -231,7 +258,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
         if len(args.paths) != 1 or args.paths[0].is_dir():
             raise UsageError("--fix repairs one trace file at a time")
-        if args.paths[0].name.endswith(_PROTO_SUFFIXES):
+        if args.paths[0].name.endswith(_PROTO_SUFFIXES) or importer_for_other(
+            args.paths[0], registry
+        ):
             raise UsageError("--fix repairs JSON traces only", path=args.paths[0])
         check_paths(args.paths, report)
         changes = fix_file(args.paths[0], args.output)
@@ -242,7 +271,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             if left:
                 changes.append(f"still present in {args.output}: {left}")
     else:
-        check_paths(args.paths, report, args.job)
+        check_paths(args.paths, report, args.job, registry)
     if args.json:
         doc = report.to_json()
         if args.fix:

@@ -1,0 +1,165 @@
+"""Job-level rules over an imported :class:`~echo_view.model.Job` (an input that is not Chrome
+JSON, such as an Nsight Systems export, has no ``traceEvents`` to stream through the file rules).
+
+What carries over from the Kineto rules: GPU work without its launch (EV601), a launch without
+its GPU work (EV602), GPU work that starts before its launch (EV603), no step annotations
+(EV605, info), and every cross-rank rule (EV7xx). Locations name the file, the rank and the
+source row: the table an event kind came from (``Trace.metadata["source_tables"]``, when the
+importer records it) with the row's correlation id and start time, not a ``traceEvents`` index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model import EventKind, Job, LaneKind, Trace
+from echo_view.units import format_duration, ns_to_us_text
+from echo_view.validate.crossrank import check_job
+from echo_view.validate.findings import FileFacts, Finding, Location, Report
+from echo_view.validate.kineto import _LAUNCH, _NOT_LAUNCH, match_launches
+from echo_view.validate.summary import summaries_from_job
+
+_GPU_WORK = np.array([int(k) for k in (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)])
+_API = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)])
+
+
+def check_imported_job(job: Job, report: Report, name: str) -> None:
+    """Record each source file of ``job`` in ``report``, run EV601-EV603 and EV605 on every
+    rank and the EV7xx rules across its ranks (``name`` locates job-wide findings)."""
+    form = str(job.meta.get("format", "model"))
+    by_source: dict[str, list[Trace]] = {}
+    for t in job.traces:
+        by_source.setdefault(t.source, []).append(t)
+    for source, traces in by_source.items():
+        report.files.append(
+            FileFacts(
+                path=source,
+                form=form,
+                events=sum(len(t.events) for t in traces),
+                rank=traces[0].rank if len(traces) == 1 else None,
+                world_size=job.world_size,
+            )
+        )
+    for t in job.traces:
+        _launch_rules(t, report)
+        _step_rule(t, report)
+    if len(job.traces) > 1:
+        # The cross-rank rules locate collectives by row; rewrite those rows as source rows.
+        scratch = Report(report.selection, report.keep)
+        check_job(summaries_from_job(job), scratch, name)
+        by_rank = {(t.source, t.rank): t for t in job.traces}
+        for tally in scratch:
+            report.add_many(tally.code, tally.count, (_relocate(f, by_rank) for f in tally.first))
+
+
+def row_location(trace: Trace, row: int) -> Location:
+    """Where event ``row`` of ``trace`` came from: table, correlation id, start, thread."""
+    ev = trace.events
+    kind = EventKind(int(ev.kind[row]))
+    tables: Any = trace.metadata.get("source_tables", {})
+    table = tables.get(kind.label) if isinstance(tables, dict) else None
+    corr = int(ev.correlation[row])
+    start = int(ev.start_ns[row])
+    lane = trace.lanes[int(ev.lane[row])]
+    ts: str | None = None
+    if table:  # the row's own key values, so that a SQL query finds it
+        keys = f"start={start}" + (f", correlationId={corr}" if corr >= 0 else "")
+        where = f"{table} row ({keys})"
+    else:
+        where = f"{kind.label} event {row}" + (f" (correlation {corr})" if corr >= 0 else "")
+        ts = ns_to_us_text(start)
+    if lane.kind == LaneKind.CPU_THREAD:
+        return Location(
+            file=trace.source, rank=trace.rank, where=where, ts=ts, pid=lane.pid, tid=lane.tid
+        )
+    on = f" on GPU {lane.device}" if lane.device >= 0 else ""
+    return Location(file=trace.source, rank=trace.rank, where=f"{where}, {lane.name}{on}", ts=ts)
+
+
+def _relocate(f: Finding, by_rank: dict[tuple[str, int], Trace]) -> Finding:
+    loc = f.location
+    trace = by_rank.get((loc.file or "", -1 if loc.rank is None else loc.rank))
+    if trace is None or loc.index is None or not 0 <= loc.index < len(trace.events):
+        return f
+    return Finding(f.code, f.message, row_location(trace, loc.index))
+
+
+def _lane_pids(trace: Trace) -> npt.NDArray[np.int64]:
+    """A dense process number per lane (pids may be strings)."""
+    dense: dict[Any, int] = {}
+    keys = [(lane.kind == LaneKind.CPU_THREAD, lane.pid) for lane in trace.lanes]
+    return np.array([dense.setdefault(k, len(dense)) for k in keys] or [0], dtype=np.int64)
+
+
+def _is_launch(trace: Trace, names: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.bool_]:
+    """Whether each API call name launches GPU work (decided once per distinct name)."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    uniq, inv = np.unique(names, return_inverse=True)
+    flags = [
+        bool(_LAUNCH.search(s) and not _NOT_LAUNCH.search(s))
+        for s in (trace.strings[int(g)] for g in uniq.tolist())
+    ]
+    out: npt.NDArray[np.bool_] = np.array(flags, dtype=bool)[inv.reshape(-1)]
+    return out
+
+
+def _launch_rules(trace: Trace, report: Report) -> None:
+    if not any(report.wants(c) for c in ("EV601", "EV602", "EV603")):
+        return
+    ev = trace.events
+    gpu = np.flatnonzero(np.isin(ev.kind, _GPU_WORK))
+    api = np.flatnonzero(np.isin(ev.kind, _API))
+    if not len(gpu) and not len(api):
+        return
+    pid = _lane_pids(trace)
+    corr = np.asarray(ev.correlation, dtype=np.int64)
+    start = np.asarray(ev.start_ns, dtype=np.int64)
+    launch_of = match_launches(
+        pid[ev.lane[gpu]], corr[gpu], pid[ev.lane[api]], corr[api], start[api]
+    )
+    no_launch = gpu[(corr[gpu] >= 0) & (launch_of < 0)]
+    _emit(report, "EV601", trace, no_launch, lambda r: f"{trace.name(r)!r} has no launch")
+    used = np.zeros(len(api), dtype=bool)
+    used[launch_of[launch_of >= 0]] = True
+    no_work = api[(corr[api] >= 0) & _is_launch(trace, ev.name[api]) & ~used]
+    _emit(report, "EV602", trace, no_work, lambda r: f"{trace.name(r)!r} has no GPU event")
+    matched = np.flatnonzero(launch_of >= 0)
+    work_start, api_start = start[gpu[matched]], start[api[launch_of[matched]]]
+    is_early = work_start < api_start
+    early = gpu[matched[is_early]]
+    lead = dict(zip(early.tolist(), (api_start - work_start)[is_early].tolist(), strict=True))
+    _emit(
+        report,
+        "EV603",
+        trace,
+        early,
+        lambda r: f"{trace.name(r)!r} starts {format_duration(lead[r])} before its launch",
+    )
+
+
+def _step_rule(trace: Trace, report: Report) -> None:
+    """EV605 when a rank has CPU and GPU activity but the import found no steps."""
+    if not report.wants("EV605") or len(trace.steps):
+        return
+    kinds = trace.events.kind
+    if np.isin(kinds, _GPU_WORK).any() and np.isin(kinds, _API).any():
+        msg = "no step annotations (NVTX or profiler ranges named ProfilerStep#N, step N, ...)"
+        report.add(Finding("EV605", msg, Location(file=trace.source, rank=trace.rank)))
+
+
+def _emit(
+    report: Report, code: str, trace: Trace, rows: npt.NDArray[np.intp], message: Any
+) -> None:
+    if not len(rows) or not report.wants(code):
+        return
+
+    def first() -> Iterable[Finding]:
+        for r in rows.tolist():
+            yield Finding(code, message(r), row_location(trace, r))
+
+    report.add_many(code, len(rows), first())
