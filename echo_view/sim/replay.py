@@ -7,7 +7,9 @@ What becomes an op, per rank:
   Each step gets a zero-length marker op at its start. Other CPU events (framework ops,
   annotations) are not ops; the predicted timeline carries them along (see
   :mod:`echo_view.sim.result`).
-- **GPU streams**: kernels, copies and sets in FIFO order.
+- **GPU streams**: kernels, copies and sets in FIFO order. Ops a measurement shows
+  overlapping on one stream (a CUDA graph runs its kernels on streams of its own) are split
+  onto extra lanes, ``stream 7 (overlap 1)``, so that every lane stays sequential.
 
 Dependencies (:mod:`echo_view.sim.replay_deps`): launch -> GPU op (correlation), blocking calls,
 host syncs, cross-stream event waits, cross-thread wake-ups. Collectives
@@ -23,7 +25,7 @@ clock minus its start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -224,8 +226,18 @@ def _rank_ops(
                 marks.append((num, s0 + shift, s1 + shift))
     gpu_rows = np.flatnonzero(gpu_work)
     gpu_rows = gpu_rows[np.lexsort((gpu_rows, start[gpu_rows], ev.lane[gpu_rows]))]
-    for r in gpu_rows.tolist():
-        entries.setdefault(int(ev.lane[r]), []).append((int(start[r]), 1, r))
+    plan: list[tuple[Lane, list[tuple[int, int, int]]]] = [
+        (lane, entries.get(li, [])) for li, lane in enumerate(trace.lanes)
+    ]
+    for li, rows_of_lane in _split_overlaps(gpu_rows, ev.lane, start, end).items():
+        base_lane = trace.lanes[li]
+        for k, sub in enumerate(rows_of_lane):
+            items = [(int(start[r]), 1, r) for r in sub]
+            if k == 0:
+                plan[li] = (base_lane, items)
+            else:
+                label = f"{base_lane.name} (overlap {k})"
+                plan.append((replace(base_lane, name=label), items))
 
     view = RankView(trace=trace, shift=shift)
     first = len(ops.rank)
@@ -233,10 +245,10 @@ def _rank_ops(
     op_of_row = np.full(len(ev), NONE, dtype=np.int64)
     src_rows: list[int] = []
     lane_base = len(lanes)
-    for li, lane_obj in enumerate(trace.lanes):
+    for li, (lane_obj, planned) in enumerate(plan):
         lanes.append(lane_obj)
         lane_rank.append(trace.rank)
-        items = sorted(entries.get(li, ()))
+        items = sorted(planned)
         if not items:
             continue
         ids: list[int] = []
@@ -280,6 +292,28 @@ def _rank_ops(
         idx = np.array(order, dtype=np.int64)[np.maximum(pos, 0)] + step_base
         ops.step[first:] = np.where(inside, idx, NONE).tolist()
     return view
+
+
+def _split_overlaps(rows: I64, lane: I64, start: I64, end: I64) -> dict[int, list[list[int]]]:
+    """GPU ops per stream in start order, split into sub-lanes that do not overlap. Ops of one
+    stream overlap in a measurement when a CUDA graph runs them on streams of its own; each
+    extra sub-lane becomes a lane of its own so lanes stay sequential."""
+    out: dict[int, list[list[int]]] = {}
+    ends: dict[int, list[int]] = {}
+    for r in rows.tolist():
+        li = int(lane[r])
+        subs = out.setdefault(li, [])
+        last = ends.setdefault(li, [])
+        t0 = int(start[r])
+        for k, e in enumerate(last):
+            if e <= t0:
+                subs[k].append(r)
+                last[k] = int(end[r])
+                break
+        else:
+            subs.append([r])
+            last.append(int(end[r]))
+    return out
 
 
 def _step_lane(trace: Trace, step_start: int, fallback: int | None) -> int | None:

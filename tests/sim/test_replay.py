@@ -186,3 +186,36 @@ def test_end_to_end_waits_only_on_cpu_calls() -> None:
     e2e = wl.deps.mode == int(DepMode.END_TO_END)
     lanes = np.array([int(lane.kind) for lane in wl.lanes])[wl.ops.lane]
     assert np.all(lanes[dst[e2e]] == int(LaneKind.CPU_THREAD))
+
+
+def test_overlapping_ops_on_one_stream_get_their_own_lane() -> None:
+    """A CUDA graph launch whose kernels overlap on the launch stream."""
+    b = TraceBuilder(0, source="graph")
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1, "main")
+    s7 = b.gpu_stream(0, 7)
+    b.event(EventKind.RUNTIME, "cudaGraphLaunch", 0, 10 * US, cpu, correlation=5)
+    for t0, dur in ((12, 20), (15, 4), (21, 6), (33, 2)):
+        b.event(EventKind.KERNEL, f"k{t0}", t0 * US, dur * US, s7, correlation=5)
+    job = Job((b.build(),), ClockAlignment("single-rank", (0,), 0), 1)
+    wl = workload_from_job(job)
+    names = [lane.name for lane in wl.lanes]
+    assert "stream 7 (overlap 1)" in names and "stream 7 (overlap 2)" not in names
+    res = simulate(wl).result
+    assert np.array_equal(res.start_ns, wl.measured_start_ns)
+    assert np.array_equal(res.end_ns, wl.measured_end_ns)
+    pred = predicted_job(wl, res, job, int(wl.meta["origin_ns"]))
+    assert np.array_equal(pred.traces[0].events.start_ns, job.traces[0].events.start_ns)
+
+
+def test_cuda_sync_records_of_a_real_trace() -> None:
+    """HTA's critical-path sample records cudaEventRecord and cuda_sync waits: replay finds
+    the cross-stream waits from them and reproduces the measurement."""
+    from tests.conftest import shared_path
+
+    kineto = pytest.importorskip("importers.kineto")
+    path = shared_path("data", "hta-tests", "critical_path", "alexnet")
+    job = kineto.KinetoImporter().read([path])
+    wl = workload_from_job(job)
+    assert len(_edges(wl, DepKind.EVENT)) > 0 and len(_edges(wl, DepKind.HOST_SYNC)) > 0
+    res = simulate(wl).result
+    assert np.array_equal(res.end_ns, wl.measured_end_ns)
