@@ -19,7 +19,11 @@ trip. This covers a CPU thread's calls between two host syncs (a launch resolves
 it starts, so its end has one successor, the next call) and runs of kernels with no outside
 dependency (a traced graph). It stays exact because the engine has no resource contention: an
 op's duration does not depend on what runs beside it. A cost model that made it depend
-(interference) would have to turn it off (``coarsen=False``).
+(interference) would have to turn it off (``coarsen=False``). Interference is such a model: with
+a rate hook (:class:`~echo_view.sim.interference_rates.RateHook`) the ops it pins — compute ops
+that communication on their GPU can slow, and that communication — are never chained, a pinned
+compute op's end comes from the hook and moves when communication on its GPU starts or ends
+(superseded heap entries are skipped), and everything else runs as before.
 
 The engine does no I/O, keeps no global state and uses no randomness.
 """
@@ -27,7 +31,7 @@ The engine does no I/O, keeps no global state and uses no randomness.
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +41,9 @@ from echo_view.model.kinds import LaneKind
 from echo_view.model.trace import NONE
 from echo_view.model.workload import DepMode, Workload
 from echo_view.sim.result import SimResult
+
+if TYPE_CHECKING:
+    from echo_view.sim.interference_rates import RateHook
 
 I64 = npt.NDArray[np.integer[Any]]
 
@@ -48,10 +55,12 @@ def run(
     gap_ns: npt.ArrayLike | None = None,
     *,
     coarsen: bool = True,
+    rates: RateHook | None = None,
 ) -> SimResult:
     """Simulate ``workload`` with op durations ``dur_ns`` and collective transfer times
     ``coll_dur_ns`` (one per collective row); ``gap_ns`` replaces the workload's lane gaps when
     given. ``coarsen=False`` turns chain coarsening off (for comparison; results are equal).
+    ``rates`` applies interference (see the module docstring); ``dur_ns`` are then solo times.
     Raises
     :class:`~echo_view.errors.SimulationError` when a collective can never complete or the
     dependencies form a cycle."""
@@ -69,8 +78,9 @@ def run(
     gaps = workload.ops.gap_ns if gap_ns is None else np.asarray(gap_ns, dtype=np.int64)
     if len(gaps) != n or (n and gaps.min() < 0):
         raise ValueError("gap_ns needs one value >= 0 per op")
-    graph = _Graph(workload, gaps, coarsen)
-    start, end, cstart, cend, done = _loop(workload, graph, dur, cdur, parts_ptr, parts)
+    hook = rates if rates is not None and rates.active else None
+    graph = _Graph(workload, gaps, coarsen, None if hook is None else hook.pinned)
+    start, end, cstart, cend, done = _loop(workload, graph, dur, cdur, parts_ptr, parts, hook)
     if done < n:
         raise _stuck(workload, start, parts_ptr, parts, cstart)
     return SimResult(
@@ -91,7 +101,13 @@ class _Graph:
     end-to-end dependency). Each slot counts the edges it still waits for.
     """
 
-    def __init__(self, wl: Workload, gaps: I64, coarsen: bool = True) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        gaps: I64,
+        coarsen: bool = True,
+        pinned: npt.NDArray[np.bool_] | None = None,
+    ) -> None:
         n = len(wl)
         ops, deps = wl.ops, wl.deps
         # Lane order: consecutive ops (by id) on one lane, end -> start with the op's gap.
@@ -134,6 +150,8 @@ class _Graph:
             & (ops.coll[dst] < 0)
             & coarsen
         )
+        if pinned is not None:
+            link &= ~pinned[src] & ~pinned[dst]
         chain[src[link]] = dst[link]
         chain_lag[src[link]] = lag[link]
         self.chain = chain
@@ -197,6 +215,7 @@ def _loop(
     cdur_a: I64,
     parts_ptr: list[int],
     parts: list[int],
+    hook: RateHook | None = None,
 ) -> tuple[list[int], list[int], list[int], list[int], int]:
     n = len(wl)
     m = len(wl.collectives)
@@ -235,6 +254,16 @@ def _loop(
     take = ready.pop
     put = ready.append
     done = 0
+    # Interference (see the module docstring): rated ops and communication ops by GPU.
+    rated: list[bool] = hook.rated if hook is not None else []
+    comm_dev: list[int] = hook.comm_dev if hook is not None else []
+    now = 0
+
+    def requeue(moved: list[tuple[int, int]]) -> None:
+        for p, e2 in moved:
+            if e2 != end[p]:
+                end[p] = e2
+                push(heap, e2 * span + key[p])
     while True:
         while ready:
             i = take()
@@ -267,6 +296,8 @@ def _loop(
             if c >= 0:
                 if s > cready[c]:
                     cready[c] = s
+                if hook is not None and comm_dev[i] >= 0:
+                    requeue(hook.comm_open(i, s, None, now))
                 arrived[c] += 1
                 if arrived[c] < expected[c]:
                     continue
@@ -277,6 +308,8 @@ def _loop(
                 for p in parts[parts_ptr[c] : parts_ptr[c + 1]]:
                     end[p] = e
                     push(heap, e * span + key[p])
+                    if hook is not None and comm_dev[p] >= 0:
+                        requeue(hook.comm_close(p, e, now))
                 done += expected[c]
                 continue
             e = s + dur[i]
@@ -285,6 +318,11 @@ def _loop(
                     continue  # a blocked call: it ends when what it waits for has ended
                 if rel[n + i] > e:
                     e = rel[n + i]
+            if hook is not None:
+                if rated[i]:
+                    e = hook.begin(i, s)
+                elif comm_dev[i] >= 0:
+                    requeue(hook.comm_open(i, s, e, now))
             end[i] = e
             done += 1
             j = chain[i]
@@ -315,6 +353,10 @@ def _loop(
         t, i = divmod(pop(heap), span)
         if i >= n:
             i -= n
+        if hook is not None:
+            now = t
+            if rated[i] and (end[i] != t or not hook.finish(i)):
+                continue  # superseded: the op's end moved
         for k in range(ep[i], ep[i + 1]):
             r = t + elag[k]
             x = eslot[k]
