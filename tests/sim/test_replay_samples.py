@@ -108,3 +108,25 @@ def test_hta_sampled_two_of_128_ranks() -> None:
     sim = simulate(wl, cluster, comm=default_comm_model())
     assert sim.collectives.modelled == len(wl.collectives)
     assert np.all(sim.result.end_ns >= sim.result.start_ns)
+
+
+def test_every_shared_kineto_trace_replays_to_its_measurement() -> None:
+    """Each single Kineto file under ../shared/data (one rank, or part of a job): replay with
+    measured durations puts every op within 1 µs of its measured end."""
+    from tests.conftest import shared_path
+
+    root = shared_path("data")
+    importer = kineto.KinetoImporter()
+    files = [
+        p
+        for p in sorted(root.rglob("*.json*"))
+        if "nccl-tests" not in str(p) and p.is_file() and importer.sniff(p)
+    ]
+    assert len(files) >= 20
+    for path in files:
+        job = importer.read([path])
+        wl = workload_from_job(job)
+        res = simulate(wl).result
+        assert wl.measured_end_ns is not None
+        worst = int(np.abs(res.end_ns - wl.measured_end_ns).max()) if len(wl) else 0
+        assert worst <= 1_000, f"{path.name}: an op ends {worst} ns from its measurement"
