@@ -200,7 +200,8 @@ def compute_toml(results: list[Calibration]) -> str:
     ]
     for c in results:
         lines += ["", f"[gpu.{json.dumps(c.gpu)}]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in c.fitted_values().items()]
+        # Parameters at full precision: the file reproduces the fit exactly.
+        lines += [f"{k} = {v!r}" for k, v in c.fitted_values().items()]
         fit: dict[str, Any] = {
             "traces": list(c.traces),
             "ops": c.ops,
