@@ -183,6 +183,11 @@ class InterferenceFit:
     def names(self) -> tuple[str, ...]:
         return feature_names(self.kind)
 
+    @property
+    def uses_features(self) -> bool:
+        """Whether the model reads more than the kernel class."""
+        return self.kind != "constant"
+
     def slowdown(self, f: KernelFeatures) -> F64:
         """Full-overlap slowdown ``s`` of each kernel, in ``[1, MAX_SLOWDOWN]``."""
         u = design(f, self.kind) @ self.coef

@@ -257,6 +257,7 @@ def _loop(
     # Interference (see the module docstring): rated ops and communication ops by GPU.
     rated: list[bool] = hook.rated if hook is not None else []
     comm_dev: list[int] = hook.comm_dev if hook is not None else []
+    ended = [False] * n if hook is not None else []
     now = 0
 
     def requeue(moved: list[tuple[int, int]]) -> None:
@@ -264,6 +265,7 @@ def _loop(
             if e2 != end[p]:
                 end[p] = e2
                 push(heap, e2 * span + key[p])
+
     while True:
         while ready:
             i = take()
@@ -355,8 +357,10 @@ def _loop(
             i -= n
         if hook is not None:
             now = t
-            if rated[i] and (end[i] != t or not hook.finish(i)):
-                continue  # superseded: the op's end moved
+            if rated[i]:
+                if end[i] != t or ended[i]:
+                    continue  # superseded: the op's end moved
+                ended[i] = True
         for k in range(ep[i], ep[i + 1]):
             r = t + elag[k]
             x = eslot[k]

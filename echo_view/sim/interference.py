@@ -259,7 +259,8 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
     mend = np.asarray(workload.measured_end_ns, dtype=np.int64)
     ops = workload.ops
     feats = _empty_features(n)
-    for trace in job.traces:
+    # Launch configurations and collectives are read only for a model that uses them.
+    for trace in job.traces if model.fit.uses_features else ():
         mine = np.flatnonzero((ops.rank == trace.rank) & (compute | comm) & (ops.source >= 0))
         if not len(mine):
             continue
@@ -282,6 +283,8 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
         us, ue = union(cs, ce)
         ov = coverage(us, ue, mend[k_ops]) - coverage(us, ue, mstart[k_ops])
         overlap[k_ops] = ov
+        if not model.fit.uses_features:
+            continue
         # Each kernel meets the collective that overlapped it longest, else the one that
         # communicates most on its GPU.
         kinds = feats["comm_kind"][c_ops]

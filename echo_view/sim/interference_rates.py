@@ -7,7 +7,8 @@ communication active from its start to its end; a collective participant's end i
 until its last peer arrives, so its interval stays open until then.
 
 The engine asks :meth:`RateHook.begin` for a rated op's end when it starts, and tells the hook
-when communication opens (:meth:`RateHook.comm_open`) and closes (:meth:`RateHook.comm_close`).
+when communication opens (:meth:`RateHook.comm_open`) and closes (:meth:`RateHook.comm_close`);
+it skips a heap entry whose time is no longer the op's end, and a second entry at the same end.
 Each such change happens at or after the engine's current time ``now`` (its heap is monotone,
 and every op starts no earlier than the time it is scheduled), so the work a running op has
 done up to ``now`` is settled: the hook banks it (the op's *anchor*), then recomputes the ends
@@ -19,6 +20,8 @@ and of communication intervals not yet over.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -56,13 +59,17 @@ class RateHook:
         self.rated: list[bool] = rated.tolist()
         self.comm_dev: list[int] = np.where(comm, dev, -1).tolist()
         self.dev: list[int] = dev.tolist()
+        self.lane: list[int] = workload.ops.lane.tolist()
         self.rate: list[float] = np.where(rated, 1.0 / np.maximum(s, 1.0), 1.0).tolist()
         self.work: list[float] = np.asarray(dur, dtype=np.float64).tolist()
         n_dev = len(has_rated)
-        # Per GPU: communication intervals not yet over {op: [start, end or inf]} and rated ops
-        # in flight {op: [anchor time, work left at the anchor]}.
+        # Per GPU: communication intervals not yet over {op: [start, end or inf]} and the rated
+        # op in flight on each stream {lane: [op, anchor time, work left at the anchor, end]}
+        # (a stream runs one op at a time, and rated ops are never chained, so the next rated
+        # op on a stream starts after the previous one ended).
         self._comm: list[dict[int, list[float]]] = [{} for _ in range(n_dev)]
-        self._flight: list[dict[int, list[float]]] = [{} for _ in range(n_dev)]
+        self._sorted: list[list[list[float]]] = [[] for _ in range(n_dev)]  # _comm, by start
+        self._flight: list[dict[int, list[Any]]] = [{} for _ in range(n_dev)]
         self.active = bool(rated.any())
 
     # -- engine calls -------------------------------------------------------------------------
@@ -70,12 +77,10 @@ class RateHook:
         """Rated op ``i`` starts at ``s``: its end under the communication known now."""
         d = self.dev[i]
         w = self.work[i]
-        self._flight[d][i] = [float(s), w]
-        return _round(_finish(self._intervals(d), float(s), w, self.rate[i]))
-
-    def finish(self, i: int) -> bool:
-        """Rated op ``i`` ended; False when it had already (a superseded heap entry)."""
-        return self._flight[self.dev[i]].pop(i, None) is not None
+        ivs = self._sorted[d]
+        e = s + _round(w) if not ivs else _round(_finish(ivs, float(s), w, self.rate[i]))
+        self._flight[d][self.lane[i]] = [i, float(s), w, e]
+        return e
 
     def comm_open(self, i: int, s: int, e: int | None, now: int) -> list[tuple[int, int]]:
         """Communication op ``i`` runs from ``s`` (to ``e``, None while unknown); returns the
@@ -85,6 +90,7 @@ class RateHook:
             return []
         self._settle(d, now)
         self._comm[d][i] = [float(s), _INF if e is None else float(e)]
+        self._sorted[d] = sorted(self._comm[d].values())
         return self._refresh(d)
 
     def comm_close(self, i: int, e: int, now: int) -> list[tuple[int, int]]:
@@ -96,35 +102,42 @@ class RateHook:
         iv = self._comm[d].get(i)
         if iv is not None:
             iv[1] = float(e)
+            self._sorted[d] = sorted(self._comm[d].values())
         return self._refresh(d)
 
     # -- internals ----------------------------------------------------------------------------
-    def _intervals(self, d: int) -> list[list[float]]:
-        return sorted(self._comm[d].values())
-
     def _settle(self, d: int, now: int) -> None:
         """Bank the work of every op in flight on GPU ``d`` up to ``now`` and forget the
         communication that ended by then (no anchor lies before ``now`` afterwards)."""
         t = float(now)
         flight = self._flight[d]
         if flight:
-            ivs = self._intervals(d)
-            for op, st in flight.items():
-                if st[0] < t:
-                    st[1] = max(st[1] - _done(ivs, st[0], t, self.rate[op]), 0.0)
-                    st[0] = t
+            ivs = self._sorted[d]
+            for lane in [lane for lane, st in flight.items() if st[3] < now]:
+                del flight[lane]  # ended before now
+            for st in flight.values():
+                if st[1] < t:
+                    st[2] = max(st[2] - _done(ivs, st[1], t, self.rate[st[0]]), 0.0)
+                    st[1] = t
         comm = self._comm[d]
-        for op in [op for op, iv in comm.items() if iv[1] <= t]:
-            del comm[op]
+        over = [op for op, iv in comm.items() if iv[1] <= t]
+        if over:
+            for op in over:
+                del comm[op]
+            self._sorted[d] = sorted(comm.values())
 
     def _refresh(self, d: int) -> list[tuple[int, int]]:
         flight = self._flight[d]
         if not flight:
             return []
-        ivs = self._intervals(d)
-        return [
-            (op, _round(_finish(ivs, st[0], st[1], self.rate[op]))) for op, st in flight.items()
-        ]
+        ivs = self._sorted[d]
+        moved = []
+        for st in flight.values():
+            e = _round(_finish(ivs, st[1], st[2], self.rate[st[0]]))
+            if e != st[3]:
+                st[3] = e
+                moved.append((st[0], e))
+        return moved
 
 
 def _round(t: float) -> int:
