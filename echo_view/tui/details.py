@@ -60,7 +60,11 @@ def _ordinal(trace: Trace, coll: int, same: np.ndarray[Any, Any]) -> int:
 
 def collective_peers(job: Job, tidx: int, row: int) -> list[Link]:
     """The same collective on the other ranks: matched by process group and sequence number,
-    or by order within the group when the trace has no sequence numbers."""
+    or by order within the group when the trace has no sequence numbers.
+
+    Without a known group, the collective is matched by order among the collectives of its kind
+    only when every rank has the same number of them (what a collective over all ranks
+    implies); otherwise there is no honest match and none is returned."""
     trace = job.traces[tidx]
     ct = trace.collectives
     hit = np.flatnonzero(ct.event == row)
@@ -72,6 +76,8 @@ def collective_peers(job: Job, tidx: int, row: int) -> list[Link]:
     seq = int(ct.seq[coll])
     mine = _same_group(trace, key, kind)
     ordinal = _ordinal(trace, coll, mine) if seq == NONE else -1
+    if key is None and any(len(_same_group(t, None, kind)) != len(mine) for t in job.traces):
+        return []
     out: list[Link] = []
     for j, other in enumerate(job.traces):
         if j == tidx:
@@ -138,7 +144,8 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
         text.append(" · ".join(parts))
         peers = collective_peers(job, tidx, row)
         if peers:
-            text.append("\n[c] peers: ", style="bold #c678dd")
+            how = "" if key is not None else " (group unknown: by order of this kind)"
+            text.append(f"\n[c] peers{how}: ", style="bold #c678dd")
             bits = []
             for p in peers:
                 o = job.traces[p.trace]

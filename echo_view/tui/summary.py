@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, LoadingIndicator, Static, TabbedCont
 
 from echo_view.analysis.summary import JobSummary, summarize
 from echo_view.model import Job
-from echo_view.tui.tables import SortableTable, name_cell, ns_cell, num_cell
+from echo_view.tui.tables import SortableTable, name_cell, ns_cell, num_cell, short_duration
 
 #: How many kernels the kernel table lists (the longest by total time).
 KERNEL_ROWS = 2000
@@ -81,7 +81,7 @@ class SummaryScreen(Screen[None]):
         slow = summary.slowest
         head = f"{len(self.job)} rank(s), {self.job.event_count():,} events"
         if slow is not None:
-            head += f"; slowest rank {slow.rank}: {slow.mean_step_ns / 1e6:.3f} ms per step"
+            head += f"; slowest rank {slow.rank}: {short_duration(slow.mean_step_ns)} per step"
         self.query_one("#headline", Static).update(head)
         ranks = self.query_one("#ranks", SortableTable)
         ranks.fill(BREAKDOWN_COLUMNS, breakdown_rows(summary))
