@@ -1,0 +1,25 @@
+"""``echo-view tui``: argument handling; a bad path fails before the screen is taken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import build_parser, main
+
+
+def test_parser_takes_one_or_two_paths() -> None:
+    args = build_parser().parse_args(["tui", "a.json"])
+    assert args.path == Path("a.json") and args.path2 is None
+    args = build_parser().parse_args(["tui", "a.json", "b.json"])
+    assert args.path2 == Path("b.json")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tui"])
+
+
+def test_a_missing_input_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tui", "samples/dlrm_kineto", "no/such/trace.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("echo-view: error: no/such/trace.json: no such file")
+    assert len(err.strip().splitlines()) == 1
