@@ -59,18 +59,21 @@ _END_PHASES = np.array([PH_E, PH_AE], dtype=np.uint8)
 
 
 class RawEvent(msgspec.Struct, gc=False):
-    """One trace event as decoded for import (unknown fields are skipped by msgspec)."""
+    """One trace event as decoded for import (unknown fields are skipped by msgspec).
+
+    Fields are in Kineto's key order, which msgspec matches fastest.
+    """
 
     ph: str = ""
-    name: str = ""
     cat: str = ""
+    name: str = ""
     pid: int | str = 0
     tid: int | str | None = None
     ts: int | float = MISSING
     dur: int | float = MISSING
+    args: msgspec.Raw = msgspec.Raw()
     id: int | str | None = None
     bp: str = ""
-    args: msgspec.Raw = msgspec.Raw()
 
 
 class KeyArgs(msgspec.Struct, gc=False):
@@ -86,6 +89,9 @@ _GET = {name: attrgetter(name) for name in ("ph", "name", "cat", "pid", "tid", "
 
 _KEYARGS = msgspec.json.Decoder(list[KeyArgs])
 _CORR = attrgetter("correlation")
+_ID = attrgetter("id")
+_BP = attrgetter("bp")
+_BIND_END = "e"
 _EXT = attrgetter("external_id")
 _EXT_OLD = attrgetter("external_id_old")
 _KEYARGS_ONE = msgspec.json.Decoder(KeyArgs)
@@ -236,16 +242,18 @@ class Columns:
             idx = np.flatnonzero(np.isin(ph, phases))
             if not len(idx):
                 continue
-            il = idx.tolist()
+            points = list(map(evs.__getitem__, idx.tolist()))
             out.append(
                 PointColumns(
                     phase=ph[idx],
                     thread=threads[idx],
                     ts=ts[idx],
-                    id=self.flow_ids([evs[i].id for i in il]),
+                    id=self.flow_ids(list(map(_ID, points))),
                     cat=cats[idx],
                     name=names[idx],
-                    bind_enclosing=np.array([evs[i].bp == "e" for i in il], dtype=np.bool_),
+                    bind_enclosing=np.fromiter(
+                        map(_BIND_END.__eq__, map(_BP, points)), dtype=np.bool_, count=len(idx)
+                    ),
                     index=idx.astype(np.int64) + chunk.first_index,
                 )
             )
