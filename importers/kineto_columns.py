@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from io import BytesIO
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -178,17 +179,21 @@ class Columns:
         raws = list(map(g["args"], row_evs))
         self.args.writelines(raws)
         self.args_len.append(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)))
-        keys = self._key_args(chunk, raws, rows)
+        linked = props[rows, 4].astype(np.bool_)
+        keys = self._key_args(chunk, raws if linked.all() else list(compress(raws, linked)))
         self.phase.append(ph[rows])
         self.name.append(names[rows])
         self.cat.append(cats[rows])
         self.thread.append(threads[rows])
         self.start_ns.append(ts[rows])
         self.dur_ns.append(np.where(dur[rows] == MISSING, 0, dur[rows]))
-        self.correlation.append(_int_column(keys, _CORR))
+        corr = _int_column(keys, _CORR)
         ext = _int_column(keys, _EXT)
         if b'"external id"' in chunk.text:  # 2021 traces spell it so
             ext = np.where(ext == NONE, _int_column(keys, _EXT_OLD), ext)
+        if len(keys) < len(rows):
+            corr, ext = _spread(corr, linked), _spread(ext, linked)
+        self.correlation.append(corr)
         self.external_id.append(ext)
         self.index.append(rows.astype(np.int64) + chunk.first_index)
         row_ph = ph[rows]
@@ -196,9 +201,7 @@ class Columns:
             self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j].id])[0])
         self.rows += len(rows)
 
-    def _key_args(
-        self, chunk: EventChunk[RawEvent], raws: list[msgspec.Raw], rows: npt.NDArray[Any]
-    ) -> list[KeyArgs]:
+    def _key_args(self, chunk: EventChunk[RawEvent], raws: list[msgspec.Raw]) -> list[KeyArgs]:
         text = b"[" + b",".join([r or _EMPTY_OBJ for r in raws]) + b"]"
         try:
             return _KEYARGS.decode(text)
@@ -311,6 +314,12 @@ class Columns:
             else:
                 out.append(v if type(v) is int and -(2**63) <= v < 2**63 else NONE)
         return np.array(out, dtype=np.int64)
+
+
+def _spread(values: I64, where: npt.NDArray[np.bool_]) -> I64:
+    out = np.full(len(where), NONE, dtype=np.int64)
+    out[where] = values
+    return out
 
 
 def _int_column(keys: list[KeyArgs], get: Any) -> I64:

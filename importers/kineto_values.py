@@ -26,6 +26,10 @@ from importers.kineto_rows import PH_OTHER, PHASES
 
 I64 = npt.NDArray[np.int64]
 
+#: Categories whose args never hold ``correlation`` or ``External id`` (Python stack frames,
+#: memory instants): their args are not decoded a second time.
+NO_LINK_CATEGORIES = frozenset({"python_function", "cpu_instant_event"})
+
 #: Default ``ts``/``dur`` of an event that has none (exact as a double, never a real time).
 MISSING = -(2**62)
 _EXACT_FLOAT = float(2**43)
@@ -148,7 +152,8 @@ class Classes(dict[tuple[Any, ...], int]):
         super().__init__()
         self.strings = strings
         self.threads = threads
-        self.props = np.zeros((1024, 4), dtype=np.int32)  # phase, cat, name, thread
+        # phase, cat, name, thread, whether its args can hold correlation / External id
+        self.props = np.zeros((1024, 5), dtype=np.int32)
 
     def __missing__(self, key: tuple[Any, ...]) -> int:
         ph, cat, name, pid, tid = key
@@ -160,6 +165,7 @@ class Classes(dict[tuple[Any, ...], int]):
             self.strings[cat],
             self.strings[name],
             self.threads[(pid, tid)],
+            cat not in NO_LINK_CATEGORIES,
         )
         self[key] = cid
         return cid
