@@ -175,7 +175,7 @@ class Columns:
         self._side_events(chunk, ph, threads, names, cats, ts, is_row)
         if not len(rows):
             return
-        row_evs = evs if len(rows) == n else [evs[i] for i in rows.tolist()]
+        row_evs = evs if len(rows) == n else list(compress(evs, is_row))
         raws = list(map(g["args"], row_evs))
         self.args.writelines(raws)
         self.args_len.append(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)))
