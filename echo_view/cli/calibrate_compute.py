@@ -159,6 +159,7 @@ def calibration_json(c: Calibration) -> dict[str, Any]:
         "shapes": c.shapes,
         "class_ops": c.class_ops,
         "class_shapes": c.class_shapes,
+        "gemm_dtypes": list(c.gemm_dtypes),
         "in_sample": c.in_sample.as_dict(),
         "default_in_sample": c.default_in_sample.as_dict(),
         "holdout": None
@@ -206,6 +207,7 @@ def compute_toml(results: list[Calibration]) -> str:
             "traces": list(c.traces),
             "ops": c.ops,
             "shapes": c.shapes,
+            "gemm_dtypes": list(c.gemm_dtypes),
             "in_sample_median_abs_error": c.in_sample.median_abs,
             "in_sample_mean_abs_error": c.in_sample.mean_abs,
         }
@@ -257,8 +259,9 @@ def _render(results: list[Calibration], skipped: list[str], out: Path, console: 
         if not values:
             console.print(f"{c.gpu}: too few shapes to fit; defaults kept")
             continue
+        dtypes = f" [GEMMs: {', '.join(c.gemm_dtypes)}]" if c.gemm_dtypes else ""
         console.print(
-            f"{c.gpu}: "
+            f"{c.gpu}{dtypes}: "
             + ", ".join(
                 f"{k}={_short(v)} (default {_short(getattr(c.defaults, k))})"
                 for k, v in values.items()

@@ -419,6 +419,9 @@ class Calibration:
     shapes: int
     class_ops: dict[str, int]
     class_shapes: dict[str, int]
+    #: Dtypes of the fitted GEMMs: one ``gemm_eff_max`` serves every dtype, so parameters
+    #: fitted on TF32 products describe fp16/bf16 ones only as far as both behave alike.
+    gemm_dtypes: tuple[str, ...]
     in_sample: ErrorStats
     default_in_sample: ErrorStats
     holdout: Holdout | None
@@ -448,6 +451,7 @@ def calibrate(samples: KernelSamples, gpu: GpuSpec, defaults: ComputeParams) -> 
         shapes=len(np.unique(data.shape)),
         class_ops={_class_name(g): int(np.count_nonzero(group == g)) for g in present},
         class_shapes={_class_name(g): len(np.unique(data.shape[group == g])) for g in present},
+        gemm_dtypes=tuple(sorted({samples.dtypes[int(d)] for d in samples.dtype[group == 0]})),
         in_sample=error_stats(predict_ns(result.params, data, gpu), data.measured_ns),
         default_in_sample=error_stats(predict_ns(defaults, data, gpu), data.measured_ns),
         holdout=holdout(data, gpu, defaults, samples.shapes),
