@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_nccl_kernel_name
+from echo_view.units import format_duration
 
 I64 = npt.NDArray[np.int64]
 
@@ -128,8 +129,8 @@ class JobDiff:
         pct = self.step_time.delta_pct()
         if pct is None:
             return "no_data", "A has no step time to compare against"
-        a, b = self.step_time.a_ns / 1e6, self.step_time.b_ns / 1e6
-        head = f"step time A {a:.3f} ms, B {b:.3f} ms ({pct:+.1f}%)"
+        a, b = format_duration(self.step_time.a_ns), format_duration(self.step_time.b_ns)
+        head = f"step time A {a}, B {b} ({pct:+.1f}%)"
         if abs(pct) <= self.tolerance_pct:
             code, text = "match", f"B matches A within {self.tolerance_pct:g}%: {head}"
         else:
@@ -137,10 +138,10 @@ class JobDiff:
             text = f"B is {abs(pct):.1f}% {'slower' if pct > 0 else 'faster'} than A: {head}"
         cat = max(self.categories.items(), key=lambda kv: abs(kv[1].delta_ns), default=None)
         if cat is not None and cat[1].delta_ns:
-            text += f"; largest category change: {cat[0]} {cat[1].delta_ns / 1e6:+.3f} ms"
+            text += f"; largest category change: {cat[0]} {_signed(cat[1].delta_ns)}"
         if self.kernels and self.kernels[0].time.delta_ns:
             k = self.kernels[0]
-            text += f"; top kernel class: {k.name} {k.time.delta_ns / 1e6:+.3f} ms"
+            text += f"; top kernel class: {k.name} {_signed(k.time.delta_ns)}"
         return code, text
 
     def to_json(self) -> dict[str, Any]:
@@ -176,6 +177,10 @@ class JobDiff:
             "verdict": {"code": code, "text": text, "tolerance_pct": self.tolerance_pct},
             "notes": list(self.notes),
         }
+
+
+def _signed(ns: int) -> str:
+    return ("+" if ns >= 0 else "-") + format_duration(abs(ns))
 
 
 def _round(x: float | None) -> float | None:

@@ -17,6 +17,7 @@ from echo_view.analysis.diff import CATEGORIES, ItemDiff, JobDiff
 from echo_view.tui.index import Source, TimelineIndex
 from echo_view.tui.panel import Steps, TimelinePanel, view_steps
 from echo_view.tui.tables import SortableTable, delta_cell, name_cell, ns_cell, pct_cell
+from echo_view.units import format_duration
 
 _CAT_COLOURS = {
     "compute": "#98c379",
@@ -30,7 +31,8 @@ _A_STYLE, _B_STYLE = "#61afef", "#e5c07b"
 def step_bars(diff: JobDiff, width: int = 40) -> Table:
     """Per rank, one bar for A and one for B, on one scale."""
     table = Table.grid(padding=(0, 1))
-    for _ in range(4):
+    table.add_column(no_wrap=True, justify="right")
+    for _ in range(3):
         table.add_column(no_wrap=True)
     top = max([max(r.step.a_ns, r.step.b_ns) for r in diff.ranks] or [1]) or 1
     for r in diff.ranks:
@@ -39,11 +41,12 @@ def step_bars(diff: JobDiff, width: int = 40) -> Table:
             bar = "█" * int(cells) + (" ▏▎▍▌▋▊▉"[int((cells % 1) * 8)] if cells < width else "")
             pct = r.step.delta_pct()
             tail = f"{pct:+.1f}%" if side == "B" and pct is not None else ""
+            colour = "" if pct is None or abs(pct) < 0.05 else "#e06c75" if pct > 0 else "#98c379"
             table.add_row(
-                f"r{r.rank} {side}" if side == "A" else f"{'':>{len(str(r.rank)) + 1}} B",
+                f"r{r.rank} A" if side == "A" else "B",
                 Text(bar.ljust(width), style=style),
-                f"{ns / 1e6:9.3f} ms",
-                Text(tail, style="#e06c75" if tail.startswith("+") else "#98c379"),
+                Text(format_duration(ns), justify="right"),
+                Text(tail, style=colour),
             )
     return table
 

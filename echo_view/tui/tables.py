@@ -64,7 +64,7 @@ def delta_cell(ns: int | float) -> Cell:
 def pct_cell(pct: float | None) -> Cell:
     if pct is None:
         return Cell("-", float("-inf"))
-    style = "#e06c75" if pct > 0 else "#98c379" if pct < 0 else ""
+    style = "" if abs(pct) < 0.05 else "#e06c75" if pct > 0 else "#98c379"
     return Cell(f"{pct:+.1f}%", pct, style=style)
 
 
