@@ -24,6 +24,7 @@ Process groups come from ``distributedInfo.pg_config`` (``ranks`` a list or a st
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,15 +117,19 @@ DTYPE_BYTES: dict[str, int] = {
 _OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
 _COMMS_OP = "record_param_comms"
 _INTS = re.compile(r"-?\d+")
-_COLLECTIVE_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Process Group Name")
+
+
+@functools.lru_cache(maxsize=256)
+def _canonical(name: str) -> str:
+    key = name.strip().lower().removeprefix("c10::").removeprefix("at::")
+    return _DTYPE_ALIASES.get(key, key)
 
 
 def canonical_dtype(name: object) -> str | None:
     """``Float``/``c10::BFloat16``/``int8_t``... as ``float32``/``bfloat16``/``int8``."""
     if not isinstance(name, str) or not name.strip():
         return None
-    key = name.strip().lower().removeprefix("c10::").removeprefix("at::")
-    return _DTYPE_ALIASES.get(key, key)
+    return _canonical(name)
 
 
 def parse_ranks(value: object) -> tuple[int, ...] | None:
@@ -162,6 +167,56 @@ class EventView:
         return value if isinstance(value, dict) else {}
 
 
+class CollArgs(msgspec.Struct, gc=False):
+    """The collective arguments of a kernel or ``record_param_comms`` op (others skipped)."""
+
+    name: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    seq: Any = msgspec.field(default=None, name="Seq")
+
+    def present(self) -> bool:
+        """Whether these args describe a collective at all."""
+        return not (
+            self.name is None
+            and self.in_nelems is None
+            and self.out_nelems is None
+            and self.pg_name is None
+        )
+
+
+_COLL_ARGS = msgspec.json.Decoder(list[CollArgs])
+_COLL_ARG = msgspec.json.Decoder(CollArgs)
+
+
+def coll_args(ev: EventView, rows: list[int]) -> list[CollArgs]:
+    """:class:`CollArgs` of each row, decoded in one call (rows whose args are not an object
+    get empty ones)."""
+    raws = [
+        ev.args_blob[int(ev.args_offsets[r]) : int(ev.args_offsets[r + 1])] or b"{}" for r in rows
+    ]
+    try:
+        return _COLL_ARGS.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError:
+        pass
+    out = []
+    for raw in raws:
+        try:
+            out.append(_COLL_ARG.decode(raw))
+        except msgspec.ValidationError:
+            out.append(CollArgs())
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _kind_named(name: str) -> CollectiveKind:
+    return collective_kind_from_name(name)
+
+
 @dataclass
 class Collectives:
     """What :func:`build_collectives` found."""
@@ -194,18 +249,18 @@ class _Groups:
             self.groups.append(ProcessGroup(name, ranks, desc))
         return gid
 
-    def from_args(self, args: dict[str, Any]) -> int:
+    def from_args(self, args: CollArgs) -> int:
         """Group of a collective's args (-1 when they name none)."""
-        name = args.get("Process Group Name")
+        name = args.pg_name
         if name is None or isinstance(name, (dict, list)):
             return NONE
         name = str(name)
         if name in self.by_name:
             return self.by_name[name]
-        ranks = parse_ranks(args.get("Process Group Ranks"))
+        ranks = parse_ranks(args.pg_ranks)
         if ranks is None:
             return NONE
-        desc = args.get("Process Group Description")
+        desc = args.pg_desc
         return self.add(name, ranks, desc if isinstance(desc, str) else "")
 
 
@@ -275,8 +330,7 @@ def _enclosing(ev: EventView, ops: I64, rows: I64) -> I64:
     return out
 
 
-def _int_arg(args: dict[str, Any], key: str) -> int | None:
-    v = args.get(key)
+def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -288,54 +342,40 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
     parsed: dict[int, Any] = {}
     for name_id in np.unique(ev.name[kernels]).tolist():
         parsed[name_id] = parse_nccl_kernel_name(strings[name_id])
-    nccl = np.array(
-        [r for r in kernels.tolist() if parsed[int(ev.name[r])] is not None], dtype=np.int64
-    )
+    nccl_names = np.array([n for n, info in parsed.items() if info is not None], dtype=np.int32)
+    nccl = kernels[np.isin(ev.name[kernels], nccl_names)]
     comms = _comms_ops(ev, strings)
     linked = link_comms_ops(ev, nccl, comms)
     rows: list[tuple[int, int, int, str | None, int, int, str | None, str | None]] = []
-    used_ops: set[int] = set()
     seqs: list[int | None] = []
-    for r, op in zip(nccl.tolist(), linked.tolist(), strict=True):
+    used_ops = set(linked[linked >= 0].tolist())
+    kernel_args = coll_args(ev, nccl.tolist())
+    op_rows = comms.tolist()
+    op_args = dict(zip(op_rows, coll_args(ev, op_rows), strict=True))
+    for r, op, args in zip(nccl.tolist(), linked.tolist(), kernel_args, strict=True):
         info = parsed[int(ev.name[r])]
-        args = ev.args(r)
-        if op >= 0:
-            used_ops.add(op)
-        if not any(k in args for k in _COLLECTIVE_KEYS) and op >= 0:
-            args = ev.args(op)
-        named = collective_kind_from_name(str(args.get("Collective name", "")))
+        if not args.present() and op >= 0:
+            args = op_args[op]
+        named = _kind_named(str(args.name or ""))
         kind = info.collective if info.collective != CollectiveKind.UNKNOWN else named
-        dtype = canonical_dtype(args.get("dtype")) or canonical_dtype(info.dtype)
+        dtype = canonical_dtype(args.dtype) or canonical_dtype(info.dtype)
         nbytes = _payload(args, named if named != CollectiveKind.UNKNOWN else kind, dtype)
         rows.append(
             (r, int(kind), nbytes, dtype, groups.from_args(args), 0, info.algorithm, info.protocol)
         )
-        seqs.append(_int_arg(args, "Seq"))
-    for op in comms.tolist():
-        if op in used_ops:
+        seqs.append(_int(args.seq))
+    for op, args in op_args.items():
+        if op in used_ops or args.name is None:
             continue
-        args = ev.args(op)
-        if "Collective name" not in args:
-            continue
-        kind = collective_kind_from_name(str(args["Collective name"]))
+        kind = _kind_named(str(args.name))
         if kind == CollectiveKind.UNKNOWN:
             # "wait" and other bookkeeping calls are recorded too; they move no data.
             notes["comms_ops_not_collectives"] = notes.get("comms_ops_not_collectives", 0) + 1
             continue
-        dtype = canonical_dtype(args.get("dtype"))
-        rows.append(
-            (
-                op,
-                int(kind),
-                _payload(args, kind, dtype),
-                dtype,
-                groups.from_args(args),
-                0,
-                None,
-                None,
-            )
-        )
-        seqs.append(_int_arg(args, "Seq"))
+        dtype = canonical_dtype(args.dtype)
+        nbytes = _payload(args, kind, dtype)
+        rows.append((op, int(kind), nbytes, dtype, groups.from_args(args), 0, None, None))
+        seqs.append(_int(args.seq))
     if not rows:
         return Collectives(CollectiveTable.empty(), tuple(groups.groups), notes)
     seq = _sequence(ev, rows, seqs)
@@ -360,9 +400,8 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
     return Collectives(table, tuple(groups.groups), notes)
 
 
-def _payload(args: dict[str, Any], kind: CollectiveKind, dtype: str | None) -> int:
-    key = "Out msg nelems" if kind in _OUTPUT_SIZED else "In msg nelems"
-    n = _int_arg(args, key)
+def _payload(args: CollArgs, kind: CollectiveKind, dtype: str | None) -> int:
+    n = _int(args.out_nelems if kind in _OUTPUT_SIZED else args.in_nelems)
     size = DTYPE_BYTES.get(dtype or "")
     return n * size if n is not None and n >= 0 and size is not None else NONE
 
