@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -35,6 +35,7 @@ from echo_view.analysis.kernel_fit import KernelSamples
 from echo_view.model.graph import OpClass
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
+from echo_view.sim.nelder_mead import nelder_mead
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -207,51 +208,7 @@ def _with(base: ComputeParams, names: Sequence[str], z: F64) -> ComputeParams:
     return replace(base, **values)
 
 
-def _nelder_mead(
-    f: Callable[[F64], float], x0: F64, step: float = 0.5, max_evals: int = 4000
-) -> tuple[F64, float]:
-    """Minimise ``f`` from ``x0`` (standard reflection/expansion/contraction/shrink)."""
-    n = len(x0)
-    simplex = [x0.copy()] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(x) for x in simplex]
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(values)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if (
-            abs(values[-1] - values[0]) <= 1e-10 * (abs(values[0]) + 1e-12)
-            and np.max(np.abs(np.array(simplex[1:]) - simplex[0])) < 1e-6
-        ):
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        worst = simplex[-1]
-        xr = centroid + (centroid - worst)
-        fr = f(xr)
-        evals += 1
-        if fr < values[0]:
-            xe = centroid + 2.0 * (centroid - worst)
-            fe = f(xe)
-            evals += 1
-            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = xr, fr
-        else:
-            xc = centroid + 0.5 * ((xr if fr < values[-1] else worst) - centroid)
-            fc = f(xc)
-            evals += 1
-            if fc < min(fr, values[-1]):
-                simplex[-1], values[-1] = xc, fc
-            else:
-                best = simplex[0]
-                simplex = [best] + [best + 0.5 * (x - best) for x in simplex[1:]]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
-                evals += n
-    i = int(np.argmin(values))
-    return simplex[i], float(values[i])
-
-
-def _line_start(data: FitData, gpu: GpuSpec, base: ComputeParams) -> dict[str, float]:
+def _line_start(data: FitData, gpu: GpuSpec) -> dict[str, float]:
     """Starting values from a line through each roof: time = slope * work + intercept, fitted
     by least squares on relative error over the ops of that roof well above the shortest."""
     out: dict[str, float] = {}
@@ -301,14 +258,14 @@ def fit_params(data: FitData, gpu: GpuSpec, base: ComputeParams) -> FitResult:
         data_loss = np.mean(np.where(r < _HUBER, 0.5 * r * r, _HUBER * (r - 0.5 * _HUBER)))
         return float(data_loss + _PRIOR * np.sum((z - start_base) ** 2))
 
-    line = _line_start(shapes, gpu, base)
+    line = _line_start(shapes, gpu)
     start_line = np.array(
         [_to_z(n, line.get(n, float(getattr(base, n)))) for n in names], dtype=np.float64
     )
     best_z, best = start_base, loss(start_base)
     for z0 in (start_base, start_line):
-        z, value = _nelder_mead(loss, z0)
-        z, value = _nelder_mead(loss, z)  # a restart escapes a collapsed simplex
+        z, value = nelder_mead(loss, z0)
+        z, value = nelder_mead(loss, z)  # a restart escapes a collapsed simplex
         if value < best:
             best_z, best = z, value
     return FitResult(_with(base, names, best_z), names, best)

@@ -22,6 +22,7 @@ from echo_view.sim.kernel_calib import (
     predict_ns,
 )
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.nelder_mead import nelder_mead
 from importers.kineto import KinetoImporter
 from tests.conftest import SAMPLES, shared_path
 
@@ -85,6 +86,14 @@ def test_exact_data_is_fitted_exactly() -> None:
     p = fit_params(data, A100, compute_params_for(A100)).params
     rel = np.abs(predict_ns(p, data, A100) / data.measured_ns - 1.0)
     assert np.median(rel) < 0.005 and rel.max() < 0.05
+
+
+def test_nelder_mead_finds_a_curved_valley() -> None:
+    def rosenbrock(x: np.ndarray) -> float:
+        return float((1 - x[0]) ** 2 + 100 * (x[1] - x[0] ** 2) ** 2)
+
+    x, value = nelder_mead(rosenbrock, np.array([-1.2, 1.0]))
+    assert value < 1e-8 and np.allclose(x, [1.0, 1.0], atol=1e-3)
 
 
 def _dlrm() -> KernelSamples:
