@@ -159,6 +159,15 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, reconstruct, simulate, report (and export)."""
     if is_workload_input(args.input):
         return run_workload(args, registry, parse_overrides(args.overrides, known=None))
+    for option, given in (
+        ("--compute", getattr(args, "compute", None)),
+        ("--ranks all", getattr(args, "ranks", "stages") == "all"),
+    ):
+        if given:
+            raise UsageError(
+                f"{option} applies to workload configs and traced graphs, not to a measured job",
+                hint="a replay takes its kernel times from the trace; use --set compute.scale.*",
+            )
     overrides = parse_overrides(args.overrides)
     scales = {
         k.removeprefix("compute.scale."): _float(k, v)
