@@ -90,3 +90,11 @@ def test_trace_then_simulate_the_graph(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["simulate", str(VALIDATION / "korthikanti-22b-selective.toml"), "--json"]) == 0
     from_config = json.loads(capsys.readouterr().out)
     assert from_graph["step_time_s"] == from_config["step_time_s"]
+
+
+@pytest.mark.parametrize("extra", [["--ranks", "all"], ["--compute", "x.toml"]])
+def test_config_only_options_are_refused_for_measured_jobs(
+    extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", str(SAMPLES / "dlrm_kineto"), *extra]) == 2
+    assert "applies to workload configs" in capsys.readouterr().err
