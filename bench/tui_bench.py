@@ -160,12 +160,15 @@ def main() -> int:
             )
             opens.append(opened)
             lat_big += lat
-            print(f"  run {r + 1}: import {imports[-1]:.2f} s, open {opened:.2f} s")
+            ratio = opened / imports[-1]
+            print(f"  run {r + 1}: import {imports[-1]:.2f} s, open {opened:.2f} s ({ratio:.2f}x)")
     _, _, lat_small = asyncio.run(_session(SAMPLE, size, args.keys, loader))  # type: ignore[arg-type]
     t_imp, t_open = statistics.median(imports), statistics.median(opens)
     print(f"terminal {size[0]}x{size[1]}, medians of {args.repeat} runs")
     print(f"import (Kineto importer, baseline)  {t_imp:7.2f} s")
     print(f"open in the TUI (to first frame)     {t_open:7.2f} s   = {t_open / t_imp:.2f}x import")
+    paired = statistics.median(o / i for o, i in zip(opens, imports, strict=True))
+    print(f"median of the per-run ratios (each open right after its import): {paired:.2f}x")
     inner = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(timings.items()))
     print(f"  inside the app (last run): {inner}")
     print(f"\nkey press -> encoded frame ({args.keys} keys per job)")
