@@ -44,6 +44,8 @@ _KEY_NAMES = {
     "down": "↓",
     "shift+left": "shift+←",
     "shift+right": "shift+→",
+    "shift+up": "shift+↑",
+    "shift+down": "shift+↓",
 }
 
 

@@ -70,6 +70,8 @@ class TimelinePanel(Vertical):
         Binding("N", "next_match(-1)", "Previous match", show=False),
         Binding("k", "filter_kinds", "Filter by kind", show=False),
         Binding("i", "toggle_details", "Details pane", show=False),
+        Binding("shift+down", "scroll_details(3)", "Scroll the details down", show=False),
+        Binding("shift+up", "scroll_details(-3)", "Scroll the details up", show=False),
         Binding("p", "jump_partner", "Jump to launch/kernel partner", show=False),
         Binding("c", "jump_peer", "Jump to collective peer (next rank)", show=False),
         Binding("escape", "clear", "Clear search/selection", show=False),
@@ -250,6 +252,9 @@ class TimelinePanel(Vertical):
 
     def action_toggle_details(self) -> None:
         self.query_one(DetailsPane).toggle_class("-hidden")
+
+    def action_scroll_details(self, lines: int) -> None:
+        self.query_one(DetailsPane).scroll_relative(y=lines, animate=False)
 
     def _jump(self, why: set[str] | None) -> None:
         tl = self.timeline

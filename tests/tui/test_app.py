@@ -177,6 +177,9 @@ def test_details_partner_and_peer_jumps(synth: Job) -> None:
         assert _kind(app, launch) == EventKind.RUNTIME
         await pilot.press("p")
         assert tl.selection == peer
+        details = app.screen.query_one(DetailsPane)
+        await pilot.press("shift+down")
+        assert details.scroll_y > 0  # the args are below the fold at 80x24
 
     run_app([synth], body)
 
