@@ -182,7 +182,7 @@ def test_kernel_classes() -> None:
     assert kernel_class("sm80_xmma_gemm_f32f32") == "sm80_xmma_gemm_f32f32"
 
 
-def _stretch_gpu(trace: Trace, factor: float) -> Trace:
+def stretch_gpu(trace: Trace, factor: float) -> Trace:
     """The trace with every GPU kernel ``factor`` times longer (starts unchanged)."""
     ev = trace.events
     dur = np.asarray(ev.dur_ns).copy()
@@ -206,10 +206,11 @@ def _stretch_gpu(trace: Trace, factor: float) -> Trace:
 def test_dlrm_measured_vs_a_perturbed_prediction() -> None:
     """The real 8-rank job against a 'prediction' made here by stretching its kernels 1.3x
     (used until a simulated job of the sample is part of the test data)."""
-    kineto = pytest.importorskip("importers.kineto", reason="the Kineto importer is not built yet")
-    measured = kineto.KinetoImporter().read([DLRM])
+    from importers.kineto import KinetoImporter
+
+    measured = KinetoImporter().read([DLRM])
     predicted = Job(
-        tuple(_stretch_gpu(t, 1.3) for t in measured.traces),
+        tuple(stretch_gpu(t, 1.3) for t in measured.traces),
         measured.alignment,
         measured.world_size,
         "stretched",

@@ -23,7 +23,7 @@ from echo_view.tui.summary import SummaryScreen
 from echo_view.tui.tables import SortableTable
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import COMM
-from tests.tui.conftest import run_app, synth_job
+from tests.tui.appkit import run_app, synth_job
 
 
 def _tl(app: EchoViewApp) -> TimelineView:

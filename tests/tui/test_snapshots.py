@@ -14,8 +14,8 @@ from textual.pilot import Pilot
 
 from echo_view.model import Job
 from echo_view.tui.app import EchoViewApp
-from tests.analysis.test_diff import _stretch_gpu
-from tests.tui.conftest import wait_loaded
+from tests.analysis.test_diff import stretch_gpu
+from tests.tui.appkit import wait_loaded
 
 SIZES = [(80, 24), (160, 48)]
 Before = Callable[[Pilot[None]], Awaitable[None]]
@@ -30,7 +30,7 @@ def job(dlrm: Job) -> Job:
 @pytest.fixture(scope="module")
 def predicted(job: Job) -> Job:
     """The sample with its kernels 1.3x longer, marked predicted (a stand-in prediction)."""
-    traces = tuple(_stretch_gpu(t, 1.3) for t in job.traces)
+    traces = tuple(stretch_gpu(t, 1.3) for t in job.traces)
     return Job(traces, job.alignment, job.world_size, "predicted (kernels x1.3)", predicted=True)
 
 
