@@ -25,25 +25,13 @@ from typing import Any
 import msgspec
 
 from echo_view.formats import atomic_output
-from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OpTable, TracedGraph
+from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, TracedGraph
 
 FORMAT_NAME = "echo-view.traced-graph"
-TABLE_COLUMNS = (
-    "name",
-    "op_class",
-    "flops",
-    "bytes",
-    "dtype",
-    "shapes",
-    "coll_kind",
-    "coll_bytes",
-    "axis",
-    "grad_bytes",
-)
 
 
 def _table(t: OpTable) -> dict[str, list[Any]]:
-    return {c: getattr(t, c).tolist() for c in TABLE_COLUMNS}
+    return {c: getattr(t, c).tolist() for c in OP_COLUMNS}
 
 
 def graph_document(graph: TracedGraph) -> dict[str, Any]:

@@ -12,22 +12,10 @@ import msgspec
 import numpy as np
 
 from echo_view.errors import InputError
-from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OpTable, Role, TracedGraph
+from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
 
 FORMAT_NAME = "echo-view.traced-graph"
-_COLUMNS = (
-    "name",
-    "op_class",
-    "flops",
-    "bytes",
-    "dtype",
-    "shapes",
-    "coll_kind",
-    "coll_bytes",
-    "axis",
-    "grad_bytes",
-)
 
 
 def _load(path: Path) -> Any:
@@ -46,11 +34,11 @@ def _load(path: Path) -> Any:
 def _table(data: Any, path: Path, where: str) -> OpTable:
     if not isinstance(data, dict):
         raise InputError("an op table must be an object", path=path, where=where)
-    missing = [c for c in _COLUMNS if c not in data]
+    missing = [c for c in OP_COLUMNS if c not in data]
     if missing:
         raise InputError(f"op table lacks column {missing[0]!r}", path=path, where=where)
     try:
-        cols = {c: np.asarray(data[c]) for c in _COLUMNS}
+        cols = {c: np.asarray(data[c]) for c in OP_COLUMNS}
         return OpTable(**cols)
     except (ValueError, TypeError) as exc:
         raise InputError(f"bad op table: {exc}", path=path, where=where) from exc

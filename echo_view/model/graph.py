@@ -26,6 +26,19 @@ from echo_view.model.strings import StringTable
 GRAPH_SCHEMA_VERSION = 1
 
 PHASES = ("forward", "backward", "optimizer")
+#: The columns of an :class:`OpTable` and their stored dtypes, in file order.
+OP_COLUMNS: dict[str, str] = {
+    "name": "i4",
+    "op_class": "u1",
+    "flops": "f8",
+    "bytes": "i8",
+    "dtype": "i4",
+    "shapes": "i4",
+    "coll_kind": "i1",
+    "coll_bytes": "i8",
+    "axis": "i1",
+    "grad_bytes": "i8",
+}
 AXES = ("tp", "dp", "pp", "cp", "none")
 
 
@@ -81,18 +94,7 @@ class OpTable:
     grad_bytes: npt.NDArray[np.integer[Any]]
 
     def __post_init__(self) -> None:
-        cols = {
-            "name": frozen(self.name, "i4"),
-            "op_class": frozen(self.op_class, "u1"),
-            "flops": frozen(self.flops, "f8"),
-            "bytes": frozen(self.bytes, "i8"),
-            "dtype": frozen(self.dtype, "i4"),
-            "shapes": frozen(self.shapes, "i4"),
-            "coll_kind": frozen(self.coll_kind, "i1"),
-            "coll_bytes": frozen(self.coll_bytes, "i8"),
-            "axis": frozen(self.axis, "i1"),
-            "grad_bytes": frozen(self.grad_bytes, "i8"),
-        }
+        cols = {name: frozen(getattr(self, name), dt) for name, dt in OP_COLUMNS.items()}
         check_lengths("ops", cols)
         for name, col in cols.items():
             object.__setattr__(self, name, col)

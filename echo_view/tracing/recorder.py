@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.columns import ColumnBuilder
-from echo_view.model.graph import AXES, OpClass, OpTable
+from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.tracing.attention import attention_flops
@@ -29,18 +29,7 @@ from echo_view.tracing.opinfo import (
     tensor_shapes,
 )
 
-_COLUMNS = {
-    "name": "i4",
-    "op_class": "u1",
-    "flops": "f8",
-    "bytes": "i8",
-    "dtype": "i4",
-    "shapes": "i4",
-    "coll_kind": "i1",
-    "coll_bytes": "i8",
-    "axis": "i1",
-    "grad_bytes": "i8",
-}
+_COLUMNS = OP_COLUMNS
 _DTYPE_NAMES = {
     torch.float32: "fp32",
     torch.float16: "fp16",
