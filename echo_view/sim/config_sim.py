@@ -28,6 +28,8 @@ from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
 from echo_view.sim.compose import NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.interference import InterferenceModel
+from echo_view.sim.interference_sim import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.layout import Layout
 from echo_view.sim.result import SimResult
@@ -103,11 +105,14 @@ def simulate_config(
     comm_scale: float = 1.0,
     ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
+    interference: InterferenceModel | None = None,
 ) -> ConfigSimulation:
-    """Compose and run one step of ``cfg``."""
+    """Compose and run one step of ``cfg``; ``interference`` slows compute beside
+    communication (:mod:`echo_view.sim.interference`)."""
     colls = CollectiveCache(comm, cluster, comm_scale)
     composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales)
-    result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns)
+    hook = config_rate_hook(composed, interference, cluster.gpu.name)
+    result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns, rates=hook)
     return ConfigSimulation(cfg, graph, cluster, params, composed, result)
 
 

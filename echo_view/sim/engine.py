@@ -254,17 +254,24 @@ def _loop(
     take = ready.pop
     put = ready.append
     done = 0
-    # Interference (see the module docstring): rated ops and communication ops by GPU.
-    rated: list[bool] = hook.rated if hook is not None else []
-    comm_dev: list[int] = hook.comm_dev if hook is not None else []
-    ended = [False] * n if hook is not None else []
-    now = 0
+    # Interference (see the module docstring). role: 1 rated op, 2 communication op, else 0.
+    role: list[int] = []
+    op_dev: list[int] = []
+    op_lane: list[int] = []
+    reach: list[float] = []
+    last: list[int] = []
+    ended: list[bool] = []
+    if hook is not None:
+        hook.bind(start, end)
+        role, op_dev, op_lane = hook.role, hook.op_dev, hook.op_lane
+        reach, last = hook.reach, hook.last
+        ended = [False] * n
+    t = 0  # time of the latest heap entry taken
 
     def requeue(moved: list[tuple[int, int]]) -> None:
         for p, e2 in moved:
-            if e2 != end[p]:
-                end[p] = e2
-                push(heap, e2 * span + key[p])
+            end[p] = e2
+            push(heap, e2 * span + key[p])
 
     while True:
         while ready:
@@ -298,8 +305,8 @@ def _loop(
             if c >= 0:
                 if s > cready[c]:
                     cready[c] = s
-                if hook is not None and comm_dev[i] >= 0:
-                    requeue(hook.comm_open(i, s, None, now))
+                if hook is not None and role[i] and (moved := hook.comm_open(i, s, None, t)):
+                    requeue(moved)
                 arrived[c] += 1
                 if arrived[c] < expected[c]:
                     continue
@@ -310,8 +317,8 @@ def _loop(
                 for p in parts[parts_ptr[c] : parts_ptr[c + 1]]:
                     end[p] = e
                     push(heap, e * span + key[p])
-                    if hook is not None and comm_dev[p] >= 0:
-                        requeue(hook.comm_close(p, e, now))
+                    if hook is not None and role[p] and (moved := hook.comm_close(p, e, t)):
+                        requeue(moved)
                 done += expected[c]
                 continue
             e = s + dur[i]
@@ -320,11 +327,13 @@ def _loop(
                     continue  # a blocked call: it ends when what it waits for has ended
                 if rel[n + i] > e:
                     e = rel[n + i]
-            if hook is not None:
-                if rated[i]:
-                    e = hook.begin(i, s)
-                elif comm_dev[i] >= 0:
-                    requeue(hook.comm_open(i, s, e, now))
+            if hook is not None and role[i]:
+                if role[i] == 1:
+                    last[op_lane[i]] = i
+                    if reach[op_dev[i]] > s:  # communication known on its GPU reaches it
+                        e = hook.begin(i, s)
+                elif moved := hook.comm_open(i, s, e, t):
+                    requeue(moved)
             end[i] = e
             done += 1
             j = chain[i]
@@ -355,12 +364,10 @@ def _loop(
         t, i = divmod(pop(heap), span)
         if i >= n:
             i -= n
-        if hook is not None:
-            now = t
-            if rated[i]:
-                if end[i] != t or ended[i]:
-                    continue  # superseded: the op's end moved
-                ended[i] = True
+        if hook is not None and role[i] == 1:
+            if end[i] != t or ended[i]:
+                continue  # superseded: the op's end moved
+            ended[i] = True
         for k in range(ep[i], ep[i + 1]):
             r = t + elag[k]
             x = eslot[k]

@@ -50,6 +50,7 @@ from echo_view.model.workload import CLASS_COLLECTIVE, Workload
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+_SHIFT = 1 << 46  # ns (19.5 hours): one GPU's time range when all are handled at once
 
 _ECHO = "Echo (arXiv 2412.12487) sec. 2, A100 DDP with a 25 MB all-reduce"
 _ECHO_T3 = "Echo Table 3, A800, CUDA 12.1"
@@ -243,6 +244,8 @@ class ReplaySlowdowns:
     slowdown: F64
     overlap_ns: I64
     solo_ns: I64
+    #: :func:`interference_ops` of the workload.
+    ops: tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None = None
 
 
 def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> ReplaySlowdowns:
@@ -254,7 +257,7 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
     overlap = np.zeros(n, dtype=np.int64)
     dev, comm, compute = interference_ops(workload)
     if workload.measured_start_ns is None or workload.measured_end_ns is None or not compute.any():
-        return ReplaySlowdowns(slow, overlap, dur.copy())
+        return ReplaySlowdowns(slow, overlap, dur.copy(), (dev, comm, compute))
     mstart = np.asarray(workload.measured_start_ns, dtype=np.int64)
     mend = np.asarray(workload.measured_end_ns, dtype=np.int64)
     ops = workload.ops
@@ -276,15 +279,18 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
         feats["comm_kind"][mine[is_comm]] = kind
         feats["comm_protocol"][mine[is_comm]] = proto
         feats["comm_channels"][mine[is_comm]] = chan
-    for d in np.unique(dev[compute]).tolist():
+    # Measured overlap of every compute op with its GPU's communication, all GPUs at once: each
+    # GPU's times are moved into a range of their own so no interval crosses to another GPU.
+    shift = dev * _SHIFT
+    c_all, k_all = np.flatnonzero(comm), np.flatnonzero(compute)
+    us, ue = union(mstart[c_all] + shift[c_all], mend[c_all] + shift[c_all])
+    ks, ke = mstart[k_all] + shift[k_all], mend[k_all] + shift[k_all]
+    overlap[k_all] = coverage(us, ue, ke) - coverage(us, ue, ks)
+    for d in np.unique(dev[compute]).tolist() if model.fit.uses_features else ():
         c_ops = np.flatnonzero(comm & (dev == d))
         k_ops = np.flatnonzero(compute & (dev == d))
         cs, ce = mstart[c_ops], mend[c_ops]
-        us, ue = union(cs, ce)
-        ov = coverage(us, ue, mend[k_ops]) - coverage(us, ue, mstart[k_ops])
-        overlap[k_ops] = ov
-        if not model.fit.uses_features:
-            continue
+        ov = overlap[k_ops]
         # Each kernel meets the collective that overlapped it longest, else the one that
         # communicates most on its GPU.
         kinds = feats["comm_kind"][c_ops]
@@ -297,22 +303,22 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
             partner[hit] = c_ops[longest_overlap(mstart[k_ops[hit]], mend[k_ops[hit]], cs, ce)]
         for col in ("comm_kind", "comm_protocol", "comm_channels"):
             feats[col][k_ops] = feats[col][partner]
+    k = k_all
     features = KernelFeatures(
-        op_class=ops.op_class.astype(np.int64),
-        solo_ns=dur,
-        grid_blocks=feats["grid_blocks"],
-        sm_count=feats["sm_count"],
-        occupancy=feats["occupancy"],
-        comm_kind=feats["comm_kind"],
-        comm_protocol=feats["comm_protocol"],
-        comm_channels=feats["comm_channels"],
-        generation=feats["generation"],
+        op_class=ops.op_class[k].astype(np.int64),
+        solo_ns=dur[k],
+        grid_blocks=feats["grid_blocks"][k],
+        sm_count=feats["sm_count"][k],
+        occupancy=feats["occupancy"][k],
+        comm_kind=feats["comm_kind"][k],
+        comm_protocol=feats["comm_protocol"][k],
+        comm_channels=feats["comm_channels"][k],
+        generation=feats["generation"][k],
     )
-    s = model.slowdown(features)
-    slow[compute] = s[compute]
+    slow[k] = model.slowdown(features)
     alone = dur - overlap
     solo = np.where(compute, np.rint(alone + overlap / slow), dur).astype(np.int64)
-    return ReplaySlowdowns(slow, overlap, np.maximum(solo, 0))
+    return ReplaySlowdowns(slow, overlap, np.maximum(solo, 0), (dev, comm, compute))
 
 
 def _empty_features(n: int) -> dict[str, Any]:

@@ -6,21 +6,28 @@ while one is. A *communication* op (a GPU op of class collective) makes its GPU'
 communication active from its start to its end; a collective participant's end is unknown
 until its last peer arrives, so its interval stays open until then.
 
-The engine asks :meth:`RateHook.begin` for a rated op's end when it starts, and tells the hook
-when communication opens (:meth:`RateHook.comm_open`) and closes (:meth:`RateHook.comm_close`);
-it skips a heap entry whose time is no longer the op's end, and a second entry at the same end.
-Each such change happens at or after the engine's current time ``now`` (its heap is monotone,
-and every op starts no earlier than the time it is scheduled), so the work a running op has
-done up to ``now`` is settled: the hook banks it (the op's *anchor*), then recomputes the ends
-of the GPU's rated ops in flight from their anchors under the new communication and returns
-those that moved. The engine re-queues them and skips superseded heap entries.
+Protocol with the engine (:mod:`echo_view.sim.engine`), which binds its start and end lists
+(:meth:`RateHook.bind`):
 
-Everything here is per event, on small per-GPU lists: a GPU has a handful of ops in flight
-and of communication intervals not yet over.
+- When a rated op ``i`` starts at ``s`` the engine records it as the last rated op of its
+  stream (``last[op_lane[i]] = i``) and, only when the communication known on its GPU reaches
+  past ``s`` (``reach[op_dev[i]] > s``), asks :meth:`RateHook.begin` for its end; otherwise
+  the end is ``s + w`` as without interference.
+- When communication opens (:meth:`RateHook.comm_open`) or closes
+  (:meth:`RateHook.comm_close`), the hook returns the rated ops whose end moved; the engine
+  re-queues them and skips heap entries that are no longer an op's end (or repeat one).
+
+Each change happens at or after the engine's current time ``now`` (its heap is monotone, and
+every op starts no earlier than the time it is scheduled), so the work an op in flight has done
+up to ``now`` is final: the hook banks it (the op's *anchor*; by default its start and full
+work), then recomputes ends from the anchors. A stream runs one op at a time and rated ops are
+never chained, so the ops in flight on a GPU are the last rated op of each of its streams that
+has not ended before ``now``. Everything is per event, on small per-GPU lists.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import Any
 
 import numpy as np
@@ -35,108 +42,150 @@ _INF = float("inf")
 class RateHook:
     """Interference state of one simulation (see the module docstring).
 
-    ``slowdown`` holds each op's full-overlap slowdown and ``dur`` its solo duration. Ops that
-    an end-to-end dependency holds are not rated (their end is the engine's to decide).
+    ``slowdown`` holds each op's full-overlap slowdown and ``dur`` its solo duration (what the
+    engine runs). Ops that an end-to-end dependency holds are not rated (their end is the
+    engine's to decide). ``ops`` is :func:`~echo_view.sim.interference.interference_ops` of the
+    workload when the caller has it already.
     """
 
-    def __init__(self, workload: Workload, slowdown: npt.ArrayLike, dur: npt.ArrayLike) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        slowdown: npt.ArrayLike,
+        dur: npt.ArrayLike,
+        ops: tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]
+        | None = None,
+    ) -> None:
         n = len(workload)
         s = np.asarray(slowdown, dtype=np.float64)
         if len(s) != n:
             raise ValueError(f"slowdown has {len(s)} values for {n} ops")
-        dev, comm, compute = interference_ops(workload)
-        held = np.zeros(n, dtype=bool)
+        dev, comm, compute = ops if ops is not None else interference_ops(workload)
+        rated = compute & (s > 1.0)
         deps = workload.deps
-        held[deps.dst()[deps.mode == int(DepMode.END_TO_END)]] = True
-        rated = compute & (s > 1.0) & ~held
+        to_end = deps.mode == int(DepMode.END_TO_END)
+        if to_end.any():
+            rated[deps.dst()[to_end]] = False
         # Communication only matters on GPUs where something can be slowed.
-        has_rated = np.zeros(int(dev.max()) + 1 if n and dev.max() >= 0 else 0, dtype=bool)
+        n_dev = int(dev.max()) + 1 if n and dev.max() >= 0 else 0
+        has_rated = np.zeros(n_dev, dtype=bool)
         has_rated[dev[rated]] = True
         comm = comm & (dev >= 0)
         comm[comm] &= has_rated[dev[comm]]
+        lane = workload.ops.lane.astype(np.int64)
         #: Ops whose timing the hook takes part in (never chain-coarsened).
         self.pinned: npt.NDArray[np.bool_] = rated | comm
-        self.rated: list[bool] = rated.tolist()
-        self.comm_dev: list[int] = np.where(comm, dev, -1).tolist()
-        self.dev: list[int] = dev.tolist()
-        self.lane: list[int] = workload.ops.lane.tolist()
-        self.rate: list[float] = np.where(rated, 1.0 / np.maximum(s, 1.0), 1.0).tolist()
-        self.work: list[float] = np.asarray(dur, dtype=np.float64).tolist()
-        n_dev = len(has_rated)
-        # Per GPU: communication intervals not yet over {op: [start, end or inf]} and the rated
-        # op in flight on each stream {lane: [op, anchor time, work left at the anchor, end]}
-        # (a stream runs one op at a time, and rated ops are never chained, so the next rated
-        # op on a stream starts after the previous one ended).
-        self._comm: list[dict[int, list[float]]] = [{} for _ in range(n_dev)]
-        self._sorted: list[list[list[float]]] = [[] for _ in range(n_dev)]  # _comm, by start
-        self._flight: list[dict[int, list[Any]]] = [{} for _ in range(n_dev)]
         self.active = bool(rated.any())
+        #: Per op: 1 rated, 2 communication, 0 neither; the GPU of a rated or communication op,
+        #: and a rated op's stream (lane).
+        self.role: list[int] = np.where(rated, 1, np.where(comm, 2, 0)).tolist()
+        self.op_dev: list[int] = np.where(rated | comm, dev, 0).tolist()
+        self.op_lane: list[int] = np.where(rated, lane, 0).tolist()
+        #: Per GPU: the latest end of its known communication (inf while one is open).
+        self.reach: list[float] = [0.0] * n_dev
+        #: Per lane: the last rated op that started on it (-1: none); written by the engine.
+        self.last: list[int] = [-1] * len(workload.lanes)
+        # Per op: solo work and rate while overlapped (numpy: read only for the few ops that
+        # meet communication, so not worth converting to lists).
+        self._work = np.asarray(dur, dtype=np.float64)
+        self._rate = np.where(rated, 1.0 / np.maximum(s, 1.0), 1.0)
+        # Per GPU: the lanes holding rated ops, communication not yet over {op: [start, end]}
+        # (also sorted by start) and banked progress {op: (anchor time, work left)}.
+        lanes_of: list[list[int]] = [[] for _ in range(n_dev)]
+        n_lanes = max(len(workload.lanes), 1)
+        for key in np.unique(dev[rated] * n_lanes + lane[rated]).tolist():
+            lanes_of[key // n_lanes].append(key % n_lanes)
+        self._lanes_of = lanes_of
+        # Per GPU: communication not yet over as [start, end] (end inf while unknown), sorted
+        # by start; per communication op its interval; per op banked progress (anchor time,
+        # -1 while the anchor is the op's start, and work left at it).
+        self._sorted: list[list[list[float]]] = [[] for _ in range(n_dev)]
+        self._iv: dict[int, list[float]] = {}
+        self._at: list[float] = [-1.0] * n
+        self._left: list[float] = [0.0] * n
+        self._start: list[int] = []
+        self._end: list[int] = []
+
+    def bind(self, start: list[int], end: list[int]) -> None:
+        """The engine's start and end lists (read only)."""
+        self._start = start
+        self._end = end
 
     # -- engine calls -------------------------------------------------------------------------
     def begin(self, i: int, s: int) -> int:
         """Rated op ``i`` starts at ``s``: its end under the communication known now."""
-        d = self.dev[i]
-        w = self.work[i]
-        ivs = self._sorted[d]
-        e = s + _round(w) if not ivs else _round(_finish(ivs, float(s), w, self.rate[i]))
-        self._flight[d][self.lane[i]] = [i, float(s), w, e]
-        return e
+        w, u = float(self._work[i]), float(self._rate[i])
+        return _round(_finish(self._sorted[self.op_dev[i]], s, w, u))
 
     def comm_open(self, i: int, s: int, e: int | None, now: int) -> list[tuple[int, int]]:
         """Communication op ``i`` runs from ``s`` (to ``e``, None while unknown); returns the
-        rated ops ``(op, new end)`` whose end moved."""
-        d = self.comm_dev[i]
-        if d < 0:
-            return []
-        self._settle(d, now)
-        self._comm[d][i] = [float(s), _INF if e is None else float(e)]
-        self._sorted[d] = sorted(self._comm[d].values())
-        return self._refresh(d)
+        rated ops ``(op, new end)`` whose end moved (often none)."""
+        d = self.op_dev[i]
+        iv: list[float] = [s, _INF if e is None else e]
+        self._iv[i] = iv
+        end, last = self._end, self.last
+        busy = False
+        for ln in self._lanes_of[d]:
+            op = last[ln]
+            if op >= 0 and end[op] >= now:
+                busy = True
+                break
+        if busy:
+            flight = self._settle(d, now)
+            insort(self._sorted[d], iv)
+            moved = self._refresh(d, flight)
+        else:  # nothing in flight: only prune and record
+            ivs = self._sorted[d]
+            if ivs and ivs[0][1] <= now:
+                ivs = self._sorted[d] = [x for x in ivs if x[1] > now]
+            insort(ivs, iv)
+            moved = []
+        if iv[1] > self.reach[d]:
+            self.reach[d] = iv[1]
+        return moved
 
     def comm_close(self, i: int, e: int, now: int) -> list[tuple[int, int]]:
         """Communication op ``i`` ends at ``e`` (its collective completed)."""
-        d = self.comm_dev[i]
-        if d < 0:
-            return []
-        self._settle(d, now)
-        iv = self._comm[d].get(i)
+        d = self.op_dev[i]
+        flight = self._settle(d, now)
+        iv = self._iv.pop(i, None)
         if iv is not None:
-            iv[1] = float(e)
-            self._sorted[d] = sorted(self._comm[d].values())
-        return self._refresh(d)
+            iv[1] = e  # the start, and so the order, stays
+            self.reach[d] = max(x[1] for x in self._sorted[d])
+        return self._refresh(d, flight) if flight else flight
 
     # -- internals ----------------------------------------------------------------------------
-    def _settle(self, d: int, now: int) -> None:
-        """Bank the work of every op in flight on GPU ``d`` up to ``now`` and forget the
-        communication that ended by then (no anchor lies before ``now`` afterwards)."""
+    def _settle(self, d: int, now: int) -> list[Any]:
+        """Bank the work of the ops in flight on GPU ``d`` up to ``now`` (returned), and forget
+        the communication that ended by then (it cannot touch anything that starts later)."""
         t = float(now)
-        flight = self._flight[d]
-        if flight:
-            ivs = self._sorted[d]
-            for lane in [lane for lane, st in flight.items() if st[3] < now]:
-                del flight[lane]  # ended before now
-            for st in flight.values():
-                if st[1] < t:
-                    st[2] = max(st[2] - _done(ivs, st[1], t, self.rate[st[0]]), 0.0)
-                    st[1] = t
-        comm = self._comm[d]
-        over = [op for op, iv in comm.items() if iv[1] <= t]
-        if over:
-            for op in over:
-                del comm[op]
-            self._sorted[d] = sorted(comm.values())
-
-    def _refresh(self, d: int) -> list[tuple[int, int]]:
-        flight = self._flight[d]
-        if not flight:
-            return []
+        end, last = self._end, self.last
+        flight = [op for ln in self._lanes_of[d] if (op := last[ln]) >= 0 and end[op] >= now]
         ivs = self._sorted[d]
+        at, left = self._at, self._left
+        for op in flight:
+            t0 = at[op]
+            if t0 < 0:  # not banked yet: from its start with all its work
+                t0 = float(self._start[op])
+                left[op] = float(self._work[op])
+            if t0 < t:
+                left[op] = max(left[op] - _done(ivs, t0, t, float(self._rate[op])), 0.0)
+                t0 = t
+            at[op] = t0
+        if ivs:
+            kept = [iv for iv in ivs if iv[1] > t]
+            if len(kept) != len(ivs):
+                self._sorted[d] = kept
+        return flight
+
+    def _refresh(self, d: int, flight: list[int]) -> list[tuple[int, int]]:
+        ivs = self._sorted[d]
+        at, left, end = self._at, self._left, self._end
         moved = []
-        for st in flight.values():
-            e = _round(_finish(ivs, st[1], st[2], self.rate[st[0]]))
-            if e != st[3]:
-                st[3] = e
-                moved.append((st[0], e))
+        for op in flight:
+            e = _round(_finish(ivs, at[op], left[op], float(self._rate[op])))
+            if e != end[op]:
+                moved.append((op, e))
         return moved
 
 
@@ -145,8 +194,8 @@ def _round(t: float) -> int:
 
 
 def _finish(ivs: list[list[float]], t: float, w: float, u: float) -> float:
-    """When ``w`` of work started at ``t`` completes, at rate ``u`` inside the (sorted,
-    possibly overlapping) intervals and 1 outside."""
+    """When ``w`` of work started at ``t`` completes, at rate ``u`` inside the (sorted by
+    start, possibly overlapping) intervals and 1 outside."""
     for a, b in ivs:
         if b <= t:
             continue

@@ -41,7 +41,7 @@ def simulate_replay(
     factors = model.factors(workload)
     dur = np.rint(slow.solo_ns * factors).astype(np.int64)
     costs = collective_costs(workload, comm, cluster, comm_scale)
-    hook = RateHook(workload, slow.slowdown, dur)
+    hook = RateHook(workload, slow.slowdown, dur, slow.ops)
     result = engine.run(workload, dur, costs.dur_ns, model.gaps(workload), rates=hook)
     return Simulation(result, costs)
 
