@@ -1,8 +1,10 @@
 """Streaming reader for trace-event JSON files (Chrome, Perfetto, PyTorch Kineto).
 
-The ``traceEvents`` array is decoded in chunks of about ``chunk_bytes`` of text with msgspec, so a
+The ``traceEvents`` array is decoded in chunks of about ``chunk_bytes`` of text with msgspec (2 MB
+by default, the fastest and smallest of the sizes measured in docs/performance.md), so a
 multi-gigabyte trace never has to be held as one string, one ``list`` of dicts, or (for gzip)
-one decompressed buffer. Everything else in the file is decoded normally.
+one decompressed buffer. Everything else in the file is decoded normally. ``sniff_head`` and
+``looks_like_trace`` tell cheaply whether a file is trace-event JSON.
 
 Usage::
 
@@ -38,6 +40,8 @@ Why chunking is correct: a chunk is cut right after a ``}`` followed by ``,`` an
 inside a string leaves the string open, a cut inside a nested value leaves it unbalanced, and both
 fail at the very end of the chunk, which is how a bad cut is told apart from a real error (a real
 error is reported at its own position, before the end). After a bad cut the next candidate is tried.
+The end of the array needs no scanning either: msgspec reports "trailing characters" exactly
+where ``[`` + the rest of the text closed.
 """
 
 from __future__ import annotations
@@ -211,6 +215,7 @@ class Container(TextCursor):
             raise InputError(
                 "empty file" if self.text_bytes == 0 else "the file holds only whitespace",
                 path=self.path,
+                where="byte 0",
                 hint=_HINT_TRACE,
             )
         if c == ord("["):
@@ -226,7 +231,12 @@ class Container(TextCursor):
             )
         self._pos += 1
         if self._skip_ws() == ord("}"):
-            raise InputError("not a trace: no traceEvents key", path=self.path, hint=_HINT_TRACE)
+            raise InputError(
+                "not a trace: no traceEvents key",
+                path=self.path,
+                where="top-level object",
+                hint=_HINT_TRACE,
+            )
         while True:
             key = self._read_key()
             if key == "traceEvents":
@@ -244,7 +254,10 @@ class Container(TextCursor):
             self.header[key] = self._read_value()
             if not self._after_member():
                 raise InputError(
-                    "not a trace: no traceEvents key", path=self.path, hint=_HINT_TRACE
+                    "not a trace: no traceEvents key",
+                    path=self.path,
+                    where="top-level object",
+                    hint=_HINT_TRACE,
                 )
 
     def _read_tail(self) -> None:
