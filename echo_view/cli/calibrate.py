@@ -49,7 +49,7 @@ from echo_view.sim.comm.fit import (
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
 
 #: Calibration targets, in ``--help`` order.
-TARGETS: tuple[str, ...] = ("comm", "compute")
+TARGETS: tuple[str, ...] = ("comm", "compute", "interference")
 
 
 def register(subparsers: Any) -> None:

@@ -4,7 +4,9 @@ config from its traced graph (see :mod:`echo_view.cli.workload` for where graphs
 ``--set`` keys here: ``cluster.<key>`` (the cluster model's override keys),
 ``compute.<parameter>`` (a kernel cost parameter, e.g. ``compute.gemm_eff_max=0.7``),
 ``compute.scale.<class>`` (multiply the compute time of an op class, or ``all``),
-``comm.scale`` (multiply every collective's time).
+``comm.scale`` (multiply every collective's time), ``interference`` (``on``, the default:
+published slowdowns of compute beside communication for the GPU; ``off``; or a model file
+from ``echo-view calibrate interference``).
 
 ``--json`` prints (stable keys, only ever added): ``step_time_s`` (slowest simulated rank),
 ``ranks_total``, ``ranks_simulated``, ``ranks_mode``, ``stages`` (per pipeline stage:
@@ -23,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from echo_view.analysis.interference_features import gpu_generation
 from echo_view.analysis.summary import summarize
 from echo_view.cli.workload import load_workload
 from echo_view.errors import ConfigError
@@ -33,11 +36,15 @@ from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
+from echo_view.sim.interference import model_from_setting
 from echo_view.sim.kernel_cost import ComputeParams
 
 _PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
-KNOWN_KEYS = (*(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale")
+KNOWN_KEYS = (
+    *(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale",
+    "interference",
+)  # fmt: skip
 
 
 def _number(key: str, value: str) -> float:
@@ -83,6 +90,9 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         comm_scale=comm_scale,
         ranks=ranks_mode,
         scales=scales,
+        interference=model_from_setting(
+            overrides.get("interference", "on"), gpu_generation(cluster.gpu.name)
+        ),
     )
     # The breakdown is reported for the slowest simulated rank; the whole predicted job is
     # expanded only when it is written out.
