@@ -20,7 +20,13 @@ from echo_view.formats import Progress, no_progress
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
-from importers.nsys_build import CaptureInfo, build_trace, link_launches
+from importers.nsys_build import (
+    CaptureInfo,
+    build_trace,
+    lane_index,
+    link_launches,
+    time_order,
+)
 from importers.nsys_db import KERNEL_HINT, Export, file_kind, open_export
 from importers.nsys_nccl import find_collectives, nccl_args
 from importers.nsys_nvtx import read_nvtx
@@ -29,6 +35,7 @@ from importers.nsys_sync import read_sync
 from importers.nsys_tables import (
     Names,
     Rows,
+    factorize,
     load_names,
     read_kernels,
     read_memcpy,
@@ -113,7 +120,7 @@ def _read_capture(
 
     with open_export(path) as exp:
         report("strings", 0.0)
-        names = load_names(exp, _string_refs(exp))
+        names = load_names(exp)
         report("GPU activity", 0.1)
         kernels = read_kernels(exp, names)
         work = [kernels, *(b for b in (read_memcpy(exp, names), read_memset(exp, names)) if b)]
@@ -145,8 +152,10 @@ def _read_capture(
         collectives, comms, undecoded = find_collectives(
             exp, names, kernels, launch_of[: len(kernels)], runtime, nvtx
         )
-        for coll in collectives:  # kernel rows come first in ``rows``
-            rows.args[coll.row] = nccl_args(rows.args[coll.row], coll)
+        # Kernel rows come first in ``rows``.
+        rows.args = rows.args.replace(
+            {c.row: nccl_args(rows.args.get(c.row), c) for c in collectives}
+        )
         is_work = np.zeros(len(rows), dtype=bool)
         is_work[:n_work] = True
         plan = plan_ranks(rank_by, rows.process, rows.device, is_work, launch_src, launch_dst)
@@ -170,7 +179,6 @@ def _read_capture(
             names=names,
             process_names=_process_names(exp),
             thread_names=_thread_names(exp, names),
-            arg_lens=np.fromiter(map(len, rows.args), dtype=np.int64, count=len(rows)),
             launch_src=launch_src,
             launch_dst=launch_dst,
             collectives=collectives,
@@ -183,13 +191,14 @@ def _read_capture(
         clock = _clock(exp)
         report("building ranks", 0.8)
         traces: list[Trace] = []
-        order = np.argsort(plan.rank_of, kind="stable")
-        bounds = np.searchsorted(plan.rank_of[order], np.arange(plan.count + 1))
+        order = time_order(rows)
+        lanes = lane_index(rows)
+        rank_of = plan.rank_of[order]
         for r in range(plan.count):
-            idx = np.sort(order[bounds[r] : bounds[r + 1]])
+            idx = order[rank_of == r]
             info.metadata = {**meta, **_rank_meta(rows, idx, info)}
             devices = _devices_of(rows, idx, gpus)
-            traces.append(build_trace(first_rank + r, rows, idx, info, devices))
+            traces.append(build_trace(first_rank + r, rows, idx, info, devices, lanes))
     return traces, clock, notes
 
 
@@ -216,20 +225,10 @@ def _process_ranks(
     if mode != "process":
         return {}
     keep = rank_of >= 0
-    pairs = set(zip(process[keep].tolist(), rank_of[keep].tolist(), strict=True))
-    return {int(p): first_rank + int(r) for p, r in pairs}
-
-
-def _string_refs(exp: Export) -> list[tuple[str, str]]:
-    k = exp.kernel_table
-    return [
-        (k, "demangledName"),
-        (k, "shortName"),
-        ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
-        ("NVTX_EVENTS", "textId"),
-        ("NVTX_EVENTS", "jsonTextId"),
-        ("ThreadNames", "nameId"),
-    ]
+    procs, inv = factorize(process[keep])
+    rank = np.empty(len(procs), dtype=np.int64)
+    rank[inv] = rank_of[keep]  # one rank per process in this mode
+    return {int(p): first_rank + int(r) for p, r in zip(procs.tolist(), rank.tolist(), strict=True)}
 
 
 def _process_names(exp: Export) -> dict[int, str]:
@@ -251,7 +250,7 @@ def _thread_names(exp: Export, names: Names) -> dict[int, str]:
 
 
 def _rank_meta(rows: Rows, idx: np.ndarray, info: CaptureInfo) -> dict[str, Any]:
-    procs = sorted({int(p) for p in np.unique(rows.process[idx]).tolist()})
+    procs = factorize(rows.process[idx])[0].tolist()
     work = idx[np.isin(rows.kind[idx], [int(EventKind.KERNEL)])]
     return {
         "pids": [(p >> 24) & 0xFFFFFF for p in procs],

@@ -22,7 +22,7 @@ from echo_view.model.trace import (
     Trace,
 )
 from importers.nsys_nccl import Collective, Communicator
-from importers.nsys_tables import I64, NO_STREAM, Names, Rows, compact
+from importers.nsys_tables import I64, NO_STREAM, Names, Rows, compact, factorize
 
 # Step-like NVTX ranges: "ProfilerStep#3", "step 3", "train_step_3", "iteration 7", "iteration".
 _STEP = re.compile(
@@ -39,7 +39,7 @@ def link_launches(work_process: I64, work_corr: I64, rt_process: I64, rt_corr: I
     out = np.full(len(work_corr), -1, dtype=np.int64)
     if not len(rt_corr) or not len(work_corr):
         return out
-    _, inv = np.unique(np.concatenate([rt_process, work_process]), return_inverse=True)
+    _, inv = factorize(np.concatenate([rt_process, work_process]))
     # Correlation ids are 32-bit per process; pack (process index, id) into one int64 key.
     key = (inv.astype(np.int64) << 32) | (np.concatenate([rt_corr, work_corr]) & 0xFFFFFFFF)
     rt_key, work_key = key[: len(rt_corr)], key[len(rt_corr) :]
@@ -61,7 +61,6 @@ class CaptureInfo:
     names: Names
     process_names: Mapping[int, str]
     thread_names: Mapping[int, str]
-    arg_lens: I64
     launch_src: I64  # runtime row of each launch link
     launch_dst: I64  # GPU work row it launched
     collectives: Sequence[Collective]
@@ -76,7 +75,7 @@ def detect_steps(names: Names, rows: Rows, idx: I64) -> tuple[I64, I64, I64] | N
     ann = idx[rows.kind[idx] == int(EventKind.USER_ANNOTATION)]
     if not len(ann):
         return None
-    uniq, inv = compact(rows.name[ann], len(names.strings))
+    uniq, inv = compact(rows.name[ann], len(names))
     numbers: list[int] = []
     for g in uniq.tolist():
         m = _STEP.match(names[g])
@@ -110,22 +109,55 @@ def gpu_end_per_step(step_start: I64, step_end: I64, launch_start: I64, work_end
     return out
 
 
-def _lanes(rows: Rows, order: I64, thread_names: Mapping[int, str]) -> tuple[tuple[Lane, ...], I64]:
-    # One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is
-    # (process index << 48 | device << 32 | stream) - 2**62, negative, so GPU lanes come first,
-    # by device and stream. Stream ids are per CUDA context: when several processes share a GPU
-    # in one rank, the process index keeps their streams apart.
-    dev, stream = rows.device[order], rows.stream[order]
-    on_gpu = dev >= 0
-    procs, pidx = np.unique(np.where(on_gpu, rows.process[order], -1), return_inverse=True)
-    shared = int((procs >= 0).sum()) > 1
-    pidx = pidx.reshape(-1).astype(np.int64) if shared else np.zeros(len(order), dtype=np.int64)
-    gpu_key = ((pidx << 48) | (dev << 32) | (stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
-    key = np.where(on_gpu, gpu_key, rows.thread[order])
-    uniq = np.unique(key)  # few lanes: sort the distinct keys, then look each row up
-    inv = np.searchsorted(uniq, key)
+def time_order(rows: Rows) -> I64:
+    """All rows by start time, longer first on ties (parents before their children), then in
+    row order. Each table is nearly sorted already, so a stable sort merges a few runs."""
+    order = np.argsort(rows.start, kind="stable")
+    start = rows.start[order]
+    tie = start[1:] == start[:-1]
+    if tie.any():
+        near = np.zeros(len(order), dtype=bool)
+        near[1:] |= tie
+        near[:-1] |= tie
+        at = np.flatnonzero(near)  # runs of equal starts: order them by duration
+        sub = order[at]
+        dur = rows.end[sub] - rows.start[sub]
+        order[at] = sub[np.lexsort((sub, -dur, rows.start[sub]))]
+    return order
+
+
+@dataclass(frozen=True)
+class LaneIndex:
+    """The lanes of a whole capture: ``keys`` ascending and the lane of each row.
+
+    One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is
+    ``(process index << 48 | device << 32 | stream) - 2**62``, negative, so GPU lanes come first,
+    by process, device and stream. Stream ids are per CUDA context: when several processes
+    share a GPU in one rank, the process keeps their streams apart."""
+
+    keys: I64
+    of_row: I64
+    procs: I64
+
+
+def lane_index(rows: Rows) -> LaneIndex:
+    on_gpu = rows.device >= 0
+    procs, pidx = factorize(np.where(on_gpu, rows.process, -1))
+    gpu_key = ((pidx << 48) | (rows.device << 32) | (rows.stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
+    keys, of_row = factorize(np.where(on_gpu, gpu_key, rows.thread))
+    return LaneIndex(keys, of_row, procs)
+
+
+def _lanes(
+    index: LaneIndex, order: I64, thread_names: Mapping[int, str]
+) -> tuple[tuple[Lane, ...], I64]:
+    """The lanes of rows ``order`` (a rank) and each row's lane among them."""
+    used, lane_of = compact(index.of_row[order], len(index.keys))
+    keys = index.keys[used].tolist()
+    gpu_procs = {(k + _GPU_LANE_BASE) >> 48 for k in keys if k < 0}
+    shared = len(gpu_procs) > 1  # then lane names tell the processes apart
     lanes: list[Lane] = []
-    for k in uniq.tolist():
+    for k in keys:
         if k >= 0:
             tid = k & 0xFFFFFF
             name = thread_names.get(k) or f"thread {tid}"
@@ -133,42 +165,47 @@ def _lanes(rows: Rows, order: I64, thread_names: Mapping[int, str]) -> tuple[tup
             continue
         k += _GPU_LANE_BASE
         d, s = (k >> 32) & 0xFFFF, k & 0xFFFFFFFF
-        suffix = f" (pid {(int(procs[k >> 48]) >> 24) & 0xFFFFFF})" if shared else ""
+        suffix = f" (pid {(int(index.procs[k >> 48]) >> 24) & 0xFFFFFF})" if shared else ""
         if s == NO_STREAM:  # event and context syncs wait on no stream
             lanes.append(Lane(LaneKind.OTHER, d, "cuda sync", "CUDA sync" + suffix, device=d))
         else:
             lanes.append(Lane(LaneKind.GPU_STREAM, d, s, f"stream {s}{suffix}", device=d, stream=s))
-    return tuple(lanes), inv.reshape(-1).astype(np.int64)
+    return tuple(lanes), lane_of
 
 
 def build_trace(
-    rank: int, rows: Rows, idx: I64, info: CaptureInfo, devices: Sequence[DeviceInfo]
+    rank: int,
+    rows: Rows,
+    order: I64,
+    info: CaptureInfo,
+    devices: Sequence[DeviceInfo],
+    lane_rows: LaneIndex,
 ) -> Trace:
-    """The :class:`Trace` of one rank: rows ``idx`` of the capture, sorted by start time
-    (longer first on ties, so that parents precede their children)."""
+    """The :class:`Trace` of one rank: rows ``order`` of the capture, in :func:`time_order`."""
     names = info.names
     dur = rows.end - rows.start
-    order = idx[np.lexsort((-dur[idx], rows.start[idx]))]
     new_pos = np.full(len(rows), -1, dtype=np.int64)
     new_pos[order] = np.arange(len(order))
 
     ids = np.concatenate([rows.name[order], rows.cat[order]])
-    uniq, inv = compact(ids, len(names.strings))
-    strings = StringTable(names[int(g)] for g in uniq.tolist())
-    lanes, lane_of = _lanes(rows, order, info.thread_names)
-    offsets = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(info.arg_lens[order], out=offsets[1:])
+    uniq, inv = compact(ids, len(names))
+    # Registry ids may share a text: the trace's table holds each text once.
+    strings = StringTable()
+    sid = np.array([strings.intern(names[int(g)]) for g in uniq.tolist()], dtype=np.int64)
+    sid = sid[inv] if len(sid) else inv
+    lanes, lane_of = _lanes(lane_rows, order, info.thread_names)
+    args_blob, args_offsets = rows.args.take(order).pack()
     events = EventTable(
         kind=rows.kind[order],
         start_ns=rows.start[order],
         dur_ns=dur[order],
-        name=inv[: len(order)],
-        cat=inv[len(order) :],
+        name=sid[: len(order)],
+        cat=sid[len(order) :],
         lane=lane_of,
         correlation=rows.correlation[order],
         external_id=np.full(len(order), -1, dtype=np.int64),
-        args_blob=b"".join([rows.args[i] for i in order.tolist()]),
-        args_offsets=offsets,
+        args_blob=args_blob,
+        args_offsets=args_offsets,
     )
 
     src, dst = new_pos[info.launch_src], new_pos[info.launch_dst]

@@ -18,11 +18,16 @@ import sqlite3
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from echo_view.errors import InputError
+from importers.nsys_pages import I64, PageFile, Text
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -60,16 +65,36 @@ def file_kind(path: Path) -> str | None:
     return "report" if path.name.lower().endswith(REPORT_SUFFIXES) else None
 
 
-class Export:
-    """An open, read-only Nsight Systems SQLite export."""
+@dataclass(frozen=True)
+class Columns:
+    """Columns of one table, in rowid order: integers (NULL replaced by a default), texts, and
+    whether other columns are set."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    rowid: I64
+    ints: dict[str, I64]
+    texts: dict[str, Text]
+    present: dict[str, npt.NDArray[np.bool_]]
+
+    def __len__(self) -> int:
+        return len(self.rowid)
+
+
+class Export:
+    """An open, read-only Nsight Systems SQLite export (``db_path`` is the SQLite file itself,
+    which differs from ``path`` for compressed inputs and reports)."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, db_path: Path | None = None) -> None:
         self.path = path
         self.conn = conn
         self.warnings: list[str] = []
-        rows = self.query("SELECT name FROM sqlite_master WHERE type = 'table'", "sqlite_master")
+        rows = self.query(
+            "SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'", "sqlite_master"
+        )
         self.tables: frozenset[str] = frozenset(str(r[0]) for r in rows)
+        self._roots = {str(r[0]): (r[1], str(r[2] or "")) for r in rows}
         self._columns: dict[str, frozenset[str]] = {}
+        self._layout: dict[str, list[tuple[str, str, int, int]]] = {}
+        self._pages = PageFile.open(db_path) if db_path is not None else None
         self.meta = self._read_meta()
         self.schema_version = self.meta.get("EXPORT_SCHEMA_VERSION")
         self.product_version = self.meta.get("EXPORT_PRODUCT_VERSION")
@@ -101,13 +126,125 @@ class Export:
         """Column names of ``table`` (empty when the table is absent)."""
         cols = self._columns.get(table)
         if cols is None:
-            if table not in self.tables:
-                cols = frozenset()
-            else:
-                rows = self.query(f'PRAGMA table_info("{table}")', table)
-                cols = frozenset(str(r[1]) for r in rows)
+            cols = frozenset(name for name, _, _, hidden in self._table_layout(table) if not hidden)
             self._columns[table] = cols
         return cols
+
+    def _table_layout(self, table: str) -> list[tuple[str, str, int, int]]:
+        """``(name, declared type, primary-key position, hidden)`` of each column, in record
+        order."""
+        layout = self._layout.get(table)
+        if layout is None:
+            layout = []
+            if table in self.tables:
+                rows = self.query(f'PRAGMA table_xinfo("{table}")', table)
+                layout = [(str(r[1]), str(r[2] or ""), int(r[5]), int(r[6])) for r in rows]
+            self._layout[table] = layout
+        return layout
+
+    def read(
+        self,
+        table: str,
+        ints: Mapping[str, int],
+        texts: Sequence[str] = (),
+        present: Sequence[str] = (),
+    ) -> Columns:
+        """All rows of ``table``: the ``ints`` columns with NULL (or a column this schema
+        lacks) as the given default, the ``texts`` columns, and for ``present`` whether each
+        row sets them. Read from the file's pages where possible, else with SQL."""
+        layout = self._table_layout(table)
+        pos = {name: k for k, (name, _, _, hidden) in enumerate(layout) if not hidden}
+        try:
+            got = self._read_pages(table, layout, pos, ints, texts, present)
+        except IndexError:  # a damaged page: SQLite reports it properly
+            got = None
+        if got is not None:
+            return got
+        return self._read_sql(table, pos, ints, texts, present)
+
+    def _read_pages(
+        self,
+        table: str,
+        layout: list[tuple[str, str, int, int]],
+        pos: dict[str, int],
+        ints: Mapping[str, int],
+        texts: Sequence[str],
+        present: Sequence[str],
+    ) -> Columns | None:
+        root, sql = self._roots.get(table, (None, ""))
+        shape = sql.upper()
+        if (
+            self._pages is None
+            or not isinstance(root, int)
+            or root < 1
+            or any(hidden for *_, hidden in layout)  # generated columns are not stored
+            or "WITHOUT ROWID" in shape
+        ):
+            return None
+        keys = [pk for _, _, pk, _ in layout if pk]
+        alias = None
+        if len(keys) == 1:
+            name, decl, _, _ = next(c for c in layout if c[2])
+            if decl.upper() == "INTEGER":
+                if "DESC" in shape:  # INTEGER PRIMARY KEY DESC is not a rowid alias
+                    return None
+                alias = name
+        want = {c: pos[c] for c in (*ints, *texts, *present) if c in pos}
+        rec = self._pages.records(root, len(layout), want, alias)
+        if rec is None:
+            return None
+        n = len(rec)
+        out_i: dict[str, I64] = {}
+        for c, default in ints.items():
+            values = rec.ints(c, default) if c in pos else np.full(n, default, dtype=np.int64)
+            if values is None:
+                return None
+            out_i[c] = values
+        out_t: dict[str, Text] = {}
+        for c in texts:
+            text = rec.text(c) if c in pos else _null_text(n)
+            if text is None:
+                return None
+            out_t[c] = text
+        out_p = {c: rec.set(c) if c in pos else np.zeros(n, dtype=bool) for c in present}
+        return Columns(rec.rowid, out_i, out_t, out_p)
+
+    def _read_sql(
+        self,
+        table: str,
+        pos: dict[str, int],
+        ints: Mapping[str, int],
+        texts: Sequence[str],
+        present: Sequence[str],
+    ) -> Columns:
+        exprs = ["rowid"]
+        exprs += [f'"{c}"' for c in (*ints, *texts) if c in pos]
+        exprs += [f'"{c}" IS NOT NULL' for c in present if c in pos]
+        rows = self.query(f'SELECT {", ".join(exprs)} FROM "{table}"', table)
+        n = len(rows)
+        cols = iter(zip(*rows, strict=True) if rows else [()] * len(exprs))
+        rowid = np.array(next(cols), dtype=np.int64)
+        out_i: dict[str, I64] = {}
+        for c, default in ints.items():
+            if c not in pos:
+                out_i[c] = np.full(n, default, dtype=np.int64)
+                continue
+            try:
+                values: Sequence[Any] = next(cols)
+                out_i[c] = np.array([default if v is None else v for v in values], np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise InputError(
+                    f"column {c} holds a value that is not an integer",
+                    path=self.path,
+                    where=table,
+                    hint="export the report again with `nsys export --type sqlite`",
+                ) from None
+        out_t = {c: _text_column(next(cols)) if c in pos else _null_text(n) for c in texts}
+        out_p = {
+            c: np.array(next(cols), dtype=bool) if c in pos else np.zeros(n, dtype=bool)
+            for c in present
+        }
+        return Columns(rowid, out_i, out_t, out_p)
 
     def col(self, table: str, column: str, default: str = "-1") -> str:
         """SQL for ``column`` of ``table`` with NULL as ``default``, or ``default`` itself when
@@ -176,6 +313,30 @@ class Export:
                 hint="export the report again with `nsys export --type sqlite`",
             )
         return table
+
+
+def _null_text(n: int) -> Text:
+    zeros = np.zeros(n, dtype=np.int64)
+    return Text(np.zeros(0, dtype=np.uint8), zeros, zeros, np.ones(n, dtype=bool))
+
+
+def _text_column(values: Sequence[Any]) -> Text:
+    """A :class:`Text` of SQL values (str, bytes or None)."""
+    parts = [
+        v.encode()
+        if isinstance(v, str)
+        else bytes(v)
+        if isinstance(v, bytes | memoryview)
+        else b""
+        if v is None
+        else str(v).encode()
+        for v in values
+    ]
+    length = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    start = np.cumsum(length) - length
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    null = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    return Text(data, start, length, null)
 
 
 def _connect(db_path: Path, shown: Path) -> sqlite3.Connection:
@@ -258,7 +419,7 @@ def open_export(path: Path) -> Iterator[Export]:
     if kind == "sqlite":  # read in place, read-only
         conn = _connect(path, path)
         try:
-            yield Export(path, conn)
+            yield Export(path, conn, path)
         finally:
             conn.close()
         return
@@ -267,6 +428,6 @@ def open_export(path: Path) -> Iterator[Export]:
         db_path = _gunzip(path, tmp) if kind == "gzip" else _export_report(path, tmp)
         conn = _connect(db_path, path)
         try:
-            yield Export(path, conn)
+            yield Export(path, conn, db_path)
         finally:
             conn.close()

@@ -9,13 +9,14 @@ own ranges live in a separate NVTX domain; their payloads are kept for collectiv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 import numpy as np
 
 from echo_view.model.kinds import EventKind
+from importers.nsys_args import Packed, assemble
 from importers.nsys_db import Export
+from importers.nsys_pages import Text
 from importers.nsys_tables import (
     I64,
     NVTX_DOMAIN_CREATE,
@@ -24,8 +25,10 @@ from importers.nsys_tables import (
     NVTX_START_END,
     Names,
     Rows,
+    json_pieces,
     torch_op,
 )
+from importers.nsys_text import decode_all, split_torch_ops
 
 TABLE = "NVTX_EVENTS"
 _ENCODE = msgspec.json.Encoder()
@@ -52,97 +55,77 @@ class Nvtx:
 
 def _empty() -> Nvtx:
     z = np.empty(0, dtype=np.int64)
-    return Nvtx(Rows(z, z, z, z, z, z, z, z, z, z, []), z, frozenset(), {})
+    return Nvtx(Rows(z, z, z, z, z, z, z, z, z, z, Packed.empty()), z, frozenset(), {})
+
+
+_NUMERIC = ("int64Value", "uint64Value", "int32Value", "uint32Value", "doubleValue", "floatValue")
+_TEXTUAL = ("jsonText", "jsonTextId", "binaryData")
+_KINDS = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE)
 
 
 def read_nvtx(exp: Export, names: Names) -> Nvtx:
     """Read marks and push/pop and start/end ranges of every domain."""
     if not exp.has(TABLE):
         return _empty()
-    cols = exp.columns(TABLE)
-    c = exp.col
-    numeric = [f'"{n}"' for n in _NUMERIC if n in cols]
-    text_cols = [f'"{n}"' for n in ("jsonText", "jsonTextId", "binaryData") if n in cols]
-    # JSON and blob payloads exist only with --include-json / --include-blobs. Payloads are rare,
-    # so a cheap probe keeps the main scan narrow when there are none.
-    said_off = all(
-        exp.meta.get(f"EXPORT_PARAM_INCLUDE_{k}", "").lower() == "false" for k in ("JSON", "BLOBS")
-    )
-    if said_off:
-        text_cols = []
-    has_text = bool(text_cols) and _any_set(exp, text_cols)
-    has_numeric = bool(numeric) and _any_set(exp, numeric)
-    optional = [
-        '"text"' if "text" in cols else "NULL",
-        f"COALESCE({', '.join(numeric)}, NULL)" if has_numeric else "NULL",
-    ]
-    if has_text:
-        optional += [
-            '"jsonText"' if "jsonText" in cols else "NULL",
-            '"jsonTextId"' if "jsonTextId" in cols else "NULL",
-            '"binaryData"' if "binaryData" in cols else "NULL",
-        ]
-    # One scan; event type and domain share one integer to keep the row narrow.
-    sql = (
-        f'SELECT start, COALESCE("end", -1), {c(TABLE, "globalTid", "0")}, '
-        f"eventType | ({c(TABLE, 'domainId', '0')} << 8), {c(TABLE, 'textId')}, "
-        + ", ".join(optional)
-        + f' FROM "{TABLE}" WHERE eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, '
-        f"{NVTX_START_END}, {NVTX_DOMAIN_CREATE})"
-    )
-    raw = exp.query(sql, TABLE)
-    if not raw:
+    ints = {"start": 0, "end": -1, "globalTid": 0, "eventType": -1, "domainId": 0, "textId": -1}
+    c = exp.read(TABLE, ints, ("text",), (*_NUMERIC, *_TEXTUAL))
+    keep = np.flatnonzero(np.isin(c.ints["eventType"], _KINDS))
+    if not len(keep):
         return _empty()
-    columns = list(zip(*raw, strict=True))
-    start, end, tid, packed, text_id = (np.array(columns[j], dtype=np.int64) for j in range(5))
-    texts: tuple[str | None, ...] = columns[5]
-    etype, dom = packed & 0xFF, packed >> 8
+    i = {k: v[keep] for k, v in c.ints.items()}
+    start, end, tid, etype, dom, text_id = (
+        i[k] for k in ("start", "end", "globalTid", "eventType", "domainId", "textId")
+    )
+    n_all = len(keep)
+    t = c.texts["text"]
+    text = Text(t.data, t.start[keep], t.length[keep], t.null[keep])
 
     # Names: registered strings through StringIds; inline text (mostly torch's emit_nvtx ranges,
-    # "aten::mm, seq = 3, op_id = 7") split into op name and args with C-level string methods.
-    n_all = len(raw)
-    in_default = (dom == 0).tolist()
-    op_names: list[str | None] = list(texts)
-    args: list[bytes] = [b""] * n_all
-    op_rows: list[int] = []
-    rare: list[int] = []
-    for i, t in enumerate(texts):
-        if t is None or not in_default[i]:
-            continue
-        head, sep, op_id = t.rpartition(", op_id = ")
-        if not sep:
-            continue
-        if not (op_id.isdigit() and op_id.isascii()):
-            rare.append(i)  # "sizes = [...]" (record_shapes) or an unusual layout
-            continue
-        name, sep, seq = head.rpartition(", seq = ")
-        if sep and seq.isdigit() and seq.isascii():
-            op_names[i], args[i] = name, f'{{"seq":{seq},"op_id":{op_id}}}'.encode()
-        else:
-            op_names[i], args[i] = head, f'{{"op_id":{op_id}}}'.encode()
-        op_rows.append(i)
-    for i in rare:
-        parsed = torch_op(texts[i] or "")
-        if parsed is not None:
-            op_names[i], args[i] = parsed
-            op_rows.append(i)
+    # "aten::mm, seq = 3, op_id = 7") split into op name and ids, all rows at once.
+    torch_rows = np.flatnonzero(~text.null & (dom == 0))
+    ops = split_torch_ops(text, torch_rows)
+    name_length = text.length.copy()
+    op_rows = torch_rows[ops.rows]
+    name_length[op_rows] = ops.name_length
     is_op = np.zeros(n_all, dtype=bool)
     is_op[op_rows] = True
-    inline = np.flatnonzero(text_id < 0)
+    with_seq = ops.seq >= 0
+    args = _scatter(
+        n_all,
+        [
+            (op_rows[with_seq], [("seq", ops.seq[with_seq]), ("op_id", ops.op_id[with_seq])]),
+            (op_rows[~with_seq], [("op_id", ops.op_id[~with_seq])]),
+        ],
+    )
     gid = names.from_ids(np.maximum(text_id, 0))
+    inline = np.flatnonzero(text_id < 0)
     if len(inline):
-        gid[inline] = _intern_column(names, [op_names[i] or "" for i in inline.tolist()])
+        parts = decode_all(text.data, text.start[inline], name_length[inline])
+        gid[inline] = _intern_column(names, parts)
+    # The rare layouts (record_shapes' "sizes = [...]") go through the full pattern.
+    odd_args: dict[int, bytes] = {}
+    odd = torch_rows[ops.odd]
+    wholes = decode_all(text.data, text.start[odd], text.length[odd])
+    for r, whole in zip(odd.tolist(), wholes, strict=True):
+        parsed = torch_op(whole)
+        if parsed is not None:
+            is_op[r] = True
+            if text_id[r] < 0:
+                gid[r] = names.intern(parsed[0])
+            odd_args[r] = parsed[1]
+    args = args.replace(odd_args)
 
     domain_names: dict[int, str] = {}
-    for i in np.flatnonzero(etype == NVTX_DOMAIN_CREATE).tolist():
-        domain_names[int(dom[i])] = names[int(gid[i])]
-    keep = np.flatnonzero(etype != NVTX_DOMAIN_CREATE)
-    if len(keep) != n_all:
-        start, end, etype, tid, dom, gid, is_op = (
-            a[keep] for a in (start, end, etype, tid, dom, gid, is_op)
+    for r in np.flatnonzero(etype == NVTX_DOMAIN_CREATE).tolist():
+        domain_names[int(dom[r])] = names[int(gid[r])]
+    kept = np.flatnonzero(etype != NVTX_DOMAIN_CREATE)
+    rowid = c.rowid[keep]
+    if len(kept) != n_all:
+        start, end, etype, tid, dom, gid, is_op, rowid = (
+            a[kept] for a in (start, end, etype, tid, dom, gid, is_op, rowid)
         )
-        args = [args[i] for i in keep.tolist()]
-    n = len(keep)
+        args = args.take(kept)
+    n = len(kept)
 
     is_mark = etype == NVTX_MARK
     open_range = ~is_mark & (end < start)
@@ -151,9 +134,13 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
     kind[is_op] = int(EventKind.CPU_OP)
     kind[is_mark] = int(EventKind.INSTANT)
 
-    json_payloads, blob_payloads = _payloads(
-        names, keep, tuple(columns[7:10]) if has_text else None, columns[6], args
-    )
+    payload_rows = np.zeros(len(c), dtype=bool)
+    for col in (*_NUMERIC, *_TEXTUAL):
+        payload_rows |= c.present[col]
+    json_payloads: dict[int, str] = {}
+    blob_payloads: dict[int, bytes] = {}
+    if payload_rows[keep][kept].any():
+        args = _payloads(exp, names, rowid, args, json_payloads, blob_payloads)
     nccl = _nccl_domains(names, dom, gid, domain_names)
     cat = np.empty(n, dtype=np.int64)
     for d in np.unique(dom).tolist():
@@ -186,55 +173,53 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
     )
 
 
+def _scatter(n: int, groups: list[tuple[I64, list[tuple[str, I64]]]]) -> Packed:
+    """``n`` rows of args: each group's rows get ``{"key":value,...}``, the others none."""
+    parts = [assemble(len(rows), [*json_pieces(fields), b"}"]) for rows, fields in groups]
+    covered = np.concatenate([rows for rows, _ in groups]) if groups else np.zeros(0, np.int64)
+    empty = np.setdiff1d(np.arange(n), covered, assume_unique=True)
+    order = np.empty(n, dtype=np.int64)
+    order[np.concatenate([covered, empty])] = np.arange(n)
+    return Packed.concat([*parts, Packed.empty(len(empty))]).take(order)
+
+
 def _intern_column(names: Names, values: list[str]) -> I64:
     """Registry ids of a column of strings, interning each distinct value once."""
-    distinct = list(dict.fromkeys(values))
-    ids = np.array([names.intern(v) for v in distinct], dtype=np.int64)
-    pos = {v: i for i, v in enumerate(distinct)}
-    return ids[np.fromiter(map(pos.__getitem__, values), dtype=np.int64, count=len(values))]
-
-
-def _any_set(exp: Export, cols: list[str]) -> bool:
-    cond = " OR ".join(f"{c} IS NOT NULL" for c in cols)
-    return bool(exp.query(f'SELECT 1 FROM "{TABLE}" WHERE {cond} LIMIT 1', TABLE))
+    ids = {v: names.intern(v) for v in dict.fromkeys(values)}
+    return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _payloads(
+    exp: Export,
     names: Names,
-    keep: I64,
-    texts: tuple[tuple[Any, ...], ...] | None,
-    num: tuple[Any, ...],
-    args: list[bytes],
-) -> tuple[dict[int, str], dict[int, bytes]]:
-    """NVTX payloads by (kept) row: JSON text and binary blobs are returned for the NCCL reader;
-    numeric and JSON payloads also go to the event's args."""
-    json_payloads: dict[int, str] = {}
-    blob_payloads: dict[int, bytes] = {}
-    new_of = np.full(len(num), -1, dtype=np.int64)
-    new_of[keep] = np.arange(len(keep))
-    # Most events carry no payload: tuple.count(None) skips empty columns at C speed.
-    if num.count(None) != len(num):
-        for old, value in enumerate(num):
-            if value is not None and new_of[old] >= 0:
-                args[int(new_of[old])] = _ENCODE.encode({"payload": value})
-    if texts is None:
-        return json_payloads, blob_payloads
-    json_text, json_id, blob = texts
-    for old, (js, jid, bl) in enumerate(zip(json_text, json_id, blob, strict=True)):
-        i = int(new_of[old])
-        if i < 0 or (js is None and jid is None and bl is None):
-            continue
+    rowid: I64,
+    args: Packed,
+    json_payloads: dict[int, str],
+    blob_payloads: dict[int, bytes],
+) -> Packed:
+    """NVTX payloads (few rows carry one): JSON text and binary blobs are kept by row for the
+    NCCL reader; numeric and JSON payloads also go to the event's args."""
+    cols = exp.columns(TABLE)
+    numeric = [f'"{n}"' for n in _NUMERIC if n in cols]
+    textual = [f'"{n}"' if n in cols else "NULL" for n in _TEXTUAL]
+    value = f"COALESCE({', '.join(numeric)}, NULL)" if numeric else "NULL"
+    cond = " OR ".join(f"{x} IS NOT NULL" for x in [*numeric, *textual] if x != "NULL")
+    sql = f'SELECT rowid, {value}, {", ".join(textual)} FROM "{TABLE}" WHERE {cond}'
+    new: dict[int, bytes] = {}
+    for rid, num, js, jid, blob in exp.query(sql, TABLE):
+        at = int(np.searchsorted(rowid, rid))
+        if at >= len(rowid) or rowid[at] != rid:
+            continue  # a row that is not a mark or a range
+        if num is not None:
+            new[at] = _ENCODE.encode({"payload": num})
         if js is None and jid is not None:
             js = names[int(names.from_ids(np.array([int(jid)], dtype=np.int64))[0])]
         if js is not None:
-            json_payloads[i] = str(js)
-            args[i] = _ENCODE.encode({"payload": str(js)})
-        elif bl is not None:
-            blob_payloads[i] = bytes(bl)
-    return json_payloads, blob_payloads
-
-
-_NUMERIC = ("int64Value", "uint64Value", "int32Value", "uint32Value", "doubleValue", "floatValue")
+            json_payloads[at] = str(js)
+            new[at] = _ENCODE.encode({"payload": str(js)})
+        elif blob is not None:
+            blob_payloads[at] = bytes(blob)
+    return args.replace(new)
 
 
 def _nccl_domains(names: Names, dom: I64, gid: I64, domain_names: dict[int, str]) -> set[int]:

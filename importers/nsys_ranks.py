@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from echo_view.errors import UsageError
-from importers.nsys_tables import I64
+from importers.nsys_tables import I64, factorize
 
 RANK_BY = ("auto", "process", "device")
 
@@ -61,10 +61,15 @@ def plan_ranks(
         raise UsageError(f"rank_by must be one of {', '.join(RANK_BY)}, not {rank_by!r}")
     n = len(process)
     on_gpu = device >= 0
-    work_proc = process[is_work]
-    work_dev = _device_key(process[is_work], device[is_work])
-    distinct = sorted(set(zip(work_proc.tolist(), work_dev.tolist(), strict=True)))
-    pairs = np.array(distinct, dtype=np.int64).T if distinct else None
+    procs_w, p = factorize(process[is_work])
+    devs_w, d = factorize(_device_key(process[is_work], device[is_work]))
+    combos = factorize(p * max(len(devs_w), 1) + d)[0]
+    # Distinct (process, device) pairs, sorted, as two rows.
+    pairs = (
+        np.stack([procs_w[combos // max(len(devs_w), 1)], devs_w[combos % max(len(devs_w), 1)]])
+        if len(combos)
+        else None
+    )
 
     mode = rank_by
     if mode == "auto":
@@ -77,8 +82,7 @@ def plan_ranks(
     rank_of = np.full(n, -1, dtype=np.int64)
     if pairs is None:
         # No GPU work at all: one rank per process that recorded anything.
-        procs = np.unique(process)
-        rank_of[:] = np.searchsorted(procs, process)
+        procs, rank_of = factorize(process)
         return RankPlan(mode, rank_of, len(procs), 0)
 
     if mode == "process":

@@ -15,15 +15,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from echo_view.model.kinds import EventKind
+from importers.nsys_args import Ints, Packed, assemble
 from importers.nsys_db import Export
 from importers.nsys_tables import (
-    GPU_COLS,
+    GPU_INTS,
     I64,
     SYNC_TYPES,
     Names,
     Rows,
+    factorize,
     gpu_rows,
-    int_matrix,
+    json_pieces,
     names_by_code,
 )
 
@@ -35,36 +37,27 @@ def read_sync(exp: Export, names: Names, work: Sequence[Rows]) -> Rows | None:
     """Synchronisation records with their device fixed and their args built."""
     if not exp.has(SYNC):
         return None
-    c = exp.col
-    sql = (
-        f"SELECT {GPU_COLS}, {c(SYNC, 'syncType', '0')}, {c(SYNC, 'eventId')}, "
-        f'{c(SYNC, "eventSyncId")} FROM "{SYNC}"'
-    )
-    m = int_matrix(exp.query(sql, SYNC), 10)
-    gids = names_by_code(names, m[:, 7], lambda k: SYNC_TYPES.get(k, "Unknown Sync"))
-    rows = gpu_rows(m, EventKind.SYNC, gids, names.intern("cuda_sync"), [])
+    c = exp.read(SYNC, {**GPU_INTS, "syncType": 0, "eventId": -1, "eventSyncId": -1})
+    i = c.ints
+    gids = names_by_code(names, i["syncType"], lambda k: SYNC_TYPES.get(k, "Unknown Sync"))
+    rows = gpu_rows(c, EventKind.SYNC, gids, names.intern("cuda_sync"), Packed.empty(len(c)))
     fix_sync_devices(work, rows)
-    stream, corr = _event_records(exp, rows, m[:, 8], m[:, 9])
-    rows.args = [
-        (
-            f'{{"device":{d},"stream":{s},"correlation":{k},"event":{e}'
-            + (
-                f',"wait_on_stream":{ws},"wait_on_cuda_event_record_corr_id":{wc}'
-                if wc >= 0
-                else ""
-            )
-            + "}"
-        ).encode()
-        for d, s, k, e, ws, wc in zip(
-            rows.device.tolist(),
-            rows.stream.tolist(),
-            rows.correlation.tolist(),
-            m[:, 8].tolist(),
-            stream.tolist(),
-            corr.tolist(),
-            strict=True,
+    stream, corr = _event_records(exp, rows, i["eventId"], i["eventSyncId"])
+    fields = [("device", rows.device), ("stream", rows.stream), ("correlation", rows.correlation)]
+    head = json_pieces([*fields, ("event", i["eventId"])])
+    # Kineto's keys for the wait, where the record it waits on is known.
+    waits = np.flatnonzero(corr >= 0)
+    plain = np.flatnonzero(corr < 0)
+    parts = [assemble(len(plain), [*(_take(p, plain) for p in head), b"}"])]
+    if len(waits):
+        wait = json_pieces(
+            [("wait_on_stream", stream), ("wait_on_cuda_event_record_corr_id", corr)], False
         )
-    ]
+        pieces = [_take(p, waits) for p in (*head, *wait)]
+        parts.append(assemble(len(waits), [*pieces, b"}"]))
+    order = np.empty(len(c), dtype=np.int64)
+    order[np.concatenate([plain, waits])] = np.arange(len(c))
+    rows.args = Packed.concat(parts).take(order)
     return rows
 
 
@@ -76,8 +69,7 @@ def fix_sync_devices(work: Sequence[Rows], sync: Rows) -> None:
     proc = np.concatenate([w.process for w in ctx])
     key_work = np.concatenate([w.context for w in ctx if w.context is not None]) & 0xFFFFFFFF
     dev = np.concatenate([w.device for w in ctx])
-    _, inv = np.unique(np.concatenate([proc, sync.process]), return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
+    _, inv = factorize(np.concatenate([proc, sync.process]))
     key_work = (inv[: len(proc)] << 32) | key_work
     key_sync = (inv[len(proc) :] << 32) | (sync.context & 0xFFFFFFFF)
     order = np.argsort(key_work, kind="stable")
@@ -86,32 +78,46 @@ def fix_sync_devices(work: Sequence[Rows], sync: Rows) -> None:
     sync.device[hit] = dev[order[pos[hit]]]
 
 
+def _take(piece: bytes | Ints, rows: I64) -> bytes | Ints:
+    return piece if isinstance(piece, bytes) else Ints(piece.values[rows])
+
+
 def _event_records(exp: Export, sync: Rows, event: I64, sync_id: I64) -> tuple[I64, I64]:
     """Stream and correlation id of the event record each sync waits on (-1 when unknown)."""
     n = len(sync)
     stream, corr = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     if not n or not exp.has(EVENTS) or not {"eventId", "streamId"} <= exp.columns(EVENTS):
         return stream, corr
-    c = exp.col
-    sql = (
-        f"SELECT {c(EVENTS, 'globalPid', '0')}, eventId, streamId, {c(EVENTS, 'correlationId')}, "
-        f'{c(EVENTS, "eventSyncId")} FROM "{EVENTS}"'
-    )
-    rec = int_matrix(exp.query(sql, EVENTS), 5)
-    if not len(rec):
+    rec = exp.read(
+        EVENTS,
+        {"globalPid": 0, "eventId": -1, "streamId": -1, "correlationId": -1, "eventSyncId": -1},
+    ).ints
+    if not len(rec["eventId"]):
         return stream, corr
-    by_sync_id = {int(k): i for i, k in enumerate(rec[:, 4].tolist()) if k > 0}
-    by_event: dict[tuple[int, int], list[int]] = {}
-    for i, (p, e) in enumerate(zip(rec[:, 0].tolist(), rec[:, 1].tolist(), strict=True)):
-        by_event.setdefault((p, e), []).append(i)
-    for lst in by_event.values():
-        lst.sort(key=lambda i: int(rec[i, 3]))
-    for j in range(n):
-        i = by_sync_id.get(int(sync_id[j]), -1) if sync_id[j] > 0 else -1
-        if i < 0:
-            cands = by_event.get((int(sync.process[j]), int(event[j])), [])
-            before = [k for k in cands if rec[k, 3] < sync.correlation[j]]
-            i = before[-1] if before else -1
-        if i >= 0:
-            stream[j], corr[j] = rec[i, 2], rec[i, 3]
+    found = np.full(n, -1, dtype=np.int64)
+    # By eventSyncId where both sides record it (the last record of an id wins).
+    rid = rec["eventSyncId"]
+    by_id = np.flatnonzero(rid > 0)
+    if len(by_id):
+        o = by_id[np.argsort(rid[by_id], kind="stable")]
+        at = np.searchsorted(rid[o], sync_id, side="right") - 1
+        hit = (sync_id > 0) & (at >= 0) & (rid[o[np.maximum(at, 0)]] == sync_id)
+        found[hit] = o[at[hit]]
+    # Else the latest record of the same event in the same process before the wait.
+    _, p = factorize(np.concatenate([rec["globalPid"], sync.process]))
+    _, e = factorize(np.concatenate([rec["eventId"], event]))
+    _, key = factorize(p * (int(e.max(initial=0)) + 1) + e)
+    rkey, skey = key[: len(rid)], key[len(rid) :]
+    # One sortable key per (event, correlation id); ids are 32-bit, -1 (NULL) sorts first.
+    rcorr = rec["correlationId"]
+    o = np.lexsort((rcorr, rkey))
+    packed = (rkey[o] << 33) | ((rcorr[o] + 1) & 0x1FFFFFFFF)
+    target = (skey << 33) | ((sync.correlation + 1) & 0x1FFFFFFFF)
+    at = np.searchsorted(packed, target, side="left") - 1
+    ok = (at >= 0) & (sync.correlation >= 0)
+    ok[ok] = rkey[o[at[ok]]] == skey[ok]
+    rest = (found < 0) & ok
+    found[rest] = o[at[rest]]
+    use = found >= 0
+    stream[use], corr[use] = rec["streamId"][found[use]], rec["correlationId"][found[use]]
     return stream, corr

@@ -1,23 +1,25 @@
 """Column readers for the activity tables of an Nsight Systems export.
 
-Each reader runs one set-based query and returns a :class:`Rows` block of numpy columns. Names
-stay integer ids until the end: ``StringIds`` ids are mapped to one registry per export
-(:class:`Names`) so that no per-row string join is needed.
+Each reader reads the columns it needs at once (:meth:`Export.read`) and returns a :class:`Rows`
+block of numpy columns with each row's args JSON built column-wise. Names stay integer ids
+until the end: ``StringIds`` ids are mapped to one registry per export (:class:`Names`) whose
+strings are decoded only when used, so that no per-row string work is needed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.kinds import EventKind
-from importers.nsys_db import Export
+from importers.nsys_args import Ints, Packed, assemble
+from importers.nsys_db import Columns, Export
+from importers.nsys_pages import Text
 
 I64 = npt.NDArray[np.int64]
 
@@ -65,22 +67,26 @@ MISSING_NAME = "<missing name>"
 
 
 class Names:
-    """The strings of one export: the ``StringIds`` rows in use, then derived names."""
+    """The strings of one export: the ``StringIds`` rows (decoded when first asked for), then
+    derived names. Ids are registry ids, dense from 0; two ids may hold the same text."""
 
-    def __init__(self, ids: I64, values: list[str]) -> None:
+    def __init__(self, ids: I64, values: Text | None) -> None:
         self._ids = ids
-        self.strings = values
-        self._index: dict[str, int] | None = None
+        self._values = values
+        self._base = len(ids)
+        self._decoded: dict[int, str] = {}
+        self._extra: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._base + len(self._extra)
 
     def intern(self, s: str) -> int:
-        if self._index is None:
-            self._index = {}
-            for i, v in enumerate(self.strings):
-                self._index.setdefault(v, i)
+        """The id of a derived name (a string that is not a ``StringIds`` row)."""
         gid = self._index.get(s)
         if gid is None:
-            gid = len(self.strings)
-            self.strings.append(s)
+            gid = len(self)
+            self._extra.append(s)
             self._index[s] = gid
         return gid
 
@@ -100,39 +106,46 @@ class Names:
         """Apply ``fn(str) -> str`` to each distinct name in ``gids``."""
         if not len(gids):
             return gids
-        uniq, inv = compact(gids, len(self.strings))
-        new = np.array([self.intern(fn(self.strings[g])) for g in uniq.tolist()], dtype=np.int64)
+        uniq, inv = compact(gids, len(self))
+        new = np.array([self.intern(fn(self[g])) for g in uniq.tolist()], dtype=np.int64)
         return new[inv]
 
     def __getitem__(self, gid: int) -> str:
-        return self.strings[gid]
+        if gid >= self._base:
+            return self._extra[gid - self._base]
+        s = self._decoded.get(gid)
+        if s is None:
+            v = self._values
+            assert v is not None  # ids below _base exist only with values
+            lo = int(v.start[gid])
+            s = v.data[lo : lo + int(v.length[gid])].tobytes().decode("utf-8", "replace")
+            self._decoded[gid] = s
+        return s
 
 
-#: Up to this many ``StringIds`` rows the whole table is read; beyond it only the rows in use.
-_READ_ALL_STRINGS = 200_000
+def load_names(exp: Export) -> Names:
+    """The export's ``StringIds`` table (its values are decoded when used)."""
+    if not exp.has("StringIds") or not {"id", "value"} <= exp.columns("StringIds"):
+        return Names(np.empty(0, dtype=np.int64), None)
+    cols = exp.read("StringIds", {"id": -1}, ("value",))
+    ids, values = cols.ints["id"], cols.texts["value"]
+    if len(ids) > 1 and not (np.diff(ids) > 0).all():  # rowid order is id order, normally
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        values = Text(values.data, values.start[order], values.length[order], values.null[order])
+    return Names(ids, values)
 
 
-def load_names(exp: Export, refs: Iterable[tuple[str, str]]) -> Names:
-    """Read the ``StringIds`` rows that ``(table, column)`` pairs refer to."""
-    if not exp.has("StringIds"):
-        return Names(np.empty(0, dtype=np.int64), [])
-    top = exp.query("SELECT count(*) FROM StringIds", "StringIds")[0][0]
-    if top is None:
-        return Names(np.empty(0, dtype=np.int64), [])
-    if int(top) <= _READ_ALL_STRINGS:
-        sql = "SELECT id, value FROM StringIds ORDER BY id"
-    else:
-        subqueries = [
-            f'SELECT "{c}" FROM "{t}"' for t, c in refs if exp.has(t) and c in exp.columns(t)
-        ]
-        sql = (
-            "SELECT id, value FROM StringIds WHERE id IN ("
-            + " UNION ".join(subqueries or ["SELECT NULL"])
-            + ") ORDER BY id"
-        )
-    rows = exp.query(sql, "StringIds")
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    return Names(ids, [str(r[1]) if r[1] is not None else "" for r in rows])
+def factorize(values: I64) -> tuple[I64, I64]:
+    """Distinct values, ascending, and the index of each value among them. Sort-based: numpy's
+    hashing ``unique`` slows down badly on Nsight's global ids (low bits all zero)."""
+    order = np.argsort(values, kind="stable")  # rows come in sorted runs: a merge, mostly
+    ordered = values[order]
+    new = np.ones(len(values), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    inverse = np.empty(len(values), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def compact(ids: I64, size: int) -> tuple[I64, I64]:
@@ -146,16 +159,10 @@ def compact(ids: I64, size: int) -> tuple[I64, I64]:
     return uniq, pos[ids]
 
 
-def int_matrix(rows: Sequence[tuple[Any, ...]], ncols: int) -> I64:
-    """``rows`` of integers as an ``(n, ncols)`` int64 array."""
-    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * ncols)
-    return flat.reshape(len(rows), ncols)
-
-
 @dataclass
 class Rows:
     """Events of one table as columns; ``process`` is the globalPid, ``thread`` the globalTid
-    (-1 on GPU rows), ``device``/``stream`` are -1 on CPU rows, ``args`` one JSON bytes per row.
+    (-1 on GPU rows), ``device``/``stream`` are -1 on CPU rows, ``args`` each row's args JSON.
     A GPU row on stream :data:`NO_STREAM` (event and context syncs) belongs to no stream."""
 
     kind: I64
@@ -168,7 +175,7 @@ class Rows:
     thread: I64
     device: I64
     stream: I64
-    args: list[bytes]
+    args: Packed
     context: I64 | None = None  # CUDA context of GPU rows (sync records need it for the device)
 
     def __len__(self) -> int:
@@ -182,76 +189,84 @@ class Rows:
             **cols,
             device=np.concatenate([p.device for p in parts]),
             stream=np.concatenate([p.stream for p in parts]),
-            args=list(chain.from_iterable(p.args for p in parts)),
+            args=Packed.concat([p.args for p in parts]),
         )
 
 
-def _full(n: int, value: int) -> I64:
+def full(n: int, value: int) -> I64:
     return np.full(n, value, dtype=np.int64)
 
 
-def mixed_query(exp: Export, sql: str, n_ints: int, where: str) -> tuple[I64, list[bytes]]:
-    """Rows of ``n_ints`` integer columns then one BLOB column, as an int matrix and a list."""
-    rows = exp.query(sql, where)
-    if not rows:
-        return np.empty((0, n_ints), dtype=np.int64), []
-    cols = list(zip(*rows, strict=True))
-    m = np.empty((len(rows), n_ints), dtype=np.int64)
-    for j in range(n_ints):
-        m[:, j] = cols[j]
-    return m, [b if b is not None else b"" for b in cols[n_ints]]
+#: Columns every GPU activity table has, with the value that stands for NULL.
+GPU_INTS = {
+    "start": 0,
+    "end": 0,
+    "deviceId": 0,
+    "streamId": 0,
+    "correlationId": -1,
+    "globalPid": 0,
+    "contextId": -1,
+}
 
 
-def gpu_rows(m: I64, kind: EventKind, name: I64, cat: int, args: list[bytes]) -> Rows:
-    # m columns: start, end, deviceId, streamId, correlationId, globalPid, ...
-    n = len(m)
+def gpu_rows(c: Columns, kind: EventKind, name: I64, cat: int, args: Packed) -> Rows:
+    i = c.ints
     return Rows(
-        kind=_full(n, int(kind)),
-        start=m[:, 0].copy(),
-        end=m[:, 1].copy(),
+        kind=full(len(c), int(kind)),
+        start=i["start"],
+        end=i["end"],
         name=name,
-        cat=_full(n, cat),
-        correlation=m[:, 4].copy(),
-        process=m[:, 5].copy(),
-        thread=_full(n, -1),
-        device=m[:, 2].copy(),
-        stream=m[:, 3].copy(),
+        cat=full(len(c), cat),
+        correlation=i["correlationId"],
+        process=i["globalPid"],
+        thread=full(len(c), -1),
+        device=i["deviceId"],
+        stream=i["streamId"],
         args=args,
-        context=m[:, 6].copy(),
+        context=i["contextId"],
     )
 
 
-GPU_COLS = (
-    'start, "end", deviceId, streamId, COALESCE(correlationId, -1), COALESCE(globalPid, 0), '
-    "COALESCE(contextId, -1)"
-)
-_GPU_ARGS = '"device":%d,"stream":%d,"correlation":%d'
-_GPU_ARG_COLS = "deviceId, streamId, COALESCE(correlationId, -1)"
+def json_pieces(fields: Sequence[tuple[str, I64]], first: bool = True) -> list[bytes | Ints]:
+    """``{"key":value,...`` (or ``,"key":value...`` when not ``first``) as :func:`assemble`
+    pieces."""
+    out: list[bytes | Ints] = []
+    for k, (key, values) in enumerate(fields):
+        out += [(b"{" if k == 0 and first else b",") + f'"{key}":'.encode(), Ints(values)]
+    return out
 
 
-def _printf(fmt: str, cols: str) -> str:
-    """SQL that formats each row's args JSON inside SQLite (cheaper than per-row Python)."""
-    return f"CAST(printf('{{{_GPU_ARGS},{fmt}}}', {_GPU_ARG_COLS}, {cols}) AS BLOB)"
+def gpu_fields(c: Columns) -> list[tuple[str, I64]]:
+    """Kineto's first args of GPU activity: device, stream, correlation."""
+    i = c.ints
+    return [
+        ("device", i["deviceId"]),
+        ("stream", i["streamId"]),
+        ("correlation", i["correlationId"]),
+    ]
 
 
 def read_kernels(exp: Export, names: Names) -> Rows:
     t = exp.kernel_table
-    c = exp.col
-    name_sql = (
-        'COALESCE("demangledName", "shortName", -1)'
-        if "demangledName" in exp.columns(t)
-        else c(t, "shortName")
+    dims = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+    extra = ("registersPerThread", "staticSharedMemory", "dynamicSharedMemory")
+    c = exp.read(
+        t,
+        {**GPU_INTS, "demangledName": -1, "shortName": -1, **dict.fromkeys((*dims, *extra), 0)},
     )
-    dims = ", ".join(
-        c(t, col, "0") for col in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+    i = c.ints
+    name = np.where(i["demangledName"] >= 0, i["demangledName"], i["shortName"])
+    # Kineto's kernel args; the grid and block are JSON arrays.
+    pieces = json_pieces(gpu_fields(c))
+    for key, axes in (("grid", dims[:3]), ("block", dims[3:])):
+        pieces += [f',"{key}":['.encode(), Ints(i[axes[0]]), b",", Ints(i[axes[1]]), b","]
+        pieces += [Ints(i[axes[2]]), b"]"]
+    shared = i["staticSharedMemory"] + i["dynamicSharedMemory"]
+    pieces += json_pieces(
+        [("registers per thread", i["registersPerThread"]), ("shared memory", shared)], False
     )
-    shared = f"{c(t, 'staticSharedMemory', '0')} + {c(t, 'dynamicSharedMemory', '0')}"
-    args = _printf(
-        '"grid":[%d,%d,%d],"block":[%d,%d,%d],"registers per thread":%d,"shared memory":%d',
-        f"{dims}, {c(t, 'registersPerThread', '0')}, {shared}",
-    )
-    m, blobs = mixed_query(exp, f'SELECT {GPU_COLS}, {name_sql}, {args} FROM "{t}"', 8, t)
-    return gpu_rows(m, EventKind.KERNEL, names.from_ids(m[:, 7]), names.intern("kernel"), blobs)
+    args = assemble(len(c), [*pieces, b"}"])
+    return gpu_rows(c, EventKind.KERNEL, names.from_ids(name), names.intern("kernel"), args)
 
 
 def _enum_labels(exp: Export, table: str, fallback: dict[int, str]) -> dict[int, str]:
@@ -276,14 +291,12 @@ def read_memcpy(exp: Export, names: Names) -> Rows | None:
     t = "CUPTI_ACTIVITY_KIND_MEMCPY"
     if not exp.has(t):
         return None
-    c = exp.col
-    kinds = f"{c(t, 'copyKind', '0')}, {c(t, 'srcKind', '7')}, {c(t, 'dstKind', '7')}"
-    args = _printf(
-        '"bytes":%d,"copy kind":%d,"src device":%d,"dst device":%d',
-        f"{c(t, 'bytes', '0')}, {c(t, 'copyKind', '0')}, {c(t, 'srcDeviceId')}, "
-        f"{c(t, 'dstDeviceId')}",
-    )
-    m, blobs = mixed_query(exp, f'SELECT {GPU_COLS}, {kinds}, {args} FROM "{t}"', 10, t)
+    ints = {"bytes": 0, "copyKind": 0, "srcKind": 7, "dstKind": 7}
+    c = exp.read(t, {**GPU_INTS, **ints, "srcDeviceId": -1, "dstDeviceId": -1})
+    i = c.ints
+    fields = [("bytes", i["bytes"]), ("copy kind", i["copyKind"])]
+    fields += [("src device", i["srcDeviceId"]), ("dst device", i["dstDeviceId"])]
+    args = assemble(len(c), [*json_pieces([*gpu_fields(c), *fields]), b"}"])
     mem = _enum_labels(exp, "ENUM_CUDA_MEM_KIND", MEM_KINDS)
 
     def label(code: int) -> str:
@@ -291,9 +304,9 @@ def read_memcpy(exp: Export, names: Names) -> Rows | None:
         what = COPY_KINDS.get(copy, f"kind {copy}")
         return f"Memcpy {what} ({mem.get(src, 'Unknown')} -> {mem.get(dst, 'Unknown')})"
 
-    codes = (m[:, 7] << 16) | ((m[:, 8] & 0xFF) << 8) | (m[:, 9] & 0xFF)
+    codes = (i["copyKind"] << 16) | ((i["srcKind"] & 0xFF) << 8) | (i["dstKind"] & 0xFF)
     return gpu_rows(
-        m, EventKind.MEMCPY, names_by_code(names, codes, label), names.intern("gpu_memcpy"), blobs
+        c, EventKind.MEMCPY, names_by_code(names, codes, label), names.intern("gpu_memcpy"), args
     )
 
 
@@ -301,14 +314,13 @@ def read_memset(exp: Export, names: Names) -> Rows | None:
     t = "CUPTI_ACTIVITY_KIND_MEMSET"
     if not exp.has(t):
         return None
-    c = exp.col
-    args = _printf('"bytes":%d,"value":%d', f"{c(t, 'bytes', '0')}, {c(t, 'value', '0')}")
-    m, blobs = mixed_query(
-        exp, f'SELECT {GPU_COLS}, {c(t, "memKind", "7")}, {args} FROM "{t}"', 8, t
-    )
+    c = exp.read(t, {**GPU_INTS, "bytes": 0, "value": 0, "memKind": 7})
+    i = c.ints
+    fields = [*gpu_fields(c), ("bytes", i["bytes"]), ("value", i["value"])]
+    args = assemble(len(c), [*json_pieces(fields), b"}"])
     mem = _enum_labels(exp, "ENUM_CUDA_MEM_KIND", MEM_KINDS)
-    gids = names_by_code(names, m[:, 7], lambda k: f"Memset ({mem.get(k, 'Unknown')})")
-    return gpu_rows(m, EventKind.MEMSET, gids, names.intern("gpu_memset"), blobs)
+    gids = names_by_code(names, i["memKind"], lambda k: f"Memset ({mem.get(k, 'Unknown')})")
+    return gpu_rows(c, EventKind.MEMSET, gids, names.intern("gpu_memset"), args)
 
 
 def runtime_name(raw: str) -> str:
@@ -320,18 +332,12 @@ def read_runtime(exp: Export, names: Names) -> Rows | None:
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not exp.has(t):
         return None
-    corr = exp.col(t, "correlationId")
-    sql = (
-        f'SELECT start, "end", globalTid, {corr}, {exp.col(t, "nameId")}, '
-        + "CAST(printf('{\"correlation\":%d}', "
-        + corr
-        + f') AS BLOB) FROM "{t}"'
-    )
-    m, blobs = mixed_query(exp, sql, 5, t)
-    n = len(m)
-    gids = names.remap(names.from_ids(m[:, 4]), runtime_name)
+    c = exp.read(t, {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1, "nameId": -1})
+    i = c.ints
+    n = len(c)
+    gids = names.remap(names.from_ids(i["nameId"]), runtime_name)
     # Driver API calls (cu*) versus runtime calls (cuda*), as Kineto labels them.
-    uniq, inv = compact(gids, len(names.strings))
+    uniq, inv = compact(gids, len(names))
     is_driver = (
         np.array([not names[int(g)].startswith("cuda") for g in uniq], dtype=bool)[inv]
         if n
@@ -339,19 +345,20 @@ def read_runtime(exp: Export, names: Names) -> Rows | None:
     )
     kind = np.where(is_driver, int(EventKind.DRIVER), int(EventKind.RUNTIME)).astype(np.int64)
     cat = np.where(is_driver, names.intern("cuda_driver"), names.intern("cuda_runtime"))
-    thread = m[:, 2].copy()
+    thread = i["globalTid"]
     return Rows(
         kind=kind,
-        start=m[:, 0].copy(),
-        end=m[:, 1].copy(),
+        start=i["start"],
+        end=i["end"],
         name=gids,
         cat=cat.astype(np.int64),
-        correlation=m[:, 3].copy(),
+        correlation=i["correlationId"],
         process=(thread >> 24) << 24,
         thread=thread,
-        device=_full(n, -1),
-        stream=_full(n, -1),
-        args=blobs,  # as Kineto writes it, for exports and checks that read the args
+        device=full(n, -1),
+        stream=full(n, -1),
+        # As Kineto writes it, for exports and checks that read the args.
+        args=assemble(n, [*json_pieces([("correlation", i["correlationId"])]), b"}"]),
     )
 
 

@@ -71,7 +71,7 @@ def test_diff(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tui_loads_an_export() -> None:
-    from tests.tui.conftest import run_app
+    from tests.tui.appkit import run_app
 
     reg = build_registry()
 

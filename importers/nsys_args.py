@@ -1,0 +1,135 @@
+"""Per-event args JSON built column-wise: one byte buffer and offsets for a whole table, with no
+Python object per event.
+
+A table's args follow one template, ``{"device":%d,"stream":%d,...}``: :func:`assemble` lays out
+every row's literal pieces and integers written in decimal with numpy; :class:`Packed` rows are
+then selected, reordered and replaced without copying bytes until they are packed for a trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+
+_POW10 = 10 ** np.arange(1, 20, dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class Ints:
+    """Integers, written in decimal (a ``-`` before negatives)."""
+
+    values: I64
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One bytes value per row: row ``i`` is ``data[start[i] : start[i] + length[i]]``.
+
+    Rows are views into ``data``, so reordering, selecting and replacing rows move no bytes;
+    :meth:`pack` lays them out back to back once, at the end."""
+
+    data: U8
+    start: I64
+    length: I64
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @staticmethod
+    def empty(n: int = 0) -> Packed:
+        """``n`` rows without args."""
+        zeros = np.zeros(n, dtype=np.int64)
+        return Packed(np.zeros(0, dtype=np.uint8), zeros, zeros)
+
+    @staticmethod
+    def concat(parts: Sequence[Packed]) -> Packed:
+        if not parts:
+            return Packed.empty()
+        shift = np.cumsum([0, *(len(p.data) for p in parts[:-1])])
+        return Packed(
+            np.concatenate([p.data for p in parts]),
+            np.concatenate([p.start + s for p, s in zip(parts, shift, strict=True)]),
+            np.concatenate([p.length for p in parts]),
+        )
+
+    def get(self, i: int) -> bytes:
+        lo = int(self.start[i])
+        return self.data[lo : lo + int(self.length[i])].tobytes()
+
+    def take(self, rows: I64) -> Packed:
+        """Rows ``rows``, in that order."""
+        return Packed(self.data, self.start[rows], self.length[rows])
+
+    def replace(self, new: Mapping[int, bytes]) -> Packed:
+        """A copy with the rows in ``new`` set to the given bytes."""
+        if not new:
+            return self
+        rows = np.fromiter(new, dtype=np.int64, count=len(new))
+        extra = [new[int(r)] for r in rows.tolist()]
+        lengths = np.fromiter(map(len, extra), dtype=np.int64, count=len(extra))
+        start, length = self.start.copy(), self.length.copy()
+        start[rows] = len(self.data) + np.cumsum(lengths) - lengths
+        length[rows] = lengths
+        data = np.concatenate([self.data, np.frombuffer(b"".join(extra), dtype=np.uint8)])
+        return Packed(data, start, length)
+
+    def pack(self) -> tuple[bytes, I64]:
+        """The rows back to back, and the offset of each (``n + 1`` offsets)."""
+        out = gather(self.data, self.start, self.length)
+        return out.data.tobytes(), np.concatenate([out.start, [len(out.data)]])
+
+
+def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
+    """``n`` rows, each the concatenation of ``pieces`` (a literal is the same in every row).
+
+    The rows are laid out in a fixed-width grid first -- each literal at one column, each
+    integer right-aligned in the widest width its column needs -- so that every piece is one
+    column-wise write; the zero padding is then squeezed out (literals hold no NUL byte)."""
+    layout: list[tuple[int, Any]] = []
+    for p in pieces:
+        if isinstance(p, bytes):
+            layout.append((len(p), np.frombuffer(p, dtype=np.uint8)))
+        else:
+            v = np.asarray(p.values, dtype=np.int64)
+            neg = v < 0
+            mag = v.astype(np.uint64)
+            mag[neg] = ~mag[neg] + np.uint64(1)  # |v|, also for the most negative int64
+            nd = np.searchsorted(_POW10, mag, side="right") + 1
+            layout.append((int((nd + neg).max(initial=1)), (mag, nd, neg)))
+    grid = np.zeros((n, sum(w for w, _ in layout)), dtype=np.uint8)
+    col = 0
+    for (width, what), piece in zip(layout, pieces, strict=True):
+        if isinstance(piece, bytes):
+            grid[:, col : col + width] = what
+        else:
+            mag, nd, neg = what
+            end = col + width
+            for d in range(int(nd.max(initial=1))):
+                mag, digit = np.divmod(mag, np.uint64(10))
+                grid[:, end - 1 - d] = np.where(nd > d, digit + np.uint64(48), 0)
+            if neg.any():
+                rows = np.flatnonzero(neg)
+                grid[rows, end - 1 - nd[rows]] = ord("-")
+        col += width
+    keep = grid != 0
+    length = keep.sum(axis=1).astype(np.int64)
+    return Packed(grid[keep], np.cumsum(length) - length, length)
+
+
+def ranges(shift: I64, length: I64) -> I64:
+    """Indices ``shift[i] + j`` for every row ``i`` and ``j`` in its range, where the ranges
+    lie back to back (``j`` counts from the start of the concatenation)."""
+    return np.repeat(shift, length) + np.arange(int(length.sum()), dtype=np.int64)
+
+
+def gather(src: U8, start: I64, length: I64) -> Packed:
+    """Row ``i`` is ``src[start[i] : start[i] + length[i]]``, copied into one buffer."""
+    first = np.cumsum(length) - length
+    return Packed(src[ranges(start - first, length)], first, length)

@@ -1,0 +1,182 @@
+"""Column-wise work on the NVTX text of an export: interning names and splitting
+``torch.autograd.profiler.emit_nvtx`` range names, with numpy over the raw UTF-8 bytes.
+
+``emit_nvtx`` names each range ``op, seq = N, op_id = M`` (``seq`` is absent for ops without
+autograd; ``, sizes = [...]`` follows with ``record_shapes``). Nearly every such text is
+distinct (``op_id`` counts up), so the split must not cost a Python call per row: the byte
+patterns are found for all rows at once, and only names -- a few hundred distinct ones -- become
+Python strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from importers.nsys_args import gather, ranges
+from importers.nsys_pages import Text
+
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+Bools = npt.NDArray[np.bool_]
+
+_OP_ID = b", op_id = "
+_SEQ = b", seq = "
+_MAX_DIGITS = 18  # fits int64; longer numbers go to the regular-expression path
+
+
+def decode_all(data: U8, start: I64, length: I64) -> list[str]:
+    """The byte ranges as strings: one C-level decode and split, not one call per row."""
+    n = len(start)
+    if not n:
+        return []
+    # Each range and the byte after it (made a NUL), then one decode and one split.
+    ends = np.cumsum(length + 1)
+    first = ends - length - 1
+    idx = ranges(start - first, length + 1)
+    buf = data[np.minimum(idx, len(data) - 1)] if len(data) else np.zeros(len(idx), np.uint8)
+    buf[ends - 1] = 0
+    parts = buf.tobytes().decode("utf-8", "replace").split("\x00")
+    if len(parts) == n + 1:
+        return parts[:n]
+    # A text with a NUL of its own: decode row by row.
+    return [
+        data[a : a + b].tobytes().decode("utf-8", "replace")
+        for a, b in zip(start.tolist(), length.tolist(), strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class TorchOps:
+    """``emit_nvtx`` ranges among the rows given to :func:`split_torch_ops` (positions in
+    that selection): the op name is the first ``name_length`` bytes of the text; ``seq`` is -1
+    where the text has none. ``odd`` rows name an ``op_id`` but need the full pattern match."""
+
+    rows: I64
+    name_length: I64
+    seq: I64
+    op_id: I64
+    odd: I64
+
+
+def _find(d: U8, pattern: bytes) -> I64:
+    """Start of every occurrence of ``pattern`` in ``d`` (the pattern does not overlap itself)."""
+    if len(d) < len(pattern):
+        return np.zeros(0, dtype=np.int64)
+    at = np.flatnonzero(d[: len(d) - len(pattern) + 1] == pattern[0])
+    for j in range(1, len(pattern)):
+        at = at[d[at + j] == pattern[j]]
+    return at.astype(np.int64)
+
+
+def _last_per_row(at: I64, offsets: I64, size: int, stop: I64 | None = None) -> tuple[I64, I64]:
+    """For matches ``at`` (of ``size`` bytes) in a buffer whose rows start at ``offsets``: the
+    row of the last match of each row that has one, and that match. A match counts when it ends
+    by ``stop[row]``, or by the row's end."""
+    row = np.searchsorted(offsets, at, side="right") - 1
+    limit = offsets[row + 1] if stop is None else stop[row]
+    keep = at + size <= limit
+    at, row = at[keep], row[keep]
+    last = np.ones(len(row), dtype=bool)
+    last[:-1] = row[1:] != row[:-1]
+    return row[last], at[last]
+
+
+def _digits(d: U8, lo: I64, hi: I64) -> tuple[Bools, Bools, I64]:
+    """Whether ``d[lo:hi]`` is one or more ASCII digits, whether there are too many of them
+    for an int64, and the value of those that fit."""
+    n = len(lo)
+    width = hi - lo
+    # Non-digits before each position: a range is all digits when none lie inside it.
+    before = np.zeros(len(d) + 1, dtype=np.int64)
+    np.cumsum((d < 48) | (d > 57), out=before[1:])
+    ok = (width >= 1) & (before[np.maximum(hi, lo)] == before[lo])
+    value = np.zeros(n, dtype=np.int64)
+    fits = ok & (width <= _MAX_DIGITS)
+    for j in range(int(width[fits].max(initial=0))):
+        live = fits & (width > j)
+        value = np.where(
+            live, value * 10 + d[np.where(live, lo + j, 0)].astype(np.int64) - 48, value
+        )
+    return ok, ok & ~fits, value
+
+
+def _tail(data: U8, start: I64, stop: I64, pattern: bytes) -> tuple[Bools, Bools, I64, I64]:
+    """For each text ``data[start:stop]``: whether it ends with ``pattern`` and 1-18 ASCII
+    digits; whether it ends with more digits than that (or lies too close to the buffer start to
+    tell: both need the slow path); where the pattern starts; the digits' value."""
+    n = len(start)
+    width = len(pattern) + _MAX_DIGITS + 2
+    first = stop - width
+    near = first < 0
+    rows = np.arange(n)
+    win = np.lib.stride_tricks.as_strided(data, (max(len(data) - width + 1, 0), width), (1, 1))
+    grid = win[np.where(near, 0, first)] if len(win) else np.zeros((n, width), np.uint8)
+    digit = (grid >= 48) & (grid <= 57)
+    back = digit[:, ::-1]
+    count = np.where(back.all(axis=1), width, back.argmin(axis=1))
+    count = np.minimum(count, stop - start)  # digits before the text are not its own
+    at = stop - count - len(pattern)
+    ok = (count >= 1) & (count <= _MAX_DIGITS) & (at >= start) & ~near
+    col = np.where(ok, width - count - len(pattern), 0)
+    for j, byte in enumerate(pattern):
+        ok &= grid[rows, col + j] == byte
+    value = np.zeros(n, dtype=np.int64)
+    for k in range(int(count[ok].max(initial=0))):
+        value += np.where(count > k, (grid[:, width - 1 - k].astype(np.int64) - 48) * 10**k, 0)
+    return ok, near | (count > _MAX_DIGITS), at, value
+
+
+def split_torch_ops(text: Text, rows: I64) -> TorchOps:
+    """Find the ``emit_nvtx`` names among ``rows`` of ``text`` (which must not be NULL)."""
+    start = text.start[rows]
+    stop = start + text.length[rows]
+    # Nearly always a text ends with ", op_id = <digits>" (rpartition's last occurrence), and
+    # the part before it with ", seq = <digits>": the name ends there, else at op_id.
+    ok, _, at, op_id = _tail(text.data, start, stop, _OP_ID)
+    ops = np.flatnonzero(ok)
+    good, unsure, sat, seq = _tail(text.data, start[ops], at[ops], _SEQ)
+    sure = ~(unsure & ~good)
+    ops, good, sat, seq = ops[sure], good[sure], sat[sure], seq[sure]
+    # The others by searching: texts without the pattern, odd layouts (record_shapes' sizes).
+    rest = np.setdiff1d(np.arange(len(rows)), ops, assume_unique=True)
+    slow = _search(text, rows[rest])
+    found = np.concatenate([ops, rest[slow.rows]])
+    order = np.argsort(found, kind="stable")
+    return TorchOps(
+        found[order],
+        np.concatenate([np.where(good, sat, at[ops]) - start[ops], slow.name_length])[order],
+        np.concatenate([np.where(good, seq, -1), slow.seq])[order],
+        np.concatenate([op_id[ops], slow.op_id])[order],
+        rest[slow.odd],
+    )
+
+
+def _search(text: Text, rows: I64) -> TorchOps:
+    """The same by searching each text for the patterns (the general, slower way)."""
+    packed = gather(text.data, text.start[rows], text.length[rows])
+    d, off = packed.data, np.concatenate([packed.start, [len(packed.data)]])
+    # The last ", op_id = " of each row, then digits up to the row's end.
+    ops, at = _last_per_row(_find(d, _OP_ID), off, len(_OP_ID))
+    ok, long_, op_id = _digits(d, at + len(_OP_ID), off[ops + 1])
+    ok &= ~long_
+    odd = ops[~ok]
+    ops, at, op_id = ops[ok], at[ok], op_id[ok]
+    # The last ", seq = " before it; the name ends there when digits follow, else at op_id.
+    end = np.full(len(rows), -1, dtype=np.int64)
+    end[ops] = at
+    srow, sat = _last_per_row(_find(d, _SEQ), off, len(_SEQ), end)
+    good, long_, seq_v = _digits(d, sat + len(_SEQ), end[srow])
+    if long_.any():  # a sequence number beyond int64: the full pattern keeps its digits
+        odd = np.sort(np.concatenate([odd, srow[long_]]))
+        keep = ~np.isin(ops, srow[long_])
+        ops, at, op_id = ops[keep], at[keep], op_id[keep]
+        end[srow[long_]] = -1
+        good &= ~long_
+    seq = np.full(len(rows), -1, dtype=np.int64)
+    seq[srow[good]] = seq_v[good]
+    name_end = end.copy()
+    name_end[srow[good]] = sat[good]
+    return TorchOps(ops, name_end[ops] - off[ops], seq[ops], op_id, odd)

@@ -1,0 +1,99 @@
+"""Column-wise args JSON and NVTX text splitting against their one-row-at-a-time definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from importers.nsys_args import Ints, Packed, assemble
+from importers.nsys_pages import Text
+from importers.nsys_tables import torch_op
+from importers.nsys_text import decode_all, split_torch_ops
+
+
+def test_assemble_writes_what_printf_writes() -> None:
+    rng = np.random.default_rng(1)
+    n = 3000
+    cols = [rng.integers(-(10**k), 10**k, n) for k in range(1, 19)]
+    cols[0][:4] = [0, -1, 9, -9]
+    cols[-1][:3] = [2**63 - 1, -(2**63), 10**18]
+    pieces: list[bytes | Ints] = [b"{"]
+    for k, c in enumerate(cols):
+        pieces += [f'"k{k}":'.encode(), Ints(c), b","]
+    packed = assemble(n, [*pieces[:-1], b"}"])
+    template = "{" + ",".join(f'"k{k}":%d' for k in range(len(cols))) + "}"
+    for i in range(n):
+        assert packed.get(i) == (template % tuple(int(c[i]) for c in cols)).encode()
+    blob, offsets = packed.take(np.arange(n)[::-1]).pack()
+    assert blob[offsets[0] : offsets[1]] == packed.get(n - 1)
+
+
+def test_packed_rows_move_without_copying() -> None:
+    a = assemble(3, [b'{"x":', Ints(np.array([1, 22, 333])), b"}"])
+    b = Packed.concat([a, Packed.empty(2), a.take(np.array([2]))])
+    c = b.replace({1: b'{"y":[]}', 3: b""})
+    assert [c.get(i) for i in range(len(c))] == [
+        b'{"x":1}',
+        b'{"y":[]}',
+        b'{"x":333}',
+        b"",
+        b"",
+        b'{"x":333}',
+    ]
+    blob, offsets = c.take(np.array([5, 0, 1])).pack()
+    assert blob == b'{"x":333}{"x":1}{"y":[]}' and offsets.tolist() == [0, 9, 16, 24]
+
+
+def _reference(text: str) -> tuple[str, int, int] | str | None:
+    """The definition: rpartition on the last ``, op_id = `` and ``, seq = ``; layouts with
+    other content after the id take the full pattern (``torch_op``)."""
+    head, sep, op_id = text.rpartition(", op_id = ")
+    if not sep:
+        return None
+    if not (op_id.isdigit() and op_id.isascii()):
+        return "pattern"
+    name, sep, seq = head.rpartition(", seq = ")
+    if sep and seq.isdigit() and seq.isascii():
+        return name, int(seq), int(op_id)
+    return head, -1, int(op_id)
+
+
+TEXTS = [
+    "aten::mm, seq = 3, op_id = 7",
+    "aten::empty_strided, op_id = 999730",
+    "forward",
+    "",
+    "x, op_id = abc",
+    "a, seq = x, op_id = 5",
+    "aten::add, seq = 12, op_id = 99, sizes = [[1], [2]]",
+    "q, seq = 1, op_id = 2, op_id = 3",
+    ", op_id = 5",
+    "w, seq = , op_id = 3",
+    "trailing, op_id = 6 ",
+    "ünïcode::op, seq = 40, op_id = 41",
+    "0, op_id = 1",
+]
+
+
+@pytest.mark.parametrize("lead", [b"", b"#" * 64])
+def test_split_matches_rpartition(lead: bytes) -> None:
+    raw = [t.encode() for t in TEXTS]
+    length = np.array([len(r) for r in raw], dtype=np.int64)
+    start = np.cumsum(length) - length + len(lead)
+    data = np.frombuffer(lead + b"".join(raw), dtype=np.uint8)
+    text = Text(data, start, length, np.zeros(len(raw), dtype=bool))
+    ops = split_torch_ops(text, np.arange(len(raw)))
+    got: dict[int, object] = {int(k): "pattern" for k in ops.odd}
+    for i, k in enumerate(ops.rows.tolist()):
+        name = raw[k][: int(ops.name_length[i])].decode()
+        got[k] = (name, int(ops.seq[i]), int(ops.op_id[i]))
+    for k, t in enumerate(TEXTS):
+        assert got.get(k) == _reference(t), t
+    assert torch_op(TEXTS[6]) == ("aten::add", b'{"seq":12,"op_id":99,"sizes":"[[1], [2]]"}')
+    assert decode_all(data, start, length) == TEXTS
+
+
+def test_decode_all_with_a_nul_inside() -> None:
+    data = np.frombuffer(b"ab\x00cdef", dtype=np.uint8)
+    got = decode_all(data, np.array([0, 3]), np.array([3, 3]))
+    assert got == ["ab\x00", "cde"]
