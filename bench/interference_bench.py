@@ -11,8 +11,10 @@ Cases (each run ``--repeat`` times, alternating on and off; medians and the on/o
   :func:`echo_view.sim.config_sim.simulate_config`, with and without the interference model
   (composition included in both). Also ``--config PATH`` for another one.
 
-Also prints the step time each way, and for a 4x faster network (``comm.scale=0.25``), so the
-effect of the model is visible next to its cost.
+For the config also the engine alone (composition done once; on includes the per-op slowdowns
+and the rate hook). Times are CPU time of this process (``time.process_time``): the machine
+may be shared, and wall time then measures the neighbours. Also prints the step time each way,
+and for a 4x faster network (``comm.scale=0.25``), so the effect is visible next to its cost.
 
     python bench/interference_bench.py [--repeat 7] [--config PATH]
 """
@@ -37,13 +39,13 @@ from echo_view.analysis.interference_features import (  # noqa: E402
 )
 from echo_view.cli import build_registry  # noqa: E402
 from echo_view.cli.workload import load_workload  # noqa: E402
-from echo_view.sim import simulate, step_spans  # noqa: E402
+from echo_view.sim import engine, simulate, step_spans  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
 from echo_view.sim.config_sim import simulate_config  # noqa: E402
 from echo_view.sim.interference import default_model  # noqa: E402
-from echo_view.sim.interference_sim import simulate_replay  # noqa: E402
+from echo_view.sim.interference_sim import config_rate_hook, simulate_replay  # noqa: E402
 from echo_view.sim.replay import workload_from_job  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -54,9 +56,9 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     times = []
     for _ in range(repeat):
         gc.collect()
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return statistics.median(times), out
 
 
@@ -108,9 +110,24 @@ def config_case(path: Path, repeat: int) -> None:
         )  # fmt: skip
 
     off, on = pair(lambda: run(False), lambda: run(True), repeat)
-    ops = len(run(False).composed.workload)
-    print(f"config {path.name}: {ops} ops")
+    composed = run(False).composed
+    wl = composed.workload
+    e_off, e_on = pair(
+        lambda: engine.run(wl, composed.dur_ns, composed.coll_dur_ns),
+        lambda: engine.run(
+            wl,
+            composed.dur_ns,
+            composed.coll_dur_ns,
+            rates=config_rate_hook(composed, model, cluster.gpu.name),
+        ),
+        repeat,
+    )
+    print(f"config {path.name}: {len(wl)} ops")
     print(f"  median off {off * 1e3:.1f} ms, on {on * 1e3:.1f} ms, ratio {on / off:.2f}x")
+    print(
+        f"  engine alone: median off {e_off * 1e3:.1f} ms, on {e_on * 1e3:.1f} ms, "
+        f"ratio {e_on / e_off:.2f}x"
+    )
     print(
         f"  step: off {run(False).step_ns / 1e9:.4f} s, on {run(True).step_ns / 1e9:.4f} s; "
         f"comm.scale=0.25: off {run(False, 0.25).step_ns / 1e9:.4f} s, "

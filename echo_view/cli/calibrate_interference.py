@@ -79,4 +79,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             f"wrote the {kind} model to {args.output}"
             + ("" if better else " (the fitted model did not beat the constant one held out)")
         )
+        if errs[kind].weighted_abs >= errs["none"].weighted_abs:
+            console.print(
+                "note: held out, it does not beat ignoring interference on these traces "
+                "(their overlapped kernels show no consistent slowdown)"
+            )
     return 0
