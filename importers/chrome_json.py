@@ -47,7 +47,6 @@ where ``[`` + the rest of the text closed.
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,12 +59,13 @@ from echo_view.errors import InputError
 from importers.chrome_json_text import (
     BLOCK,
     BOM,
-    GZIP_MAGIC,
     HINT_JSON,
     WS,
     TextCursor,
     json_kind,
     line_col_in_file,
+    looks_like_trace,
+    sniff_head,
     split_decode_error,
     validation_error,
 )
@@ -414,27 +414,3 @@ def read_container(path: str | Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) 
         container.close()
         raise
     return container
-
-
-def sniff_head(path: str | Path, limit: int = 1 << 16) -> bytes:
-    """The first ``limit`` decompressed bytes of ``path`` (``b""`` when unreadable)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(limit)
-    except OSError:
-        return b""
-    if not raw.startswith(GZIP_MAGIC):
-        return raw
-    try:
-        return zlib.decompressobj(wbits=31).decompress(raw, limit)
-    except zlib.error:
-        return b""
-
-
-def looks_like_trace(head: bytes) -> bool:
-    """Whether text starting with ``head`` looks like trace-event JSON (cheap, not a proof)."""
-    text = head.removeprefix(BOM).lstrip(WS)
-    if text.startswith(b"["):
-        rest = text[1:].lstrip(WS)
-        return rest.startswith(b"{") or rest.startswith(b"]") or not rest
-    return text.startswith(b"{") and b'"traceEvents"' in text

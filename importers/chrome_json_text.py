@@ -352,3 +352,27 @@ class TextCursor:
                     return m.end()
             if not self._more():
                 raise self._json_error("invalid JSON: the file ends inside a value", len(buf))
+
+
+def sniff_head(path: str | Path, limit: int = 1 << 16) -> bytes:
+    """The first ``limit`` decompressed bytes of ``path`` (``b""`` when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit)
+    except OSError:
+        return b""
+    if not raw.startswith(GZIP_MAGIC):
+        return raw
+    try:
+        return zlib.decompressobj(wbits=31).decompress(raw, limit)
+    except zlib.error:
+        return b""
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """Whether text starting with ``head`` looks like trace-event JSON (cheap, not a proof)."""
+    text = head.removeprefix(BOM).lstrip(WS)
+    if text.startswith(b"["):
+        rest = text[1:].lstrip(WS)
+        return rest.startswith(b"{") or rest.startswith(b"]") or not rest
+    return text.startswith(b"{") and b'"traceEvents"' in text
