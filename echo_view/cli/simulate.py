@@ -8,7 +8,9 @@ trace. ``-o`` writes the predicted timeline in any export format; ``--json`` pri
 times (predicted and measured) and their breakdown.
 
 Knobs for ``--set``: ``cluster.<key>`` (see :data:`echo_view.sim.cluster.OVERRIDE_KEYS`),
-``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``.
+``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``,
+``interference`` (``on``, the default: compute beside communication is slowed, the measured
+slowdown removed first; ``off``; or a model file from ``echo-view calibrate interference``).
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from echo_view.analysis.interference_features import trace_generation
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry
 from echo_view.model import Job
-from echo_view.sim import MeasuredCompute, predicted_job, simulate
+from echo_view.sim import MeasuredCompute, predicted_job
 from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
 from echo_view.sim.compute import SCALE_KEYS
+from echo_view.sim.interference import model_from_setting
+from echo_view.sim.interference_sim import simulate_replay
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
 from echo_view.units import format_duration
@@ -38,6 +43,7 @@ KNOWN_KEYS: tuple[str, ...] = (
     *(f"cluster.{k}" for k in OVERRIDE_KEYS),
     *(f"compute.scale.{k}" for k in SCALE_KEYS),
     "comm.scale",
+    "interference",
 )
 
 
@@ -191,9 +197,12 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
 
         comm = default_comm_model()
     workload = workload_from_job(job)
-    sim = simulate(
-        workload, cluster, compute=MeasuredCompute(scales), comm=comm, comm_scale=comm_scale
-    )
+    gen = next((g for t in job.traces if (g := trace_generation(t))), 0)
+    model = model_from_setting(overrides.get("interference", "on"), gen)
+    sim = simulate_replay(
+        workload, job, cluster, compute=MeasuredCompute(scales), comm=comm,
+        comm_scale=comm_scale, interference=model,
+    )  # fmt: skip
     predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
     t_sim = time.perf_counter()
     report = compare(job_steps(predicted), job_steps(job))
@@ -212,6 +221,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         },
         "workload": {"ops": info.ops, "deps": info.deps},
         "cluster": cluster.describe() if cluster is not None else None,
+        "interference": model.describe() if model is not None else None,
         "overrides": overrides,
         "seconds": {"import": t_import - t0, "simulate": t_sim - t_import},
     }
