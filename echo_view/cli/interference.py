@@ -153,10 +153,12 @@ def _f(x: float | None, digits: int = 2) -> str:
 def render(rep: dict[str, Any], console: Console) -> None:
     """The report as tables."""
     table = Table(box=box.SIMPLE_HEAD, title="slowdown of compute kernels overlapped by NCCL")
-    for col in ("class", "overlapped", "alone", "median", "p90", "overlap", "constant s",
-                "collectives"):  # fmt: skip
+    for col in ("class", "kernels", "alone", "median", "p90", "overlap", "s", "collectives"):
         table.add_column(
-            col, justify="left" if col in ("class", "collectives") else "right", no_wrap=True
+            col,
+            justify="left" if col in ("class", "collectives") else "right",
+            no_wrap=col != "collectives",
+            min_width=13 if col == "class" else None,
         )
     for c in rep["classes"]:
         kinds = " ".join(f"{_SHORT.get(k, k)}:{n}" for k, n in sorted(c["comm_kinds"].items()))
@@ -174,10 +176,11 @@ def render(rep: dict[str, Any], console: Console) -> None:
     used = [t for t in rep["traces"] if t["samples"]]
     console.print(
         f"{rep['samples']} overlapped kernels with a solo reference in {len(used)} of "
-        f"{len(rep['traces'])} traces. slowdown: duration / solo duration; overlap: share of "
-        "the duration with communication active; constant s: full-overlap slowdown of the "
-        "constant model; collectives: AR all-reduce, AG all-gather, RS reduce-scatter, "
-        "SR send/recv, A2A all-to-all, BC broadcast, ? unknown"
+        f"{len(rep['traces'])} traces. kernels: overlapped, with a solo reference; alone: "
+        "kernels that never overlapped; median, p90: slowdown = duration / solo duration; "
+        "overlap: median share of the duration with communication active; s: full-overlap "
+        "slowdown of the constant model; collectives: AR all-reduce, AG all-gather, "
+        "RS reduce-scatter, SR send/recv, A2A all-to-all, BC broadcast, ? unknown"
     )
     if "holdout" in rep:
         h = rep["holdout"]

@@ -1,0 +1,64 @@
+"""``echo-view interference``, ``echo-view calibrate interference`` and ``--set interference``
+of ``echo-view simulate``, on the samples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+
+pytest.importorskip("importers.kineto")
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+DLRM = str(SAMPLES / "dlrm_kineto")
+HTA = str(SAMPLES / "hta_nccl" / "nccl_data.json.gz")
+SAMPLED = str(SAMPLES / "hta_sampled_128")
+
+
+def test_interference_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["interference", DLRM, HTA, "--json", "--holdout", "trace"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["inputs"] == sorted([DLRM, HTA])
+    assert len(rep["traces"]) == 9 and rep["samples"] == sum(t["samples"] for t in rep["traces"])
+    rows = {c["class"]: c for c in rep["classes"]}
+    assert sum(c["samples"] for c in rows.values()) == rep["samples"]
+    for c in rows.values():
+        if c["samples"]:
+            assert c["median_slowdown"] > 0 and c["p90_slowdown"] >= c["median_slowdown"]
+            assert 0 < c["median_overlap_fraction"] <= 1 and c["constant_factor"] >= 1
+            assert sum(c["comm_kinds"].values()) == c["samples"]
+    h = rep["holdout"]
+    assert h["split"] == "trace"
+    assert h["none"]["samples"] == h["constant"]["samples"] == h["fitted"]["samples"] > 0
+
+
+def test_interference_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["interference", DLRM]) == 0
+    out = capsys.readouterr().out
+    assert "elementwise" in out and "overlapped kernels with a solo reference" in out
+
+
+def test_calibrate_then_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "interference.toml"
+    assert main(["calibrate", "interference", HTA, SAMPLED, "-o", str(model), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["chosen"] in ("constant", "fitted") and rep["holdout"]["split"] == "job"
+    text = model.read_text()
+    assert f'kind = "{rep["chosen"]}"' in text and "[evaluation.job]" in text
+    assert main(["simulate", DLRM, "--set", f"interference={model}", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["interference"]["kind"] == rep["chosen"]
+    assert main(["simulate", DLRM, "--set", "interference=off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["interference"] is None
+    assert main(["simulate", DLRM, "--json"]) == 0
+    on = json.loads(capsys.readouterr().out)["interference"]
+    assert on["kind"] == "constant" and on["source"].startswith("published (volta)")
+
+
+def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", DLRM, "--set", "interference=sometimes"]) != 0
+    assert "interference" in capsys.readouterr().err
+    assert main(["calibrate", "interference", DLRM, "-o", str(tmp_path / "m.json")]) != 0
+    assert ".toml" in capsys.readouterr().err
