@@ -19,11 +19,13 @@ trip. This covers a CPU thread's calls between two host syncs (a launch resolves
 it starts, so its end has one successor, the next call) and runs of kernels with no outside
 dependency (a traced graph). It stays exact because the engine has no resource contention: an
 op's duration does not depend on what runs beside it. A cost model that made it depend
-(interference) would have to turn it off (``coarsen=False``). Interference is such a model: with
-a rate hook (:class:`~echo_view.sim.interference_rates.RateHook`) the ops it pins — compute ops
-that communication on their GPU can slow, and that communication — are never chained, a pinned
-compute op's end comes from the hook and moves when communication on its GPU starts or ends
-(superseded heap entries are skipped), and everything else runs as before.
+(interference) would have to turn it off (``coarsen=False``). Interference is such a model, and
+turns it off exactly where it applies: with a rate hook
+(:class:`~echo_view.sim.interference_rates.RateHook`, protocol in its module) the ops it pins —
+compute ops that communication on their GPU can slow, and that communication — are never
+chained; a pinned compute op's end comes from the hook when communication known on its GPU
+reaches it, and moves when communication there starts or ends (superseded heap entries are
+skipped); every other op runs, and is chained, as before.
 
 The engine does no I/O, keeps no global state and uses no randomness.
 """
