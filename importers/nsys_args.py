@@ -93,34 +93,42 @@ def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
     integer right-aligned in the widest width its column needs -- so that every piece is one
     column-wise write; the zero padding is then squeezed out (literals hold no NUL byte)."""
     layout: list[tuple[int, Any]] = []
+    length = np.zeros(n, dtype=np.int64)
     for p in pieces:
         if isinstance(p, bytes):
             layout.append((len(p), np.frombuffer(p, dtype=np.uint8)))
-        else:
-            v = np.asarray(p.values, dtype=np.int64)
-            neg = v < 0
+            length += len(p)
+            continue
+        v = np.asarray(p.values, dtype=np.int64)
+        neg = v < 0
+        if neg.any():
             mag = v.astype(np.uint64)
             mag[neg] = ~mag[neg] + np.uint64(1)  # |v|, also for the most negative int64
-            nd = np.searchsorted(_POW10, mag, side="right") + 1
-            layout.append((int((nd + neg).max(initial=1)), (mag, nd, neg)))
-    grid = np.zeros((n, sum(w for w, _ in layout)), dtype=np.uint8)
+        else:
+            mag = v
+        nd = np.searchsorted(_POW10, mag.astype(np.uint64), side="right") + 1
+        length += nd + neg
+        layout.append((int((nd + neg).max(initial=1)), (mag, nd, neg)))
+    # Column-major while writing (each piece fills whole rows), row-major when squeezed.
+    grid = np.zeros((sum(w for w, _ in layout), n), dtype=np.uint8)
     col = 0
     for (width, what), piece in zip(layout, pieces, strict=True):
         if isinstance(piece, bytes):
-            grid[:, col : col + width] = what
+            grid[col : col + width] = what[:, None]
         else:
             mag, nd, neg = what
             end = col + width
+            ten = mag.dtype.type(10)
             for d in range(int(nd.max(initial=1))):
-                mag, digit = np.divmod(mag, np.uint64(10))
-                grid[:, end - 1 - d] = np.where(nd > d, digit + np.uint64(48), 0)
+                mag, digit = np.divmod(mag, ten)
+                # Leading zeros stay NUL and are squeezed out.
+                grid[end - 1 - d] = np.where(nd > d, digit + 48, 0)
             if neg.any():
                 rows = np.flatnonzero(neg)
-                grid[rows, end - 1 - nd[rows]] = ord("-")
+                grid[end - 1 - nd[rows], rows] = ord("-")
         col += width
-    keep = grid != 0
-    length = keep.sum(axis=1).astype(np.int64)
-    return Packed(grid[keep], np.cumsum(length) - length, length)
+    flat = np.ascontiguousarray(grid.T)
+    return Packed(flat[flat != 0], np.cumsum(length) - length, length)
 
 
 def ranges(shift: I64, length: I64) -> I64:

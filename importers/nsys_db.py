@@ -189,17 +189,16 @@ class Export:
                 if "DESC" in shape:  # INTEGER PRIMARY KEY DESC is not a rowid alias
                     return None
                 alias = name
-        want = {c: pos[c] for c in (*ints, *texts, *present) if c in pos}
-        rec = self._pages.records(root, len(layout), want, alias)
+        want = {c: pos[c] for c in (*ints, *texts) if c in pos}
+        flags = {c: pos[c] for c in present if c in pos}
+        rec = self._pages.records(root, len(layout), want, alias, flags)
         if rec is None:
             return None
         n = len(rec)
-        out_i: dict[str, I64] = {}
-        for c, default in ints.items():
-            values = rec.ints(c, default) if c in pos else np.full(n, default, dtype=np.int64)
-            if values is None:
-                return None
-            out_i[c] = values
+        got = rec.int_columns({c: d for c, d in ints.items() if c in pos})
+        if got is None:
+            return None
+        out_i = {c: got[c] if c in got else np.full(n, d, dtype=np.int64) for c, d in ints.items()}
         out_t: dict[str, Text] = {}
         for c in texts:
             text = rec.text(c) if c in pos else _null_text(n)

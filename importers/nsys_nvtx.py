@@ -28,7 +28,7 @@ from importers.nsys_tables import (
     json_pieces,
     torch_op,
 )
-from importers.nsys_text import decode_all, split_torch_ops
+from importers.nsys_text import decode_all, intern_ranges, split_torch_ops
 
 TABLE = "NVTX_EVENTS"
 _ENCODE = msgspec.json.Encoder()
@@ -100,8 +100,7 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
     gid = names.from_ids(np.maximum(text_id, 0))
     inline = np.flatnonzero(text_id < 0)
     if len(inline):
-        parts = decode_all(text.data, text.start[inline], name_length[inline])
-        gid[inline] = _intern_column(names, parts)
+        gid[inline] = intern_ranges(names, text.data, text.start[inline], name_length[inline])
     # The rare layouts (record_shapes' "sizes = [...]") go through the full pattern.
     odd_args: dict[int, bytes] = {}
     odd = torch_rows[ops.odd]
@@ -181,12 +180,6 @@ def _scatter(n: int, groups: list[tuple[I64, list[tuple[str, I64]]]]) -> Packed:
     order = np.empty(n, dtype=np.int64)
     order[np.concatenate([covered, empty])] = np.arange(n)
     return Packed.concat([*parts, Packed.empty(len(empty))]).take(order)
-
-
-def _intern_column(names: Names, values: list[str]) -> I64:
-    """Registry ids of a column of strings, interning each distinct value once."""
-    ids = {v: names.intern(v) for v in dict.fromkeys(values)}
-    return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _payloads(

@@ -69,24 +69,38 @@ class Records:
     def ints(self, column: str, default: int) -> I64 | None:
         """The column as integers, NULL as ``default``; ``None`` when a value is not an
         integer (the caller then reads the table with SQL)."""
-        t, off = self.types[column], self.offsets[column]
-        if not len(t):
-            return np.zeros(0, dtype=np.int64)
-        top = int(t.max())
-        if int(t.min()) == _ROWID:
-            return off.copy()
+        got = self.int_columns({column: default})
+        return None if got is None else got[column]
+
+    def int_columns(self, defaults: dict[str, int]) -> dict[str, I64] | None:
+        """Several columns as integers at once (NULL as each one's default); ``None`` when a
+        value is not an integer."""
+        out: dict[str, I64] = {}
+        cols = []
+        for c in defaults:
+            if len(self.types[c]) and int(self.types[c][0]) == _ROWID:
+                out[c] = self.offsets[c].copy()
+            else:
+                cols.append(c)
+        if not cols or not len(self):
+            return {**out, **{c: np.zeros(0, dtype=np.int64) for c in cols}}
+        t = np.stack([self.types[c] for c in cols])
+        off = np.stack([self.offsets[c] for c in cols])
+        low, top = int(t.min()), int(t.max())
         if top >= 10 or (top >= 7 and (t == 7).any()):
             return None
+        if low == 0 or top >= 8:  # NULL, 0 and 1 take no bytes: the offset may be the end
+            off = np.where((t >= 1) & (t <= 6), off, 0)
         # The first byte of a value is its most significant: read 8 bytes big endian and shift
         # the surplus out (arithmetic shift, so the sign extends).
-        # NULL and the constants 0 and 1 take no bytes: their offset may be the file's end.
-        out: I64 = self.file.int64_at(np.where((t >= 1) & (t <= 6), off, 0)) >> _SHIFT[t]
+        values = self.file.int64_at(off.reshape(-1)).reshape(off.shape) >> _SHIFT[t]
         if top >= 8:
-            out[t == 8] = 0
-            out[t == 9] = 1
-        null = t == 0
-        if null.any():
-            out[null] = default
+            values[t == 8] = 0
+            values[t == 9] = 1
+        if low == 0:
+            fill = np.array([defaults[c] for c in cols], dtype=np.int64)[:, None]
+            values = np.where(t == 0, fill, values)
+        out.update(zip(cols, values, strict=True))
         return out
 
     def set(self, column: str) -> Bools:
@@ -157,19 +171,30 @@ class PageFile:
         return out
 
     def records(
-        self, root: int, ncols: int, columns: dict[str, int], rowid_alias: str | None
+        self,
+        root: int,
+        ncols: int,
+        columns: dict[str, int],
+        rowid_alias: str | None,
+        flags: dict[str, int] | None = None,
     ) -> Records | None:
         """Decode the rows of the table (of ``ncols`` columns) whose B-tree starts at page
         ``root``: ``columns`` maps a name to its position in the record; ``rowid_alias`` names
-        an INTEGER PRIMARY KEY column (stored as the rowid). ``None`` when the pages are not as
+        an INTEGER PRIMARY KEY column (stored as the rowid); of ``flags`` columns only the
+        serial types are wanted (whether they are set). ``None`` when the pages are not as
         expected."""
         try:
-            return self._records(root, ncols, columns, rowid_alias)
+            return self._records(root, ncols, columns, rowid_alias, flags or {})
         except IndexError:  # an offset outside the file: corrupt, let SQLite say so
             return None
 
     def _records(
-        self, root: int, ncols: int, columns: dict[str, int], rowid_alias: str | None
+        self,
+        root: int,
+        ncols: int,
+        columns: dict[str, int],
+        rowid_alias: str | None,
+        flags: dict[str, int],
     ) -> Records | None:
         cells = self._leaf_cells(root)
         if cells is None:
@@ -180,21 +205,22 @@ class PageFile:
             return None
         rowid, pos = self._varints(pos)
         hsize, first = self._varints(pos)
-        want = max(columns.values(), default=-1) + 1
+        values = max(columns.values(), default=-1) + 1
+        want = max(values, max(flags.values(), default=-1) + 1)
         types = self._serial_types(first, pos + hsize, want, (first - pos) + ncols == hsize)
-        if types is None or int(types.max(initial=0)) >= len(_SIZE):
+        if types is None or int(types[:values].max(initial=0)) >= len(_SIZE):
             return None
-        sizes = _SIZE[types]
+        sizes = _SIZE[types[:values]]
         if int(sizes.min(initial=0)) < 0:
             return None  # reserved serial types: not a record this reader knows
         # Each value starts where the previous one ended.
         body = pos + hsize
-        starts = np.empty((want, n), dtype=np.int64)
+        starts = np.empty((values, n), dtype=np.int64)
         at = body.copy()
-        for k in range(want):
+        for k in range(values):
             starts[k] = at
             at += sizes[k]
-        if want and (at > pos + payload).any():
+        if values and (at > pos + payload).any():
             return None
         tcols: dict[str, npt.NDArray[Any]] = {}
         ocols: dict[str, I64] = {}
@@ -204,6 +230,8 @@ class PageFile:
                 tcols[name], ocols[name] = np.full(n, _ROWID, dtype=np.int32), rowid
             else:
                 tcols[name], ocols[name] = types[k], starts[k]
+        for name, k in flags.items():
+            tcols.setdefault(name, types[k])
         return Records(self, rowid, tcols, ocols)
 
     # -- bytes -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from importers.nsys_args import gather, ranges
 from importers.nsys_pages import Text
+from importers.nsys_tables import Names
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -46,6 +47,47 @@ def decode_all(data: U8, start: I64, length: I64) -> list[str]:
         data[a : a + b].tobytes().decode("utf-8", "replace")
         for a, b in zip(start.tolist(), length.tolist(), strict=True)
     ]
+
+
+# Texts up to this many bytes are grouped by their bytes without being decoded.
+_KEY_BYTES = 48
+_MIX = np.array(
+    [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x27D4EB2F165667C5],
+    dtype=np.uint64,
+)  # fmt: skip
+
+
+def intern_ranges(names: Names, data: U8, start: I64, length: I64) -> I64:
+    """Registry ids of the texts ``data[start:start+length]``: texts are grouped by their
+    bytes (short ones by a hash of their zero-padded bytes, checked byte for byte), and each
+    distinct text is decoded and interned once."""
+    n = len(start)
+    out = np.empty(n, dtype=np.int64)
+    width = _KEY_BYTES
+    short = (length <= width) & (start + width <= len(data))
+    rows = np.flatnonzero(short)
+    if len(rows):
+        view = np.lib.stride_tricks.as_strided(data, (max(len(data) - width + 1, 0), width), (1, 1))
+        grid = view[start[rows]] * (np.arange(width) < length[rows, None])
+        words = grid.view(np.uint64)
+        key = length[rows].astype(np.uint64) * _MIX[-1]
+        for j in range(words.shape[1]):
+            key += words[:, j] * _MIX[j]
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        rep = first[group]
+        if (words == words[rep]).all() and (length[rows] == length[rows[rep]]).all():
+            texts = decode_all(data, start[rows[first]], length[rows[first]])
+            out[rows] = np.array([names.intern(t) for t in texts], dtype=np.int64)[group]
+        else:  # two texts with one hash: decode them all
+            short[:] = False
+    rest = np.flatnonzero(~short)
+    if len(rest):
+        texts = decode_all(data, start[rest], length[rest])
+        ids = {t: names.intern(t) for t in dict.fromkeys(texts)}
+        out[rest] = np.fromiter(map(ids.__getitem__, texts), dtype=np.int64, count=len(texts))
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,15 +156,22 @@ def _tail(data: U8, start: I64, stop: I64, pattern: bytes) -> tuple[Bools, Bools
     rows = np.arange(n)
     win = np.lib.stride_tricks.as_strided(data, (max(len(data) - width + 1, 0), width), (1, 1))
     grid = win[np.where(near, 0, first)] if len(win) else np.zeros((n, width), np.uint8)
-    digit = (grid >= 48) & (grid <= 57)
-    back = digit[:, ::-1]
-    count = np.where(back.all(axis=1), width, back.argmin(axis=1))
+    # Trailing digits, counted from the end while any row still has one.
+    count = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    for k in range(1, width + 1):
+        byte = grid[:, width - k]
+        alive &= (byte >= 48) & (byte <= 57)
+        if not alive.any():
+            break
+        count += alive
     count = np.minimum(count, stop - start)  # digits before the text are not its own
     at = stop - count - len(pattern)
     ok = (count >= 1) & (count <= _MAX_DIGITS) & (at >= start) & ~near
-    col = np.where(ok, width - count - len(pattern), 0)
+    flat = grid.reshape(-1)
+    at_pattern = rows * width + np.where(ok, width - count - len(pattern), 0)
     for j, byte in enumerate(pattern):
-        ok &= grid[rows, col + j] == byte
+        ok &= flat[at_pattern + j] == byte
     value = np.zeros(n, dtype=np.int64)
     for k in range(int(count[ok].max(initial=0))):
         value += np.where(count > k, (grid[:, width - 1 - k].astype(np.int64) - 48) * 10**k, 0)
