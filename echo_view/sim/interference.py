@@ -52,7 +52,7 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 _SHIFT = 1 << 46  # ns (19.5 hours): one GPU's time range when all are handled at once
 
-_ECHO = "Echo (arXiv 2412.12487) sec. 2, A100 DDP with a 25 MB all-reduce"
+_ECHO = "Echo (arXiv 2412.12487) motivation study: A100, DDP, 25 MB all-reduce"
 _ECHO_T3 = "Echo Table 3, A800, CUDA 12.1"
 _LEE = "Lee et al. (arXiv 2507.03114): 18.9% mean slowdown on A100/H100/MI250/MI210"
 #: Full-overlap slowdown per class and GPU generation, from published measurements.
