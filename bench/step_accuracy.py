@@ -19,14 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from echo_view.analysis.interference_features import gpu_generation  # noqa: E402
 from echo_view.cli.workload import graph_for_config  # noqa: E402
 from echo_view.model.config import parse_workload_config  # noqa: E402
-from echo_view.sim import engine  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
-from echo_view.sim.compose import compose  # noqa: E402
-from echo_view.sim.compose_costs import CollectiveCache  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
+from echo_view.sim.config_sim import simulate_config  # noqa: E402
+from echo_view.sim.interference import model_from_setting  # noqa: E402
 
 
 def main() -> int:
@@ -34,6 +34,9 @@ def main() -> int:
     ap.add_argument("runs", nargs="?", default=str(ROOT / "samples/configs/validation"))
     ap.add_argument("--sweep", default="")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument(
+        "--interference", default="on", help="on (as `echo-view simulate`), off, or a TOML file"
+    )
     args = ap.parse_args()
     files = sorted(Path(args.runs).glob("*.toml"))
     items = []
@@ -52,10 +55,12 @@ def main() -> int:
             if name:
                 params = params.with_overrides({name: value})
             t0 = time.perf_counter()
-            comp = compose(graph, cfg, CollectiveCache(default_comm_model(), cluster), params)
-            res = engine.run(comp.workload, comp.dur_ns, comp.coll_dur_ns)
+            model = model_from_setting(args.interference, gpu_generation(cluster.gpu.name))
+            sim = simulate_config(
+                graph, cfg, cluster, default_comm_model(), params, interference=model
+            )
             wall = time.perf_counter() - t0
-            pred = int(res.end_ns.max()) / 1e9
+            pred = sim.step_ns / 1e9
             ref = cfg.reference.step_time_s if cfg.reference else float("nan")
             rows.append((f.stem, cfg, pred, ref, 100 * (pred / ref - 1), wall))
         label = f"{name}={value}" if name else "defaults"

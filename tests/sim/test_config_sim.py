@@ -126,7 +126,7 @@ KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 
 def test_published_step_times_regression_guard() -> None:
     """Mean |error| over Korthikanti et al.'s eight runs stays <= 5% and each Megatron-CI 7B run
-    within 10% (currently 2.1% and 0.3% / 5.2%, docs/accuracy.md)."""
+    within 10% (2.1% and 0.3% / 5.2% without interference, docs/accuracy.md)."""
     errors = {}
     for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
         cfg, graph = _shipped(stem)
