@@ -27,17 +27,17 @@ Throughput is MB (10**6 bytes) of uncompressed JSON per second; medians of ``--r
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
+# Only what every worker needs is imported here: each worker's peak RSS then counts its own
+# method's imports (json/gzip for json.load), not the harness's (argparse, subprocess...).
 import os
 import re
-import statistics
-import subprocess
 import sys
 import time
-from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
@@ -53,6 +53,8 @@ _IDS = re.compile(rb'("(?:id|correlation|External id|external id)"\s*:\s*)(-?\d+
 
 
 def _shift_number(text: bytes, shift: Decimal) -> bytes:
+    from decimal import Decimal
+
     value = Decimal(text.decode()) + shift
     if "." not in text.decode() and "e" not in text.decode().lower():
         return str(int(value)).encode()
@@ -61,6 +63,8 @@ def _shift_number(text: bytes, shift: Decimal) -> bytes:
 
 def replicate(src: Path, dst: Path, target_bytes: int) -> None:
     """Write ``dst``: ``src``'s events repeated until ``target_bytes``, each copy shifted."""
+    from decimal import Decimal
+
     sys.path.insert(0, str(ROOT))
     import msgspec
 
@@ -118,6 +122,8 @@ def big_trace(size_mb: int) -> Path:
 
 
 def text_size(path: Path) -> int:
+    import gzip
+
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
     if not gz:
@@ -134,6 +140,7 @@ def text_size(path: Path) -> int:
 
 def worker(method: str, path: str) -> None:
     import gc
+    import json
     import resource
 
     if method == "echo-view":
@@ -145,6 +152,8 @@ def worker(method: str, path: str) -> None:
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         events = job.event_count()
     elif method == "json.load":
+        import gzip
+
         t0, c0 = time.perf_counter(), time.process_time()
         with open(path, "rb") as raw:
             gz = raw.read(2) == b"\x1f\x8b"
@@ -180,6 +189,9 @@ def hta_python() -> str | None:
 
 
 def run_once(python: str, method: str, path: Path) -> dict[str, float]:
+    import json
+    import subprocess
+
     out = subprocess.run(
         [python, __file__, "--worker", method, str(path)],
         check=True,
@@ -194,6 +206,8 @@ def run_once(python: str, method: str, path: Path) -> dict[str, float]:
 
 
 def bench(path: Path, runs: int, with_hta: bool) -> None:
+    import statistics
+
     size = text_size(path)
     print(f"\n{path.name}: {size / 1e6:.1f} MB of JSON ({path.stat().st_size / 1e6:.1f} MB file)")
     methods = [("echo-view", sys.executable), ("json.load", sys.executable)]
@@ -242,6 +256,8 @@ def bench(path: Path, runs: int, with_hta: bool) -> None:
 
 
 def main() -> None:
+    import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--size-mb", type=int, default=200)

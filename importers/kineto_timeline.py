@@ -331,7 +331,8 @@ def _bind(
     q_threads = np.unique(q_thread)
     wanted = np.zeros(max(int(thread.max(initial=0)), int(q_threads.max())) + 1, np.bool_)
     wanted[q_threads] = True
-    rows = np.flatnonzero(wanted[thread] & (fc.phase != PH_C))
+    # int32 row numbers and early dels: these temporaries set the importer's peak memory.
+    rows = np.flatnonzero(wanted[thread] & (fc.phase != PH_C)).astype(np.int32)
     rows = rows[np.argsort(thread[rows], kind="stable")]  # grouped by thread, file order
     grouped = thread[rows]
     q_order = np.argsort(q_thread, kind="stable")
@@ -345,10 +346,12 @@ def _bind(
         # one starting at or before t that still runs, or one of its enclosing slices.
         seg = rows[lo:hi]
         seg_dur = dur[seg]
-        order = np.lexsort((seg, -seg_dur, fc.start_ns[seg]))
-        seg = seg[order]
         starts = fc.start_ns[seg]
+        order = np.lexsort((seg, -seg_dur, starts))
+        seg = seg[order]
+        starts = starts[order]
         ends = starts + seg_dur[order]
+        del seg_dur, order
         ts = q_ts[q]
         enc = enclosing[q]
         j = np.searchsorted(starts, ts, side="right") - 1
