@@ -251,7 +251,7 @@ def _thread_names(exp: Export, names: Names) -> dict[int, str]:
 
 def _rank_meta(rows: Rows, idx: np.ndarray, info: CaptureInfo) -> dict[str, Any]:
     procs = factorize(rows.process[idx])[0].tolist()
-    work = idx[np.isin(rows.kind[idx], [int(EventKind.KERNEL)])]
+    work = idx[rows.kind[idx] == int(EventKind.KERNEL)]
     return {
         "pids": [(p >> 24) & 0xFFFFFF for p in procs],
         "process_names": [info.process_names.get(p, "") for p in procs],

@@ -101,11 +101,10 @@ def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
             continue
         v = np.asarray(p.values, dtype=np.int64)
         neg = v < 0
+        mag: npt.NDArray[Any] = v
         if neg.any():
             mag = v.astype(np.uint64)
             mag[neg] = ~mag[neg] + np.uint64(1)  # |v|, also for the most negative int64
-        else:
-            mag = v
         nd = np.searchsorted(_POW10, mag.astype(np.uint64), side="right") + 1
         length += nd + neg
         layout.append((int((nd + neg).max(initial=1)), (mag, nd, neg)))
@@ -119,10 +118,13 @@ def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
             mag, nd, neg = what
             end = col + width
             ten = mag.dtype.type(10)
+            every = int(nd.min(initial=1))  # digits that every row has
             for d in range(int(nd.max(initial=1))):
                 mag, digit = np.divmod(mag, ten)
-                # Leading zeros stay NUL and are squeezed out.
-                grid[end - 1 - d] = np.where(nd > d, digit + 48, 0)
+                if d < every:
+                    np.add(digit, 48, out=grid[end - 1 - d], casting="unsafe")
+                else:  # leading zeros stay NUL and are squeezed out
+                    grid[end - 1 - d] = np.where(nd > d, digit + 48, 0)
             if neg.any():
                 rows = np.flatnonzero(neg)
                 grid[end - 1 - nd[rows], rows] = ord("-")
@@ -131,13 +133,21 @@ def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
     return Packed(flat[flat != 0], np.cumsum(length) - length, length)
 
 
-def ranges(shift: I64, length: I64) -> I64:
-    """Indices ``shift[i] + j`` for every row ``i`` and ``j`` in its range, where the ranges
-    lie back to back (``j`` counts from the start of the concatenation)."""
-    return np.repeat(shift, length) + np.arange(int(length.sum()), dtype=np.int64)
+def spans(start: I64, length: I64) -> I64:
+    """The indices ``start[i] .. start[i] + length[i] - 1`` of every row, back to back: ones
+    with a jump at each row's first index, summed up (two passes over the output)."""
+    keep = length > 0
+    start, length = start[keep], length[keep]
+    total = int(length.sum())
+    idx = np.ones(total, dtype=np.int64)
+    if not total:
+        return idx
+    first = np.cumsum(length) - length
+    idx[0] = start[0]
+    idx[first[1:]] = start[1:] - (start[:-1] + length[:-1]) + 1
+    return np.cumsum(idx, out=idx)
 
 
 def gather(src: U8, start: I64, length: I64) -> Packed:
     """Row ``i`` is ``src[start[i] : start[i] + length[i]]``, copied into one buffer."""
-    first = np.cumsum(length) - length
-    return Packed(src[ranges(start - first, length)], first, length)
+    return Packed(src[spans(start, length)], np.cumsum(length) - length, length)

@@ -30,7 +30,8 @@ _STEP = re.compile(
     re.IGNORECASE,
 )
 _GPU_LANE_BASE = 1 << 62
-_GPU_WORK = np.array([int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])
+_IS_WORK = np.zeros(len(EventKind), dtype=bool)  # by EventKind: GPU work
+_IS_WORK[[int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]] = True
 
 
 def link_launches(work_process: I64, work_corr: I64, rt_process: I64, rt_corr: I64) -> I64:
@@ -222,7 +223,7 @@ def build_trace(
     # Steps and the end of the GPU work launched inside each.
     launch_start = np.full(len(rows), -1, dtype=np.int64)
     launch_start[info.launch_dst] = rows.start[info.launch_src]
-    work = order[np.isin(rows.kind[order], _GPU_WORK)]
+    work = order[_IS_WORK[rows.kind[order]]]
     steps = StepTable.empty()
     found = detect_steps(names, rows, order)
     if found is not None:

@@ -220,7 +220,8 @@ def find_collectives(
     mask = nvtx.nccl_mask()
     if runtime is None or not mask.any():
         return found, {}, 0
-    decoder = PayloadDecoder(exp)
+    # The schema tables are read only when some call carries a payload.
+    decoder = PayloadDecoder(exp) if nvtx.json_payloads or nvtx.blob_payloads else None
     calls = _calls_by_thread(names, nvtx, np.flatnonzero(mask), decoder)
     comms = _communicators(calls)
     for coll in found:
@@ -229,25 +230,37 @@ def find_collectives(
             continue
         members = _members(calls.get(int(runtime.thread[launch]), []), int(runtime.start[launch]))
         _apply(coll, members, comms)
-    return found, comms, decoder.undecoded
+    return found, comms, decoder.undecoded if decoder is not None else 0
 
 
 _Call = tuple[int, int, str, Payload | None, int]  # start, end, name, payload, globalPid
 
 
 def _calls_by_thread(
-    names: Names, nvtx: Nvtx, rows: I64, decoder: PayloadDecoder
+    names: Names, nvtx: Nvtx, rows: I64, decoder: PayloadDecoder | None
 ) -> dict[int, list[_Call]]:
+    """NCCL's calls per thread, by start (the longer first on ties)."""
     out: dict[int, list[_Call]] = defaultdict(list)
     r = nvtx.rows
-    for i in rows.tolist():
-        payload = decoder.decode(
-            int(nvtx.domain[i]), nvtx.json_payloads.get(i), nvtx.blob_payloads.get(i)
+    rows = rows[np.lexsort((-r.end[rows], r.start[rows]))]
+    text = {g: names[g] for g in set(r.name[rows].tolist())}
+    for i, start, end, name, process, thread in zip(
+        rows.tolist(),
+        r.start[rows].tolist(),
+        r.end[rows].tolist(),
+        r.name[rows].tolist(),
+        r.process[rows].tolist(),
+        r.thread[rows].tolist(),
+        strict=True,
+    ):
+        payload = (
+            decoder.decode(
+                int(nvtx.domain[i]), nvtx.json_payloads.get(i), nvtx.blob_payloads.get(i)
+            )
+            if decoder is not None
+            else None
         )
-        call = (int(r.start[i]), int(r.end[i]), names[int(r.name[i])], payload, int(r.process[i]))
-        out[int(r.thread[i])].append(call)
-    for lst in out.values():
-        lst.sort(key=lambda c: (c[0], -c[1]))
+        out[thread].append((start, end, text[name], payload, process))
     return out
 
 

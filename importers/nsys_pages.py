@@ -89,7 +89,8 @@ class Records:
         low, top = int(t.min()), int(t.max())
         if top >= 10 or (top >= 7 and (t == 7).any()):
             return None
-        if low == 0 or top >= 8:  # NULL, 0 and 1 take no bytes: the offset may be the end
+        if (low == 0 or top >= 8) and int(off.max()) >= len(self.file.buf) - 8:
+            # NULL, 0 and 1 take no bytes: their offset may be the end of the file.
             off = np.where((t >= 1) & (t <= 6), off, 0)
         # The first byte of a value is its most significant: read 8 bytes big endian and shift
         # the surplus out (arithmetic shift, so the sign extends).

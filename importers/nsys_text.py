@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from importers.nsys_args import gather, ranges
+from importers.nsys_args import gather, spans
 from importers.nsys_pages import Text
 from importers.nsys_tables import Names
 
@@ -35,9 +35,13 @@ def decode_all(data: U8, start: I64, length: I64) -> list[str]:
         return []
     # Each range and the byte after it (made a NUL), then one decode and one split.
     ends = np.cumsum(length + 1)
-    first = ends - length - 1
-    idx = ranges(start - first, length + 1)
-    buf = data[np.minimum(idx, len(data) - 1)] if len(data) else np.zeros(len(idx), np.uint8)
+    idx = spans(start, length + 1)
+    if not len(data):
+        buf = np.zeros(len(idx), dtype=np.uint8)
+    elif int((start + length).max()) >= len(data):  # the byte after the last text: none
+        buf = data[np.minimum(idx, len(data) - 1)]
+    else:
+        buf = data[idx]
     buf[ends - 1] = 0
     parts = buf.tobytes().decode("utf-8", "replace").split("\x00")
     if len(parts) == n + 1:
@@ -168,10 +172,15 @@ def _tail(data: U8, start: I64, stop: I64, pattern: bytes) -> tuple[Bools, Bools
     count = np.minimum(count, stop - start)  # digits before the text are not its own
     at = stop - count - len(pattern)
     ok = (count >= 1) & (count <= _MAX_DIGITS) & (at >= start) & ~near
-    flat = grid.reshape(-1)
+    # Compare the pattern 8 bytes at a time (little-endian words at any byte offset).
+    flat = np.concatenate([grid.reshape(-1), np.zeros(8, dtype=np.uint8)])
+    words = np.ndarray((len(flat) - 7,), "<u8", buffer=flat, strides=(1,))
     at_pattern = rows * width + np.where(ok, width - count - len(pattern), 0)
-    for j, byte in enumerate(pattern):
-        ok &= flat[at_pattern + j] == byte
+    for j in range(0, len(pattern), 8):
+        piece = pattern[j : j + 8]
+        mask = np.uint64((1 << (8 * len(piece))) - 1)
+        want = np.uint64(int.from_bytes(piece, "little"))
+        ok &= (words[at_pattern + j] & mask) == want
     value = np.zeros(n, dtype=np.int64)
     for k in range(int(count[ok].max(initial=0))):
         value += np.where(count > k, (grid[:, width - 1 - k].astype(np.int64) - 48) * 10**k, 0)
