@@ -89,6 +89,7 @@ _GET = {name: attrgetter(name) for name in ("ph", "name", "cat", "pid", "tid", "
 
 
 _KEYARGS = msgspec.json.Decoder(list[KeyArgs])
+_CLASS_KEY = attrgetter("ph", "cat", "name", "pid", "tid")
 _CORR = attrgetter("correlation")
 _ID = attrgetter("id")
 _BP = attrgetter("bp")
@@ -141,15 +142,8 @@ class Columns:
         if not n:
             return
         g = _GET
-        classes = zip(
-            map(g["ph"], evs),
-            map(g["cat"], evs),
-            map(g["name"], evs),
-            map(g["pid"], evs),
-            map(g["tid"], evs),
-            strict=True,
-        )
-        cls = self._ids(self._classes, classes, n)
+        # One multi-field getter builds each (ph, cat, name, pid, tid) key in a single C call.
+        cls = self._ids(self._classes, map(_CLASS_KEY, evs), n)
         props = self._classes.props[cls]
         ph = props[:, 0].astype(np.uint8)
         cats, names, threads = props[:, 1], props[:, 2], props[:, 3]
