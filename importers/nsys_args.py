@@ -148,6 +148,18 @@ def spans(start: I64, length: I64) -> I64:
     return np.cumsum(idx, out=idx)
 
 
+#: Rows gathered per step: the index arrays stay small enough to be reused from cache.
+_CHUNK = 4096
+
+
 def gather(src: U8, start: I64, length: I64) -> Packed:
     """Row ``i`` is ``src[start[i] : start[i] + length[i]]``, copied into one buffer."""
-    return Packed(src[spans(start, length)], np.cumsum(length) - length, length)
+    first = np.cumsum(length) - length
+    out = np.empty(int(length.sum()), dtype=np.uint8)
+    for lo in range(0, len(start), _CHUNK):
+        hi = min(lo + _CHUNK, len(start))
+        if hi > lo:
+            at = int(first[lo])
+            end = int(first[hi - 1] + length[hi - 1])
+            out[at:end] = src[spans(start[lo:hi], length[lo:hi])]
+    return Packed(out, first, length)

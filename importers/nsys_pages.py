@@ -216,11 +216,13 @@ class PageFile:
             return None  # reserved serial types: not a record this reader knows
         # Each value starts where the previous one ended.
         body = pos + hsize
-        starts = np.empty((values, n), dtype=np.int64)
-        at = body.copy()
+        wanted = {k for name, k in columns.items() if name != rowid_alias}
+        starts: dict[int, I64] = {}
+        at = body
         for k in range(values):
-            starts[k] = at
-            at += sizes[k]
+            if k in wanted:
+                starts[k] = at
+            at = at + sizes[k]
         if values and (at > pos + payload).any():
             return None
         tcols: dict[str, npt.NDArray[Any]] = {}
