@@ -4,7 +4,8 @@ Accepts a SQLite export (plain or gzip-compressed) or a ``.nsys-rep`` report, wh
 SQLite by the ``nsys`` CLI. The input is never modified: compressed files and reports are
 materialised in a temporary directory that is removed afterwards. Tables and columns are
 inspected at run time because the schema drifts between Nsight Systems versions (schema 3.0 in
-2022.4 to 3.25 in 2026.2).
+2022.4 to 3.25 in 2026.2). SQLite answers the schema and small-table queries; the event tables'
+columns are read by :meth:`Export.read` (:mod:`importers.nsys_columns`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,12 @@ import subprocess
 import tempfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from echo_view.errors import InputError
-from importers.nsys_pages import I64, PageFile, Text
+from importers.nsys_columns import Columns, read_columns
+from importers.nsys_pages import PageFile
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -65,20 +63,6 @@ def file_kind(path: Path) -> str | None:
     return "report" if path.name.lower().endswith(REPORT_SUFFIXES) else None
 
 
-@dataclass(frozen=True)
-class Columns:
-    """Columns of one table, in rowid order: integers (NULL replaced by a default), texts, and
-    whether other columns are set."""
-
-    rowid: I64
-    ints: dict[str, I64]
-    texts: dict[str, Text]
-    present: dict[str, npt.NDArray[np.bool_]]
-
-    def __len__(self) -> int:
-        return len(self.rowid)
-
-
 class Export:
     """An open, read-only Nsight Systems SQLite export (``db_path`` is the SQLite file itself,
     which differs from ``path`` for compressed inputs and reports)."""
@@ -94,7 +78,7 @@ class Export:
         self._roots = {str(r[0]): (r[1], str(r[2] or "")) for r in rows}
         self._columns: dict[str, frozenset[str]] = {}
         self._layout: dict[str, list[tuple[str, str, int, int]]] = {}
-        self._pages = PageFile.open(db_path) if db_path is not None else None
+        self.pages = PageFile.open(db_path) if db_path is not None else None
         self.meta = self._read_meta()
         self.schema_version = self.meta.get("EXPORT_SCHEMA_VERSION")
         self.product_version = self.meta.get("EXPORT_PRODUCT_VERSION")
@@ -126,11 +110,15 @@ class Export:
         """Column names of ``table`` (empty when the table is absent)."""
         cols = self._columns.get(table)
         if cols is None:
-            cols = frozenset(name for name, _, _, hidden in self._table_layout(table) if not hidden)
+            cols = frozenset(name for name, _, _, hidden in self.layout(table) if not hidden)
             self._columns[table] = cols
         return cols
 
-    def _table_layout(self, table: str) -> list[tuple[str, str, int, int]]:
+    def root(self, table: str) -> tuple[int | None, str]:
+        """The table's root page and its ``CREATE`` statement."""
+        return self._roots.get(table, (None, ""))
+
+    def layout(self, table: str) -> list[tuple[str, str, int, int]]:
         """``(name, declared type, primary-key position, hidden)`` of each column, in record
         order."""
         layout = self._layout.get(table)
@@ -152,98 +140,7 @@ class Export:
         """All rows of ``table``: the ``ints`` columns with NULL (or a column this schema
         lacks) as the given default, the ``texts`` columns, and for ``present`` whether each
         row sets them. Read from the file's pages where possible, else with SQL."""
-        layout = self._table_layout(table)
-        pos = {name: k for k, (name, _, _, hidden) in enumerate(layout) if not hidden}
-        try:
-            got = self._read_pages(table, layout, pos, ints, texts, present)
-        except IndexError:  # a damaged page: SQLite reports it properly
-            got = None
-        if got is not None:
-            return got
-        return self._read_sql(table, pos, ints, texts, present)
-
-    def _read_pages(
-        self,
-        table: str,
-        layout: list[tuple[str, str, int, int]],
-        pos: dict[str, int],
-        ints: Mapping[str, int],
-        texts: Sequence[str],
-        present: Sequence[str],
-    ) -> Columns | None:
-        root, sql = self._roots.get(table, (None, ""))
-        shape = sql.upper()
-        if (
-            self._pages is None
-            or not isinstance(root, int)
-            or root < 1
-            or any(hidden for *_, hidden in layout)  # generated columns are not stored
-            or "WITHOUT ROWID" in shape
-        ):
-            return None
-        keys = [pk for _, _, pk, _ in layout if pk]
-        alias = None
-        if len(keys) == 1:
-            name, decl, _, _ = next(c for c in layout if c[2])
-            if decl.upper() == "INTEGER":
-                if "DESC" in shape:  # INTEGER PRIMARY KEY DESC is not a rowid alias
-                    return None
-                alias = name
-        want = {c: pos[c] for c in (*ints, *texts) if c in pos}
-        flags = {c: pos[c] for c in present if c in pos}
-        rec = self._pages.records(root, len(layout), want, alias, flags)
-        if rec is None:
-            return None
-        n = len(rec)
-        got = rec.int_columns({c: d for c, d in ints.items() if c in pos})
-        if got is None:
-            return None
-        out_i = {c: got[c] if c in got else np.full(n, d, dtype=np.int64) for c, d in ints.items()}
-        out_t: dict[str, Text] = {}
-        for c in texts:
-            text = rec.text(c) if c in pos else _null_text(n)
-            if text is None:
-                return None
-            out_t[c] = text
-        out_p = {c: rec.set(c) if c in pos else np.zeros(n, dtype=bool) for c in present}
-        return Columns(rec.rowid, out_i, out_t, out_p)
-
-    def _read_sql(
-        self,
-        table: str,
-        pos: dict[str, int],
-        ints: Mapping[str, int],
-        texts: Sequence[str],
-        present: Sequence[str],
-    ) -> Columns:
-        exprs = ["rowid"]
-        exprs += [f'"{c}"' for c in (*ints, *texts) if c in pos]
-        exprs += [f'"{c}" IS NOT NULL' for c in present if c in pos]
-        rows = self.query(f'SELECT {", ".join(exprs)} FROM "{table}"', table)
-        n = len(rows)
-        cols = iter(zip(*rows, strict=True) if rows else [()] * len(exprs))
-        rowid = np.array(next(cols), dtype=np.int64)
-        out_i: dict[str, I64] = {}
-        for c, default in ints.items():
-            if c not in pos:
-                out_i[c] = np.full(n, default, dtype=np.int64)
-                continue
-            try:
-                values: Sequence[Any] = next(cols)
-                out_i[c] = np.array([default if v is None else v for v in values], np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise InputError(
-                    f"column {c} holds a value that is not an integer",
-                    path=self.path,
-                    where=table,
-                    hint="export the report again with `nsys export --type sqlite`",
-                ) from None
-        out_t = {c: _text_column(next(cols)) if c in pos else _null_text(n) for c in texts}
-        out_p = {
-            c: np.array(next(cols), dtype=bool) if c in pos else np.zeros(n, dtype=bool)
-            for c in present
-        }
-        return Columns(rowid, out_i, out_t, out_p)
+        return read_columns(self, table, ints, texts, present)
 
     def col(self, table: str, column: str, default: str = "-1") -> str:
         """SQL for ``column`` of ``table`` with NULL as ``default``, or ``default`` itself when
@@ -312,30 +209,6 @@ class Export:
                 hint="export the report again with `nsys export --type sqlite`",
             )
         return table
-
-
-def _null_text(n: int) -> Text:
-    zeros = np.zeros(n, dtype=np.int64)
-    return Text(np.zeros(0, dtype=np.uint8), zeros, zeros, np.ones(n, dtype=bool))
-
-
-def _text_column(values: Sequence[Any]) -> Text:
-    """A :class:`Text` of SQL values (str, bytes or None)."""
-    parts = [
-        v.encode()
-        if isinstance(v, str)
-        else bytes(v)
-        if isinstance(v, bytes | memoryview)
-        else b""
-        if v is None
-        else str(v).encode()
-        for v in values
-    ]
-    length = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    start = np.cumsum(length) - length
-    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    null = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-    return Text(data, start, length, null)
 
 
 def _connect(db_path: Path, shown: Path) -> sqlite3.Connection:

@@ -18,7 +18,8 @@ import numpy.typing as npt
 
 from echo_view.model.kinds import EventKind
 from importers.nsys_args import Ints, Packed, assemble
-from importers.nsys_db import Columns, Export
+from importers.nsys_columns import Columns
+from importers.nsys_db import Export
 from importers.nsys_pages import Text
 
 I64 = npt.NDArray[np.int64]
