@@ -50,6 +50,8 @@ from echo_view.sim.layout import Layout
 from echo_view.sim.schedule import schedule
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
+#: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
+MAX_ALL_RANK_OPS = 20_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming).
 NCCL_KERNEL = {
     CollectiveKind.ALL_REDUCE: "ncclDevKernel_AllReduce",
@@ -362,6 +364,19 @@ def compose(
         costs[(ri, "optimizer", 0)] = table_cost(
             graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep, scales
         )
+    if ranks == "all":
+        per_step = sum(
+            (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)
+            for r in graph.roles
+            for c in range(len(r.forward))
+        )
+        estimate = per_step * cfg.micro_batches * layout.world // max(p.pp, 1)
+        if estimate > MAX_ALL_RANK_OPS:
+            raise ConfigError(
+                f"--ranks all would simulate about {estimate:,} ops",
+                hint=f"use --ranks stages (exact for this layout), or a config under "
+                f"{MAX_ALL_RANK_OPS:,} ops",
+            )
     comp = _Composer(graph, cfg, costs, colls, layout, fine=ranks == "all")
     m = cfg.micro_batches
     for r in sim_ranks:

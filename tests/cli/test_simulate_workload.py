@@ -98,3 +98,10 @@ def test_config_only_options_are_refused_for_measured_jobs(
 ) -> None:
     assert main(["simulate", str(SAMPLES / "dlrm_kineto"), *extra]) == 2
     assert "applies to workload configs" in capsys.readouterr().err
+
+
+def test_all_ranks_refuses_a_job_too_large_to_build(capsys: pytest.CaptureFixture[str]) -> None:
+    config = SAMPLES / "configs" / "echo-gpt175b-96xH800.toml"
+    assert main(["simulate", str(config), "--ranks", "all"]) == 2
+    err = capsys.readouterr().err
+    assert "--ranks all would simulate about" in err and "--ranks stages" in err
