@@ -328,31 +328,19 @@ def fit_nccl(
     balance: bool = True,
 ) -> FitResult:
     """Calibrate :class:`NcclModel` to ``measurements``."""
-    if not measurements:
-        raise ValueError("nothing to fit")
-    data = _prepare(measurements)
-    base = start if start is not None else CommParams()
-    params, names, iters = _fit(
-        base,
+    per_channel = ("channel_us", "proxy_us.LL", "proxy_us.LL128", "proxy_us.SIMPLE")
+    return _calibrate(
+        measurements,
+        start if start is not None else CommParams(),
         NCCL_CANDIDATES,
-        lambda p: _nccl_predict(p, data),
-        data.measured_us,
+        _nccl_predict,
+        per_channel,
+        dict.fromkeys(per_channel, 0.5),
         huber=huber,
         prior=prior,
-        free=_free(measurements, "channel_us", "proxy_us.LL", "proxy_us.LL128", "proxy_us.SIMPLE"),
-        start_at={
-            "channel_us": 0.5,
-            "proxy_us.LL": 0.5,
-            "proxy_us.LL128": 0.5,
-            "proxy_us.SIMPLE": 0.5,
-            **_launch_start(measurements),
-        },
-        weights=_balance(measurements) if balance else None,
+        source=source,
+        balance=balance,
     )
-    label = source or f"calibrated on {len({m.source for m in measurements})} logs"
-    params = params.with_flat({}, source=label)
-    errors = error_stats(measurements, _nccl_predict(params, data))
-    return FitResult(params, names, iters, errors)
 
 
 def fit_alphabeta(
@@ -365,24 +353,52 @@ def fit_alphabeta(
     balance: bool = True,
 ) -> FitResult:
     """Calibrate :class:`AlphaBetaModel` to ``measurements`` the same way."""
+    return _calibrate(
+        measurements,
+        start if start is not None else AlphaBetaParams(),
+        ALPHABETA_CANDIDATES,
+        _alphabeta_predict,
+        (),
+        {},
+        huber=huber,
+        prior=prior,
+        source=source,
+        balance=balance,
+    )
+
+
+def _calibrate(
+    measurements: Sequence[Measurement],
+    base: P,
+    candidates: Sequence[str],
+    predict: Callable[[P, _Data], F64],
+    free: tuple[str, ...],
+    start_at: dict[str, float],
+    *,
+    huber: float,
+    prior: float,
+    source: str | None,
+    balance: bool,
+) -> FitResult:
+    """What both fits share: ``free`` constants get no prior and start at ``start_at``; the
+    host launch cost is free too when a log can show it."""
     if not measurements:
         raise ValueError("nothing to fit")
     data = _prepare(measurements)
-    base = start if start is not None else AlphaBetaParams()
     params, names, iters = _fit(
         base,
-        ALPHABETA_CANDIDATES,
-        lambda p: _alphabeta_predict(p, data),
+        candidates,
+        lambda p: predict(p, data),
         data.measured_us,
         huber=huber,
         prior=prior,
-        free=_free(measurements),
-        start_at=_launch_start(measurements),
+        free=_free(measurements, *free),
+        start_at={**start_at, **_launch_start(measurements)},
         weights=_balance(measurements) if balance else None,
     )
     label = source or f"calibrated on {len({m.source for m in measurements})} logs"
     params = params.with_flat({}, source=label)
-    errors = error_stats(measurements, _alphabeta_predict(params, data))
+    errors = error_stats(measurements, predict(params, data))
     return FitResult(params, names, iters, errors)
 
 
