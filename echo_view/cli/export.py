@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.info import StderrProgress
+from echo_view.cli.info import StderrProgress, job_importer
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
 
@@ -50,14 +50,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     for path in paths:
         if path.exists() and out.exists() and path.resolve() == out.resolve():
             raise UsageError(f"output {str(out)!r} is also an input", hint="choose another name")
-    importer = registry.importer_for(paths[0])
-    for path in paths[1:]:
-        other = registry.importer_for(path)
-        if other.name != importer.name:
-            raise UsageError(
-                f"{path} is a {other.name} file but {paths[0]} is {importer.name}",
-                hint="give the files of one job in one format",
-            )
+    importer = job_importer(registry, paths)
     progress = StderrProgress(sys.stderr)
     try:
         job = importer.read(paths, progress)
