@@ -25,7 +25,7 @@ id; GPU work with no launch in the trace is placed by its own start time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -127,13 +127,7 @@ def _with_gpu_end(trace: Trace, steps: StepTable) -> StepTable:
         computed = np.full(len(steps), NONE, dtype=np.int64)
         np.maximum.at(computed, idx, trace.events.end_ns[rows])
         gpu_end[unknown] = computed[unknown]
-    return StepTable(
-        number=steps.number,
-        start_ns=steps.start_ns,
-        end_ns=steps.end_ns,
-        gpu_end_ns=gpu_end,
-        detected=steps.detected,
-    )
+    return replace(steps, gpu_end_ns=gpu_end)
 
 
 def _table(

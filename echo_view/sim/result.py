@@ -10,7 +10,7 @@ graph) is written op by op through :class:`~echo_view.model.TraceBuilder`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,6 @@ from echo_view.model import (
     NONE,
     ClockAlignment,
     EventKind,
-    EventTable,
     Job,
     StepTable,
     Trace,
@@ -168,29 +167,10 @@ def _replayed_trace(wl: Workload, res: SimResult, trace: Trace, shift: int) -> T
         new_end[on] = np.maximum(e_map, s_map)
     new_start[src] = res.start_ns[ops]
     new_end[src] = res.end_ns[ops]
-    events = EventTable(
-        kind=ev.kind,
-        start_ns=new_start - shift,
-        dur_ns=new_end - new_start,
-        name=ev.name,
-        cat=ev.cat,
-        lane=ev.lane,
-        correlation=ev.correlation,
-        external_id=ev.external_id,
-        args_blob=ev.args_blob,
-        args_offsets=ev.args_offsets,
-    )
-    return Trace(
-        rank=trace.rank,
-        source=trace.source,
-        strings=trace.strings,
-        events=events,
-        lanes=trace.lanes,
-        flows=trace.flows,
-        collectives=trace.collectives,
-        groups=trace.groups,
+    return replace(
+        trace,
+        events=replace(ev, start_ns=new_start - shift, dur_ns=new_end - new_start),
         steps=_replayed_steps(wl, res, trace, shift, anchors),
-        devices=trace.devices,
         metadata={**dict(trace.metadata), "simulated": True},
     )
 
@@ -229,37 +209,16 @@ def _replayed_steps(
 
 
 def _shifted(trace: Trace, by: int) -> Trace:
-    ev = trace.events
     steps = trace.steps
-    return Trace(
-        rank=trace.rank,
-        source=trace.source,
-        strings=trace.strings,
-        events=EventTable(
-            kind=ev.kind,
-            start_ns=ev.start_ns + by,
-            dur_ns=ev.dur_ns,
-            name=ev.name,
-            cat=ev.cat,
-            lane=ev.lane,
-            correlation=ev.correlation,
-            external_id=ev.external_id,
-            args_blob=ev.args_blob,
-            args_offsets=ev.args_offsets,
-        ),
-        lanes=trace.lanes,
-        flows=trace.flows,
-        collectives=trace.collectives,
-        groups=trace.groups,
-        steps=StepTable(
-            number=steps.number,
+    return replace(
+        trace,
+        events=replace(trace.events, start_ns=trace.events.start_ns + by),
+        steps=replace(
+            steps,
             start_ns=steps.start_ns + by,
             end_ns=np.where(steps.end_ns >= 0, steps.end_ns + by, NONE),
             gpu_end_ns=np.where(steps.gpu_end_ns >= 0, steps.gpu_end_ns + by, NONE),
-            detected=steps.detected,
         ),
-        devices=trace.devices,
-        metadata=trace.metadata,
     )
 
 
