@@ -249,10 +249,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     return 0
 
 
-def console() -> Console:
-    """A console that does not squeeze tables when output is piped."""
+def console(width: int = 160) -> Console:
+    """A console that does not squeeze tables when output is piped (``width`` columns then)."""
     out = Console(highlight=False)
-    return out if out.is_terminal else Console(highlight=False, width=160)
+    return out if out.is_terminal else Console(highlight=False, width=width)
 
 
 def format_bytes(n: int) -> str:

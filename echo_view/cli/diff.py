@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
+from echo_view.cli.comm import console
 from echo_view.cli.info import StderrProgress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output
@@ -89,10 +90,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         sys.stdout.write(json.dumps(diff.to_json(), indent=2) + "\n")
     else:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=140)
-        render(diff, console)
+        render(diff, console(width=140))
     if args.plot is not None:
         write_plot(diff, args.plot)
     if args.fail_above is not None:

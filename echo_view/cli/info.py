@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
+from echo_view.cli.comm import console
 from echo_view.errors import UsageError
 from echo_view.formats import Importer, Registry
 from echo_view.units import format_duration
@@ -67,10 +68,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
     else:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)
-        render(summary, console, title=_title(paths))
+        render(summary, console(), title=_title(paths))
     return 0
 
 
