@@ -54,7 +54,3 @@ class Layout:
         if axis == "pp":
             return tuple(self.rank(p, dp_i, cp_i, tp_i) for p in range(self.pp))
         raise ValueError(f"unknown parallel axis {axis!r}")
-
-    def group_name(self, axis: str, rank: int) -> str:
-        """A stable name for ``rank``'s group along ``axis`` (its first member)."""
-        return f"{axis}:{self.group(axis, rank)[0]}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -175,9 +174,3 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 def numel(shape: tuple[int, ...] | list[int]) -> int:
     """Number of elements of ``shape``."""
     return math.prod(shape)
-
-
-def concat_tables(tables: list[OpTable]) -> OpTable:
-    """Concatenate op tables in order."""
-    fields = list(_COLUMNS)
-    return OpTable(**{f: np.concatenate([getattr(t, f) for t in tables]) for f in fields})

@@ -131,10 +131,6 @@ class Group:
         if self.header is not None:
             self.header_pos[self.header.rows] = np.arange(len(self.header), dtype=np.int64)
 
-    def lane_track(self, lane: int) -> Track | None:
-        """The track of lane id ``lane``."""
-        return next((t for t in self.lanes if t.lane == lane), None)
-
 
 @dataclass(eq=False)
 class TimelineIndex:

@@ -215,8 +215,3 @@ class Track:
             return int(covering[-1])
         dist = np.minimum(np.abs(self.starts[cand] - t), np.abs(self.ends[cand] - t))
         return int(cand[int(np.argmin(dist))])
-
-    def position_of(self, row: int) -> int | None:
-        """Position of trace event ``row`` on this track, if it is here."""
-        hit = np.flatnonzero(self.rows == row)
-        return int(hit[0]) if len(hit) else None

@@ -21,7 +21,6 @@ from echo_view.validate.crossrank import check_job
 from echo_view.validate.events import (
     RawEvent,
     build_chunk,
-    decode_events,
     events_from_objects,
 )
 from echo_view.validate.findings import FileFacts, Report
@@ -75,15 +74,6 @@ class FileValidator:
             for rule in self.visitors:
                 rule.visit(chunk, self.ctx)
         self.events = max(self.events, first + len(evs))
-
-    def feed_json(self, data: bytes | memoryview, first: int) -> int:
-        """Check a JSON array of events given as text; returns how many it held.
-
-        Raises :class:`msgspec.DecodeError` when the text is not valid JSON.
-        """
-        events = decode_events(data)
-        self.feed(events, first)
-        return len(events)
 
     def finish(self, facts: ContainerFacts | None = None) -> RankSummary:
         """Run the end-of-file rules; returns what the cross-rank rules need of this rank."""
