@@ -74,7 +74,7 @@ def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError)
     )
 
 
-def line_col(text: bytes, i: int) -> tuple[int, int]:
+def line_col(text: bytes | bytearray, i: int) -> tuple[int, int]:
     """Line and column (1-based; columns count bytes) of ``text[i]``."""
     nl = text.count(b"\n", 0, i)
     return nl + 1, i - text.rfind(b"\n", 0, i)
@@ -175,7 +175,9 @@ class TextCursor:
         self.path = path
         self._fh: BinaryIO | None = None
         self._src: BlockSource | None = None
-        self._buf = b""
+        # A bytearray: consumed text is dropped from its front in O(1) and new blocks are
+        # appended in place, instead of copying the window twice per chunk.
+        self._buf = bytearray()
         self._pos = 0
         self._base = 0  # text offset of _buf[0]
 
@@ -216,18 +218,17 @@ class TextCursor:
     def _fill(self, need: int) -> bool:
         """Read until ``len(_buf) >= need`` or the end; False when nothing more was read."""
         assert self._src is not None
-        have = len(self._buf)
-        parts = [self._buf]
-        while have < need:
+        grew = False
+        while len(self._buf) < need:
             block = self._src.read()
             if not block:
                 break
-            parts.append(block)
-            have += len(block)
-        if len(parts) == 1:
-            return False
-        self._buf = b"".join(parts)
-        return True
+            try:
+                self._buf += block
+            except BufferError:  # a view of the window is still held: leave it intact
+                self._buf = self._buf + block
+            grew = True
+        return grew
 
     def _more(self) -> bool:
         """Read at least one more block; False at the end of the text."""
@@ -236,14 +237,17 @@ class TextCursor:
     def _at_eof(self) -> bool:
         return self._src is None or self._src.eof
 
-    def _compact(self) -> None:
-        """Drop the consumed text before ``_pos``."""
-        pos = self._pos
-        if pos == 0:
+    def _compact(self, keep: int = 0) -> None:
+        """Drop the consumed text before ``_pos``, but for its last ``keep`` bytes."""
+        drop = self._pos - keep
+        if drop <= 0:
             return
-        self._base += pos
-        self._buf = self._buf[pos:]
-        self._pos = 0
+        self._base += drop
+        try:
+            del self._buf[:drop]
+        except BufferError:  # a view of the window is still held: leave it intact
+            self._buf = self._buf[drop:]
+        self._pos -= drop
 
     def _line_col(self, i: int) -> tuple[int, int]:
         """Line and column (1-based; columns count bytes) of ``_buf[i]``."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from echo_view.model import NONE, ClockAlignment, Trace
+from importers.kineto_rows import unique
 
 #: Largest end spread of a common collective still read as one shared clock (100 µs: the
 #: skew of NTP-synchronised hosts is larger, GPUs of one host end within a few µs).
@@ -86,7 +87,7 @@ def _near_shared(traces: list[Trace]) -> int | None:
     for t in traces:
         col = t.collectives
         ends = t.events.end_ns[col.event]
-        per.append({k: np.sort(ends[col.kind == k]) for k in np.unique(col.kind).tolist()})
+        per.append({k: np.sort(ends[col.kind == k]) for k in unique(col.kind).tolist()})
     ref = per[0]
     candidates = sorted((int(e), k) for k, ends in ref.items() for e in ends.tolist())
     for end, kind in candidates:

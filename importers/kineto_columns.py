@@ -183,8 +183,9 @@ class Columns:
         self.dur_ns.append(np.where(dur[rows] == MISSING, 0, dur[rows]))
         corr = _int_column(keys, _CORR)
         ext = _int_column(keys, _EXT)
-        if b'"external id"' in chunk.text:  # 2021 traces spell it so
-            ext = np.where(ext == NONE, _int_column(keys, _EXT_OLD), ext)
+        old = _int_column(keys, _EXT_OLD)  # 2021 traces spell it "external id"
+        if (old != NONE).any():
+            ext = np.where(ext == NONE, old, ext)
         if len(keys) < len(rows):
             corr, ext = _spread(corr, linked), _spread(ext, linked)
         self.correlation.append(corr)

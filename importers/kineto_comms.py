@@ -44,7 +44,7 @@ from echo_view.model import (
     parse_nccl_kernel_name,
 )
 from importers.kineto_dtypes import DTYPE_BYTES, canonical_dtype
-from importers.kineto_rows import I32, I64
+from importers.kineto_rows import I32, I64, unique
 
 _OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
 _COMMS_OP = "record_param_comms"
@@ -223,7 +223,7 @@ def _enclosing(ev: EventView, ops: I64, rows: I64) -> I64:
     ops, lane, start = ops[order], lane[order], start[order]
     end = start + ev.dur_ns[ops]
     q_lane, q_t = ev.lane[rows], ev.start_ns[rows]
-    for ln in np.unique(q_lane).tolist():
+    for ln in unique(q_lane).tolist():
         lo, hi = np.searchsorted(lane, [ln, ln + 1])
         sel = np.flatnonzero(q_lane == ln)
         if lo == hi:
@@ -249,7 +249,7 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
     notes: dict[str, int] = {}
     kernels = np.flatnonzero(ev.kind == int(EventKind.KERNEL))
     parsed: dict[int, Any] = {}
-    for name_id in np.unique(ev.name[kernels]).tolist():
+    for name_id in unique(ev.name[kernels]).tolist():
         parsed[name_id] = parse_nccl_kernel_name(strings[name_id])
     nccl_names = np.array([n for n, info in parsed.items() if info is not None], dtype=np.int32)
     nccl = kernels[np.isin(ev.name[kernels], nccl_names)]

@@ -32,6 +32,19 @@ PHASES: dict[str, int] = {
     "M": PH_M,
 }
 
+
+def unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Sorted distinct values, as ``np.unique`` - which imports ``numpy.ma`` on first use
+    (~15 ms and ~1.3 MB of peak RSS for an import that needs nothing else from it)."""
+    out = np.sort(values)
+    if len(out) < 2:
+        return out
+    keep = np.empty(len(out), dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(out[1:], out[:-1], out=keep[1:])
+    return out[keep]
+
+
 _POINT_FIELDS = ("phase", "thread", "ts", "id", "cat", "name", "bind_enclosing", "index")
 
 

@@ -44,6 +44,7 @@ from importers.kineto_rows import (
     PH_I,
     PH_S,
     FileColumns,
+    unique,
 )
 
 _K = EventKind
@@ -310,7 +311,7 @@ def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int])
         # Kineto writes an "f" on launches whose GPU side was not recorded: no source exists.
         "flow_ends_without_source": int((src == -2).sum()),
         "flow_points_unbound": int(((src == -1) | ((src >= 0) & (dst < 0))).sum()),
-        "flow_sources_duplicated": int(is_src.sum()) - int(np.unique(group[is_src[order]]).size),
+        "flow_sources_duplicated": int(is_src.sum()) - int(unique(group[is_src[order]]).size),
     }
     notes.update({k: v for k, v in notes_of.items() if v})
     ends = ends[ok]
@@ -328,7 +329,7 @@ def _bind(
     """Row each point binds to (-1 when none): the deepest slice open at its time on its
     thread, or (``enclosing`` False) the next slice that begins there."""
     out = np.full(len(q_ts), -1, dtype=np.int64)
-    q_threads = np.unique(q_thread)
+    q_threads = unique(q_thread)
     wanted = np.zeros(max(int(thread.max(initial=0)), int(q_threads.max())) + 1, np.bool_)
     wanted[q_threads] = True
     # int32 row numbers and early dels: these temporaries set the importer's peak memory.

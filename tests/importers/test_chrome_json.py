@@ -163,6 +163,21 @@ def test_bom_and_decode_again(tmp_path: Path) -> None:
         assert chunk.events == [] and chunk.text == b""
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_raw_values_kept_across_chunks(tmp_path: Path, gz: bool) -> None:
+    # Chunks are decoded from views of the reader's window; values kept after the next chunk
+    # was read must still hold their own text, and the separators must be intact again.
+    evs = events(300)
+    text = json.dumps({"traceEvents": evs, "after": [1, {"x": "],"}]}, indent=1).encode()
+    path = write(tmp_path / "k.json", text, gz=gz)
+    kept: list[msgspec.Raw] = []
+    with read_container(path, chunk_bytes=1024) as c:
+        for chunk in c.chunks(msgspec.Raw):
+            kept.extend(chunk.events)  # the chunk and its values stay referenced
+        assert c.top == {"after": [1, {"x": "],"}]}
+    assert [json.loads(bytes(r)) for r in kept] == evs
+
+
 def test_looks_like_trace() -> None:
     assert looks_like_trace(b' \n{"traceEvents": [')
     assert looks_like_trace(b'[{"ph": "X"}')
