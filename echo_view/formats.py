@@ -11,7 +11,6 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -71,6 +70,8 @@ class Registry:
 
     def load_plugins(self) -> None:
         """Add third-party formats declared as entry points."""
+        from importlib.metadata import entry_points  # ~3 MB; only plug-in discovery needs it
+
         for ep in entry_points(group="echo_view.importers"):
             self.add_importer(ep.load()())
         for ep in entry_points(group="echo_view.exporters"):
