@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import NONE, EventKind, Trace
+from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Trace
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -33,9 +33,7 @@ LAUNCH_CATEGORY = "ac2g"
 #: Category (and name) of the arrows between the ranks of one collective.
 COLLECTIVE_CATEGORY = "collective"
 
-_GPU_WORK = np.array(
-    [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.uint8
-)
+_GPU_WORK = np.array([int(k) for k in GPU_WORK_KINDS], dtype=np.uint8)
 _LAUNCH = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)], dtype=np.uint8)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from echo_view.model.kinds import EventKind, LaneKind
+from echo_view.model.kinds import GPU_WORK_KINDS, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
     CollectiveTable,
@@ -31,7 +31,7 @@ _STEP = re.compile(
 )
 _GPU_LANE_BASE = 1 << 62
 _IS_WORK = np.zeros(len(EventKind), dtype=bool)  # by EventKind: GPU work
-_IS_WORK[[int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]] = True
+_IS_WORK[[int(k) for k in GPU_WORK_KINDS]] = True
 
 
 def link_launches(work_process: I64, work_corr: I64, rt_process: I64, rt_corr: I64) -> I64:

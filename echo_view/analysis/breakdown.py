@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.intervals import pattern_measure
 from echo_view.analysis.steps import StepDetection, find_steps
-from echo_view.model import NONE, EventKind, Lane, LaneKind, Trace, is_nccl_kernel
+from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Lane, LaneKind, Trace, is_nccl_kernel
 
 I64 = npt.NDArray[np.int64]
 
@@ -81,9 +81,7 @@ def gpu_work(trace: Trace) -> GpuWork:
     """Label every kernel, memcpy and memset of ``trace`` (see the module docstring)."""
     ev = trace.events
     kind = ev.kind
-    rows = np.flatnonzero(
-        np.isin(kind, [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)])
-    ).astype(np.int64)
+    rows = np.flatnonzero(trace.mask(*GPU_WORK_KINDS)).astype(np.int64)
     labels = np.full(len(rows), COMPUTE, dtype=np.int64)
     k = kind[rows]
     labels[(k == int(EventKind.MEMCPY)) | (k == int(EventKind.MEMSET))] = MEMORY

@@ -44,7 +44,7 @@ from echo_view.analysis.interference_features import (
 from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, KernelFeatures
 from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
-from echo_view.model import NONE, EventKind, Job, Lane, LaneKind
+from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload
 
@@ -228,9 +228,7 @@ def interference_ops(
     comm = gpu & (workload.ops.op_class == CLASS_COLLECTIVE)
     has_comm = np.zeros(int(dev.max()) + 1 if len(dev) and gpu.any() else 0, dtype=bool)
     has_comm[dev[comm]] = True
-    kinds = np.isin(
-        workload.ops.kind, [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)]
-    )
+    kinds = np.isin(workload.ops.kind, [int(k) for k in GPU_WORK_KINDS])
     compute = gpu & ~comm & kinds
     compute[compute] &= has_comm[dev[compute]]
     return dev, comm, compute

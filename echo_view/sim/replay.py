@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.steps import find_steps
 from echo_view.errors import InputError
-from echo_view.model import NONE, EventKind, Job, Lane, LaneKind, StringTable, Trace
+from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Job, Lane, LaneKind, StringTable, Trace
 from echo_view.model.workload import (
     CLASS_COLLECTIVE,
     CLASS_COPY,
@@ -50,7 +50,7 @@ from echo_view.sim.replay_deps import RankView, infer_dependencies
 
 I64 = npt.NDArray[np.integer[Any]]
 _CPU_CALL_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))
-_GPU_WORK = (int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET))
+_GPU_WORK = tuple(int(k) for k in GPU_WORK_KINDS)
 
 
 @dataclass

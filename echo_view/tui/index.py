@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import EventKind, Job, LaneKind, Trace, is_nccl_kernel
+from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace, is_nccl_kernel
 from echo_view.tui.tracks import COMM, I64, Track
 
 
@@ -90,10 +90,7 @@ def tracks_of_trace(source: int, tidx: int, job: Job) -> tuple[Track | None, lis
                 classes_all[rows],
             )
         )
-    gpu_kinds = np.array(
-        [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.uint8
-    )
-    gpu_rows = np.flatnonzero(np.isin(ev.kind, gpu_kinds))
+    gpu_rows = np.flatnonzero(np.isin(ev.kind, [int(k) for k in GPU_WORK_KINDS]))
     agg: Track | None = None
     if len(gpu_rows):
         gorder = np.lexsort((-durs[gpu_rows], starts_all[gpu_rows]))

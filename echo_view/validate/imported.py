@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import EventKind, Job, LaneKind, Trace
+from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace
 from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
 from echo_view.validate.findings import FileFacts, Finding, Location, Report
 from echo_view.validate.kineto import _LAUNCH, _NOT_LAUNCH, match_launches
 from echo_view.validate.summary import summaries_from_job
 
-_GPU_WORK = np.array([int(k) for k in (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)])
+_GPU_WORK = np.array([int(k) for k in GPU_WORK_KINDS])
 _API = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)])
 
 
