@@ -20,14 +20,14 @@ import numpy.typing as npt
 
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm.nccl import p2p_split
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.comm.placement import PROTOCOLS, Placement
-from echo_view.sim.comm.tuner import NVLS, P2P_LL_THRESHOLD, TREE, TunerChoice, choose
+from echo_view.sim.comm.tuner import NVLS, TREE, TunerChoice, choose
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 RING_ROW, TREE_ROW, NVLS_ROW, P2P_ROW, LOCAL_ROW = range(5)
-_PAIR = (CollectiveKind.SEND, CollectiveKind.RECV, CollectiveKind.SEND_RECV)
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,7 @@ def build_batch(
                     }
                 )
         else:
-            n = pl.nranks
-            if kind in _PAIR:
-                intra, inter = (0.0, float(nbytes)) if pl.multi_node else (float(nbytes), 0.0)
-                per_peer = nbytes
-            else:
-                intra = nbytes * (pl.ppn_max - 1) / n
-                inter = nbytes * (n - pl.ppn_min) / n
-                per_peer = nbytes // n
-            proto = 0 if per_peer <= P2P_LL_THRESHOLD else 2
+            intra, inter, proto = p2p_split(kind, nbytes, pl)
             rows.append(
                 {"row_kind": P2P_ROW, "proto": proto, "channels": 1.0,
                  "intra_bytes": intra, "inter_bytes": inter}

@@ -201,16 +201,7 @@ def p2p_time_us(
 ) -> tuple[float, str]:
     """Send/recv, all-to-all, gather, scatter: each peer's share moves concurrently over NVLink
     (same node) or the GPU's own NIC (other nodes)."""
-    n = placement.nranks
-    if kind in _PAIR:
-        intra_bytes, inter_bytes = (0.0, float(nbytes)) if placement.multi_node else (
-            float(nbytes), 0.0)  # fmt: skip
-        per_peer = nbytes
-    else:
-        intra_bytes = nbytes * (placement.ppn_max - 1) / n
-        inter_bytes = nbytes * (n - placement.ppn_min) / n
-        per_peer = nbytes // n
-    p = 0 if per_peer <= P2P_LL_THRESHOLD else 2
+    intra_bytes, inter_bytes, p = p2p_split(kind, nbytes, placement)
     eff = params.protocol_eff[p]
     if placement.intra == "nvlink":
         intra_bw, intra_hop = cluster.nvlink_bw * params.nvlink_eff, params.nvlink_hop_us[p]
@@ -220,6 +211,20 @@ def p2p_time_us(
     seconds = max(intra_bytes / (intra_bw * eff), inter_bytes / (net_bw * eff))
     hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 if inter_bytes else intra_hop
     return params.base_us[p] + hop + seconds * 1e6, PROTOCOLS[p]
+
+
+def p2p_split(kind: CollectiveKind, nbytes: int, placement: Placement) -> tuple[float, float, int]:
+    """What a point-to-point style collective moves within the node and across nodes, and the
+    protocol (index into ``PROTOCOLS``): LL for small per-peer shares, else SIMPLE."""
+    n = placement.nranks
+    if kind in _PAIR:
+        intra, inter = (0.0, float(nbytes)) if placement.multi_node else (float(nbytes), 0.0)
+        per_peer = nbytes
+    else:
+        intra = nbytes * (placement.ppn_max - 1) / n
+        inter = nbytes * (n - placement.ppn_min) / n
+        per_peer = nbytes // n
+    return intra, inter, 0 if per_peer <= P2P_LL_THRESHOLD else 2
 
 
 def _normalise(kind: CollectiveKind) -> tuple[CollectiveKind, str | None]:
