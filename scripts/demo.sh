@@ -38,5 +38,5 @@ Next:
   Terminal UI: .venv/bin/echo-view tui samples/dlrm_kineto
                .venv/bin/echo-view tui out/dlrm_replay.json.gz samples/dlrm_kineto   (diff view)
                press ? for every key binding.
-  Accuracy:    python bench/step_accuracy.py --markdown   (docs/accuracy.md)
+  Accuracy:    .venv/bin/python bench/step_accuracy.py --markdown   (docs/accuracy.md)
 TXT
