@@ -7,18 +7,24 @@ full-overlap slowdown). Measured with ``N`` ns alone and ``O`` ns overlapped, it
 ``w = N + u * O`` of work; the overlap fraction enters through that split (Echo's
 ``t = (1 - r) t_solo + r t_solo s`` with ``r`` the overlapped share of the solo work).
 
-**Models.** Both predict ``u`` linearly from kernel features ``x``: ``u = x . beta``.
+**Models.**
 
-- ``constant``: ``x`` is the one-hot kernel class, so one factor per class (the baseline).
-- ``fitted``: class one-hot plus the solo time (log2 µs), the grid size per SM (log2 waves),
-  the achieved occupancy, the overlapping collective (all-reduce, all-gather, reduce-scatter,
+- ``constant``: ``u = x . beta`` with ``x`` the one-hot kernel class, so one factor per class
+  (the baseline).
+- ``fitted``: the excess ``1 - u = shrink * g(solo) * (x . beta)``, where
+  ``g = 1 / (1 + solo / 10 µs)`` makes the slowdown vanish for long kernels (measured: kernels
+  over 100 µs barely slow down; the solo time enters only here, so the slowdown never grows
+  with it) and ``x`` is the class one-hot plus the grid size per SM (log2 waves), the
+  achieved occupancy, the overlapping collective (all-reduce, all-gather, reduce-scatter,
   send/recv, other), its NCCL protocol (LL, LL128, Simple) and channel count (log2), and the
-  GPU generation. Missing values contribute 0 (the class value stands).
+  GPU generation. Missing values contribute 0. A known GPU generation the model was not
+  fitted on gets no slowdown (it does not extrapolate to hardware it has not seen);
+  ``shrink`` is chosen by cross-validation within the fitting samples.
 
 Both are fitted by least squares of the relative residual ``(w - N - u O) / D`` — linear in
-``beta`` with regressors ``(O / D) x`` — made robust by Huber reweighting; ``fitted`` adds a
-ridge penalty on everything but the class terms, so features the data do not support shrink
-to the constant model. Predictions clip ``s`` to ``[1, MAX_SLOWDOWN]``.
+``beta`` — made robust by Huber reweighting; ``fitted`` has a ridge penalty on every term,
+pulling what the data do not support to no slowdown. Predictions clip ``s`` to
+``[1, MAX_SLOWDOWN]``.
 
 **Evaluation.** A sample's duration is predicted by running its solo work from its measured
 start through its device's measured communication (:func:`finish_times`), and compared with
@@ -122,7 +128,7 @@ def feature_names(kind: str) -> tuple[str, ...]:
     names = [f"class.{c}" for c in CLASSES]
     if kind == "constant":
         return tuple(names)
-    names += ["log2_solo_us", "log2_waves", "occupancy"]
+    names += ["log2_waves", "occupancy"]
     names += [f"comm.{g}" for g in COMM_GROUPS[:-1]]
     names += [f"protocol.{p}" for p in PROTOCOLS[1:]]
     names += ["log2_channels"]
@@ -142,8 +148,6 @@ def design(f: KernelFeatures, kind: str) -> F64:
         return onehot
     if kind != "fitted":
         raise ValueError(f"unknown interference model kind {kind!r}")
-    solo = np.asarray(f.solo_ns, dtype=np.float64)
-    log_solo = np.where(solo > 0, np.log2(np.maximum(solo, 1.0) / 1e3) - np.log2(10.0), 0.0)
     blocks = np.asarray(f.grid_blocks, dtype=np.float64)
     sms = np.asarray(f.sm_count, dtype=np.float64)
     known_w = (blocks > 0) & (sms > 0)
@@ -167,17 +171,36 @@ def design(f: KernelFeatures, kind: str) -> F64:
     gpu = np.zeros((n, len(GENERATIONS) - 1))
     known_g = (gen > 0) & (gen < len(GENERATIONS))
     gpu[np.flatnonzero(known_g), gen[known_g] - 1] = 1.0
-    return np.column_stack([onehot, log_solo, waves, occ, comm, protocol, log_ch, gpu])
+    return np.column_stack([onehot, waves, occ, comm, protocol, log_ch, gpu])
+
+
+#: Solo time (ns) at which the fitted model's excess slowdown is half its short-kernel value.
+SOLO_SCALE_NS = 10_000
+#: Shrink factors of the fitted excess that nested cross-validation chooses from.
+SHRINKS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def solo_weight(solo_ns: npt.ArrayLike, scale_ns: float = SOLO_SCALE_NS) -> F64:
+    """``g = 1 / (1 + solo / scale)``: 1 for tiny kernels, 0 for long ones (0.5 where the
+    solo time is unknown)."""
+    solo = np.asarray(solo_ns, dtype=np.float64)
+    out: F64 = np.where(solo > 0, 1.0 / (1.0 + np.maximum(solo, 1.0) / scale_ns), 0.5)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
 class InterferenceFit:
-    """A fitted model: ``u = design(features, kind) . coef`` (see the module docstring).
-    ``samples`` counts the samples per class it was fitted on."""
+    """A fitted model (see the module docstring). ``samples`` counts the samples per class it
+    was fitted on. For ``fitted``: ``shrink`` scales the excess (chosen by nested
+    cross-validation), ``generations`` are the GPU generation codes it was fitted on (a known
+    generation outside them gets no slowdown; empty: no restriction)."""
 
     kind: str
     coef: F64
     samples: Mapping[str, int]
+    shrink: float = 1.0
+    generations: tuple[int, ...] = ()
+    solo_scale_ns: float = SOLO_SCALE_NS
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -190,7 +213,16 @@ class InterferenceFit:
 
     def slowdown(self, f: KernelFeatures) -> F64:
         """Full-overlap slowdown ``s`` of each kernel, in ``[1, MAX_SLOWDOWN]``."""
-        u = design(f, self.kind) @ self.coef
+        x = design(f, self.kind) @ self.coef
+        if self.kind == "constant":
+            u = x
+        else:
+            excess = self.shrink * solo_weight(f.solo_ns, self.solo_scale_ns) * x
+            if self.generations:
+                gen = np.asarray(f.generation, dtype=np.int64)
+                unseen = (gen > 0) & ~np.isin(gen, np.asarray(self.generations, dtype=np.int64))
+                excess = np.where(unseen, 0.0, excess)
+            u = 1.0 - excess
         out: F64 = 1.0 / np.clip(u, 1.0 / MAX_SLOWDOWN, 1.0)
         return out
 
@@ -200,11 +232,17 @@ class InterferenceFit:
         return {c: float(v) for c, v in zip(CLASSES, s.tolist(), strict=True)}
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "coef": {n: float(c) for n, c in zip(self.names, self.coef.tolist(), strict=True)},
             "samples": dict(self.samples),
         }
+        if self.kind != "constant":
+            out["form"] = "excess"
+            out["shrink"] = self.shrink
+            out["generations"] = [GENERATIONS[g] for g in self.generations]
+            out["solo_scale_ns"] = self.solo_scale_ns
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> InterferenceFit:
@@ -215,9 +253,42 @@ class InterferenceFit:
         extra = sorted(set(given) - set(names))
         if extra:
             raise ValueError(f"unknown coefficients {', '.join(extra)}")
-        coef = np.array([float(given.get(n, 1.0 if n.startswith("class.") else 0.0))
-                         for n in names])  # fmt: skip
-        return cls(kind, coef, {str(k): int(v) for k, v in dict(d.get("samples", {})).items()})
+        samples = {str(k): int(v) for k, v in dict(d.get("samples", {})).items()}
+        if kind == "constant":
+            coef = np.array([float(given.get(n, 1.0 if n.startswith("class.") else 0.0))
+                             for n in names])  # fmt: skip
+            return cls(kind, coef, samples)
+        if d.get("form", "excess") != "excess":
+            raise ValueError(f"unknown fitted model form {d.get('form')!r}")
+        gens = [str(g) for g in d.get("generations", [])]
+        bad = sorted(set(gens) - set(GENERATIONS))
+        if bad:
+            raise ValueError(f"unknown GPU generations {', '.join(bad)}")
+        coef = np.array([float(given.get(n, 0.0)) for n in names])
+        return cls(
+            kind,
+            coef,
+            samples,
+            shrink=float(d.get("shrink", 1.0)),
+            generations=tuple(GENERATIONS.index(g) for g in gens),
+            solo_scale_ns=float(d.get("solo_scale_ns", SOLO_SCALE_NS)),
+        )
+
+
+def _regression(samples: OverlapSamples, kind: str) -> tuple[F64, F64, F64]:
+    """``(a, y, x)``: the residual ``y - a . beta`` of every sample is its relative duration
+    error under the rate model; ``x`` is the design."""
+    c = samples.cols
+    d = np.maximum(c["dur_ns"], 1).astype(np.float64)
+    frac = c["overlap_ns"] / d
+    n_alone = (c["dur_ns"] - c["overlap_ns"]).astype(np.float64)
+    y = (c["solo_ns"] - n_alone) / d  # = frac * u
+    x = design(KernelFeatures.from_samples(samples), kind)
+    if kind == "constant":
+        return x * frac[:, None], y, x
+    # u = 1 - g x.beta: y - frac = -(frac g x) . beta
+    g = solo_weight(c["solo_ns"])
+    return -(frac * g)[:, None] * x, y - frac, x
 
 
 def fit(
@@ -228,25 +299,28 @@ def fit(
     huber: float = 0.1,
     iterations: int = 20,
     weight_power: float = 0.0,
+    shrink_by: str | None = None,
 ) -> InterferenceFit:
     """Fit a model ``kind`` to ``samples`` (see the module docstring). ``huber`` is the
     residual (share of the duration) beyond which a sample's weight decays; ``ridge`` the
-    penalty on non-class terms (in units of one fully overlapped sample)."""
-    c = samples.cols
-    d = np.maximum(c["dur_ns"], 1).astype(np.float64)
-    frac = c["overlap_ns"] / d
-    n_alone = (c["dur_ns"] - c["overlap_ns"]).astype(np.float64)
-    y = (c["solo_ns"] - n_alone) / d
-    x = design(KernelFeatures.from_samples(samples), kind)
-    a = x * frac[:, None]
-    k = x.shape[1]
+    penalty on non-class terms (in units of one fully overlapped sample; ``fitted`` also puts
+    it on the class terms, pulling them to no slowdown). ``shrink_by`` (``job``, ``trace`` or
+    ``step``) chooses the fitted model's shrink factor by cross-validation over ``samples``
+    split that way (the samples given only); ``None`` keeps 1."""
+    a, y, _ = _regression(samples, kind)
+    k = a.shape[1]
     n_cls = len(CLASSES)
     penalty = np.zeros(k)
     penalty[n_cls:] = ridge
-    # Classes without samples keep u = 1 (no slowdown): a tiny pull to 1 on every class term.
     prior = np.zeros(k)
-    prior[:n_cls] = 1.0
-    penalty[:n_cls] = 1e-6
+    if kind == "constant":
+        # Classes without samples keep u = 1 (no slowdown): a tiny pull to 1 on every class.
+        prior[:n_cls] = 1.0
+        penalty[:n_cls] = 1e-6
+    else:
+        penalty[:n_cls] = ridge
+    c = samples.cols
+    d = np.maximum(c["dur_ns"], 1).astype(np.float64)
     base = d**weight_power
     base = base / base.mean() if len(base) else base
     w = np.ones(len(y))
@@ -262,7 +336,39 @@ def fit(
         np.clip(c["op_class"], 0, len(OP_CLASS_NAMES) - 1), minlength=len(OP_CLASS_NAMES)
     )
     per_class = {name: int(counts[i]) for i, name in enumerate(CLASSES) if counts[i]}
-    return InterferenceFit(kind, coef, per_class)
+    if kind == "constant":
+        return InterferenceFit(kind, coef, per_class)
+    gens = tuple(int(g) for g in np.unique(c["generation"]) if g > 0)
+    model = InterferenceFit(kind, coef, per_class, generations=gens)
+    if shrink_by is None:
+        return model
+    args = {"ridge": ridge, "huber": huber, "iterations": iterations}
+    shrink = _choose_shrink(samples, shrink_by, dict(args, weight_power=weight_power))
+    return InterferenceFit(kind, coef, per_class, shrink=shrink, generations=gens)
+
+
+def _choose_shrink(samples: OverlapSamples, by: str, fit_args: Mapping[str, Any]) -> float:
+    """The :data:`SHRINKS` value with the lowest duration-weighted error over ``samples``
+    split ``by`` (step: alternate pairs of steps, as the samples are one step parity)."""
+    c = samples.cols
+    if by == "step":
+        tests = [(c["step"] >= 0) & ((c["step"] // 2) % 2 == p) for p in (0, 1)]
+    else:
+        tests = folds(samples, by)
+    err = np.zeros(len(SHRINKS))
+    used = False
+    for test in tests:
+        if not test.any() or test.all():
+            continue
+        used = True
+        base = fit(samples.select(~test), "fitted", **fit_args)
+        held = samples.select(test)
+        feats = KernelFeatures.from_samples(held)
+        for i, sh in enumerate(SHRINKS):
+            m = InterferenceFit("fitted", base.coef, base.samples, sh, base.generations)
+            p = predict_durations(held, m.slowdown(feats))
+            err[i] += float(np.abs(p - held.cols["dur_ns"]).sum())
+    return SHRINKS[int(np.argmin(err))] if used else 1.0
 
 
 def finish_times(
@@ -418,7 +524,10 @@ def holdout(
         held = samples.select(test)
         preds["none"][test] = held.cols["solo_ns"]
         for kind in ("constant", "fitted"):
-            model = fit(samples.select(train), kind, **fit_args)
+            args = dict(fit_args)
+            if kind == "fitted":
+                args.setdefault("shrink_by", by)
+            model = fit(samples.select(train), kind, **args)
             feats = KernelFeatures.from_samples(held)
             preds[kind][test] = predict_durations(held, model.slowdown(feats))
         tested |= test
@@ -444,6 +553,8 @@ __all__ = [
     "CLASSES",
     "MAX_SLOWDOWN",
     "MODELS",
+    "SHRINKS",
+    "SOLO_SCALE_NS",
     "Errors",
     "InterferenceFit",
     "KernelFeatures",
@@ -456,4 +567,5 @@ __all__ = [
     "holdout",
     "per_class_errors",
     "predict_durations",
+    "solo_weight",
 ]

@@ -11,6 +11,7 @@ import pytest
 from echo_view.analysis.interference import OverlapSamples
 from echo_view.analysis.interference_fit import (
     CLASSES,
+    SHRINKS,
     InterferenceFit,
     KernelFeatures,
     errors,
@@ -20,6 +21,7 @@ from echo_view.analysis.interference_fit import (
     folds,
     holdout,
     predict_durations,
+    solo_weight,
 )
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import OP_CLASS_NAMES
@@ -42,9 +44,12 @@ def test_finish_times_by_hand() -> None:
     assert ends.tolist() == [113_333, 10_000, 140_000, 170_000, 30_000, 225_000]
 
 
-def _synthetic(factors: dict[str, float], per_class: int = 40, seed: int = 1) -> OverlapSamples:
-    """Kernels generated from the rate model with a known slowdown per class, two traces,
-    two steps each, various overlap fractions (no noise)."""
+def _synthetic(
+    factors: dict[str, float], per_class: int = 40, seed: int = 1, excess: bool = False
+) -> OverlapSamples:
+    """Kernels generated from the rate model with a known slowdown per class (``excess``: the
+    fitted model's form, ``1 - 1/s = g(solo) * (1 - 1/factor)``), two traces, two steps each,
+    various overlap fractions (no noise)."""
     rng = np.random.default_rng(seed)
     rows: dict[str, list[Any]] = {k: [] for k in (
         "trace", "rank", "device", "row", "step", "op_class", "start_ns", "dur_ns", "solo_ns",
@@ -58,6 +63,8 @@ def _synthetic(factors: dict[str, float], per_class: int = 40, seed: int = 1) ->
         for cls_name, s in factors.items():
             for k in range(per_class):
                 solo = int(rng.integers(5_000, 500_000))
+                if excess:
+                    s = 1.0 / (1.0 - float(solo_weight(solo)) * (1.0 - 1.0 / factors[cls_name]))
                 alone = int(solo * rng.uniform(0.0, 0.8))  # work done before the comm starts
                 over = round((solo - alone) * s)  # the rest runs fully overlapped
                 starts.append(t + alone)
@@ -87,9 +94,20 @@ FACTORS = {"gemm": 1.3, "elementwise": 1.1, "reduction": 1.6, "copy": 1.05}
 
 @pytest.mark.parametrize("kind", ["constant", "fitted"])
 def test_fit_recovers_known_factors(kind: str) -> None:
-    s = _synthetic(FACTORS)
-    model = fit(s, kind)
-    got = model.class_factors()
+    fitted = kind == "fitted"
+    s = _synthetic(FACTORS, excess=fitted)
+    model = fit(s, kind, ridge=1e-9)
+    if fitted:  # 1 - 1/s = g(solo) * (1 - 1/factor): at g = 1 the class factor itself
+        feats = KernelFeatures.from_samples(s)
+        sd = model.slowdown(feats)
+        g = solo_weight(s.cols["solo_ns"])
+        got = {}
+        for name in FACTORS:
+            sel = s.cols["op_class"] == OP_CLASS_NAMES.index(name)
+            got[name] = float(np.median(1.0 / (1.0 - (1.0 - 1.0 / sd[sel]) / g[sel])))
+        got["attention"] = model.class_factors()["attention"]
+    else:
+        got = model.class_factors()
     for name, f in FACTORS.items():
         assert got[name] == pytest.approx(f, rel=1e-3)
     # Classes without samples are not slowed.
@@ -110,8 +128,10 @@ def test_holdout_never_tests_what_it_fitted() -> None:
         else:
             assert [set(s.cols["trace"][m].tolist()) for m in masks] == [{0}, {1}]
     errs, preds = holdout(s, "job")
-    # No noise: both models predict the held-out trace exactly; "none" is the solo time.
-    assert errs["constant"].weighted_abs < 1e-4 and errs["fitted"].weighted_abs < 1e-4
+    # No noise: the constant model predicts the held-out trace exactly (the data have its
+    # form); "none" is the solo time.
+    assert errs["constant"].weighted_abs < 1e-4
+    assert errs["fitted"].weighted_abs < errs["none"].weighted_abs
     assert errs["none"].total < -0.05
     assert (preds["none"] == s.cols["solo_ns"]).all()
 
@@ -132,6 +152,24 @@ def test_model_round_trip() -> None:
     with pytest.raises(ValueError):
         InterferenceFit.from_dict({"kind": "constant", "coef": {"class.bogus": 1.0}})
     assert len(CLASSES) == len(OP_CLASS_NAMES) - 1
+    assert back.generations == model.generations == (3,) and back.shrink == model.shrink
+    with pytest.raises(ValueError):
+        InterferenceFit.from_dict({"kind": "fitted", "form": "rate", "coef": {}})
+
+
+def test_fitted_excess_shape_and_unseen_generation() -> None:
+    s = _synthetic(FACTORS, excess=True)
+    model = fit(s, "fitted", shrink_by="trace")
+    assert model.shrink in SHRINKS and model.shrink > 0  # the data hold real slowdowns
+    gemm = OP_CLASS_NAMES.index("gemm")
+    f = KernelFeatures.of_classes([gemm] * 4, [2_000, 10_000, 100_000, 10_000_000], generation=3)
+    sd = model.slowdown(f)
+    # Long kernels are barely slowed.
+    assert (np.diff(sd) < 0).all() and sd[-1] < 1.001 and sd[0] > 1.03
+    # Hopper was never fitted: no slowdown claimed; unknown generation: the model applies.
+    hopper = KernelFeatures.of_classes([gemm], [2_000], generation=5)
+    assert model.slowdown(hopper).tolist() == [1.0]
+    assert model.slowdown(KernelFeatures.of_classes([gemm], [2_000]))[0] > 1.0
 
 
 def test_real_samples_step_holdout() -> None:
