@@ -126,9 +126,19 @@ def model_to_toml(model: InterferenceModel) -> str:
     """The model as TOML (read back by :func:`load_model`)."""
     d = model.fit.as_dict()
     lines = [
-        "# echo-view interference model: full-overlap slowdown s = 1 / (x . coef)",
+        "# echo-view interference model (docs/interference.md): constant = full-overlap"
+        " slowdown per class; fitted = excess slowdown g(solo) * (x . coef), scaled by shrink",
         f"kind = {_toml_str(d['kind'])}",
         f"source = {_toml_str(model.source)}",
+    ]
+    # Settings of the fitted form sit at the top level, before the first table.
+    for key in ("form", "shrink", "solo_scale_ns"):
+        if key in d:
+            value = d[key]
+            lines.append(f"{key} = {_toml_str(value) if isinstance(value, str) else repr(value)}")
+    if "generations" in d:
+        lines.append("generations = [" + ", ".join(_toml_str(g) for g in d["generations"]) + "]")
+    lines += [
         "",
         "[coef]",
         *(f"{_toml_key(k)} = {v!r}" for k, v in d["coef"].items()),

@@ -74,6 +74,26 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
         load_model(bad)
 
 
+def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
+    from echo_view.analysis.interference_fit import feature_names
+
+    names = feature_names("fitted")
+    fit = InterferenceFit(
+        "fitted",
+        np.linspace(0.1, 0.5, len(names)),
+        {"gemm": 3},
+        shrink=0.75,
+        generations=(GENERATIONS.index("volta"), GENERATIONS.index("ampere")),
+        solo_scale_ns=10_000,
+    )
+    path = tmp_path / "fitted.toml"
+    path.write_text(model_to_toml(InterferenceModel(fit, "test", {})))
+    back = load_model(path).fit
+    assert back.kind == "fitted" and np.allclose(back.coef, fit.coef)
+    assert back.shrink == 0.75 and back.generations == fit.generations
+    assert back.solo_scale_ns == 10_000
+
+
 def test_replay_removes_the_measured_slowdown(dlrm: tuple[Job, Workload]) -> None:
     job, wl = dlrm
     model = default_model("volta")
