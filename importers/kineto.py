@@ -137,7 +137,14 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
     tl = build_timeline(fc)
     base = top.get("baseTimeNanoseconds")
     base = base if isinstance(base, int) and not isinstance(base, bool) else 0
-    start = tl.start_ns + np.int64(base) if base else tl.start_ns
+    start = tl.start_ns
+    if base:
+        # In place when the column is ours (the file's columns are not used after this): a
+        # second start column would be held at the importer's peak.
+        if start.flags.writeable and start.base is None:
+            start += np.int64(base)
+        else:
+            start = start + np.int64(base)
     strings = StringTable(fc.strings)
     view = EventView(
         kind=tl.kind,

@@ -11,6 +11,8 @@ import numpy.typing as npt
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 U8 = npt.NDArray[np.uint8]
+#: ``traceEvents`` indices: int32, or int64 for a file of 2**31 events or more.
+IDX = npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 # Phase codes (``ph``).
 PH_OTHER, PH_X, PH_B, PH_E, PH_I, PH_C, PH_AB, PH_AE, PH_AN = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -61,7 +63,7 @@ class PointColumns:
     #: ``"bp": "e"`` (bind to the enclosing slice rather than the next one).
     bind_enclosing: npt.NDArray[np.bool_]
     #: Index in ``traceEvents`` (file order).
-    index: I64
+    index: IDX
 
     def __len__(self) -> int:
         return len(self.phase)
@@ -72,7 +74,7 @@ class PointColumns:
         if not parts:
             z = np.zeros(0, dtype=np.int64)
             i32 = z.astype(np.int32)
-            return PointColumns(z.astype(np.uint8), i32, z, z, i32, i32, z.astype(np.bool_), z)
+            return PointColumns(z.astype(np.uint8), i32, z, z, i32, i32, z.astype(np.bool_), i32)
         return PointColumns(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in _POINT_FIELDS)
         )
@@ -96,7 +98,7 @@ class FileColumns:
     dur_ns: I64
     correlation: I64
     external_id: I64
-    index: I64
+    index: IDX
     async_id: dict[int, int]
     args_blob: bytes
     args_offsets: I64
