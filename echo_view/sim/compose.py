@@ -240,12 +240,10 @@ class _Composer:
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )
+        # Activations and parameters travel in 16 bits when GEMMs run in fp8.
+        elem_bytes = _BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
         act_bytes = (
-            (cfg.model.seq_len // p.cp)
-            * cfg.batch.micro
-            * cfg.model.hidden
-            * _BYTES[cfg.dtype if cfg.dtype != "fp8" else "bf16"]
-            // p.tp
+            (cfg.model.seq_len // p.cp) * cfg.batch.micro * cfg.model.hidden * elem_bytes // p.tp
         )
         dp_ops: list[int] = []
         last_bwd_mb = m - 1
@@ -267,9 +265,6 @@ class _Composer:
                     cls=OpClass.COLLECTIVE,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
-            elif 0 <= peer_g < n_chunks:
-                # Same stage holds both chunks (pp == 1 with interleaving is rejected earlier).
-                self.pending.append(((rank, ps.forward, peer_g, ps.microbatch), -1))
             first_op = len(self.c.rank)
             if ps.forward or ps.microbatch != last_bwd_mb or p.dp == 1:
                 end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
@@ -311,7 +306,7 @@ class _Composer:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, first_opt))
         if p.distributed_optimizer and p.dp > 1:
-            nbytes = role.params * _BYTES[cfg.dtype if cfg.dtype != "fp8" else "bf16"]
+            nbytes = role.params * elem_bytes
             dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
             self.op(
                 rank,
@@ -324,7 +319,7 @@ class _Composer:
     def resolve(self) -> None:
         for key, dst in self.pending:
             src = self.pass_end.get(key)
-            if src is None or dst < 0:
+            if src is None:
                 continue
             self.edges.append((src, dst))
 

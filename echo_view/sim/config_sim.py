@@ -13,13 +13,12 @@ import numpy.typing as npt
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import OpClass, TracedGraph
 from echo_view.model.job import ClockAlignment, Job
-from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
+from echo_view.model.kinds import CollectiveKind, EventKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
     NONE,
     CollectiveTable,
     EventTable,
-    Lane,
     StepTable,
     Trace,
 )
@@ -204,12 +203,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         )
         # Collectives: the fine collective kernels and the coarse transfer/bucket ops.
         ev_name = events.name
-        names_text = [strings[int(x)] for x in np.unique(ev_name)]
-        nccl_ids = np.array(
-            [strings.id_of(t) for t in names_text if t.startswith("ncclDevKernel_")],
-            dtype=np.int64,
-        )
-        coll_rows = np.flatnonzero(np.isin(ev_name, nccl_ids))
+        coll_rows = np.flatnonzero(name_kind[ev_name] != int(CollectiveKind.UNKNOWN))
         fine_bytes = np.concatenate([np.full(len(keep), NONE, dtype=np.int64), all_bytes[idx]])[
             order
         ][coll_rows]
@@ -226,17 +220,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         end = int((events.start_ns + events.dur_ns).max()) if n else 0
         one = np.ones(1, dtype=np.int64)
         steps = StepTable(number=one * 0, start_ns=one * 0, end_ns=one * end, gpu_end_ns=one * end)
-        lanes = tuple(
-            Lane(
-                LaneKind.GPU_STREAM,
-                wl.lanes[li].pid,
-                wl.lanes[li].tid,
-                wl.lanes[li].name,
-                wl.lanes[li].device,
-                wl.lanes[li].stream,
-            )
-            for li in my_lanes
-        )
+        lanes = tuple(wl.lanes[li] for li in my_lanes)
         meta: dict[str, Any] = {
             "simulated": True,
             "world_size": wl.world_size,
