@@ -14,7 +14,6 @@ from echo_view.model import (
     ClockAlignment,
     CollectiveKind,
     EventKind,
-    EventTable,
     Job,
     LaneKind,
     Trace,
@@ -188,18 +187,7 @@ def stretch_gpu(trace: Trace, factor: float) -> Trace:
     dur = np.asarray(ev.dur_ns).copy()
     k = trace.mask(EventKind.KERNEL)
     dur[k] = np.round(dur[k] * factor).astype(np.int64)
-    events = EventTable(
-        kind=ev.kind,
-        start_ns=ev.start_ns,
-        dur_ns=dur,
-        name=ev.name,
-        cat=ev.cat,
-        lane=ev.lane,
-        correlation=ev.correlation,
-        external_id=ev.external_id,
-        args_blob=ev.args_blob,
-        args_offsets=ev.args_offsets,
-    )
+    events = replace(ev, dur_ns=dur)
     return replace(trace, events=events)
 
 

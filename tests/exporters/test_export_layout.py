@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,6 @@ from echo_view.model import (
     Trace,
     TraceBuilder,
 )
-from echo_view.model.trace import EventTable
 from exporters.layout import STEPS_THREAD, build_layout
 from exporters.links import COLLECTIVE_CATEGORY
 from exporters.perfetto_json import PerfettoJsonExporter
@@ -130,16 +130,7 @@ def test_negative_duration_is_an_input_error() -> None:
     b.event(EventKind.CPU_OP, "op", 0, 10, b.lane(LaneKind.CPU_THREAD, 1, 1))
     t = b.build()
     ev = t.events
-    broken = EventTable(
-        kind=ev.kind,
-        start_ns=ev.start_ns,
-        dur_ns=np.array([-5]),
-        name=ev.name,
-        cat=ev.cat,
-        lane=ev.lane,
-        correlation=ev.correlation,
-        external_id=ev.external_id,
-    )
+    broken = replace(ev, dur_ns=np.array([-5]))
     bad = Trace(0, "bad.json", t.strings, broken, t.lanes)
     with pytest.raises(InputError, match="negative duration") as err:
         build_layout(job_of(bad))
