@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from echo_view.analysis.interference_features import trace_generation
-from echo_view.cli.simulate_workload import run_workload
+from echo_view.cli.simulate_workload import run_workload, scale_value
 from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry
@@ -117,16 +116,6 @@ def parse_overrides(
     return out
 
 
-def _float(key: str, value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        raise ConfigError(f"expected a number, got {value!r}", where=key) from None
-    if not math.isfinite(x) or x < 0:
-        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
-    return x
-
-
 def cluster_for_job(job: Job, overrides: dict[str, str]) -> Cluster | None:
     """The cluster a measured job ran on: the GPU matched from the traces' device names,
     ``gpus_per_node`` from the devices a trace lists (else 8, or the world if smaller), as many
@@ -176,11 +165,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             )
     overrides = parse_overrides(args.overrides)
     scales = {
-        k.removeprefix("compute.scale."): _float(k, v)
+        k.removeprefix("compute.scale."): scale_value(k, v)
         for k, v in overrides.items()
         if k.startswith("compute.scale.")
     }
-    comm_scale = _float("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
+    comm_scale = (
+        scale_value("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
+    )
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     t0 = time.perf_counter()
     job = load_job(args.input, registry)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -47,11 +48,15 @@ KNOWN_KEYS = (
 )  # fmt: skip
 
 
-def _number(key: str, value: str) -> float:
+def scale_value(key: str, value: str) -> float:
+    """A ``--set`` scale factor: a finite number >= 0 (used for measured jobs too)."""
     try:
-        return float(value)
-    except ValueError as exc:
-        raise ConfigError(f"--set {key} needs a number, got {value!r}") from exc
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"expected a number, got {value!r}", where=key) from None
+    if not math.isfinite(x) or x < 0:
+        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
+    return x
 
 
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
@@ -75,11 +80,11 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
     )
     scales: dict[int, float] = {}
-    every = _number("compute.scale.all", overrides.get("compute.scale.all", "1"))
+    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
     for i, name in enumerate(OP_CLASS_NAMES[:-1]):
         key = f"compute.scale.{name}"
-        scales[i] = every * (_number(key, overrides[key]) if key in overrides else 1.0)
-    comm_scale = _number("comm.scale", overrides.get("comm.scale", "1"))
+        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
+    comm_scale = scale_value("comm.scale", overrides.get("comm.scale", "1"))
     t0 = time.perf_counter()
     sim = simulate_config(
         graph,

@@ -105,3 +105,13 @@ def test_all_ranks_refuses_a_job_too_large_to_build(capsys: pytest.CaptureFixtur
     assert main(["simulate", str(config), "--ranks", "all"]) == 2
     err = capsys.readouterr().err
     assert "--ranks all would simulate about" in err and "--ranks stages" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "fast"])
+def test_bad_scale_values_are_one_line_errors(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = VALIDATION / "megatron-ci-7b-tp4-pp1.toml"
+    assert main(["simulate", str(config), "--set", f"compute.scale.all={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "compute.scale.all" in err and "\n" not in err
