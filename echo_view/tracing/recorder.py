@@ -28,7 +28,6 @@ from echo_view.tracing.opinfo import (
     tensor_shapes,
 )
 
-_COLUMNS = OP_COLUMNS
 _DTYPE_NAMES = {
     torch.float32: "fp32",
     torch.float16: "fp16",
@@ -61,7 +60,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     # -- phases -------------------------------------------------------------------------
     def begin(self) -> None:
         """Start a new op sequence (a phase of one chunk)."""
-        self._cols = ColumnBuilder(_COLUMNS)
+        self._cols = ColumnBuilder(OP_COLUMNS)
 
     def end(self) -> OpTable:
         """Finish the current op sequence and return it."""
