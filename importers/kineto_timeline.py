@@ -297,9 +297,15 @@ def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int])
     # Group points by key (name, cat, id); within a key the sources come first, in file order.
     is_src = pts.phase == PH_S
     order = np.lexsort((pts.index, ~is_src, pts.id, pts.cat, pts.name))
-    key = np.stack((pts.name[order], pts.cat[order], pts.id[order]))
+    # A key changes where any of its fields does; one field at a time (no stacked copy of the
+    # three: these temporaries count towards the importer's peak memory).
     new_group = np.ones(len(order), dtype=np.bool_)
-    new_group[1:] = np.any(key[:, 1:] != key[:, :-1], axis=0)
+    changed = new_group[1:]
+    changed[:] = False
+    for col in (pts.name, pts.cat, pts.id):
+        sorted_col = col[order]
+        changed |= sorted_col[1:] != sorted_col[:-1]
+        del sorted_col
     group = np.cumsum(new_group) - 1
     first = order[np.flatnonzero(new_group)]
     src_of_group = np.where(is_src[first], bound[first], -2)
@@ -329,30 +335,36 @@ def _bind(
     """Row each point binds to (-1 when none): the deepest slice open at its time on its
     thread, or (``enclosing`` False) the next slice that begins there."""
     out = np.full(len(q_ts), -1, dtype=np.int64)
-    q_threads = unique(q_thread)
-    wanted = np.zeros(max(int(thread.max(initial=0)), int(q_threads.max())) + 1, np.bool_)
-    wanted[q_threads] = True
-    # int32 row numbers and early dels: these temporaries set the importer's peak memory.
-    rows = np.flatnonzero(wanted[thread] & (fc.phase != PH_C)).astype(np.int32)
-    rows = rows[np.argsort(thread[rows], kind="stable")]  # grouped by thread, file order
-    grouped = thread[rows]
     q_order = np.argsort(q_thread, kind="stable")
-    q_bounds = np.searchsorted(q_thread[q_order], q_threads)
+    q_sorted = q_thread[q_order]
+    q_threads = unique(q_sorted)
+    q_bounds = np.append(np.searchsorted(q_sorted, q_threads), len(q_sorted)).tolist()
+    del q_sorted
+    slices = fc.phase != PH_C
+    # One thread's rows at a time, found by a scan per thread (flow points sit on a handful of
+    # threads): no file-wide sorted copy of the row numbers, whose temporaries used to set the
+    # importer's peak memory.
     for i, t in enumerate(q_threads.tolist()):
-        lo, hi = np.searchsorted(grouped, [t, t + 1])
-        q = q_order[q_bounds[i] : q_bounds[i + 1] if i + 1 < len(q_threads) else None]
-        if lo == hi:
+        on_thread = thread == t
+        on_thread &= slices
+        seg = np.flatnonzero(on_thread)  # file order
+        del on_thread
+        if not len(seg):
             continue
+        q = q_order[q_bounds[i] : q_bounds[i + 1]]
         # Sort by (start, longest first, file order): the deepest slice open at t is the last
-        # one starting at or before t that still runs, or one of its enclosing slices.
-        seg = rows[lo:hi]
-        seg_dur = dur[seg]
+        # one starting at or before t that still runs, or one of its enclosing slices. lexsort
+        # is stable and seg ascends, so ties keep file order without seg as a third key.
         starts = fc.start_ns[seg]
-        order = np.lexsort((seg, -seg_dur, starts))
+        neg_dur = dur[seg]
+        np.negative(neg_dur, out=neg_dur)
+        order = np.lexsort((neg_dur, starts))
+        del neg_dur, starts
         seg = seg[order]
-        starts = starts[order]
-        ends = starts + seg_dur[order]
-        del seg_dur, order
+        del order
+        starts = fc.start_ns[seg]
+        ends = dur[seg]
+        ends += starts
         ts = q_ts[q]
         enc = enclosing[q]
         j = np.searchsorted(starts, ts, side="right") - 1
