@@ -12,29 +12,29 @@ full-overlap slowdown). Measured with ``N`` ns alone and ``O`` ns overlapped, it
 - ``constant``: ``u = x . beta`` with ``x`` the one-hot kernel class, so one factor per class
   (the baseline).
 - ``fitted``: the excess ``1 - u = shrink * g(solo) * (x . beta)``, where
-  ``g = 1 / (1 + solo / 10 µs)`` makes the slowdown vanish for long kernels (measured: kernels
+  ``g = 1 / (1 + solo / scale)`` makes the slowdown vanish for long kernels (measured: kernels
   over 100 µs barely slow down; the solo time enters only here, so the slowdown never grows
   with it) and ``x`` is the class one-hot plus the grid size per SM (log2 waves), the
   achieved occupancy, the overlapping collective (all-reduce, all-gather, reduce-scatter,
   send/recv, other), its NCCL protocol (LL, LL128, Simple) and channel count (log2), and the
   GPU generation. Missing values contribute 0. A known GPU generation the model was not
   fitted on gets no slowdown (it does not extrapolate to hardware it has not seen);
-  ``shrink`` is chosen by cross-validation within the fitting samples.
+  ``scale`` (:data:`SOLO_SCALES_NS`) and ``shrink`` (:data:`SHRINKS`) are tuned by
+  cross-validation within the fitting samples.
 
 Both are fitted by least squares of the relative residual ``(w - N - u O) / D`` — linear in
 ``beta`` — made robust by Huber reweighting; ``fitted`` has a ridge penalty on every term,
 pulling what the data do not support to no slowdown. Predictions clip ``s`` to
 ``[1, MAX_SLOWDOWN]``.
 
-**Evaluation.** A sample's duration is predicted by running its solo work from its measured
-start through its device's measured communication (:func:`finish_times`), and compared with
-the measured duration. ``none`` predicts the solo time (no interference).
+The rate arithmetic is in :mod:`echo_view.analysis.interference_rate`, the held-out
+evaluation in :mod:`echo_view.analysis.interference_eval`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.interference import OverlapSamples
 from echo_view.analysis.interference_features import GENERATIONS, PROTOCOLS
+from echo_view.analysis.interference_rate import predict_durations
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import CLASS_COLLECTIVE, OP_CLASS_NAMES
 
@@ -174,9 +175,12 @@ def design(f: KernelFeatures, kind: str) -> F64:
     return np.column_stack([onehot, waves, occ, comm, protocol, log_ch, gpu])
 
 
-#: Solo time (ns) at which the fitted model's excess slowdown is half its short-kernel value.
+#: Solo time (ns) at which the fitted model's excess slowdown is half its short-kernel value,
+#: when it is not tuned.
 SOLO_SCALE_NS = 10_000
-#: Shrink factors of the fitted excess that nested cross-validation chooses from.
+#: Solo-time scales that tuning (cross-validation within the fitting samples) chooses from.
+SOLO_SCALES_NS: tuple[float, ...] = (3_000, 10_000, 30_000, 100_000)
+#: Shrink factors of the fitted excess that tuning chooses from.
 SHRINKS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
@@ -275,7 +279,9 @@ class InterferenceFit:
         )
 
 
-def _regression(samples: OverlapSamples, kind: str) -> tuple[F64, F64, F64]:
+def _regression(
+    samples: OverlapSamples, kind: str, solo_scale_ns: float = SOLO_SCALE_NS
+) -> tuple[F64, F64, F64]:
     """``(a, y, x)``: the residual ``y - a . beta`` of every sample is its relative duration
     error under the rate model; ``x`` is the design."""
     c = samples.cols
@@ -287,7 +293,7 @@ def _regression(samples: OverlapSamples, kind: str) -> tuple[F64, F64, F64]:
     if kind == "constant":
         return x * frac[:, None], y, x
     # u = 1 - g x.beta: y - frac = -(frac g x) . beta
-    g = solo_weight(c["solo_ns"])
+    g = solo_weight(c["solo_ns"], solo_scale_ns)
     return -(frac * g)[:, None] * x, y - frac, x
 
 
@@ -299,15 +305,28 @@ def fit(
     huber: float = 0.1,
     iterations: int = 20,
     weight_power: float = 0.0,
-    shrink_by: str | None = None,
+    solo_scale_ns: float = SOLO_SCALE_NS,
+    tune_by: str | None = None,
+    restrict_generations: bool = True,
 ) -> InterferenceFit:
     """Fit a model ``kind`` to ``samples`` (see the module docstring). ``huber`` is the
     residual (share of the duration) beyond which a sample's weight decays; ``ridge`` the
     penalty on non-class terms (in units of one fully overlapped sample; ``fitted`` also puts
-    it on the class terms, pulling them to no slowdown). ``shrink_by`` (``job``, ``trace`` or
-    ``step``) chooses the fitted model's shrink factor by cross-validation over ``samples``
-    split that way (the samples given only); ``None`` keeps 1."""
-    a, y, _ = _regression(samples, kind)
+    it on the class terms, pulling them to no slowdown).
+
+    ``tune_by`` (``job``, ``trace`` or ``step``) chooses the fitted model's solo-time scale
+    (:data:`SOLO_SCALES_NS`) and shrink factor (:data:`SHRINKS`) by cross-validation over
+    ``samples`` split that way — the samples given only, so that a held-out evaluation that
+    calls this on its training folds stays blind; ``None`` keeps ``solo_scale_ns`` and shrink
+    1. ``restrict_generations=False`` lets the model apply to GPU generations it was not
+    fitted on."""
+    if kind == "fitted" and tune_by is not None:
+        args: dict[str, Any] = {"ridge": ridge, "huber": huber, "iterations": iterations}
+        args.update(weight_power=weight_power, restrict_generations=restrict_generations)
+        scale, shrink = _tune(samples, tune_by, args)
+        model = fit(samples, kind, solo_scale_ns=scale, **args)
+        return replace(model, shrink=shrink)
+    a, y, _ = _regression(samples, kind, solo_scale_ns)
     k = a.shape[1]
     n_cls = len(CLASSES)
     penalty = np.zeros(k)
@@ -339,155 +358,42 @@ def fit(
     if kind == "constant":
         return InterferenceFit(kind, coef, per_class)
     gens = tuple(int(g) for g in np.unique(c["generation"]) if g > 0)
-    model = InterferenceFit(kind, coef, per_class, generations=gens)
-    if shrink_by is None:
-        return model
-    args = {"ridge": ridge, "huber": huber, "iterations": iterations}
-    shrink = _choose_shrink(samples, shrink_by, dict(args, weight_power=weight_power))
-    return InterferenceFit(kind, coef, per_class, shrink=shrink, generations=gens)
+    return InterferenceFit(
+        kind,
+        coef,
+        per_class,
+        generations=gens if restrict_generations else (),
+        solo_scale_ns=solo_scale_ns,
+    )
 
 
-def _choose_shrink(samples: OverlapSamples, by: str, fit_args: Mapping[str, Any]) -> float:
-    """The :data:`SHRINKS` value with the lowest duration-weighted error over ``samples``
-    split ``by`` (step: alternate pairs of steps, as the samples are one step parity)."""
+def _tune(samples: OverlapSamples, by: str, fit_args: Mapping[str, Any]) -> tuple[float, float]:
+    """The (solo scale, shrink) pair with the lowest summed absolute duration error over
+    ``samples`` split ``by`` (step: alternate pairs of steps, as the samples may be one step
+    parity already). Ties keep the earlier pair; with no usable split, the defaults."""
     c = samples.cols
     if by == "step":
         tests = [(c["step"] >= 0) & ((c["step"] // 2) % 2 == p) for p in (0, 1)]
     else:
         tests = folds(samples, by)
-    err = np.zeros(len(SHRINKS))
+    err = np.zeros((len(SOLO_SCALES_NS), len(SHRINKS)))
     used = False
     for test in tests:
         if not test.any() or test.all():
             continue
         used = True
-        base = fit(samples.select(~test), "fitted", **fit_args)
         held = samples.select(test)
         feats = KernelFeatures.from_samples(held)
-        for i, sh in enumerate(SHRINKS):
-            m = InterferenceFit("fitted", base.coef, base.samples, sh, base.generations)
-            p = predict_durations(held, m.slowdown(feats))
-            err[i] += float(np.abs(p - held.cols["dur_ns"]).sum())
-    return SHRINKS[int(np.argmin(err))] if used else 1.0
-
-
-def finish_times(
-    start: npt.ArrayLike,
-    work: npt.ArrayLike,
-    rate: npt.ArrayLike,
-    comm_starts: I64,
-    comm_ends: I64,
-) -> I64:
-    """End of each kernel that starts at ``start`` with ``work`` ns of solo work, progressing
-    at rate 1 outside the sorted disjoint communication intervals ``[comm_starts, comm_ends)``
-    and at ``rate`` (``1 / slowdown``) inside them. Exact up to rounding to whole ns."""
-    s = np.asarray(start, dtype=np.int64)
-    w = np.asarray(work, dtype=np.float64)
-    u = np.broadcast_to(np.asarray(rate, dtype=np.float64), s.shape)
-    m = len(comm_starts)
-    if not m or not len(s):
-        return s + np.rint(w).astype(np.int64)
-    a = 1.0 - u
-    # Breakpoints 2k (interval k starts) and 2k+1 (it ends), with the covered time before each.
-    b = np.empty(2 * m, dtype=np.int64)
-    b[0::2], b[1::2] = comm_starts, comm_ends
-    cum = np.concatenate([[0], np.cumsum(comm_ends - comm_starts)])
-    cov = np.empty(2 * m, dtype=np.float64)
-    cov[0::2], cov[1::2] = cum[:-1], cum[1:]
-
-    def covered(t: I64) -> F64:
-        k = np.searchsorted(comm_starts, t, side="right") - 1
-        kk = np.maximum(k, 0)
-        inside = np.clip(t - comm_starts[kk], 0, comm_ends[kk] - comm_starts[kk])
-        out: F64 = np.where(k >= 0, cum[kk] + inside, 0.0)
-        return out
-
-    target = s - a * covered(s) + w  # W(end) must reach W(start) + work
-    # Last breakpoint at or after the start whose W is <= target (bisection on its index).
-    lo = np.searchsorted(b, s, side="left")  # first breakpoint >= start
-    hi = np.full(len(s), 2 * m, dtype=np.int64)  # one past the last candidate
-    left, right = lo.copy(), hi.copy()
-    while True:
-        active = left < right
-        if not active.any():
-            break
-        mid = (left + right) // 2
-        mid_c = np.minimum(mid, 2 * m - 1)
-        ok = (b[mid_c] - a * cov[mid_c]) <= target
-        left = np.where(active & ok, mid + 1, left)
-        right = np.where(active & ~ok, mid, right)
-    j = left - 1  # last breakpoint with W <= target, or lo - 1 when none after the start
-    use_b = j >= lo
-    jj = np.clip(j, 0, 2 * m - 1)
-    anchor = np.where(use_b, b[jj], s)
-    w_anchor = np.where(use_b, b[jj] - a * cov[jj], s - a * covered(s))
-    k = np.searchsorted(comm_starts, anchor, side="right") - 1
-    kk = np.maximum(k, 0)
-    inside = (k >= 0) & (anchor < comm_ends[kk])
-    slope = np.where(inside, u, 1.0)
-    end = anchor + (target - w_anchor) / slope
-    out: I64 = np.rint(end).astype(np.int64)
-    return out
-
-
-def predict_durations(samples: OverlapSamples, slowdown: F64) -> I64:
-    """Each sample's duration if its solo work met its device's measured communication at
-    full-overlap ``slowdown`` (one value per sample)."""
-    c = samples.cols
-    out = np.empty(len(samples), dtype=np.int64)
-    keys = c["trace"] * (1 << 20) + c["device"]
-    for key in np.unique(keys).tolist():
-        sel = keys == key
-        us, ue = samples.comm[(key >> 20, key & ((1 << 20) - 1))]
-        end = finish_times(c["start_ns"][sel], c["solo_ns"][sel], 1.0 / slowdown[sel], us, ue)
-        out[sel] = end - c["start_ns"][sel]
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Errors:
-    """Duration errors of one model on a set of samples (fractions, not percent)."""
-
-    samples: int
-    weighted_abs: float
-    mean_abs: float
-    median_abs: float
-    total: float
-    within_10: float
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {
-            "samples": self.samples,
-            "weighted_abs": self.weighted_abs,
-            "mean_abs": self.mean_abs,
-            "median_abs": self.median_abs,
-            "total": self.total,
-            "within_10": self.within_10,
-        }
-
-
-def errors(measured: I64, predicted: I64) -> Errors:
-    """The absolute error summed over kernels relative to their summed duration
-    (``weighted_abs``: long kernels count in proportion to their time, as in a step time),
-    the per-kernel absolute relative error (mean, median, share within 10%) and the error of
-    the summed duration (``total``)."""
-    m = np.maximum(np.asarray(measured, dtype=np.float64), 1.0)
-    p = np.asarray(predicted, dtype=np.float64)
-    rel = np.abs(p - m) / m
-    if not len(m):
-        nan = float("nan")
-        return Errors(0, nan, nan, nan, nan, nan)
-    return Errors(
-        samples=len(m),
-        weighted_abs=float(np.abs(p - m).sum() / m.sum()),
-        mean_abs=float(rel.mean()),
-        median_abs=float(np.median(rel)),
-        total=float((p.sum() - m.sum()) / m.sum()),
-        within_10=float((rel <= 0.10).mean()),
-    )
-
-
-MODELS: tuple[str, ...] = ("none", "constant", "fitted")
+        measured = held.cols["dur_ns"]
+        for i, scale in enumerate(SOLO_SCALES_NS):
+            base = fit(samples.select(~test), "fitted", solo_scale_ns=scale, **fit_args)
+            for j, sh in enumerate(SHRINKS):
+                p = predict_durations(held, replace(base, shrink=sh).slowdown(feats))
+                err[i, j] += float(np.abs(p - measured).sum())
+    if not used:
+        return SOLO_SCALE_NS, 1.0
+    best_scale, best_shrink = np.unravel_index(int(np.argmin(err)), err.shape)
+    return SOLO_SCALES_NS[int(best_scale)], SHRINKS[int(best_shrink)]
 
 
 def folds(samples: OverlapSamples, by: str) -> list[npt.NDArray[np.bool_]]:
@@ -507,65 +413,17 @@ def folds(samples: OverlapSamples, by: str) -> list[npt.NDArray[np.bool_]]:
     raise ValueError(f"unknown split {by!r} (job, trace or step)")
 
 
-def holdout(
-    samples: OverlapSamples, by: str = "job", **fit_args: Any
-) -> tuple[dict[str, Errors], dict[str, I64]]:
-    """Errors of every model in :data:`MODELS` over the held-out folds of split ``by``: each
-    fold is predicted by models fitted on the other folds only. Also returns the predicted
-    durations (per model, aligned with ``samples``; -1 for samples in no fold)."""
-    preds = {m: np.full(len(samples), -1, dtype=np.int64) for m in MODELS}
-    tested = np.zeros(len(samples), dtype=bool)
-    for test in folds(samples, by):
-        train = ~test
-        if by == "step":
-            train &= samples.cols["step"] >= 0
-        if not train.any() or not test.any():
-            continue
-        held = samples.select(test)
-        preds["none"][test] = held.cols["solo_ns"]
-        for kind in ("constant", "fitted"):
-            args = dict(fit_args)
-            if kind == "fitted":
-                args.setdefault("shrink_by", by)
-            model = fit(samples.select(train), kind, **args)
-            feats = KernelFeatures.from_samples(held)
-            preds[kind][test] = predict_durations(held, model.slowdown(feats))
-        tested |= test
-    measured = samples.cols["dur_ns"]
-    errs = {m: errors(measured[tested], preds[m][tested]) for m in MODELS}
-    return errs, preds
-
-
-def per_class_errors(
-    samples: OverlapSamples, preds: Mapping[str, I64], classes: Sequence[str] = CLASSES
-) -> dict[str, dict[str, Errors]]:
-    """:func:`errors` per kernel class for each model's held-out predictions."""
-    out: dict[str, dict[str, Errors]] = {}
-    measured = samples.cols["dur_ns"]
-    for name in classes:
-        sel = (samples.cols["op_class"] == OP_CLASS_NAMES.index(name)) & (preds["none"] >= 0)
-        if sel.any():
-            out[name] = {m: errors(measured[sel], p[sel]) for m, p in preds.items()}
-    return out
-
-
 __all__ = [
     "CLASSES",
     "MAX_SLOWDOWN",
-    "MODELS",
     "SHRINKS",
+    "SOLO_SCALES_NS",
     "SOLO_SCALE_NS",
-    "Errors",
     "InterferenceFit",
     "KernelFeatures",
     "design",
-    "errors",
     "feature_names",
-    "finish_times",
     "fit",
     "folds",
-    "holdout",
-    "per_class_errors",
-    "predict_durations",
     "solo_weight",
 ]

@@ -4,8 +4,9 @@ to measured jobs.
 Measures the overlapped kernels of every PATH (:mod:`echo_view.cli.interference`), fits the
 constant-per-class and the fitted model, evaluates both held out (``--split``: by job when two
 or more jobs are given, else by step) and writes the better of the two by the held-out
-duration-weighted error — the fitted model only when it beats the constant one. The simulator
-reads the file with ``--set interference=FILE.toml``.
+duration-weighted error — the fitted model only when it beats the constant one; its solo-time
+scale and shrink are tuned as in the evaluation (cross-validation over the same split). The
+simulator reads the file with ``--set interference=FILE.toml``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 from rich.console import Console
 
-from echo_view.analysis.interference_fit import MODELS, fit, holdout
+from echo_view.analysis.interference_eval import MODELS, holdout
+from echo_view.analysis.interference_fit import fit
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output
@@ -61,8 +63,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     better = errs["fitted"].weighted_abs < errs["constant"].weighted_abs
     kind = "fitted" if better else "constant"
     sources = ", ".join(str(p) for p in args.paths)
+    # The shipped fit is made the way the evaluated ones were: scale and shrink tuned by
+    # cross-validation over the same kind of split.
+    fitted = fit(samples, kind, tune_by=split)
     model = InterferenceModel(
-        fit(samples, kind), f"calibrated on {sources} ({len(samples)} kernels)", evaluation
+        fitted, f"calibrated on {sources} ({len(samples)} kernels)", evaluation
     )
     with atomic_output(args.output) as tmp:
         tmp.write_text(model_to_toml(model), encoding="utf-8")
