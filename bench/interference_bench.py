@@ -13,8 +13,9 @@ Cases (each run ``--repeat`` times, alternating on and off; medians and the on/o
 
 For the config also the engine alone (composition done once; on includes the per-op slowdowns
 and the rate hook). Times are CPU time of this process (``time.process_time``): the machine
-may be shared, and wall time then measures the neighbours. Also prints the step time each way,
-and for a 4x faster network (``comm.scale=0.25``), so the effect is visible next to its cost.
+may be shared, and wall time then measures the neighbours. Also prints the step time each way
+(as ``echo-view simulate`` reports it), and for a 4x faster network (``comm.scale=0.25``), so
+the effect is visible next to its cost.
 
     python bench/interference_bench.py [--repeat 7] [--config PATH]
 """
@@ -39,7 +40,7 @@ from echo_view.analysis.interference_features import (  # noqa: E402
 )
 from echo_view.cli import build_registry  # noqa: E402
 from echo_view.cli.workload import load_workload  # noqa: E402
-from echo_view.sim import engine, simulate, step_spans  # noqa: E402
+from echo_view.sim import engine, predicted_job, simulate  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
@@ -47,6 +48,7 @@ from echo_view.sim.config_sim import simulate_config  # noqa: E402
 from echo_view.sim.interference import default_model  # noqa: E402
 from echo_view.sim.interference_sim import config_rate_hook, simulate_replay  # noqa: E402
 from echo_view.sim.replay import workload_from_job  # noqa: E402
+from echo_view.sim.report import compare, job_steps  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 
@@ -80,18 +82,15 @@ def replay_case(path: Path, repeat: int) -> None:
                    repeat)  # fmt: skip
 
     def step(scale: float, with_model: bool) -> float:
-        sim = (
-            simulate_replay(wl, job, comm_scale=scale, interference=model)
-            if with_model
-            else simulate(wl, comm_scale=scale)
-        )
-        spans = step_spans(wl, sim.result.start_ns, sim.result.end_ns)
-        return sum(spans.values()) / max(len(spans), 1) / 1e6
+        """The job step time (ms) as ``echo-view simulate`` reports it."""
+        sim = simulate_replay(wl, job, comm_scale=scale, interference=model if with_model else None)
+        predicted = predicted_job(wl, sim.result, job, int(wl.meta["origin_ns"]))
+        return float(compare(job_steps(predicted), job_steps(job))["step_time_s"]) * 1e3
 
     print(f"replay {path.name}: {len(wl)} ops")
     print(f"  median off {off * 1e3:.1f} ms, on {on * 1e3:.1f} ms, ratio {on / off:.2f}x")
     print(
-        f"  mean step: off {step(1.0, False):.3f} ms, on {step(1.0, True):.3f} ms; "
+        f"  step time: off {step(1.0, False):.3f} ms, on {step(1.0, True):.3f} ms; "
         f"comm.scale=0.25: off {step(0.25, False):.3f} ms, on {step(0.25, True):.3f} ms"
     )
 
