@@ -20,7 +20,7 @@ from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace
 from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
 from echo_view.validate.findings import FileFacts, Finding, Location, Report
-from echo_view.validate.kineto import _LAUNCH, _NOT_LAUNCH, match_launches
+from echo_view.validate.kineto import is_launch_name, match_launches
 from echo_view.validate.summary import summaries_from_job
 
 _GPU_WORK = np.array([int(k) for k in GPU_WORK_KINDS])
@@ -100,10 +100,7 @@ def _is_launch(trace: Trace, names: npt.NDArray[np.integer[Any]]) -> npt.NDArray
     if not len(names):
         return np.zeros(0, dtype=bool)
     uniq, inv = np.unique(names, return_inverse=True)
-    flags = [
-        bool(_LAUNCH.search(s) and not _NOT_LAUNCH.search(s))
-        for s in (trace.strings[int(g)] for g in uniq.tolist())
-    ]
+    flags = [is_launch_name(s) for s in (trace.strings[int(g)] for g in uniq.tolist())]
     out: npt.NDArray[np.bool_] = np.array(flags, dtype=bool)[inv.reshape(-1)]
     return out
 

@@ -146,7 +146,7 @@ class KinetoRule:
                 c |= _C_GPU_ANN
             if s == "Trace":
                 c |= _C_TRACE
-            if _LAUNCH.search(s) and not _NOT_LAUNCH.search(s):
+            if is_launch_name(s):
                 c |= _C_LAUNCH
             if s.startswith(("nccl", "void nccl")) and parse_nccl_kernel_name(s) is not None:
                 c |= _C_NCCL
@@ -339,6 +339,12 @@ def _pids(ctx: FileContext, thread: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         dtype=np.int64,
     )
     return table[thread] if len(thread) else np.zeros(0, np.int64)
+
+
+def is_launch_name(name: str) -> bool:
+    """Whether a CUDA/HIP API call of this name launches GPU work (kernel, copy or set); host
+    functions, symbol copies and peer copies do not produce a correlated GPU row."""
+    return bool(_LAUNCH.search(name)) and not _NOT_LAUNCH.search(name)
 
 
 def match_launches(
