@@ -122,10 +122,39 @@ def _coll_kind_of(name: str) -> int:
     return int(CollectiveKind.UNKNOWN)
 
 
+def expanded_times(
+    start: npt.ArrayLike, end: npt.ArrayLike, lengths: npt.ArrayLike, solo_dur: npt.ArrayLike
+) -> tuple[I64, I64]:
+    """Start and duration of the kernels of passes that ran from ``start`` to ``end``: pass
+    ``i`` holds the next ``lengths[i]`` kernels of ``solo_dur``, back to back from its start.
+    A pass slowed by interference lasts longer than its kernels' solo sum: the extra time is
+    spread evenly over its kernels (the per-kernel split is not simulated), so the slowdown
+    shows as longer kernels, not as idle time at the pass end. Passes are never compressed."""
+    start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    solo_dur = np.asarray(solo_dur, dtype=np.int64)
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    heads = np.cumsum(lengths) - lengths
+    nonempty = lengths > 0
+    before = np.cumsum(solo_dur) - solo_dur  # exclusive prefix sum over all passes
+    solo = np.zeros(len(lengths), dtype=np.int64)
+    solo[nonempty] = np.add.reduceat(solo_dur, heads[nonempty])
+    stretch = np.maximum((end - start) / np.maximum(solo, 1), 1.0)
+    per = np.repeat(stretch, lengths)
+    offset = (before - np.repeat(before[np.minimum(heads, total - 1)], lengths)) * per
+    first = np.repeat(start, lengths)
+    fstart = first + np.rint(offset).astype(np.int64)
+    fend = first + np.rint(offset + solo_dur * per).astype(np.int64)
+    return fstart, fend - fstart
+
+
 def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = None) -> Job:
     """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
     ran back to back on the compute stream, so their times follow exactly from the pass's
-    start), the kernel-to-kernel gap shown as idle time."""
+    start; a pass slowed by interference stretches them evenly to its simulated end), the
+    kernel-to-kernel gap shown as idle time."""
     comp, res, wl = sim.composed, sim.result, sim.composed.workload
     tables = comp.tables
     gap = sim.params.kernel_gap_ns
@@ -169,10 +198,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         total = int(lengths.sum())
         heads = np.cumsum(lengths) - lengths  # index of each group's first fine op
         idx = np.repeat(toff[comp.src_table[ex]] + lo - heads, lengths) + np.arange(total)
-        fdur = all_dur[idx]
-        before = np.cumsum(fdur) - fdur  # exclusive prefix sum over all groups
-        base = before[heads] if total else np.zeros(0, dtype=np.int64)
-        fstart = np.repeat(res.start_ns[ex] - base, lengths) + before
+        fstart, fdur = expanded_times(res.start_ns[ex], res.end_ns[ex], lengths, all_dur[idx])
         fcls = all_cls[idx]
         shown = np.where(fcls == OpClass.COLLECTIVE, fdur, np.maximum(fdur - gap, 0))
         start = np.concatenate([res.start_ns[keep], fstart])

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from echo_view.analysis.summary import summarize
@@ -14,7 +15,12 @@ from echo_view.model.config import parse_workload_config
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for
-from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
+from echo_view.sim.config_sim import (
+    ConfigSimulation,
+    expanded_times,
+    predicted_config_job,
+    simulate_config,
+)
 from importers.graph import read_graph
 from tests.conftest import SAMPLES
 
@@ -119,6 +125,21 @@ def test_predicted_job_breakdown_partitions_the_step() -> None:
         assert row["comm_ns"] > 0  # tensor-parallel all-reduces and DP reduce-scatters
     end = max(int((t.events.start_ns + t.events.dur_ns).max()) for t in job.traces)
     assert end == sim.step_ns
+
+
+def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
+    """Pass 0 (kernels 10 + 30 µs) ran its solo 40 µs; pass 1 (kernels 20 + 20 + 40) ran 120
+    µs instead of 80 (slowed by 1.5x): its kernels stretch to 30, 30, 60 µs and end with it;
+    pass 2 ran faster than its kernels' sum (never happens) and is not compressed."""
+    start = np.array([0, 100_000, 300_000])
+    end = np.array([40_000, 220_000, 305_000])
+    lengths = np.array([2, 3, 1])
+    solo = np.array([10_000, 30_000, 20_000, 20_000, 40_000, 10_000])
+    fstart, fdur = expanded_times(start, end, lengths, solo)
+    assert fstart.tolist() == [0, 10_000, 100_000, 130_000, 160_000, 300_000]
+    assert fdur.tolist() == [10_000, 30_000, 30_000, 30_000, 60_000, 10_000]
+    empty = expanded_times(start[:0], end[:0], lengths[:0], solo[:0])
+    assert [len(a) for a in empty] == [0, 0]
 
 
 KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
