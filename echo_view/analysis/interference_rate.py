@@ -1,6 +1,7 @@
-"""The rate arithmetic an interference model shares with the simulator: a kernel with solo
-work ``w`` progresses at rate 1 while no communication runs on its GPU and at rate
-``1 / slowdown`` while some does (see :mod:`echo_view.analysis.interference_fit`)."""
+"""The interference rate model applied to measured kernels: a kernel with solo work ``w``
+progresses at rate 1 while no communication runs on its GPU and at rate ``1 / slowdown``
+while some does (see :mod:`echo_view.analysis.interference_fit`); the simulator's engine
+applies the same rule event by event."""
 
 from __future__ import annotations
 
