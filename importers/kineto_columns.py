@@ -54,10 +54,20 @@ from importers.kineto_values import (
 
 I64 = npt.NDArray[np.int64]
 
+
+def _phase_mask(*codes: int) -> npt.NDArray[np.bool_]:
+    """Whether each phase code is one of ``codes``: ``mask[ph]`` costs a fraction of
+    ``np.isin(ph, codes)`` (~0.1 ms per chunk)."""
+    mask = np.zeros(PH_M + 1, dtype=np.bool_)  # PH_M is the largest code
+    mask[list(codes)] = True
+    return mask
+
+
 #: Phases that become rows of the event table.
 ROW_PHASES = np.array([PH_X, PH_B, PH_I, PH_C, PH_AB, PH_AN], dtype=np.uint8)
-_FLOW_PHASES = np.array([PH_S, PH_T, PH_F], dtype=np.uint8)
-_END_PHASES = np.array([PH_E, PH_AE], dtype=np.uint8)
+_IS_ROW = _phase_mask(*ROW_PHASES.tolist())
+_IS_FLOW = _phase_mask(PH_S, PH_T, PH_F)
+_IS_END = _phase_mask(PH_E, PH_AE)
 
 
 class RawEvent(msgspec.Struct, gc=False):
@@ -148,7 +158,7 @@ class Columns:
         props = self._classes.props[cls]
         ph = props[:, 0].astype(np.uint8)
         cats, names, threads = props[:, 1], props[:, 2], props[:, 3]
-        is_row = np.isin(ph, ROW_PHASES)
+        is_row = _IS_ROW[ph]
         ts, need_ts = exact_ns(list(map(g["ts"], evs)))
         dur, need_dur = exact_ns(list(map(g["dur"], evs)))
         if need_ts or need_dur:
@@ -246,8 +256,8 @@ class Columns:
             e = evs[i]
             args = msgspec.json.decode(e.args) if e.args else {}
             self.metadata.append((e.name, int(threads[i]), args if isinstance(args, dict) else {}))
-        for phases, out in ((_FLOW_PHASES, self.flows), (_END_PHASES, self.ends)):
-            idx = np.flatnonzero(np.isin(ph, phases))
+        for phases, out in ((_IS_FLOW, self.flows), (_IS_END, self.ends)):
+            idx = np.flatnonzero(phases[ph])
             if not len(idx):
                 continue
             points = list(map(evs.__getitem__, idx.tolist()))

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
 import pytest
 
 from echo_view.errors import InputError
+from importers import chrome_json_text
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
 from tests.conftest import SAMPLES, shared_path
 
@@ -195,15 +198,76 @@ def test_empty_file(tmp_path: Path) -> None:
     assert "whitespace" in error_of(write(tmp_path / "w.json", b"  \n ")).message
 
 
-def test_truncated_gzip(tmp_path: Path) -> None:
+class TakesAllInput:
+    """A zlib-like decompressor that takes in all the input it is given at once and hands
+    out at most ``max_length`` bytes a call: output can be pending after the file's end."""
+
+    def __init__(self, wbits: int) -> None:
+        self._z = zlib.decompressobj(wbits=wbits)
+        self._out = b""
+        self.eof = False
+        self.unused_data = b""
+        self.unconsumed_tail = b""
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        self._out += self._z.decompress(data)
+        out, self._out = self._out[:max_length], self._out[max_length:]
+        self.eof = self._z.eof and not self._out
+        self.unused_data = self._z.unused_data if self.eof else b""
+        return out
+
+
+INFLATERS = ["default", "zlib", "takes-all-input"]
+
+
+def use_inflater(monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    """Read gzip with another zlib-compatible inflater than the default (ISA-L when there)."""
+    if inflater == "zlib":
+        monkeypatch.setattr(chrome_json_text, "_inflater", zlib)
+    elif inflater == "takes-all-input":
+        fake = SimpleNamespace(decompressobj=TakesAllInput, error=zlib.error)
+        monkeypatch.setattr(chrome_json_text, "_inflater", fake)
+
+
+@pytest.mark.parametrize("inflater", INFLATERS)
+def test_gzip_members_larger_than_a_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str
+) -> None:
+    # Members that inflate to several blocks each, the first from less than one read of
+    # compressed bytes, then zero padding.
+    use_inflater(monkeypatch, inflater)
+    text = json.dumps({"traceEvents": events(30000)}).encode()
+    cut = len(text) * 2 // 3
+    assert cut > 2 * chrome_json_text.BLOCK
+    path = tmp_path / "big.json.gz"
+    first = gzip.compress(text[:cut])
+    assert len(first) < chrome_json_text._READ
+    path.write_bytes(first + gzip.compress(text[cut:]) + b"\0" * 7)
+    with open(path, "rb") as fh:
+        src = chrome_json_text.BlockSource(path, fh)
+        blocks = list(iter(src.read, b""))
+    assert b"".join(blocks) == text
+    assert max(map(len, blocks)) <= chrome_json_text.BLOCK and src.consumed == path.stat().st_size
+    c, got = read_all(path, chunk_bytes=1 << 20)
+    assert len(got) == 30000 and got[-1] == events(30000)[-1] and c.text_bytes == len(text)
+
+
+@pytest.mark.parametrize("inflater", INFLATERS)
+def test_truncated_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    use_inflater(monkeypatch, inflater)
     data = gzip.compress(json.dumps({"traceEvents": events(300)}).encode())
     path = tmp_path / "t.json.gz"
     path.write_bytes(data[: len(data) // 2])
     err = error_of(path)
     assert "truncated gzip" in err.message and err.where and ".gz file" in err.where
+    path.write_bytes(data[:-4])  # the deflate stream is whole, the gzip trailer is not
+    err = error_of(path)
+    assert "truncated gzip" in err.message and err.where == f"byte {len(data) - 4} of the .gz file"
 
 
-def test_damaged_gzip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inflater", INFLATERS)
+def test_damaged_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    use_inflater(monkeypatch, inflater)
     data = bytearray(gzip.compress(json.dumps({"traceEvents": events(300)}).encode()))
     data[40:60] = b"\xff" * 20
     err = error_of(write(tmp_path / "d.json.gz", bytes(data)))
