@@ -10,11 +10,7 @@ Nothing here is Kineto-specific: it is how Perfetto reads any Chrome JSON (forma
   (device = the process's ``GPU n`` label or the pid, stream = the ``stream n`` thread name or the
   tid); CPU-side kinds on ``CPU_THREAD`` lanes; instants/counters/other events on the lane kind
   their thread already has, else ``CPU_THREAD`` for numeric pid/tid, else ``OTHER``.
-- Flows (v1 ``s``/``t``/``f``, keyed by id, cat and name): the source binds to the deepest slice
-  open on its thread at its ts, an end with ``"bp": "e"`` likewise, an end without it to the next
-  slice that begins on its thread. The first ``s`` of a key is its source (Perfetto keeps the
-  first); every ``t`` and ``f`` of the key becomes an arrow from it. Points that bind to nothing
-  are counted, not guessed.
+- Flows: :mod:`importers.kineto_flows`.
 """
 
 from __future__ import annotations
@@ -33,6 +29,7 @@ from echo_view.model import (
     Lane,
     LaneKind,
 )
+from importers.kineto_flows import resolve_flows
 from importers.kineto_rows import (
     I32,
     I64,
@@ -42,9 +39,7 @@ from importers.kineto_rows import (
     PH_C,
     PH_E,
     PH_I,
-    PH_S,
     FileColumns,
-    unique,
 )
 
 _K = EventKind
@@ -289,138 +284,3 @@ def _lanes(
             label = name or " ".join(str(x) for x in (pid, tid) if x != "") or "global"
             lanes.append(Lane(LaneKind.OTHER, pid, tid, label))
     return lane, tuple(lanes)
-
-
-def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int]) -> FlowTable:
-    """Bind flow points to rows and pair each source with its ends."""
-    pts = fc.flows
-    if not len(pts):
-        return FlowTable.empty()
-    bound = _bind(fc, thread, dur, pts.thread, pts.ts, pts.bind_enclosing | (pts.phase == PH_S))
-    # Group points by key (name, cat, id); within a key the sources come first, in file order.
-    is_src = pts.phase == PH_S
-    order = np.lexsort((pts.index, ~is_src, pts.id, pts.cat, pts.name))
-    # A key changes where any of its fields does; one field at a time (no stacked copy of the
-    # three: these temporaries count towards the importer's peak memory).
-    new_group = np.ones(len(order), dtype=np.bool_)
-    changed = new_group[1:]
-    changed[:] = False
-    for col in (pts.name, pts.cat, pts.id):
-        sorted_col = col[order]
-        changed |= sorted_col[1:] != sorted_col[:-1]
-        del sorted_col
-    group = np.cumsum(new_group, dtype=np.int32)
-    group -= 1
-    first = order[new_group]
-    del new_group
-    src_of_group = np.where(is_src[first], bound[first], -2)
-    del first
-    is_end = ~is_src[order]
-    ends = order[is_end]
-    src = src_of_group[group[is_end]]
-    duplicated = int(is_src.sum()) - int(unique(group[~is_end]).size)
-    del src_of_group, group, order, is_end
-    dst = bound[ends]
-    del bound
-    ok = (src >= 0) & (dst >= 0) & (pts.id[ends] != NONE)
-    notes_of = {
-        # Kineto writes an "f" on launches whose GPU side was not recorded: no source exists.
-        "flow_ends_without_source": int((src == -2).sum()),
-        "flow_points_unbound": int(((src == -1) | ((src >= 0) & (dst < 0))).sum()),
-        "flow_sources_duplicated": duplicated,
-    }
-    notes.update({k: v for k, v in notes_of.items() if v})
-    ends = ends[ok]
-    return FlowTable(src=src[ok], dst=dst[ok], flow_id=pts.id[ends], cat=pts.cat[ends])
-
-
-def _bind(
-    fc: FileColumns,
-    thread: I32,
-    dur: I64,
-    q_thread: I32,
-    q_ts: I64,
-    enclosing: npt.NDArray[np.bool_],
-) -> I32 | I64:
-    """Row each point binds to (-1 when none): the deepest slice open at its time on its
-    thread, or (``enclosing`` False) the next slice that begins there."""
-    n = len(q_ts)
-    # Row numbers as int32 while they fit (FlowTable keeps int32 anyway).
-    out: I32 | I64 = (
-        np.full(n, -1, dtype=np.int32) if len(thread) < 2**31 else np.full(n, -1, dtype=np.int64)
-    )
-    q_order = np.argsort(q_thread, kind="stable")
-    q_sorted = q_thread[q_order]
-    q_threads = unique(q_sorted)
-    q_bounds = np.append(np.searchsorted(q_sorted, q_threads), len(q_sorted)).tolist()
-    del q_sorted
-    slices = fc.phase != PH_C
-    # One thread's rows at a time, found by a scan per thread (flow points sit on a handful of
-    # threads), int32 row numbers, no column of slice ends, points in blocks: these
-    # temporaries set the importer's peak memory (docs/performance.md).
-    for i, t in enumerate(q_threads.tolist()):
-        on_thread = thread == t
-        on_thread &= slices
-        seg = np.flatnonzero(on_thread).astype(np.int32)  # file order
-        del on_thread
-        if not len(seg):
-            continue
-        seg, starts = _by_start(seg, fc.start_ns, dur)
-        points = q_order[q_bounds[i] : q_bounds[i + 1]]
-        for lo in range(0, len(points), _POINT_BLOCK):
-            q = points[lo : lo + _POINT_BLOCK]
-            out[q] = _bind_points(seg, starts, dur, q_ts[q], enclosing[q])
-    return out
-
-
-#: Flow points bound at a time (bounds the per-point temporaries of :func:`_bind`).
-_POINT_BLOCK = 8192
-
-
-def _by_start(seg: I32, start_ns: I64, dur: I64) -> tuple[I32, I64]:
-    """``seg`` (rows in file order) sorted by (start, longest first, file order), and their
-    starts: the deepest slice open at t is then the last one starting at or before t that
-    still runs, or one of its enclosing slices.
-
-    A stable argsort of the starts gives (start, file order); only runs of equal starts are
-    then re-sorted, longest first (one lexsort of all keys held ~1 MB more per 90k rows).
-    """
-    starts = start_ns[seg]
-    order = np.argsort(starts, kind="stable")
-    starts = starts[order]
-    tie = starts[1:] == starts[:-1]
-    if tie.any():
-        # Positions in a run of equal starts, and which run each is in.
-        in_run = np.zeros(len(starts), dtype=np.bool_)
-        in_run[1:] = tie
-        in_run[:-1] |= tie
-        pos = np.flatnonzero(in_run)
-        run = np.cumsum(~tie[pos[1:] - 1]) if len(pos) > 1 else np.zeros(0, np.intp)
-        run_of = np.concatenate(([0], run))
-        sub = np.lexsort((-dur[seg[order[pos]]], run_of))  # stable: file order within ties
-        order[pos] = order[pos[sub]]
-    del tie
-    return seg[order], starts
-
-
-def _bind_points(seg: I32, starts: I64, dur: I64, ts: I64, enc: npt.NDArray[np.bool_]) -> I64:
-    """Rows that points at ``ts`` on one thread bind to (see :func:`_bind`)."""
-    j = np.searchsorted(starts, ts, side="right") - 1
-    jj = np.maximum(j, 0)
-    row = seg[jj]
-    hit = (j >= 0) & ((ts < starts[jj] + dur[row]) | (ts == starts[jj]))
-    res = np.where(hit, jj, -1)
-    for m in np.flatnonzero(enc & ~hit & (j >= 0)).tolist():
-        res[m] = _walk_back(seg, starts, dur, int(j[m]), int(ts[m]))
-    # Next slice: first starting at or after ts.
-    nxt = np.searchsorted(starts, ts, side="left")
-    res = np.where(enc, res, np.where(nxt < len(starts), nxt, -1))
-    return np.where(res >= 0, seg[np.maximum(res, 0)], -1)
-
-
-def _walk_back(seg: I32, starts: I64, dur: I64, j: int, ts: int, limit: int = 4096) -> int:
-    """The nearest earlier slice still open at ``ts`` (an ancestor of slice ``j``), or -1."""
-    for k in range(j - 1, max(-1, j - 1 - limit), -1):
-        if starts[k] <= ts < starts[k] + dur[seg[k]]:
-            return k
-    return -1
