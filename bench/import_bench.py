@@ -13,7 +13,8 @@ Each measurement runs in its own subprocess; the parse is timed inside it and it
 ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` (interpreter and imports included, for every
 method alike). Methods:
 
-- ``echo-view``: ``KinetoImporter().read([path])``, the whole import into a ``Job``;
+- ``echo-view``: ``KinetoImporter().read([path])``, the whole import into a ``Job`` (gzip is
+  inflated with ISA-L's ``isal`` when installed, a dependency of echo-view, else zlib);
 - ``json.load``: the standard library on the decompressed text (no columns built);
 - ``hta``: HolisticTraceAnalysis 0.5.0's ``parse_trace_dataframe`` with its default parser
   configuration (``ParserBackend.JSON``) - run with ``hta`` when it is importable here, else with
@@ -267,7 +268,13 @@ def main() -> None:
     if args.worker:
         worker(*args.worker)
         return
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs} runs")
+    sys.path.insert(0, str(ROOT))
+    from importers.chrome_json_text import INFLATER
+
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs} runs; "
+        f"echo-view inflates gzip with {INFLATER}, json.load and HTA with zlib (gzip module)"
+    )
     if REAL.exists():
         bench(REAL, args.runs, not args.no_hta)
     bench(big_trace(args.size_mb), args.runs, not args.no_hta)

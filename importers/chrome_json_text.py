@@ -32,6 +32,8 @@ def _load_inflater() -> Any:
 
 _inflater: Any = _load_inflater()
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflater.error)
+#: The module that inflates gzip input (``isal.isal_zlib`` or ``zlib``).
+INFLATER: str = _inflater.__name__
 
 BLOCK = 1 << 20  # decompressed bytes produced per read
 _READ = 256 << 10  # compressed bytes read per call
