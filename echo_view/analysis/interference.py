@@ -38,6 +38,7 @@ from echo_view.analysis.breakdown import COMM, MEMORY, gpu_work
 from echo_view.analysis.interference_features import (
     comm_features,
     launch_config,
+    launch_shapes,
     trace_generation,
 )
 from echo_view.analysis.intervals import union
@@ -156,8 +157,9 @@ def measure(job: Job, classify: Classifier, source: str = "") -> OverlapSamples:
     )
 
 
-def _kernel_keys(trace: Trace, rows: I64, cfg: dict[str, Any]) -> I64:
-    """One int id per distinct (name, grid, block, bytes) among ``rows``."""
+def _kernel_keys(trace: Trace, rows: I64, cfg: dict[str, Any], shapes: I64) -> I64:
+    """One int id per distinct (name, grid, block, bytes, launching operator's shapes) among
+    ``rows`` (``shapes`` aligned with them)."""
     if not len(rows):
         return np.empty(0, dtype=np.int64)
     table = np.stack(
@@ -167,6 +169,7 @@ def _kernel_keys(trace: Trace, rows: I64, cfg: dict[str, Any]) -> I64:
             cfg["grid_x"][rows],
             cfg["block_threads"][rows],
             cfg["bytes"][rows],
+            shapes,
         ],
         axis=1,
     )
@@ -229,7 +232,8 @@ def _measure_trace(trace: Trace, classify: Classifier, source: str) -> OverlapSa
         us, ue = union(cs, ce)
         ks, ke = ev.start_ns[k_rows], ev.end_ns[k_rows]
         overlap = coverage(us, ue, ke) - coverage(us, ue, ks)
-        keys = _kernel_keys(trace, k_rows, cfg)
+        shapes = launch_shapes(trace, k_rows)
+        keys = _kernel_keys(trace, k_rows, cfg, shapes)
         n_keys = int(keys.max()) + 1 if len(keys) else 0
         solo = overlap == 0
         alone += np.bincount(k_cls[solo], minlength=len(OP_CLASS_NAMES))
@@ -237,9 +241,9 @@ def _measure_trace(trace: Trace, classify: Classifier, source: str) -> OverlapSa
         if not len(c_rows):
             continue
         comm[(index, int(dev))] = (us, ue)
-        # Without a launch configuration (or bytes, for copies) "the same kernel" cannot be
-        # told from the name alone: such kernels have no solo time.
-        known = (cfg["grid_blocks"][k_rows] > 0) | (cfg["bytes"][k_rows] >= 0)
+        # Without a launch configuration, shapes (or bytes, for copies) "the same kernel"
+        # cannot be told from the name alone: such kernels have no solo time.
+        known = (cfg["grid_blocks"][k_rows] > 0) | (cfg["bytes"][k_rows] >= 0) | (shapes >= 0)
         pick = (overlap > 0) & (count[keys] > 0) & (ev.dur_ns[k_rows] > 0) & known
         if not pick.any():
             continue

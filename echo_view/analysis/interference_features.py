@@ -1,5 +1,6 @@
 """What a trace says about a kernel that matters for interference: its launch configuration
-(grid, block, occupancy), the NCCL kernel it overlaps (collective, protocol, channels) and the
+(grid, block, occupancy), the tensor shapes of the operator that launched it, the NCCL kernel
+it overlaps (collective, protocol, channels) and the
 GPU generation it ran on.
 
 Launch configurations are read from the raw JSON args of every kernel at once: one regular
@@ -16,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, Trace
-from echo_view.model.kinds import CollectiveKind
+from echo_view.model.kinds import CollectiveKind, EventKind
 from echo_view.model.nccl import parse_nccl_kernel_name
 
 I64 = npt.NDArray[np.int64]
@@ -99,6 +100,64 @@ def launch_config(trace: Trace) -> dict[str, Any]:
             out[col][rows] = vals.astype(np.int64)
         else:
             out[col][rows] = vals
+    return out
+
+
+def launch_shapes(trace: Trace, rows: I64) -> I64:
+    """For each kernel row, an id of the tensor shapes of the CPU operator that launched it
+    (same operator name, ``Input Dims`` and ``Input type`` -> same id; -1 where the trace
+    does not record shapes). The operator is the one whose ``External id`` its launch call
+    (matched by correlation id) carries, else the kernel's own ``External id`` (Kineto
+    versions differ in which of the two points to the operator). Only the operators that
+    some row points to are decoded."""
+    ev = trace.events
+    out = np.full(len(rows), NONE, dtype=np.int64)
+    ext = _launch_external_ids(trace, rows)
+    wanted = np.unique(ext[ext != NONE])
+    if not len(wanted):
+        return out
+    ops = np.flatnonzero(ev.kind == int(EventKind.CPU_OP))
+    ops = ops[np.isin(ev.external_id[ops], wanted)]
+    ids: dict[tuple[int, str], int] = {}
+    ext_of: list[int] = []
+    shape_of: list[int] = []
+    for r in ops.tolist():
+        if b'"Input Dims"' not in ev.raw_args(r):
+            continue
+        args = ev.args(r)
+        key = (int(ev.name[r]), repr((args.get("Input Dims"), args.get("Input type"))))
+        ext_of.append(int(ev.external_id[r]))
+        shape_of.append(ids.setdefault(key, len(ids)))
+    if not ext_of:
+        return out
+    keys = np.asarray(ext_of, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys, vals = keys[order], np.asarray(shape_of, dtype=np.int64)[order]
+    pos = np.clip(np.searchsorted(keys, ext), 0, len(keys) - 1)
+    hit = (keys[pos] == ext) & (ext != NONE)
+    out[hit] = vals[pos[hit]]
+    return out
+
+
+def _launch_external_ids(trace: Trace, rows: I64) -> I64:
+    """The ``External id`` of each row's launch call (same correlation id, a runtime or
+    driver event), or the row's own where no launch is found."""
+    ev = trace.events
+    own = ev.external_id[rows].astype(np.int64)
+    calls = np.flatnonzero(
+        ((ev.kind == int(EventKind.RUNTIME)) | (ev.kind == int(EventKind.DRIVER)))
+        & (ev.correlation != NONE)
+        & (ev.external_id != NONE)
+    )
+    if not len(calls):
+        return own
+    corr = ev.correlation[calls].astype(np.int64)
+    order = np.argsort(corr, kind="stable")
+    corr, calls = corr[order], calls[order]
+    want = ev.correlation[rows]
+    pos = np.clip(np.searchsorted(corr, want), 0, len(corr) - 1)
+    hit = (corr[pos] == want) & (want != NONE)
+    out: I64 = np.where(hit, ev.external_id[calls[pos]], own)
     return out
 
 

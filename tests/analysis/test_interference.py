@@ -12,6 +12,7 @@ from echo_view.analysis.interference_features import (
     PROTOCOLS,
     gpu_generation,
     launch_config,
+    launch_shapes,
 )
 from echo_view.model import (
     ClockAlignment,
@@ -104,6 +105,46 @@ def test_launch_config_reads_args_without_decoding() -> None:
     cp = np.flatnonzero(t.events.kind == int(EventKind.MEMCPY))
     assert cfg["bytes"][cp].tolist() == [4096, 4096]
     assert cfg["grid_blocks"][cp].tolist() == [-1, -1]
+
+
+def test_launch_shapes_split_one_grid_by_operator_shapes() -> None:
+    """Three 'gemm_b' launches with one grid: two from aten::mm on [[64, 128], [128, 64]] (one
+    alone, 0-100; one overlapped, 1000-1200), one alone from aten::mm on [[64, 4096], [4096,
+    64]] (200-900, much longer). Keyed by grid only, the overlapped one's solo time would be
+    the median of 100 and 700 = 400 (it would look faster than alone); keyed by shapes it is
+    100. The first launch links to its operator through its launch call's External id, the
+    others through their own (both Kineto spellings); the fourth has no operator: shape -1."""
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7 = b.gpu_stream(0, 7)
+    s20 = b.gpu_stream(0, 20)
+    b.event(EventKind.USER_ANNOTATION, "ProfilerStep#1", 0, 3000, cpu)
+    small = {"Input Dims": [[64, 128], [128, 64]], "Input type": ["float", "float"]}
+    large = {"Input Dims": [[64, 4096], [4096, 64]], "Input type": ["float", "float"]}
+    b.event(EventKind.CPU_OP, "aten::mm", 0, 10, cpu, external_id=1, args=small)
+    b.event(EventKind.RUNTIME, "cudaLaunchKernel", 1, 5, cpu, correlation=11, external_id=1)
+    b.event(EventKind.CPU_OP, "aten::mm", 20, 10, cpu, external_id=2, args=large)
+    b.event(EventKind.CPU_OP, "aten::mm", 40, 10, cpu, external_id=3, args=small)
+    rows = [
+        b.event(EventKind.KERNEL, "gemm_b", 0, 100, s7, correlation=11, args=GRID),
+        b.event(EventKind.KERNEL, "gemm_b", 200, 700, s7, external_id=2, args=GRID),
+        b.event(EventKind.KERNEL, "gemm_b", 1000, 200, s7, external_id=3, args=GRID),
+        b.event(EventKind.KERNEL, "gemm_b", 1300, 100, s7, args=GRID),
+    ]
+    row = b.event(EventKind.KERNEL, NCCL, 1000, 400, s20, args={"grid": [16, 1, 1]})
+    b.collective(row, CollectiveKind.ALL_REDUCE, nbytes=1 << 20)
+    t = b.build()
+    shapes = launch_shapes(t, np.array(rows, dtype=np.int64)).tolist()
+    assert shapes[0] == shapes[2] >= 0 and shapes[1] >= 0 and shapes[1] != shapes[0]
+    assert shapes[3] == -1
+    job = Job((t,), ClockAlignment("single-rank", (0,), 0), source="hand")
+    s = measure(job, classify_kernel)
+    c = s.cols
+    # The overlapped small one (1000-1200) has its same-shape twin alone: solo 100, slowdown
+    # 2. The shapeless one (1300-1400) pools only with kernels of unknown shapes, and none of
+    # them ran alone: no sample.
+    assert c["row"].tolist() == [rows[2]]
+    assert c["solo_ns"].tolist() == [100] and c["overlap_ns"].tolist() == [200]
 
 
 def test_gpu_generation() -> None:
