@@ -39,7 +39,7 @@ from importers.chrome_json import (
     sniff_head,
 )
 from importers.kineto_align import align
-from importers.kineto_columns import Columns, RawEvent
+from importers.kineto_columns import Columns, RawEvent, check_args_text
 from importers.kineto_comms import EventView, build_collectives
 from importers.kineto_meta import build_devices, build_steps, rank_from_name, trace_metadata
 from importers.kineto_roundtrip import export_metadata, split_export
@@ -119,6 +119,7 @@ def read_file(
         del chunk
         trim_heap()
         columns = cols.finish()
+        check_args_text(columns.args_blob, columns.args_offsets, columns.index, path)
         trim_heap()
         return ParsedFile(path, columns, c.top, c.form, c.truncated, c.dropped_bytes, c.text_bytes)
 
@@ -131,6 +132,9 @@ def source_format(top: dict[str, Any]) -> str:
     return "kineto" if any(k in top for k in kineto) else "chrome-json"
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str, Any]) -> Trace:
     """One rank's :class:`Trace` from its columns."""
     top = parsed.top
@@ -141,7 +145,16 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
     base = top.get("baseTimeNanoseconds")
     base = base if isinstance(base, int) and not isinstance(base, bool) else 0
     start = tl.start_ns
-    if base:
+    if base and len(start):
+        lo, hi = int(start.min()), int(start.max()) + int(tl.dur_ns.max())
+        fits = _INT64_MIN <= base <= _INT64_MAX
+        if not (fits and lo + base >= _INT64_MIN and hi + base <= _INT64_MAX):
+            raise InputError(
+                f"baseTimeNanoseconds {base} puts event times beyond 64-bit nanoseconds",
+                path=parsed.path,
+                where="baseTimeNanoseconds",
+                hint="the value should be the profiler's start time in ns since the epoch",
+            )
         # In place when the column is ours (the file's columns are not used after this): a
         # second start column would be held at the importer's peak.
         if start.flags.writeable and start.base is None:

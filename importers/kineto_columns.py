@@ -9,6 +9,7 @@ ends (matched to their begins later). Times are converted exactly (:mod:`importe
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
 from io import BytesIO
 from itertools import compress
@@ -191,6 +192,7 @@ class Columns:
             chunk,
             raws if all_linked else list(compress(raws, linked)),
             bool((lengths[linked] == 0).any()),
+            rows if all_linked else rows[linked],
         )
         self.phase.append(ph[rows])
         self.name.append(names[rows])
@@ -214,23 +216,28 @@ class Columns:
         self.rows += len(rows)
 
     def _key_args(
-        self, chunk: EventChunk[RawEvent], raws: list[msgspec.Raw], empty: bool
+        self,
+        chunk: EventChunk[RawEvent],
+        raws: list[msgspec.Raw],
+        empty: bool,
+        where: npt.NDArray[np.intp],
     ) -> list[KeyArgs]:
+        """The link ids of each of ``raws`` (the args of chunk events ``where``)."""
         # Events without args (``empty``) get ``{}``; without any, the list is joined as it is.
         text = b"[" + b",".join([r or _EMPTY_OBJ for r in raws] if empty else raws) + b"]"
         try:
             return _KEYARGS.decode(text)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, msgspec.DecodeError):
             pass
         # Some args are not objects or hold a non-integer id: decode one by one, as dicts.
         out: list[KeyArgs] = []
-        for r in raws:
+        for j, r in enumerate(raws):
             try:
                 out.append(_KEYARGS_ONE.decode(r) if r else KeyArgs())
                 continue
-            except msgspec.ValidationError:
+            except (msgspec.ValidationError, msgspec.DecodeError):
                 pass
-            args = msgspec.json.decode(r)
+            args = decode_args(chunk, int(where[j]), r)
             args = args if isinstance(args, dict) else {}
             out.append(
                 KeyArgs(
@@ -254,7 +261,7 @@ class Columns:
         evs = chunk.events
         for i in np.flatnonzero(ph == PH_M).tolist():
             e = evs[i]
-            args = msgspec.json.decode(e.args) if e.args else {}
+            args = decode_args(chunk, i, e.args) if e.args else {}
             self.metadata.append((e.name, int(threads[i]), args if isinstance(args, dict) else {}))
         for phases, out in ((_IS_FLOW, self.flows), (_IS_END, self.ends)):
             idx = np.flatnonzero(phases[ph])
@@ -350,6 +357,42 @@ def _int_column(keys: list[KeyArgs], get: Any) -> I64:
         return np.fromiter(map(get, keys), dtype=np.int64, count=len(keys))
     except OverflowError:  # an id beyond int64 is no id we can use
         return ints(list(map(get, keys)))
+
+
+def decode_args(chunk: EventChunk[RawEvent], i: int, raw: msgspec.Raw | bytes) -> Any:
+    """Chunk event ``i``'s args text decoded, or an InputError naming the event (the text is
+    not read when events are split, so only here is it known to be, e.g., valid UTF-8)."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InputError(
+            f"the args cannot be decoded: {exc}",
+            path=chunk.path,
+            where=f"traceEvents[{chunk.first_index + i}].args",
+            hint="a trace file must be UTF-8 JSON; export the trace again",
+        ) from None
+
+
+def check_args_text(blob: bytes, offsets: I64, index: npt.NDArray[Any], path: Any) -> None:
+    """Raise an InputError naming the event whose args are not UTF-8 (JSON's encoding), so
+    that nothing fails later when an event's args are decoded on demand. ASCII (nearly every
+    trace) is checked in one pass; otherwise the text is decoded in 1 MiB pieces."""
+    if blob.isascii():
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view, step = memoryview(blob), 1 << 20
+    for lo in range(0, len(blob), step):
+        try:
+            decoder.decode(view[lo : lo + step], final=lo + step >= len(blob))
+        except UnicodeDecodeError as exc:
+            at = lo + exc.start
+            row = int(np.searchsorted(offsets, at, side="right")) - 1
+            raise InputError(
+                "the args are not valid UTF-8 text",
+                path=path,
+                where=f"traceEvents[{int(index[row])}].args",
+                hint="a trace file must be UTF-8 JSON; export the trace again",
+            ) from None
 
 
 def _bad_time(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:

@@ -1,0 +1,48 @@
+"""A small real Kineto trace and the Hypothesis settings and values that the fuzz tests
+(tests/importers/test_kineto_fuzz.py, tests/validate/test_check_fuzz.py) damage it with.
+``FUZZ_EXAMPLES=3000`` in the environment runs a longer, random search instead of the
+fixed, derandomised one CI runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from tests.conftest import SAMPLES
+
+SOURCE = sorted((SAMPLES / "dlrm_kineto").glob("worker0_*.json.gz"))[0]
+
+
+def _base() -> dict[str, Any]:
+    """The real DLRM rank 0 trace cut to its metadata and its first 4 ms of events (CPU ops,
+    launches, kernels, copies, flows, NCCL kernels and annotations are all among them)."""
+    with gzip.open(SOURCE, "rt", encoding="utf-8") as f:
+        doc: dict[str, Any] = json.load(f)
+    events = doc["traceEvents"]
+    t0 = min(e["ts"] for e in events if e.get("ph") != "M")
+    keep = [e for e in events if e.get("ph") == "M" or e["ts"] < t0 + 4_000]
+    return {**doc, "traceEvents": keep}
+
+
+BASE = _base()
+BASE_TEXT = json.dumps(BASE).encode()
+SETTINGS = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")),
+    deadline=None,
+    derandomize=os.environ.get("FUZZ_EXAMPLES") is None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
