@@ -70,7 +70,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     ranks_mode = getattr(args, "ranks", "stages") or "stages"
     cfg, graph, origin, t_graph = load_workload(args.input)
-    cluster = cluster_from_config(cfg.cluster).with_overrides(
+    cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
     params = compute_params_for(cluster.gpu)

@@ -261,12 +261,18 @@ def make_cluster(
     return cluster.with_overrides(overrides) if overrides else cluster
 
 
-def cluster_from_config(config: ClusterConfig) -> Cluster:
-    """The cluster a workload config's ``[cluster]`` table describes."""
-    cluster = make_cluster(
-        config.gpu,
-        gpus_per_node=config.gpus_per_node,
-        nodes=config.nodes,
-        nic_gbps_per_gpu=config.nic_gbps_per_gpu,
-    )
-    return cluster.with_overrides(config.overrides) if config.overrides else cluster
+def cluster_from_config(config: ClusterConfig, source: str = "") -> Cluster:
+    """The cluster a workload config's ``[cluster]`` table describes; errors name ``source``
+    (the config file) when given."""
+    try:
+        cluster = make_cluster(
+            config.gpu,
+            gpus_per_node=config.gpus_per_node,
+            nodes=config.nodes,
+            nic_gbps_per_gpu=config.nic_gbps_per_gpu,
+        )
+        return cluster.with_overrides(config.overrides) if config.overrides else cluster
+    except ConfigError as err:
+        if source and err.path is None:
+            err.path = source
+        raise
