@@ -89,7 +89,17 @@ class NsysImporter:
         notes: list[str] = []
         for k, path in enumerate(files):
             step = (k / len(files), (k + 1) / len(files))
-            ranks, clock, file_notes = _read_capture(path, mode, len(traces), progress, step)
+            try:
+                ranks, clock, file_notes = _read_capture(path, mode, len(traces), progress, step)
+            except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+                # SQLite checks a page's structure, not its values: a damaged export can
+                # hold NULLs or out-of-range numbers where the schema promises ids.
+                raise InputError(
+                    f"unexpected content in the export ({type(exc).__name__}: {exc})",
+                    path=path,
+                    hint="the file may be damaged; export it again with `nsys export --type "
+                    "sqlite` (--debug shows where it failed)",
+                ) from exc
             traces.extend(ranks)
             clocks.extend([clock] * len(ranks))
             per_file.append(len(ranks))

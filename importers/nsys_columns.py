@@ -45,7 +45,9 @@ def read_columns(
     pos = {name: k for k, (name, _, _, hidden) in enumerate(layout) if not hidden}
     try:
         got = _read_pages(exp, table, layout, pos, ints, texts, present)
-    except IndexError:  # a damaged page: SQLite reports it properly
+    except (IndexError, ValueError, OverflowError):
+        # A damaged page (offsets, lengths or varints out of range): SQLite reads what it
+        # can and reports the damage properly.
         got = None
     if got is not None:
         return got

@@ -91,7 +91,7 @@ class Export:
         """Run ``sql``; SQLite errors become one-line :class:`InputError` naming ``where``."""
         try:
             return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # text decoded on fetch
             raise InputError(
                 f"cannot read the SQLite export ({exc})",
                 path=self.path,
