@@ -37,11 +37,43 @@ def _table(data: Any, path: Path, where: str) -> OpTable:
     missing = [c for c in OP_COLUMNS if c not in data]
     if missing:
         raise InputError(f"op table lacks column {missing[0]!r}", path=path, where=where)
+    cols = {}
+    for c, dtype in OP_COLUMNS.items():
+        values = data[c]
+        try:
+            col = np.asarray(values) if isinstance(values, list) else None
+        except (ValueError, TypeError, OverflowError):  # ragged or mixed lists
+            col = None
+        # Every value must fit its column exactly: a cast would wrap or truncate silently.
+        if col is None or col.ndim != 1 or (len(col) and not _fits(col, np.dtype(dtype))):
+            raise InputError(
+                f"column {c!r} must be a list of {np.dtype(dtype).name} values",
+                path=path,
+                where=f"{where}.{c}",
+                hint="re-run echo-view trace",
+            )
+        cols[c] = col
     try:
-        cols = {c: np.asarray(data[c]) for c in OP_COLUMNS}
         return OpTable(**cols)
     except (ValueError, TypeError) as exc:
         raise InputError(f"bad op table: {exc}", path=path, where=where) from exc
+
+
+def _fits(col: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> bool:
+    """Whether every value of ``col`` is representable in ``dtype`` without change."""
+    if dtype.kind == "f":
+        return col.dtype.kind in "iuf" and bool(np.isfinite(col.astype(np.float64)).all())
+    if col.dtype.kind not in "iu":
+        return False
+    info = np.iinfo(dtype)
+    return bool(col.min() >= info.min and col.max() <= info.max)
+
+
+def _int(value: Any, path: Path, where: str) -> int:
+    """A JSON integer (not a bool, float or string), else an InputError at ``where``."""
+    if type(value) is not int:
+        raise InputError(f"expected an integer, got {value!r}", path=path, where=where)
+    return value
 
 
 def is_graph_document(path: Path) -> bool:
@@ -92,21 +124,17 @@ def read_graph(path: Path) -> TracedGraph:
                 _table(t, path, f"{where}.backward[{c}]") for c, t in enumerate(r["backward"])
             )
             opt = _table(r["optimizer"], path, f"{where}.optimizer")
-            roles.append(
-                Role(
-                    tuple(int(s) for s in r["stages"]),
-                    fwd,
-                    bwd,
-                    opt,
-                    int(r["params"]),
-                    int(r.get("grad_dtype_bytes", 4)),
-                )
-            )
-        except (KeyError, TypeError) as exc:
+            stages = tuple(_int(s, path, f"{where}.stages") for s in r["stages"])
+            params = _int(r["params"], path, f"{where}.params")
+            grad = _int(r.get("grad_dtype_bytes", 4), path, f"{where}.grad_dtype_bytes")
+            roles.append(Role(stages, fwd, bwd, opt, params, grad))
+        except KeyError as exc:
             raise InputError(f"role lacks field {exc}", path=path, where=where) from exc
-    table = StringTable(strings)
-    if len(table) != len(strings) or not all(isinstance(x, str) for x in strings):
+        except TypeError as exc:
+            raise InputError(f"role is malformed: {exc}", path=path, where=where) from exc
+    if not all(isinstance(x, str) for x in strings) or len(set(strings)) != len(strings):
         raise InputError("'strings' must be unique strings", path=path, where="strings")
+    table = StringTable(strings)
     for role in roles:
         for t in (*role.forward, *role.backward, role.optimizer):
             if len(t) and (t.name.max() >= len(table) or t.name.min() < 0):

@@ -18,6 +18,7 @@ table itself (a ``root`` column, a reduction column, and the busbw/algbw ratio, 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -147,10 +148,12 @@ class NcclTestsLog:
 
 
 def _float(text: str) -> float | None:
+    """A finite number, else ``None`` (``nan``, ``inf`` and words alike)."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 
 
 def _parse_params(text: str) -> dict[str, str]:
@@ -351,7 +354,9 @@ def parse_nccl_tests(
 
 def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> NcclTestsRow:
     where = f"line {lineno}"
-    if len(tokens) != len(table.names) or len(table.time_cols) < 1:
+    # A damaged header can name fewer algbw/busbw than time columns: use whole sets only.
+    sets = min(len(table.time_cols), len(table.algbw_cols), len(table.busbw_cols))
+    if len(tokens) != len(table.names) or sets < 1:
         raise InputError(
             f"result row has {len(tokens)} columns, the table header has {len(table.names)}",
             path=path,
@@ -394,7 +399,7 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
         algbw_gbs=number(a0, "algbw"),
         busbw_gbs=number(b0, "busbw"),
     )
-    if len(table.time_cols) > 1:
+    if sets > 1:
         t1, a1, b1 = table.time_cols[1], table.algbw_cols[1], table.busbw_cols[1]
         row = replace(
             row,
