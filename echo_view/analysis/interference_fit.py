@@ -252,11 +252,18 @@ class InterferenceFit:
     def from_dict(cls, d: Mapping[str, Any]) -> InterferenceFit:
         """Inverse of :meth:`as_dict`; unknown coefficient names raise ``ValueError``."""
         kind = str(d["kind"])
+        if kind not in ("constant", "fitted"):
+            raise ValueError(f"unknown model kind {kind!r} (constant or fitted)")
         names = feature_names(kind)
         given = dict(d.get("coef", {}))
         extra = sorted(set(given) - set(names))
         if extra:
             raise ValueError(f"unknown coefficients {', '.join(extra)}")
+        for name, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"coefficient {name} is {value!r}, not a number")
+            if not np.isfinite(value):
+                raise ValueError(f"coefficient {name} is {value!r}, not a finite number")
         samples = {str(k): int(v) for k, v in dict(d.get("samples", {})).items()}
         if kind == "constant":
             coef = np.array([float(given.get(n, 1.0 if n.startswith("class.") else 0.0))
@@ -269,14 +276,27 @@ class InterferenceFit:
         if bad:
             raise ValueError(f"unknown GPU generations {', '.join(bad)}")
         coef = np.array([float(given.get(n, 0.0)) for n in names])
+        shrink = _number(d.get("shrink", 1.0), "shrink")
+        scale = _number(d.get("solo_scale_ns", SOLO_SCALE_NS), "solo_scale_ns")
+        if not 0.0 <= shrink <= 1.0:
+            raise ValueError(f"shrink is {shrink}, not within [0, 1]")
+        if scale <= 0:
+            raise ValueError(f"solo_scale_ns is {scale}, not positive")
         return cls(
             kind,
             coef,
             samples,
-            shrink=float(d.get("shrink", 1.0)),
+            shrink=shrink,
             generations=tuple(GENERATIONS.index(g) for g in gens),
-            solo_scale_ns=float(d.get("solo_scale_ns", SOLO_SCALE_NS)),
+            solo_scale_ns=scale,
         )
+
+
+def _number(value: Any, name: str) -> float:
+    """A finite number from a model file, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        raise ValueError(f"{name} is {value!r}, not a finite number")
+    return float(value)
 
 
 def _regression(

@@ -58,10 +58,15 @@ def comm_model_from_mapping(
     if not isinstance(model, Mapping):
         raise ConfigError("[model] must be a table", path=path)
     kind = model.get("kind", "nccl")
-    if kind == "nccl":
-        return NcclModel(comm_params_from_mapping(data, path))
-    if kind == "alphabeta":
-        return AlphaBetaModel(alphabeta_from_mapping(data, path))
+    try:
+        if kind == "nccl":
+            return NcclModel(comm_params_from_mapping(data, path))
+        if kind == "alphabeta":
+            return AlphaBetaModel(alphabeta_from_mapping(data, path))
+    except ConfigError as err:  # some checks (the dataclasses' own) do not know the file
+        if path and err.path is None:
+            err.path = path
+        raise
     raise ConfigError(
         f"unknown model kind {kind!r}", path=path, where="model.kind",
         hint=f"one of: {', '.join(MODEL_KINDS)}",

@@ -184,11 +184,14 @@ def parse_toml(text: str, path: str | None = None) -> dict[str, Any]:
 
 
 def _positive(value: Any, where: str, path: str | None) -> float:
+    """A finite number, > 0 for bandwidths and efficiencies (they divide), else >= 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"expected a number, got {value!r}", path=path, where=where)
     v = float(value)
-    if not math.isfinite(v) or v < 0:
-        raise ConfigError(f"must be a non-negative number, got {value!r}", path=path, where=where)
+    strict = where.startswith("bandwidth.")
+    if not math.isfinite(v) or v < 0 or (strict and v == 0):
+        what = "a positive" if strict else "a non-negative"
+        raise ConfigError(f"must be {what} number, got {value!r}", path=path, where=where)
     return v
 
 
