@@ -67,12 +67,31 @@ class ComputeParams:
                     hint=f"known: {', '.join(sorted(known))}",
                 )
             try:
-                changes[key] = int(value) if key.endswith("_ns") else float(value)
+                number = float(value)
             except (TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"compute parameter {key!r} needs a number, got {value!r}"
                 ) from exc
+            lo, hi, rule = _RANGES[key.rsplit("_", 1)[-1] if key.endswith("_ns") else key]
+            if isinstance(value, bool) or not lo <= number <= hi:
+                raise ConfigError(f"compute parameter {key!r} must be {rule}, got {value!r}")
+            changes[key] = int(number) if key.endswith("_ns") else number
         return replace(self, **changes)
+
+
+# Accepted values (efficiencies and half sizes divide; beyond these bounds a kernel's time
+# would leave int64 ns or be meaningless): (low, high, what to say).
+_EFF = (1e-3, 1.0, "an efficiency in [0.001, 1]")
+_HALF = (1e-9, 1e18, "a positive size up to 1e18")
+_RANGES: dict[str, tuple[float, float, str]] = {
+    "gemm_eff_max": _EFF,
+    "attn_eff_max": _EFF,
+    "mem_eff_max": _EFF,
+    "gemm_half_flops": _HALF,
+    "attn_half_flops": _HALF,
+    "mem_half_bytes": _HALF,
+    "ns": (0.0, 1e12, "a time in ns from 0 to 1e12"),
+}
 
 
 def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray[np.float64]:

@@ -20,7 +20,10 @@ from echo_view.errors import EchoViewError
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import comm_model_from_mapping
+from echo_view.sim.compute_presets import compute_params_from_toml
+from echo_view.sim.gpus import gpu_preset
 from echo_view.sim.interference import InterferenceModel, load_model, model_to_toml
+from echo_view.sim.kernel_cost import op_times_ns
 from tests.analysis.interference_data import FACTORS, synthetic
 from tests.fuzz_data import ODD_VALUES, SETTINGS
 
@@ -106,6 +109,37 @@ def test_interference_model_mistakes(picks: list[tuple[tuple[str, ...], Any]]) -
     feats = KernelFeatures.of_classes(np.arange(len(CLASSES)), [2_000] * len(CLASSES))
     s = model.fit.slowdown(feats)
     assert np.isfinite(s).all() and (s >= 1.0).all(), s
+
+
+COMPUTE_KEYS = (
+    "gemm_eff_max", "gemm_half_flops", "attn_eff_max", "attn_half_flops", "mem_eff_max",
+    "mem_half_bytes", "kernel_min_ns", "kernel_gap_ns", "bogus",
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    picks=st.dictionaries(st.sampled_from(COMPUTE_KEYS), NUMBERS.filter(lambda v: v is not None),
+                          min_size=1, max_size=4),
+)  # fmt: skip
+def test_compute_file_mistakes(picks: dict[str, Any]) -> None:
+    gpu = gpu_preset("A100")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "compute.toml"
+        path.write_text(_toml_gpu(gpu.name, picks), encoding="utf-8")
+        try:
+            params = compute_params_from_toml(path, gpu)
+        except EchoViewError as err:
+            assert "\n" not in str(err) and path.name in str(err), str(err)
+            return
+    cls = np.array([0, 1, 2, 9])
+    t = op_times_ns(cls, np.full(4, 1e12), np.full(4, 1e8), np.full(4, 3e14), gpu, params)
+    assert (t >= 0).all(), t
+
+
+def _toml_gpu(name: str, values: dict[str, Any]) -> str:
+    body = _toml(values)
+    return f'[gpu."{name}"]\n' + body
 
 
 def _toml(doc: dict[str, Any]) -> str:

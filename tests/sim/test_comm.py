@@ -161,7 +161,7 @@ def test_toml_round_trip_and_errors() -> None:
     assert isinstance(ab, AlphaBetaModel) and ab.params.alpha_us == 12.5
     bad = {
         "[latency_us]\nbogus = 1\n": "unknown key",
-        "[latency_us]\nbase = { LL = -1 }\n": "non-negative",
+        "[latency_us]\nbase = { LL = -1 }\n": "from 0 to",
         "[latency_us]\nbase = { XX = 1 }\n": "unknown protocol",
         "[bandwidth]\nnet_eff = 'fast'\n": "expected a number",
         "[model]\nkind = 'packet'\n": "unknown model kind",

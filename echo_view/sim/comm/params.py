@@ -9,7 +9,6 @@ replaces them with values fitted to measurements. No per-size tables.
 
 from __future__ import annotations
 
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -184,14 +183,17 @@ def parse_toml(text: str, path: str | None = None) -> dict[str, Any]:
 
 
 def _positive(value: Any, where: str, path: str | None) -> float:
-    """A finite number, > 0 for bandwidths and efficiencies (they divide), else >= 0."""
+    """A finite number within bounds: 1e-6..1e9 for bandwidths and efficiencies, else
+    0..1e9 (µs for latencies)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"expected a number, got {value!r}", path=path, where=where)
     v = float(value)
-    strict = where.startswith("bandwidth.")
-    if not math.isfinite(v) or v < 0 or (strict and v == 0):
-        what = "a positive" if strict else "a non-negative"
-        raise ConfigError(f"must be {what} number, got {value!r}", path=path, where=where)
+    # Bounds keep every estimate a finite int64 of ns: bandwidths and efficiencies divide.
+    lo, hi = (1e-6, 1e9) if where.startswith("bandwidth.") else (0.0, 1e9)
+    if not lo <= v <= hi:
+        raise ConfigError(
+            f"must be a number from {lo:g} to {hi:g}, got {value!r}", path=path, where=where
+        )
     return v
 
 
