@@ -166,8 +166,10 @@ def _number(key: str, raw: Any, *, integer: bool = False) -> float:
     except (TypeError, ValueError):
         kind = "an integer" if integer else "a number"
         raise ConfigError(f"expected {kind}, got {raw!r}", where=f"cluster.{key}") from None
-    if not value > 0:
-        raise ConfigError(f"must be positive, got {raw!r}", where=f"cluster.{key}")
+    # Bounded (in the key's own unit: Gb/s, GB/s, µs, TFLOP/s, GB, count) so that every
+    # derived time stays a finite int64 of ns.
+    if not 1e-3 <= value <= 1e9:
+        raise ConfigError(f"must be positive (0.001 to 1e9), got {raw!r}", where=f"cluster.{key}")
     return value
 
 
