@@ -77,6 +77,11 @@ def launch_config(trace: Trace) -> dict[str, Any]:
         ]
         if not found:
             continue
+        # CUDA's limits are far below 2**20 per block dimension and 2**31 per grid one: bigger
+        # values are damage, read as unknown.
+        found = [f for f in found if all(len(d) <= 10 and int(d) < 2**31 for d in f[1:])]
+        if not found:
+            continue
         pos = np.array([f[0] for f in found], dtype=np.int64)
         dims = np.array([[int(f[1]), int(f[2]), int(f[3])] for f in found], dtype=np.int64)
         rows = _rows_of(trace, pos)
@@ -97,7 +102,8 @@ def launch_config(trace: Trace) -> dict[str, Any]:
         vals = np.array([float(f[1]) for f in found2], dtype=np.float64) * scale
         rows = _rows_of(trace, pos)
         if col == "bytes":
-            out[col][rows] = vals.astype(np.int64)
+            ok = np.isfinite(vals) & (vals >= 0) & (vals < 2.0**62)
+            out[col][rows[ok]] = vals[ok].astype(np.int64)
         else:
             out[col][rows] = vals
     return out
