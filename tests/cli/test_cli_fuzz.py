@@ -1,5 +1,6 @@
 """The commands on damaged traces that still import: a real trace with fields removed or
-retyped goes through ``simulate`` (replay), ``export`` and ``interference``, which exit 0 or 2
+retyped goes through ``simulate`` (replay), ``export``, ``interference``, ``diff`` (against
+its own export) and ``check --fix``, which exit 0, 1 (check's findings) or 2
 (a one-line error) and never fail with an exception of their own."""
 
 from __future__ import annotations
@@ -68,3 +69,5 @@ def test_commands_on_damaged_traces(picks: list[tuple[int, str, Any]]) -> None:
         _run(["export", str(path), "-o", str(Path(tmp) / "out.json")])
         _run(["export", str(path), "-o", str(Path(tmp) / "out.pftrace")])
         _run(["interference", str(path), "--json"])
+        _run(["diff", str(path), str(Path(tmp) / "out.json"), "--json"])
+        _run(["check", str(path), "--fix", "-o", str(Path(tmp) / "fixed.json")])
