@@ -46,3 +46,18 @@ ODD_VALUES = st.one_of(
     st.lists(st.integers(-3, 3), max_size=3),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
+
+
+def byte_edits(size: int) -> st.SearchStrategy[list[tuple[int, bytes]]]:
+    """One to four places in a text of ``size`` bytes, each with 0-3 bytes to put there."""
+    return st.lists(
+        st.tuples(st.integers(0, size - 1), st.binary(max_size=3)), min_size=1, max_size=4
+    )
+
+
+def apply_edits(data: bytes, edits: list[tuple[int, bytes]]) -> bytes:
+    """``data`` with each edit's bytes written over it (no bytes: one byte removed)."""
+    out = bytearray(data)
+    for pos, new in edits:
+        out[pos : pos + len(new) or pos + 1] = new
+    return bytes(out)

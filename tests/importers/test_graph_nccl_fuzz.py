@@ -17,7 +17,7 @@ from echo_view.errors import EchoViewError
 from importers.graph import read_graph
 from importers.nccl_tests import parse_nccl_tests
 from tests.conftest import SAMPLES, SHARED
-from tests.fuzz_data import ODD_VALUES, SETTINGS
+from tests.fuzz_data import ODD_VALUES, SETTINGS, apply_edits, byte_edits
 
 GRAPH = gzip.decompress(
     (SAMPLES / "configs" / "validation" / "megatron-ci-7b-tp4-pp1.graph.json.gz").read_bytes()
@@ -47,15 +47,9 @@ def test_graph_truncated(cut: int) -> None:
 
 
 @SETTINGS
-@given(
-    edits=st.lists(st.tuples(st.integers(0, len(GRAPH) - 1), st.binary(min_size=1, max_size=3)),
-                   min_size=1, max_size=4),
-)  # fmt: skip
+@given(edits=byte_edits(len(GRAPH)))
 def test_graph_bytes_replaced(edits: list[tuple[int, bytes]]) -> None:
-    data = bytearray(GRAPH)
-    for pos, new in edits:
-        data[pos : pos + len(new)] = new
-    _graph(bytes(data))
+    _graph(apply_edits(GRAPH, edits))
 
 
 def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

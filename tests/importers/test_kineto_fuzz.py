@@ -19,7 +19,7 @@ from echo_view.analysis.summary import summarize
 from echo_view.errors import EchoViewError
 from echo_view.model import EventKind
 from importers.kineto import KinetoImporter
-from tests.fuzz_data import BASE, BASE_TEXT, ODD_VALUES, SETTINGS
+from tests.fuzz_data import BASE, BASE_TEXT, ODD_VALUES, SETTINGS, apply_edits, byte_edits
 
 
 def _read(data: bytes, compress: bool) -> None:
@@ -56,15 +56,9 @@ def test_truncated_text(cut: int, compress: bool) -> None:
 
 
 @SETTINGS
-@given(
-    edits=st.lists(st.tuples(st.integers(0, len(BASE_TEXT) - 1), st.binary(max_size=3)),
-                   min_size=1, max_size=4),
-)  # fmt: skip
+@given(edits=byte_edits(len(BASE_TEXT)))
 def test_bytes_replaced(edits: list[tuple[int, bytes]]) -> None:
-    data = bytearray(BASE_TEXT)
-    for pos, new in edits:
-        data[pos : pos + len(new) or pos + 1] = new
-    _read(bytes(data), compress=False)
+    _read(apply_edits(BASE_TEXT, edits), compress=False)
 
 
 GZ = gzip.compress(BASE_TEXT)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_view.cli import main
-from tests.fuzz_data import BASE_TEXT, SETTINGS
+from tests.fuzz_data import BASE_TEXT, SETTINGS, apply_edits, byte_edits
 
 
 def _check(data: bytes, name: str) -> int:
@@ -38,12 +38,6 @@ def test_truncated(cut: int, gz: bool) -> None:
 
 
 @SETTINGS
-@given(
-    edits=st.lists(st.tuples(st.integers(0, len(BASE_TEXT) - 1), st.binary(max_size=3)),
-                   min_size=1, max_size=4),
-)  # fmt: skip
+@given(edits=byte_edits(len(BASE_TEXT)))
 def test_bytes_replaced(edits: list[tuple[int, bytes]]) -> None:
-    data = bytearray(BASE_TEXT)
-    for pos, new in edits:
-        data[pos : pos + len(new) or pos + 1] = new
-    _check(bytes(data), "rank0.trace.json")
+    _check(apply_edits(BASE_TEXT, edits), "rank0.trace.json")
