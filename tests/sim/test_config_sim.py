@@ -142,6 +142,18 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
     assert [len(a) for a in empty] == [0, 0]
 
 
+@pytest.mark.parametrize(
+    "path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: str(p.relative_to(CONFIGS))
+)
+def test_every_shipped_config_has_its_graph_beside(path: Path) -> None:
+    """`simulate` on a shipped config needs no torch: the graph beside it matches it."""
+    from echo_view.cli.workload import graph_for_config
+
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    _graph, origin = graph_for_config(cfg, path)
+    assert origin == "beside"
+
+
 KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 
 
