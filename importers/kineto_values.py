@@ -111,7 +111,9 @@ def norm(value: int | str) -> int | str:
     """Perfetto reads a numeric string pid/tid as that number."""
     if isinstance(value, str):
         s = value.strip()
-        if s.isdigit() or (s.startswith("-") and s[1:].isdigit()):
+        digits = s[1:] if s.startswith("-") else s
+        # ASCII digits only: str.isdigit also accepts '²' and other digits int() refuses.
+        if digits.isascii() and digits.isdigit():
             return int(s)
     return value
 

@@ -60,8 +60,11 @@ def as_int(value: Any) -> int:
         return -1
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        s = value.strip()
+        digits = s[1:] if s.startswith("-") else s
+        if digits.isascii() and digits.isdigit():  # not '²', '--5' and such
+            return int(s)
     return -1
 
 
