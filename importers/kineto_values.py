@@ -107,15 +107,22 @@ def as_int(value: object) -> int:
     return value if type(value) is int and -(2**63) <= value < 2**63 else NONE
 
 
-def norm(value: int | str) -> int | str:
-    """Perfetto reads a numeric string pid/tid as that number."""
+def norm(value: Any) -> int | str:
+    """A pid/tid as the model keeps it: an int64 when it is one (Perfetto also reads a
+    numeric string as that number), else its text, so that a label like ``"Trace"`` or a
+    damaged value can never overflow a numeric column."""
+    if type(value) is int:
+        return value if -(2**63) <= value < 2**63 else str(value)
     if isinstance(value, str):
         s = value.strip()
         digits = s[1:] if s.startswith("-") else s
         # ASCII digits only: str.isdigit also accepts '²' and other digits int() refuses.
-        if digits.isascii() and digits.isdigit():
-            return int(s)
-    return value
+        if digits.isascii() and digits.isdigit() and -(2**63) <= (v := int(s)) < 2**63:
+            return v
+        return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return msgspec.json.encode(value).decode()  # true, 1.5, [1], {} ... as written
 
 
 class Interner(dict[str, int]):

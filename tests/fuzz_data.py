@@ -37,7 +37,11 @@ SETTINGS = settings(
     derandomize=os.environ.get("FUZZ_EXAMPLES") is None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+#: Strings that look numeric to one parser and not to another.
+TRICKY = ["", " ", "-", "--5", " 7 ", "²", "٣", "0x1f", "1e5", "1_000", "nan", "inf", "-0",
+          "9" * 30, "\u0000", "é", "[]", "{}"]  # fmt: skip
 ODD_VALUES = st.one_of(
+    st.sampled_from(TRICKY),
     st.none(),
     st.booleans(),
     st.integers(-(2**70), 2**70),
