@@ -282,6 +282,17 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         )
     if mod.seq_len % par.cp:
         raise err("model.seq_len", f"seq_len {mod.seq_len} is not divisible by cp = {par.cp}")
+    if par.cp > 1 and resolve_attention(cfg) != "flash":
+        raise err(
+            "parallel.cp",
+            "context parallelism needs fused (flash) attention: a bf16/fp16/fp8 model, "
+            'recompute other than selective, or model.attention = "flash"',
+        )
+    if par.sequence_parallel and par.cp > 1 and (mod.seq_len // par.cp) % par.tp:
+        raise err(
+            "parallel.sequence_parallel",
+            f"seq_len / cp = {mod.seq_len // par.cp} is not divisible by tp = {par.tp}",
+        )
     if par.sequence_parallel and mod.seq_len % par.tp:
         raise err(
             "parallel.sequence_parallel",

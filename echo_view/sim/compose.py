@@ -233,10 +233,13 @@ class _Composer:
         marker = self.op(rank, comp, "ProfilerStep#0", 0, kind=EventKind.GPU_ANNOTATION)
         self.step_markers.append((rank, marker))
         n_chunks = p.pp * p.virtual_stages
-        dp_group = lay.group("dp", rank)
+        # Gradients (and the distributed optimizer's shards) span the data- and
+        # context-parallel ranks: context-parallel ranks hold the same weights.
+        dp_group = lay.group("dp_cp", rank)
+        grad_ranks = len(dp_group)
         red_bytes = 4 if cfg.dtype == "fp32" else 2
-        overlap = p.overlap_grad_reduce and p.dp > 1
-        bucket_params = max(40_000_000, 1_000_000 * p.dp)
+        overlap = p.overlap_grad_reduce and grad_ranks > 1
+        bucket_params = max(40_000_000, 1_000_000 * grad_ranks)
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )
@@ -266,7 +269,7 @@ class _Composer:
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
             first_op = len(self.c.rank)
-            if ps.forward or ps.microbatch != last_bwd_mb or p.dp == 1:
+            if ps.forward or ps.microbatch != last_bwd_mb or grad_ranks == 1:
                 end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
             else:
                 # Last backward of this chunk: gradients complete bucket by bucket.
@@ -293,7 +296,7 @@ class _Composer:
             if xfer is not None:
                 self.edges.append((xfer, first_op))
             self.pass_end[(rank, ps.forward, g, ps.microbatch)] = end
-        if p.dp > 1 and not overlap:
+        if grad_ranks > 1 and not overlap:
             nbytes = role.params * red_bytes
             dur = self.colls.time_ns(red_kind, nbytes, dp_group)
             dp_ops.append(
@@ -305,7 +308,7 @@ class _Composer:
         for op in dp_ops:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, first_opt))
-        if p.distributed_optimizer and p.dp > 1:
+        if p.distributed_optimizer and grad_ranks > 1:
             nbytes = role.params * elem_bytes
             dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
             self.op(
@@ -335,12 +338,6 @@ def compose(
 ) -> Composed:
     """Build the workload of one training step of ``cfg`` (see the module docstring)."""
     p = cfg.parallel
-    if p.cp > 1:
-        raise ConfigError(
-            "context parallelism (cp > 1) is not simulated yet",
-            where="parallel.cp",
-            hint="use cp = 1",
-        )
     if ranks not in ("stages", "all"):
         raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
     layout = Layout.of(p)

@@ -43,7 +43,8 @@ class Layout:
         return rest // self.dp, rest % self.dp, cp_i, tp_i
 
     def group(self, axis: str, rank: int) -> tuple[int, ...]:
-        """The ranks of ``rank``'s group along ``axis`` (``tp``, ``dp``, ``cp`` or ``pp``)."""
+        """The ranks of ``rank``'s group along ``axis`` (``tp``, ``dp``, ``cp``, ``pp``, or
+        ``dp_cp``: the data- and context-parallel ranks together)."""
         pp_i, dp_i, cp_i, tp_i = self.coords(rank)
         if axis == "tp":
             return tuple(self.rank(pp_i, dp_i, cp_i, t) for t in range(self.tp))
@@ -53,4 +54,8 @@ class Layout:
             return tuple(self.rank(pp_i, dp_i, c, tp_i) for c in range(self.cp))
         if axis == "pp":
             return tuple(self.rank(p, dp_i, cp_i, tp_i) for p in range(self.pp))
+        if axis == "dp_cp":  # Megatron reduces gradients over data and context parallel ranks
+            return tuple(
+                self.rank(pp_i, d, c, tp_i) for d in range(self.dp) for c in range(self.cp)
+            )
         raise ValueError(f"unknown parallel axis {axis!r}")

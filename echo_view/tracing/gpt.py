@@ -18,6 +18,7 @@ from echo_view.tracing.layers import (
     RowParallelLinear,
     VocabParallelCrossEntropy,
     VocabParallelEmbedding,
+    context_gather,
 )
 from echo_view.tracing.recorder import Recorder
 
@@ -51,6 +52,7 @@ class TransformerLayer(nn.Module):
         self.fc1 = ColumnParallelLinear(rec, m.hidden, m.ffn_hidden, tp, sp, dtype)
         self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype)
         self.dropout = 0.1 if self.attention == "unfused" else 0.0
+        self.rec, self.cp = rec, p.cp
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.attention == "flash":
@@ -68,6 +70,9 @@ class TransformerLayer(nn.Module):
         q = q.reshape(s, b, self.heads, d).permute(1, 2, 0, 3)
         k = k.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
         v = v.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
+        # Context parallelism: this rank's queries attend over the whole sequence's keys (the
+        # attention FLOPs follow from the longer K: 1/cp of the full causal attention).
+        k, v = context_gather(k, v, self.rec, self.cp)
         if self.selective:
             ctx = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:

@@ -7,7 +7,9 @@ Each layer holds only this rank's shard of the weights (on the ``meta`` device) 
   with sequence parallelism, all-gather forward / reduce-scatter backward instead;
 - row-parallel linear: all-reduce forward / identity backward (``g``); with sequence
   parallelism, reduce-scatter forward / all-gather backward;
-- vocab-parallel embedding and cross-entropy: all-reduces over the tensor-parallel group.
+- vocab-parallel embedding and cross-entropy: all-reduces over the tensor-parallel group;
+- context parallelism: K and V all-gathered over the context-parallel group before attention,
+  their gradients reduce-scattered after it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,45 @@ def comm(
 
 
 AR, AG, RS = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+class _ContextGather(torch.autograd.Function):
+    """K and V of this rank's sequence chunk gathered from every context-parallel rank (one
+    all-gather of both, forward) and their gradients reduce-scattered back (backward), along
+    the sequence dimension of ``[b, heads, s, d]``: Transformer Engine's all-gather form of
+    context parallelism (its ring form moves the same bytes in cp - 1 overlapped steps)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, k: torch.Tensor, v: torch.Tensor, rec: Recorder, cp: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.rec, ctx.cp = rec, cp
+        local = k.numel() * k.element_size() + v.numel() * v.element_size()
+        rec.collective(AG, local * cp, "cp")
+        return _along_seq(k, cp), _along_seq(v, cp)
+
+    @staticmethod
+    def backward(ctx: Any, gk: torch.Tensor, gv: torch.Tensor) -> tuple[Any, ...]:
+        full = gk.numel() * gk.element_size() + gv.numel() * gv.element_size()
+        ctx.rec.collective(RS, full, "cp")
+        return _along_seq(gk, 1, ctx.cp), _along_seq(gv, 1, ctx.cp), None, None
+
+
+def _along_seq(x: torch.Tensor, times: int, div: int = 1) -> torch.Tensor:
+    b, n, s, d = x.shape
+    return x.new_empty((b, n, s * times // div, d))
+
+
+def context_gather(
+    k: torch.Tensor, v: torch.Tensor, rec: Recorder, cp: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole sequence's K and V for this rank's queries (see :class:`_ContextGather`)."""
+    if cp == 1:
+        return k, v
+    out: tuple[torch.Tensor, torch.Tensor] = _ContextGather.apply(  # type: ignore[no-untyped-call]
+        k, v, rec, cp
+    )
+    return out
 
 
 class ColumnParallelLinear(nn.Module):

@@ -72,6 +72,7 @@ def _shipped(stem: str) -> tuple[Any, Any]:
             "overlap_grad_reduce": True,
             "sequence_parallel": True,
         },
+        {"dp": 1, "cp": 2, "sequence_parallel": True, "distributed_optimizer": True},
     ],
 )
 def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:
@@ -88,6 +89,28 @@ def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:
     # every rank of a stage ends when that stage's representative does
     for stage, t in stages.stage_ns().items():
         assert every.stage_ns()[stage] == t
+
+
+def test_context_parallel_ranks_reduce_gradients_together() -> None:
+    """dp = 1, cp = 2: the two context-parallel ranks of a stage hold the same weights, so
+    their gradients are reduce-scattered between them and the parameters all-gathered (the
+    distributed optimizer's shards span data and context parallel ranks); with cp = 1 and
+    dp = 1 there is nothing to reduce."""
+    pytest.importorskip("torch")
+    from echo_view.tracing.roles import trace_workload
+
+    def dp_collectives(**par: Any) -> list[str]:
+        cfg = _small(**par)
+        sim = _run(cfg, trace_workload(cfg), ranks="all")
+        t = predicted_config_job(sim, ranks=[0]).traces[0]
+        names = [t.strings[int(n)] for n in t.events.name[t.collectives.event].tolist()]
+        return sorted(n for n in names if n.endswith(("(grads)", "(params)")))
+
+    assert dp_collectives(dp=1, cp=2, distributed_optimizer=True) == [
+        "ncclDevKernel_AllGather (params)",
+        "ncclDevKernel_ReduceScatter (grads)",
+    ]
+    assert dp_collectives(dp=1, tp=4, distributed_optimizer=True) == []
 
 
 def test_what_if_moves_the_right_way() -> None:

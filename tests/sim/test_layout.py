@@ -20,3 +20,7 @@ def test_context_parallel_sits_between_tp_and_dp() -> None:
     lay = Layout(tp=2, pp=1, dp=2, cp=2)
     assert lay.group("cp", 0) == (0, 2)
     assert lay.group("dp", 0) == (0, 4)
+    # Gradients are reduced over data and context parallel ranks together.
+    assert lay.group("dp_cp", 0) == (0, 2, 4, 6)
+    assert lay.group("dp_cp", 3) == (1, 3, 5, 7)
+    assert Layout(tp=2, pp=1, dp=2, cp=1).group("dp_cp", 1) == (1, 3)

@@ -124,3 +124,30 @@ def test_optimizer_phase_uses_the_distributed_shard() -> None:
     plain = trace_workload(_cfg()).role_for_stage(0)
     dist = trace_workload(_cfg(parallel={"distributed_optimizer": True})).role_for_stage(0)
     assert dist.optimizer.bytes[1] * 2 == pytest.approx(plain.optimizer.bytes[1], rel=1e-6)
+
+
+def test_context_parallel_halves_work_and_gathers_kv() -> None:
+    """cp = 2: each rank holds half the sequence, so its linear layers do half the FLOPs and
+    its attention half of the whole causal attention (its queries meet every key); per layer
+    K and V are all-gathered over cp forward (both at once, the gathered size) and their
+    gradients reduce-scattered backward."""
+    one = trace_workload(_cfg(parallel={"dp": 2})).role_for_stage(0)
+    two = trace_workload(_cfg(parallel={"dp": 1, "cp": 2})).role_for_stage(0)
+    for cls in (OpClass.GEMM, OpClass.ATTENTION):
+        f1 = one.forward[0].flops[one.forward[0].op_class == cls].sum()
+        f2 = two.forward[0].flops[two.forward[0].op_class == cls].sum()
+        assert f2 == pytest.approx(f1 / 2, rel=2e-3), cls
+    g = trace_workload(_cfg(parallel={"dp": 1, "cp": 2}))
+    fwd = [c for c in _colls(g, two.forward[0]) if c[2] == "cp"]
+    bwd = [c for c in _colls(g, two.backward[0]) if c[2] == "cp"]
+    # 4 layers; K and V of [b=2, kv_heads 16/4, s 512, d 64] in bf16, both, gathered x2.
+    kv_full = 2 * (2 * 4 * 512 * 64 * 2)
+    assert fwd == [("all_gather", kv_full, "cp")] * 4
+    assert bwd == [("reduce_scatter", kv_full, "cp")] * 4
+
+
+def test_context_parallel_needs_flash_attention() -> None:
+    from echo_view.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="flash"):
+        _cfg(parallel={"dp": 1, "cp": 2}, precision={"dtype": "fp32"})
