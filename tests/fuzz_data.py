@@ -65,3 +65,38 @@ def apply_edits(data: bytes, edits: list[tuple[int, bytes]]) -> bytes:
     for pos, new in edits:
         out[pos : pos + len(new) or pos + 1] = new
     return bytes(out)
+
+
+#: Event fields a trace-event reader depends on.
+EVENT_FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args", "bp", "s"]
+Pick = tuple[int, str, Any]
+
+
+def field_picks(fields: list[str]) -> st.SearchStrategy[list[Pick]]:
+    """One to four (event index, field, new value or ``"<delete>"``) of :data:`BASE`;
+    a field ``"args.X"`` names key X of the event's args."""
+    return st.lists(
+        st.tuples(
+            st.integers(0, len(BASE["traceEvents"]) - 1),
+            st.sampled_from(fields),
+            st.one_of(st.just("<delete>"), ODD_VALUES),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+
+
+def damaged(picks: list[Pick]) -> bytes:
+    """:data:`BASE`'s text with ``picks`` applied."""
+    doc = json.loads(BASE_TEXT)
+    for i, key, value in picks:
+        node = doc["traceEvents"][i]
+        if key.startswith("args."):
+            node, key = node.get("args"), key[5:]
+            if not isinstance(node, dict):
+                continue
+        if value == "<delete>":
+            node.pop(key, None)
+        else:
+            node[key] = value
+    return json.dumps(doc).encode()

@@ -19,7 +19,18 @@ from echo_view.analysis.summary import summarize
 from echo_view.errors import EchoViewError
 from echo_view.model import EventKind
 from importers.kineto import KinetoImporter
-from tests.fuzz_data import BASE, BASE_TEXT, ODD_VALUES, SETTINGS, apply_edits, byte_edits
+from tests.fuzz_data import (
+    BASE,
+    BASE_TEXT,
+    EVENT_FIELDS,
+    ODD_VALUES,
+    SETTINGS,
+    Pick,
+    apply_edits,
+    byte_edits,
+    damaged,
+    field_picks,
+)
 
 
 def _read(data: bytes, compress: bool) -> None:
@@ -83,27 +94,9 @@ def test_gzip_bytes_replaced(edits: list[tuple[int, bytes]]) -> None:
 
 
 @SETTINGS
-@given(
-    picks=st.lists(
-        st.tuples(
-            st.integers(0, len(BASE["traceEvents"]) - 1),
-            st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args",
-                             "bp", "s"]),
-            st.one_of(st.just("<delete>"), ODD_VALUES),
-        ),
-        min_size=1,
-        max_size=4,
-    ),
-)  # fmt: skip
-def test_fields_removed_or_retyped(picks: list[tuple[int, str, Any]]) -> None:
-    doc = json.loads(BASE_TEXT)
-    for i, key, value in picks:
-        event = doc["traceEvents"][i]
-        if value == "<delete>":
-            event.pop(key, None)
-        else:
-            event[key] = value
-    _read(json.dumps(doc).encode(), compress=False)
+@given(picks=field_picks(EVENT_FIELDS))
+def test_fields_removed_or_retyped(picks: list[Pick]) -> None:
+    _read(damaged(picks), compress=False)
 
 
 @SETTINGS

@@ -3,45 +3,32 @@ and drawing every row at the whole-trace zoom and at a 1 µs zoom never fails.""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given
-from hypothesis import strategies as st
 
 from echo_view.errors import EchoViewError
 from echo_view.tui.index import Source, TimelineIndex
 from echo_view.tui.raster import Window, render_row, short_name
 from importers.kineto import KinetoImporter
-from tests.fuzz_data import BASE, BASE_TEXT, ODD_VALUES, SETTINGS
-
-FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s", "args"]
+from tests.fuzz_data import (
+    EVENT_FIELDS,
+    SETTINGS,
+    Pick,
+    damaged,
+    field_picks,
+)
 
 
 @SETTINGS
-@given(
-    picks=st.lists(
-        st.tuples(
-            st.integers(0, len(BASE["traceEvents"]) - 1),
-            st.sampled_from(FIELDS),
-            st.one_of(st.just("<delete>"), ODD_VALUES),
-        ),
-        min_size=1,
-        max_size=4,
-    ),
-)
-def test_index_and_rows_on_damaged_traces(picks: list[tuple[int, str, Any]]) -> None:
-    doc = json.loads(BASE_TEXT)
-    for i, key, value in picks:
-        if value == "<delete>":
-            doc["traceEvents"][i].pop(key, None)
-        else:
-            doc["traceEvents"][i][key] = value
+@given(picks=field_picks(EVENT_FIELDS))
+def test_index_and_rows_on_damaged_traces(picks: list[Pick]) -> None:
+    doc = damaged(picks)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rank0.trace.json"
-        path.write_text(json.dumps(doc), encoding="utf-8")
+        path.write_bytes(doc)
         try:
             job = KinetoImporter().read([path])
         except EchoViewError:
