@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from echo_view.analysis.interference import OverlapSamples  # noqa: E402
 from echo_view.analysis.interference_eval import MODELS, holdout, per_class_errors  # noqa: E402
-from echo_view.analysis.interference_fit import fit, folds  # noqa: E402
+from echo_view.analysis.interference_fit import InterferenceFit  # noqa: E402
 from echo_view.cli import build_registry  # noqa: E402
 from echo_view.cli.interference import load_samples  # noqa: E402
 
@@ -85,19 +85,9 @@ def main() -> int:
     for split in args.splits.split(","):
         for restrict in (True, False):
             label = f"{split}, " + ("seen generations only" if restrict else "all generations")
-            chosen = []
-            for test in folds(samples, split):
-                train = ~test
-                if split == "step":
-                    train &= samples.cols["step"] >= 0
-                m = fit(
-                    samples.select(train),
-                    "fitted",
-                    tune_by=split,
-                    restrict_generations=restrict,
-                )
-                chosen.append(f"{m.solo_scale_ns / 1000:g}us/{m.shrink:g}")
-            errs, preds = holdout(samples, split, restrict_generations=restrict)
+            models: list[InterferenceFit] = []
+            errs, preds = holdout(samples, split, fitted=models, restrict_generations=restrict)
+            chosen = [f"{m.solo_scale_ns / 1000:g}us/{m.shrink:g}" for m in models]
             print(f"\n{label}: {len(chosen)} folds; tuned scale/shrink per fold: {chosen}")
             for name in MODELS:
                 e = errs[name]

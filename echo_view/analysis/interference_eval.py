@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_fit import CLASSES, KernelFeatures, fit, folds
+from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, KernelFeatures, fit, folds
 from echo_view.analysis.interference_rate import predict_durations
 from echo_view.model.workload import OP_CLASS_NAMES
 
@@ -69,11 +69,16 @@ def errors(measured: I64, predicted: I64) -> Errors:
 
 
 def holdout(
-    samples: OverlapSamples, by: str = "job", **fit_args: Any
+    samples: OverlapSamples,
+    by: str = "job",
+    *,
+    fitted: list[InterferenceFit] | None = None,
+    **fit_args: Any,
 ) -> tuple[dict[str, Errors], dict[str, I64]]:
     """Errors of every model in :data:`MODELS` over the held-out folds of split ``by``: each
     fold is predicted by models fitted on the other folds only. Also returns the predicted
-    durations (per model, aligned with ``samples``; -1 for samples in no fold)."""
+    durations (per model, aligned with ``samples``; -1 for samples in no fold). ``fitted``,
+    when given, receives each fold's fitted model (with its tuned scale and shrink)."""
     preds = {m: np.full(len(samples), -1, dtype=np.int64) for m in MODELS}
     tested = np.zeros(len(samples), dtype=bool)
     for test in folds(samples, by):
@@ -83,6 +88,7 @@ def holdout(
         if not train.any() or not test.any():
             continue
         held = samples.select(test)
+        feats = KernelFeatures.from_samples(held)
         preds["none"][test] = held.cols["solo_ns"]
         for kind in ("constant", "fitted"):
             args = dict(fit_args)
@@ -91,7 +97,8 @@ def holdout(
             else:
                 args.pop("restrict_generations", None)
             model = fit(samples.select(train), kind, **args)
-            feats = KernelFeatures.from_samples(held)
+            if kind == "fitted" and fitted is not None:
+                fitted.append(model)
             preds[kind][test] = predict_durations(held, model.slowdown(feats))
         tested |= test
     measured = samples.cols["dur_ns"]

@@ -3,6 +3,8 @@ fitted, the error definitions, and the real samples' held-out errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -22,7 +24,9 @@ def test_holdout_never_tests_what_it_fitted() -> None:
             assert [set(s.cols["step"][m].tolist()) for m in masks] == [{0}, {1}]
         else:
             assert [set(s.cols["trace"][m].tolist()) for m in masks] == [{0}, {1}]
-    errs, preds = holdout(s, "job")
+    models: list[Any] = []
+    errs, preds = holdout(s, "job", fitted=models)
+    assert len(models) == 2 and all(m.kind == "fitted" for m in models)  # one per fold
     # No noise: the constant model predicts the held-out trace exactly (the data have its
     # form); "none" is the solo time.
     assert errs["constant"].weighted_abs < 1e-4
