@@ -7,6 +7,8 @@ so that the CLI can print exactly one line and exit with code 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -55,3 +57,15 @@ class UsageError(EchoViewError):
 
 class SimulationError(EchoViewError):
     """The workload cannot be simulated (a collective that never completes, a dependency cycle)."""
+
+
+@contextmanager
+def in_file(path: str | Path | None) -> Iterator[None]:
+    """Errors raised inside that name no file are given ``path`` (for checks that validate a
+    value without knowing where it was read from)."""
+    try:
+        yield
+    except EchoViewError as err:
+        if path and err.path is None:
+            err.path = str(path)
+        raise

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, in_file
 from echo_view.sim.gpus import (
     GB,
     PRESETS,
@@ -266,7 +266,7 @@ def make_cluster(
 def cluster_from_config(config: ClusterConfig, source: str = "") -> Cluster:
     """The cluster a workload config's ``[cluster]`` table describes; errors name ``source``
     (the config file) when given."""
-    try:
+    with in_file(source):
         cluster = make_cluster(
             config.gpu,
             gpus_per_node=config.gpus_per_node,
@@ -274,7 +274,3 @@ def cluster_from_config(config: ClusterConfig, source: str = "") -> Cluster:
             nic_gbps_per_gpu=config.nic_gbps_per_gpu,
         )
         return cluster.with_overrides(config.overrides) if config.overrides else cluster
-    except ConfigError as err:
-        if source and err.path is None:
-            err.path = source
-        raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, in_file
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.alphabeta import (
@@ -58,15 +58,11 @@ def comm_model_from_mapping(
     if not isinstance(model, Mapping):
         raise ConfigError("[model] must be a table", path=path)
     kind = model.get("kind", "nccl")
-    try:
+    with in_file(path):  # some checks (the dataclasses' own) do not know the file
         if kind == "nccl":
             return NcclModel(comm_params_from_mapping(data, path))
         if kind == "alphabeta":
             return AlphaBetaModel(alphabeta_from_mapping(data, path))
-    except ConfigError as err:  # some checks (the dataclasses' own) do not know the file
-        if path and err.path is None:
-            err.path = path
-        raise
     raise ConfigError(
         f"unknown model kind {kind!r}", path=path, where="model.kind",
         hint=f"one of: {', '.join(MODEL_KINDS)}",
