@@ -27,6 +27,35 @@ from echo_view.errors import InputError
 from importers.nsys_columns import Columns, read_columns
 from importers.nsys_pages import PageFile
 
+#: Default of a ``start``/``end`` column that must not be NULL (see :meth:`Export.read`).
+REQUIRED_TIME = -(2**63)
+
+
+def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+    """The required time columns of ``cols`` are set and do not run backwards."""
+    for col in ("start", "end"):
+        if ints.get(col) == REQUIRED_TIME:
+            bad = cols.ints[col] == REQUIRED_TIME
+            if bad.any():
+                raise InputError(
+                    f"{int(bad.sum())} row(s) have no {col} time (NULL); first at rowid "
+                    f"{int(cols.rowid[bad.argmax()])}",
+                    path=path,
+                    where=f"{table}.{col}",
+                    hint="the export is damaged; export the report again with nsys",
+                )
+    if ints.get("start") == REQUIRED_TIME and ints.get("end") == REQUIRED_TIME:
+        bad = cols.ints["end"] < cols.ints["start"]
+        if bad.any():
+            raise InputError(
+                f"{int(bad.sum())} row(s) end before they start; first at rowid "
+                f"{int(cols.rowid[bad.argmax()])}",
+                path=path,
+                where=f"{table}.end",
+                hint="the export is damaged; export the report again with nsys",
+            )
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Report suffixes: ``.nsys-rep`` (2021.3 and later) and the older ``.qdrep``.
@@ -139,8 +168,14 @@ class Export:
     ) -> Columns:
         """All rows of ``table``: the ``ints`` columns with NULL (or a column this schema
         lacks) as the given default, the ``texts`` columns, and for ``present`` whether each
-        row sets them. Read from the file's pages where possible, else with SQL."""
-        return read_columns(self, table, ints, texts, present)
+        row sets them. Read from the file's pages where possible, else with SQL.
+
+        ``start`` and ``end`` read with the default :data:`REQUIRED_TIME` must be set in every
+        row and ``end >= start``: a NULL would turn into time 0 (a kernel spanning the whole
+        capture) and a negative duration into nothing, silently."""
+        cols = read_columns(self, table, ints, texts, present)
+        _check_times(cols, table, ints, self.path)
+        return cols
 
     def col(self, table: str, column: str, default: str = "-1") -> str:
         """SQL for ``column`` of ``table`` with NULL as ``default``, or ``default`` itself when

@@ -24,6 +24,7 @@ from echo_view.cli.interference import SPLITS, _errors, load_samples, render, re
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output
 from echo_view.sim.interference import InterferenceModel, model_to_toml
+from echo_view.text import markup_safe
 
 
 def register(subparsers: Any) -> None:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         console = Console(highlight=False, soft_wrap=True)
         render(rep, console)
         console.print(
-            f"wrote the {kind} model to {args.output}"
+            f"wrote the {kind} model to {markup_safe(str(args.output))}"
             + ("" if better else " (the fitted model did not beat the constant one held out)")
         )
         if errs[kind].weighted_abs >= errs["none"].weighted_abs:

@@ -36,6 +36,7 @@ from echo_view.sim.interference import model_from_setting
 from echo_view.sim.interference_sim import simulate_replay
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
+from echo_view.text import printable
 from echo_view.units import format_duration
 
 KNOWN_KEYS: tuple[str, ...] = (
@@ -237,7 +238,7 @@ def render(report: dict[str, Any]) -> str:
     """The report as plain text."""
     colls = report["collectives"]
     lines = [
-        f"{report['mode']} of {report['input']} (collectives: {report['comm']}, "
+        f"{report['mode']} of {printable(str(report['input']))} (collectives: {report['comm']}, "
         f"{colls['modelled']} of {colls['total']} modelled)",
         f"step time {_fmt(report['step_time_s'])}"
         + (

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any
@@ -35,10 +34,12 @@ from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.compute import MAX_SCALE
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
 from echo_view.sim.interference import model_from_setting
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.text import printable
 
 _PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
@@ -49,13 +50,14 @@ KNOWN_KEYS = (
 
 
 def scale_value(key: str, value: str) -> float:
-    """A ``--set`` scale factor: a finite number >= 0 (used for measured jobs too)."""
+    """A ``--set`` scale factor: a number from 0 to :data:`MAX_SCALE` (used for measured jobs
+    too)."""
     try:
         x = float(value)
     except ValueError:
         raise ConfigError(f"expected a number, got {value!r}", where=key) from None
-    if not math.isfinite(x) or x < 0:
-        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
+    if not 0 <= x <= MAX_SCALE:
+        raise ConfigError(f"must be between 0 and {MAX_SCALE:g}, got {value!r}", where=key)
     return x
 
 
@@ -171,7 +173,7 @@ def _render(r: dict[str, Any]) -> str:
     if "reference" in r:
         lines.append(
             f"measured (reference) {r['reference']['step_time_s']:.4f} s  "
-            f"error {r['reference_error_pct']:+.1f}%  [{r['reference']['source']}]"
+            f"error {r['reference_error_pct']:+.1f}%  [{printable(r['reference']['source'])}]"
         )
     b = r["breakdown"]
     if b:

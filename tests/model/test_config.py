@@ -75,7 +75,12 @@ def test_published_runs_are_present_or_skipped() -> None:
         (_with("batch", micro=2, **{"global": 63}), "batch.global", "not divisible by micro*dp"),
         (_with("parallel", recompute="some"), "parallel.recompute", "must be one of"),
         (_with("precision", dtype="fp64"), "precision.dtype", "must be one of"),
-        (_with("reference", step_time_s=-1), "reference.step_time_s", "must be positive"),
+        (_with("reference", step_time_s=-1), "reference.step_time_s", "must be > 0 and <= 1e+06"),
+        (_with("batch", **{"global": 10**12}), "batch.global", "limit of 16,777,216"),
+        (_with("batch", **{"global": 2**64}), "batch.global", "limit of 16,777,216"),
+        (_with("model", layers=16 * 10**8), "model.layers", "limit of 10,000"),
+        (_with("cluster", nic_gbps_per_gpu=1e-300), "cluster.nic_gbps_per_gpu", "between 1 and"),
+        (_with("batch", **{"global": 2**16 * 24, "micro": 1}), "batch.global", "micro-batches"),
         (_with("model", kv_heads=7), "model.kv_heads", "not divisible by 7"),
     ],
 )
