@@ -71,6 +71,13 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
             )
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     ranks_mode = getattr(args, "ranks", "stages") or "stages"
+    # Scale factors are checked before the graph is loaded (or traced, which takes minutes).
+    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
+    scales: dict[int, float] = {}
+    for i, name in enumerate(OP_CLASS_NAMES[:-1]):
+        key = f"compute.scale.{name}"
+        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
+    comm_scale = scale_value("comm.scale", overrides.get("comm.scale", "1"))
     cfg, graph, origin, t_graph = load_workload(args.input)
     cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
@@ -81,12 +88,6 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     params = params.with_overrides(
         {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
     )
-    scales: dict[int, float] = {}
-    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
-    for i, name in enumerate(OP_CLASS_NAMES[:-1]):
-        key = f"compute.scale.{name}"
-        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
-    comm_scale = scale_value("comm.scale", overrides.get("comm.scale", "1"))
     t0 = time.perf_counter()
     sim = simulate_config(
         graph,

@@ -118,13 +118,12 @@ def _big_rank(d: Path) -> None:
     _write_json(d / "t.json", doc)
 
 
-def _odd_event(value: Any) -> Callable[[Path], None]:
-    def build(d: Path) -> None:
-        doc = _doc()
-        doc["traceEvents"].insert(3, value)
-        _write_json(d / "t.json", doc)
-
-    return build
+def _odd_events(d: Path) -> None:
+    """A real trace with a null, a list and a number among its events."""
+    doc = _doc()
+    for i, value in ((3, None), (10, [1, 2]), (20, 5)):
+        doc["traceEvents"].insert(i, value)
+    _write_json(d / "t.json", doc)
 
 
 def _only_odd_event(d: Path) -> None:
@@ -285,33 +284,21 @@ _SIM = ("simulate", "{d}/c.toml", "--json")
 _GRAPH_SIM = ("simulate", "{d}/g.json", "--json")
 
 CASES: list[Case] = [
-    Case("json-deep-args", _deep_args, (("info", _T), ("check", _T), ("export", _T, *_OUT))),
-    Case("json-deep-tail", _deep_tail, (("info", _T), ("check", _T))),
-    Case("json-deep-unclosed", _deep_unclosed, (("info", _T), ("check", _T))),
-    Case("json-deep-header", _deep_header, (("info", _T), ("check", _T))),
-    Case(
-        "int-step-number",
-        _big_step,
-        (("info", _T), ("check", _T), ("diff", _T, _T)),
-        "ok",
-    ),
+    Case("json-deep-args", _deep_args, (("info", _T), ("check", _T))),
+    Case("json-deep-tail", _deep_tail, (("info", _T),)),
+    Case("json-deep-unclosed", _deep_unclosed, (("check", _T),)),
+    Case("json-deep-header", _deep_header, (("info", _T),)),
+    Case("int-step-number", _big_step, (("info", _T), ("check", _T)), "ok"),
     Case("int-base-time", _big_base_time, (("info", _T),)),
     Case("int-base-time-check", _big_base_time, (("check", _T),), "ok"),
-    Case("int-rank", _big_rank, (("info", _T), ("export", _T, *_OUT))),
+    Case("int-rank", _big_rank, (("export", _T, *_OUT),)),
     Case("int-rank-check", _big_rank, (("check", _T),), "finding:EV702"),
-    Case("int-nelems", _big_nelems, (("check", _T), ("info", _T)), "ok"),
-    Case("event-null", _odd_event(None), (("check", _T),), "finding:EV201"),
-    Case("event-list", _odd_event([1, 2]), (("check", _T),), "finding:EV201"),
-    Case("event-number", _odd_event(5), (("check", _T),), "finding:EV201"),
+    Case("int-nelems", _big_nelems, (("check", _T),), "ok"),
+    Case("event-odd", _odd_events, (("check", _T),), "finding:EV201"),
     Case("event-only-odd", _only_odd_event, (("check", _T),), "finding:EV201"),
-    Case("event-odd-import", _odd_event(None), (("info", _T), ("export", _T, *_OUT))),
-    Case("events-empty", _empty_events, (("info", _T), ("export", _T, *_OUT), ("diff", _T, _T))),
-    Case(
-        "markup-names",
-        _markup_names,
-        (("info", _T), ("check", _T), ("diff", _T, "{d}/b.json"), ("simulate", _T)),
-        "shown",
-    ),
+    Case("event-odd-import", _odd_events, (("info", _T),)),
+    Case("events-empty", _empty_events, (("info", _T), ("export", _T, *_OUT))),
+    Case("markup-names", _markup_names, (("info", _T), ("diff", _T, "{d}/b.json")), "shown"),
     Case("nsys-page-cycle", _nsys_cycle, (("info", "{d}/t.sqlite"),)),
     Case(
         "nsys-null-start",
@@ -341,20 +328,19 @@ CASES: list[Case] = [
     Case(
         "config-set-overflow",
         _config(CONFIG),
-        ((*_SIM, "--set", "comm.scale=1e308"), (*_SIM, "--set", "compute.scale.gemm=1e308")),
-        names="scale",
+        ((*_SIM, "--set", "comm.scale=1e308"),),
+        names="comm.scale",
     ),
     Case("graph-huge-batch", _graph_edit(_graph_batch), (_GRAPH_SIM,)),
     Case("graph-pp-mismatch", _graph_edit(_graph_pp), (_GRAPH_SIM,)),
     Case("graph-virtual-mismatch", _graph_edit(_graph_virtual), (_GRAPH_SIM,)),
     Case("graph-stage-bomb", _graph_edit(_graph_stages), (_GRAPH_SIM,)),
     Case("graph-deep", _graph_deep, (_GRAPH_SIM,)),
-    Case("nccl-log-int64", _nccl_log, (("calibrate", "comm", "{d}/n.log", *_OUT),)),
     Case(
-        "dir-symlink-escape",
-        _symlink_out,
-        (("check", "{d}/job"), ("info", "{d}/job")),
-        "ok",
-        absent=b"/link/",
+        "nccl-log-int64",
+        _nccl_log,
+        (("calibrate", "comm", "{d}/n.log", "-o", "{d}/out.toml"),),
+        output="out.toml",
     ),
+    Case("dir-symlink-escape", _symlink_out, (("check", "{d}/job"),), "ok", absent=b"/link/"),
 ]
