@@ -139,10 +139,8 @@ class EventChunk(Generic[T]):
         try:
             events: list[U] = _decoder(event_type, float_hook).decode(self.text)
         except RecursionError:
-            k = too_deep_at(self.text)
-            raise InputError(
-                TOO_DEEP, path=self.path, where=self.locate(k), hint=HINT_DEEP
-            ) from None
+            where = self.locate(too_deep_at(self.text))
+            raise InputError(TOO_DEEP, path=self.path, where=where, hint=HINT_DEEP) from None
         except msgspec.ValidationError as exc:
             raise validation_error(self.path, self.first_index, exc) from None
         except msgspec.DecodeError as exc:

@@ -33,25 +33,17 @@ REQUIRED_TIME = -(2**63)
 
 def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
     """The required time columns of ``cols`` are set and do not run backwards."""
-    for col in ("start", "end"):
-        if ints.get(col) == REQUIRED_TIME:
-            bad = cols.ints[col] == REQUIRED_TIME
-            if bad.any():
-                raise InputError(
-                    f"{int(bad.sum())} row(s) have no {col} time (NULL); first at rowid "
-                    f"{int(cols.rowid[bad.argmax()])}",
-                    path=path,
-                    where=f"{table}.{col}",
-                    hint="the export is damaged; export the report again with nsys",
-                )
-    if ints.get("start") == REQUIRED_TIME and ints.get("end") == REQUIRED_TIME:
-        bad = cols.ints["end"] < cols.ints["start"]
+    start, end = (ints.get(c) == REQUIRED_TIME for c in ("start", "end"))
+    checks = [(c, cols.ints[c] == REQUIRED_TIME, f"have no {c} time (NULL)")
+              for c, needed in (("start", start), ("end", end)) if needed]  # fmt: skip
+    if start and end:
+        checks.append(("end", cols.ints["end"] < cols.ints["start"], "end before they start"))
+    for col, bad, what in checks:
         if bad.any():
             raise InputError(
-                f"{int(bad.sum())} row(s) end before they start; first at rowid "
-                f"{int(cols.rowid[bad.argmax()])}",
+                f"{int(bad.sum())} row(s) {what}; first at rowid {int(cols.rowid[bad.argmax()])}",
                 path=path,
-                where=f"{table}.end",
+                where=f"{table}.{col}",
                 hint="the export is damaged; export the report again with nsys",
             )
 

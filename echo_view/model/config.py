@@ -175,7 +175,7 @@ class _Section:
 
     def number(self, key: str, lo: float, hi: float) -> float | None:
         """An optional finite number in ``[lo, hi]``."""
-        value = self.get(key, float)
+        value: float | None = self.get(key, float)
         if value is not None and not lo <= value <= hi:
             raise self._err(key, f"must be between {lo:g} and {hi:g}, got {value!r}")
         return value
