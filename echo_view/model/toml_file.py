@@ -35,7 +35,7 @@ def parse_toml(text: str, path: str | Path | None = None) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", path=path, hint="fix the syntax") from None
+        raise ConfigError(f"invalid TOML: {exc}", path=path, hint="fix the syntax") from None
     except RecursionError:
         raise _too_deep(path, _deep_line(text)) from None
     _check_depth(data, path, text)
