@@ -17,6 +17,7 @@ from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
+from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
 
 I64 = npt.NDArray[np.int64]
 
@@ -53,7 +54,9 @@ class CollectiveCache:
         return t
 
 
-def _peaks(graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Cluster) -> Any:
+def _peaks(graph: TracedGraph, table: OpTable, cluster: Cluster) -> Any:
+    """Each op's peak FLOP/s from its recorded dtype (the tracer records the GEMMs of FP8
+    linear layers as ``fp8``; everything else keeps its tensor dtype)."""
     names = graph.strings
     peaks = np.empty(len(table), dtype=np.float64)
     cache: dict[int, float] = {}
@@ -61,9 +64,6 @@ def _peaks(graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Clu
         if d not in cache:
             cache[d] = peak_for(cluster.gpu, names[d] if d >= 0 else "fp32")
         peaks[i] = cache[d]
-    if cfg.dtype == "fp8":
-        # fp8 training runs its GEMMs at the fp8 rate; everything else stays in bf16.
-        peaks[table.op_class == OpClass.GEMM] = peak_for(cluster.gpu, "fp8")
     return peaks
 
 
@@ -77,17 +77,15 @@ def table_cost(
     layout: Layout,
     rank: int,
     scales: Mapping[int, float] | None = None,
+    *,
+    backward: bool = False,
 ) -> TableCost:
-    """Durations of ``table``'s ops when run by ``rank``; ``scales`` multiplies the compute
-    time of op classes (what-if: ``compute.scale.gemm=0.5``)."""
-    dur = op_times_ns(
-        table.op_class,
-        table.flops,
-        table.bytes,
-        _peaks(graph, table, cfg, cluster),
-        cluster.gpu,
-        params,
-    )
+    """Durations of ``table``'s ops when run by ``rank`` (``backward``: a backward pass);
+    ``scales`` multiplies the compute time of op classes (what-if: ``compute.scale.gemm=0.5``).
+    With ``tp_comm_overlap`` a tensor-parallel collective lasts only what its GEMM cannot
+    hide (:mod:`echo_view.sim.tp_overlap`)."""
+    peaks = _peaks(graph, table, cluster)
+    dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params)
     if scales:
         factor = np.ones(len(dur))
         for cls, k in scales.items():
@@ -98,5 +96,34 @@ def table_cost(
         axis = AXES[int(table.axis[i])]
         ranks = layout.group(axis, rank) if axis != "none" else (rank,)
         dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
+    p = cfg.parallel
+    if p.tp_comm_overlap and p.tp > 1:
+        tp_ranks = layout.group("tp", rank)
+        chunks = {
+            i: colls.time_ns(
+                CollectiveKind.REDUCE_SCATTER, int(table.coll_bytes[i]) // PIPELINE_SPLITS, tp_ranks
+            )
+            for i in np.flatnonzero(
+                is_coll & (table.coll_kind == CollectiveKind.REDUCE_SCATTER)
+            ).tolist()
+        }
+        m = cfg.model
+        tokens = m.seq_len // p.cp * cfg.batch.micro
+        dur = overlap_tp_comm(
+            table,
+            dur,
+            peaks,
+            cluster.gpu,
+            params,
+            chunks,
+            tp=p.tp,
+            sm_count=cluster.gpu.sm_count,
+            backward=backward,
+            # The output layer's weight is vocab / tp rows (rounded up when tied to the
+            # embedding's shard).
+            output_gemm_flops=frozenset(
+                2.0 * tokens * m.hidden * rows for rows in (m.vocab // p.tp, -(-m.vocab // p.tp))
+            ),
+        )
     dur.flags.writeable = False
     return TableCost(table, dur, is_coll)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from echo_view.model.kinds import CollectiveKind
+from echo_view.tracing.fp8 import fp8_linear
 from echo_view.tracing.recorder import Recorder
 
 
@@ -114,6 +115,15 @@ def context_gather(
     return out
 
 
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rec: Recorder, fp8: str | None
+) -> torch.Tensor:
+    """``x W^T + b``; with an FP8 recipe, as Transformer Engine's FP8 linear."""
+    if fp8 is not None:
+        return fp8_linear(x, weight, bias, rec, fp8)
+    return F.linear(x, weight, bias)
+
+
 class ColumnParallelLinear(nn.Module):
     """``y = x W^T + b`` with W split by output rows over ``tp`` ranks."""
 
@@ -126,9 +136,10 @@ class ColumnParallelLinear(nn.Module):
         sp: bool,
         dtype: torch.dtype,
         bias: bool = True,
+        fp8: str | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp = rec, tp, sp
+        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
         self.weight = nn.Parameter(torch.empty(d_out // tp, d_in, device="meta", dtype=dtype))
         self.bias = (
             nn.Parameter(torch.empty(d_out // tp, device="meta", dtype=dtype)) if bias else None
@@ -136,22 +147,29 @@ class ColumnParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.rec, self.fp8)
 
 
 class RowParallelLinear(nn.Module):
     """``y = x W^T + b`` with W split by input columns over ``tp`` ranks."""
 
     def __init__(
-        self, rec: Recorder, d_in: int, d_out: int, tp: int, sp: bool, dtype: torch.dtype
+        self,
+        rec: Recorder,
+        d_in: int,
+        d_out: int,
+        tp: int,
+        sp: bool,
+        dtype: torch.dtype,
+        fp8: str | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp = rec, tp, sp
+        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
         self.weight = nn.Parameter(torch.empty(d_out, d_in // tp, device="meta", dtype=dtype))
         self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = linear(x, self.weight, None, self.rec, self.fp8)
         y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
         return y + self.bias
 

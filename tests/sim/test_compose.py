@@ -41,6 +41,8 @@ def _cfg(pp: int, dp: int, micro_batches: int) -> Any:
                 "heads": 4,
                 "seq_len": 16,
                 "vocab": 100,
+                # Untied: no embedding-gradient all-reduce between the first and last stage.
+                "tie_embeddings": False,
             },
             "parallel": {"tp": 1, "pp": pp, "dp": dp},
             "batch": {"global": micro_batches * dp, "micro": 1},
