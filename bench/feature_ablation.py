@@ -127,8 +127,10 @@ def main() -> int:
         if args.markdown:
             print(f"| {path.stem} | {feature} | {off:.3f} | {on:.3f} | x{off / on:.3f} | {pub} |")
         else:
-            print(f"{path.stem:32s} {feature:46s} off {off:8.3f} s on {on:8.3f} s "
-                  f"x{off / on:.3f}  published {pub}")
+            print(
+                f"{path.stem:32s} {feature:46s} off {off:8.3f} s on {on:8.3f} s "
+                f"x{off / on:.3f}  published {pub}"
+            )
     return 0
 
 

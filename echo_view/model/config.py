@@ -349,6 +349,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "parallel.overlap_param_gather",
             "needs distributed_optimizer = true and overlap_grad_reduce = true (as in Megatron-LM)",
         )
+    if par.virtual_stages > 1 and not par.overlap_p2p_comm and par.pp < 3:
+        raise err(
+            "parallel.overlap_p2p_comm",
+            "the interleaved schedule with blocking transfers needs pp > 2 (as in Megatron-LM: "
+            "two stages would send and receive twice between the same ranks per batch)",
+        )
     if par.virtual_stages > 1 and cfg.micro_batches % par.pp:
         raise err(
             "batch.global",
