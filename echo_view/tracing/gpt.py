@@ -27,7 +27,8 @@ TORCH_DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
-    # fp8 GEMMs run with bf16 activations around them; the cost model applies the fp8 rate.
+    # FP8 training keeps bf16 tensors; the linear layers' GEMMs are recorded as fp8
+    # (echo_view/tracing/fp8.py).
     "fp8": torch.bfloat16,
 }
 
