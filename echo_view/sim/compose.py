@@ -86,6 +86,17 @@ class _Cols:
     src_hi: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _DpPlan:
+    """How one rank reduces its gradients over the data- and context-parallel ranks."""
+
+    group: tuple[int, ...]
+    red_kind: CollectiveKind
+    red_bytes: int
+    overlap: bool
+    bucket_params: int
+
+
 @dataclass(frozen=True, eq=False)
 class Composed:
     """A composed workload, the durations to run it with, and how to expand coarse ops."""
@@ -132,6 +143,8 @@ class _Composer:
         # Blocking sends: (receiver pass key) -> the sender's next compute op after that pass.
         self.next_op: dict[tuple[int, bool, int, int], int] = {}
         self.blocking = cfg.parallel.virtual_stages > 1 and not cfg.parallel.overlap_p2p_comm
+        self.dp = _DpPlan((), CollectiveKind.ALL_REDUCE, 2, False, 1)  # set per rank
+        self.dp_pending: list[int] = []
 
     # -- helpers ---------------------------------------------------------------------------
     def lane(self, rank: int, stream: int, name: str) -> int:
@@ -276,6 +289,30 @@ class _Composer:
             lo = hi
         return first, ends[-1]
 
+    def last_backward(
+        self, rank: int, lanes: tuple[int, int], tc: TableCost, label: str, g: int, grad_b: int
+    ) -> int:
+        """The last backward pass of global chunk ``g``: its gradients complete bucket by
+        bucket, each reduced on the data-parallel lane with ``overlap_grad_reduce`` (the
+        reductions are left in ``dp_pending``). Returns the pass's last op."""
+        comp, dpl = lanes
+        dp = self.dp
+        self.dp_pending = []
+        bucket_bytes = dp.bucket_params * grad_b if dp.overlap else 1 << 62
+        lo, end = 0, -1
+        for k, hi in enumerate(self.bucket_cuts(tc, bucket_bytes)):
+            end = self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi)
+            grads = int(tc.table.grad_bytes[lo:hi].sum()) // grad_b
+            lo = hi
+            if not dp.overlap or grads == 0:
+                continue
+            dur = self.colls.time_ns(dp.red_kind, grads * dp.red_bytes, dp.group)
+            name = f"{NCCL_KERNEL[dp.red_kind]} (grads chunk {g})"
+            op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
+            self.edges.append((end, op))
+            self.dp_pending.append(op)
+        return end
+
     def rank_program(self, rank: int, m: int) -> None:
         cfg, p, lay = self.cfg, self.cfg.parallel, self.layout
         stage = lay.coords(rank)[0]
@@ -299,6 +336,7 @@ class _Composer:
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )
+        self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params)
         # Activations and parameters travel in 16 bits when GEMMs run in fp8.
         elem_bytes = _BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
         act_bytes = (
@@ -340,27 +378,8 @@ class _Composer:
             elif ps.forward or ps.microbatch != last_bwd_mb or grad_ranks == 1:
                 end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
             else:
-                # Last backward of this chunk: gradients complete bucket by bucket.
-                bucket_bytes = bucket_params * role.grad_dtype_bytes if overlap else 1 << 62
-                cuts = self.bucket_cuts(tc, bucket_bytes)
-                lo = 0
-                for k, hi in enumerate(cuts):
-                    end = self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi)
-                    grads = int(tc.table.grad_bytes[lo:hi].sum()) // role.grad_dtype_bytes
-                    lo = hi
-                    if not overlap or grads == 0:
-                        continue
-                    nbytes = grads * red_bytes
-                    dur = self.colls.time_ns(red_kind, nbytes, dp_group)
-                    op = self.op(
-                        rank,
-                        dpl,
-                        f"{NCCL_KERNEL[red_kind]} (grads chunk {g})",
-                        dur,
-                        cls=OpClass.COLLECTIVE,
-                    )
-                    self.edges.append((end, op))
-                    dp_ops.append(op)
+                end = self.last_backward(rank, (comp, dpl), tc, label, g, role.grad_dtype_bytes)
+                dp_ops += self.dp_pending
             if prev_key is not None:
                 self.next_op[prev_key] = first_op
             if xfer is not None:
