@@ -60,12 +60,17 @@ class Job:
         """One row per collective: kind, bytes, group, GPU time."""
         return frames.collectives_frame(self.model)
 
-    def to_hta(self, *, round_to_us: bool = True) -> Any:
-        """This job as HolisticTraceAnalysis' ``Trace`` (needs the ``hta`` extra); see
-        :func:`echo_view.api.hta.to_hta_trace`."""
-        from echo_view.api.hta import to_hta_trace
+    def to_hta(self, *, round_to_us: bool = True, include_last_profiler_step: bool = False) -> Any:
+        """This job as HolisticTraceAnalysis' ``TraceAnalysis`` (needs the ``hta`` extra):
+        ``job.to_hta().get_temporal_breakdown(visualize=False)``; see
+        :mod:`echo_view.api.hta`."""
+        from echo_view.api.hta import analysis
 
-        return to_hta_trace(self.model, round_to_us=round_to_us)
+        return analysis(
+            self.model,
+            round_to_us=round_to_us,
+            include_last_profiler_step=include_last_profiler_step,
+        )
 
 
 def _paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
