@@ -1,4 +1,5 @@
-"""The composition root: the only place that wires importers and exporters to the core.
+"""The command line: parses arguments, calls the layers below, prints (``echo_view.loading``
+wires the formats to the core).
 
 Each sub-command lives in its own module under ``echo_view.cli`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args, registry) -> int``.
