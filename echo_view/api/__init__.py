@@ -98,11 +98,19 @@ def _model(job: Job | ModelJob) -> ModelJob:
     return job.model if isinstance(job, Job) else job
 
 
-def summary(job: Job | ModelJob) -> DataFrame:
-    """``echo-view info``'s breakdown: one row per (rank, device, step) with the step window
-    and its compute, comm, exposed_comm, memory and idle ns (:mod:`echo_view.analysis.
-    breakdown`). ``df.groupby(["rank", "device"]).mean()`` gives info's per-rank means."""
-    return frames.summary_frame(summarize(_model(job)))
+def summary(job: Job | ModelJob, per: str = "step") -> DataFrame:
+    """``echo-view info``'s breakdown (:mod:`echo_view.analysis.breakdown`): with ``per="step"``
+    one row per (rank, device, step) with the step window and its compute, comm, exposed_comm,
+    memory and idle ns; with ``per="rank"`` info's per-rank table (means per step, whole ns)."""
+    result = summarize(_model(job))
+    if per == "rank":
+        rows = result.to_json()["ranks"]
+        return frames.records_frame(
+            [{k: v for k, v in r.items() if k not in ("per_step", "total")} for r in rows]
+        )
+    if per != "step":
+        raise UsageError(f"per must be 'step' or 'rank', got {per!r}")
+    return frames.summary_frame(result)
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,7 +199,7 @@ class SimResult:
 
 
 def simulate(
-    input: Job | ModelJob | PathLike | Sequence[PathLike],
+    job_or_path: Job | ModelJob | PathLike | Sequence[PathLike],
     overrides: Mapping[str, object] | None = None,
     *,
     comm: str = "measured",
@@ -203,8 +211,9 @@ def simulate(
     knobs (``{"compute.scale.gemm": 0.5}``, :mod:`echo_view.sim.runs`); ``comm`` is
     ``measured`` or ``model`` (replays); ``compute`` and ``ranks`` apply to configs."""
     knobs = {str(k): str(v) for k, v in (overrides or {}).items()}
-    if not isinstance(input, Job | ModelJob):
-        given = _paths(input)
+    job = job_or_path
+    if not isinstance(job, Job | ModelJob):
+        given = _paths(job)
         if len(given) == 1 and is_workload_input(given[0]):
             cfg, graph, origin, _ = load_workload(given[0])
             run = predict_workload(
@@ -216,13 +225,13 @@ def simulate(
                 ranks=ranks,
             )
             return SimResult(run.report, Job(run.job))
-        input = load(given)
+        job = load(given)
     if compute is not None or ranks != "stages":
         raise UsageError(
             "compute and ranks apply to workload configs and traced graphs, not to a measured job",
             hint="a replay takes its kernel times from the trace; use compute.scale.* overrides",
         )
-    replay = replay_job(_model(input), knobs, comm)
+    replay = replay_job(_model(job), knobs, comm)
     return SimResult(replay.report, Job(replay.predicted), Job(replay.measured))
 
 

@@ -70,6 +70,10 @@ def test_frames_hold_info_numbers(path: Path, capsys: pytest.CaptureFixture[str]
 
     steps = ev.summary(job)
     assert len(steps) == sum(len(r["per_step"]) for r in info["ranks"])
+    per_rank = ev.summary(job, per="rank")
+    assert per_rank.to_dict("records") == [
+        {k: v for k, v in r.items() if k not in ("per_step", "total")} for r in info["ranks"]
+    ]
     means = steps.groupby(["rank", "device"])[["step_ns", *CATEGORIES]].mean()
     for r in info["ranks"]:
         row = means.loc[(r["rank"], r["device"])]
