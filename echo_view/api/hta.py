@@ -35,7 +35,7 @@ from echo_view.model import EventKind, Job
 
 _US = 1_000
 #: Kinds HTA's parser drops (``dropna(subset=["dur"])``: instants and counters have no ``dur``).
-_DROPPED_KINDS = ("instant", "counter")
+_DROPPED_KINDS = (EventKind.INSTANT.label, EventKind.COUNTER.label)
 
 
 def _hta() -> Any:
@@ -138,6 +138,7 @@ def analysis(
 ) -> Any:
     """HTA's ``TraceAnalysis`` over ``job`` (its constructor only reads files, so the loaded
     trace is attached directly)."""
+    _hta()  # a one-line error when HTA is missing
     from hta.trace_analysis import TraceAnalysis
 
     ta = TraceAnalysis.__new__(TraceAnalysis)

@@ -3,6 +3,7 @@ prints (``info --json``, ``simulate --json``, ``diff --json``), and errors are o
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -153,3 +154,11 @@ def test_dataframes_without_pandas_name_the_extra(
         dlrm.events()
     assert "pip install 'echo-view[analysis]'" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("hta") is not None, reason="HTA is installed here (tests/api/test_hta)"
+)
+def test_the_hta_adapter_without_hta_names_the_extra(dlrm: ev.Job) -> None:
+    with pytest.raises(UsageError, match=r"pip install 'echo-view\[hta\]'"):
+        dlrm.to_hta()
