@@ -15,6 +15,8 @@ from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
+from echo_view.sim.compute_presets import gemm_shape_params_for
+from echo_view.sim.gemm_shape import gemm_dims, gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
@@ -67,6 +69,38 @@ def _peaks(graph: TracedGraph, table: OpTable, cluster: Cluster) -> Any:
     return peaks
 
 
+def _gemm_math_one(graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows: int) -> float:
+    """Shape-model math time (ns) of one GEMM ``(name, shapes, dtype)`` string ids, its rows
+    (M) split ``rows`` ways; NaN when its shape or the GPU/dtype constants are unknown."""
+    names = graph.strings
+    dtype = names[key[2]] if key[2] >= 0 else "fp32"
+    params = gemm_shape_params_for(gpu, dtype)
+    dims = gemm_dims(names[key[0]], names[key[1]]) if key[1] >= 0 else None
+    if params is None or dims is None:
+        return float("nan")
+    b, m, n, k = dims
+    chunk = np.array([(b, -(-m // rows), n, k)])
+    return float(gemm_times_ns(chunk, peak_for(gpu, dtype), gpu.sm_count, params)[0])
+
+
+def _gemm_key(table: OpTable, i: int) -> tuple[int, int, int]:
+    return int(table.name[i]), int(table.shapes[i]), int(table.dtype[i])
+
+
+def _gemm_math_ns(graph: TracedGraph, table: OpTable, cluster: Cluster) -> npt.NDArray[np.float64]:
+    """Shape-model math time of each GEMM whose shape and GPU/dtype constants are known (NaN
+    elsewhere), in the dtype it was traced in (the linear layers' GEMMs of fp8 training are
+    traced as ``fp8``). Distinct (name, shapes, dtype) triples are few: each is computed once."""
+    out = np.full(len(table), np.nan)
+    memo: dict[tuple[int, int, int], float] = {}
+    for i in np.flatnonzero(table.op_class == OpClass.GEMM).tolist():
+        key = _gemm_key(table, i)
+        if key not in memo:
+            memo[key] = _gemm_math_one(graph, cluster.gpu, key, 1)
+        out[i] = memo[key]
+    return out
+
+
 def table_cost(
     graph: TracedGraph,
     table: OpTable,
@@ -85,7 +119,9 @@ def table_cost(
     With ``tp_comm_overlap`` a tensor-parallel collective lasts only what its GEMM cannot
     hide (:mod:`echo_view.sim.tp_overlap`)."""
     peaks = _peaks(graph, table, cluster)
-    dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params)
+    shape_model = bool(params.gemm_shape_model)
+    math = _gemm_math_ns(graph, table, cluster) if shape_model else None
+    dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params, math)
     if scales:
         factor = np.ones(len(dur))
         for cls, k in scales.items():
@@ -109,12 +145,28 @@ def table_cost(
         }
         m = cfg.model
         tokens = m.seq_len // p.cp * cfg.batch.micro
+
+        def chunk_ns(j: int, n: int) -> float:
+            """GEMM ``j`` on ``1/n`` of its rows (the tokens), as its chunks run."""
+            sl = slice(j, j + 1)
+            one = None
+            if shape_model:
+                one = np.array([_gemm_math_one(graph, cluster.gpu, _gemm_key(table, j), n)])
+            t = op_times_ns(
+                table.op_class[sl],
+                table.flops[sl] / n,
+                table.bytes[sl] // n,
+                peaks[sl],
+                cluster.gpu,
+                params,
+                one,
+            )
+            return float(t[0])
+
         dur = overlap_tp_comm(
             table,
             dur,
-            peaks,
-            cluster.gpu,
-            params,
+            chunk_ns,
             chunks,
             tp=p.tp,
             sm_count=cluster.gpu.sm_count,

@@ -25,12 +25,13 @@ userbuffers) and the embedding keep their collectives exposed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.graph import AXES, OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
-from echo_view.sim.kernel_cost import ComputeParams, GpuPeaks, op_times_ns
 
 #: Ring-exchange steps are tp; the pipeline method splits a GEMM in this many chunks.
 PIPELINE_SPLITS = 4
@@ -70,9 +71,7 @@ def _partner(table: OpTable, i: int, step: int) -> int:
 def overlap_tp_comm(
     table: OpTable,
     dur: npt.NDArray[np.int64],
-    peaks: npt.NDArray[np.float64],
-    gpu: GpuPeaks,
-    params: ComputeParams,
+    chunk_ns: Callable[[int, int], float],
     coll_ns: dict[int, int],
     *,
     tp: int,
@@ -81,23 +80,12 @@ def overlap_tp_comm(
     output_gemm_flops: frozenset[float],
 ) -> npt.NDArray[np.int64]:
     """``dur`` with each overlapped tensor-parallel collective's time replaced by its exposed
-    time. ``coll_ns`` maps a reduce-scatter's op index to the time of a ``1/PIPELINE_SPLITS``
-    share of it (the pipeline method's chunk); GEMMs of ``output_gemm_flops`` are the output
-    layer's."""
+    time. ``chunk_ns(j, n)`` is the time of GEMM ``j`` on ``1/n`` of its rows; ``coll_ns`` maps
+    a reduce-scatter's op index to the time of a ``1/PIPELINE_SPLITS`` share of it (the pipeline
+    method's chunk); GEMMs of ``output_gemm_flops`` are the output layer's."""
     out = dur.copy()
     tp_axis = AXES.index("tp")
     margin = sm_count / max(sm_count - COMM_SMS, 1)
-
-    def chunk(j: int, n: int) -> float:
-        one = op_times_ns(
-            table.op_class[j : j + 1],
-            table.flops[j : j + 1] / n,
-            table.bytes[j : j + 1] // n,
-            peaks[j : j + 1],
-            gpu,
-            params,
-        )
-        return float(one[0])
 
     for i in np.flatnonzero(table.op_class == OpClass.COLLECTIVE).tolist():
         if int(table.axis[i]) != tp_axis:
@@ -108,7 +96,7 @@ def overlap_tp_comm(
             j = _partner(table, i, 1)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
-            total = ring_exchange_ns(chunk(j, tp), c, tp)
+            total = ring_exchange_ns(chunk_ns(j, tp), c, tp)
         elif kind == CollectiveKind.REDUCE_SCATTER:
             j = _partner(table, i, -1)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
@@ -116,7 +104,7 @@ def overlap_tp_comm(
             if backward:
                 total = max(c, float(dur[j]) * margin)
             else:
-                g_n = chunk(j, PIPELINE_SPLITS) * margin
+                g_n = chunk_ns(j, PIPELINE_SPLITS) * margin
                 total = pipeline_ns(g_n, float(coll_ns[i]), PIPELINE_SPLITS)
         else:
             continue

@@ -45,14 +45,20 @@ def _table(rows: list[tuple[int, float, int]]) -> OpTable:
 
 
 def _run(table: OpTable, dur: list[int], backward: bool, chunk_rs: int = 0) -> list[int]:
-    peaks = np.full(len(table), H100.peak_flops["bf16"])
+    def chunk_ns(j: int, n: int) -> float:
+        sl = slice(j, j + 1)
+        peak = np.array([H100.peak_flops["bf16"]])
+        return float(
+            op_times_ns(
+                table.op_class[sl], table.flops[sl] / n, table.bytes[sl] // n, peak, H100, PARAMS
+            )[0]
+        )
+
     rs = {i: chunk_rs for i in range(len(table)) if int(table.coll_kind[i]) == RS}
     out = overlap_tp_comm(
         table,
         np.array(dur, dtype=np.int64),
-        peaks,
-        H100,
-        PARAMS,
+        chunk_ns,
         rs,
         tp=4,
         sm_count=132,
