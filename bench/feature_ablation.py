@@ -50,6 +50,13 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
     ),
     (
         TITAN,
+        "dtype fp8 (delayed: no amax kernels)",
+        {"precision.dtype": ("bf16", "fp8"), "precision.fp8_recipe": (None, "delayed")},
+        5078.1 / 4378,
+        "torchtitan float8 tensorwise, vanilla TP",
+    ),
+    (
+        TITAN,
         "dtype fp8 (tensorwise), with tp_comm_overlap",
         {
             "precision.dtype": ("bf16", "fp8"),

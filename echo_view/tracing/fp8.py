@@ -19,6 +19,8 @@ Before each FP8 GEMM its bf16 inputs are quantized. Per tensor of ``n`` elements
 
 Activations and output gradients are quantized in every pass; weights once per step (TE
 caches the FP8 weight across the micro-batches of a step), which the optimizer phase records.
+With sequence parallelism the input of a column-parallel layer is quantized on the local
+sequence shard and all-gathered in FP8 (one byte per element), as Transformer Engine does.
 """
 
 from __future__ import annotations
@@ -81,10 +83,12 @@ class _Fp8Linear(torch.autograd.Function):
         bias: torch.Tensor | None,
         rec: Recorder,
         recipe: str,
+        cast_input: bool,
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.rec, ctx.recipe, ctx.has_bias = rec, recipe, bias is not None
-        record_cast(rec, int(x.numel()), recipe, "input")
+        if cast_input:
+            record_cast(rec, int(x.numel()), recipe, "input")
         with rec.gemm_dtype("fp8"):
             return F.linear(x, weight, bias)
 
@@ -100,12 +104,21 @@ class _Fp8Linear(torch.autograd.Function):
             dx = torch.mm(g2, weight).reshape(*grad.shape[:-1], weight.shape[1])
             dw = torch.mm(g2.t(), x2)
         db = grad.new_empty(grad.shape[-1]) if ctx.has_bias else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
 
 
 def fp8_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rec: Recorder, recipe: str
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    rec: Recorder,
+    recipe: str,
+    *,
+    cast_input: bool = True,
 ) -> torch.Tensor:
-    """:class:`_Fp8Linear` applied (autograd-aware)."""
-    out: torch.Tensor = _Fp8Linear.apply(x, weight, bias, rec, recipe)  # type: ignore[no-untyped-call]
+    """:class:`_Fp8Linear` applied (autograd-aware); ``cast_input`` False when the input
+    arrives already quantized (gathered in FP8 by a sequence-parallel all-gather)."""
+    out: torch.Tensor = _Fp8Linear.apply(  # type: ignore[no-untyped-call]
+        x, weight, bias, rec, recipe, cast_input
+    )
     return out

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from echo_view.model.kinds import CollectiveKind
-from echo_view.tracing.fp8 import fp8_linear
+from echo_view.tracing.fp8 import fp8_linear, record_cast
 from echo_view.tracing.recorder import Recorder
 
 
@@ -36,19 +36,26 @@ class _Comm(torch.autograd.Function):
         fwd: CollectiveKind | None,
         bwd: CollectiveKind | None,
         tp: int,
+        wire_bytes: int | None,
     ) -> torch.Tensor:
         ctx.rec, ctx.bwd, ctx.tp = rec, bwd, tp
-        return _apply(rec, fwd, x, tp)
+        return _apply(rec, fwd, x, tp, wire_bytes)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None
+        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None, None
 
 
-def _apply(rec: Recorder, kind: CollectiveKind | None, x: torch.Tensor, tp: int) -> torch.Tensor:
+def _apply(
+    rec: Recorder,
+    kind: CollectiveKind | None,
+    x: torch.Tensor,
+    tp: int,
+    wire_bytes: int | None = None,
+) -> torch.Tensor:
     if kind is None or tp == 1:
         return x
-    size = x.numel() * x.element_size()
+    size = x.numel() * (wire_bytes or x.element_size())
     if kind == CollectiveKind.ALL_REDUCE:
         rec.collective(kind, size, "tp")
         return x.clone()
@@ -67,9 +74,11 @@ def comm(
     fwd: CollectiveKind | None,
     bwd: CollectiveKind | None,
     tp: int,
+    wire_bytes: int | None = None,
 ) -> torch.Tensor:
-    """Insert a recorded collective pair (forward kind, backward kind) on ``x``."""
-    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp)  # type: ignore[no-untyped-call]
+    """Insert a recorded collective pair (forward kind, backward kind) on ``x``; the forward
+    one moves ``wire_bytes`` per element when given (an FP8 copy of a bf16 tensor)."""
+    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp, wire_bytes)  # type: ignore[no-untyped-call]
     return out
 
 
@@ -146,6 +155,11 @@ class ColumnParallelLinear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sp and self.fp8 is not None and self.tp > 1:
+            # Transformer Engine quantizes the local sequence shard and all-gathers FP8.
+            record_cast(self.rec, int(x.numel()), self.fp8, "input")
+            x = comm(x, self.rec, AG, RS, self.tp, wire_bytes=1)
+            return fp8_linear(x, self.weight, self.bias, self.rec, self.fp8, cast_input=False)
         x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
         return linear(x, self.weight, self.bias, self.rec, self.fp8)
 

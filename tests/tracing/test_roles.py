@@ -196,10 +196,18 @@ def test_fp8_runs_the_layer_gemms_in_fp8_with_their_casts() -> None:
 
 def test_delayed_and_blockwise_recipes() -> None:
     n = 512 * 2 * 1024
-    delayed = trace_workload(_cfg(precision={"dtype": "fp8"}, parallel={"pp": 1, "dp": 4}))
+    delayed = trace_workload(
+        _cfg(precision={"dtype": "fp8"}, parallel={"pp": 1, "dp": 4, "sequence_parallel": True})
+    )
     fwd = delayed.roles[0].forward[0]
     assert not _rows(delayed, fwd, "te::amax (input)")
     assert len(_rows(delayed, fwd, "te::amax_and_scale_update")) == 1
+    # Sequence parallel: QKV's input is cast on the local shard (s/tp tokens, 4 bytes per
+    # element) and all-gathered in FP8: s * b * h bytes, one per element.
+    cast = _rows(delayed, fwd, "te::cast_transpose (input)")[0]
+    assert int(fwd.bytes[cast]) == 4 * n // 4
+    ag = [c for c in _colls(delayed, fwd) if c[0] == "all_gather"]
+    assert ag[0] == ("all_gather", n, "tp")
     block = trace_workload(
         _cfg(precision={"dtype": "fp8", "fp8_recipe": "blockwise"}, parallel={"pp": 1, "dp": 4})
     )
