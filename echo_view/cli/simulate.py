@@ -16,7 +16,6 @@ slowdown removed first; ``off``; or a model file from ``echo-view calibrate inte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from echo_view.analysis.interference_features import trace_generation
 from echo_view.cli.simulate_workload import run_workload, scale_value
 from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.model import Job
 from echo_view.sim import MeasuredCompute, predicted_job
 from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
@@ -219,7 +218,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if exporter is not None:
         exporter.write(predicted, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         sys.stdout.write(render(report))
     return 0

@@ -20,7 +20,6 @@ from ``echo-view calibrate interference``).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -28,9 +27,9 @@ from typing import Any
 
 from echo_view.analysis.interference_features import gpu_generation
 from echo_view.analysis.summary import summarize
-from echo_view.cli.workload import load_workload
+from echo_view.cli.workload import beside_graph, cache_dir, load_workload
 from echo_view.errors import ConfigError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, check_output, json_text
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
@@ -67,7 +66,11 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
                 f"unknown --set key {key!r} for a workload config",
                 hint=f"known keys: {', '.join(KNOWN_KEYS)}",
             )
-    exporter = registry.exporter_for(args.output) if args.output is not None else None
+    exporter = None
+    if args.output is not None:
+        exporter = registry.exporter_for(args.output)
+        if args.input.suffix.lower() == ".toml":  # the graphs a config may be read with
+            check_output(args.output, [beside_graph(args.input), cache_dir()])
     ranks_mode = getattr(args, "ranks", "stages") or "stages"
     cfg, graph, origin, t_graph = load_workload(args.input)
     cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
@@ -119,7 +122,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     if exporter is not None and job is not None:
         exporter.write(job, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         sys.stdout.write(_render(report))
     return 0

@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from echo_view.errors import ConfigError, InputError
+from echo_view.errors import ConfigError, EchoViewError, InputError
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from exporters.graph import write_graph
@@ -72,9 +72,14 @@ def trace_config(cfg: WorkloadConfig) -> TracedGraph:
     return trace_workload(cfg)
 
 
+def beside_graph(config: Path) -> Path:
+    """Where a config's traced graph is looked for first: ``<stem>.graph.json.gz`` beside it."""
+    return config.with_name(config.stem + ".graph.json.gz")
+
+
 def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]:
     """The traced graph of ``cfg`` and where it came from (``beside``, ``cache``, ``traced``)."""
-    beside = path.with_name(path.stem + ".graph.json.gz")
+    beside = beside_graph(path)
     if beside.is_file():
         graph = read_graph(beside)
         if _matches(graph, cfg):
@@ -91,7 +96,7 @@ def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_graph(graph, cached)
-    except OSError:
+    except (OSError, EchoViewError):
         pass  # a read-only home only costs re-tracing next time
     return graph, "traced"
 
