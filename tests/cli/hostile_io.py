@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,18 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def gzip_bomb(
+    path: Path, inflated: int, head: bytes = b"", tail: bytes = b"", fill: bytes = b" "
+) -> Path:
+    """A gzip file of ``head``, ``inflated`` bytes of ``fill`` and ``tail``: whitespace or zero
+    bombs compress about 1000x, the ratio of the multi-GB bombs, at a size fit for tests."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = fill * (1 << 20)
+    with path.open("wb") as fh:
+        fh.write(z.compress(head))
+        for start in range(0, inflated, len(block)):
+            fh.write(z.compress(block[: min(len(block), inflated - start)]))
+        fh.write(z.compress(tail) + z.flush())
+    return path
