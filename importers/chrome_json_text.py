@@ -321,6 +321,7 @@ class TextCursor:
                 self._pos = m.start()
                 return self._buf[self._pos]
             self._pos = len(self._buf)
+            self._compact(keep=1)  # only whitespace so far: hold none of it (keep "[" room)
             if not self._more():
                 return -1
 
