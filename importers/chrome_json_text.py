@@ -211,7 +211,13 @@ def file_blocks(path: Path) -> Iterator[bytes]:
         raise InputError(f"cannot open: {exc.strerror}", path=path, hint="check the path") from None
     with fh:
         src = BlockSource(path, fh)
-        while block := src.read():
+        while True:
+            try:
+                block = src.read()
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+            if not block:
+                return
             yield block
 
 
