@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,7 @@ def test_a_read_only_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str
 # sleeps, so the signal surely arrives while the temporary file exists (no timing involved).
 _STALLING_CLI = """
 import os, sys, time
+from collections.abc import Iterator
 from pathlib import Path
 import {module} as target
 def stall(*args, **kwargs):
@@ -173,3 +175,30 @@ def test_a_signalled_sqlite_gz_import_empties_tmpdir(sig: int, tmp_path: Path) -
     err = _signalled("importers.nsys_db._connect", ["info", str(NSYS)], sig, tmp_path, env)
     assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
     assert listing(tmpdir) == []
+
+
+def test_a_full_or_read_only_tmpdir_is_one_line(
+    tmp_path: Path,
+    tmpdir_env: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``.sqlite.gz`` inflates into TMPDIR: a full disk while writing, or a TMPDIR where no
+    directory can be made, is one line naming the input and what to do; nothing is left."""
+    from importers.chrome_json_text import file_blocks
+
+    def full_after_one_block(path: Path) -> Iterator[bytes]:
+        yield next(file_blocks(path))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr("importers.nsys_db.file_blocks", full_after_one_block)
+        err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "No space left on device")
+    assert "point TMPDIR to a larger directory" in err and listing(tmpdir_env) == []
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr("tempfile.TemporaryDirectory", read_only)
+    err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "Read-only file system")
+    assert err.startswith(f"echo-view: error: {NSYS}: cannot create a temporary directory")
