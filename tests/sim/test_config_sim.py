@@ -170,7 +170,7 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
 )
 def test_every_shipped_config_has_its_graph_beside(path: Path) -> None:
     """`simulate` on a shipped config needs no torch: the graph beside it matches it."""
-    from echo_view.cli.workload import graph_for_config
+    from echo_view.loading import graph_for_config
 
     cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
     _graph, origin = graph_for_config(cfg, path)
