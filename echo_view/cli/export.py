@@ -15,7 +15,8 @@ from typing import Any
 
 from echo_view.cli.info import StderrProgress, job_importer
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Exporter, Registry
+from echo_view.model import Job
 
 
 def register(subparsers: Any) -> None:
@@ -57,7 +58,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         exporter.write(job, out, progress)
     finally:
         progress.close()
+    report_written(exporter, job, out)
+    return 0
+
+
+def report_written(exporter: Exporter, job: Job, out: Path) -> None:
+    """Say on stderr what ``exporter`` just wrote to ``out`` (slices and flows as a viewer
+    counts them, when the exporter reports them)."""
     stats = getattr(exporter, "last_stats", None)
     detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
     print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)
-    return 0

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from echo_view.analysis.interference_features import trace_generation
+from echo_view.cli.export import report_written
 from echo_view.cli.simulate_workload import run_workload, scale_value
 from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     }
     if exporter is not None:
         exporter.write(predicted, args.output)
+        report_written(exporter, predicted, args.output)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -28,6 +28,7 @@ from typing import Any
 
 from echo_view.analysis.interference_features import gpu_generation
 from echo_view.analysis.summary import summarize
+from echo_view.cli.export import report_written
 from echo_view.cli.workload import load_workload
 from echo_view.errors import ConfigError
 from echo_view.formats import Registry
@@ -118,6 +119,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     report["seconds"] = {"graph": round(t_graph, 3), "simulate": round(t_sim, 3)}
     if exporter is not None and job is not None:
         exporter.write(job, args.output)
+        report_written(exporter, job, args.output)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -55,29 +55,31 @@ def test_slices_keep_name_start_and_duration_exactly(job: Job, parsed: ProtoTrac
 
 
 def test_same_tracks_and_lanes_as_json(job: Job, parsed: ProtoTrace, tmp_path: Path) -> None:
+    """Ranks are top-level tracks; under each, the JSON export's processes (same pids, names
+    without the rank) and under those its threads (same tids and names), in explicit order."""
     path = tmp_path / "job.json"
     PerfettoJsonExporter().write(job, path)
     doc = load_json(path)
     procs, threads = metadata_names(doc)
-    pf_procs = {
-        t.process.pid: t.process.process_name
-        for t in parsed.tracks.values()
-        if t.HasField("process")
-    }
+    tracks = parsed.tracks
+    roots = {u: t.name for u, t in tracks.items() if not t.parent_uuid and t.name != METADATA_TRACK}
+    assert sorted(roots.values()) == ["rank 0", "rank 1"]
+    explicit = pb.TrackDescriptor.EXPLICIT
+    assert all(tracks[u].child_ordering == explicit for u in roots)
+    pf_procs = {u: t for u, t in tracks.items() if t.parent_uuid in roots}
+    assert {u: f"{roots[t.parent_uuid]} {t.name}" for u, t in pf_procs.items()} == procs
+    assert all(t.child_ordering == explicit for t in pf_procs.values())
     pf_threads = {
-        (t.thread.pid, t.thread.tid): t.thread.thread_name
-        for t in parsed.tracks.values()
-        if t.HasField("thread")
+        (t.parent_uuid, u): t.name for u, t in tracks.items() if t.parent_uuid in pf_procs
     }
-    assert pf_procs == procs
-    assert pf_threads == threads
-    for t in parsed.tracks.values():
-        if t.HasField("thread"):
-            assert t.uuid == t.thread.tid
+    counters = {k for k, t in tracks.items() if t.HasField("counter")}
+    assert {k: v for k, v in pf_threads.items() if k[1] not in counters} == threads
+    for pid in pf_procs:
+        mine = [tid for p, tid in sorted(pf_threads) if p == pid and tid not in counters]
+        ranks = [tracks[tid].sibling_order_rank for tid in mine]
+        assert ranks == sorted(ranks)
     json_where = Counter((threads[s.thread], s.name, s.ts, s.dur) for s in json_slices(doc))
-    pf_where = Counter(
-        (parsed.tracks[s.track].thread.thread_name, s.name, s.ts, s.dur) for s in parsed.slices
-    )
+    pf_where = Counter((tracks[s.track].name, s.name, s.ts, s.dur) for s in parsed.slices)
     assert pf_where == json_where
 
 
