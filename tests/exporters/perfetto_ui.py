@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import functools
 import http.server
 import importlib.util
@@ -58,6 +59,13 @@ def browser() -> str:
         if path:
             return path
     raise ViewerUnavailable("no Chromium found (Debian: apt-get install chromium)")
+
+
+def _high(fd: int) -> int:
+    """``fd`` moved to a descriptor number of at least 10."""
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+    os.close(fd)
+    return high
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -136,16 +144,22 @@ class PerfettoUI:
         self.dist = web_dist()
         self.version = ui_version(self.dist)
         exe = browser()
+        shell = shutil.which("bash")
+        if shell is None:
+            raise ViewerUnavailable("bash is needed to hand Chromium its debugging pipe")
         handler = type("Handler", (_Handler,), {})
         self.handler: type[_Handler] = handler
         self.httpd = http.server.ThreadingHTTPServer(
             ("127.0.0.1", 0), functools.partial(handler, directory=str(self.dist))
         )
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.opened = 0  # traces opened so far
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.profile = tempfile.mkdtemp(prefix="echo-view-chromium-")
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
+        # Out of the way of 3 and 4, so that the redirections below cannot clobber each other.
+        to_r, from_w = (_high(fd) for fd in (to_r, from_w))
         flags = [
             "--headless=new",
             "--no-sandbox",  # root in CI containers
@@ -157,10 +171,11 @@ class PerfettoUI:
             f"--user-data-dir={self.profile}",
             f"--window-size={width},{height}",
         ]
-        # The pipe must be fds 3 (commands in) and 4 (answers out) of the browser.
+        # The pipe must be fds 3 (commands in) and 4 (answers out) of the browser; bash, as
+        # POSIX sh need not redirect from descriptors above 9.
         script = f'exec "$0" "$@" 3<&{to_r} 4>&{from_w}'
         self.proc = subprocess.Popen(
-            ["sh", "-c", script, exe, *flags, "about:blank"],
+            [shell, "-c", script, exe, *flags, "about:blank"],
             pass_fds=(to_r, from_w),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -205,23 +220,34 @@ class PerfettoUI:
         return r.get("result", {}).get("value")
 
     def open(self, trace: Path, timeout: float = 180.0) -> float:
-        """Load ``trace`` into a fresh UI page; the seconds it took."""
+        """Load ``trace`` into the UI; the seconds it took.
+
+        The first trace loads with the page (the UI opens ``/localtrace`` by itself); later
+        ones are opened in the same page, which spares the UI's start (most of the time).
+        """
         self.handler.trace = Path(trace)
-        self._call("Page.navigate", url="about:blank")
         t0 = time.monotonic()
-        self._call("Page.navigate", url=self.url)
-        state = ""
-        while time.monotonic() - t0 < timeout:
-            state = self.eval(
-                "(() => { const a = window.app; if (!a) return 'starting';"
-                " return a.trace ? 'loaded' : (a.isLoadingTrace ? 'loading' : 'waiting'); })()"
+        if not self.opened:
+            self._call("Page.navigate", url=self.url)
+            ready = "window.app && window.app.trace && !window.app.isLoadingTrace"
+        else:
+            self.eval(
+                "(() => { window.echoViewPrevious = window.app.trace;"
+                f" window.app.openTraceFromUrl(location.origin + '/localtrace?n={self.opened}');"
+                " })()"
             )
-            if state == "loaded":
+            ready = (
+                "window.app.trace && window.app.trace !== window.echoViewPrevious"
+                " && !window.app.isLoadingTrace"
+            )
+        while time.monotonic() - t0 < timeout:
+            if self.eval(f"!!({ready})"):
                 # Plugins add their tracks after the load; wait until the UI is idle.
                 self.eval("window.waitForPerfettoIdle ? window.waitForPerfettoIdle(500) : 0")
+                self.opened += 1
                 return time.monotonic() - t0
             time.sleep(0.25)
-        raise TimeoutError(f"{trace} not loaded in {timeout:.0f} s (state {state!r})")
+        raise TimeoutError(f"{trace} not loaded in {timeout:.0f} s")
 
     def query(self, sql: str) -> list[dict[str, Any]]:
         """Rows of ``sql`` run by the UI's own trace processor."""
