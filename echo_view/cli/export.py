@@ -25,9 +25,10 @@ def register(subparsers: Any) -> None:
         "export",
         help="write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
         description="Write the traces of one job as one file for Perfetto: one process per "
-        "rank and GPU, one per rank and CPU process, named threads and streams, overlapping "
-        "slices on extra lanes, launch -> kernel and cross-rank collective flows, a steps track "
-        "per rank, times relative to the job start (exact to the nanosecond).",
+        "rank and GPU, one per rank and CPU process (in .pftrace under one top-level track per "
+        "rank, in rank order), named threads and streams, overlapping slices on extra lanes, "
+        "launch -> kernel and cross-rank collective flows, a steps track per rank, times "
+        "relative to the job start (exact to the nanosecond). See docs/perfetto.md.",
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
     p.add_argument(

@@ -4,18 +4,26 @@ and to the JSON export (same slices, lanes and flows)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from echo_view.model import Job
-from exporters.layout import STEP_CATEGORY
+from echo_view.model import ClockAlignment, Job
+from exporters.layout import STEP_CATEGORY, build_layout
 from exporters.perfetto_json import PerfettoJsonExporter
-from exporters.perfetto_proto import METADATA_TRACK, PerfettoProtoExporter
+from exporters.perfetto_proto import METADATA_TRACK, PerfettoProtoExporter, rank_roots
 from exporters.protowire import Rows, varint_bytes, with_suffixes
-from tests.exporters.export_jobs import ALLGATHER, ALLREDUCE, OFFSETS, T0, handmade_job
+from tests.exporters.export_jobs import (
+    ALLGATHER,
+    ALLREDUCE,
+    OFFSETS,
+    T0,
+    handmade_job,
+    handmade_rank,
+)
 from tests.exporters.perfetto_checks import (
     ProtoTrace,
     json_flows,
@@ -223,3 +231,12 @@ def test_masked_fields_prepend_and_suffixes_match_protobuf() -> None:
             assert te.double_counter_value == value[i]
         assert list(te.categories) == [[], ["ab"], [], ["z"]][i]
     assert at == len(data)
+
+
+def test_rank_tracks_sort_by_name_in_rank_order() -> None:
+    """Top-level tracks sort by name in Perfetto: rank numbers are padded to one width."""
+    traces = tuple(replace(handmade_rank(0), rank=r) for r in (2, 10, 1))
+    job = Job(traces, ClockAlignment("none", (0, 0, 0), 0, "test"), world_size=11)
+    roots = rank_roots(build_layout(job), 100)
+    assert list(roots.values()) == [(100, "rank 01"), (101, "rank 02"), (102, "rank 10")]
+    assert sorted(name for _, name in roots.values()) == [n for _, n in roots.values()]
