@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
 from echo_view.loading import beside_graph, cache_dir, load_workload
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
@@ -56,6 +57,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     }
     if exporter is not None:
         exporter.write(run.job, args.output)
+        report_written(exporter, run.job, args.output)
     if args.json:
         sys.stdout.write(json_text(report))
     else:
