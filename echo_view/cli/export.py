@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.info import StderrProgress
-from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Exporter, Registry
 from echo_view.loading import job_importer
+from echo_view.model import Job
 
 
 def register(subparsers: Any) -> None:
@@ -25,9 +25,10 @@ def register(subparsers: Any) -> None:
         "export",
         help="write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
         description="Write the traces of one job as one file for Perfetto: one process per "
-        "rank and GPU, one per rank and CPU process, named threads and streams, overlapping "
-        "slices on extra lanes, launch -> kernel and cross-rank collective flows, a steps track "
-        "per rank, times relative to the job start (exact to the nanosecond).",
+        "rank and GPU, one per rank and CPU process (in .pftrace under one top-level track per "
+        "rank, in rank order), named threads and streams, overlapping slices on extra lanes, "
+        "launch -> kernel and cross-rank collective flows, a steps track per rank, times "
+        "relative to the job start (exact to the nanosecond). See docs/perfetto.md.",
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
     p.add_argument(
@@ -45,12 +46,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, export, summarise on stderr."""
     paths: list[Path] = list(args.paths)
     out: Path = args.output
-    exporter = registry.exporter_for(out)  # a wrong suffix fails before a long import
-    if out.is_dir():
-        raise UsageError(f"output {str(out)!r} is a directory", hint="give a file name")
-    for path in paths:
-        if path.exists() and out.exists() and path.resolve() == out.resolve():
-            raise UsageError(f"output {str(out)!r} is also an input", hint="choose another name")
+    # A wrong suffix fails before a long import (an output that is an input or a directory
+    # was refused before the command ran: echo_view.cli.guard).
+    exporter = registry.exporter_for(out)
     importer = job_importer(registry, paths)
     progress = StderrProgress(sys.stderr)
     try:
@@ -58,7 +56,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         exporter.write(job, out, progress)
     finally:
         progress.close()
+    report_written(exporter, job, out)
+    return 0
+
+
+def report_written(exporter: Exporter, job: Job, out: Path) -> None:
+    """Say on stderr what ``exporter`` just wrote to ``out`` (slices and flows as a viewer
+    counts them, when the exporter reports them)."""
     stats = getattr(exporter, "last_stats", None)
     detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
     print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)
-    return 0
