@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from echo_view import __version__
-from echo_view.errors import EchoViewError
+from echo_view.errors import Deprecated, EchoViewError
 from echo_view.formats import Registry
 
 #: Sub-command modules, in the order ``--help`` lists them.
@@ -53,8 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
+    """echo-view's own warnings as one ``echo-view: warning:`` line on stderr."""
+    if issubclass(category, Deprecated):
+        print(f"echo-view: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, *rest, **kw)
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

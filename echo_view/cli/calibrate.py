@@ -31,6 +31,7 @@ from echo_view.cli.comm import (
     add_cluster_options,
     console,
     format_bytes,
+    nic_option,
     parse_collective,
     parse_sets,
 )
@@ -126,7 +127,7 @@ def log_cluster(log: NcclTestsLog, args: argparse.Namespace) -> Cluster:
         )
     sets.pop("nodes", None)
     cluster = make_cluster(
-        gpu, gpus_per_node=gpn, nodes=len(counts), nic_gbps_per_gpu=args.nic_gbps_per_gpu
+        gpu, gpus_per_node=gpn, nodes=len(counts), nic_gbytes_per_s=nic_option(args)
     )
     return cluster.with_overrides(sets)
 

@@ -1,11 +1,6 @@
-"""``echo-view check PATH... [--json] [--select CODES] [--ignore CODES] [--job] [--fix -o OUT]``
+"""``echo-view check PATH... [--json] [--select CODES] [--ignore CODES] [--job] [--fix -o OUT]``.
 
-Validates Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job
-directories and native Perfetto protobuf traces. Each file streams through the rules chunk by
-chunk; the files of a directory (or all files with ``--job``) are also checked as the ranks of
-one job. A file that is not JSON but that an importer reads (an Nsight Systems export) is
-imported and checked with the job-level rules. Exit code: 0 clean (warnings allowed), 1 errors,
-2 unusable input.
+The command's description (:data:`DESCRIPTION`) says what it checks and its exit codes.
 """
 
 from __future__ import annotations
@@ -38,6 +33,14 @@ from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
 
+DESCRIPTION = (
+    "Validate Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job "
+    "directories and native Perfetto protobuf traces. Each file streams through the rules chunk "
+    "by chunk; the files of a directory (or all files with --job) are also checked as the ranks "
+    "of one job. A file that is not JSON but that an importer reads (an Nsight Systems export) "
+    "is imported and checked with the job-level rules. Exit code: 0 clean (warnings allowed), "
+    "1 errors, 2 unusable input."
+)
 _JSON_SUFFIXES = (".json", ".json.gz")
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 _PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
@@ -47,8 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     p.add_argument(
         "paths",

@@ -2,7 +2,7 @@
 
 INPUT is a measured job (any trace format an importer reads): its dependency graph is
 reconstructed and replayed, with measured durations (replay) or with what-if changes
-(``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbps_per_gpu=400 --comm model``).
+(``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbytes_per_s=50 --comm model``).
 ``--comm model`` takes collective times from the NCCL model on the job's cluster instead of the
 trace. ``-o`` writes the predicted timeline in any export format; ``--json`` prints the step
 times (predicted and measured) and their breakdown.
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from echo_view.analysis.interference_features import trace_generation
-from echo_view.cli.simulate_workload import run_workload, scale_value
+from echo_view.cli.simulate_workload import DEPRECATED_SET_KEYS, run_workload, scale_value
 from echo_view.cli.workload import is_workload_input
-from echo_view.errors import ConfigError, UsageError
+from echo_view.errors import ConfigError, UsageError, known_keys_hint
 from echo_view.formats import Registry
 from echo_view.model import Job
 from echo_view.sim import MeasuredCompute, predicted_job
@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a cluster or model knob (cluster.nic_gbps_per_gpu=400, "
+        help="override a cluster or model knob (cluster.nic_gbytes_per_s=50 (GB/s), "
         "compute.scale.gemm=0.5, compute.scale.all=0.8, comm.scale=0); repeatable",
     )
     p.add_argument(
@@ -106,11 +106,11 @@ def parse_overrides(
         key = key.strip()
         if not sep or not key or not value.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        if known is not None and key not in known:
+        if known is not None and key not in known and key not in DEPRECATED_SET_KEYS:
             raise ConfigError(
                 f"unknown knob {key!r}",
                 where="--set",
-                hint=f"known: {', '.join(known)}",
+                hint=known_keys_hint(key, known),
             )
         out[key] = value.strip()
     return out

@@ -29,11 +29,11 @@ from typing import Any
 from echo_view.analysis.interference_features import gpu_generation
 from echo_view.analysis.summary import summarize
 from echo_view.cli.workload import load_workload
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.formats import Registry
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
-from echo_view.sim.cluster import OVERRIDE_KEYS, cluster_from_config
+from echo_view.sim.cluster import DEPRECATED_KEYS, OVERRIDE_KEYS, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
@@ -46,6 +46,8 @@ KNOWN_KEYS = (
     *(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale",
     "interference",
 )  # fmt: skip
+#: Deprecated ``--set cluster.*`` spellings: accepted (the cluster model warns), never listed.
+DEPRECATED_SET_KEYS = tuple(f"cluster.{k}" for k in DEPRECATED_KEYS)
 
 
 def scale_value(key: str, value: str) -> float:
@@ -62,10 +64,10 @@ def scale_value(key: str, value: str) -> float:
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
     """Simulate a config or traced graph; print the report, write ``-o`` if given."""
     for key in overrides:
-        if key not in KNOWN_KEYS:
+        if key not in KNOWN_KEYS and key not in DEPRECATED_SET_KEYS:
             raise ConfigError(
                 f"unknown --set key {key!r} for a workload config",
-                hint=f"known keys: {', '.join(KNOWN_KEYS)}",
+                hint=known_keys_hint(key, KNOWN_KEYS),
             )
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     ranks_mode = getattr(args, "ranks", "stages") or "stages"

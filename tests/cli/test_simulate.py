@@ -39,11 +39,11 @@ def test_json_report_of_a_replay(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_what_if_knobs(capsys: pytest.CaptureFixture[str]) -> None:
     base = _json(capsys, DLRM, "--comm", "model")
-    wide = _json(capsys, DLRM, "--comm", "model", "--set", "cluster.nic_gbps_per_gpu=400")
+    wide = _json(capsys, DLRM, "--comm", "model", "--set", "cluster.nic_gbytes_per_s=50")
     none = _json(capsys, DLRM, "--set", "comm.scale=0")
     fast = _json(capsys, DLRM, "--set", "compute.scale.all=0.5", "--set", "compute.scale.cpu=0.5")
     assert base["collectives"]["modelled"] == 8  # type: ignore[index]
-    assert wide["cluster"]["nic_gbps_per_gpu"] == 400  # type: ignore[index]
+    assert wide["cluster"]["nic_gbytes_per_s"] == 50  # type: ignore[index]
     assert wide["mode"] == "what-if"
     for other in (wide, none, fast):
         assert other["step_time_s"] <= base["step_time_s"] + 1e-9  # type: ignore[operator]
@@ -65,7 +65,10 @@ def test_text_report_and_export_that_passes_check(
     ("argv", "needle"),
     [
         (["--set", "cluster.nic=1"], "unknown knob 'cluster.nic'"),
-        (["--set", "compute.scale.gem=0.5"], "known: cluster.gpu"),
+        (
+            ["--set", "compute.scale.gem=0.5"],
+            "did you mean 'compute.scale.gemm'? known keys: cluster.gpu",
+        ),
         (["--set", "cluster.gpu=Z100"], "unknown GPU preset 'Z100'"),
         (["--set", "comm.scale"], "--set expects KEY=VALUE"),
         (["--set", "comm.scale=fast"], "expected a number"),
@@ -94,3 +97,15 @@ def test_model_needs_a_known_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     rep = _json(capsys, sampled, "--comm", "model", "--set", "cluster.gpu=A100-40GB")
     assert rep["cluster"]["nodes"] == 16  # type: ignore[index]
     assert rep["collectives"]["absent_ranks"] == 126  # type: ignore[index]
+
+
+def test_a_gigabit_key_warns_in_one_line_naming_the_gigabyte_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", DLRM, "--comm", "model", "--set", "cluster.nvlink_gbps=600"]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("echo-view: warning:")]
+    assert warnings == [
+        "echo-view: warning: cluster.nvlink_gbps is deprecated: use cluster.nvlink_gbytes_per_s "
+        "in GB/s (600 Gb/s was read as 75 GB/s)"
+    ]
