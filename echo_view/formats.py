@@ -84,12 +84,11 @@ class Registry:
         for imp in self.importers:
             if imp.sniff(path):
                 return imp
-        known = ", ".join(i.name for i in self.importers)
-        raise InputError(
-            "not a trace echo-view can read",
-            path=path,
-            hint=f"known formats: {known}",
-        )
+        raise not_a_trace(path, self.formats())
+
+    def formats(self) -> list[str]:
+        """The importers' formats in words (their ``description``, else their name)."""
+        return [str(getattr(i, "description", i.name)) for i in self.importers]
 
     def exporter_for(self, path: Path) -> Exporter:
         """The exporter whose suffix ends ``path``'s name (longest suffix wins)."""
@@ -106,6 +105,66 @@ class Registry:
                 hint=f"use one of: {known}",
             )
         return best[1]
+
+
+#: Leading bytes of common files that are not traces, and what they are.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"\x7fELF", "an executable (ELF)"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"BZh", "a bzip2 file"),
+    (b"\xfd7zXZ\x00", "an xz file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file"),
+)
+
+
+def describe_content(head: bytes) -> str:
+    """What a file whose first bytes are ``head`` appears to be, in words ("a PNG image",
+    "an empty file", "JSON text", "text", "binary data")."""
+    if not head:
+        return "an empty file"
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return what
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text:
+        return "a file holding only whitespace"
+    if text[:1] in (b"{", b"["):
+        return "JSON text"
+    try:
+        # The head may end inside a multi-byte character: ignore a cut at the very end.
+        head[:4096].decode("utf-8")[:-1]
+    except UnicodeDecodeError:
+        return "binary data"
+    return "text"
+
+
+def describe_file(path: Path) -> str:
+    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory)."""
+    if path.is_dir():
+        return "a directory"
+    try:
+        with open(path, "rb") as fh:
+            return describe_content(fh.read(4096))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+
+
+def not_a_trace(path: Path, formats: Sequence[str]) -> InputError:
+    """The one error for an input no reader accepts: what it appears to be (a directory
+    without trace files, an empty file, a PNG image...) and the ``formats`` expected."""
+    what = describe_file(path)
+    message = (
+        "no trace files in this directory" if what == "a directory" else f"not a trace: {what}"
+    )
+    return InputError(
+        message, path=path, hint=f"expected {', '.join(formats)}, or a directory of them"
+    )
 
 
 @contextlib.contextmanager

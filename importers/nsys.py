@@ -59,6 +59,7 @@ class NsysImporter:
     make one job)."""
 
     name = "nsys"
+    description = "Nsight Systems exports (.nsys-rep, .sqlite, .sqlite.gz)"
 
     def __init__(self, rank_by: str = "auto") -> None:
         if rank_by not in RANK_BY:

@@ -16,7 +16,7 @@ import msgspec
 from rich.console import Console
 
 from echo_view.errors import InputError, UsageError
-from echo_view.formats import Importer, Registry, atomic_output
+from echo_view.formats import Importer, Registry, atomic_output, not_a_trace
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -42,6 +42,11 @@ DESCRIPTION = (
     "1 errors, 2 unusable input."
 )
 _JSON_SUFFIXES = (".json", ".json.gz")
+#: What ``check`` reads, for the error on an input holding none of it.
+CHECK_FORMATS = (
+    "Chrome/Perfetto JSON traces (.json, .json.gz)",
+    "Perfetto protobuf traces (.pftrace)",
+)
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 _PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 
@@ -130,11 +135,7 @@ def expand(paths: list[Path], as_job: bool) -> list[_Job]:
     if loose.files:
         jobs.insert(0, loose)
     if not jobs:
-        raise InputError(
-            "no trace files found",
-            path=paths[0],
-            hint="give .json, .json.gz or .pftrace files or directories holding them",
-        )
+        raise not_a_trace(paths[0], CHECK_FORMATS)
     return jobs
 
 
@@ -244,6 +245,23 @@ def check_paths(
             check_imported_job(imp.read(files), report, job.name)
 
 
+def _fix_input(paths: list[Path]) -> Path:
+    """The one trace file ``--fix`` repairs: the single file given, or the only trace file
+    of the single directory given."""
+    if len(paths) != 1:
+        raise UsageError(f"--fix repairs one trace file at a time, got {len(paths)} paths")
+    if not paths[0].is_dir():
+        return paths[0]
+    files = [f for job in expand(paths, False) for f in job.files]
+    if len(files) != 1:
+        raise UsageError(
+            f"--fix repairs one trace file at a time; this directory holds {len(files)}",
+            path=paths[0],
+            hint="give one of its files",
+        )
+    return files[0]
+
+
 def run(args: argparse.Namespace, registry: Registry) -> int:
     try:
         selection = Selection.parse(args.select, args.ignore)
@@ -258,14 +276,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.fix:
         if args.output is None:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
-        if len(args.paths) != 1 or args.paths[0].is_dir():
-            raise UsageError("--fix repairs one trace file at a time")
-        if args.paths[0].name.endswith(_PROTO_SUFFIXES) or importer_for_other(
-            args.paths[0], registry
-        ):
-            raise UsageError("--fix repairs JSON traces only", path=args.paths[0])
-        check_paths(args.paths, report)
-        changes = fix_file(args.paths[0], args.output)
+        src = _fix_input(args.paths)
+        if src.name.endswith(_PROTO_SUFFIXES) or importer_for_other(src, registry):
+            raise UsageError("--fix repairs JSON traces only", path=src)
+        check_paths([src], report)
+        changes = fix_file(src, args.output)
         after = Report(Selection.parse([c.split(":")[0] for c in changes if c.startswith("EV")]))
         if after.selection.select:
             check_paths([args.output], after)

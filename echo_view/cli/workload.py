@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.errors import ConfigError, InputError
+from echo_view.formats import describe_file
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from exporters.graph import write_graph
@@ -33,6 +34,13 @@ def is_workload_input(path: Path) -> bool:
 
 def load_config(path: Path) -> WorkloadConfig:
     """Read and validate a workload config TOML file."""
+    if path.is_dir() or path.suffix.lower() != ".toml":
+        raise InputError(
+            f"not a workload config: {describe_file(path)}" if path.exists() else "no such file",
+            path=path,
+            hint="expected a workload config (.toml); examples in samples/configs/, the format "
+            "in docs/workloads.md",
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

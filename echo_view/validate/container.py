@@ -101,7 +101,7 @@ class ContainerFacts:
     """
 
     path: str
-    form: str = "object"
+    form: str = "unknown"
     top: Mapping[str, Any] = field(default_factory=dict)
     truncated: bool = False
     events: int = 0
