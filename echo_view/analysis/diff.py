@@ -31,11 +31,12 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_nccl_kernel_name
+from echo_view.model.schema import json_schema
 from echo_view.units import format_duration
 
 I64 = npt.NDArray[np.int64]
 
-SCHEMA = "echo-view.diff/1"
+SCHEMA = json_schema("diff")
 CATEGORIES = ("compute", "comm", "exposed_comm", "memory", "idle")
 #: |delta_pct| at or below this is called a match in the verdict.
 DEFAULT_TOLERANCE_PCT = 2.0

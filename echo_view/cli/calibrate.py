@@ -37,6 +37,7 @@ from echo_view.cli.comm import (
 )
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry, atomic_output
+from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
 from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.sim.comm.fit import (
@@ -229,6 +230,7 @@ def _report_json(
     result: FitResult, holdout: dict[str, ErrorStats] | None, args: argparse.Namespace
 ) -> dict[str, Any]:
     return {
+        "schema": json_schema("calibrate-comm"),
         "output": str(args.output),
         "model": args.model,
         "params": result.params.flat(),

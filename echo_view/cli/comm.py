@@ -23,6 +23,7 @@ from rich.table import Table
 from echo_view.errors import ConfigError, InputError, UsageError, warn_deprecated
 from echo_view.formats import Registry
 from echo_view.model import CollectiveKind, collective_kind_from_name
+from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import Cluster, known_presets, make_cluster
 from echo_view.sim.comm import (
     AlphaBetaModel,
@@ -259,7 +260,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         context = {"cluster": cluster.describe(), "model": model.params.source}
         out = {**rows[0], **context} if len(rows) == 1 else {**context, "results": rows}
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"schema": json_schema("comm"), **out}, indent=2) + "\n")
         return 0
     render(kind, rows, cluster, model, console())
     return 0

@@ -35,6 +35,7 @@ from echo_view.analysis.interference_eval import MODELS, Errors, holdout
 from echo_view.analysis.interference_fit import fit
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
+from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
 
 SPLITS = ("job", "trace", "step")
@@ -128,7 +129,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     samples = load_samples(args.paths, registry)
     rep = report(samples, args.holdout)
     if args.json:
-        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps({"schema": json_schema("interference"), **rep}, indent=2) + "\n"
+        )
     else:
         render(rep, Console(highlight=False, soft_wrap=True))
     return 0

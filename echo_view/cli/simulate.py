@@ -29,6 +29,7 @@ from echo_view.cli.workload import is_workload_input
 from echo_view.errors import ConfigError, UsageError, known_keys_hint
 from echo_view.formats import Registry
 from echo_view.model import Job
+from echo_view.model.schema import json_schema
 from echo_view.sim import MeasuredCompute, predicted_job
 from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
 from echo_view.sim.compute import SCALE_KEYS
@@ -199,6 +200,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     report = compare(job_steps(predicted), job_steps(job))
     info = cast(ReplayInfo, workload.meta["replay"])
     report = {
+        "schema": json_schema("simulate"),
         "input": str(args.input),
         "mode": "replay" if not overrides and args.comm == "measured" else "what-if",
         "comm": args.comm,

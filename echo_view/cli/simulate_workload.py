@@ -32,6 +32,7 @@ from echo_view.cli.workload import load_workload
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.formats import Registry
 from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.schema import json_schema
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim.cluster import DEPRECATED_KEYS, OVERRIDE_KEYS, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
@@ -121,7 +122,8 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     if exporter is not None and job is not None:
         exporter.write(job, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        doc = {"schema": json_schema("simulate-config"), **report}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(_render(report))
     return 0

@@ -18,6 +18,7 @@ DLRM = str(SAMPLES / "dlrm_kineto")
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["simulate", *argv, "--json"]) == 0
     out: dict[str, object] = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "echo-view.simulate/1"
     return out
 
 

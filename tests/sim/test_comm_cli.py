@@ -20,6 +20,8 @@ from tests.conftest import shared_path
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
     assert main([*argv, "--json"]) == 0
     out: dict = json.loads(capsys.readouterr().out)  # type: ignore[type-arg]
+    command = argv[0] if argv[0] == "comm" else f"{argv[0]}-{argv[1]}"
+    assert out["schema"] == f"echo-view.{command}/1"
     return out
 
 

@@ -23,7 +23,7 @@ def test_json_report_is_stable_and_documented(capsys: pytest.CaptureFixture[str]
     doc = json.loads(out)
     assert code == 1 == doc["exit_code"]
     assert set(doc) == {"schema", "exit_code", "summary", "files", "findings"}
-    assert doc["schema"] == "echo-view/check/1"
+    assert doc["schema"] == "echo-view.check/1"
     assert set(doc["summary"]) == {"errors", "warnings", "infos"}
     (f,) = doc["files"]
     assert set(f) == {"path", "form", "events", "truncated", "rank", "world_size", "usable"}
