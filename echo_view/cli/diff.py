@@ -19,6 +19,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
@@ -139,6 +140,8 @@ def render(diff: JobDiff, console: Console) -> None:
     pb = " (predicted)" if diff.b_predicted else ""
     console.print(f"[bold]A[/bold] {diff.a_source}{pa}")
     console.print(f"[bold]B[/bold] {diff.b_source}{pb}")
+    for warning in diff.warnings:
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     code, text = diff.verdict
     colour = {"match": "green", "b_slower": "red", "b_faster": "cyan"}.get(code, "yellow")
     console.print(f"[bold {colour}]{text}[/]")

@@ -187,3 +187,17 @@ def test_predicted_vs_measured_from_simulate(
     assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err + 0.5)]) == 0
     if err > 0:
         assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err / 2)]) == 1
+
+
+def test_unrelated_jobs_are_warned_above_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from echo_view.cli import main
+
+    samples = Path(__file__).resolve().parents[2] / "samples"
+    argv = ["diff", str(samples / "dlrm_kineto"), str(samples / "hta_nccl" / "nccl_data.json.gz")]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    warning = next(i for i, line in enumerate(lines) if line.startswith("warning: "))
+    verdict = next(i for i, line in enumerate(lines) if "slower than A" in line)
+    assert warning < verdict and "look like different jobs" in lines[warning]
