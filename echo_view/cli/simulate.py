@@ -208,6 +208,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         "collectives": {
             "total": sim.collectives.total,
             "modelled": sim.collectives.modelled,
+            "not_modelled_because": (
+                unmodelled_reason(job) if comm is not None and sim.collectives.measured else None
+            ),
             "measured": sim.collectives.measured,
             "matched_by": info.matched_by,
             "absent_ranks": info.absent_ranks,
@@ -225,6 +228,20 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     else:
         sys.stdout.write(render(report))
     return 0
+
+
+def unmodelled_reason(job: Job) -> str:
+    """Why a comm model cannot time some of ``job``'s collectives: what its importer recorded
+    (``unsized_collectives`` in a trace's metadata), else what a Kineto trace lacks."""
+    said = dict.fromkeys(
+        str(t.metadata["unsized_collectives"])
+        for t in job.traces
+        if t.metadata.get("unsized_collectives")
+    )
+    return "; ".join(said) or (
+        "the trace gives no message size for them (Kineto: the NCCL kernel's 'In msg nelems' "
+        "and 'dtype' args)"
+    )
 
 
 def _fmt(seconds: float | None) -> str:
@@ -251,6 +268,11 @@ def render(report: dict[str, Any]) -> str:
         f"{'rank':>5} {'step':>11} {'measured':>11} {'error':>8} {'compute':>11} "
         f"{'comm':>11} {'exposed':>11} {'idle':>11}",
     ]
+    if colls.get("not_modelled_because"):
+        lines[1:1] = [
+            f"note: {colls['measured']} collective(s) keep their measured time (the comm model "
+            f"needs the message size): {colls['not_modelled_because']}"
+        ]
     for r in report["ranks"]:
         lines.append(
             f"{r['rank']:>5} {_fmt(r['step_time_s']):>11} "

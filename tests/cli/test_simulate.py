@@ -110,3 +110,25 @@ def test_a_gigabit_key_warns_in_one_line_naming_the_gigabyte_key(
         "echo-view: warning: cluster.nvlink_gbps is deprecated: use cluster.nvlink_gbytes_per_s "
         "in GB/s (600 Gb/s was read as 75 GB/s)"
     ]
+
+
+def test_comm_model_says_why_collectives_are_not_modelled(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nsys = str(SAMPLES / "nsys" / "mfu_2gpu_before.sqlite.gz")
+    argv = ["--comm", "model", "--set", "cluster.gpu=H100"]
+    colls = _json(capsys, nsys, *argv)["collectives"]
+    assert colls["modelled"] == 0 and colls["measured"] == colls["total"] == 33  # type: ignore[index]
+    why = colls["not_modelled_because"]  # type: ignore[index]
+    assert why.startswith(
+        "64 of 66 NCCL kernels in mfu_2gpu_before.sqlite.gz: its NCCL NVTX "
+        "ranges (ncclRecv, ncclSend) carry no payload (NVTX_EVENTS.binaryData"
+    )
+    assert "2 of 66 NCCL kernels" in why
+    assert main(["simulate", nsys, *argv]) == 0
+    assert (
+        "note: 33 collective(s) keep their measured time (the comm model needs the message "
+        "size): 64 of 66" in capsys.readouterr().out
+    )
+    modelled = _json(capsys, DLRM, "--comm", "model")["collectives"]
+    assert modelled["modelled"] == 8 and modelled["not_modelled_because"] is None  # type: ignore[index]
