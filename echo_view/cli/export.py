@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.info import StderrProgress, job_importer
+from echo_view.cli.info import StderrProgress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
+from echo_view.loading import job_importer
 
 
 def register(subparsers: Any) -> None:

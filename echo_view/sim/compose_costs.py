@@ -15,6 +15,8 @@ from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
+from echo_view.sim.compute_presets import gemm_shape_params_for
+from echo_view.sim.gemm_shape import gemm_dims, gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 
@@ -67,6 +69,32 @@ def _peaks(graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Clu
     return peaks
 
 
+def _gemm_math_ns(
+    graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Cluster
+) -> npt.NDArray[np.float64]:
+    """Shape-model math time of each GEMM whose shape and GPU/dtype constants are known (NaN
+    elsewhere). Distinct (name, shapes, dtype) triples are few, so each is computed once."""
+    out = np.full(len(table), np.nan)
+    names = graph.strings
+    gpu = cluster.gpu
+    memo: dict[tuple[int, int, int], float] = {}
+    for i in np.flatnonzero(table.op_class == OpClass.GEMM).tolist():
+        key = (int(table.name[i]), int(table.shapes[i]), int(table.dtype[i]))
+        t = memo.get(key)
+        if t is None:
+            t = np.nan
+            # fp8 training runs its GEMMs in fp8 (see _peaks); other ops keep their dtype.
+            dtype = "fp8" if cfg.dtype == "fp8" else (names[key[2]] if key[2] >= 0 else "fp32")
+            params = gemm_shape_params_for(gpu, dtype)
+            dims = gemm_dims(names[key[0]], names[key[1]]) if key[1] >= 0 else None
+            if params is not None and dims is not None:
+                peak = peak_for(gpu, dtype)
+                t = float(gemm_times_ns(np.array([dims]), peak, gpu.sm_count, params)[0])
+            memo[key] = t
+        out[i] = t
+    return out
+
+
 def table_cost(
     graph: TracedGraph,
     table: OpTable,
@@ -87,6 +115,7 @@ def table_cost(
         _peaks(graph, table, cfg, cluster),
         cluster.gpu,
         params,
+        _gemm_math_ns(graph, table, cfg, cluster) if params.gemm_shape_model else None,
     )
     if scales:
         factor = np.ones(len(dur))

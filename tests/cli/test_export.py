@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import echo_view.cli as cli
+import echo_view.loading as loading
 from echo_view.formats import Progress, Registry, no_progress
 from echo_view.model import Job
 from exporters.perfetto_json import PerfettoJsonExporter
@@ -58,7 +59,7 @@ def importer(monkeypatch: pytest.MonkeyPatch) -> HandmadeImporter:
         reg.add_exporter(PerfettoProtoExporter())
         return reg
 
-    monkeypatch.setattr(cli, "build_registry", registry)
+    monkeypatch.setattr(loading, "build_registry", registry)
     return imp
 
 
