@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.export import report_written
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
@@ -130,6 +131,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     }
     if exporter is not None:
         exporter.write(run.predicted, args.output)
+        report_written(exporter, run.predicted, args.output)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from echo_view.cli.export import report_written
 from echo_view.formats import Registry
 from echo_view.loading import load_workload
 from echo_view.model.schema import json_schema
@@ -54,6 +55,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
     }
     if exporter is not None:
         exporter.write(run.job, args.output)
+        report_written(exporter, run.job, args.output)
     if args.json:
         doc = {"schema": json_schema("simulate-config"), **report}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -215,3 +215,30 @@ def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:
     assert {r.stages for r in graph.roles} == {(0,), tuple(range(1, 11)), (11,)}
     sim = _run(cfg, graph)
     assert sim.step_ns > 0 and len(sim.stage_ns()) == 12
+
+
+def test_predicted_job_links_each_collective_across_its_ranks() -> None:
+    """Every simulated collective instance becomes one chain of export flows over its group:
+    (group size - 1) arrows per instance, each between two members of that group."""
+    from exporters.layout import build_layout
+
+    cfg, graph = _shipped("megatron-ci-7b-tp4-pp1")
+    sim = _run(cfg, graph, ranks="all")
+    wl = sim.composed.workload
+    job = predicted_config_job(sim)
+    links = build_layout(job).links
+    sizes = np.array([wl.groups[int(g)].size for g in wl.collectives.group])
+    assert len(wl.collectives) > 0
+    assert links.collective == int((sizes - 1).sum()) == len(links)
+    for t in job.traces:
+        named = t.collectives.group >= 0
+        assert named.sum() == np.count_nonzero(
+            [t.rank in wl.groups[int(g)].ranks for g in wl.collectives.group]
+        )
+    ranks = np.array(job.ranks)
+    src, dst = ranks[links.src_rank], ranks[links.dst_rank]
+    same_group = [
+        any(a in pg.ranks and b in pg.ranks for pg in wl.groups)
+        for a, b in zip(src.tolist(), dst.tolist(), strict=True)
+    ]
+    assert all(same_group) and (src != dst).all()
