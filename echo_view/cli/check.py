@@ -159,7 +159,7 @@ def _classify(exc: InputError, facts: ContainerFacts) -> None:
 def check_json_file(path: Path, report: Report) -> RankSummary:
     """Stream one JSON trace through the file rules; returns its rank summary."""
     v = FileValidator(str(path), report)
-    facts = ContainerFacts(str(path))
+    facts = ContainerFacts(str(path), form="unknown")  # until the reader has seen the top level
     try:
         with read_container(path) as c:
             facts.form = c.form

@@ -103,7 +103,7 @@ class ContainerFacts:
     """
 
     path: str
-    form: str = "unknown"
+    form: str = "object"
     top: Mapping[str, Any] = field(default_factory=dict)
     truncated: bool = False
     events: int = 0
