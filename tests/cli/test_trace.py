@@ -9,19 +9,21 @@ import pytest
 from echo_view.cli import main
 from tests.conftest import SAMPLES
 
+WANTS = "a workload config (.toml); examples in samples/configs/, the format in docs/workloads.md"
+
 
 @pytest.mark.parametrize(
-    ("name", "what"),
-    [("configs", "a directory"), ("dlrm_kineto", "a directory"), ("README.md", "text")],
+    ("name", "error"),
+    [
+        ("configs", f"is a directory, not a file (give {WANTS})"),
+        ("dlrm_kineto", f"is a directory, not a file (give {WANTS})"),
+        ("README.md", f"not a workload config: text (expected {WANTS})"),
+    ],
 )
 def test_trace_wants_a_toml(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, what: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, error: str
 ) -> None:
     out = tmp_path / "graph.json.gz"
     assert main(["trace", str(SAMPLES / name), "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err == (
-        f"echo-view: error: {SAMPLES / name}: not a workload config: {what} (expected a "
-        "workload config (.toml); examples in samples/configs/, the format in docs/workloads.md)\n"
-    )
+    assert capsys.readouterr().err == f"echo-view: error: {SAMPLES / name}: {error}\n"
     assert not out.exists()
