@@ -54,7 +54,8 @@ HINT_JSON = "the file is damaged or not a trace; Perfetto and chrome://tracing w
 
 
 def json_kind(first: int) -> str:
-    """What a JSON value starting with byte ``first`` is, in words."""
+    """What a JSON value starting with byte ``first`` is, in words ("" when no JSON value
+    starts with that byte)."""
     c = chr(first)
     if c == "{":
         return "an object"
@@ -66,7 +67,7 @@ def json_kind(first: int) -> str:
         return "a boolean"
     if c == "n":
         return "null"
-    return "a number"
+    return "a number" if c == "-" or c.isdigit() else ""
 
 
 def split_decode_error(exc: msgspec.DecodeError) -> tuple[str, int | None]:
