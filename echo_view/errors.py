@@ -7,7 +7,9 @@ so that the CLI can print exactly one line and exit with code 2.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -81,3 +83,23 @@ def in_file(path: str | Path | None) -> Iterator[None]:
         if path and err.path is None:
             err.path = str(path)
         raise
+
+
+class Deprecated(FutureWarning):
+    """A deprecated spelling (config key, option) that still works for one release. The CLI
+    prints it as one ``echo-view: warning:`` line; Python callers see a ``FutureWarning``."""
+
+
+def warn_deprecated(old: str, new: str, note: str = "") -> None:
+    """Warn once that ``old`` is deprecated and ``new`` replaces it (``note``: how the old
+    value was read)."""
+    warnings.warn(f"{old} is deprecated: use {new}{note}", Deprecated, stacklevel=3)
+
+
+def known_keys_hint(key: str, known: Iterable[str], noun: str = "known keys") -> str:
+    """``did you mean 'x'? known keys: ...``: the nearest valid name first (difflib), when
+    one is close enough, then every valid name (for hints on unknown or misspelt keys)."""
+    names = list(dict.fromkeys(known))
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    listing = f"{noun}: {', '.join(names)}"
+    return f"did you mean {close[0]!r}? {listing}" if close else listing

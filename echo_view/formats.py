@@ -91,12 +91,11 @@ class Registry:
         for imp in self.importers:
             if imp.sniff(path):
                 return imp
-        known = ", ".join(i.name for i in self.importers)
-        raise InputError(
-            "not a trace echo-view can read",
-            path=path,
-            hint=f"known formats: {known}",
-        )
+        raise not_a_trace(path, self.formats())
+
+    def formats(self) -> list[str]:
+        """The importers' formats in words (their ``description``, else their name)."""
+        return [str(getattr(i, "description", i.name)) for i in self.importers]
 
     def exporter_for(self, path: Path) -> Exporter:
         """The exporter whose suffix ends ``path``'s name (longest suffix wins)."""
@@ -115,6 +114,66 @@ class Registry:
         return best[1]
 
 
+#: Leading bytes of common files that are not traces, and what they are.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"\x7fELF", "an executable (ELF)"),
+    (b"SQLite format 3\x00", "an SQLite database"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"BZh", "a bzip2 file"),
+    (b"\xfd7zXZ\x00", "an xz file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file"),
+)
+
+
+def describe_content(head: bytes) -> str:
+    """What a file whose first bytes are ``head`` appears to be, in words ("a PNG image",
+    "an empty file", "JSON text", "text", "binary data")."""
+    if not head:
+        return "an empty file"
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return what
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not text:
+        return "a file holding only whitespace"
+    if text[:1] in (b"{", b"["):
+        return "JSON text"
+    try:
+        # The head may end inside a multi-byte character: ignore a cut at the very end.
+        head[:4096].decode("utf-8")[:-1]
+    except UnicodeDecodeError:
+        return "binary data"
+    return "text"
+
+
+def describe_file(path: Path) -> str:
+    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory)."""
+    if path.is_dir():
+        return "a directory"
+    try:
+        with open(path, "rb") as fh:
+            return describe_content(fh.read(4096))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+
+
+def not_a_trace(path: Path, formats: Sequence[str]) -> InputError:
+    """The one error for an input no reader accepts: what it appears to be (a directory
+    without trace files, an empty file, a PNG image...) and the ``formats`` expected."""
+    what = describe_file(path)
+    message = (
+        "no trace files in this directory" if what == "a directory" else f"not a trace: {what}"
+    )
+    return InputError(
+        message, path=path, hint=f"expected {', '.join(formats)}, or a directory of them"
+    )
+
+
 _SPECIAL = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISCHR, "a character device"),
@@ -128,17 +187,18 @@ def _special(mode: int) -> str | None:
     return next((name for test, name in _SPECIAL if test(mode)), None)
 
 
-def check_input(path: Path, *, directory_ok: bool = True) -> None:
+def check_input(path: Path, *, directory_ok: bool = True, wants: str = "a file") -> None:
     """Refuse an input that is not a regular file (or a directory, where ``directory_ok``)
     before anything opens it: a FIFO would block the open, a device never ends. Symbolic links
-    are followed. A missing or unreadable path is left to the reader, which names it."""
+    are followed. A missing or unreadable path is left to the reader, which names it.
+    ``wants`` says what to give instead of a directory."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return
     if stat.S_ISDIR(st.st_mode):
         if not directory_ok:
-            raise InputError("is a directory, not a file", path=path, hint="give a file")
+            raise InputError("is a directory, not a file", path=path, hint=f"give {wants}")
         return
     kind = _special(st.st_mode)
     if kind is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.errors import ConfigError, EchoViewError, InputError, UsageError
-from echo_view.formats import Importer, Progress, Registry, check_input, no_progress
+from echo_view.formats import Importer, Progress, Registry, check_input, describe_file, no_progress
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
@@ -77,9 +77,21 @@ def is_workload_input(path: Path) -> bool:
     return path.is_file() and is_graph_document(path)
 
 
+#: What a workload-config input must be, for the errors about other inputs.
+WANTS_CONFIG = (
+    "a workload config (.toml); examples in samples/configs/, the format in docs/workloads.md"
+)
+
+
 def load_config(path: Path) -> WorkloadConfig:
     """Read and validate a workload config TOML file."""
-    check_input(path, directory_ok=False)
+    check_input(path, directory_ok=False, wants=WANTS_CONFIG)  # before any read: a FIFO blocks
+    if path.suffix.lower() != ".toml":
+        raise InputError(
+            f"not a workload config: {describe_file(path)}" if path.exists() else "no such file",
+            path=path,
+            hint=f"expected {WANTS_CONFIG}",
+        )
     return parse_workload_config(read_toml(path), str(path))
 
 

@@ -60,7 +60,8 @@ HINT_DEEP = "no real file nests this deep: it is damaged or hostile"
 
 
 def json_kind(first: int) -> str:
-    """What a JSON value starting with byte ``first`` is, in words."""
+    """What a JSON value starting with byte ``first`` is, in words ("" when no JSON value
+    starts with that byte)."""
     c = chr(first)
     if c == "{":
         return "an object"
@@ -72,7 +73,7 @@ def json_kind(first: int) -> str:
         return "a boolean"
     if c == "n":
         return "null"
-    return "a number"
+    return "a number" if c == "-" or c.isdigit() else ""
 
 
 def split_decode_error(exc: msgspec.DecodeError) -> tuple[str, int | None]:

@@ -12,12 +12,14 @@ import importlib
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from echo_view import __version__
-from echo_view.errors import EchoViewError, UsageError
+from echo_view.errors import Deprecated, EchoViewError, UsageError
 from echo_view.formats import INFLATION_FLOOR, MAX_INFLATION_RATIO, set_max_inflated_bytes
 
 #: Sub-command modules, in the order ``--help`` lists them.
@@ -41,6 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
         module.register(sub)
     _add_inflation_option(parser, None)
     return parser
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
+    """echo-view's own warnings as one ``echo-view: warning:`` line on stderr."""
+    if issubclass(category, Deprecated):
+        print(f"echo-view: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, *rest, **kw)
+
+
+_SHOW_WARNING = warnings.showwarning
 
 
 _INFLATION_HELP = (
@@ -98,6 +111,7 @@ def _inflation_limit(text: str | None) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
+    warnings.showwarning = _show_warning
     from echo_view.cli.guard import check_command_paths
 
     parser = build_parser()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.formats import check_input, check_output
+from echo_view.loading import WANTS_CONFIG
 
 #: Argument names (``dest``) that are outputs; every other path argument is an input.
 OUTPUTS = frozenset({"output", "plot"})
@@ -47,7 +48,8 @@ def check_command_paths(args: argparse.Namespace) -> None:
         if dest in OUTPUTS:
             continue
         for path in _paths(value):
-            check_input(path, directory_ok=dest not in FILES_ONLY)
+            wants = WANTS_CONFIG if dest == "config" else "a file"
+            check_input(path, directory_ok=dest not in FILES_ONLY, wants=wants)
             inputs.append(path)
     for path in setting_files(args):
         check_input(path, directory_ok=False)

@@ -27,6 +27,7 @@ from typing import Any
 from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
 from echo_view.loading import beside_graph, cache_dir, load_workload
+from echo_view.model.schema import json_schema
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
 from echo_view.text import printable
 
@@ -60,7 +61,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         exporter.write(run.job, args.output)
         report_written(exporter, run.job, args.output)
     if args.json:
-        sys.stdout.write(json_text(report))
+        sys.stdout.write(json_text({"schema": json_schema("simulate-config"), **report}))
     else:
         sys.stdout.write(_render(report))
     return 0

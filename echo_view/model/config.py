@@ -8,12 +8,13 @@ job; this module validates the decoded mapping.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.job import MAX_RANKS
 
 #: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
@@ -33,8 +34,6 @@ LIMITS: dict[str, int] = {
     "micro": 1 << 16,
     "micro_batches": 1 << 14,
 }
-#: NIC bandwidth per GPU, Gb/s (real: 25-800).
-NIC_GBPS_RANGE = (1.0, 100_000.0)
 #: A reference step time, seconds.
 MAX_STEP_TIME_S = 1e6
 RECOMPUTE = ("none", "selective", "full")
@@ -128,7 +127,6 @@ class ClusterConfig:
     gpu: str
     gpus_per_node: int
     nodes: int
-    nic_gbps_per_gpu: float | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -181,7 +179,9 @@ class _Section:
         self.used.add(key)
         if key not in self.data:
             if required:
-                raise self._err(key, "required key is missing")
+                near = difflib.get_close_matches(key, [str(k) for k in self.data], n=1)
+                typo = f" (is {near[0]!r} a misspelling of it?)" if near else ""
+                raise self._err(key, f"required key is missing{typo}")
             return default
         value = self.data[key]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -202,13 +202,6 @@ class _Section:
             raise self._err(key, f"{value} is more than echo-view's limit of {limit:,}")
         return int(value)
 
-    def number(self, key: str, lo: float, hi: float) -> float | None:
-        """An optional finite number in ``[lo, hi]``."""
-        value: float | None = self.get(key, float)
-        if value is not None and not lo <= value <= hi:
-            raise self._err(key, f"must be between {lo:g} and {hi:g}, got {value!r}")
-        return value
-
     def choice(self, key: str, options: tuple[str, ...], default: str | None = None) -> str:
         value = self.get(key, str, default, required=default is None)
         if value not in options:
@@ -221,8 +214,9 @@ class _Section:
     def finish(self) -> None:
         extra = sorted(self.rest())
         if extra:
-            known = ", ".join(sorted(self.used))
-            raise self._err(extra[0], f"unknown key (known keys: {known})")
+            err = self._err(extra[0], "unknown key")
+            err.hint = known_keys_hint(extra[0], sorted(self.used))
+            raise err
 
 
 _SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference")
@@ -233,7 +227,9 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     for key in data:
         if key not in _SECTIONS:
             raise ConfigError(
-                f"unknown table [{key}] (known: {', '.join(_SECTIONS)})", path=source or None
+                f"unknown table [{key}]",
+                path=source or None,
+                hint=known_keys_hint(key, _SECTIONS, "known tables"),
             )
     for key in _SECTIONS[:5]:
         if key not in data:
@@ -288,8 +284,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     gpu = c.get("gpu", str, required=True)
     gpn = c.positive("gpus_per_node")
     nodes = c.positive("nodes")
-    nic = c.number("nic_gbps_per_gpu", *NIC_GBPS_RANGE)
-    cluster = ClusterConfig(gpu, gpn, nodes, nic, MappingProxyType(c.rest()))
+    cluster = ClusterConfig(gpu, gpn, nodes, MappingProxyType(c.rest()))
 
     pr = _Section(data["precision"], "precision", source)
     dtype = pr.choice("dtype", DTYPES)
@@ -482,8 +477,6 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
     """The TOML-shaped mapping that :func:`parse_workload_config` turns back into ``cfg``."""
     m, p, b, c = cfg.model, cfg.parallel, cfg.batch, cfg.cluster
     cluster: dict[str, Any] = {"gpu": c.gpu, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes}
-    if c.nic_gbps_per_gpu is not None:
-        cluster["nic_gbps_per_gpu"] = c.nic_gbps_per_gpu
     cluster.update(c.overrides)
     out: dict[str, Any] = {
         "model": {

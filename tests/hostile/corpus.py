@@ -316,7 +316,7 @@ CASES: list[Case] = [
     Case("config-deep-inline", _config("x = " + "{a = " * DEEP + "1" + "}" * DEEP), (_SIM,)),
     Case("config-deep-array", _config("x = " + "[" * DEEP + "]" * DEEP), (_SIM,)),
     Case("config-deep-dotted", _config("a" + ".a" * DEEP + " = 1\n" + CONFIG), (_SIM,)),
-    Case("config-tiny-nic", _config(_config_set("cluster", "nic_gbps_per_gpu = 1e-300")), (_SIM,)),
+    Case("config-tiny-nic", _config(_config_set("cluster", "nic_gbytes_per_s = 1e-300")), (_SIM,)),
     Case("config-huge-batch", _config(_config_set("batch", "global = 1_000_000_000_000")), (_SIM,)),
     Case("config-int64-batch", _config(_config_set("batch", f"global = {2**64}")), (_SIM,)),
     Case("config-huge-layers", _config(_config_set("model", "layers = 1_600_000_000")), (_SIM,)),
