@@ -26,8 +26,9 @@ from typing import Any
 
 from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
-from echo_view.loading import beside_graph, cache_dir, load_workload
+from echo_view.loading import beside_graph, cache_dir, load_config, load_workload
 from echo_view.model.schema import json_schema
+from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
 from echo_view.text import printable
 
@@ -40,6 +41,10 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         exporter = registry.exporter_for(args.output)
         if args.input.suffix.lower() == ".toml":  # the graphs a config may be read with
             check_output(args.output, [beside_graph(args.input), cache_dir()])
+    if args.input.suffix.lower() == ".toml":
+        # The cluster's values are checked before a graph is looked up or traced (minutes).
+        early = load_config(args.input)
+        cluster_from_config(early.cluster, early.source)
     cfg, graph, origin, t_graph = load_workload(args.input)
     t0 = time.perf_counter()
     run = predict_workload(
