@@ -1,0 +1,220 @@
+"""Fitting the simulator's free parameters on published step times, and leave-one-source-out
+cross-validation of that fit.
+
+A *run* is one published measurement (a workload config with a ``[reference]``); its *group*
+is the unit a parameter is fitted per (the GPU generation), its *source* the publication it
+comes from. Each fitted parameter has a search range and is fitted, per group, by minimising
+the mean absolute relative error over the group's training runs: a coarse grid over the range,
+then a fine grid around the best coarse value, one parameter after the other (coordinate
+descent, repeated until no value changes). A group without training runs keeps the
+parameter's default, and the fit says so.
+
+Cross-validation by source fits on every source but one and predicts the one left out, so a
+run's held-out error never depends on its own measurement nor on any other run of its source.
+The predictor (a simulation) is the costly part: predictions are memoised per run and
+parameter values, so the grids of different folds share work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FittedParam:
+    """One fitted parameter and where to look for it: ``low``..``high`` in ``coarse`` steps,
+    then ``fine`` steps within one coarse step of the best coarse value."""
+
+    name: str
+    low: float
+    high: float
+    coarse: float
+    fine: float
+
+    def coarse_grid(self) -> list[float]:
+        return _grid(self.low, self.high, self.coarse)
+
+    def fine_grid(self, around: float) -> list[float]:
+        lo = max(self.low, around - self.coarse)
+        hi = min(self.high, around + self.coarse)
+        return _grid(lo, hi, self.fine)
+
+
+#: The parameters fitted on published step times: the fraction of the dense peak that large
+#: GEMMs reach, per GPU generation (see docs/accuracy.md).
+FITTED: tuple[FittedParam, ...] = (FittedParam("gemm_eff_max", 0.30, 0.95, 0.05, 0.01),)
+
+
+def _grid(low: float, high: float, step: float) -> list[float]:
+    n = round((high - low) / step)
+    return [round(low + i * step, 6) for i in range(n + 1)]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published measurement."""
+
+    name: str
+    source: str
+    group: str
+    measured_s: float
+
+
+#: Predicted seconds of a run with some parameters overridden (``{}``: all at their defaults).
+Predictor = Callable[[Run, Mapping[str, float]], float]
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """The parameters fitted for one group, and on what."""
+
+    group: str
+    values: Mapping[str, float]
+    sources: tuple[str, ...]
+    runs: int
+    #: Parameters left at their default because the group had no training run.
+    defaulted: tuple[str, ...] = ()
+    train_mae_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class Fold:
+    """The fit made without ``left_out`` (``None``: the fit on every source)."""
+
+    left_out: str | None
+    fits: Mapping[str, GroupFit]
+
+
+@dataclass
+class CrossValidation:
+    """In-sample (fitted on all sources) and held-out predictions of every run."""
+
+    runs: list[Run]
+    in_sample: dict[str, float]
+    held_out: dict[str, float]
+    all_sources: Fold
+    folds: list[Fold] = field(default_factory=list)
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    """Signed relative error, in percent of the measurement."""
+    return 100.0 * (predicted / measured - 1.0)
+
+
+class _Memo:
+    """A predictor whose answers are kept per run and parameter values."""
+
+    def __init__(self, predict: Predictor) -> None:
+        self.predict = predict
+        self.cache: dict[tuple[str, tuple[tuple[str, float], ...]], float] = {}
+
+    def __call__(self, run: Run, values: Mapping[str, float]) -> float:
+        key = (run.name, tuple(sorted(values.items())))
+        if key not in self.cache:
+            self.cache[key] = self.predict(run, dict(values))
+        return self.cache[key]
+
+
+def _mae(runs: Sequence[Run], predict: Predictor, values: Mapping[str, float]) -> float:
+    return sum(abs(error_pct(predict(r, values), r.measured_s)) for r in runs) / len(runs)
+
+
+def fit_group(
+    group: str,
+    runs: Sequence[Run],
+    predict: Predictor,
+    params: Sequence[FittedParam] = FITTED,
+    max_passes: int = 3,
+) -> GroupFit:
+    """Fit ``params`` on ``runs`` (all of one group) by minimising the mean |error|."""
+    if not runs:
+        return GroupFit(group, {}, (), 0, tuple(p.name for p in params))
+    values: dict[str, float] = {}
+    for _ in range(max_passes):
+        changed = False
+        for p in params:
+            best = _best(p.coarse_grid(), p.name, values, runs, predict)
+            best = _best(p.fine_grid(best), p.name, values, runs, predict)
+            if values.get(p.name) != best:
+                values[p.name] = best
+                changed = True
+        if not changed:
+            break
+    sources = tuple(sorted({r.source for r in runs}))
+    return GroupFit(group, values, sources, len(runs), (), _mae(runs, predict, values))
+
+
+def _best(
+    grid: Iterable[float],
+    name: str,
+    values: Mapping[str, float],
+    runs: Sequence[Run],
+    predict: Predictor,
+) -> float:
+    """The grid value with the least mean |error| (the lower one on a tie)."""
+    scored = [(_mae(runs, predict, {**values, name: v}), v) for v in grid]
+    return min(scored)[1]
+
+
+def fit_all(
+    runs: Sequence[Run],
+    predict: Predictor,
+    groups: Iterable[str],
+    params: Sequence[FittedParam] = FITTED,
+) -> dict[str, GroupFit]:
+    """One :class:`GroupFit` per group in ``groups`` from the runs of that group."""
+    return {g: fit_group(g, [r for r in runs if r.group == g], predict, params) for g in groups}
+
+
+def cross_validate(
+    runs: Sequence[Run], predict: Predictor, params: Sequence[FittedParam] = FITTED
+) -> CrossValidation:
+    """Fit on all sources (in-sample) and leave each source out in turn (held out)."""
+    memo = _Memo(predict)
+    groups = sorted({r.group for r in runs})
+    everything = Fold(None, fit_all(runs, memo, groups, params))
+    in_sample = {r.name: memo(r, everything.fits[r.group].values) for r in runs}
+    result = CrossValidation(list(runs), in_sample, {}, everything)
+    for source in sorted({r.source for r in runs}):
+        train = [r for r in runs if r.source != source]
+        test = [r for r in runs if r.source == source]
+        fold = Fold(source, fit_all(train, memo, sorted({r.group for r in test}), params))
+        result.folds.append(fold)
+        for r in test:
+            result.held_out[r.name] = memo(r, fold.fits[r.group].values)
+    return result
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Mean |error| and mean signed error (bias) of a set of runs, in percent."""
+
+    key: str
+    runs: int
+    in_sample_mae: float
+    in_sample_bias: float
+    held_out_mae: float
+    held_out_bias: float
+
+
+def aggregate(cv: CrossValidation, key: Callable[[Run], str]) -> list[Aggregate]:
+    """:class:`Aggregate` per value of ``key`` (e.g. per source or per GPU), then ``all``."""
+    keys = sorted({key(r) for r in cv.runs})
+    out = [_aggregate(k, [r for r in cv.runs if key(r) == k], cv) for k in keys]
+    out.append(_aggregate("all", cv.runs, cv))
+    return out
+
+
+def _aggregate(name: str, runs: Sequence[Run], cv: CrossValidation) -> Aggregate:
+    ins = [error_pct(cv.in_sample[r.name], r.measured_s) for r in runs]
+    out = [error_pct(cv.held_out[r.name], r.measured_s) for r in runs]
+    n = len(runs)
+    return Aggregate(
+        name,
+        n,
+        sum(map(abs, ins)) / n,
+        sum(ins) / n,
+        sum(map(abs, out)) / n,
+        sum(out) / n,
+    )
