@@ -7,8 +7,8 @@ the fitted parameters by source.
 
 ``--cv source`` fits every parameter of ``echo_view.sim.step_cv.FITTED`` per GPU generation
 on all sources (``[reference] source_id``) and on all sources but one, and prints, as
-markdown, in-sample and leave-one-source-out errors side by side, per run, per GPU and per
-source, and the fitted values with what they were fitted on. Configs in ``--pending``
+markdown, in-sample, leave-one-source-out and shipped-preset errors side by side, per run, per
+GPU and per source, and the fitted values with what they were fitted on. Configs in ``--pending``
 (default samples/configs/validation-pending) are listed with the reason they are not run.
 
 Traced graphs come from the ``.graph.json.gz`` beside each config when it matches, else they
@@ -142,12 +142,16 @@ def report_cv(items: list[Item], pending: Path, interference: str) -> None:
     print(f"{len(runs)} runs, {len({r.source for r in runs})} sources ({wall:.0f} s)\n")
     _print_runs(cv, by_name)
     for title, key in (("GPU", lambda r: gpu[r.name]), ("source", lambda r: r.source)):
-        print(f"\n| {title} | runs | in-sample MAE | in-sample bias | LOSO MAE | LOSO bias |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print(
+            f"\n| {title} | runs | in-sample MAE | in-sample bias | LOSO MAE | LOSO bias "
+            "| presets MAE | presets bias |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for a in aggregate(cv, key):
             print(
                 f"| {a.key} | {a.runs} | {a.in_sample_mae:.1f}% | {a.in_sample_bias:+.1f}% "
-                f"| {a.held_out_mae:.1f}% | {a.held_out_bias:+.1f}% |"
+                f"| {a.held_out_mae:.1f}% | {a.held_out_bias:+.1f}% "
+                f"| {a.default_mae:.1f}% | {a.default_bias:+.1f}% |"
             )
     _print_fits(cv)
     _print_pending(pending)
@@ -156,16 +160,18 @@ def report_cv(items: list[Item], pending: Path, interference: str) -> None:
 def _print_runs(cv: CrossValidation, by_name: Mapping[str, Item]) -> None:
     print(
         "| run | source | GPU | GPUs | measured (s) | in-sample (s) | error "
-        "| held out (s) | error |"
+        "| held out (s) | error | presets (s) | error |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in cv.runs:
         item = by_name[r.name]
-        ins, out = cv.in_sample[r.name], cv.held_out[r.name]
+        cells = [
+            f"{p:.3f} | {error_pct(p, r.measured_s):+.1f}%"
+            for p in (cv.in_sample[r.name], cv.held_out[r.name], cv.defaults[r.name])
+        ]
         print(
             f"| {r.name} | {r.source} | {item.cluster.gpu.name} | {item.cfg.cluster.gpus} "
-            f"| {r.measured_s:.3f} | {ins:.3f} | {error_pct(ins, r.measured_s):+.1f}% "
-            f"| {out:.3f} | {error_pct(out, r.measured_s):+.1f}% |"
+            f"| {r.measured_s:.3f} | {' | '.join(cells)} |"
         )
 
 

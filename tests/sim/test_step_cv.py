@@ -70,9 +70,9 @@ def test_leave_one_source_out_by_hand() -> None:
     assert error_pct(cv.in_sample["c1"], RUNS[3].measured_s) == pytest.approx(0.0)
     # A fold only fits the groups of the runs it predicts.
     assert set(folds["srcC"].fits) == {"hopper"}
-    # Predictions are memoised: no (run, value) pair is simulated twice.
-    grid_values = len(EFF.coarse_grid()) + len(EFF.fine_grid(0.5))
-    assert sim.calls <= len(RUNS) * (grid_values + 1) + 2 * grid_values
+    # Simulated only on the coarse grid (the fine search interpolates, exactly here since the
+    # fake is linear in 1/e) and at the fitted values, each (run, value) once.
+    assert sim.calls <= len(RUNS) * (len(EFF.coarse_grid()) + 2)
 
 
 def test_aggregates_per_source() -> None:
@@ -89,11 +89,15 @@ def test_aggregates_per_source() -> None:
     assert everything.held_out_bias == pytest.approx((-2 * 100 / 6 + 20 - 12.5) / 4)
     # In sample only b1 is off (fitted 0.5 where it ran at 0.6).
     assert everything.in_sample_mae == pytest.approx(20 / 4)
+    # With the default 0.8 every run is predicted true / 0.8 - 1.
+    signed = [100 * (TRUE[r.name] / DEFAULT_EFF - 1) for r in RUNS]
+    assert everything.default_bias == pytest.approx(sum(signed) / 4)
+    assert everything.default_mae == pytest.approx(sum(map(abs, signed)) / 4)
 
 
 def test_two_parameters_by_coordinate_descent() -> None:
     """A fixed per-step cost and an efficiency, both recovered from three runs."""
-    cost = FittedParam("step_cost", 0.0, 2.0, 0.5, 0.1)
+    cost = FittedParam("step_cost", 0.0, 2.0, 0.5, 0.1, inverse=False)
     work = {"x": 1.0, "y": 4.0, "z": 10.0}
     runs = [Run(n, "s", "g", w / 0.6 + 0.3) for n, w in work.items()]
 
@@ -103,6 +107,26 @@ def test_two_parameters_by_coordinate_descent() -> None:
     fit = fit_group("g", runs, predict, [EFF, cost])
     assert fit.values == {"gemm_eff_max": pytest.approx(0.6), "step_cost": pytest.approx(0.3)}
     assert fit.train_mae_pct == pytest.approx(0.0, abs=1e-9)
+
+
+def test_fine_values_interpolate_between_coarse_simulations() -> None:
+    """The fit simulates only coarse grid points; the fitted value itself is simulated."""
+    coarse_only = FittedParam("gemm_eff_max", 0.5, 1.0, 0.5, 0.25)
+    asked: list[float] = []
+
+    def predict(run: Run, values: Mapping[str, float]) -> float:
+        e = values.get("gemm_eff_max", DEFAULT_EFF)
+        asked.append(e)
+        return e**2  # not linear in 1/e
+
+    # Measured 0.75^2. Interpolated in 1/e between 0.5 (0.25) and 1.0 (1.0), e = 0.75 gives
+    # 0.25 + 0.75 * (1/0.75 - 2) / (1 - 2) = 0.75 (+33%), better than 0.5 (-56%) and 1.0 (+78%).
+    cv = cross_validate([Run("q", "s", "g", 0.5625)], predict, [coarse_only])
+    assert cv.all_sources.fits["g"].values == {"gemm_eff_max": 0.75}
+    assert cv.all_sources.fits["g"].train_mae_pct == pytest.approx(100 / 3)
+    assert cv.in_sample["q"] == pytest.approx(0.5625)  # reported: simulated exactly
+    # 0.8: the held-out prediction, with the default (no other source to fit on).
+    assert sorted(set(asked)) == [0.5, 0.75, DEFAULT_EFF, 1.0] and asked.count(0.75) == 1
 
 
 def test_grids_stay_in_range() -> None:
