@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from echo_view.analysis.interference_features import gpu_generation  # noqa: E402
-from echo_view.cli.workload import graph_for_config  # noqa: E402
 from echo_view.errors import EchoViewError  # noqa: E402
+from echo_view.loading import graph_for_config  # noqa: E402
 from echo_view.model.config import WorkloadConfig, parse_workload_config  # noqa: E402
 from echo_view.model.graph import TracedGraph  # noqa: E402
 from echo_view.sim.cluster import Cluster, cluster_from_config  # noqa: E402
@@ -186,7 +186,10 @@ def _print_fits(cv: CrossValidation) -> None:
             if fit.defaulted:
                 print(f"| {label} | {g} | default ({', '.join(fit.defaulted)}) | no run | - |")
                 continue
-            values = ", ".join(f"{k} = {v:.2f}" for k, v in fit.values.items())
+            values = ", ".join(
+                [f"{k} = {v:.2f}" for k, v in fit.values.items()]
+                + [f"{k}: no effect, default kept" for k in fit.no_effect]
+            )
             mae = f"{fit.train_mae_pct:.1f}%" if fit.train_mae_pct is not None else "-"
             print(f"| {label} | {g} | {values} | {', '.join(fit.sources)} ({fit.runs}) | {mae} |")
 

@@ -1,4 +1,5 @@
-"""The composition root: the only place that wires importers and exporters to the core.
+"""The command line: parses arguments, calls the layers below, prints (``echo_view.loading``
+wires the formats to the core).
 
 Each sub-command lives in its own module under ``echo_view.cli`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args, registry) -> int``.
@@ -13,29 +14,12 @@ from collections.abc import Sequence
 
 from echo_view import __version__
 from echo_view.errors import EchoViewError
-from echo_view.formats import Registry
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS: tuple[str, ...] = (
     "info", "export", "check", "simulate", "trace", "diff", "tui", "comm", "calibrate",
     "interference",
 )  # fmt: skip
-
-
-def build_registry() -> Registry:
-    """The built-in importers and exporters plus installed plug-ins."""
-    from exporters.perfetto_json import PerfettoJsonExporter
-    from exporters.perfetto_proto import PerfettoProtoExporter
-    from importers.kineto import KinetoImporter
-    from importers.nsys import NsysImporter
-
-    reg = Registry()
-    reg.add_importer(KinetoImporter())
-    reg.add_importer(NsysImporter())
-    reg.add_exporter(PerfettoJsonExporter())
-    reg.add_exporter(PerfettoProtoExporter())
-    reg.load_plugins()
-    return reg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from echo_view.loading import build_registry  # the formats: only a command needs them
+
     try:
         code: int = args.func(args, build_registry())
         return code

@@ -81,6 +81,9 @@ class GroupFit:
     #: Parameters left at their default because the group had no training run.
     defaulted: tuple[str, ...] = ()
     train_mae_pct: float | None = None
+    #: Parameters left at their default because no value changes these runs' predictions
+    #: (the cost model does not use them for this GPU).
+    no_effect: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,18 +164,26 @@ def fit_group(
     if not runs:
         return GroupFit(group, {}, (), 0, tuple(p.name for p in params))
     values: dict[str, float] = {}
+    inert: set[str] = set()
     for _ in range(max_passes):
         changed = False
         for p in params:
+            if p.name in inert:
+                continue
             best = _best(p.coarse_grid(), p.name, values, runs, predict)
+            if best is None:
+                inert.add(p.name)
+                continue
             best = _best(p.fine_grid(best), p.name, values, runs, predict)
-            if values.get(p.name) != best:
+            if best is not None and values.get(p.name) != best:
                 values[p.name] = best
                 changed = True
         if not changed:
             break
     sources = tuple(sorted({r.source for r in runs}))
-    return GroupFit(group, values, sources, len(runs), (), _mae(runs, predict, values))
+    no_effect = tuple(p.name for p in params if p.name in inert)
+    mae = _mae(runs, predict, values)
+    return GroupFit(group, values, sources, len(runs), (), mae, no_effect)
 
 
 def _best(
@@ -181,9 +192,12 @@ def _best(
     values: Mapping[str, float],
     runs: Sequence[Run],
     predict: Predictor,
-) -> float:
-    """The grid value with the least mean |error| (the lower one on a tie)."""
+) -> float | None:
+    """The grid value with the least mean |error| (the lower one on a tie); ``None`` when
+    every value gives the same error (the parameter does not act on these runs)."""
     scored = [(_mae(runs, predict, {**values, name: v}), v) for v in grid]
+    if max(scored)[0] - min(scored)[0] <= 1e-9 * max(1.0, min(scored)[0]):
+        return None
     return min(scored)[1]
 
 

@@ -30,7 +30,8 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
         assert key in out
     assert out["ranks_total"] == 8 and out["ranks_simulated"] == 1
     assert out["graph"]["origin"] == "beside"
-    assert abs(out["reference_error_pct"]) < 10
+    ref = out["reference"]["step_time_s"]
+    assert out["reference_error_pct"] == pytest.approx(100 * (out["step_time_s"] / ref - 1))
 
 
 def test_simulate_writes_a_predicted_trace(

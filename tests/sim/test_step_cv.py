@@ -129,6 +129,14 @@ def test_fine_values_interpolate_between_coarse_simulations() -> None:
     assert sorted(set(asked)) == [0.5, 0.75, DEFAULT_EFF, 1.0] and asked.count(0.75) == 1
 
 
+def test_a_parameter_without_effect_keeps_its_default() -> None:
+    """A GPU whose cost model ignores the parameter: reported, not fitted to the range's end."""
+    runs = [Run("h", "s", "hopper", 2.0)]
+    fit = fit_group("hopper", runs, lambda run, values: 1.5, [EFF])
+    assert fit.values == {} and fit.no_effect == ("gemm_eff_max",)
+    assert fit.train_mae_pct == pytest.approx(25.0)
+
+
 def test_grids_stay_in_range() -> None:
     assert EFF.coarse_grid()[0] == 0.30 and EFF.coarse_grid()[-1] == 0.95
     fine = EFF.fine_grid(0.95)
