@@ -51,7 +51,7 @@ def load(directory: Path) -> dict[int, list[Measurement]]:
         log = parse_nccl_tests(path)
         counts = log.ranks_per_host
         cluster = make_cluster(
-            "A100-SXM4-40GB", gpus_per_node=max(counts), nodes=len(counts), nic_gbps_per_gpu=200
+            "A100-SXM4-40GB", gpus_per_node=max(counts), nodes=len(counts), nic_gbytes_per_s=25
         ).with_overrides({"cpu": "amd"})
         out[log.nranks] = measurements_from_log(log, cluster)
     return dict(sorted(out.items()))

@@ -7,7 +7,9 @@ so that the CLI can print exactly one line and exit with code 2.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,12 +49,21 @@ class InputError(EchoViewError):
     """A file the user gave cannot be read as what it claims to be."""
 
 
+class LimitError(InputError):
+    """An input goes past a stated resource limit (a gzip stream inflating too far, say): always
+    an error, never a finding to report and go on from."""
+
+
 class ConfigError(EchoViewError):
     """A configuration value (TOML key, ``--set`` override, preset name) is wrong."""
 
 
 class UsageError(EchoViewError):
     """The command line itself is inconsistent (wrong output suffix, missing argument...)."""
+
+
+class OutputError(EchoViewError):
+    """An output cannot be written (read-only file system, no permission, disk full)."""
 
 
 class SimulationError(EchoViewError):
@@ -69,3 +80,23 @@ def in_file(path: str | Path | None) -> Iterator[None]:
         if path and err.path is None:
             err.path = str(path)
         raise
+
+
+class Deprecated(FutureWarning):
+    """A deprecated spelling (config key, option) that still works for one release. The CLI
+    prints it as one ``echo-view: warning:`` line; Python callers see a ``FutureWarning``."""
+
+
+def warn_deprecated(old: str, new: str, note: str = "") -> None:
+    """Warn once that ``old`` is deprecated and ``new`` replaces it (``note``: how the old
+    value was read)."""
+    warnings.warn(f"{old} is deprecated: use {new}{note}", Deprecated, stacklevel=3)
+
+
+def known_keys_hint(key: str, known: Iterable[str], noun: str = "known keys") -> str:
+    """``did you mean 'x'? known keys: ...``: the nearest valid name first (difflib), when
+    one is close enough, then every valid name (for hints on unknown or misspelt keys)."""
+    names = list(dict.fromkeys(known))
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    listing = f"{noun}: {', '.join(names)}"
+    return f"did you mean {close[0]!r}? {listing}" if close else listing

@@ -57,6 +57,7 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 
 from echo_view.errors import InputError
+from echo_view.formats import describe_content
 from importers.chrome_json_text import (
     BLOCK,
     BOM,
@@ -227,8 +228,14 @@ class Container(TextCursor):
             self._pos += 1
             return
         if c != ord("{"):
+            kind = json_kind(c)
+            what = (
+                f"the top level is {kind}, not an object or a list"
+                if kind
+                else f"{describe_content(bytes(self._buf[:4096]))}, not JSON"
+            )
             raise InputError(
-                f"not a trace: the top level is {json_kind(c)}, not an object or a list",
+                f"not a trace: {what}",
                 path=self.path,
                 where=self._where(self._pos),
                 hint=_HINT_TRACE,
@@ -246,7 +253,7 @@ class Container(TextCursor):
             if key == "traceEvents":
                 c = self._skip_ws()
                 if c != ord("["):
-                    kind = "missing" if c == -1 else json_kind(c)
+                    kind = "missing" if c == -1 else json_kind(c) or "not JSON"
                     raise InputError(
                         f"traceEvents is not a list (it is {kind})",
                         path=self.path,

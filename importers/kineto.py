@@ -271,6 +271,7 @@ class KinetoImporter:
     """Reads Kineto (PyTorch profiler) and other trace-event JSON files into a :class:`Job`."""
 
     name = "kineto"
+    description = "Kineto/Chrome JSON traces (.json, .json.gz)"
 
     def __init__(self, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
         self.chunk_bytes = chunk_bytes

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ class NsysImporter:
     make one job)."""
 
     name = "nsys"
+    description = "Nsight Systems exports (.nsys-rep, .sqlite, .sqlite.gz)"
 
     def __init__(self, rank_by: str = "auto") -> None:
         if rank_by not in RANK_BY:
@@ -170,6 +172,7 @@ def _read_capture(
         is_work[:n_work] = True
         plan = plan_ranks(rank_by, rows.process, rows.device, is_work, launch_src, launch_dst)
 
+        unsized = Counter(c.missing for c in collectives if c.nbytes < 0)
         notes = [f"{path}: {w}" for w in exp.warnings]
         if undecoded:
             notes.append(f"{path}: {undecoded} NCCL NVTX payload(s) could not be decoded")
@@ -184,6 +187,12 @@ def _read_capture(
             "dropped_cpu_events": plan.dropped_cpu_events,
             "source_tables": _source_tables(exp),
         }
+        if unsized:
+            # Why collectives cannot be timed by a comm model (``simulate --comm model``).
+            meta["unsized_collectives"] = "; ".join(
+                f"{n} of {len(collectives)} NCCL kernels in {path.name}: {why or 'unknown'}"
+                for why, n in unsized.most_common()
+            )
         info = CaptureInfo(
             path=str(path),
             names=names,

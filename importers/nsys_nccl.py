@@ -66,6 +66,8 @@ class Collective:
     protocol: str | None = None
     comm: int | None = None
     calls: list[str] = field(default_factory=list)
+    #: Why ``nbytes`` is unknown ("" when it is known).
+    missing: str = ""
 
 
 @dataclass
@@ -219,6 +221,8 @@ def find_collectives(
 
     mask = nvtx.nccl_mask()
     if runtime is None or not mask.any():
+        for coll in found:
+            coll.missing = "the capture has no NCCL NVTX ranges (NCCL's ncclAllReduce, ncclSend...)"
         return found, {}, 0
     # The schema tables are read only when some call carries a payload.
     decoder = PayloadDecoder(exp) if nvtx.json_payloads or nvtx.blob_payloads else None
@@ -227,6 +231,7 @@ def find_collectives(
     for coll in found:
         launch = int(launch_of[coll.row])
         if launch < 0:
+            coll.missing = "no CUDA launch of the kernel was captured"
             continue
         members = _members(calls.get(int(runtime.thread[launch]), []), int(runtime.start[launch]))
         _apply(coll, members, comms)
@@ -308,6 +313,7 @@ def _members(calls: list[_Call], t: int) -> list[_Call]:
 
 def _apply(coll: Collective, members: list[_Call], comms: dict[int, Communicator]) -> None:
     if not members:
+        coll.missing = "no NCCL NVTX range encloses the kernel's launch"
         return
     coll.calls = [m[2] for m in members]
     kinds = {_call_kind(m[2]) for m in members}
@@ -315,12 +321,18 @@ def _apply(coll: Collective, members: list[_Call], comms: dict[int, Communicator
         coll.kind = next(iter(kinds))
     payloads = [(m[2], m[3]) for m in members]
     if any(p is None for _, p in payloads):
+        names = ", ".join(sorted({n for n, p in payloads if p is None}))
+        coll.missing = (
+            f"its NCCL NVTX ranges ({names}) carry no payload (NVTX_EVENTS.binaryData and "
+            "jsonText are empty), so no message size"
+        )
         return
     comm_ids = {p.comm for _, p in payloads if p is not None}
     if len(comm_ids) == 1:
         coll.comm = next(iter(comm_ids))
     sizes = [(n, p.nbytes) for n, p in payloads if p is not None]
     if any(s is None for _, s in sizes):
+        coll.missing = "its NCCL NVTX payload has no message size"
         return
     if coll.kind == CollectiveKind.SEND_RECV:
         sent = [s for n, s in sizes if n == "ncclSend" and s is not None]
@@ -331,6 +343,8 @@ def _apply(coll: Collective, members: list[_Call], comms: dict[int, Communicator
     if coll.kind in _SCALE_BY_RANKS:
         comm = comms.get(coll.comm) if coll.comm is not None else None
         if comm is None or comm.nranks is None:
-            return  # the payload gives one rank's share; without the rank count it stays unknown
+            # The payload gives one rank's share; without the rank count it stays unknown.
+            coll.missing = "its communicator's rank count is unknown"
+            return
         total *= comm.nranks
     coll.nbytes = total

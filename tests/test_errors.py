@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from echo_view.errors import ConfigError, InputError
+from echo_view.errors import ConfigError, InputError, known_keys_hint
 
 
 def test_one_line_has_file_place_message_and_hint() -> None:
@@ -13,3 +13,11 @@ def test_one_line_has_file_place_message_and_hint() -> None:
 
 def test_optional_parts_are_left_out() -> None:
     assert str(ConfigError("unknown key 'x'")) == "unknown key 'x'"
+
+
+def test_known_keys_hint_suggests_the_nearest_name() -> None:
+    known = ["nvlink_gbytes_per_s", "pcie_gbytes_per_s", "nodes"]
+    assert known_keys_hint("nvlnk_gbytes_per_s", known).startswith(
+        "did you mean 'nvlink_gbytes_per_s'? known keys: nvlink_gbytes_per_s, "
+    )
+    assert known_keys_hint("zzz", known) == "known keys: " + ", ".join(known)

@@ -17,6 +17,12 @@ category value is the mean over the aligned ranks. Kernel and collective totals 
 summed over the aligned ranks, counting GPU work that starts inside an aligned step window.
 A kernel *class* is its name without template arguments and parameters
 (``void at::native::foo<4, ...>(...)`` -> ``at::native::foo``).
+
+**Unrelated jobs** get a warning (``warnings``), not a different verdict: different rank
+counts, or — when both sides are measured or both predicted, so that their kernels are named
+alike — a :func:`kernel_similarity` below :data:`UNRELATED_BELOW`. On the samples, one job
+against its replay or what-if scores 0.98-1.0 and a job before and after an optimisation 0.90;
+different jobs score 0.01-0.04.
 """
 
 from __future__ import annotations
@@ -31,14 +37,17 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_nccl_kernel_name
+from echo_view.model.schema import json_schema
 from echo_view.units import format_duration
 
 I64 = npt.NDArray[np.int64]
 
-SCHEMA = "echo-view.diff/1"
+SCHEMA = json_schema("diff")
 CATEGORIES = ("compute", "comm", "exposed_comm", "memory", "idle")
 #: |delta_pct| at or below this is called a match in the verdict.
 DEFAULT_TOLERANCE_PCT = 2.0
+#: Kernel similarity below which two jobs are called unrelated.
+UNRELATED_BELOW = 0.25
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,10 @@ class JobDiff:
     collectives: list[ItemDiff]
     tolerance_pct: float
     notes: list[str] = field(default_factory=list)
+    #: :func:`kernel_similarity` of the aligned ranks (None: no kernels).
+    kernel_similarity: float | None = None
+    #: Why A and B look like different jobs (empty when they do not).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def reference_is_b(self) -> bool:
@@ -176,6 +189,8 @@ class JobDiff:
             "collectives": [_item_json(c, ref_b) for c in self.collectives],
             "verdict": {"code": code, "text": text, "tolerance_pct": self.tolerance_pct},
             "notes": list(self.notes),
+            "kernel_similarity": _round(self.kernel_similarity),
+            "warnings": list(self.warnings),
         }
 
 
@@ -315,21 +330,37 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
+def _per_step(parts: list[tuple[int, int, int]]) -> tuple[float, float]:
+    """Per-rank ``(total, count, steps)`` as per-step ``(time, count)`` summed over ranks."""
+    return (
+        sum(t / s for t, _, s in parts if s),
+        sum(c / s for _, c, s in parts if s),
+    )
+
+
+def kernel_similarity(
+    a: dict[str, list[tuple[int, int, int]]], b: dict[str, list[tuple[int, int, int]]]
+) -> float | None:
+    """Weighted Jaccard similarity of two jobs' GPU time per kernel class and step:
+    ``sum(min(a_k, b_k)) / sum(max(a_k, b_k))`` over the classes ``k`` of either job. 1 means
+    the same kernels for the same time, 0 no kernel class in common; ``None`` without kernels."""
+    ta = {k: _per_step(v)[0] for k, v in a.items()}
+    tb = {k: _per_step(v)[0] for k, v in b.items()}
+    names = set(ta) | set(tb)
+    union = sum(max(ta.get(k, 0.0), tb.get(k, 0.0)) for k in names)
+    if union <= 0:
+        return None
+    return sum(min(ta.get(k, 0.0), tb.get(k, 0.0)) for k in names) / union
+
+
 def _items(
     a: dict[str, list[tuple[int, int, int]]], b: dict[str, list[tuple[int, int, int]]], top: int
 ) -> list[ItemDiff]:
     """Merge per-rank ``(total, count, steps)`` into per-step sums; top ``top`` by |delta|."""
-
-    def per_step(parts: list[tuple[int, int, int]]) -> tuple[float, float]:
-        return (
-            sum(t / s for t, _, s in parts if s),
-            sum(c / s for _, c, s in parts if s),
-        )
-
     items = []
     for name in set(a) | set(b):
-        ta, ca = per_step(a.get(name, []))
-        tb, cb = per_step(b.get(name, []))
+        ta, ca = _per_step(a.get(name, []))
+        tb, cb = _per_step(b.get(name, []))
         items.append(ItemDiff(name, Pair(round(ta), round(tb)), ca, cb))
     items.sort(key=lambda it: (-abs(it.time.delta_ns), -max(it.time.a_ns, it.time.b_ns), it.name))
     return items[:top]
@@ -406,6 +437,7 @@ def diff_jobs(
     }
     if any(r.step_alignment == "order" for r in ranks):
         notes.append("some steps were paired by order, not by step number")
+    similarity = kernel_similarity(kern_a, kern_b)
     return JobDiff(
         a_source=a.source,
         b_source=b.source,
@@ -420,4 +452,22 @@ def diff_jobs(
         collectives=_items(coll_a, coll_b, top),
         tolerance_pct=tolerance_pct,
         notes=notes,
+        kernel_similarity=similarity,
+        warnings=_unrelated(a, b, similarity),
     )
+
+
+def _unrelated(a: Job, b: Job, similarity: float | None) -> list[str]:
+    """Why ``a`` and ``b`` look like different jobs (see the module docstring)."""
+    why = []
+    if len(a.ranks) != len(b.ranks):
+        why.append(f"A has {len(a.ranks)} rank(s), B {len(b.ranks)}")
+    if a.predicted == b.predicted and similarity is not None and similarity < UNRELATED_BELOW:
+        why.append(
+            f"their GPU time per kernel class is {similarity:.0%} alike (weighted Jaccard "
+            f"similarity; warned below {UNRELATED_BELOW:.0%})"
+        )
+    if not why:
+        return []
+    return ["A and B look like different jobs: " + "; ".join(why) + "; the verdict compares "
+            "unlike things"]  # fmt: skip

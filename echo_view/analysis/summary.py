@@ -53,10 +53,11 @@ from echo_view.model import (
     Trace,
     parse_nccl_kernel_name,
 )
+from echo_view.model.schema import json_schema
 
 I64 = npt.NDArray[np.int64]
 
-SCHEMA = "echo-view.info/1"
+SCHEMA = json_schema("info")
 CATEGORIES = ("compute_ns", "comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -31,11 +30,13 @@ from echo_view.cli.comm import (
     add_cluster_options,
     console,
     format_bytes,
+    nic_option,
     parse_collective,
     parse_sets,
 )
 from echo_view.errors import ConfigError, UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
 from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.sim.comm.fit import (
@@ -126,7 +127,7 @@ def log_cluster(log: NcclTestsLog, args: argparse.Namespace) -> Cluster:
         )
     sets.pop("nodes", None)
     cluster = make_cluster(
-        gpu, gpus_per_node=gpn, nodes=len(counts), nic_gbps_per_gpu=args.nic_gbps_per_gpu
+        gpu, gpus_per_node=gpn, nodes=len(counts), nic_gbytes_per_s=nic_option(args)
     )
     return cluster.with_overrides(sets)
 
@@ -196,7 +197,7 @@ def run_comm(args: argparse.Namespace, registry: Registry) -> int:
     with atomic_output(args.output) as tmp:
         tmp.write_text(toml, encoding="utf-8")
     if args.json:
-        sys.stdout.write(json.dumps(_report_json(result, holdout, args), indent=2) + "\n")
+        sys.stdout.write(json_text(_report_json(result, holdout, args)))
     else:
         _render(result, holdout, args, console())
     return 0
@@ -228,6 +229,7 @@ def _report_json(
     result: FitResult, holdout: dict[str, ErrorStats] | None, args: argparse.Namespace
 ) -> dict[str, Any]:
     return {
+        "schema": json_schema("calibrate-comm"),
         "output": str(args.output),
         "model": args.model,
         "params": result.params.flat(),

@@ -26,8 +26,9 @@ from echo_view import __version__
 from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
 from echo_view.cli.comm import console
 from echo_view.errors import InputError, UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
+from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import GpuSpec, gpu_preset, match_gpu
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.kernel_calib import Calibration, ErrorStats, calibrate
@@ -137,11 +138,12 @@ def run_compute(args: argparse.Namespace, registry: Registry) -> int:
         tmp.write_text(text, encoding="utf-8")
     if args.json:
         report = {
+            "schema": json_schema("calibrate-compute"),
             "output": str(args.output),
             "gpus": {c.gpu: calibration_json(c) for c in results},
             "skipped": skipped,
         }
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         _render(results, skipped, args.output, console())
     return 0

@@ -12,7 +12,6 @@ simulator reads the file with ``--set interference=FILE.toml``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -21,8 +20,9 @@ from rich.console import Console
 from echo_view.analysis.interference_eval import MODELS, holdout
 from echo_view.analysis.interference_fit import fit
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
-from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.errors import UsageError, warn_deprecated
+from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.model.schema import json_schema
 from echo_view.sim.interference import InterferenceModel, model_to_toml
 
 
@@ -40,10 +40,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="measured jobs")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
     p.add_argument(
-        "--split",
+        "--holdout",
         choices=SPLITS,
-        help="held-out split (default: job with two or more jobs, else step)",
+        help="held-out split, as in `echo-view interference --holdout` (default: job with two "
+        "or more jobs, else step)",
     )
+    # The same option's earlier name, read for one more release.
+    p.add_argument("--split", choices=SPLITS, dest="split_deprecated", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=run)
 
@@ -57,7 +60,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             f"only {len(samples)} overlapped kernels with a solo reference: too few to fit",
             hint="give traces where compute overlaps NCCL kernels and runs alone too",
         )
-    split = args.split or ("job" if len(args.paths) > 1 else "step")
+    if args.split_deprecated is not None:
+        warn_deprecated("--split", "--holdout")
+    split = args.holdout or args.split_deprecated or ("job" if len(args.paths) > 1 else "step")
     errs, _ = holdout(samples, split)
     evaluation = {split: {m: _errors(errs[m]) for m in MODELS}}
     better = errs["fitted"].weighted_abs < errs["constant"].weighted_abs
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     rep["chosen"] = kind
     rep["output"] = str(args.output)
     if args.json:
-        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+        sys.stdout.write(json_text({"schema": json_schema("calibrate-interference"), **rep}))
     else:
         console = Console(highlight=False, soft_wrap=True)
         render(rep, console)

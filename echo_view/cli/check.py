@@ -1,11 +1,6 @@
-"""``echo-view check PATH... [--json] [--select CODES] [--ignore CODES] [--job] [--fix -o OUT]``
+"""``echo-view check PATH... [--json] [--select CODES] [--ignore CODES] [--job] [--fix -o OUT]``.
 
-Validates Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job
-directories and native Perfetto protobuf traces. Each file streams through the rules chunk by
-chunk; the files of a directory (or all files with ``--job``) are also checked as the ranks of
-one job. A file that is not JSON but that an importer reads (an Nsight Systems export) is
-imported and checked with the job-level rules. Exit code: 0 clean (warnings allowed), 1 errors,
-2 unusable input.
+The command's description (:data:`DESCRIPTION`) says what it checks and its exit codes.
 """
 
 from __future__ import annotations
@@ -20,8 +15,8 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from echo_view.errors import InputError, UsageError
-from echo_view.formats import Importer, Registry, atomic_output
+from echo_view.errors import InputError, LimitError, UsageError
+from echo_view.formats import Importer, Registry, atomic_output, check_output, not_a_trace
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -38,7 +33,20 @@ from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
 
+DESCRIPTION = (
+    "Validate Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job "
+    "directories and native Perfetto protobuf traces. Each file streams through the rules chunk "
+    "by chunk; the files of a directory (or all files with --job) are also checked as the ranks "
+    "of one job. A file that is not JSON but that an importer reads (an Nsight Systems export) "
+    "is imported and checked with the job-level rules. Exit code: 0 clean (warnings allowed), "
+    "1 errors, 2 unusable input."
+)
 _JSON_SUFFIXES = (".json", ".json.gz")
+#: What ``check`` reads, for the error on an input holding none of it.
+CHECK_FORMATS = (
+    "Chrome/Perfetto JSON traces (.json, .json.gz)",
+    "Perfetto protobuf traces (.pftrace)",
+)
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 _PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 
@@ -47,8 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
         help="validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     p.add_argument(
         "paths",
@@ -128,11 +135,7 @@ def expand(paths: list[Path], as_job: bool) -> list[_Job]:
     if loose.files:
         jobs.insert(0, loose)
     if not jobs:
-        raise InputError(
-            "no trace files found",
-            path=paths[0],
-            hint="give .json, .json.gz or .pftrace files or directories holding them",
-        )
+        raise not_a_trace(paths[0], CHECK_FORMATS)
     return jobs
 
 
@@ -156,7 +159,7 @@ def _classify(exc: InputError, facts: ContainerFacts) -> None:
 def check_json_file(path: Path, report: Report) -> RankSummary:
     """Stream one JSON trace through the file rules; returns its rank summary."""
     v = FileValidator(str(path), report)
-    facts = ContainerFacts(str(path))
+    facts = ContainerFacts(str(path), form="unknown")  # until the reader has seen the top level
     try:
         with read_container(path) as c:
             facts.form = c.form
@@ -172,7 +175,7 @@ def check_json_file(path: Path, report: Report) -> RankSummary:
             facts.truncated = c.truncated
             facts.events = c.event_count
     except InputError as exc:
-        if exc.message.startswith("cannot open"):
+        if exc.message.startswith("cannot open") or isinstance(exc, LimitError):
             raise
         _classify(exc, facts)
     return v.finish(facts)
@@ -191,8 +194,7 @@ def _check_loose(path: Path, report: Report) -> RankSummary:
 
 def fix_file(src: Path, out: Path) -> list[str]:
     """Write a repaired copy of ``src`` to ``out`` (atomically); returns what changed."""
-    if out.exists() and out.resolve() == src.resolve():
-        raise UsageError("--fix never overwrites its input", path=out, hint="choose another -o")
+    check_output(out, [src])
     raws: list[msgspec.Raw] = []
     with read_container(src) as c:
         for chunk in c.chunks(msgspec.Raw):
@@ -242,6 +244,23 @@ def check_paths(
             check_imported_job(imp.read(files), report, job.name)
 
 
+def _fix_input(paths: list[Path]) -> Path:
+    """The one trace file ``--fix`` repairs: the single file given, or the only trace file
+    of the single directory given."""
+    if len(paths) != 1:
+        raise UsageError(f"--fix repairs one trace file at a time, got {len(paths)} paths")
+    if not paths[0].is_dir():
+        return paths[0]
+    files = [f for job in expand(paths, False) for f in job.files]
+    if len(files) != 1:
+        raise UsageError(
+            f"--fix repairs one trace file at a time; this directory holds {len(files)}",
+            path=paths[0],
+            hint="give one of its files",
+        )
+    return files[0]
+
+
 def run(args: argparse.Namespace, registry: Registry) -> int:
     try:
         selection = Selection.parse(args.select, args.ignore)
@@ -256,14 +275,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.fix:
         if args.output is None:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
-        if len(args.paths) != 1 or args.paths[0].is_dir():
-            raise UsageError("--fix repairs one trace file at a time")
-        if args.paths[0].name.endswith(_PROTO_SUFFIXES) or importer_for_other(
-            args.paths[0], registry
-        ):
-            raise UsageError("--fix repairs JSON traces only", path=args.paths[0])
-        check_paths(args.paths, report)
-        changes = fix_file(args.paths[0], args.output)
+        src = _fix_input(args.paths)
+        if src.name.endswith(_PROTO_SUFFIXES) or importer_for_other(src, registry):
+            raise UsageError("--fix repairs JSON traces only", path=src)
+        check_paths([src], report)
+        changes = fix_file(src, args.output)
         after = Report(Selection.parse([c.split(":")[0] for c in changes if c.startswith("EV")]))
         if after.selection.select:
             check_paths([args.output], after)

@@ -10,19 +10,19 @@ NCCL-like model with the shipped calibrated constants or those of ``--model FILE
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from echo_view.errors import ConfigError, InputError, UsageError
-from echo_view.formats import Registry
+from echo_view.errors import ConfigError, InputError, UsageError, warn_deprecated
+from echo_view.formats import Registry, json_text
 from echo_view.model import CollectiveKind, collective_kind_from_name
+from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import Cluster, known_presets, make_cluster
 from echo_view.sim.comm import (
     AlphaBetaModel,
@@ -119,7 +119,7 @@ def load_model(path: Path | None) -> NcclModel | AlphaBetaModel:
 
 
 def add_cluster_options(p: argparse.ArgumentParser, *, gpu_default: str | None) -> None:
-    """``--gpu``, ``--gpus-per-node``, ``--nic-gbps-per-gpu``, ``--set``."""
+    """``--gpu``, ``--gpus-per-node``, ``--nic-gbytes-per-s``, ``--set``."""
     p.add_argument(
         "--gpu",
         default=gpu_default,
@@ -131,17 +131,33 @@ def add_cluster_options(p: argparse.ArgumentParser, *, gpu_default: str | None) 
         "--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: preset's 8)"
     )
     p.add_argument(
-        "--nic-gbps-per-gpu",
+        "--nic-gbytes-per-s",
         type=float,
-        metavar="B",
-        help="NIC bandwidth per GPU in Gb/s (default: the GPU's reference system)",
+        metavar="GBPS",
+        help="NIC bandwidth per GPU in GB/s, e.g. 50 for 400 Gb/s (default: the GPU's "
+        "reference system)",
     )
+    p.add_argument("--nic-gbps-per-gpu", type=float, help=argparse.SUPPRESS)  # deprecated
     p.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
         help="override a cluster value (cpu=amd, fabric=pcie, nvlink_gbytes_per_s=150, ...)",
     )
+
+
+def nic_option(args: argparse.Namespace) -> float | None:
+    """``--nic-gbytes-per-s`` (GB/s), or the deprecated ``--nic-gbps-per-gpu`` (Gb/s)."""
+    old = args.nic_gbps_per_gpu
+    if old is None:
+        return cast(float | None, args.nic_gbytes_per_s)
+    gbytes = float(old) / 8
+    warn_deprecated(
+        "--nic-gbps-per-gpu",
+        "--nic-gbytes-per-s (GB/s)",
+        f" ({old:g} Gb/s read as {gbytes:g} GB/s)",
+    )
+    return gbytes
 
 
 def register(subparsers: Any) -> None:
@@ -188,7 +204,7 @@ def build_cluster(args: argparse.Namespace, ranks: int) -> tuple[Cluster, int]:
     if args.gpus_per_node is not None:
         sets["gpus_per_node"] = str(args.gpus_per_node)
     nodes_given = sets.pop("nodes", None)
-    cluster = make_cluster(args.gpu, nic_gbps_per_gpu=args.nic_gbps_per_gpu).with_overrides(sets)
+    cluster = make_cluster(args.gpu, nic_gbytes_per_s=nic_option(args)).with_overrides(sets)
     gpn = cluster.gpus_per_node
     per_node = args.ranks_per_node if args.ranks_per_node is not None else min(ranks, gpn)
     if not 1 <= per_node <= gpn:
@@ -219,8 +235,8 @@ def result_json(
         "algorithm": est.algorithm,
         "protocol": est.protocol,
         "channels": est.channels,
-        "algbw_gbs": est.algbw_bytes_per_s / 1e9,
-        "busbw_gbs": est.busbw_bytes_per_s / 1e9,
+        "algbw_gbytes_per_s": est.algbw_bytes_per_s / 1e9,
+        "busbw_gbytes_per_s": est.busbw_bytes_per_s / 1e9,
         "nccl_tuner_time_us": None if est.nccl_time_ns is None else est.nccl_time_ns / 1e3,
         "timed_as": est.assumed,
     }
@@ -243,7 +259,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         context = {"cluster": cluster.describe(), "model": model.params.source}
         out = {**rows[0], **context} if len(rows) == 1 else {**context, "results": rows}
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(json_text({"schema": json_schema("comm"), **out}))
         return 0
     render(kind, rows, cluster, model, console())
     return 0
@@ -275,7 +291,7 @@ def render(
     console.print(
         f"{kind.label} over {first['ranks']} ranks on {first['nodes']} node(s) of "
         f"{cluster.gpus_per_node} x {d['gpu']} ({d['fabric']}, "
-        f"{d['nvlink_gbytes_per_s']:g} GB/s NVLink, {d['nic_gbps_per_gpu']:g} Gb/s NIC per GPU)"
+        f"NVLink {d['nvlink_gbytes_per_s']:g} GB/s, NIC {d['nic_gbytes_per_s']:g} GB/s per GPU)"
     )
     console.print(f"model: {model.name}, {model.params.source}")
     table = Table(box=box.SIMPLE_HEAD)
@@ -290,8 +306,8 @@ def render(
             r["algorithm"],
             r["protocol"],
             str(r["channels"]),
-            f"{r['algbw_gbs']:.2f}",
-            f"{r['busbw_gbs']:.2f}",
+            f"{r['algbw_gbytes_per_s']:.2f}",
+            f"{r['busbw_gbytes_per_s']:.2f}",
             "-" if tuner is None else f"{tuner:,.2f}",
         )
     console.print(table)

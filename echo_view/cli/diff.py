@@ -11,22 +11,26 @@ beside the category breakdown (needs the ``plot`` extra: matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
 from echo_view.cli.info import StderrProgress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
 from echo_view.units import format_duration
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PLOT_FORMATS = ("png", "svg", "pdf")
 
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         _read(registry, args.a), _read(registry, args.b), top=args.top, tolerance_pct=args.tolerance
     )
     if args.json:
-        sys.stdout.write(json.dumps(diff.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_text(diff.to_json()))
     else:
         render(diff, console(width=140))
     if args.plot is not None:
@@ -139,6 +143,8 @@ def render(diff: JobDiff, console: Console) -> None:
     pb = " (predicted)" if diff.b_predicted else ""
     console.print(f"[bold]A[/bold] {diff.a_source}{pa}")
     console.print(f"[bold]B[/bold] {diff.b_source}{pb}")
+    for warning in diff.warnings:
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     code, text = diff.verdict
     colour = {"match": "green", "b_slower": "red", "b_faster": "cyan"}.get(code, "yellow")
     console.print(f"[bold {colour}]{text}[/]")
@@ -195,6 +201,14 @@ def _plot_format(path: Path) -> str:
 def write_plot(diff: JobDiff, path: Path) -> None:
     """Per-rank step-time bars (A beside B) and the category breakdown, written atomically."""
     fmt = _plot_format(path)
+    fig = plot_figure(diff)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format=fmt)
+
+
+def plot_figure(diff: JobDiff) -> Figure:
+    """The ``--plot`` figure: the whole verdict as its title (wrapped, never cut), legends
+    beside the axes so that they cover no bar."""
     try:
         import matplotlib
 
@@ -204,7 +218,7 @@ def write_plot(diff: JobDiff, path: Path) -> None:
         raise UsageError(
             "--plot needs matplotlib", hint="install the plot extra: pip install 'echo-view[plot]'"
         ) from None
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    fig = Figure(figsize=(12, 5), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
     ranks = [r.rank for r in diff.ranks]
     xs = list(range(len(ranks)))
@@ -214,7 +228,7 @@ def write_plot(diff: JobDiff, path: Path) -> None:
     ax1.set_xlabel("rank")
     ax1.set_ylabel("step time (ms)")
     ax1.set_title("Step time per rank")
-    ax1.legend()
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     parts = ("compute", "exposed_comm", "memory", "idle")
     colours = ("#4caf50", "#9c27b0", "#ff9800", "#bdbdbd")
     bottom = [0.0, 0.0]
@@ -224,7 +238,7 @@ def write_plot(diff: JobDiff, path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax2.set_ylabel("time per step (ms, mean over ranks)")
     ax2.set_title("Category breakdown")
-    ax2.legend(fontsize="small")
-    fig.suptitle(diff.verdict[1][:140], fontsize="small")
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, format=fmt)
+    ax2.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    lines = [f"warning: {w}" for w in diff.warnings] + [diff.verdict[1]]
+    fig.suptitle("\n".join(t for line in lines for t in textwrap.wrap(line, 130)), fontsize="small")
+    return fig

@@ -11,7 +11,6 @@ Import progress goes to stderr, only when stderr is a terminal or the import tak
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from rich.table import Table
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
 from echo_view.cli.comm import console
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.loading import job_importer
 from echo_view.units import format_duration
 
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         progress.close()
     summary = summarize(job, top=args.top)
     if args.json:
-        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_text(summary.to_json()))
     else:
         render(summary, console(), title=_title(paths))
     return 0

@@ -2,7 +2,7 @@
 
 INPUT is a measured job (any trace format an importer reads): its dependency graph is
 reconstructed and replayed, with measured durations (replay) or with what-if changes
-(``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbps_per_gpu=400 --comm model``).
+(``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbytes_per_s=50 --comm model``).
 ``--comm model`` takes collective times from the NCCL model on the job's cluster instead of the
 trace. ``-o`` writes the predicted timeline in any export format; ``--json`` prints the step
 times (predicted and measured) and their breakdown.
@@ -17,7 +17,6 @@ The run itself is :func:`echo_view.sim.runs.replay_job`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -27,9 +26,10 @@ from typing import Any
 from echo_view.cli.export import report_written
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.loading import is_workload_input
 from echo_view.model import Job
+from echo_view.model.schema import json_schema
 from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
 from echo_view.units import format_duration
 
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a cluster or model knob (cluster.nic_gbps_per_gpu=400, "
+        help="override a cluster or model knob (cluster.nic_gbytes_per_s=50 (GB/s), "
         "compute.scale.gemm=0.5, compute.scale.all=0.8, comm.scale=0); repeatable",
     )
     p.add_argument(
@@ -123,6 +123,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     run = replay_job(job, overrides, args.comm)
     t_sim = time.perf_counter()
     report = {
+        "schema": json_schema("simulate"),
         "input": str(args.input),
         **run.report,
         "seconds": {"import": t_import - t0, "simulate": t_sim - t_import},
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         exporter.write(run.predicted, args.output)
         report_written(exporter, run.predicted, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         sys.stdout.write(render(report))
     return 0
@@ -161,6 +162,11 @@ def render(report: dict[str, Any]) -> str:
         f"{'rank':>5} {'step':>11} {'measured':>11} {'error':>8} {'compute':>11} "
         f"{'comm':>11} {'exposed':>11} {'idle':>11}",
     ]
+    if colls.get("not_modelled_because"):
+        lines[1:1] = [
+            f"note: {colls['measured']} collective(s) keep their measured time (the comm model "
+            f"needs the message size): {colls['not_modelled_because']}"
+        ]
     for r in report["ranks"]:
         lines.append(
             f"{r['rank']:>5} {_fmt(r['step_time_s']):>11} "

@@ -8,12 +8,13 @@ job; this module validates the decoded mapping.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
@@ -106,7 +107,6 @@ class ClusterConfig:
     gpu: str
     gpus_per_node: int
     nodes: int
-    nic_gbps_per_gpu: float | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -162,7 +162,9 @@ class _Section:
         self.used.add(key)
         if key not in self.data:
             if required:
-                raise self._err(key, "required key is missing")
+                near = difflib.get_close_matches(key, [str(k) for k in self.data], n=1)
+                typo = f" (is {near[0]!r} a misspelling of it?)" if near else ""
+                raise self._err(key, f"required key is missing{typo}")
             return default
         value = self.data[key]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -191,8 +193,9 @@ class _Section:
     def finish(self) -> None:
         extra = sorted(self.rest())
         if extra:
-            known = ", ".join(sorted(self.used))
-            raise self._err(extra[0], f"unknown key (known keys: {known})")
+            err = self._err(extra[0], "unknown key")
+            err.hint = known_keys_hint(extra[0], sorted(self.used))
+            raise err
 
 
 _SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference")
@@ -203,7 +206,9 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     for key in data:
         if key not in _SECTIONS:
             raise ConfigError(
-                f"unknown table [{key}] (known: {', '.join(_SECTIONS)})", path=source or None
+                f"unknown table [{key}]",
+                path=source or None,
+                hint=known_keys_hint(key, _SECTIONS, "known tables"),
             )
     for key in _SECTIONS[:5]:
         if key not in data:
@@ -258,10 +263,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     gpu = c.get("gpu", str, required=True)
     gpn = c.positive("gpus_per_node")
     nodes = c.positive("nodes")
-    nic = c.get("nic_gbps_per_gpu", float)
-    if nic is not None and nic <= 0:
-        raise c._err("nic_gbps_per_gpu", f"must be positive, got {nic}")
-    cluster = ClusterConfig(gpu, gpn, nodes, nic, MappingProxyType(c.rest()))
+    cluster = ClusterConfig(gpu, gpn, nodes, MappingProxyType(c.rest()))
 
     pr = _Section(data["precision"], "precision", source)
     dtype = pr.choice("dtype", DTYPES)
@@ -442,8 +444,6 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
     """The TOML-shaped mapping that :func:`parse_workload_config` turns back into ``cfg``."""
     m, p, b, c = cfg.model, cfg.parallel, cfg.batch, cfg.cluster
     cluster: dict[str, Any] = {"gpu": c.gpu, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes}
-    if c.nic_gbps_per_gpu is not None:
-        cluster["nic_gbps_per_gpu"] = c.nic_gbps_per_gpu
     cluster.update(c.overrides)
     out: dict[str, Any] = {
         "model": {

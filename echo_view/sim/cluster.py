@@ -3,7 +3,8 @@
 A :class:`Cluster` is a GPU, a node size, a node count, the NIC bandwidth per GPU and the
 intra-node fabric; every value, the GPU's included, can be overridden by name
 (:meth:`Cluster.with_overrides`), which is how ``--set cluster.KEY=VALUE`` and the workload
-config's ``[cluster]`` table reach it. Bandwidths are bytes per second, per direction.
+config's ``[cluster]`` table reach it. Bandwidths are bytes per second, per direction; the
+keys give them in GB/s (10^9 bytes per second) and end in ``_gbytes_per_s``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from echo_view.errors import ConfigError, in_file
+from echo_view.errors import ConfigError, in_file, known_keys_hint, warn_deprecated
 from echo_view.sim.gpus import (
     GB,
     PRESETS,
@@ -61,9 +62,9 @@ class Cluster:
                 where="cluster",
             )
         for key, value in (
-            ("nic_gbps_per_gpu", self.nic_bytes_per_s_per_gpu),
-            ("nvlink_gbps", self.nvlink_bytes_per_s),
-            ("pcie_gbps", self.pcie_bytes_per_s),
+            ("nic_gbytes_per_s", self.nic_bytes_per_s_per_gpu),
+            ("nvlink_gbytes_per_s", self.nvlink_bytes_per_s),
+            ("pcie_gbytes_per_s", self.pcie_bytes_per_s),
         ):
             if value is not None and not value > 0:
                 raise ConfigError(f"must be positive, got {value}", where=f"cluster.{key}")
@@ -104,16 +105,19 @@ class Cluster:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Cluster:
         """A copy with the named values replaced (strings are parsed). Keys: see
-        :data:`OVERRIDE_KEYS`; an unknown key is a :class:`ConfigError` listing them."""
+        :data:`OVERRIDE_KEYS` (and, with a :class:`~echo_view.errors.Deprecated` warning,
+        :data:`DEPRECATED_KEYS`); an unknown key is a :class:`ConfigError` listing them."""
         cluster = self
         # The GPU first, so that its per-GPU values can be overridden in the same mapping.
         items = sorted(overrides.items(), key=lambda kv: kv[0] != "gpu")
         for key, raw in items:
+            if key in DEPRECATED_KEYS:
+                key, raw = _from_gigabits(key, raw)
             if key not in OVERRIDE_KEYS:
                 raise ConfigError(
                     f"unknown cluster key {key!r}",
                     where=f"cluster.{key}",
-                    hint=f"known keys: {', '.join(OVERRIDE_KEYS)}",
+                    hint=known_keys_hint(key, OVERRIDE_KEYS),
                 )
             cluster = _apply(cluster, key, raw)
         return cluster
@@ -124,7 +128,7 @@ class Cluster:
             "gpu": self.gpu.name,
             "gpus_per_node": self.gpus_per_node,
             "nodes": self.nodes,
-            "nic_gbps_per_gpu": self.nic_bytes_per_s_per_gpu * 8 / 1e9,
+            "nic_gbytes_per_s": self.nic_bytes_per_s_per_gpu / GB,
             "nvlink_gbytes_per_s": self.nvlink_bw / GB,
             "pcie_gbytes_per_s": self.pcie_bw / GB,
             "fabric": self.fabric,
@@ -133,21 +137,20 @@ class Cluster:
         }
 
 
-#: Keys :meth:`Cluster.with_overrides` accepts, with their units. ``*_gbps`` are gigabits per
-#: second, ``*_gbytes_per_s`` gigabytes per second; per-GPU bandwidths are per direction.
+#: Keys :meth:`Cluster.with_overrides` accepts. Every bandwidth is ``*_gbytes_per_s``: GB/s
+#: (10^9 bytes per second) per GPU and per direction, the unit NVIDIA quotes NVLink and HBM in
+#: and nccl-tests reports; a 400 Gb/s NIC per GPU is ``nic_gbytes_per_s = 50``.
 OVERRIDE_KEYS: tuple[str, ...] = (
     "gpu",
     "gpus_per_node",
     "nodes",
-    "nic_gbps_per_gpu",
-    "nvlink_gbps",
+    "nic_gbytes_per_s",
     "nvlink_gbytes_per_s",
-    "pcie_gbps",
     "pcie_gbytes_per_s",
+    "hbm_gbytes_per_s",
     "fabric",
     "cpu",
     "net_latency_us",
-    "hbm_gbytes_per_s",
     "memory_gb",
     "sm_count",
     "peak_tflops_fp32",
@@ -156,6 +159,24 @@ OVERRIDE_KEYS: tuple[str, ...] = (
     "peak_tflops_bf16",
     "peak_tflops_fp8",
 )
+
+#: Old keys in gigabits per second, read for one more release with a warning naming the key
+#: that replaces them (a gigabit key beside gigabyte keys halved NVLink by a factor of 8).
+DEPRECATED_KEYS: dict[str, str] = {
+    "nic_gbps_per_gpu": "nic_gbytes_per_s",
+    "nvlink_gbps": "nvlink_gbytes_per_s",
+    "pcie_gbps": "pcie_gbytes_per_s",
+}
+
+
+def _from_gigabits(key: str, raw: Any) -> tuple[str, float]:
+    """A deprecated gigabit key's replacement key and value (GB/s), with its warning."""
+    new = DEPRECATED_KEYS[key]
+    gbytes = _number(key, raw) / 8
+    warn_deprecated(
+        f"cluster.{key}", f"cluster.{new} in GB/s", f" ({raw} Gb/s was read as {gbytes:g} GB/s)"
+    )
+    return new, gbytes
 
 
 def _number(key: str, raw: Any, *, integer: bool = False) -> float:
@@ -166,7 +187,7 @@ def _number(key: str, raw: Any, *, integer: bool = False) -> float:
     except (TypeError, ValueError):
         kind = "an integer" if integer else "a number"
         raise ConfigError(f"expected {kind}, got {raw!r}", where=f"cluster.{key}") from None
-    # Bounded (in the key's own unit: Gb/s, GB/s, µs, TFLOP/s, GB, count) so that every
+    # Bounded (in the key's own unit: GB/s, µs, TFLOP/s, GB, count) so that every
     # derived time stays a finite int64 of ns.
     if not 1e-3 <= value <= 1e9:
         raise ConfigError(f"must be positive (0.001 to 1e9), got {raw!r}", where=f"cluster.{key}")
@@ -182,14 +203,10 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
         return replace(cluster, gpus_per_node=int(_number(key, raw, integer=True)))
     if key == "nodes":
         return replace(cluster, nodes=int(_number(key, raw, integer=True)))
-    if key == "nic_gbps_per_gpu":
-        return replace(cluster, nic_bytes_per_s_per_gpu=_number(key, raw) * 1e9 / 8)
-    if key == "nvlink_gbps":
-        return replace(cluster, nvlink_bytes_per_s=_number(key, raw) * 1e9 / 8)
+    if key == "nic_gbytes_per_s":
+        return replace(cluster, nic_bytes_per_s_per_gpu=_number(key, raw) * GB)
     if key == "nvlink_gbytes_per_s":
         return replace(cluster, nvlink_bytes_per_s=_number(key, raw) * GB)
-    if key == "pcie_gbps":
-        return replace(cluster, pcie_bytes_per_s=_number(key, raw) * 1e9 / 8)
     if key == "pcie_gbytes_per_s":
         return replace(cluster, pcie_bytes_per_s=_number(key, raw) * GB)
     if key == "fabric":
@@ -223,6 +240,7 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
 
 __all__ = [
     "CPU_VENDORS",
+    "DEPRECATED_KEYS",
     "FABRICS",
     "OVERRIDE_KEYS",
     "PRESETS",
@@ -241,25 +259,21 @@ def make_cluster(
     *,
     gpus_per_node: int = 8,
     nodes: int = 1,
-    nic_gbps_per_gpu: float | None = None,
+    nic_gbytes_per_s: float | None = None,
     **overrides: Any,
 ) -> Cluster:
-    """A cluster of ``gpu`` with that GPU's reference fabric and NIC unless given."""
+    """A cluster of ``gpu`` with that GPU's reference fabric and NIC unless given;
+    ``overrides`` are :meth:`Cluster.with_overrides` keys."""
     spec = gpu if isinstance(gpu, GpuSpec) else gpu_preset(gpu)
-    nic_bits = nic_gbps_per_gpu * 1e9 if nic_gbps_per_gpu is not None else None
-    if nic_bits is None:
-        nic_bits = spec.default_nic_bits_per_s
-    if not nic_bits > 0:
-        raise ConfigError(
-            f"must be positive, got {nic_gbps_per_gpu}", where="cluster.nic_gbps_per_gpu"
-        )
     cluster = Cluster(
         gpu=spec,
         gpus_per_node=gpus_per_node,
         nodes=nodes,
-        nic_bytes_per_s_per_gpu=nic_bits / 8,
+        nic_bytes_per_s_per_gpu=spec.default_nic_bits_per_s / 8,
         fabric=spec.default_fabric,
     )
+    if nic_gbytes_per_s is not None:
+        overrides = {"nic_gbytes_per_s": nic_gbytes_per_s, **overrides}
     return cluster.with_overrides(overrides) if overrides else cluster
 
 
@@ -271,6 +285,5 @@ def cluster_from_config(config: ClusterConfig, source: str = "") -> Cluster:
             config.gpu,
             gpus_per_node=config.gpus_per_node,
             nodes=config.nodes,
-            nic_gbps_per_gpu=config.nic_gbps_per_gpu,
         )
         return cluster.with_overrides(config.overrides) if config.overrides else cluster

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.workload import (
     CLASS_ATTENTION,
     CLASS_COLLECTIVE,
@@ -101,7 +101,9 @@ class MeasuredCompute:
         if unknown:
             raise ConfigError(
                 f"unknown compute scale {', '.join('compute.scale.' + k for k in unknown)}",
-                hint="known: " + ", ".join("compute.scale." + k for k in SCALE_KEYS),
+                hint=known_keys_hint(
+                    "compute.scale." + unknown[0], ["compute.scale." + k for k in SCALE_KEYS]
+                ),
             )
         for key, value in scale.items():
             if not np.isfinite(value) or value < 0:

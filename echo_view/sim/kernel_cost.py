@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 
 # Op classes (shared with echo_view.model.graph.OpClass and echo_view.model.workload).
 GEMM, ATTENTION, COLLECTIVE = 0, 1, 9
@@ -69,7 +69,7 @@ class ComputeParams:
             if key not in known:
                 raise ConfigError(
                     f"unknown compute parameter {key!r}",
-                    hint=f"known: {', '.join(sorted(known))}",
+                    hint=known_keys_hint(key, sorted(known)),
                 )
             try:
                 number = float(value)

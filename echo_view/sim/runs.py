@@ -21,13 +21,14 @@ from typing import Any, cast
 
 from echo_view.analysis.interference_features import gpu_generation, trace_generation
 from echo_view.analysis.summary import summarize
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim import MeasuredCompute, predicted_job
 from echo_view.sim.cluster import (
+    DEPRECATED_KEYS,
     OVERRIDE_KEYS,
     Cluster,
     cluster_from_config,
@@ -71,15 +72,34 @@ def scale_value(key: str, value: str) -> float:
     return x
 
 
+#: Deprecated ``cluster.*`` spellings: accepted (the cluster model warns), never listed.
+DEPRECATED_SET_KEYS = tuple(f"cluster.{k}" for k in DEPRECATED_KEYS)
+
+
 def check_keys(overrides: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
-    """A ConfigError naming the first knob of ``overrides`` that ``known`` lacks."""
+    """A ConfigError naming the first knob of ``overrides`` that ``known`` lacks, and the
+    nearest one it has."""
     for key in overrides:
-        if key not in known:
+        if key not in known and key not in DEPRECATED_SET_KEYS:
             raise ConfigError(
                 f"unknown knob {key!r} for {what}",
                 where="--set",
-                hint=f"known: {', '.join(known)}",
+                hint=known_keys_hint(key, known),
             )
+
+
+def unmodelled_reason(job: Job) -> str:
+    """Why a comm model cannot time some of ``job``'s collectives: what its importer recorded
+    (``unsized_collectives`` in a trace's metadata), else what a Kineto trace lacks."""
+    said = dict.fromkeys(
+        str(t.metadata["unsized_collectives"])
+        for t in job.traces
+        if t.metadata.get("unsized_collectives")
+    )
+    return "; ".join(said) or (
+        "the trace gives no message size for them (Kineto: the NCCL kernel's 'In msg nelems' "
+        "and 'dtype' args)"
+    )
 
 
 def cluster_for_job(job: Job, overrides: Mapping[str, str]) -> Cluster | None:
@@ -158,6 +178,9 @@ def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -
         "collectives": {
             "total": sim.collectives.total,
             "modelled": sim.collectives.modelled,
+            "not_modelled_because": (
+                unmodelled_reason(job) if timer is not None and sim.collectives.measured else None
+            ),
             "measured": sim.collectives.measured,
             "matched_by": info.matched_by,
             "absent_ranks": info.absent_ranks,

@@ -68,6 +68,10 @@ def prepare(jobs: Sequence[Job], titles: Sequence[str]) -> Loaded:
     )
 
 
+#: Actions that need two inputs (``echo-view tui A B``).
+TWO_INPUT_ACTIONS = frozenset({"app.diff", "app.other_input"})
+
+
 class EchoViewApp(App[None]):
     """Browse one job's timeline, or diff two."""
 
@@ -187,9 +191,12 @@ class EchoViewApp(App[None]):
         if isinstance(self.screen, HelpScreen):
             return
         sections: list[Section] = [("Everywhere", binding_rows(self.BINDINGS))]
+        two = self.loaded is not None and len(self.loaded.jobs) == 2
+        # With one input, the keys that need two (the diff, the other input) do nothing.
+        skip = () if two else TWO_INPUT_ACTIONS
         screen_type = type(self.screen)
         if screen_type in (TimelineScreen, DiffScreen, SummaryScreen):
-            sections.append(("This screen", binding_rows(screen_type.BINDINGS)))
+            sections.append(("This screen", binding_rows(screen_type.BINDINGS, skip)))
         sections += [
             ("Timeline", binding_rows(TimelineView.BINDINGS)),
             ("Timeline panel", binding_rows(TimelinePanel.BINDINGS)),
@@ -197,9 +204,9 @@ class EchoViewApp(App[None]):
             ("Kind filter", binding_rows(KindFilterScreen.BINDINGS)),
         ]
         if screen_type is not TimelineScreen:
-            sections.append(("Timeline screen", binding_rows(TimelineScreen.BINDINGS)))
-        if screen_type is not DiffScreen:
-            sections.append(("Diff screen (two inputs)", binding_rows(DiffScreen.BINDINGS)))
+            sections.append(("Timeline screen", binding_rows(TimelineScreen.BINDINGS, skip)))
+        if screen_type is not DiffScreen and two:
+            sections.append(("Diff screen", binding_rows(DiffScreen.BINDINGS)))
         if screen_type is not SummaryScreen:
             sections.append(("Summary screen", binding_rows(SummaryScreen.BINDINGS)))
         self.push_screen(HelpScreen(sections))

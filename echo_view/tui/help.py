@@ -3,7 +3,7 @@ their ``BINDINGS`` so that the list cannot drift from what the keys do."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import ClassVar
 
 from rich.table import Table
@@ -54,8 +54,11 @@ def _key_text(binding: Binding) -> str:
     return " ".join(_KEY_NAMES.get(k, k) for k in keys)
 
 
-def binding_rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
-    """``(keys, description)`` for each binding that has a description."""
+def binding_rows(
+    bindings: Iterable[BindingType], leave_out: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """``(keys, description)`` for each binding that has a description and whose action is
+    not in ``leave_out`` (actions that do not apply now)."""
     rows = []
     for b in bindings:
         if isinstance(b, Binding):
@@ -64,7 +67,7 @@ def binding_rows(bindings: Iterable[BindingType]) -> list[tuple[str, str]]:
             binding = Binding(b[0], b[1])
         else:
             binding = Binding(b[0], b[1], b[2])
-        if binding.description:
+        if binding.description and binding.action not in leave_out:
             rows.append((_key_text(binding), binding.description))
     return rows
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from echo_view.model.schema import json_schema
+
 
 class Severity(IntEnum):
     """How bad a finding is. Errors make ``check`` exit with code 1; warnings and infos do not."""
@@ -288,7 +290,7 @@ class Report:
         """The stable ``--json`` document (see docs/validation-codes.md, "JSON output")."""
         totals = self.totals()
         return {
-            "schema": "echo-view/check/1",
+            "schema": json_schema("check"),
             "exit_code": self.exit_code(),
             "summary": {s.label + "s": totals[s] for s in sorted(Severity, reverse=True)},
             "files": [f.to_json() for f in self.files],

@@ -17,7 +17,8 @@ def render_report(
     """The report as rich renderables (``show`` locations per code)."""
     parts: list[RenderableType] = []
     for f in report.files:
-        bits = [f"{f.events} events", f.form]
+        # An unreadable file has no events and no form to show: just UNUSABLE.
+        bits = [f"{f.events} events", f.form] if f.usable or f.events else []
         if f.rank is not None:
             bits.append(f"rank {f.rank}" + (f" of {f.world_size}" if f.world_size else ""))
         if f.truncated:

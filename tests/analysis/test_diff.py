@@ -9,7 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from echo_view.analysis.diff import SCHEMA, diff_jobs, kernel_class
+from echo_view.analysis.diff import (
+    SCHEMA,
+    UNRELATED_BELOW,
+    diff_jobs,
+    kernel_class,
+    kernel_similarity,
+)
 from echo_view.model import (
     ClockAlignment,
     CollectiveKind,
@@ -132,6 +138,8 @@ def test_json_keys_are_stable() -> None:
         "collectives",
         "verdict",
         "notes",
+        "kernel_similarity",
+        "warnings",
     ]
     assert d["schema"] == SCHEMA
     assert set(d["step_time"]) == {
@@ -215,3 +223,38 @@ def test_dlrm_measured_vs_a_perturbed_prediction() -> None:
     # idle time rather than lengthening the step.
     assert d.categories["idle"].delta_ns < 0
     assert d.error_pct is not None and d.error_pct >= 0
+
+
+def test_kernel_similarity_is_a_weighted_jaccard() -> None:
+    a = {"gemm": [(300, 3, 1)], "nccl": [(100, 1, 1)]}
+    b = {"gemm": [(200, 2, 1), (100, 1, 1)], "copy": [(100, 1, 1)]}
+    # min: gemm 300, nccl 0, copy 0 = 300; max: gemm 300 + nccl 100 + copy 100 = 500
+    assert kernel_similarity(a, b) == pytest.approx(0.6)
+    assert kernel_similarity(a, a) == 1.0 and kernel_similarity({}, {}) is None
+
+
+def test_unrelated_jobs_are_warned_about() -> None:
+    a = _job(200, 200, [1, 2])
+    assert diff_jobs(a, _job(210, 200, [1, 2])).warnings == []  # the same job, a bit slower
+    one = Job((a.traces[0],), ClockAlignment("none", (0,), 0), 1, "one")
+    (w,) = diff_jobs(a, one).warnings
+    assert w.startswith("A and B look like different jobs: A has 2 rank(s), B 1")
+    # Same ranks and steps, other work: no GEMM time, 4.5x the all-reduce (200/1100 alike).
+    other = Job(tuple(_rank(r, [1, 2], 0, 900) for r in (0, 1)), a.alignment, 2, "other", False)
+    d = diff_jobs(a, other)
+    assert d.kernel_similarity is not None and d.kernel_similarity < UNRELATED_BELOW
+    (w,) = d.warnings
+    assert "GPU time per kernel class is" in w and "weighted Jaccard" in w
+    # A prediction names kernels its own way: only the rank count is compared then.
+    assert diff_jobs(a, Job(other.traces, a.alignment, 2, "p", True)).warnings == []
+
+
+def test_dlrm_against_another_sample_is_unrelated() -> None:
+    from importers.kineto import KinetoImporter
+
+    dlrm = KinetoImporter().read([DLRM])
+    hta = KinetoImporter().read([DLRM.parent / "hta_nccl" / "nccl_data.json.gz"])
+    d = diff_jobs(dlrm, hta)
+    assert d.kernel_similarity is not None and d.kernel_similarity < 0.05
+    assert len(d.warnings) == 1 and "A has 8 rank(s), B 1" in d.warnings[0]
+    assert diff_jobs(dlrm, dlrm).kernel_similarity == 1.0

@@ -21,6 +21,8 @@ CONFIG = SAMPLES / "configs" / "validation" / "korthikanti-22b-full.toml"  # A10
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, object]:
     assert main(argv) == 0
     out: dict[str, object] = json.loads(capsys.readouterr().out)
+    output = "calibrate-compute" if argv[0] == "calibrate" else "simulate-config"  # CONFIG
+    assert out["schema"] == f"echo-view.{output}/1"
     return out
 
 

@@ -135,6 +135,34 @@ def test_plot_is_written_atomically(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_plot_title_is_whole_and_legends_cover_no_bar(pair: tuple[Path, Path, Path]) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from echo_view.analysis.diff import diff_jobs
+    from echo_view.cli.diff import plot_figure
+
+    a, b, _ = pair
+    imp = PairImporter()
+    one = Job((_rank(0, 4200),), ClockAlignment("none", (0,), 0), 1, "one rank", True)
+    for diff in (diff_jobs(imp.read([a]), imp.read([b])), diff_jobs(imp.read([a]), one)):
+        fig = plot_figure(diff)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        title = fig.get_suptitle()
+        expected = " ".join([*(f"warning: {w}" for w in diff.warnings), diff.verdict[1]])
+        assert title.replace("\n", " ") == expected  # wrapped, not cut
+        (text,) = [t for t in fig.findobj(Text) if t.get_text() == title]
+        box = text.get_window_extent(renderer)
+        assert len(title) > 130 and fig.bbox.contains(*box.p0) and fig.bbox.contains(*box.p1)
+        for ax in fig.axes:
+            legend = ax.get_legend().get_window_extent(renderer)
+            bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
+            assert bars and not any(legend.overlaps(bar) for bar in bars)
+            assert fig.bbox.contains(*legend.p1)
+
+
 def test_plot_suffix_and_missing_matplotlib(
     pair: tuple[Path, Path, Path],
     capsys: pytest.CaptureFixture[str],
@@ -187,3 +215,17 @@ def test_predicted_vs_measured_from_simulate(
     assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err + 0.5)]) == 0
     if err > 0:
         assert main(["diff", str(dlrm), str(out), "--json", "--fail-above", str(err / 2)]) == 1
+
+
+def test_unrelated_jobs_are_warned_above_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from echo_view.cli import main
+
+    samples = Path(__file__).resolve().parents[2] / "samples"
+    argv = ["diff", str(samples / "dlrm_kineto"), str(samples / "hta_nccl" / "nccl_data.json.gz")]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    warning = next(i for i, line in enumerate(lines) if line.startswith("warning: "))
+    verdict = next(i for i, line in enumerate(lines) if "slower than A" in line)
+    assert warning < verdict and "look like different jobs" in lines[warning]

@@ -20,6 +20,7 @@ SAMPLED = str(SAMPLES / "hta_sampled_128")
 def test_interference_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["interference", DLRM, HTA, "--json", "--holdout", "trace"]) == 0
     rep = json.loads(capsys.readouterr().out)
+    assert rep["schema"] == "echo-view.interference/1"
     assert rep["inputs"] == sorted([DLRM, HTA])
     assert len(rep["traces"]) == 9 and rep["samples"] == sum(t["samples"] for t in rep["traces"])
     rows = {c["class"]: c for c in rep["classes"]}
@@ -44,6 +45,7 @@ def test_calibrate_then_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[s
     model = tmp_path / "interference.toml"
     assert main(["calibrate", "interference", HTA, SAMPLED, "-o", str(model), "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
+    assert rep["schema"] == "echo-view.calibrate-interference/1"
     assert rep["chosen"] in ("constant", "fitted") and rep["holdout"]["split"] == "job"
     text = model.read_text()
     assert f'kind = "{rep["chosen"]}"' in text and "[evaluation.job]" in text
@@ -62,3 +64,15 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "interference" in capsys.readouterr().err
     assert main(["calibrate", "interference", DLRM, "-o", str(tmp_path / "m.json")]) != 0
     assert ".toml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--holdout", "--split"])
+def test_calibrate_names_its_split_holdout_like_interference(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m.toml"
+    assert main(["calibrate", "interference", HTA, SAMPLED, "-o", str(out), option, "trace"]) == 0
+    err = capsys.readouterr().err
+    warning = "echo-view: warning: --split is deprecated: use --holdout\n"
+    assert (warning in err) == (option == "--split")
+    assert "[evaluation.trace]" in out.read_text()

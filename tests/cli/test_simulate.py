@@ -18,6 +18,7 @@ DLRM = str(SAMPLES / "dlrm_kineto")
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["simulate", *argv, "--json"]) == 0
     out: dict[str, object] = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "echo-view.simulate/1"
     return out
 
 
@@ -39,11 +40,11 @@ def test_json_report_of_a_replay(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_what_if_knobs(capsys: pytest.CaptureFixture[str]) -> None:
     base = _json(capsys, DLRM, "--comm", "model")
-    wide = _json(capsys, DLRM, "--comm", "model", "--set", "cluster.nic_gbps_per_gpu=400")
+    wide = _json(capsys, DLRM, "--comm", "model", "--set", "cluster.nic_gbytes_per_s=50")
     none = _json(capsys, DLRM, "--set", "comm.scale=0")
     fast = _json(capsys, DLRM, "--set", "compute.scale.all=0.5", "--set", "compute.scale.cpu=0.5")
     assert base["collectives"]["modelled"] == 8  # type: ignore[index]
-    assert wide["cluster"]["nic_gbps_per_gpu"] == 400  # type: ignore[index]
+    assert wide["cluster"]["nic_gbytes_per_s"] == 50  # type: ignore[index]
     assert wide["mode"] == "what-if"
     for other in (wide, none, fast):
         assert other["step_time_s"] <= base["step_time_s"] + 1e-9  # type: ignore[operator]
@@ -65,7 +66,10 @@ def test_text_report_and_export_that_passes_check(
     ("argv", "needle"),
     [
         (["--set", "cluster.nic=1"], "unknown knob 'cluster.nic'"),
-        (["--set", "compute.scale.gem=0.5"], "known: cluster.gpu"),
+        (
+            ["--set", "compute.scale.gem=0.5"],
+            "did you mean 'compute.scale.gemm'? known keys: cluster.gpu",
+        ),
         (["--set", "cluster.gpu=Z100"], "unknown GPU preset 'Z100'"),
         (["--set", "comm.scale"], "--set expects KEY=VALUE"),
         (["--set", "comm.scale=fast"], "expected a number"),
@@ -94,3 +98,37 @@ def test_model_needs_a_known_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     rep = _json(capsys, sampled, "--comm", "model", "--set", "cluster.gpu=A100-40GB")
     assert rep["cluster"]["nodes"] == 16  # type: ignore[index]
     assert rep["collectives"]["absent_ranks"] == 126  # type: ignore[index]
+
+
+def test_a_gigabit_key_warns_in_one_line_naming_the_gigabyte_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", DLRM, "--comm", "model", "--set", "cluster.nvlink_gbps=600"]) == 0
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("echo-view: warning:")]
+    assert warnings == [
+        "echo-view: warning: cluster.nvlink_gbps is deprecated: use cluster.nvlink_gbytes_per_s "
+        "in GB/s (600 Gb/s was read as 75 GB/s)"
+    ]
+
+
+def test_comm_model_says_why_collectives_are_not_modelled(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nsys = str(SAMPLES / "nsys" / "mfu_2gpu_before.sqlite.gz")
+    argv = ["--comm", "model", "--set", "cluster.gpu=H100"]
+    colls = _json(capsys, nsys, *argv)["collectives"]
+    assert colls["modelled"] == 0 and colls["measured"] == colls["total"] == 33  # type: ignore[index]
+    why = colls["not_modelled_because"]  # type: ignore[index]
+    assert why.startswith(
+        "64 of 66 NCCL kernels in mfu_2gpu_before.sqlite.gz: its NCCL NVTX "
+        "ranges (ncclRecv, ncclSend) carry no payload (NVTX_EVENTS.binaryData"
+    )
+    assert "2 of 66 NCCL kernels" in why
+    assert main(["simulate", nsys, *argv]) == 0
+    assert (
+        "note: 33 collective(s) keep their measured time (the comm model needs the message "
+        "size): 64 of 66" in capsys.readouterr().out
+    )
+    modelled = _json(capsys, DLRM, "--comm", "model")["collectives"]
+    assert modelled["modelled"] == 8 and modelled["not_modelled_because"] is None  # type: ignore[index]

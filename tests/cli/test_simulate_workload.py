@@ -18,6 +18,7 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
     code = main(["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml"), "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "echo-view.simulate-config/1"
     for key in (
         "step_time_s",
         "ranks_total",

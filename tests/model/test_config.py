@@ -28,7 +28,7 @@ BASE: dict[str, Any] = {
     },
     "parallel": {"tp": 8, "pp": 8, "dp": 1, "virtual_stages": 3, "recompute": "selective"},
     "batch": {"global": 64, "micro": 1},
-    "cluster": {"gpu": "A100-SXM4-80GB", "gpus_per_node": 8, "nodes": 8, "nic_gbps_per_gpu": 200},
+    "cluster": {"gpu": "A100-SXM4-80GB", "gpus_per_node": 8, "nodes": 8, "nic_gbytes_per_s": 25},
     "precision": {"dtype": "fp16"},
     "reference": {"step_time_s": 13.75, "source": "paper"},
 }
@@ -133,8 +133,38 @@ def test_unknown_and_missing_tables() -> None:
 
 
 def test_other_cluster_keys_are_kept_for_the_cluster_model() -> None:
-    cfg = parse_workload_config(_with("cluster", nvlink_gbps=300))
-    assert dict(cfg.cluster.overrides) == {"nvlink_gbps": 300}
+    cfg = parse_workload_config(_with("cluster", nvlink_gbytes_per_s=300))
+    assert dict(cfg.cluster.overrides) == {"nic_gbytes_per_s": 25, "nvlink_gbytes_per_s": 300}
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "typo"),
+    [
+        ("model", "seq_len", "seqlen"),  # required: reported as missing, the typo named
+        ("model", "ffn_hidden", "ffn_hiden"),  # optional: reported as unknown, the key suggested
+        ("parallel", "virtual_stages", "virtual_stage"),
+        ("parallel", "sequence_parallel", "sequence_paralel"),
+        ("batch", "micro", "mirco"),
+        ("cluster", "gpus_per_node", "gpu_per_node"),
+        ("precision", "dtype", "dtyp"),
+        ("reference", "source", "sorce"),
+    ],
+)
+def test_a_misspelt_key_is_named_with_the_nearest_valid_one(
+    section: str, key: str, typo: str
+) -> None:
+    data = {k: dict(v) for k, v in BASE.items()}
+    data[section][typo] = data[section].pop(key, 1)
+    with pytest.raises(ConfigError) as info:
+        parse_workload_config(data, "bad.toml")
+    line = info.value.one_line()
+    assert f"did you mean {key!r}?" in line or f"is {typo!r} a misspelling of it?" in line, line
+    assert key in (info.value.where or "") or typo in (info.value.where or "")
+
+
+def test_a_misspelt_table_is_named_with_the_nearest_valid_one() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 'parallel'\?"):
+        parse_workload_config({**BASE, "paralel": {}})
 
 
 def test_new_keys_default_to_megatron_gpt_and_leave_the_tracing_key_alone() -> None:

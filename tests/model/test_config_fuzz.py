@@ -20,7 +20,7 @@ BASE: dict[str, Any] = {
     "parallel": {"tp": 2, "pp": 2, "dp": 2, "virtual_stages": 2, "recompute": "selective",
                  "sequence_parallel": True},
     "batch": {"global": 16, "micro": 2},
-    "cluster": {"gpu": "H100", "gpus_per_node": 4, "nodes": 2, "nic_gbps_per_gpu": 400},
+    "cluster": {"gpu": "H100", "gpus_per_node": 4, "nodes": 2, "nic_gbytes_per_s": 50},
     "precision": {"dtype": "bf16"},
     "reference": {"step_time_s": 1.5, "source": "paper"},
 }  # fmt: skip

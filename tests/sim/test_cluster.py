@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import tomllib
+import warnings
+from pathlib import Path
+
 import pytest
 
-from echo_view.errors import ConfigError
-from echo_view.model.config import ClusterConfig
+from echo_view.errors import ConfigError, Deprecated
+from echo_view.model.config import ClusterConfig, parse_workload_config
 from echo_view.sim.cluster import (
+    DEPRECATED_KEYS,
     OVERRIDE_KEYS,
     PRESETS,
     cluster_from_config,
@@ -15,8 +20,10 @@ from echo_view.sim.cluster import (
     make_cluster,
     match_gpu,
 )
+from tests.conftest import SHARED
 
 GB = 1e9
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_presets_are_complete_and_cited() -> None:
@@ -103,10 +110,10 @@ def test_cluster_layout_and_hash() -> None:
 def test_overrides() -> None:
     c = make_cluster("A100").with_overrides(
         {
-            "nic_gbps_per_gpu": "400",
+            "nic_gbytes_per_s": "50",
             "gpus_per_node": "4",
             "nodes": 3,
-            "nvlink_gbps": "1200",
+            "nvlink_gbytes_per_s": "150",
             "cpu": "AMD",
             "net_latency_us": "2.5",
             "peak_tflops_bf16": "100",
@@ -131,7 +138,7 @@ def test_overrides() -> None:
     ("key", "value", "message"),
     [
         ("nic_gbs", "1", "unknown cluster key 'nic_gbs'"),
-        ("nic_gbps_per_gpu", "-5", "must be positive"),
+        ("nic_gbytes_per_s", "-5", "must be positive"),
         ("gpus_per_node", "eight", "expected an integer"),
         ("fabric", "ethernet", "unknown fabric"),
         ("cpu", "sparc", "unknown CPU vendor"),
@@ -147,10 +154,70 @@ def test_bad_overrides(key: str, value: str, message: str) -> None:
 
 
 def test_from_workload_config() -> None:
-    cfg = ClusterConfig("H800", gpus_per_node=8, nodes=12, nic_gbps_per_gpu=400.0,
-                        overrides={"cpu": "intel"})  # fmt: skip
+    cfg = ClusterConfig("H800", gpus_per_node=8, nodes=12,
+                        overrides={"nic_gbytes_per_s": 50.0, "cpu": "intel"})  # fmt: skip
     c = cluster_from_config(cfg)
     assert c.gpu.name == "H800-SXM5-80GB" and c.world_size == 96
     assert c.nic_bytes_per_s_per_gpu == 50 * GB
     with pytest.raises(ConfigError):
-        cluster_from_config(ClusterConfig("A100", 8, 1, None, {"bogus": 1}))
+        cluster_from_config(ClusterConfig("A100", 8, 1, {"bogus": 1}))
+
+
+def test_every_bandwidth_key_is_gigabytes_per_second() -> None:
+    keys = [*OVERRIDE_KEYS, *make_cluster("V100").describe()]
+    rates = [k for k in keys if "gb" in k and k != "memory_gb"]
+    assert rates and all(k.endswith("_gbytes_per_s") for k in rates), rates
+    c = make_cluster("V100").with_overrides({"nvlink_gbytes_per_s": 150, "nic_gbytes_per_s": 50})
+    assert (c.nvlink_bw, c.nic_bytes_per_s_per_gpu) == (150 * GB, 50 * GB)
+    assert c.describe()["nic_gbytes_per_s"] == 50
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "attr"),
+    [
+        ("nvlink_gbps", "nvlink_gbytes_per_s", "nvlink_bw"),
+        ("pcie_gbps", "pcie_gbytes_per_s", "pcie_bw"),
+        ("nic_gbps_per_gpu", "nic_gbytes_per_s", "nic_bytes_per_s_per_gpu"),
+    ],
+)
+def test_gigabit_keys_still_read_with_a_warning_naming_the_new_key(
+    old: str, new: str, attr: str
+) -> None:
+    assert DEPRECATED_KEYS[old] == new and old not in OVERRIDE_KEYS
+    with pytest.warns(Deprecated) as caught:
+        c = make_cluster("V100").with_overrides({old: "600"})
+    assert getattr(c, attr) == 75 * GB  # 600 Gb/s, as before: half a V100's NVLink
+    (w,) = caught
+    assert str(w.message) == (
+        f"cluster.{old} is deprecated: use cluster.{new} in GB/s (600 Gb/s was read as 75 GB/s)"
+    )
+
+
+def test_a_misspelt_cluster_key_names_the_nearest() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 'nvlink_gbytes_per_s'\?"):
+        make_cluster("A100").with_overrides({"nvlnk_gbytes_per_s": 1})
+
+
+def _configs(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.toml"))
+
+
+@pytest.mark.parametrize("path", _configs(ROOT / "samples" / "configs"), ids=str)
+def test_shipped_configs_use_the_current_keys(path: Path) -> None:
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Deprecated)
+        cluster_from_config(cfg.cluster, str(path))
+
+
+def test_published_runs_with_gigabit_keys_still_load() -> None:
+    runs = _configs(SHARED / "validation" / "runs")
+    if not runs:
+        pytest.skip("../shared/validation/runs is absent (not part of a user checkout)")
+    for path in runs:
+        cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+        shipped = ROOT / "samples" / "configs" / "validation" / path.name
+        with pytest.warns(Deprecated, match="nic_gbps_per_gpu is deprecated"):
+            old = cluster_from_config(cfg.cluster, str(path))
+        new_cfg = parse_workload_config(tomllib.loads(shipped.read_text()), str(shipped))
+        assert old == cluster_from_config(new_cfg.cluster, str(shipped))

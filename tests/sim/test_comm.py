@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, Deprecated
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import (
@@ -100,7 +100,7 @@ def test_more_bandwidth_never_slows_a_collective(params: CommParams) -> None:
              CollectiveKind.BROADCAST, CollectiveKind.ALL_TO_ALL)  # fmt: skip
     for gpu, nodes, per_node in (("A100", 16, 1), ("A100", 2, 8), ("H100", 8, 8)):
         ranks = [(i // per_node) * 8 + i % per_node for i in range(nodes * per_node)]
-        for knob, lo, hi in (("nic_gbps_per_gpu", 200, 400), ("nvlink_gbytes_per_s", 150, 300)):
+        for knob, lo, hi in (("nic_gbytes_per_s", 25, 50), ("nvlink_gbytes_per_s", 150, 300)):
             slow = make_cluster(gpu, nodes=nodes).with_overrides({knob: lo})
             fast = make_cluster(gpu, nodes=nodes).with_overrides({knob: hi})
             for kind in kinds:
@@ -171,3 +171,12 @@ def test_toml_round_trip_and_errors() -> None:
     for text, message in bad.items():
         with pytest.raises(ConfigError, match=message):
             comm_model_from_toml(text, "x.toml")
+    with pytest.raises(ConfigError, match=r"did you mean 'net_eff'\?"):
+        comm_model_from_toml("[bandwidth]\nnet_ef = 0.5\n", "x.toml")
+
+
+def test_the_old_channel_bandwidth_key_still_reads() -> None:
+    assert "channel_gbytes_per_s" in comm_model_to_toml(NcclModel(CommParams()))
+    with pytest.warns(Deprecated, match="use bandwidth.channel_gbytes_per_s"):
+        old = comm_model_from_toml("[bandwidth]\nchannel_gbs = { LL = 3.0 }\n")
+    assert isinstance(old, NcclModel) and old.params.channel_gbs[0] == 3.0

@@ -20,6 +20,8 @@ from tests.conftest import shared_path
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
     assert main([*argv, "--json"]) == 0
     out: dict = json.loads(capsys.readouterr().out)  # type: ignore[type-arg]
+    command = argv[0] if argv[0] == "comm" else f"{argv[0]}-{argv[1]}"
+    assert out["schema"] == f"echo-view.{command}/1"
     return out
 
 
@@ -39,15 +41,16 @@ def test_sizes() -> None:
 def test_comm_json(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(
         capsys, "comm", "all_reduce", "--bytes", "64MiB", "--ranks", "16",
-        "--gpu", "A100-SXM4-40GB", "--nic-gbps-per-gpu", "200",
+        "--gpu", "A100-SXM4-40GB", "--nic-gbytes-per-s", "25",
     )  # fmt: skip
     assert out["collective"] == "all_reduce" and out["bytes"] == 64 << 20
     assert (out["ranks"], out["nodes"]) == (16, 2)
     assert out["time_us"] > 0 and out["algorithm"] in ("RING", "TREE")
     assert out["protocol"] in ("LL", "LL128", "SIMPLE") and out["channels"] >= 1
-    assert out["algbw_gbs"] == pytest.approx((64 << 20) / out["time_us"] / 1e3, rel=1e-6)
-    assert out["busbw_gbs"] == pytest.approx(out["algbw_gbs"] * 2 * 15 / 16)
-    assert out["cluster"]["nic_gbps_per_gpu"] == 200 and out["cluster"]["nodes"] == 2
+    algbw, busbw = out["algbw_gbytes_per_s"], out["busbw_gbytes_per_s"]
+    assert algbw == pytest.approx((64 << 20) / out["time_us"] / 1e3, rel=1e-6)
+    assert busbw == pytest.approx(algbw * 2 * 15 / 16)
+    assert out["cluster"]["nic_gbytes_per_s"] == 25 and out["cluster"]["nodes"] == 2
     sweep = run_json(capsys, "comm", "all_gather", "--bytes", "1KiB:1MiB", "--ranks", "8")
     assert [r["bytes"] for r in sweep["results"]] == [1 << (10 + i) for i in range(11)]
     spread = run_json(

@@ -119,7 +119,7 @@ def _echo_measurements() -> list[Measurement]:
         # AMD EPYC 7V12 hosts.
         counts = log.ranks_per_host
         cluster = make_cluster(
-            "A100-SXM4-40GB", gpus_per_node=max(counts), nodes=len(counts), nic_gbps_per_gpu=200
+            "A100-SXM4-40GB", gpus_per_node=max(counts), nodes=len(counts), nic_gbytes_per_s=25
         ).with_overrides({"cpu": "amd"})
         out += measurements_from_log(log, cluster)
     return out

@@ -126,7 +126,7 @@ def test_what_if_moves_the_right_way() -> None:
     cfg, graph = _shipped("megatron-ci-7b-tp1-pp4")
     base = _run(cfg, graph)
     cluster = cluster_from_config(cfg.cluster)
-    faster_nic = _run(cfg, graph, cluster=cluster.with_overrides({"nvlink_gbps": 2 * 3600}))
+    faster_nic = _run(cfg, graph, cluster=cluster.with_overrides({"nvlink_gbytes_per_s": 900}))
     assert faster_nic.step_ns <= base.step_ns
     no_comm = _run(cfg, graph, comm_scale=0.0)
     assert no_comm.step_ns < base.step_ns
@@ -140,7 +140,7 @@ def test_two_times_nic_bandwidth_never_slows_a_multi_node_step() -> None:
     cfg, graph = _shipped("korthikanti-175b-selective")
     cluster = cluster_from_config(cfg.cluster)
     base = _run(cfg, graph, cluster=cluster)
-    fast = _run(cfg, graph, cluster=cluster.with_overrides({"nic_gbps_per_gpu": 400}))
+    fast = _run(cfg, graph, cluster=cluster.with_overrides({"nic_gbytes_per_s": 50}))
     assert fast.step_ns <= base.step_ns
 
 

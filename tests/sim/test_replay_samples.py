@@ -74,7 +74,7 @@ def test_dlrm_replay_with_modelled_communication_is_within_10_percent(
 def test_dlrm_what_if_moves_the_right_way(dlrm: tuple[Job, Workload]) -> None:
     job, wl = dlrm
     base = simulate(wl, _cluster(job), comm=default_comm_model()).result
-    wide = simulate(wl, _cluster(job, nic_gbps_per_gpu="400"), comm=default_comm_model()).result
+    wide = simulate(wl, _cluster(job, nic_gbytes_per_s="50"), comm=default_comm_model()).result
     slow = simulate(wl, _cluster(job, nvlink_gbytes_per_s="10"), comm=default_comm_model()).result
     none = simulate(wl, comm_scale=0.0).result
     fast = simulate(wl, compute=MeasuredCompute({"all": 0.5})).result

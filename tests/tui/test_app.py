@@ -279,13 +279,32 @@ def test_help_lists_every_binding(synth: Job) -> None:
         text = " ".join(
             f"{k} {d}" for _, rows in app.screen.sections for k, d in rows
         )  # fmt: skip
-        for b in [*TimelineView.BINDINGS, *TimelinePanel.BINDINGS, *DiffScreen.BINDINGS]:
+        for b in [*TimelineView.BINDINGS, *TimelinePanel.BINDINGS]:
             assert b.description in text  # type: ignore[union-attr]
         assert "ctrl+p" in text and "Help" in text
+        # One input: nothing that needs two (the diff screen, its keys, the other input).
+        titles = [title for title, _ in app.screen.sections]
+        assert not any("Diff" in t for t in titles), titles
+        rows = {d for _, rows in app.screen.sections for _, d in rows}
+        assert not rows & {"Diff", "Other input"}
+        assert not rows & {"Align at previous step", "Align at next step"}  # diff screen only
         await pilot.press("escape")
         assert isinstance(app.screen, TimelineScreen)
 
     run_app([synth], body)
+
+
+def test_help_with_two_inputs_lists_the_diff_keys(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("escape")  # from the diff screen to the timeline of A
+        assert isinstance(app.screen, TimelineScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        rows = {d for _, rows in app.screen.sections for _, d in rows}
+        assert {"Diff", "Other input"} <= rows
+        assert {b.description for b in DiffScreen.BINDINGS} <= rows  # type: ignore[union-attr]
+
+    run_app([synth, synth_job(scale=1.5)], body)
 
 
 def test_command_palette_goes_to_a_step(synth: Job) -> None:

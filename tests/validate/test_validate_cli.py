@@ -23,7 +23,7 @@ def test_json_report_is_stable_and_documented(capsys: pytest.CaptureFixture[str]
     doc = json.loads(out)
     assert code == 1 == doc["exit_code"]
     assert set(doc) == {"schema", "exit_code", "summary", "files", "findings"}
-    assert doc["schema"] == "echo-view/check/1"
+    assert doc["schema"] == "echo-view.check/1"
     assert set(doc["summary"]) == {"errors", "warnings", "infos"}
     (f,) = doc["files"]
     assert set(f) == {"path", "form", "events", "truncated", "rank", "world_size", "usable"}
@@ -112,3 +112,47 @@ def test_job_flag_checks_loose_files_together(capsys: pytest.CaptureFixture[str]
     assert not any(f["code"] == "EV703" for f in json.loads(out)["findings"])
     _, out, _ = _run(capsys, *files, "--json", "--job")
     assert any(f["code"] == "EV703" for f in json.loads(out)["findings"])
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not a trace: a PNG image, not JSON"),
+     (b"", "empty file")],
+)  # fmt: skip
+def test_a_file_that_is_no_json_says_what_it_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, what: str
+) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    code, out, _ = _run(capsys, str(path))
+    assert code == 2
+    assert out.splitlines()[0] == f"{path}: UNUSABLE"  # no "0 events, object"
+    assert what in out
+    code, out, _ = _run(capsys, str(path), "--json")
+    assert json.loads(out)["files"][0]["form"] == "unknown"
+
+
+def test_fix_takes_a_directory_holding_one_trace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "rank0.json").write_bytes(fixture("EV503", "fail").read_bytes())
+    code, out, err = _run(capsys, str(folder), "--fix", "-o", str(tmp_path / "fixed.json"))
+    assert code == 1 and err == "" and "EV503" in out
+    assert (tmp_path / "fixed.json").is_file()
+    (folder / "rank1.json").write_bytes(fixture("EV503", "fail").read_bytes())
+    code, _, err = _run(capsys, str(folder), "--fix", "-o", str(tmp_path / "again.json"))
+    assert code == 2 and "this directory holds 2" in err and not (tmp_path / "again.json").exists()
+
+
+def test_info_and_check_word_an_empty_directory_alike(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["info", str(tmp_path)]) == 2
+    info = capsys.readouterr().err
+    code, _, check = _run(capsys, str(tmp_path))
+    assert code == 2
+    for err in (info, check):
+        assert err.startswith(f"echo-view: error: {tmp_path}: no trace files in this directory (")
+        assert err.count("\n") == 1

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
@@ -125,7 +125,9 @@ def alphabeta_from_mapping(data: Mapping[str, Any], path: str | None = None) -> 
     for sec, table in data.items():
         if sec not in allowed:
             raise ConfigError(
-                f"unknown table [{sec}]", path=path, hint=f"known tables: {', '.join(allowed)}"
+                f"unknown table [{sec}]",
+                path=path,
+                hint=known_keys_hint(sec, allowed, "known tables"),
             )
         keys = allowed[sec]
         if keys is None:
@@ -135,7 +137,10 @@ def alphabeta_from_mapping(data: Mapping[str, Any], path: str | None = None) -> 
         for key, value in table.items():
             if key not in keys:
                 raise ConfigError(
-                    "unknown key", path=path, where=f"{sec}.{key}", hint=f"known: {', '.join(keys)}"
+                    "unknown key",
+                    path=path,
+                    where=f"{sec}.{key}",
+                    hint=known_keys_hint(key, keys),
                 )
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, known_keys_hint, warn_deprecated
 from echo_view.sim.comm.placement import PROTOCOLS
 
 Proto3 = tuple[float, float, float]
@@ -121,7 +121,7 @@ _LAYOUT: tuple[tuple[str, str, str, bool], ...] = (
     ("bandwidth", "nvls_eff", "nvls_eff", False),
     ("bandwidth", "hbm_eff", "hbm_eff", False),
     ("bandwidth", "protocol_eff", "protocol_eff", True),
-    ("bandwidth", "channel_gbs", "channel_gbs", True),
+    ("bandwidth", "channel_gbytes_per_s", "channel_gbs", True),
     ("harness", "launch_us", "launch_us", False),
 )
 
@@ -206,7 +206,7 @@ def comm_params_from_mapping(data: Mapping[str, Any], path: str | None = None) -
             raise ConfigError(
                 f"unknown table [{sec}]",
                 path=path,
-                hint=f"known tables: {', '.join(sorted(known_sections))}",
+                hint=known_keys_hint(sec, sorted(known_sections), "known tables"),
             )
     model = data.get("model", {})
     source = str(model.get("source", f"calibrated ({path})" if path else "calibrated"))
@@ -219,10 +219,13 @@ def comm_params_from_mapping(data: Mapping[str, Any], path: str | None = None) -
             raise ConfigError(f"[{sec}] must be a table", path=path)
         keys = {key: (name, per) for s, key, name, per in _LAYOUT if s == sec}
         for key, value in table.items():
+            if sec == "bandwidth" and key == "channel_gbs":  # the same GB/s, renamed
+                warn_deprecated(f"{sec}.{key}", f"{sec}.channel_gbytes_per_s")
+                key = "channel_gbytes_per_s"
             where = f"{sec}.{key}"
             if key not in keys:
                 raise ConfigError(
-                    "unknown key", path=path, where=where, hint=f"known keys: {', '.join(keys)}"
+                    "unknown key", path=path, where=where, hint=known_keys_hint(key, keys)
                 )
             name, per_proto = keys[key]
             if per_proto:
