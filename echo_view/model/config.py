@@ -120,6 +120,9 @@ class Reference:
 
     step_time_s: float
     source: str = ""
+    #: One id per publication or data set (e.g. ``korthikanti2022``): cross-validation leaves
+    #: out all runs of one source together.
+    source_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +278,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         step = r.get("step_time_s", float, required=True)
         if step <= 0:
             raise r._err("step_time_s", f"must be positive, got {step}")
-        reference = Reference(step, r.get("source", str, ""))
+        reference = Reference(step, r.get("source", str, ""), r.get("source_id", str, ""))
         r.finish()
 
     cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source, recipe)
@@ -497,6 +500,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
         out["reference"] = {
             "step_time_s": cfg.reference.step_time_s,
             "source": cfg.reference.source,
+            **({"source_id": cfg.reference.source_id} if cfg.reference.source_id else {}),
         }
     return out
 

@@ -177,7 +177,9 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: str(p.relative_to(CONFIGS))
+    "path",
+    sorted(CONFIGS.rglob("*.toml")),
+    ids=lambda p: str(p.relative_to(CONFIGS)),
 )
 def test_every_shipped_config_has_its_graph_beside(path: Path) -> None:
     """`simulate` on a shipped config needs no torch: the graph beside it matches it."""
