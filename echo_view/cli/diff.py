@@ -22,7 +22,7 @@ from rich.table import Table
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
-from echo_view.cli.info import StderrProgress
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output
 from echo_view.model import Job
@@ -65,15 +65,13 @@ def register(subparsers: Any) -> None:
         metavar="PCT",
         help=f"step-time change the verdict calls a match ({DEFAULT_TOLERANCE_PCT:g})",
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
-def _read(registry: Registry, path: Path) -> Job:
-    progress = StderrProgress(sys.stderr)
-    try:
+def _read(registry: Registry, path: Path, args: argparse.Namespace) -> Job:
+    with stderr_progress(args) as progress:
         return registry.importer_for(path).read([path], progress)
-    finally:
-        progress.close()
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -85,7 +83,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.plot is not None:
         _plot_format(args.plot)  # fail before the (possibly long) import
     diff = diff_jobs(
-        _read(registry, args.a), _read(registry, args.b), top=args.top, tolerance_pct=args.tolerance
+        _read(registry, args.a, args),
+        _read(registry, args.b, args),
+        top=args.top,
+        tolerance_pct=args.tolerance,
     )
     if args.json:
         sys.stdout.write(json.dumps(diff.to_json(), indent=2) + "\n")

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.info import StderrProgress, job_importer
+from echo_view.cli.info import job_importer
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
 
@@ -37,6 +38,7 @@ def register(subparsers: Any) -> None:
         metavar="OUT",
         help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -51,12 +53,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         if path.exists() and out.exists() and path.resolve() == out.resolve():
             raise UsageError(f"output {str(out)!r} is also an input", hint="choose another name")
     importer = job_importer(registry, paths)
-    progress = StderrProgress(sys.stderr)
-    try:
+    with stderr_progress(args) as progress:
         job = importer.read(paths, progress)
         exporter.write(job, out, progress)
-    finally:
-        progress.close()
     stats = getattr(exporter, "last_stats", None)
     detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
     print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)

@@ -5,7 +5,7 @@ GPU, the mean step time and its breakdown into compute, communication, exposed c
 memory copies/sets and idle time (definitions: :mod:`echo_view.analysis.breakdown`), the job's
 ranks, devices, clock alignment and collectives, and the top kernels and collectives. With
 ``--json`` it prints the stable object documented in :mod:`echo_view.analysis.summary` instead.
-Import progress goes to stderr, only when stderr is a terminal or the import takes over 1 s.
+Import progress goes to stderr on a terminal or with ``--progress`` (:mod:`echo_view.cli.progress`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -23,6 +22,7 @@ from rich.table import Table
 
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
 from echo_view.cli.comm import console
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Importer, Registry
 from echo_view.units import format_duration
@@ -50,6 +50,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -59,11 +60,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
     importer = job_importer(registry, paths)
-    progress = StderrProgress(sys.stderr)
-    try:
+    with stderr_progress(args) as progress:
         job = importer.read(paths, progress)
-    finally:
-        progress.close()
     summary = summarize(job, top=args.top)
     if args.json:
         sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
@@ -92,43 +90,6 @@ def _title(paths: list[Path]) -> str:
     parents = {p.parent for p in paths}
     where = f" in {parents.pop()}" if len(parents) == 1 else ""
     return f"{len(paths)} files{where}"
-
-
-class StderrProgress:
-    """A :data:`~echo_view.formats.Progress` that prints to ``stream`` once it is worth it.
-
-    On a terminal it redraws one line; otherwise it starts printing plain lines (at most one a
-    second) only after the import has run for ``delay_s``.
-    """
-
-    def __init__(self, stream: TextIO, delay_s: float = 1.0) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.delay_s = delay_s
-        self.t0 = time.monotonic()
-        self.last = -1.0e9
-        self.drawn = False
-
-    def __call__(self, message: str, fraction: float) -> None:
-        now = time.monotonic()
-        if not self.tty and now - self.t0 < self.delay_s:
-            return
-        if now - self.last < (0.1 if self.tty else 1.0) and fraction < 1.0:
-            return
-        self.last = now
-        text = message if fraction < 0 else f"{message} {100 * fraction:.0f}%"
-        if self.tty:
-            self.stream.write(f"\r\x1b[K{text}")
-            self.drawn = True
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """Clear the redrawn line, if any."""
-        if self.drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:
