@@ -35,7 +35,6 @@ def register(subparsers: Any) -> None:
     """Add the ``diff`` sub-command."""
     p = subparsers.add_parser(
         "diff",
-        help="compare two jobs (predicted vs measured): step time per rank, breakdown, kernels",
         description="Compare job A with job B: per rank the step time of each, the delta and "
         "the error; per category (compute, communication, exposed communication, memory, "
         "idle) the time of each and the delta; the kernel classes and collectives that moved "

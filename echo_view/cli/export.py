@@ -23,7 +23,6 @@ def register(subparsers: Any) -> None:
     """Add the ``export`` sub-command."""
     p = subparsers.add_parser(
         "export",
-        help="write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
         description="Write the traces of one job as one file for Perfetto: one process per "
         "rank and GPU, one per rank and CPU process, named threads and streams, overlapping "
         "slices on extra lanes, launch -> kernel and cross-rank collective flows, a steps track "

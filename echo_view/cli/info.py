@@ -40,7 +40,6 @@ def register(subparsers: Any) -> None:
     """Add the ``info`` sub-command."""
     p = subparsers.add_parser(
         "info",
-        help="summarise traces: steps, compute/communication/idle breakdown, collectives",
         description="Summarise the traces of one job: ranks, devices, clock alignment, "
         "collectives, and per rank the mean step time split into compute, communication, "
         "exposed communication, memory copies/sets and idle GPU time.",

@@ -50,7 +50,6 @@ def register(subparsers: Any) -> None:
     """Add the ``simulate`` sub-command."""
     p = subparsers.add_parser(
         "simulate",
-        help="predict step time by simulation: replay a measured job, or ask what-if",
         description="Reconstruct a measured job's dependency graph and simulate it: with "
         "measured durations (replay), or with changed compute speed, cluster or "
         "communication (what-if). Prints the predicted step time beside the measured one.",
