@@ -12,6 +12,8 @@ from ``echo-view calibrate interference``).
 ``ranks_total``, ``ranks_simulated``, ``ranks_mode``, ``stages`` (per pipeline stage:
 ``{stage, step_time_s}``), ``breakdown`` (slowest rank: ``compute_s``, ``comm_s``,
 ``exposed_comm_s``, ``idle_s``), ``bubble`` (``ideal`` and ``simulated`` fractions),
+``throughput`` (``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_token``,
+``peak_flops_per_gpu`` for the config's dtype, ``mfu``: :mod:`echo_view.sim.throughput`),
 ``reference`` (``step_time_s``, ``source``) and ``reference_error_pct`` when the config has a
 ``[reference]``, ``graph`` (``origin``, ``roles``, ``ops``), ``cluster``, ``overrides``,
 ``seconds`` (``graph``, ``simulate``).
@@ -39,6 +41,7 @@ from echo_view.sim.compute_presets import compute_params_for, compute_params_fro
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
 from echo_view.sim.interference import model_from_setting
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.throughput import throughput
 
 _PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
@@ -115,6 +118,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         ranks_mode,
         slowest,
     )
+    report["throughput"] = throughput(cfg, sim.step_ns / 1e9, cluster.gpu.peak(cfg.dtype)).to_json()
     report["seconds"] = {"graph": round(t_graph, 3), "simulate": round(t_sim, 3)}
     if exporter is not None and job is not None:
         exporter.write(job, args.output)
@@ -182,6 +186,12 @@ def _render(r: dict[str, Any]) -> str:
     lines.append(
         f"pipeline bubble: ideal {100 * r['bubble']['ideal']:.1f}%, "
         f"simulated {100 * r['bubble']['simulated']:.1f}%"
+    )
+    t = r["throughput"]
+    lines.append(
+        f"throughput: {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+        f"MFU {100 * t['mfu']:.1f}% ({t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
+        f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU)"
     )
     stages = ", ".join(f"{s['stage']}: {s['step_time_s']:.3f}" for s in r["stages"])
     lines.append(f"per stage (s): {stages}")
