@@ -5,7 +5,9 @@ reconstructed and replayed, with measured durations (replay) or with what-if cha
 (``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbps_per_gpu=400 --comm model``).
 ``--comm model`` takes collective times from the NCCL model on the job's cluster instead of the
 trace. ``-o`` writes the predicted timeline in any export format; ``--json`` prints the step
-times (predicted and measured) and their breakdown.
+times (predicted and measured), their breakdown and ``step_bound`` (whether the step is bound
+by CPU dispatch or by the GPUs, from re-simulating with each side 2x faster:
+:mod:`echo_view.sim.bound`).
 
 Knobs for ``--set``: ``cluster.<key>`` (see :data:`echo_view.sim.cluster.OVERRIDE_KEYS`),
 ``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +33,7 @@ from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry
 from echo_view.model import Job
 from echo_view.sim import MeasuredCompute, predicted_job
+from echo_view.sim.bound import step_bound
 from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
 from echo_view.sim.compute import SCALE_KEYS
 from echo_view.sim.interference import model_from_setting
@@ -196,12 +200,19 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
     t_sim = time.perf_counter()
     report = compare(job_steps(predicted), job_steps(job))
+    bound = None
+    if report["step_time_s"]:
+        bound = step_bound(
+            workload, job, round(report["step_time_s"] * 1e9), cluster=cluster, scales=scales,
+            comm=comm, comm_scale=comm_scale, interference=model,
+        ).to_json()  # fmt: skip
     info = cast(ReplayInfo, workload.meta["replay"])
     report = {
         "input": str(args.input),
         "mode": "replay" if not overrides and args.comm == "measured" else "what-if",
         "comm": args.comm,
         **report,
+        "step_bound": bound,
         "collectives": {
             "total": sim.collectives.total,
             "modelled": sim.collectives.modelled,
@@ -255,4 +266,31 @@ def render(report: dict[str, Any]) -> str:
             f"{_fmt(r['compute_s']):>11} {_fmt(r['comm_s']):>11} "
             f"{_fmt(r['exposed_comm_s']):>11} {_fmt(r['idle_s']):>11}"
         )
+    if report.get("step_bound"):
+        lines += ["", textwrap.fill(_bound_text(report), width=100)]
     return "\n".join(lines) + "\n"
+
+
+def _bound_text(report: dict[str, Any]) -> str:
+    b = report["step_bound"]
+    gains = (
+        f"2x faster GPU work (kernels, copies, collectives) shortens the step by "
+        f"{100 * b['gpu_2x_gain']:.2f}%, a 2x faster CPU by {100 * b['cpu_2x_gain']:.1f}%"
+    )
+    if b["bound"] == "cpu-dispatch":
+        rows = [r for r in report["ranks"] if r["step_time_s"] and r["idle_s"] is not None]
+        slow = max(rows, key=lambda r: r["step_time_s"], default=None)
+        idle = (
+            f"; the slowest rank's GPU is idle {100 * slow['idle_s'] / slow['step_time_s']:.0f}% "
+            "of its step"
+            if slow is not None
+            else ""
+        )
+        return (
+            f"bound by CPU dispatch: {gains}{idle}. The GPUs wait for the CPU's launches, so "
+            "GPU-side knobs (compute.scale.<class>, comm.scale, cluster.*) cannot help; "
+            "compute.scale.cpu can."
+        )
+    if b["bound"] == "gpu":
+        return f"bound by the GPUs: {gains}."
+    return f"neither the CPU nor the GPU alone bounds the step: {gains}."
