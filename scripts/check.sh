@@ -2,7 +2,7 @@
 # Everything CI runs: lint, format check, type check, and the test suite (layering test included).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/env.sh"
+bash "$root/scripts/env.sh" dev,plot,trace   # trace: mypy checks echo_view/tracing against torch
 cd "$root"
 export PATH="$root/.venv/bin:$PATH"
 echo "== ruff check"; ruff check .

@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 SHARED = ROOT.parent / "shared"
 SHARED_DATA = SHARED / "data"
+#: Skip reason of tests that trace configs: torch is the optional ``trace`` extra.
+TORCH_MISSING = "tracing needs torch, the optional extra: pip install -e '.[trace]'"
 
 
 def shared_path(*parts: str) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, TORCH_MISSING
 
 VALIDATION = SAMPLES / "configs" / "validation"
 
@@ -87,7 +87,7 @@ def test_unknown_set_key(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_trace_then_simulate_the_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=TORCH_MISSING)
     graph = tmp_path / "g.json.gz"
     assert (
         main(["trace", str(VALIDATION / "korthikanti-22b-selective.toml"), "-o", str(graph)]) == 0
