@@ -14,6 +14,25 @@ SHARED_DATA = SHARED / "data"
 TORCH_MISSING = "tracing needs torch, the optional extra: pip install -e '.[trace]'"
 
 
+#: Folders of ../shared/data whose files samples/ ships (byte-identical; samples/README.md).
+SHIPPED: dict[str, str] = {
+    "param-et-replay/dlrm_kineto/": "dlrm_kineto/",
+    "hta-tests/nccl_parser_config/": "hta_nccl/",
+    "hta-tests/trace_filter/": "hta_sampled_128/",
+    "nsys-ai-fixtures/": "nsys/",
+    "echo-nccl-tests/": "echo_nccl_tests/",
+}
+
+
+def data_path(rel: str) -> Path:
+    """A file of ``../shared/data`` by its path there: the copy in ``samples/`` when one ships,
+    else the shared file (skipping the calling test when ``../shared`` is absent)."""
+    for prefix, folder in SHIPPED.items():
+        if rel.startswith(prefix) and (copy := SAMPLES / folder / rel[len(prefix) :]).is_file():
+            return copy
+    return shared_path("data", rel)
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ``../shared``; skips the calling test when it is absent."""
     path = SHARED.joinpath(*parts)
