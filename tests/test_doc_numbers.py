@@ -4,26 +4,16 @@ measured) and reports the stale ones; here per file, plus the checker's own rule
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.conftest import bench_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _doc_numbers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "bench" / "doc_numbers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-DN = _doc_numbers()
+DN = bench_module("doc_numbers")
 
 
 def test_precision_follows_the_doc() -> None:

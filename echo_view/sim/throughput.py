@@ -15,7 +15,7 @@ embedding is a lookup, not a matmul; biases and norms are negligible and left ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from echo_view.model.config import ModelConfig, WorkloadConfig
 
@@ -47,13 +47,7 @@ class Throughput:
     mfu: float
 
     def to_json(self) -> dict[str, float | int]:
-        return {
-            "tokens_per_step": self.tokens_per_step,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "model_flops_per_token": self.model_flops_per_token,
-            "peak_flops_per_gpu": self.peak_flops_per_gpu,
-            "mfu": self.mfu,
-        }
+        return asdict(self)
 
 
 def throughput(cfg: WorkloadConfig, step_s: float, peak_flops_per_gpu: float) -> Throughput:
