@@ -17,9 +17,6 @@ from tests.conftest import bench_module, shared_path
 pytest.importorskip("hta")
 pytest.importorskip("importers.kineto")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 XC = bench_module("hta_crosscheck")
 
 
