@@ -15,7 +15,8 @@ What is checked:
   ``vs measured`` and ``error`` with its error against the measurement or reference, each at the
   precision the doc prints (``19.901 ms`` is checked to the microsecond).
 - **Summary sentences**: the mean and maximum absolute errors of the Korthikanti and Megatron-LM
-  CI validation runs (``samples/configs/validation``) that README.md and docs/accuracy.md quote.
+  CI validation runs (``samples/configs/validation``) that README.md and docs/accuracy.md quote,
+  and the headline GPT-175B sample's step, tokens/s per GPU and MFU in docs/workloads.md.
 
 Speed and memory numbers (wall and CPU times, throughput, RSS) are measured, not deterministic,
 so they are not checked here; docs/performance.md gives the command that measures each.
@@ -192,7 +193,7 @@ def _compare_block(shown: list[str], out: list[str], rel: str, first: int) -> It
 
 
 def summary_sentences() -> dict[str, list[str]]:
-    """The error summaries of the validation runs that README.md and docs/accuracy.md quote."""
+    """Sentences with regenerated numbers, by the file that must quote them."""
     rows = {
         p.stem: simulate_json(["simulate", str(p.relative_to(ROOT))])
         for p in sorted((CONFIGS / "validation").glob("*.toml"))
@@ -202,6 +203,8 @@ def summary_sentences() -> dict[str, list[str]]:
         for prefix in ("korthikanti-", "megatron-ci-7b")
     }
     kor, ci = errs["korthikanti-"], errs["megatron-ci-7b"]
+    head = simulate_json(["simulate", "samples/configs/echo-gpt175b-96xH800.toml"])
+    t = head["throughput"]
     k_mean, k_max = sum(kor) / len(kor), max(kor)
     c_mean, c_max = sum(ci) / len(ci), max(ci)
     ci_each = " and ".join(
@@ -217,6 +220,10 @@ def summary_sentences() -> dict[str, list[str]]:
             f"Korthikanti mean |err| {k_mean:.2f}% (max {k_max:.2f}%); "
             f"Megatron-CI mean |err| {c_mean:.2f}% (max {c_max:.2f}%)"
         ],
+        "docs/workloads.md": [
+            f"{head['step_time_s']:.3f} s per step, {t['tokens_per_s_per_gpu']:,.0f} tokens/s "
+            f"per GPU, MFU {100 * t['mfu']:.1f}%"
+        ],
     }
 
 
@@ -227,7 +234,7 @@ def check(files: list[Path]) -> list[Stale]:
         rel = str(path.relative_to(ROOT))
         stale += check_examples(path, rel)
         stale += check_tables(path, rel)
-        quoting = rel in ("README.md", "docs/accuracy.md")
+        quoting = rel in ("README.md", "docs/accuracy.md", "docs/workloads.md")
         wanted = summary_sentences().get(rel, []) if quoting else []
         text = " ".join(path.read_text(encoding="utf-8").split())
         stale += [Stale(rel, 0, "(a summary sentence)", s) for s in wanted if s not in text]
