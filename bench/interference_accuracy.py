@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from echo_view.analysis.interference import OverlapSamples  # noqa: E402
 from echo_view.analysis.interference_eval import MODELS, holdout, per_class_errors  # noqa: E402
 from echo_view.analysis.interference_fit import InterferenceFit  # noqa: E402
-from echo_view.cli import build_registry  # noqa: E402
 from echo_view.cli.interference import load_samples  # noqa: E402
+from echo_view.loading import build_registry  # noqa: E402
 
 I64 = npt.NDArray[np.int64]
 SHARED = ROOT.parent / "shared" / "data"

@@ -38,8 +38,7 @@ from echo_view.analysis.interference_features import (  # noqa: E402
     gpu_generation,
     trace_generation,
 )
-from echo_view.cli import build_registry  # noqa: E402
-from echo_view.cli.workload import load_workload  # noqa: E402
+from echo_view.loading import build_registry, load_workload  # noqa: E402
 from echo_view.sim import engine, predicted_job, simulate  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402

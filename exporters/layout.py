@@ -86,10 +86,20 @@ class ExportLayout:
         """Events of the job (slices, instants, counters)."""
         return sum(len(r.trace) for r in self.ranks)
 
-    def stats(self, written: int) -> ExportStats:
-        """Summary of an export that wrote ``written`` trace events."""
+    def slice_count(self) -> int:
+        """Slices a viewer builds from the export: every event but counters (instants are
+        zero-length slices) plus one per step."""
+        counter = int(EventKind.COUNTER)
+        return sum(
+            int(np.count_nonzero(r.trace.events.kind != counter)) + len(r.trace.steps)
+            for r in self.ranks
+        )
+
+    def stats(self, written: int, slices: int) -> ExportStats:
+        """Summary of an export that wrote ``written`` trace events and ``slices`` slices."""
         return ExportStats(
             events=written,
+            slices=slices,
             slices_moved=self.moved,
             extra_lanes=self.extra_lanes,
             flows=len(self.links),
@@ -101,9 +111,11 @@ class ExportLayout:
 
 @dataclass(frozen=True, slots=True)
 class ExportStats:
-    """What an export wrote (the CLI prints it)."""
+    """What an export wrote (the CLI prints it): ``slices`` and ``flows`` are what a viewer's
+    slice and flow tables hold after importing the file."""
 
     events: int
+    slices: int
     slices_moved: int
     extra_lanes: int
     flows: int
@@ -113,7 +125,8 @@ class ExportStats:
 
     def one_line(self) -> str:
         return (
-            f"{self.events} events, {self.processes} processes, {self.threads} threads, "
+            f"{self.events} events ({self.slices} slices), {self.processes} processes, "
+            f"{self.threads} threads, "
             f"{self.slices_moved} slices moved to {self.extra_lanes} overlap lanes, "
             f"{self.flows} flows ({self.flows_skipped} skipped)"
         )

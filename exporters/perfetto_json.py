@@ -1,12 +1,15 @@
 """Perfetto / Chrome JSON export (``.json``, ``.json.gz``).
 
-The object form ``{"traceEvents": [...], "displayTimeUnit": "ns", "baseTimeNanoseconds": B,
-"metadata": {...}}``: ``ts``/``dur`` are exact microseconds (three decimals) relative to ``B``, the
-job's earliest aligned start in absolute ns, so that Perfetto's double-precision times keep every
-nanosecond (formats.md §1.2). ``baseTimeNanoseconds`` is Kineto's key for the same base, so a
-Kineto reader restores absolute times; Perfetto ignores it. Flows are v1 ``s``/``f`` pairs with
-``"bp": "e"`` and file-unique ids, written after all slices so that a source always precedes its
-end in the file (Perfetto keeps file order for equal timestamps).
+The object form ``{"traceEvents": [...], "baseTimeNanoseconds": B, "metadata": {...}}``:
+``ts``/``dur`` are exact microseconds (three decimals) relative to ``B``, the job's earliest
+aligned start in absolute ns, so that Perfetto's double-precision times keep every nanosecond
+(formats.md §1.2). ``baseTimeNanoseconds`` is Kineto's key for the same base, so a Kineto reader
+restores absolute times; Perfetto ignores it, which shifts every event alike. No
+``displayTimeUnit``: it is only a display hint for catapult (default ``"ms"``), current Perfetto
+ignores it, and older Perfetto builds read ``"ns"`` as "timestamps are in ns", which would shrink
+every time a thousandfold; without the key every reader takes ``ts`` as microseconds. Flows are
+v1 ``s``/``f`` pairs with ``"bp": "e"`` and file-unique ids, written after all slices so that a
+source always precedes its end in the file (Perfetto keeps file order for equal timestamps).
 """
 
 from __future__ import annotations
@@ -203,7 +206,7 @@ def write_json(
     out.write(_flow_rows(layout, b"f"))
     meta = _metadata_rows(layout)
     out.write(b",\n".join(meta))
-    out.write(b'\n],\n"displayTimeUnit":"ns",\n"baseTimeNanoseconds":%d,\n' % layout.base_ns)
+    out.write(b'\n],\n"baseTimeNanoseconds":%d,\n' % layout.base_ns)
     out.write(b'"metadata":%b}\n' % msgspec.json.encode(export_metadata(job, layout)))
 
 
@@ -231,4 +234,4 @@ class PerfettoJsonExporter:
                     write_json(job, layout, gz, progress, self.chunk_rows)
             else:
                 write_json(job, layout, raw, progress, self.chunk_rows)
-        self.last_stats = layout.stats(layout.event_count())
+        self.last_stats = layout.stats(layout.event_count(), layout.slice_count())

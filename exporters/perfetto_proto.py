@@ -2,12 +2,15 @@
 
 Written as a stream of ``Trace`` messages of one ``TracePacket`` each, all on trusted packet
 sequence 1. The ``perfetto`` package's :class:`StreamingTraceProtoBuilder` writes the first
-packets: interned names and categories (``SEQ_INCREMENTAL_STATE_CLEARED``), one process track per
-output process, one thread track per output thread (same pids/tids, names and lanes as the JSON
-export), counter tracks, and an instant on an "echo-view export" track that carries the base
-time, ranks and alignment. Slice begin/end, instant and counter packets follow, encoded
-column-wise by :mod:`exporters.packets` in the order of :mod:`exporters.protoevents`. Times are
-ns relative to the same base as the JSON export.
+packets: interned names and categories (``SEQ_INCREMENTAL_STATE_CLEARED``), the tracks, and an
+instant on an "echo-view export" track that carries the base time, ranks and alignment. The
+tracks form a tree with explicit order, which the Perfetto UI keeps (it sorts OS process and
+thread tracks by activity instead, ignoring every ordering hint on them): one top-level track per
+rank ("rank 0", ...), under it one track per output process of the layout ("CPU (pid 59811)",
+"GPU 0", uuid = the JSON export's pid), under those one per output thread (uuid = the JSON
+export's tid, same names and lanes) and the counter tracks. Slice begin/end, instant and
+counter packets follow, encoded column-wise by :mod:`exporters.packets` in the order of
+:mod:`exporters.protoevents`. Times are ns relative to the same base as the JSON export.
 """
 
 from __future__ import annotations
@@ -50,16 +53,40 @@ def _write_interned(builder: StreamingTraceProtoBuilder, names: Any, cats: Any) 
     builder.write_packet(packet)
 
 
+def rank_roots(layout: ExportLayout, first_uuid: int) -> dict[int, tuple[int, str]]:
+    """``{rank: (uuid, name)}`` of the top-level track of each rank, in rank order.
+
+    Names are ``rank N`` with N zero-padded to one width, so that the default (lexicographic)
+    order of top-level tracks is the numeric order of the ranks.
+    """
+    ranks = sorted({p.rank for p in layout.processes})
+    width = len(str(max(ranks))) if ranks else 1
+    return {r: (first_uuid + i, f"rank {r:0{width}d}") for i, r in enumerate(ranks)}
+
+
 def _write_tracks(
-    builder: StreamingTraceProtoBuilder, layout: ExportLayout, ctrs: Counters
+    builder: StreamingTraceProtoBuilder,
+    layout: ExportLayout,
+    ctrs: Counters,
+    roots: dict[int, tuple[int, str]],
 ) -> None:
+    # Perfetto orders process and thread tracks by their activity and ignores ordering hints
+    # on them (UI v52); tracks of its own hierarchy follow child_ordering / sibling_order_rank.
+    # So ranks are top-level tracks, their CPU processes and GPUs child tracks in layout order,
+    # and threads and streams the children of those.
+    for uuid, name in roots.values():
+        packet = _packet(builder)
+        desc = packet.track_descriptor
+        desc.uuid = uuid
+        desc.name = name
+        desc.child_ordering = pb.TrackDescriptor.EXPLICIT
+        builder.write_packet(packet)
     for p in layout.processes:
         packet = _packet(builder)
         desc = packet.track_descriptor
         desc.uuid = p.pid
-        desc.process.pid = p.pid
-        desc.process.process_name = p.name
-        desc.process.legacy_sort_index = p.sort_index
+        desc.parent_uuid = roots[p.rank][0]
+        desc.name = p.name.removeprefix(f"rank {p.rank} ")
         desc.child_ordering = pb.TrackDescriptor.EXPLICIT
         desc.sibling_order_rank = p.sort_index
         builder.write_packet(packet)
@@ -67,10 +94,8 @@ def _write_tracks(
         packet = _packet(builder)
         desc = packet.track_descriptor
         desc.uuid = t.tid
-        desc.thread.pid = t.pid
-        desc.thread.tid = t.tid
-        desc.thread.thread_name = t.name
-        desc.thread.legacy_sort_index = t.sort_index
+        desc.parent_uuid = t.pid
+        desc.name = t.name
         desc.sibling_order_rank = t.sort_index
         builder.write_packet(packet)
     for uuid, pid, name in ctrs.tracks:
@@ -130,9 +155,10 @@ def write_pftrace(
     interned = intern(layout)
     first_free = max([t.tid for t in layout.threads] + [len(layout.processes)]) + 1
     ctrs = counters(layout, first_free)
+    meta_uuid = first_free + len(ctrs.tracks)
     _write_interned(builder, interned.names, interned.cats)
-    _write_tracks(builder, layout, ctrs)
-    _write_metadata(builder, job, layout, first_free + len(ctrs.tracks))
+    _write_tracks(builder, layout, ctrs, rank_roots(layout, meta_uuid + 1))
+    _write_metadata(builder, job, layout, meta_uuid)
     order = packet_order(layout, interned, ctrs)
     encoder = PacketEncoder(layout, interned, ctrs)
     for lo in range(0, len(order), chunk_packets):
@@ -157,4 +183,5 @@ class PerfettoProtoExporter:
         layout = build_layout(job)
         with atomic_output(Path(path)) as tmp, open(tmp, "wb") as fh:
             write_pftrace(job, layout, fh, progress, self.chunk_packets)
-        self.last_stats = layout.stats(layout.event_count())
+        # + 1: the metadata instant.
+        self.last_stats = layout.stats(layout.event_count(), layout.slice_count() + 1)

@@ -16,7 +16,10 @@ can be compared number for number:
   where the profiler wrote them, the "last step start" is the GPU annotation of the last step,
   after all CPU activity, so the last step's work stays in.
 - **Window** = first start to last end of that GPU work (kernels, memcpy, memset on all streams
-  and devices of the rank together).
+  and devices of the rank together). HTA takes every event with a stream as GPU work, so CUDA
+  synchronisation events on a stream (Nsight's and Kineto's ``cuda_sync``: ``Stream Wait
+  Event``, ``Stream Sync``...) count too: as compute unless the name contains ``Sync`` (HTA's
+  ``is_compute_kernel``), else as non-compute; echo-view's own breakdown leaves them out.
 - ``idle`` = window minus the union of all that work; ``compute`` = union of compute kernels;
   ``non_compute = window - compute - idle`` (time only communication or memory work runs,
   i.e. echo-view's ``exposed_comm + memory``); ``overlap`` = share of the communication union
@@ -29,18 +32,21 @@ the two agree on every kernel of the traces compared in docs/accuracy.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.breakdown import categorize, gpu_work
+from echo_view.analysis.breakdown import COMPUTE, MEMORY, categorize, gpu_work
 from echo_view.analysis.steps import launch_start_ns
 from echo_view.model import EventKind, Job, LaneKind, Trace
 
 I64 = npt.NDArray[np.int64]
 _US = 1_000
 _STEP = "ProfilerStep"
+#: HTA 0.5.0's non-compute kernel names (``hta/utils/utils.py``, ``NCCL_COMPUTE_KERNEL_RE``).
+_HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,22 @@ def _last_step_start(trace: Trace) -> int | None:
     return int(trace.events.start_ns[rows].max()) if rows.any() else None
 
 
+def _hta_work(trace: Trace) -> tuple[I64, I64]:
+    """``(rows, labels)`` of what HTA takes for GPU work: echo-view's, plus synchronisation
+    events on a stream (compute unless HTA's name rule says otherwise; non-compute is labelled
+    memory, which HTA's quantities do not tell apart from communication)."""
+    work = gpu_work(trace)
+    sync = np.flatnonzero(trace.mask(EventKind.SYNC) & trace.lane_mask(LaneKind.GPU_STREAM))
+    names = [trace.name(int(i)) for i in sync]
+    sync_labels = [MEMORY if _HTA_NOT_COMPUTE.match(n) else COMPUTE for n in names]
+    rows = np.concatenate([work.rows, sync.astype(np.int64)])
+    labels = np.concatenate([work.labels, np.array(sync_labels, dtype=np.int64)])
+    return rows, labels
+
+
 def hta_breakdown(trace: Trace, *, filter_steps: bool, round_to_us: bool = True) -> HtaBreakdown:
     """HTA's temporal breakdown of one rank (see the module docstring)."""
-    work = gpu_work(trace)
-    rows = work.rows
-    labels = work.labels
+    rows, labels = _hta_work(trace)
     start = np.asarray(trace.events.start_ns[rows], dtype=np.int64)
     end = np.asarray(trace.events.end_ns[rows], dtype=np.int64)
     if round_to_us:

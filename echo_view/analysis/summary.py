@@ -274,9 +274,20 @@ def _kernel_totals(trace: Trace) -> tuple[I64, I64, I64]:
     return uniq.astype(np.int64), counts.astype(np.int64), totals
 
 
-def _collectives(trace: Trace) -> tuple[I64, I64, I64]:
-    """(kind, GPU time, bytes) per collective. NCCL kernels the collective table does not list
-    count too, with the kind their name gives and unknown bytes."""
+@dataclass(frozen=True, eq=False)
+class CollectiveEvents:
+    """Every collective of a trace: the collective table's rows, then the NCCL kernels the table
+    does not list (kind from the kernel name, bytes unknown, ``table_row`` -1)."""
+
+    event: I64
+    kind: I64
+    gpu_ns: I64
+    bytes: I64
+    table_row: I64
+
+
+def collective_events(trace: Trace) -> CollectiveEvents:
+    """The collectives of ``trace``; ``gpu_ns`` is the kernel's duration (0 for a CPU-only op)."""
     ct = trace.collectives
     ev = trace.events
     on_gpu = np.isin(ev.kind[ct.event], [int(k) for k in GPU_KINDS])
@@ -288,10 +299,12 @@ def _collectives(trace: Trace) -> tuple[I64, I64, I64]:
     kind_of = code[inv] if len(kernels) else np.empty(0, dtype=np.int64)
     extra = kind_of >= 0
     rows = kernels[extra]
-    return (
-        np.concatenate([np.asarray(ct.kind, dtype=np.int64), kind_of[extra]]),
-        np.concatenate([times, ev.dur_ns[rows]]),
-        np.concatenate([np.asarray(ct.bytes, dtype=np.int64), np.full(len(rows), -1)]),
+    return CollectiveEvents(
+        event=np.concatenate([np.asarray(ct.event, dtype=np.int64), rows]),
+        kind=np.concatenate([np.asarray(ct.kind, dtype=np.int64), kind_of[extra]]),
+        gpu_ns=np.concatenate([times, ev.dur_ns[rows]]),
+        bytes=np.concatenate([np.asarray(ct.bytes, dtype=np.int64), np.full(len(rows), -1)]),
+        table_row=np.concatenate([np.arange(len(ct), dtype=np.int64), np.full(len(rows), -1)]),
     )
 
 
@@ -321,7 +334,8 @@ def summarize(job: Job, top: int = 10) -> JobSummary:
             kernel_count[name] += c
             kernel_total[name] += s
             kernel_ranks[name] += 1
-        kinds, times, nbytes = _collectives(trace)
+        colls = collective_events(trace)
+        kinds, times, nbytes = colls.kind, colls.gpu_ns, colls.bytes
         coll_count += np.bincount(kinds, minlength=n_kinds)
         np.add.at(coll_total, kinds, times)
         np.add.at(coll_bytes, kinds, np.maximum(nbytes, 0))

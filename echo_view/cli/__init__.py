@@ -1,4 +1,5 @@
-"""The composition root: the only place that wires importers and exporters to the core.
+"""The command line: parses arguments, calls the layers below, prints (``echo_view.loading``
+wires the formats to the core).
 
 Each sub-command lives in its own module under ``echo_view.cli`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args, registry) -> int``.
@@ -14,7 +15,6 @@ from typing import Any
 
 from echo_view import __version__
 from echo_view.errors import EchoViewError
-from echo_view.formats import Registry
 
 #: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
 #: ``echo_view.cli.<name>``, which exposes ``register(subparsers)``. A command's module is
@@ -40,22 +40,6 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = super().add_parser(name, help=COMMANDS[name], **kwargs)
         return parser
-
-
-def build_registry() -> Registry:
-    """The built-in importers and exporters plus installed plug-ins."""
-    from exporters.perfetto_json import PerfettoJsonExporter
-    from exporters.perfetto_proto import PerfettoProtoExporter
-    from importers.kineto import KinetoImporter
-    from importers.nsys import NsysImporter
-
-    reg = Registry()
-    reg.add_importer(KinetoImporter())
-    reg.add_importer(NsysImporter())
-    reg.add_exporter(PerfettoJsonExporter())
-    reg.add_exporter(PerfettoProtoExporter())
-    reg.load_plugins()
-    return reg
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -87,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     if not hasattr(args, "func"):  # argv named its command in an unusual place: build them all
         args = build_parser().parse_args(argv)
+    from echo_view.loading import build_registry  # the formats: only a command needs them
+
     try:
         code: int = args.func(args, build_registry())
         return code

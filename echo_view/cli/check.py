@@ -221,7 +221,7 @@ def check_paths(
 ) -> None:
     """Check every file and every job; findings go to ``report``."""
     if registry is None:
-        from echo_view.cli import build_registry
+        from echo_view.loading import build_registry
 
         registry = build_registry()
     for job in expand(paths, as_job):

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.info import job_importer
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Exporter, Registry
+from echo_view.loading import job_importer
+from echo_view.model import Job
 
 
 def register(subparsers: Any) -> None:
@@ -24,9 +25,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "export",
         description="Write the traces of one job as one file for Perfetto: one process per "
-        "rank and GPU, one per rank and CPU process, named threads and streams, overlapping "
-        "slices on extra lanes, launch -> kernel and cross-rank collective flows, a steps track "
-        "per rank, times relative to the job start (exact to the nanosecond).",
+        "rank and GPU, one per rank and CPU process (in .pftrace under one top-level track per "
+        "rank, in rank order), named threads and streams, overlapping slices on extra lanes, "
+        "launch -> kernel and cross-rank collective flows, a steps track per rank, times "
+        "relative to the job start (exact to the nanosecond). See docs/perfetto.md.",
     )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
     p.add_argument(
@@ -55,7 +57,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     with stderr_progress(args) as progress:
         job = importer.read(paths, progress)
         exporter.write(job, out, progress)
+    report_written(exporter, job, out)
+    return 0
+
+
+def report_written(exporter: Exporter, job: Job, out: Path) -> None:
+    """Say on stderr what ``exporter`` just wrote to ``out`` (slices and flows as a viewer
+    counts them, when the exporter reports them)."""
     stats = getattr(exporter, "last_stats", None)
     detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
     print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)
-    return 0

@@ -24,7 +24,8 @@ from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summariz
 from echo_view.cli.comm import console
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Importer, Registry
+from echo_view.formats import Registry
+from echo_view.loading import job_importer
 from echo_view.units import format_duration
 
 _LABELS = {
@@ -67,19 +68,6 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     else:
         render(summary, console(), title=_title(paths))
     return 0
-
-
-def job_importer(registry: Registry, paths: list[Path]) -> Importer:
-    """The importer of the first path, checked to read every other path too (one job)."""
-    importer = registry.importer_for(paths[0])
-    for path in paths[1:]:
-        other = registry.importer_for(path)
-        if other.name != importer.name:
-            raise UsageError(
-                f"{path} is a {other.name} file but {paths[0]} is {importer.name}",
-                hint="give the files of one job in one format",
-            )
-    return importer
 
 
 def _title(paths: list[Path]) -> str:

@@ -13,6 +13,7 @@ Knobs for ``--set``: ``cluster.<key>`` (see :data:`echo_view.sim.cluster.OVERRID
 ``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``,
 ``interference`` (``on``, the default: compute beside communication is slowed, the measured
 slowdown removed first; ``off``; or a model file from ``echo-view calibrate interference``).
+The run itself is :func:`echo_view.sim.runs.replay_job`.
 """
 
 from __future__ import annotations
@@ -24,30 +25,16 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from echo_view.analysis.interference_features import trace_generation
-from echo_view.cli.simulate_workload import run_workload, scale_value
-from echo_view.cli.workload import is_workload_input
-from echo_view.errors import ConfigError, UsageError
+from echo_view.cli.export import report_written
+from echo_view.cli.simulate_workload import run_workload
+from echo_view.errors import UsageError
 from echo_view.formats import Registry
+from echo_view.loading import is_workload_input
 from echo_view.model import Job
-from echo_view.sim import MeasuredCompute, predicted_job
-from echo_view.sim.bound import step_bound
-from echo_view.sim.cluster import OVERRIDE_KEYS, Cluster, make_cluster, match_gpu
-from echo_view.sim.compute import SCALE_KEYS
-from echo_view.sim.interference import model_from_setting
-from echo_view.sim.interference_sim import simulate_replay
-from echo_view.sim.replay import ReplayInfo, workload_from_job
-from echo_view.sim.report import compare, job_steps
+from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
 from echo_view.units import format_duration
-
-KNOWN_KEYS: tuple[str, ...] = (
-    *(f"cluster.{k}" for k in OVERRIDE_KEYS),
-    *(f"compute.scale.{k}" for k in SCALE_KEYS),
-    "comm.scale",
-    "interference",
-)
 
 
 def register(subparsers: Any) -> None:
@@ -98,53 +85,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def parse_overrides(
-    items: Sequence[str], known: Sequence[str] | None = KNOWN_KEYS
-) -> dict[str, str]:
-    """``KEY=VALUE`` strings as a mapping; an unknown key is a ConfigError listing the known
-    (``known=None`` leaves the check to the caller)."""
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a mapping (:mod:`echo_view.sim.runs` checks the keys)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key or not value.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        if known is not None and key not in known:
-            raise ConfigError(
-                f"unknown knob {key!r}",
-                where="--set",
-                hint=f"known: {', '.join(known)}",
-            )
         out[key] = value.strip()
     return out
-
-
-def cluster_for_job(job: Job, overrides: dict[str, str]) -> Cluster | None:
-    """The cluster a measured job ran on: the GPU matched from the traces' device names,
-    ``gpus_per_node`` from the devices a trace lists (else 8, or the world if smaller), as many
-    nodes as the world needs; then ``cluster.*`` overrides. ``None`` when the GPU is unknown
-    and not given."""
-    cl = {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
-    devices = [d for t in job.traces for d in t.devices]
-    spec = next(
-        (g for d in devices if (g := match_gpu(d.name, d.total_memory_bytes)) is not None), None
-    )
-    world = job.world_size or max(job.ranks) + 1
-    per_node = max((len(t.devices) for t in job.traces), default=0) or min(8, world)
-    gpu: Any = cl.pop("gpu", None) or spec
-    if gpu is None:
-        if cl:
-            raise ConfigError(
-                "the traces do not name a GPU this version knows",
-                where="--set",
-                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
-            )
-        return None
-    cluster = make_cluster(gpu, gpus_per_node=min(per_node, world))
-    if "gpus_per_node" in cl:
-        cluster = cluster.with_overrides({"gpus_per_node": cl.pop("gpus_per_node")})
-    cl.setdefault("nodes", str(-(-world // cluster.gpus_per_node)))
-    return cluster.with_overrides(cl)
 
 
 def load_job(path: Path, registry: Registry) -> Job:
@@ -156,7 +106,7 @@ def load_job(path: Path, registry: Registry) -> Job:
 def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, reconstruct, simulate, report (and export)."""
     if is_workload_input(args.input):
-        return run_workload(args, registry, parse_overrides(args.overrides, known=None))
+        return run_workload(args, registry, parse_overrides(args.overrides))
     for option, given in (
         ("--compute", getattr(args, "compute", None)),
         ("--ranks all", getattr(args, "ranks", "stages") == "all"),
@@ -167,67 +117,21 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 hint="a replay takes its kernel times from the trace; use --set compute.scale.*",
             )
     overrides = parse_overrides(args.overrides)
-    scales = {
-        k.removeprefix("compute.scale."): scale_value(k, v)
-        for k, v in overrides.items()
-        if k.startswith("compute.scale.")
-    }
-    comm_scale = (
-        scale_value("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
-    )
+    check_keys(overrides, REPLAY_KEYS, "a measured job")  # before the (possibly long) import
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     t0 = time.perf_counter()
     job = load_job(args.input, registry)
     t_import = time.perf_counter()
-    cluster = cluster_for_job(job, overrides)
-    comm: Any = None
-    if args.comm == "model":
-        if cluster is None:
-            raise ConfigError(
-                "--comm model needs the GPU, and the traces do not name one this version knows",
-                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
-            )
-        from echo_view.sim.comm.defaults import default_comm_model
-
-        comm = default_comm_model()
-    workload = workload_from_job(job)
-    gen = next((g for t in job.traces if (g := trace_generation(t))), 0)
-    model = model_from_setting(overrides.get("interference", "on"), gen)
-    sim = simulate_replay(
-        workload, job, cluster, compute=MeasuredCompute(scales), comm=comm,
-        comm_scale=comm_scale, interference=model,
-    )  # fmt: skip
-    predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
+    run = replay_job(job, overrides, args.comm)
     t_sim = time.perf_counter()
-    report = compare(job_steps(predicted), job_steps(job))
-    bound = None
-    if report["step_time_s"]:
-        bound = step_bound(
-            workload, job, round(report["step_time_s"] * 1e9), cluster=cluster, scales=scales,
-            comm=comm, comm_scale=comm_scale, interference=model,
-        ).to_json()  # fmt: skip
-    info = cast(ReplayInfo, workload.meta["replay"])
     report = {
         "input": str(args.input),
-        "mode": "replay" if not overrides and args.comm == "measured" else "what-if",
-        "comm": args.comm,
-        **report,
-        "step_bound": bound,
-        "collectives": {
-            "total": sim.collectives.total,
-            "modelled": sim.collectives.modelled,
-            "measured": sim.collectives.measured,
-            "matched_by": info.matched_by,
-            "absent_ranks": info.absent_ranks,
-        },
-        "workload": {"ops": info.ops, "deps": info.deps},
-        "cluster": cluster.describe() if cluster is not None else None,
-        "interference": model.describe() if model is not None else None,
-        "overrides": overrides,
+        **run.report,
         "seconds": {"import": t_import - t0, "simulate": t_sim - t_import},
     }
     if exporter is not None:
-        exporter.write(predicted, args.output)
+        exporter.write(run.predicted, args.output)
+        report_written(exporter, run.predicted, args.output)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.workload import load_config, trace_config
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
+from echo_view.loading import load_config, trace_config
 from exporters.graph import write_graph
 
 

@@ -19,6 +19,18 @@ RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
 MODEL_KINDS = ("gpt",)
 ATTENTION = ("auto", "flash", "unfused")
+ACTIVATIONS = ("gelu", "swiglu")
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: Parallel options that change only how the simulator schedules communication, never a rank's
+#: ops, so they stay out of the tracing key (configs differing only in them share a graph).
+SIMULATION_ONLY = (
+    "tp_comm_overlap",
+    "overlap_param_gather",
+    "grad_reduce_in_fp32",
+    "overlap_p2p_comm",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +39,10 @@ class ModelConfig:
 
     ``attention`` picks the core-attention kernels: ``flash`` (one fused kernel forward, one
     backward), ``unfused`` (batched GEMMs around a softmax, as Megatron-LM ran before fused
-    attention), or ``auto`` (see :func:`resolve_attention`).
+    attention), or ``auto`` (see :func:`resolve_attention`). ``activation`` ``swiglu`` has a gate
+    and an up projection of ``ffn_hidden`` each (Llama); ``normalization``, ``position`` and
+    ``tie_embeddings`` default to Megatron-LM's GPT defaults (LayerNorm, learned absolute
+    positions, output layer sharing the word embedding).
     """
 
     kind: str
@@ -39,11 +54,20 @@ class ModelConfig:
     ffn_hidden: int
     kv_heads: int
     attention: str = "auto"
+    activation: str = "gelu"
+    normalization: str = "layernorm"
+    position: str = "learned"
+    tie_embeddings: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class ParallelConfig:
-    """Megatron-style layout: tensor, pipeline, data and context parallel sizes and options."""
+    """Megatron-style layout: tensor, pipeline, data and context parallel sizes and options.
+
+    ``grad_reduce_in_fp32`` ``None`` means Megatron-LM's default for the dtype
+    (:func:`grad_reduce_bytes`); ``overlap_p2p_comm`` (Megatron's default: on) matters only for
+    the interleaved schedule, as in Megatron-LM, which turns it off otherwise.
+    """
 
     tp: int
     pp: int
@@ -56,6 +80,10 @@ class ParallelConfig:
     overlap_grad_reduce: bool = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    tp_comm_overlap: bool = False
+    overlap_param_gather: bool = False
+    grad_reduce_in_fp32: bool | None = None
+    overlap_p2p_comm: bool = True
 
     @property
     def world_size(self) -> int:
@@ -105,6 +133,7 @@ class WorkloadConfig:
     dtype: str
     reference: Reference | None = None
     source: str = ""
+    fp8_recipe: str = "delayed"
 
     @property
     def micro_batches(self) -> int:
@@ -191,6 +220,10 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ffn_hidden=m.positive("ffn_hidden", 4 * hidden),
         kv_heads=m.positive("kv_heads", heads),
         attention=m.choice("attention", ATTENTION, "auto"),
+        activation=m.choice("activation", ACTIVATIONS, "gelu"),
+        normalization=m.choice("normalization", NORMALIZATIONS, "layernorm"),
+        position=m.choice("position", POSITIONS, "learned"),
+        tie_embeddings=m.get("tie_embeddings", bool, True),
     )
     m.finish()
 
@@ -207,6 +240,10 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
         first_stage_layers=p.get("first_stage_layers", int),
         last_stage_layers=p.get("last_stage_layers", int),
+        tp_comm_overlap=p.get("tp_comm_overlap", bool, False),
+        overlap_param_gather=p.get("overlap_param_gather", bool, False),
+        grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
+        overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
     )
     p.finish()
 
@@ -225,6 +262,9 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
 
     pr = _Section(data["precision"], "precision", source)
     dtype = pr.choice("dtype", DTYPES)
+    recipe = pr.choice("fp8_recipe", FP8_RECIPES, "delayed")
+    if "fp8_recipe" in pr.data and dtype != "fp8":
+        raise pr._err("fp8_recipe", f'needs dtype = "fp8" (dtype is {dtype!r})')
     pr.finish()
 
     reference = None
@@ -236,7 +276,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         reference = Reference(step, r.get("source", str, ""))
         r.finish()
 
-    cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source)
+    cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source, recipe)
     _check_consistency(cfg)
     return cfg
 
@@ -298,6 +338,23 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "parallel.sequence_parallel",
             f"seq_len {mod.seq_len} is not divisible by tp = {par.tp}",
         )
+    if par.tp_comm_overlap and not par.sequence_parallel:
+        raise err(
+            "parallel.tp_comm_overlap",
+            "needs sequence_parallel = true (Transformer Engine overlaps the all-gather and "
+            "reduce-scatter of sequence-parallel linears)",
+        )
+    if par.overlap_param_gather and not (par.distributed_optimizer and par.overlap_grad_reduce):
+        raise err(
+            "parallel.overlap_param_gather",
+            "needs distributed_optimizer = true and overlap_grad_reduce = true (as in Megatron-LM)",
+        )
+    if par.virtual_stages > 1 and not par.overlap_p2p_comm and par.pp < 3:
+        raise err(
+            "parallel.overlap_p2p_comm",
+            "the interleaved schedule with blocking transfers needs pp > 2 (as in Megatron-LM: "
+            "two stages would send and receive twice between the same ranks per batch)",
+        )
     if par.virtual_stages > 1 and cfg.micro_batches % par.pp:
         raise err(
             "batch.global",
@@ -318,6 +375,23 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     if cfg.dtype == "fp32" or cfg.parallel.recompute == "selective":
         return "unfused"
     return "flash"
+
+
+def grad_reduce_bytes(cfg: WorkloadConfig) -> int:
+    """Bytes per gradient element in the main-gradient buffer and its data-parallel reduction.
+
+    Megatron-LM keeps ``main_grad`` in fp32 and reduces in fp32 when ``grad_reduce_in_fp32``
+    (``--accumulate-allreduce-grads-in-fp32``) is set, in the parameter dtype otherwise; it
+    turns the option on by itself for ``--bf16`` (``megatron/training/arguments.py``: "bfloat16
+    requires gradient accumulation and all-reduce to be done in fp32") and leaves it off for
+    ``--fp16``. FP8 training runs with ``--bf16`` parameters. Unset, the key follows that rule.
+    """
+    if cfg.dtype == "fp32":
+        return 4
+    fp32 = cfg.parallel.grad_reduce_in_fp32
+    if fp32 is None:
+        fp32 = cfg.dtype in ("bf16", "fp8")
+    return 4 if fp32 else 2
 
 
 def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
@@ -379,6 +453,17 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             "ffn_hidden": m.ffn_hidden,
             "kv_heads": m.kv_heads,
             "attention": m.attention,
+            # Llama-style keys only when set, so that older configs keep their tracing key.
+            **{
+                k: v
+                for k, v, default in (
+                    ("activation", m.activation, "gelu"),
+                    ("normalization", m.normalization, "layernorm"),
+                    ("position", m.position, "learned"),
+                    ("tie_embeddings", m.tie_embeddings, True),
+                )
+                if v != default
+            },
         },
         "parallel": {
             "tp": p.tp,
@@ -392,10 +477,21 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             "overlap_grad_reduce": p.overlap_grad_reduce,
             **({"first_stage_layers": p.first_stage_layers} if p.first_stage_layers else {}),
             **({"last_stage_layers": p.last_stage_layers} if p.last_stage_layers else {}),
+            **{
+                k: v
+                for k, v, default in (
+                    ("tp_comm_overlap", p.tp_comm_overlap, False),
+                    ("overlap_param_gather", p.overlap_param_gather, False),
+                    ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
+                    ("overlap_p2p_comm", p.overlap_p2p_comm, True),
+                )
+                if v != default
+            },
         },
         "batch": {"global": b.global_batch, "micro": b.micro},
         "cluster": cluster,
-        "precision": {"dtype": cfg.dtype},
+        "precision": {"dtype": cfg.dtype}
+        | ({"fp8_recipe": cfg.fp8_recipe} if cfg.dtype == "fp8" else {}),
     }
     if cfg.reference is not None:
         out["reference"] = {
@@ -409,10 +505,14 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     """The parts of ``cfg`` a traced graph depends on (cluster, global batch and the reference
     do not change a rank's ops), used to find a cached graph."""
     full = config_to_mapping(cfg)
-    return {
+    parallel = {k: v for k, v in full["parallel"].items() if k not in SIMULATION_ONLY}
+    key = {
         "model": full["model"],
-        "parallel": full["parallel"],
+        "parallel": parallel,
         "micro": cfg.batch.micro,
         "dtype": cfg.dtype,
         "attention": resolve_attention(cfg),
     }
+    if cfg.dtype == "fp8":
+        key["fp8_recipe"] = cfg.fp8_recipe
+    return key

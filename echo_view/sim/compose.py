@@ -17,8 +17,15 @@ Data-parallel gradients: with ``overlap_grad_reduce`` the gradients of each mode
 reduced in buckets (Megatron's default bucket: ``max(40e6, 1e6 * dp)`` parameters) as soon as
 the chunk's last backward pass has produced them, on the data-parallel stream; otherwise all of
 them after the last backward, on the compute stream. The reduction is an all-reduce, or a
-reduce-scatter with the distributed optimizer (whose updated parameters are then all-gathered).
-Gradients are reduced in fp32 for fp32 training and in the 16-bit type otherwise.
+reduce-scatter with the distributed optimizer (whose updated parameters are then all-gathered:
+after the optimizer on the compute stream, or with ``overlap_param_gather`` bucket by bucket
+on the data-parallel stream, each bucket before the first forward pass that uses it).
+Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). With tied
+embeddings and pp > 1 the word-embedding gradient is all-reduced between the first and the last
+stage after the data-parallel reduction, before the optimizer (Megatron-LM's
+``_allreduce_word_embedding_grads``). With the interleaved schedule and ``overlap_p2p_comm``
+off, a stage's send blocks it: the transfer starts when the receiver has finished its previous
+pass and the sender's next pass waits for the transfer's end.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import WorkloadConfig
+from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
@@ -79,6 +86,17 @@ class _Cols:
     src_hi: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _DpPlan:
+    """How one rank reduces its gradients over the data- and context-parallel ranks."""
+
+    group: tuple[int, ...]
+    red_kind: CollectiveKind
+    red_bytes: int
+    overlap: bool
+    bucket_params: int
+
+
 @dataclass(frozen=True, eq=False)
 class Composed:
     """A composed workload, the durations to run it with, and how to expand coarse ops."""
@@ -122,6 +140,11 @@ class _Composer:
         self.tables: list[TableCost] = []
         self.table_ids: dict[int, int] = {}
         self.step_markers: list[tuple[int, int]] = []
+        # Blocking sends: (receiver pass key) -> the sender's next compute op after that pass.
+        self.next_op: dict[tuple[int, bool, int, int], int] = {}
+        self.blocking = cfg.parallel.virtual_stages > 1 and not cfg.parallel.overlap_p2p_comm
+        self.dp = _DpPlan((), CollectiveKind.ALL_REDUCE, 2, False, 1)  # set per rank
+        self.dp_pending: list[int] = []
 
     # -- helpers ---------------------------------------------------------------------------
     def lane(self, rank: int, stream: int, name: str) -> int:
@@ -222,6 +245,74 @@ class _Composer:
         cuts.append(len(tc.table))
         return sorted(set(cuts))
 
+    def param_gather_forward(
+        self,
+        rank: int,
+        lanes: tuple[int, int],
+        tc: TableCost,
+        label: str,
+        params: int,
+        bucket_params: int,
+        ag: tuple[int, tuple[int, ...]],
+    ) -> tuple[int, int]:
+        """The first forward pass of a chunk with ``overlap_param_gather``: its parameters
+        arrive in buckets all-gathered on the data-parallel lane; the pass is cut into as many
+        pieces (equal shares of its time: parameters are spread evenly over its layers), piece
+        ``i`` waits for bucket ``i``, and bucket ``i`` is dispatched when piece ``i - 1``
+        starts (Megatron's forward pre-hook prefetches the next bucket). Returns the first and
+        the last op of the pass."""
+        comp, dpl = lanes
+        elem_bytes, group = ag
+        buckets = max(1, -(-params // bucket_params))
+        cum = np.cumsum(tc.dur_ns)
+        total = int(cum[-1]) if len(cum) else 0
+        cuts = [int(np.searchsorted(cum, total * (k + 1) / buckets)) + 1 for k in range(buckets)]
+        cuts = sorted({min(c, len(tc.table)) for c in cuts} | {len(tc.table)})
+        per_bucket = params // len(cuts)
+        dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
+        lo, first = 0, -1
+        ends: list[int] = []
+        for k, hi in enumerate(cuts):
+            gather = self.op(
+                rank,
+                dpl,
+                f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params {label} bucket {k})",
+                dur,
+                cls=OpClass.COLLECTIVE,
+            )
+            if k >= 2:
+                self.edges.append((ends[k - 2], gather))
+            piece_first = len(self.c.rank)
+            ends.append(self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi))
+            self.edges.append((gather, piece_first))
+            first = piece_first if first < 0 else first
+            lo = hi
+        return first, ends[-1]
+
+    def last_backward(
+        self, rank: int, lanes: tuple[int, int], tc: TableCost, label: str, g: int, grad_b: int
+    ) -> int:
+        """The last backward pass of global chunk ``g``: its gradients complete bucket by
+        bucket, each reduced on the data-parallel lane with ``overlap_grad_reduce`` (the
+        reductions are left in ``dp_pending``). Returns the pass's last op."""
+        comp, dpl = lanes
+        dp = self.dp
+        self.dp_pending = []
+        bucket_bytes = dp.bucket_params * grad_b if dp.overlap else 1 << 62
+        lo, end = 0, -1
+        for k, hi in enumerate(self.bucket_cuts(tc, bucket_bytes)):
+            end = self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi)
+            grads = int(tc.table.grad_bytes[lo:hi].sum()) // grad_b
+            lo = hi
+            if not dp.overlap or grads == 0:
+                continue
+            dur = self.colls.time_ns(dp.red_kind, grads * dp.red_bytes, dp.group)
+            name = f"{NCCL_KERNEL[dp.red_kind]} (grads chunk {g})"
+            op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
+            self.edges.append((end, op))
+            self.dp_pending.append(op)
+        return end
+
     def rank_program(self, rank: int, m: int) -> None:
         cfg, p, lay = self.cfg, self.cfg.parallel, self.layout
         stage = lay.coords(rank)[0]
@@ -237,12 +328,15 @@ class _Composer:
         # context-parallel ranks: context-parallel ranks hold the same weights.
         dp_group = lay.group("dp_cp", rank)
         grad_ranks = len(dp_group)
-        red_bytes = 4 if cfg.dtype == "fp32" else 2
+        red_bytes = grad_reduce_bytes(cfg)
         overlap = p.overlap_grad_reduce and grad_ranks > 1
+        gather_early = p.distributed_optimizer and p.overlap_param_gather and grad_ranks > 1
+        gathered: set[int] = set()
         bucket_params = max(40_000_000, 1_000_000 * grad_ranks)
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )
+        self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params)
         # Activations and parameters travel in 16 bits when GEMMs run in fp8.
         elem_bytes = _BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
         act_bytes = (
@@ -250,6 +344,7 @@ class _Composer:
         )
         dp_ops: list[int] = []
         last_bwd_mb = m - 1
+        prev_key: tuple[int, bool, int, int] | None = None
         for ps in schedule(stage, p.pp, m, p.virtual_stages):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -269,46 +364,44 @@ class _Composer:
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
             first_op = len(self.c.rank)
-            if ps.forward or ps.microbatch != last_bwd_mb or grad_ranks == 1:
+            if self.blocking and xfer is not None and prev_key is not None:
+                # Rendezvous: the receiver posts its receive after its previous pass.
+                self.edges.append((self.pass_end[prev_key], xfer))
+            if gather_early and ps.forward and g not in gathered:
+                gathered.add(g)
+                bwd = self.costs[(role_idx, "backward", ps.chunk)].table
+                chunk_params = int(bwd.grad_bytes.sum()) // role.grad_dtype_bytes
+                ag = (elem_bytes, dp_group)
+                first_op, end = self.param_gather_forward(
+                    rank, (comp, dpl), tc, label, chunk_params, bucket_params, ag
+                )
+            elif ps.forward or ps.microbatch != last_bwd_mb or grad_ranks == 1:
                 end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
             else:
-                # Last backward of this chunk: gradients complete bucket by bucket.
-                bucket_bytes = bucket_params * role.grad_dtype_bytes if overlap else 1 << 62
-                cuts = self.bucket_cuts(tc, bucket_bytes)
-                lo = 0
-                for k, hi in enumerate(cuts):
-                    end = self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi)
-                    grads = int(tc.table.grad_bytes[lo:hi].sum()) // role.grad_dtype_bytes
-                    lo = hi
-                    if not overlap or grads == 0:
-                        continue
-                    nbytes = grads * red_bytes
-                    dur = self.colls.time_ns(red_kind, nbytes, dp_group)
-                    op = self.op(
-                        rank,
-                        dpl,
-                        f"{NCCL_KERNEL[red_kind]} (grads chunk {g})",
-                        dur,
-                        cls=OpClass.COLLECTIVE,
-                    )
-                    self.edges.append((end, op))
-                    dp_ops.append(op)
+                end = self.last_backward(rank, (comp, dpl), tc, label, g, role.grad_dtype_bytes)
+                dp_ops += self.dp_pending
+            if prev_key is not None:
+                self.next_op[prev_key] = first_op
             if xfer is not None:
                 self.edges.append((xfer, first_op))
-            self.pass_end[(rank, ps.forward, g, ps.microbatch)] = end
+            prev_key = (rank, ps.forward, g, ps.microbatch)
+            self.pass_end[prev_key] = end
+        if prev_key is not None:
+            self.next_op[prev_key] = len(self.c.rank)
         if grad_ranks > 1 and not overlap:
             nbytes = role.params * red_bytes
             dur = self.colls.time_ns(red_kind, nbytes, dp_group)
             dp_ops.append(
                 self.op(rank, comp, f"{NCCL_KERNEL[red_kind]} (grads)", dur, cls=OpClass.COLLECTIVE)
             )
+        tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
         for op in dp_ops:
             if int(self.c.lane[op]) != comp:
-                self.edges.append((op, first_opt))
-        if p.distributed_optimizer and grad_ranks > 1:
+                self.edges.append((op, tied if tied >= 0 else first_opt))
+        if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
             nbytes = role.params * elem_bytes
             dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
             self.op(
@@ -319,12 +412,37 @@ class _Composer:
                 cls=OpClass.COLLECTIVE,
             )
 
+    def tied_embedding_reduce(self, rank: int, comp: int, stage: int, red_bytes: int) -> int:
+        """The all-reduce of the tied word-embedding gradient between the first and the last
+        pipeline stage (same tensor/context/data-parallel index), on the compute stream; its
+        op id, or -1 when the model has no such pair."""
+        cfg, lay = self.cfg, self.layout
+        p, mod = cfg.parallel, cfg.model
+        if not mod.tie_embeddings or p.pp == 1 or stage not in (0, p.pp - 1):
+            return -1
+        _, dp_i, cp_i, tp_i = lay.coords(rank)
+        ranks = (lay.rank(0, dp_i, cp_i, tp_i), lay.rank(p.pp - 1, dp_i, cp_i, tp_i))
+        nbytes = -(-mod.vocab // p.tp) * mod.hidden * red_bytes
+        kind = CollectiveKind.ALL_REDUCE
+        dur = self.colls.time_ns(kind, nbytes, ranks)
+        coll = self.collective(rank, kind, nbytes, ranks, dur)
+        return self.op(
+            rank,
+            comp,
+            f"{NCCL_KERNEL[kind]} (embedding grads)",
+            dur,
+            cls=OpClass.COLLECTIVE,
+            coll=coll,
+        )
+
     def resolve(self) -> None:
         for key, dst in self.pending:
             src = self.pass_end.get(key)
             if src is None:
                 continue
             self.edges.append((src, dst))
+            if self.blocking and key in self.next_op:
+                self.edges.append((dst, self.next_op[key]))
 
 
 def compose(
@@ -351,7 +469,16 @@ def compose(
         for phase, tables in (("forward", role.forward), ("backward", role.backward)):
             for chunk, t in enumerate(tables):
                 costs[(ri, phase, chunk)] = table_cost(
-                    graph, t, cfg, cluster, compute_params, colls, layout, rep, scales
+                    graph,
+                    t,
+                    cfg,
+                    cluster,
+                    compute_params,
+                    colls,
+                    layout,
+                    rep,
+                    scales,
+                    backward=phase == "backward",
                 )
         costs[(ri, "optimizer", 0)] = table_cost(
             graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep, scales

@@ -15,8 +15,11 @@ from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
+from echo_view.sim.compute_presets import gemm_shape_params_for
+from echo_view.sim.gemm_shape import gemm_dims, gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
+from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
 
 I64 = npt.NDArray[np.int64]
 
@@ -53,7 +56,9 @@ class CollectiveCache:
         return t
 
 
-def _peaks(graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Cluster) -> Any:
+def _peaks(graph: TracedGraph, table: OpTable, cluster: Cluster) -> Any:
+    """Each op's peak FLOP/s from its recorded dtype (the tracer records the GEMMs of FP8
+    linear layers as ``fp8``; everything else keeps its tensor dtype)."""
     names = graph.strings
     peaks = np.empty(len(table), dtype=np.float64)
     cache: dict[int, float] = {}
@@ -61,10 +66,39 @@ def _peaks(graph: TracedGraph, table: OpTable, cfg: WorkloadConfig, cluster: Clu
         if d not in cache:
             cache[d] = peak_for(cluster.gpu, names[d] if d >= 0 else "fp32")
         peaks[i] = cache[d]
-    if cfg.dtype == "fp8":
-        # fp8 training runs its GEMMs at the fp8 rate; everything else stays in bf16.
-        peaks[table.op_class == OpClass.GEMM] = peak_for(cluster.gpu, "fp8")
     return peaks
+
+
+def _gemm_math_one(graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows: int) -> float:
+    """Shape-model math time (ns) of one GEMM ``(name, shapes, dtype)`` string ids, its rows
+    (M) split ``rows`` ways; NaN when its shape or the GPU/dtype constants are unknown."""
+    names = graph.strings
+    dtype = names[key[2]] if key[2] >= 0 else "fp32"
+    params = gemm_shape_params_for(gpu, dtype)
+    dims = gemm_dims(names[key[0]], names[key[1]]) if key[1] >= 0 else None
+    if params is None or dims is None:
+        return float("nan")
+    b, m, n, k = dims
+    chunk = np.array([(b, -(-m // rows), n, k)])
+    return float(gemm_times_ns(chunk, peak_for(gpu, dtype), gpu.sm_count, params)[0])
+
+
+def _gemm_key(table: OpTable, i: int) -> tuple[int, int, int]:
+    return int(table.name[i]), int(table.shapes[i]), int(table.dtype[i])
+
+
+def _gemm_math_ns(graph: TracedGraph, table: OpTable, cluster: Cluster) -> npt.NDArray[np.float64]:
+    """Shape-model math time of each GEMM whose shape and GPU/dtype constants are known (NaN
+    elsewhere), in the dtype it was traced in (the linear layers' GEMMs of fp8 training are
+    traced as ``fp8``). Distinct (name, shapes, dtype) triples are few: each is computed once."""
+    out = np.full(len(table), np.nan)
+    memo: dict[tuple[int, int, int], float] = {}
+    for i in np.flatnonzero(table.op_class == OpClass.GEMM).tolist():
+        key = _gemm_key(table, i)
+        if key not in memo:
+            memo[key] = _gemm_math_one(graph, cluster.gpu, key, 1)
+        out[i] = memo[key]
+    return out
 
 
 def table_cost(
@@ -77,17 +111,17 @@ def table_cost(
     layout: Layout,
     rank: int,
     scales: Mapping[int, float] | None = None,
+    *,
+    backward: bool = False,
 ) -> TableCost:
-    """Durations of ``table``'s ops when run by ``rank``; ``scales`` multiplies the compute
-    time of op classes (what-if: ``compute.scale.gemm=0.5``)."""
-    dur = op_times_ns(
-        table.op_class,
-        table.flops,
-        table.bytes,
-        _peaks(graph, table, cfg, cluster),
-        cluster.gpu,
-        params,
-    )
+    """Durations of ``table``'s ops when run by ``rank`` (``backward``: a backward pass);
+    ``scales`` multiplies the compute time of op classes (what-if: ``compute.scale.gemm=0.5``).
+    With ``tp_comm_overlap`` a tensor-parallel collective lasts only what its GEMM cannot
+    hide (:mod:`echo_view.sim.tp_overlap`)."""
+    peaks = _peaks(graph, table, cluster)
+    shape_model = bool(params.gemm_shape_model)
+    math = _gemm_math_ns(graph, table, cluster) if shape_model else None
+    dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params, math)
     if scales:
         factor = np.ones(len(dur))
         for cls, k in scales.items():
@@ -98,5 +132,50 @@ def table_cost(
         axis = AXES[int(table.axis[i])]
         ranks = layout.group(axis, rank) if axis != "none" else (rank,)
         dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
+    p = cfg.parallel
+    if p.tp_comm_overlap and p.tp > 1:
+        tp_ranks = layout.group("tp", rank)
+        chunks = {
+            i: colls.time_ns(
+                CollectiveKind.REDUCE_SCATTER, int(table.coll_bytes[i]) // PIPELINE_SPLITS, tp_ranks
+            )
+            for i in np.flatnonzero(
+                is_coll & (table.coll_kind == CollectiveKind.REDUCE_SCATTER)
+            ).tolist()
+        }
+        m = cfg.model
+        tokens = m.seq_len // p.cp * cfg.batch.micro
+
+        def chunk_ns(j: int, n: int) -> float:
+            """GEMM ``j`` on ``1/n`` of its rows (the tokens), as its chunks run."""
+            sl = slice(j, j + 1)
+            one = None
+            if shape_model:
+                one = np.array([_gemm_math_one(graph, cluster.gpu, _gemm_key(table, j), n)])
+            t = op_times_ns(
+                table.op_class[sl],
+                table.flops[sl] / n,
+                table.bytes[sl] // n,
+                peaks[sl],
+                cluster.gpu,
+                params,
+                one,
+            )
+            return float(t[0])
+
+        dur = overlap_tp_comm(
+            table,
+            dur,
+            chunk_ns,
+            chunks,
+            tp=p.tp,
+            sm_count=cluster.gpu.sm_count,
+            backward=backward,
+            # The output layer's weight is vocab / tp rows (rounded up when tied to the
+            # embedding's shard).
+            output_gemm_flops=frozenset(
+                2.0 * tokens * m.hidden * rows for rows in (m.vocab // p.tp, -(-m.vocab // p.tp))
+            ),
+        )
     dur.flags.writeable = False
     return TableCost(table, dur, is_coll)

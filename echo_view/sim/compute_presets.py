@@ -13,21 +13,55 @@ from pathlib import Path
 
 from echo_view.errors import ConfigError, InputError
 from echo_view.sim.cluster import GpuSpec
+from echo_view.sim.gemm_shape import GemmShapeParams
 from echo_view.sim.kernel_cost import ComputeParams
 
 # A100: large fp16 GEMMs reach 74% of the 312 TFLOP/s peak in Megatron-LM (one parameter
-# fitted on the eight Korthikanti et al. 2022 runs, Selene DGX A100; docs/accuracy.md).
+# fitted on the eight Korthikanti et al. 2022 runs, Selene DGX A100; docs/accuracy.md). No
+# kernel-level GEMM table for A100 is at hand, so A100 GEMMs keep this step-time fit.
 _A100 = ComputeParams(gemm_eff_max=0.74)
-# Hopper (H100, and H800/H200 with the same SMs): 55% of the 989 TFLOP/s bf16 peak, fitted on
-# the two Megatron-LM CI 7B runs on a DGX H100 (Transformer Engine, deterministic mode).
-_HOPPER = ComputeParams(gemm_eff_max=0.55)
 
-#: Parameters by GPU family (the preset name's first token, e.g. ``A100``).
+# Hopper memory-bound kernels: `echo-view calibrate compute` on the real H100 Kineto trace
+# (tracelens, 927 ops, 20 memory-bound shapes; docs/accuracy.md "Kernel cost model fit"):
+# strided copies and broadcasts reach less of the HBM bandwidth than the generic 0.85 says.
+_HOPPER = ComputeParams(mem_eff_max=0.585, mem_half_bytes=3.26e6, kernel_min_ns=1770)
+
+#: Parameters by GPU family (the preset name's first token, e.g. ``A100``). Hopper and
+#: Blackwell GEMMs take their time from the shape model below, not from these.
 _BY_FAMILY: dict[str, ComputeParams] = {
     "A100": _A100,
     "H100": _HOPPER,
     "H800": _HOPPER,
     "H200": _HOPPER,
+}
+
+_XLA = "OpenXLA matmul table, samples/kernels/gemm"
+_HOPPER_BF16 = GemmShapeParams(0.900, 192.0, 5280.0, _XLA + " (H100, 375 shapes)")
+_HOPPER_TF32 = GemmShapeParams(0.682, 76.0, 8030.0, _XLA + " (H100 f32 on TF32, 375 shapes)")
+# DeepGEMM's FP8 kernels on H800 (6 compute-bound shapes; 1.0-1.2x faster than a CUTLASS 3.6
+# implementation, so Transformer Engine's FP8 GEMMs may be up to that much slower).
+_HOPPER_FP8 = GemmShapeParams(0.742, 741.0, 2340.0, "DeepGEMM README, H800 (6 shapes)")
+_B200_BF16 = GemmShapeParams(0.759, 306.0, 5000.0, _XLA + " (B200, 375 shapes)")
+_B200_TF32 = GemmShapeParams(0.812, 233.0, 6610.0, _XLA + " (B200 f32 on TF32, 375 shapes)")
+_B200_FP8 = GemmShapeParams(0.785, 450.0, 5440.0, _XLA + " (B200 e4m3, 375 shapes)")
+#: GEMM shape-model constants by (family, dtype), fitted by ``bench/gemm_fit.py`` on kernel
+#: measurements (docs/accuracy.md, "GEMM shape model"). FP32 (without TF32) has none: it does
+#: not run on tensor cores.
+_GEMM_SHAPES: dict[tuple[str, str], GemmShapeParams] = {
+    **{
+        (fam, dt): p
+        for fam in ("H100", "H800", "H200")
+        for dt, p in (
+            ("bf16", _HOPPER_BF16),
+            ("fp16", _HOPPER_BF16),
+            ("tf32", _HOPPER_TF32),
+            ("fp8", _HOPPER_FP8),
+        )
+    },
+    ("B200", "bf16"): _B200_BF16,
+    ("B200", "fp16"): _B200_BF16,
+    ("B200", "tf32"): _B200_TF32,
+    ("B200", "fp8"): _B200_FP8,
 }
 
 
@@ -39,6 +73,11 @@ def gpu_family(gpu: GpuSpec) -> str:
 def compute_params_for(gpu: GpuSpec) -> ComputeParams:
     """The cost parameters for ``gpu`` (generic defaults for a family without its own set)."""
     return _BY_FAMILY.get(gpu_family(gpu), ComputeParams())
+
+
+def gemm_shape_params_for(gpu: GpuSpec, dtype: str) -> GemmShapeParams | None:
+    """The measured GEMM shape-model constants for ``gpu`` and ``dtype``, if there are any."""
+    return _GEMM_SHAPES.get((gpu_family(gpu), dtype))
 
 
 def compute_params_from_toml(
@@ -74,6 +113,9 @@ def compute_params_from_toml(
     if not isinstance(table, dict):
         raise InputError("not a table", path=file, where=f'gpu."{key}"')
     values = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    # A calibrated file describes GEMMs with the FLOP form it was fitted in, unless it says
+    # otherwise.
+    values.setdefault("gemm_shape_model", 0)
     try:
         return (base or compute_params_for(gpu)).with_overrides(values)
     except ConfigError as exc:

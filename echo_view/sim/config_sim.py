@@ -19,9 +19,11 @@ from echo_view.model.trace import (
     NONE,
     CollectiveTable,
     EventTable,
+    ProcessGroup,
     StepTable,
     Trace,
 )
+from echo_view.model.workload import Workload
 from echo_view.sim import engine
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
@@ -150,6 +152,28 @@ def expanded_times(
     return fstart, fend - fstart
 
 
+def _instances(
+    wl: Workload, rank: int, src_op: I64, is_coll: npt.NDArray[np.bool_]
+) -> tuple[tuple[ProcessGroup, ...], I64, I64]:
+    """Process groups of ``rank`` and (group, seq) of each collective row, so that exports link
+    one instance across its ranks: a row is the instance of its source op when that op is a
+    workload collective and the row is its (first) collective kernel; else both are -1."""
+    mine = [g for g, pg in enumerate(wl.groups) if rank in pg.ranks]
+    local = np.full(len(wl.groups) + 1, NONE, dtype=np.int64)
+    local[mine] = np.arange(len(mine))
+    c = np.where(is_coll, wl.ops.coll[src_op], NONE).astype(np.int64)
+    first = np.zeros(len(c), dtype=bool)
+    _, at = np.unique(src_op, return_index=True)
+    first[at] = True
+    c[~first] = NONE
+    ok = c >= 0
+    group = np.full(len(c), NONE, dtype=np.int64)
+    seq = np.full(len(c), NONE, dtype=np.int64)
+    group[ok] = local[wl.collectives.group[c[ok]]]
+    seq[ok] = np.where(group[ok] >= 0, wl.collectives.seq[c[ok]], NONE)
+    return tuple(wl.groups[g] for g in mine), group, seq
+
+
 def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = None) -> Job:
     """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
     ran back to back on the compute stream, so their times follow exactly from the pass's
@@ -233,13 +257,16 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         fine_bytes = np.concatenate([np.full(len(keep), NONE, dtype=np.int64), all_bytes[idx]])[
             order
         ][coll_rows]
+        src_op = np.concatenate([keep, np.repeat(ex, lengths)])[order][coll_rows]
+        fine_coll = np.concatenate([np.ones(len(keep), bool), fcls == OpClass.COLLECTIVE])
+        groups, group, seq = _instances(wl, int(r), src_op, fine_coll[order][coll_rows])
         colls = CollectiveTable(
             event=coll_rows,
             kind=name_kind[ev_name[coll_rows]],
             bytes=fine_bytes,
             dtype=np.full(len(coll_rows), NONE),
-            group=np.full(len(coll_rows), NONE),
-            seq=np.full(len(coll_rows), NONE),
+            group=group,
+            seq=seq,
             algorithm=np.full(len(coll_rows), NONE),
             protocol=np.full(len(coll_rows), NONE),
         )
@@ -260,6 +287,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
                 events=events,
                 lanes=lanes,
                 collectives=colls,
+                groups=groups,
                 steps=steps,
                 metadata=meta,
             )

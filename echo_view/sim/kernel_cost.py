@@ -12,6 +12,10 @@ than large ones::
 ``kernel_gap`` is the idle time between back-to-back kernels on one stream (launch latency the
 CPU cannot hide); ``kernel_min`` the shortest a kernel takes. Every parameter has a physical
 meaning and a default; ``echo-view calibrate compute`` fits them to measured kernels.
+
+Where the caller knows a GEMM's shape and the GPU has measured shape-model constants, its math
+time comes from :mod:`echo_view.sim.gemm_shape` instead (tiles, waves, small K); the FLOP form
+above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that off.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class ComputeParams:
     mem_half_bytes: float = 2.0e6
     kernel_min_ns: int = 2_000
     kernel_gap_ns: int = 1_500
+    gemm_shape_model: float = 1.0
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> ComputeParams:
         """A copy with some fields replaced; an unknown name is a :class:`ConfigError`."""
@@ -73,7 +78,8 @@ class ComputeParams:
                     f"compute parameter {key!r} needs a number, got {value!r}"
                 ) from exc
             lo, hi, rule = _RANGES[key.rsplit("_", 1)[-1] if key.endswith("_ns") else key]
-            if isinstance(value, bool) or not lo <= number <= hi:
+            off_switch = key in _SWITCHES and number not in (0.0, 1.0)
+            if isinstance(value, bool) or not lo <= number <= hi or off_switch:
                 raise ConfigError(f"compute parameter {key!r} must be {rule}, got {value!r}")
             changes[key] = int(number) if key.endswith("_ns") else number
         return replace(self, **changes)
@@ -91,7 +97,10 @@ _RANGES: dict[str, tuple[float, float, str]] = {
     "attn_half_flops": _HALF,
     "mem_half_bytes": _HALF,
     "ns": (0.0, 1e12, "a time in ns from 0 to 1e12"),
+    "gemm_shape_model": (0.0, 1.0, "0 (FLOP roofline) or 1 (GEMM shape model)"),
 }
+#: Parameters that are on/off switches: 0 or 1, nothing between.
+_SWITCHES = frozenset({"gemm_shape_model"})
 
 
 def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray[np.float64]:
@@ -118,8 +127,10 @@ def op_times_ns(
     peak_flops: npt.NDArray[Any],
     gpu: GpuPeaks,
     params: ComputeParams,
+    gemm_math_ns: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.int64]:
     """GPU time of each op (int64 ns), vectorised. ``peak_flops`` is per op (its dtype's peak).
+    ``gemm_math_ns`` (NaN where unknown) replaces the FLOP form's math time of GEMMs.
     Collectives get 0: their time comes from the communication model."""
     f = np.asarray(flops, dtype=np.float64)
     b = np.asarray(nbytes, dtype=np.float64)
@@ -137,6 +148,9 @@ def op_times_ns(
         t_mem = b / (gpu.hbm_bytes_per_s * _sat(b, params.mem_eff_max, params.mem_half_bytes))
     t_mem = np.nan_to_num(t_mem)
     t_math = np.nan_to_num(t_math)
+    if gemm_math_ns is not None:
+        known = is_gemm & np.isfinite(gemm_math_ns)
+        t_math = np.where(known, np.nan_to_num(gemm_math_ns) * 1e-9, t_math)
     t = np.maximum(np.maximum(t_math, t_mem) * 1e9, params.kernel_min_ns) + params.kernel_gap_ns
     out: npt.NDArray[np.int64] = np.rint(t).astype(np.int64)
     out[cls == COLLECTIVE] = 0

@@ -9,8 +9,9 @@ activations, optimizer and element-wise work are not model FLOPs, and the causal
 halve the attention term (PaLM's convention).
 
 ``N`` here is the weights a token is multiplied by: per layer the query, key, value and output
-projections and the two MLP matrices, plus the output layer (``hidden * vocab``). The input
-embedding is a lookup, not a matmul; biases and norms are negligible and left out.
+projections and the MLP matrices (two, three with SwiGLU's gate), plus the output layer
+(``hidden * vocab``). The input embedding is a lookup, not a matmul; biases and norms are
+negligible and left out.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def matmul_params(model: ModelConfig) -> int:
     h = model.hidden
     head_dim = h // model.heads
     attention = 2 * h * h + 2 * h * model.kv_heads * head_dim  # Q and output; K and V (GQA)
-    mlp = 2 * h * model.ffn_hidden
+    mlp = (3 if model.activation == "swiglu" else 2) * h * model.ffn_hidden  # gate, up, down
     return model.layers * (attention + mlp) + h * model.vocab
 
 

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
+from echo_view.tracing.fused import RMSNorm, rope, swiglu
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -26,13 +27,28 @@ TORCH_DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
-    # fp8 GEMMs run with bf16 activations around them; the cost model applies the fp8 rate.
+    # FP8 training keeps bf16 tensors; the linear layers' GEMMs are recorded as fp8
+    # (echo_view/tracing/fp8.py).
     "fp8": torch.bfloat16,
 }
 
 
+def norm(cfg: WorkloadConfig, dtype: torch.dtype) -> nn.Module:
+    """The model's normalization layer (``model.normalization``)."""
+    if cfg.model.normalization == "rmsnorm":
+        return RMSNorm(cfg.model.hidden, dtype)
+    return nn.LayerNorm(cfg.model.hidden, device="meta", dtype=dtype)
+
+
+def fp8_recipe(cfg: WorkloadConfig) -> str | None:
+    """The FP8 recipe the transformer layers' linear layers use, or None without FP8."""
+    return cfg.fp8_recipe if cfg.dtype == "fp8" else None
+
+
 class TransformerLayer(nn.Module):
-    """Pre-LayerNorm transformer layer: attention block then MLP block, each residual."""
+    """Pre-norm transformer layer: attention block then MLP block, each residual. With
+    ``swiglu`` the first MLP projection computes the gate and the up projection together
+    (``2 * ffn_hidden`` outputs, Megatron's layout), so the MLP has three weight matrices."""
 
     def __init__(self, rec: Recorder, cfg: WorkloadConfig) -> None:
         super().__init__()
@@ -44,13 +60,19 @@ class TransformerLayer(nn.Module):
         self.head_dim = m.hidden // m.heads
         self.attention = resolve_attention(cfg)
         self.selective = p.recompute == "selective"
-        self.ln1 = nn.LayerNorm(m.hidden, device="meta", dtype=dtype)
+        fp8 = fp8_recipe(cfg)
+        self.ln1 = norm(cfg, dtype)
         qkv_out = (m.heads + 2 * m.kv_heads) * self.head_dim
-        self.qkv = ColumnParallelLinear(rec, m.hidden, qkv_out, tp, sp, dtype)
-        self.proj = RowParallelLinear(rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype)
-        self.ln2 = nn.LayerNorm(m.hidden, device="meta", dtype=dtype)
-        self.fc1 = ColumnParallelLinear(rec, m.hidden, m.ffn_hidden, tp, sp, dtype)
-        self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype)
+        self.qkv = ColumnParallelLinear(rec, m.hidden, qkv_out, tp, sp, dtype, fp8=fp8)
+        self.proj = RowParallelLinear(
+            rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8=fp8
+        )
+        self.ln2 = norm(cfg, dtype)
+        self.swiglu = m.activation == "swiglu"
+        fc1_out = 2 * m.ffn_hidden if self.swiglu else m.ffn_hidden
+        self.fc1 = ColumnParallelLinear(rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8)
+        self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8)
+        self.rope = m.position == "rope"
         self.dropout = 0.1 if self.attention == "unfused" else 0.0
         self.rec, self.cp = rec, p.cp
 
@@ -70,6 +92,8 @@ class TransformerLayer(nn.Module):
         q = q.reshape(s, b, self.heads, d).permute(1, 2, 0, 3)
         k = k.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
         v = v.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
+        if self.rope:  # Transformer Engine's fused RoPE: one kernel for q, one for k
+            q, k = rope(q), rope(k)
         # Context parallelism: this rank's queries attend over the whole sequence's keys (the
         # attention FLOPs follow from the longer K: 1/cp of the full causal attention).
         k, v = context_gather(k, v, self.rec, self.cp)
@@ -80,7 +104,8 @@ class TransformerLayer(nn.Module):
         ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, self.heads * d)
         x = residual + F.dropout(self.proj(ctx), p=0.1, training=True)
         residual = x
-        h = F.gelu(self.fc1(self.ln2(x)))
+        up = self.fc1(self.ln2(x))
+        h = swiglu(up) if self.swiglu else F.gelu(up)
         return residual + F.dropout(self.fc2(h), p=0.1, training=True)
 
 
@@ -104,17 +129,22 @@ class GPTChunk(nn.Module):
                 p.tp,
                 p.sequence_parallel,
                 dtype,
-                learned_positions=m.kv_heads == m.heads,
+                learned_positions=m.position == "learned",
             )
             if first
             else None
         )
         self.layers = nn.ModuleList(TransformerLayer(rec, cfg) for _ in range(layers))
         if last:
-            self.final_ln = nn.LayerNorm(m.hidden, device="meta", dtype=dtype)
+            self.final_ln = norm(cfg, dtype)
             self.output = ColumnParallelLinear(
                 rec, m.hidden, m.vocab, p.tp, p.sequence_parallel, dtype, bias=False
             )
+            if m.tie_embeddings and self.embedding is not None:
+                # One stage holds both ends: the output layer uses the word embedding itself
+                # (one parameter, its gradient accumulated from both uses). With pp > 1 the
+                # last stage keeps a copy, reduced with the first stage's after backward.
+                self.output.weight = self.embedding.weight
             self.loss = VocabParallelCrossEntropy(rec, p.tp)
         self.last = last
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from echo_view.model.kinds import CollectiveKind
+from echo_view.tracing.fp8 import fp8_linear, record_cast
 from echo_view.tracing.recorder import Recorder
 
 
@@ -35,19 +36,26 @@ class _Comm(torch.autograd.Function):
         fwd: CollectiveKind | None,
         bwd: CollectiveKind | None,
         tp: int,
+        wire_bytes: int | None,
     ) -> torch.Tensor:
         ctx.rec, ctx.bwd, ctx.tp = rec, bwd, tp
-        return _apply(rec, fwd, x, tp)
+        return _apply(rec, fwd, x, tp, wire_bytes)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None
+        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None, None
 
 
-def _apply(rec: Recorder, kind: CollectiveKind | None, x: torch.Tensor, tp: int) -> torch.Tensor:
+def _apply(
+    rec: Recorder,
+    kind: CollectiveKind | None,
+    x: torch.Tensor,
+    tp: int,
+    wire_bytes: int | None = None,
+) -> torch.Tensor:
     if kind is None or tp == 1:
         return x
-    size = x.numel() * x.element_size()
+    size = x.numel() * (wire_bytes or x.element_size())
     if kind == CollectiveKind.ALL_REDUCE:
         rec.collective(kind, size, "tp")
         return x.clone()
@@ -66,9 +74,11 @@ def comm(
     fwd: CollectiveKind | None,
     bwd: CollectiveKind | None,
     tp: int,
+    wire_bytes: int | None = None,
 ) -> torch.Tensor:
-    """Insert a recorded collective pair (forward kind, backward kind) on ``x``."""
-    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp)  # type: ignore[no-untyped-call]
+    """Insert a recorded collective pair (forward kind, backward kind) on ``x``; the forward
+    one moves ``wire_bytes`` per element when given (an FP8 copy of a bf16 tensor)."""
+    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp, wire_bytes)  # type: ignore[no-untyped-call]
     return out
 
 
@@ -114,6 +124,15 @@ def context_gather(
     return out
 
 
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rec: Recorder, fp8: str | None
+) -> torch.Tensor:
+    """``x W^T + b``; with an FP8 recipe, as Transformer Engine's FP8 linear."""
+    if fp8 is not None:
+        return fp8_linear(x, weight, bias, rec, fp8)
+    return F.linear(x, weight, bias)
+
+
 class ColumnParallelLinear(nn.Module):
     """``y = x W^T + b`` with W split by output rows over ``tp`` ranks."""
 
@@ -126,32 +145,45 @@ class ColumnParallelLinear(nn.Module):
         sp: bool,
         dtype: torch.dtype,
         bias: bool = True,
+        fp8: str | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp = rec, tp, sp
+        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
         self.weight = nn.Parameter(torch.empty(d_out // tp, d_in, device="meta", dtype=dtype))
         self.bias = (
             nn.Parameter(torch.empty(d_out // tp, device="meta", dtype=dtype)) if bias else None
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sp and self.fp8 is not None and self.tp > 1:
+            # Transformer Engine quantizes the local sequence shard and all-gathers FP8.
+            record_cast(self.rec, int(x.numel()), self.fp8, "input")
+            x = comm(x, self.rec, AG, RS, self.tp, wire_bytes=1)
+            return fp8_linear(x, self.weight, self.bias, self.rec, self.fp8, cast_input=False)
         x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.rec, self.fp8)
 
 
 class RowParallelLinear(nn.Module):
     """``y = x W^T + b`` with W split by input columns over ``tp`` ranks."""
 
     def __init__(
-        self, rec: Recorder, d_in: int, d_out: int, tp: int, sp: bool, dtype: torch.dtype
+        self,
+        rec: Recorder,
+        d_in: int,
+        d_out: int,
+        tp: int,
+        sp: bool,
+        dtype: torch.dtype,
+        fp8: str | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp = rec, tp, sp
+        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
         self.weight = nn.Parameter(torch.empty(d_out, d_in // tp, device="meta", dtype=dtype))
         self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = linear(x, self.weight, None, self.rec, self.fp8)
         y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
         return y + self.bias
 

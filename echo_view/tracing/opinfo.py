@@ -67,6 +67,7 @@ _NORM = frozenset(
         "rms_norm",
         "_fused_rms_norm",
         "_fused_rms_norm_backward",
+        "rms_norm_bwd",
         "native_group_norm",
     }
 )

@@ -9,6 +9,8 @@ Megatron would launch them, so they land in program order between the compute op
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -56,6 +58,17 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.strings = strings
         self._cols: ColumnBuilder | None = None
         self.enabled = True
+        self._gemm_dtype: str | None = None
+
+    @contextmanager
+    def gemm_dtype(self, name: str) -> Iterator[None]:
+        """Record the GEMMs dispatched inside as running in ``name`` (FP8 GEMMs compute on
+        quantized copies of bf16 tensors, which the meta device cannot hold)."""
+        previous, self._gemm_dtype = self._gemm_dtype, name
+        try:
+            yield
+        finally:
+            self._gemm_dtype = previous
 
     # -- phases -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -155,12 +168,15 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             _nbytes(t) for t in outs if not any(t is i for i in ins)
         )
         ref = outs[0] if outs else ins[0]
+        dtype = dtype_name(ref.dtype)
+        if cls == OpClass.GEMM and self._gemm_dtype is not None:
+            dtype = self._gemm_dtype
         self._row(
             name=self.strings.intern(f"{func.namespace}::{name}"),
             op_class=cls,
             flops=flops,
             bytes=nbytes,
-            dtype=self.strings.intern(dtype_name(ref.dtype)),
+            dtype=self.strings.intern(dtype),
             shapes=self.strings.intern("x".join(str(s).replace(" ", "") for s in shapes)),
             coll_kind=-1,
             coll_bytes=0,

@@ -49,7 +49,9 @@ EV105 = define(
     Severity.INFO,
     "top-level keys Perfetto ignores",
     "Perfetto reads only traceEvents, systemTraceEvents, metadata and displayTimeUnit; keep "
-    "other data in metadata if a viewer must see it (baseTimeNanoseconds is never applied)",
+    "other data in metadata if a viewer must see it (baseTimeNanoseconds is never applied: "
+    "per-rank files line up only where their bases are equal, or once merged by "
+    "`echo-view export`)",
 )
 EV106 = define(
     "EV106",
@@ -144,13 +146,19 @@ def check_container(facts: ContainerFacts, report: Report) -> None:
         )
     if facts.form == "object":
         ignored = [k for k in facts.top if k not in PERFETTO_KEYS]
+        note = ""
+        if "baseTimeNanoseconds" in ignored:
+            if one_rank_of_several(facts.top):
+                note = (
+                    "; baseTimeNanoseconds is not applied, so this rank's file lines up with "
+                    "the other ranks' files in Perfetto only where they share its base"
+                )
+            else:
+                # A base common to every event of the file: ignoring it moves nothing relative
+                # to anything else shown (all ranks of a merged job file share it).
+                ignored.remove("baseTimeNanoseconds")
         if ignored:
             shown = ", ".join(ignored[:12]) + (", ..." if len(ignored) > 12 else "")
-            note = (
-                "; baseTimeNanoseconds is not applied, so ranks are not aligned in Perfetto"
-                if "baseTimeNanoseconds" in ignored
-                else ""
-            )
             report.add(
                 Finding("EV105", f"{len(ignored)} key(s) ignored by Perfetto: {shown}{note}", loc)
             )
@@ -159,6 +167,16 @@ def check_container(facts: ContainerFacts, report: Report) -> None:
             report.add(Finding("EV106", f"displayTimeUnit is {unit!r}", loc))
     if facts.usable and facts.events == 0:
         report.add(Finding("EV107", "traceEvents is empty", loc))
+
+
+def one_rank_of_several(top: Mapping[str, Any]) -> bool:
+    """True when the file says it holds one rank of a larger job (Kineto ``distributedInfo``
+    with a world size above 1): its times only line up with the other ranks' files."""
+    info = top.get("distributedInfo")
+    if not isinstance(info, Mapping):
+        return False
+    ws = info.get("world_size")
+    return isinstance(ws, int) and not isinstance(ws, bool) and ws > 1
 
 
 def line_column(data: bytes | memoryview, offset: int) -> tuple[int, int]:

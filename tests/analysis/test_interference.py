@@ -158,7 +158,7 @@ def test_gpu_generation() -> None:
 
 
 def test_dlrm_sample() -> None:
-    from echo_view.cli import build_registry
+    from echo_view.loading import build_registry
 
     path = SAMPLES / "dlrm_kineto"
     job = build_registry().importer_for(path).read([path])

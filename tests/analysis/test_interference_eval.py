@@ -46,7 +46,7 @@ def test_errors_definitions() -> None:
 def test_real_samples_step_holdout() -> None:
     """The samples' jobs, split by step: every model is evaluated on the same kernels."""
     from echo_view.analysis.interference import samples_from_jobs
-    from echo_view.cli import build_registry
+    from echo_view.loading import build_registry
     from echo_view.sim.compute import classify_kernel
 
     reg = build_registry()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import echo_view.cli as cli
+import echo_view.loading as loading
 from echo_view.formats import Progress, Registry, no_progress
-from echo_view.model import Job
+from echo_view.model import EventKind, Job
 from exporters.perfetto_json import PerfettoJsonExporter
 from exporters.perfetto_proto import PerfettoProtoExporter
 from tests.exporters.export_jobs import handmade_job, handmade_rank
@@ -58,7 +59,7 @@ def importer(monkeypatch: pytest.MonkeyPatch) -> HandmadeImporter:
         reg.add_exporter(PerfettoProtoExporter())
         return reg
 
-    monkeypatch.setattr(cli, "build_registry", registry)
+    monkeypatch.setattr(loading, "build_registry", registry)
     return imp
 
 
@@ -81,12 +82,18 @@ def test_export_by_suffix(
     assert cli.main(["export", *map(str, paths), "-o", str(out)]) == 0
     assert importer.calls == [paths]  # several paths are one job
     err = capsys.readouterr().err.strip().splitlines()
-    events = sum(len(handmade_rank(r)) for r in (0, 1))
+    ranks = [handmade_rank(r) for r in (0, 1)]
+    events = sum(len(t) for t in ranks)
+    # A viewer's slices: every event but counters, one per step, the pftrace's metadata instant.
+    counter = int(EventKind.COUNTER)
+    slices = sum(int((t.events.kind != counter).sum()) + len(t.steps) for t in ranks)
+    slices += suffix == ".pftrace"
     fmt = "perfetto-proto" if suffix == ".pftrace" else "perfetto-json"
     # per rank: steps, thread 4100 (+ lane 2), thread 4200, stream 7 (+ lane 2), stream 13
     assert err == [
         f"echo-view: wrote {out} ({fmt}): "
-        f"{events} events, 4 processes, 14 threads, 4 slices moved to 4 overlap lanes, "
+        f"{events} events ({slices} slices), 4 processes, 14 threads, "
+        "4 slices moved to 4 overlap lanes, "
         f"12 flows (2 skipped)"
     ]
     if suffix == ".pftrace":

@@ -4,18 +4,26 @@ and to the JSON export (same slices, lanes and flows)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from echo_view.model import Job
-from exporters.layout import STEP_CATEGORY
+from echo_view.model import ClockAlignment, Job
+from exporters.layout import STEP_CATEGORY, build_layout
 from exporters.perfetto_json import PerfettoJsonExporter
-from exporters.perfetto_proto import METADATA_TRACK, PerfettoProtoExporter
+from exporters.perfetto_proto import METADATA_TRACK, PerfettoProtoExporter, rank_roots
 from exporters.protowire import Rows, varint_bytes, with_suffixes
-from tests.exporters.export_jobs import ALLGATHER, ALLREDUCE, OFFSETS, T0, handmade_job
+from tests.exporters.export_jobs import (
+    ALLGATHER,
+    ALLREDUCE,
+    OFFSETS,
+    T0,
+    handmade_job,
+    handmade_rank,
+)
 from tests.exporters.perfetto_checks import (
     ProtoTrace,
     json_flows,
@@ -55,29 +63,31 @@ def test_slices_keep_name_start_and_duration_exactly(job: Job, parsed: ProtoTrac
 
 
 def test_same_tracks_and_lanes_as_json(job: Job, parsed: ProtoTrace, tmp_path: Path) -> None:
+    """Ranks are top-level tracks; under each, the JSON export's processes (same pids, names
+    without the rank) and under those its threads (same tids and names), in explicit order."""
     path = tmp_path / "job.json"
     PerfettoJsonExporter().write(job, path)
     doc = load_json(path)
     procs, threads = metadata_names(doc)
-    pf_procs = {
-        t.process.pid: t.process.process_name
-        for t in parsed.tracks.values()
-        if t.HasField("process")
-    }
+    tracks = parsed.tracks
+    roots = {u: t.name for u, t in tracks.items() if not t.parent_uuid and t.name != METADATA_TRACK}
+    assert sorted(roots.values()) == ["rank 0", "rank 1"]
+    explicit = pb.TrackDescriptor.EXPLICIT
+    assert all(tracks[u].child_ordering == explicit for u in roots)
+    pf_procs = {u: t for u, t in tracks.items() if t.parent_uuid in roots}
+    assert {u: f"{roots[t.parent_uuid]} {t.name}" for u, t in pf_procs.items()} == procs
+    assert all(t.child_ordering == explicit for t in pf_procs.values())
     pf_threads = {
-        (t.thread.pid, t.thread.tid): t.thread.thread_name
-        for t in parsed.tracks.values()
-        if t.HasField("thread")
+        (t.parent_uuid, u): t.name for u, t in tracks.items() if t.parent_uuid in pf_procs
     }
-    assert pf_procs == procs
-    assert pf_threads == threads
-    for t in parsed.tracks.values():
-        if t.HasField("thread"):
-            assert t.uuid == t.thread.tid
+    counters = {k for k, t in tracks.items() if t.HasField("counter")}
+    assert {k: v for k, v in pf_threads.items() if k[1] not in counters} == threads
+    for pid in pf_procs:
+        mine = [tid for p, tid in sorted(pf_threads) if p == pid and tid not in counters]
+        ranks = [tracks[tid].sibling_order_rank for tid in mine]
+        assert ranks == sorted(ranks)
     json_where = Counter((threads[s.thread], s.name, s.ts, s.dur) for s in json_slices(doc))
-    pf_where = Counter(
-        (parsed.tracks[s.track].thread.thread_name, s.name, s.ts, s.dur) for s in parsed.slices
-    )
+    pf_where = Counter((tracks[s.track].name, s.name, s.ts, s.dur) for s in parsed.slices)
     assert pf_where == json_where
 
 
@@ -221,3 +231,12 @@ def test_masked_fields_prepend_and_suffixes_match_protobuf() -> None:
             assert te.double_counter_value == value[i]
         assert list(te.categories) == [[], ["ab"], [], ["z"]][i]
     assert at == len(data)
+
+
+def test_rank_tracks_sort_by_name_in_rank_order() -> None:
+    """Top-level tracks sort by name in Perfetto: rank numbers are padded to one width."""
+    traces = tuple(replace(handmade_rank(0), rank=r) for r in (2, 10, 1))
+    job = Job(traces, ClockAlignment("none", (0, 0, 0), 0, "test"), world_size=11)
+    roots = rank_roots(build_layout(job), 100)
+    assert list(roots.values()) == [(100, "rank 01"), (101, "rank 02"), (102, "rank 10")]
+    assert sorted(name for _, name in roots.values()) == [n for _, n in roots.values()]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from echo_view.cli import build_registry, main
+from echo_view.cli import main
 from echo_view.formats import Progress
+from echo_view.loading import build_registry
 from echo_view.model import Job
 from tests.importers.nsys_helpers import sample, unpacked
 

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config import (
+    config_to_mapping,
+    grad_reduce_bytes,
+    parse_workload_config,
+    tracing_key,
+)
 from tests.conftest import SAMPLES
 
 BASE: dict[str, Any] = {
@@ -76,6 +81,20 @@ def test_published_runs_are_all_there() -> None:
         (_with("precision", dtype="fp64"), "precision.dtype", "must be one of"),
         (_with("reference", step_time_s=-1), "reference.step_time_s", "must be positive"),
         (_with("model", kv_heads=7), "model.kv_heads", "not divisible by 7"),
+        (_with("model", activation="relu"), "model.activation", "must be one of gelu, swiglu"),
+        (_with("model", tie_embeddings=1), "model.tie_embeddings", "expected bool"),
+        (_with("precision", fp8_recipe="delayed"), "precision.fp8_recipe", 'needs dtype = "fp8"'),
+        (_with("parallel", tp_comm_overlap=True), "parallel.tp_comm_overlap", "sequence_parallel"),
+        (
+            _with("parallel", overlap_p2p_comm=False, pp=2, dp=4),
+            "parallel.overlap_p2p_comm",
+            "needs pp > 2",
+        ),
+        (
+            _with("parallel", overlap_param_gather=True),
+            "parallel.overlap_param_gather",
+            "distributed_optimizer",
+        ),
     ],
 )
 def test_mistakes_name_the_key(data: dict[str, Any], where: str, text: str) -> None:
@@ -98,3 +117,89 @@ def test_unknown_and_missing_tables() -> None:
 def test_other_cluster_keys_are_kept_for_the_cluster_model() -> None:
     cfg = parse_workload_config(_with("cluster", nvlink_gbps=300))
     assert dict(cfg.cluster.overrides) == {"nvlink_gbps": 300}
+
+
+def test_new_keys_default_to_megatron_gpt_and_leave_the_tracing_key_alone() -> None:
+    cfg = parse_workload_config(BASE)
+    m, p = cfg.model, cfg.parallel
+    assert (m.activation, m.normalization, m.position, m.tie_embeddings) == (
+        "gelu",
+        "layernorm",
+        "learned",
+        True,
+    )
+    assert (p.tp_comm_overlap, p.overlap_param_gather, p.grad_reduce_in_fp32) == (
+        False,
+        False,
+        None,
+    )
+    assert p.overlap_p2p_comm is True
+    # The key of a config that sets none of them is the key graphs were shipped with.
+    assert set(tracing_key(cfg)["model"]) == {
+        "kind",
+        "layers",
+        "hidden",
+        "heads",
+        "seq_len",
+        "vocab",
+        "ffn_hidden",
+        "kv_heads",
+        "attention",
+    }
+    assert "fp8_recipe" not in tracing_key(cfg)
+
+
+def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
+    base = tracing_key(parse_workload_config(BASE))
+    sim_only = _with(
+        "parallel",
+        overlap_p2p_comm=False,
+        grad_reduce_in_fp32=False,
+        sequence_parallel=True,
+        tp_comm_overlap=True,
+    )
+    with_sp = tracing_key(parse_workload_config(_with("parallel", sequence_parallel=True)))
+    assert tracing_key(parse_workload_config(sim_only)) == with_sp
+    assert with_sp != base
+    llama = tracing_key(parse_workload_config(_with("model", activation="swiglu")))
+    assert llama["model"]["activation"] == "swiglu"
+    fp8 = parse_workload_config(_with("precision", dtype="fp8", fp8_recipe="blockwise"))
+    assert tracing_key(fp8)["fp8_recipe"] == "blockwise"
+
+
+def test_every_new_key_round_trips() -> None:
+    data = _with(
+        "model", activation="swiglu", normalization="rmsnorm", position="rope", tie_embeddings=False
+    )
+    data["parallel"] = {
+        **data["parallel"],
+        "sequence_parallel": True,
+        "tp_comm_overlap": True,
+        "distributed_optimizer": True,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+        "grad_reduce_in_fp32": False,
+        "overlap_p2p_comm": False,
+    }
+    data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
+    cfg = parse_workload_config(data)
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fp32", "expected"),
+    [
+        ("bf16", None, 4),  # Megatron-LM turns fp32 reduction on for --bf16
+        ("fp8", None, 4),  # FP8 training keeps bf16 parameters
+        ("fp16", None, 2),
+        ("bf16", False, 2),
+        ("fp16", True, 4),
+        ("fp32", False, 4),
+    ],
+)
+def test_gradient_reduction_bytes(dtype: str, fp32: bool | None, expected: int) -> None:
+    data = _with("precision", dtype=dtype)
+    data["parallel"] = {**data["parallel"], "grad_reduce_in_fp32": fp32}
+    if fp32 is None:
+        del data["parallel"]["grad_reduce_in_fp32"]
+    assert grad_reduce_bytes(parse_workload_config(data)) == expected

@@ -8,9 +8,11 @@ import numpy as np
 
 from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
+from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
 
@@ -31,18 +33,27 @@ def _table(strings: StringTable, ops: list[tuple[str, int, float, int]]) -> OpTa
     )
 
 
-def _cfg(pp: int, dp: int, micro_batches: int) -> Any:
+def _cfg(
+    pp: int,
+    dp: int,
+    micro_batches: int,
+    model: dict[str, Any] | None = None,
+    parallel: dict[str, Any] | None = None,
+) -> Any:
     return parse_workload_config(
         {
             "model": {
                 "kind": "gpt",
-                "layers": pp,
+                "layers": pp * 2,
                 "hidden": 64,
                 "heads": 4,
                 "seq_len": 16,
                 "vocab": 100,
+                # Untied: no embedding-gradient all-reduce between the first and last stage.
+                "tie_embeddings": False,
+                **(model or {}),
             },
-            "parallel": {"tp": 1, "pp": pp, "dp": dp},
+            "parallel": {"tp": 1, "pp": pp, "dp": dp, **(parallel or {})},
             "batch": {"global": micro_batches * dp, "micro": 1},
             "cluster": {"gpu": "H100", "gpus_per_node": pp * dp, "nodes": 1},
             "precision": {"dtype": "bf16"},
@@ -115,3 +126,124 @@ def test_data_parallel_gradients_are_reduced_before_the_optimizer() -> None:
     reduce_ns = int(base.result.end_ns[reduce_ops[0]] - base.result.start_ns[reduce_ops[0]])
     assert reduce_ns > 0
     assert base.step_ns - free.step_ns == reduce_ns
+
+
+def _with_grads(table: OpTable, grad_bytes: list[int]) -> OpTable:
+    cols = {c: getattr(table, c) for c in ("name", "op_class", "flops", "bytes", "dtype")}
+    cols.update({c: getattr(table, c) for c in ("shapes", "coll_kind", "coll_bytes", "axis")})
+    return OpTable(**cols, grad_bytes=np.array(grad_bytes, dtype=np.int64))
+
+
+def _two_stage_graph() -> tuple[TracedGraph, OpTable, OpTable, OpTable]:
+    strings = StringTable()
+    fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])
+    bwd = _table(strings, [("bwd_gemm", OpClass.GEMM, 8e11, 0)])
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**9)])
+    return TracedGraph(strings, (Role((0, 1), (fwd,), (bwd,), opt, params=1000),)), fwd, bwd, opt
+
+
+def test_tied_embedding_gradient_all_reduce_between_first_and_last_stage() -> None:
+    graph, *_ = _two_stage_graph()
+    comm = default_comm_model()
+    untied = _cfg(pp=2, dp=1, micro_batches=4)
+    tied = _cfg(pp=2, dp=1, micro_batches=4, model={"tie_embeddings": True})
+    cluster = cluster_from_config(tied.cluster)
+    a = simulate_config(graph, untied, cluster, comm, ComputeParams())
+    b = simulate_config(graph, tied, cluster, comm, ComputeParams())
+    # vocab / tp * hidden = 100 * 64 gradient elements, in fp32 (bf16 trains with fp32 main
+    # gradients), one all-reduce over the 2-rank group of stage 0 (rank 0) and stage 1 (rank 1).
+    nbytes = 100 * 64 * 4
+    assert len(a.composed.workload.collectives.bytes) == 0
+    specs = b.composed.workload.collectives
+    assert specs.bytes.tolist() == [nbytes]
+    assert specs.kind.tolist() == [int(CollectiveKind.ALL_REDUCE)]
+    assert b.composed.workload.groups[int(specs.group[0])].ranks == (0, 1)
+    t_ar = CollectiveCache(comm, cluster).time_ns(CollectiveKind.ALL_REDUCE, nbytes, (0, 1))
+    # Stage 0 ends its last backward last; the all-reduce (stage 1 waits in it) then delays
+    # both stages' optimizer by exactly its time.
+    assert b.step_ns == a.step_ns + t_ar
+    assert b.stage_ns()[1] == b.stage_ns()[0]
+
+
+def test_gradients_are_reduced_in_fp32_for_bf16_unless_told_otherwise() -> None:
+    strings = StringTable()
+    fwd = _table(strings, [("fwd", OpClass.GEMM, 1e11, 0)])
+    bwd = _with_grads(_table(strings, [("bwd", OpClass.GEMM, 2e11, 0)]), [4 * 2 * 10**8])
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=2 * 10**8),))
+    comm = default_comm_model()
+    fp32 = _cfg(pp=1, dp=2, micro_batches=2)
+    half = _cfg(pp=1, dp=2, micro_batches=2, parallel={"grad_reduce_in_fp32": False})
+    cluster = cluster_from_config(fp32.cluster)
+    a = simulate_config(graph, fp32, cluster, comm, ComputeParams())
+    b = simulate_config(graph, half, cluster, comm, ComputeParams())
+    colls = CollectiveCache(comm, cluster)
+    ar = CollectiveKind.ALL_REDUCE
+    # One all-reduce of all 2e8 gradients after the last backward: 4 bytes against 2 each.
+    diff = colls.time_ns(ar, 8 * 10**8, (0, 1)) - colls.time_ns(ar, 4 * 10**8, (0, 1))
+    assert diff > 0
+    assert a.step_ns - b.step_ns == diff
+
+
+def test_overlapped_param_gather_exposes_only_the_first_bucket() -> None:
+    strings = StringTable()
+    # Three forward GEMMs and 3 x 40 M parameters: three buckets, one per forward third.
+    fwd = _table(strings, [(f"fwd{k}", OpClass.GEMM, 1e13, 0) for k in range(3)])
+    bucket = 40_000_000
+    bwd = _with_grads(
+        _table(strings, [(f"bwd{k}", OpClass.GEMM, 2e13, 0) for k in range(3)]), [4 * bucket] * 3
+    )
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=3 * bucket),))
+    dist = {"distributed_optimizer": True, "overlap_grad_reduce": True}
+    off = _cfg(pp=1, dp=2, micro_batches=1, parallel=dist)
+    on = _cfg(pp=1, dp=2, micro_batches=1, parallel={**dist, "overlap_param_gather": True})
+    comm = default_comm_model()
+    cluster = cluster_from_config(off.cluster)
+    a = simulate_config(graph, off, cluster, comm, ComputeParams())
+    b = simulate_config(graph, on, cluster, comm, ComputeParams())
+    colls = CollectiveCache(comm, cluster)
+    ag = CollectiveKind.ALL_GATHER
+    t_all = colls.time_ns(ag, 3 * bucket * 2, (0, 1))  # bf16 parameters, after the optimizer
+    t_bucket = colls.time_ns(ag, bucket * 2, (0, 1))
+    forward_third = int(b.composed.tables[0].dur_ns[0])
+    assert forward_third > t_bucket  # each gather hides behind the previous third
+    # Off: the whole gather after the optimizer. On: the first bucket before the forward.
+    assert b.step_ns == a.step_ns - t_all + t_bucket
+    # With one bucket there is nothing to overlap: the gather only moves.
+    one = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=bucket),))
+    bwd_one = _with_grads(bwd, [4 * bucket // 3] * 3)
+    one = TracedGraph(strings, (Role((0,), (fwd,), (bwd_one,), opt, params=bucket),))
+    c = simulate_config(one, off, cluster, comm, ComputeParams())
+    d = simulate_config(one, on, cluster, comm, ComputeParams())
+    assert c.step_ns == d.step_ns
+
+
+def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
+    graph_1f1b, *_ = _two_stage_graph()
+    comm = default_comm_model()
+    plain = _cfg(pp=2, dp=1, micro_batches=4)
+    cluster = cluster_from_config(plain.cluster)
+    blocking = _cfg(pp=2, dp=1, micro_batches=4, parallel={"overlap_p2p_comm": False})
+    a = simulate_config(graph_1f1b, plain, cluster, comm, ComputeParams())
+    b = simulate_config(graph_1f1b, blocking, cluster, comm, ComputeParams())
+    assert a.step_ns == b.step_ns  # Megatron-LM has no overlapped non-interleaved form
+    strings = StringTable()
+    fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])
+    bwd = _table(strings, [("bwd_gemm", OpClass.GEMM, 8e11, 0)])
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    stages = ((0,), (1, 2), (3,))
+    roles = tuple(Role(st, (fwd, fwd), (bwd, bwd), opt, params=1000) for st in stages)
+    graph = TracedGraph(strings, roles)
+    inter = {"virtual_stages": 2}
+    over = _cfg(pp=4, dp=1, micro_batches=4, parallel=inter)
+    block = _cfg(pp=4, dp=1, micro_batches=4, parallel={**inter, "overlap_p2p_comm": False})
+    cluster4 = cluster_from_config(over.cluster)
+    c = simulate_config(graph, over, cluster4, comm, ComputeParams())
+    d = simulate_config(graph, block, cluster4, comm, ComputeParams())
+    # Each transfer gains two edges: the receiver's previous pass -> transfer (rendezvous) and
+    # transfer -> the sender's next pass; 7 chunk boundaries x 4 micro-batches x 2 directions.
+    transfers = 7 * 4 * 2
+    extra = len(d.composed.workload.deps.src) - len(c.composed.workload.deps.src)
+    assert transfers < extra <= 2 * transfers
+    assert d.step_ns > c.step_ns

@@ -73,6 +73,15 @@ def _shipped(stem: str) -> tuple[Any, Any]:
             "sequence_parallel": True,
         },
         {"dp": 1, "cp": 2, "sequence_parallel": True, "distributed_optimizer": True},
+        {
+            "pp": 1,
+            "dp": 4,
+            "distributed_optimizer": True,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": True,
+            "sequence_parallel": True,
+            "tp_comm_overlap": True,
+        },
     ],
 )
 def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:
@@ -147,7 +156,9 @@ def test_predicted_job_breakdown_partitions_the_step() -> None:
         assert total == row["step_ns"]
         assert row["comm_ns"] > 0  # tensor-parallel all-reduces and DP reduce-scatters
     end = max(int((t.events.start_ns + t.events.dur_ns).max()) for t in job.traces)
-    assert end == sim.step_ns
+    # The step ends with the optimizer's last kernel (the parameter all-gather overlaps the
+    # next forward), shown without the launch gap that follows it.
+    assert end == sim.step_ns - sim.params.kernel_gap_ns
 
 
 def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
@@ -170,7 +181,7 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
 )
 def test_every_shipped_config_has_its_graph_beside(path: Path) -> None:
     """`simulate` on a shipped config needs no torch: the graph beside it matches it."""
-    from echo_view.cli.workload import graph_for_config
+    from echo_view.loading import graph_for_config
 
     cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
     _graph, origin = graph_for_config(cfg, path)
@@ -181,8 +192,10 @@ KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 
 
 def test_published_step_times_regression_guard() -> None:
-    """Mean |error| over Korthikanti et al.'s eight runs stays <= 5% and each Megatron-CI 7B run
-    within 10% (2.1% and 0.3% / 5.2% without interference, docs/accuracy.md)."""
+    """Mean |error| over Korthikanti et al.'s eight runs stays <= 5% (A100: one step-time fit,
+    2.1%), and the Megatron-CI 7B runs stay where docs/accuracy.md reports them: Hopper kernels
+    come from kernel measurements, not from these runs, which they under-predict by 13-14%. A
+    value outside [-18%, -9%] means the model changed: regenerate the doc's tables."""
     errors = {}
     for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
         cfg, graph = _shipped(stem)
@@ -191,8 +204,8 @@ def test_published_step_times_regression_guard() -> None:
     kor = [abs(errors[s]) for s in KORTHIKANTI]
     assert len(kor) == 8
     assert sum(kor) / len(kor) <= 5.0, errors
-    assert abs(errors["megatron-ci-7b-tp1-pp4"]) <= 10.0, errors
-    assert abs(errors["megatron-ci-7b-tp4-pp1"]) <= 10.0, errors
+    assert -18.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -9.0, errors
+    assert -18.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -9.0, errors
 
 
 def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:
@@ -202,3 +215,30 @@ def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:
     assert {r.stages for r in graph.roles} == {(0,), tuple(range(1, 11)), (11,)}
     sim = _run(cfg, graph)
     assert sim.step_ns > 0 and len(sim.stage_ns()) == 12
+
+
+def test_predicted_job_links_each_collective_across_its_ranks() -> None:
+    """Every simulated collective instance becomes one chain of export flows over its group:
+    (group size - 1) arrows per instance, each between two members of that group."""
+    from exporters.layout import build_layout
+
+    cfg, graph = _shipped("megatron-ci-7b-tp4-pp1")
+    sim = _run(cfg, graph, ranks="all")
+    wl = sim.composed.workload
+    job = predicted_config_job(sim)
+    links = build_layout(job).links
+    sizes = np.array([wl.groups[int(g)].size for g in wl.collectives.group])
+    assert len(wl.collectives) > 0
+    assert links.collective == int((sizes - 1).sum()) == len(links)
+    for t in job.traces:
+        named = t.collectives.group >= 0
+        assert named.sum() == np.count_nonzero(
+            [t.rank in wl.groups[int(g)].ranks for g in wl.collectives.group]
+        )
+    ranks = np.array(job.ranks)
+    src, dst = ranks[links.src_rank], ranks[links.dst_rank]
+    same_group = [
+        any(a in pg.ranks and b in pg.ranks for pg in wl.groups)
+        for a, b in zip(src.tolist(), dst.tolist(), strict=True)
+    ]
+    assert all(same_group) and (src != dst).all()

@@ -10,8 +10,8 @@ import pytest
 
 from echo_view.analysis.interference_features import GENERATIONS
 from echo_view.analysis.interference_fit import CLASSES, InterferenceFit
-from echo_view.cli import build_registry
 from echo_view.errors import ConfigError
+from echo_view.loading import build_registry
 from echo_view.model import Job
 from echo_view.model.workload import OP_CLASS_NAMES, Workload
 from echo_view.sim import simulate, step_spans
@@ -150,7 +150,7 @@ def test_faster_network_removes_the_slowdown() -> None:
 
 
 def test_config_interference() -> None:
-    from echo_view.cli.workload import load_workload
+    from echo_view.loading import load_workload
     from echo_view.sim.cluster import cluster_from_config
     from echo_view.sim.comm.defaults import default_comm_model
     from echo_view.sim.compute_presets import compute_params_for

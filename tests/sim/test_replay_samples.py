@@ -27,7 +27,7 @@ def dlrm() -> tuple[Job, Workload]:
 
 
 def _cluster(job: Job, **overrides: str) -> object:
-    from echo_view.cli.simulate import cluster_for_job
+    from echo_view.sim.runs import cluster_for_job
 
     return cluster_for_job(job, {f"cluster.{k}": v for k, v in overrides.items()})
 

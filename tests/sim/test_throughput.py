@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from echo_view.model.config import (
@@ -27,6 +29,8 @@ def test_small_model_by_hand() -> None:
     assert model_flops_per_token(_model()) == 6 * 162_304 + 196_608 == 1_170_432
     # GQA with one K/V head: K and V shrink to 2*64*16 = 2048 per layer, attention FLOPs stay.
     assert matmul_params(_model(kv_heads=1)) == 162_304 - 2 * (8192 - 2048)
+    # SwiGLU adds a gate projection of 64*256 per layer.
+    assert matmul_params(replace(_model(), activation="swiglu")) == 162_304 + 2 * 64 * 256
 
 
 def test_gpt3_175b_is_175_billion_parameters() -> None:

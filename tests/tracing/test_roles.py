@@ -152,3 +152,116 @@ def test_context_parallel_needs_flash_attention() -> None:
 
     with pytest.raises(ConfigError, match="flash"):
         _cfg(parallel={"dp": 1, "cp": 2}, precision={"dtype": "fp32"})
+
+
+def _names(graph: TracedGraph, table: Any) -> list[str]:
+    return [graph.strings[int(n)] for n in table.name]
+
+
+def _rows(graph: TracedGraph, table: Any, name: str) -> list[int]:
+    return [i for i, n in enumerate(_names(graph, table)) if n == name]
+
+
+def test_fp8_runs_the_layer_gemms_in_fp8_with_their_casts() -> None:
+    h, s, b, tp, layers = 1024, 512, 2, 4, 8
+    graph = trace_workload(
+        _cfg(precision={"dtype": "fp8", "fp8_recipe": "tensorwise"}, parallel={"pp": 1, "dp": 4})
+    )
+    role = graph.roles[0]
+    fwd, bwd, opt = role.forward[0], role.backward[0], role.optimizer
+    fp8 = graph.strings.intern("fp8")
+    gemm = fwd.op_class == OpClass.GEMM
+    # Four linear layers per layer run in fp8; the output layer's GEMM stays bf16.
+    assert int((gemm & (fwd.dtype == fp8)).sum()) == 4 * layers
+    assert int((gemm & (fwd.dtype != fp8)).sum()) == 1
+    # Backward: input- and weight-gradient GEMMs of the same four layers.
+    assert int(((bwd.op_class == OpClass.GEMM) & (bwd.dtype == fp8)).sum()) == 8 * layers
+    # One cast per GEMM input (tensorwise: after an amax pass); the QKV input is the
+    # layer's [s, b, h] activation: the cast reads 2n bytes and writes the fp8 copy and its
+    # transpose (2n), the amax reads 2n.
+    casts = _rows(graph, fwd, "te::cast_transpose (input)")
+    amaxes = _rows(graph, fwd, "te::amax (input)")
+    assert len(casts) == len(amaxes) == 4 * layers
+    n = s * b * h
+    assert int(fwd.bytes[casts[0]]) == 4 * n
+    assert int(fwd.bytes[amaxes[0]]) == 2 * n
+    assert len(_rows(graph, bwd, "te::cast_transpose (grad output)")) == 4 * layers
+    # Weights once per step: QKV's shard is 3h/tp x h elements.
+    weights = _rows(graph, opt, "te::cast_transpose (weight)")
+    assert len(weights) == 4 * layers
+    assert int(opt.bytes[weights[0]]) == 4 * (3 * h // tp) * h
+    # Same FLOPs as bf16: FP8 changes the rate, not the work.
+    bf16 = trace_workload(_cfg(parallel={"pp": 1, "dp": 4})).roles[0].forward[0]
+    assert float(fwd.flops[gemm].sum()) == float(bf16.flops[bf16.op_class == OpClass.GEMM].sum())
+
+
+def test_delayed_and_blockwise_recipes() -> None:
+    n = 512 * 2 * 1024
+    delayed = trace_workload(
+        _cfg(precision={"dtype": "fp8"}, parallel={"pp": 1, "dp": 4, "sequence_parallel": True})
+    )
+    fwd = delayed.roles[0].forward[0]
+    assert not _rows(delayed, fwd, "te::amax (input)")
+    assert len(_rows(delayed, fwd, "te::amax_and_scale_update")) == 1
+    # Sequence parallel: QKV's input is cast on the local shard (s/tp tokens, 4 bytes per
+    # element) and all-gathered in FP8: s * b * h bytes, one per element.
+    cast = _rows(delayed, fwd, "te::cast_transpose (input)")[0]
+    assert int(fwd.bytes[cast]) == 4 * n // 4
+    ag = [c for c in _colls(delayed, fwd) if c[0] == "all_gather"]
+    assert ag[0] == ("all_gather", n, "tp")
+    block = trace_workload(
+        _cfg(precision={"dtype": "fp8", "fp8_recipe": "blockwise"}, parallel={"pp": 1, "dp": 4})
+    )
+    bfwd = block.roles[0].forward[0]
+    cast = _rows(block, bfwd, "te::cast_transpose (input)")[0]
+    # fp32 scale per 1x128 tile, for the copy and its transpose
+    assert int(bfwd.bytes[cast]) == 4 * n + 2 * 4 * (n // 128)
+
+
+def test_llama_layers_swiglu_rmsnorm_rope_and_untied_output() -> None:
+    h, s, b, tp, ffn, layers, vocab = 1024, 512, 2, 4, 2816, 8, 32000
+    model = {
+        "activation": "swiglu",
+        "normalization": "rmsnorm",
+        "position": "rope",
+        "ffn_hidden": ffn,
+        "tie_embeddings": False,
+    }
+    graph = trace_workload(_cfg(model=model, parallel={"pp": 1, "dp": 4}))
+    role = graph.roles[0]
+    fwd, bwd = role.forward[0], role.backward[0]
+    gemm = fwd.flops[fwd.op_class == OpClass.GEMM]
+    # The MLP: gate+up (2 * ffn outputs, plus the bias added in the same addmm) and down,
+    # 3 * 2 * tokens * h * ffn / tp matrix FLOPs in all.
+    tokens = s * b
+    assert 2.0 * tokens * h * (2 * ffn // tp) + tokens * (2 * ffn // tp) in gemm.tolist()
+    assert 2.0 * tokens * (ffn // tp) * h in gemm.tolist()
+    names = _names(graph, fwd)
+    assert names.count("echo_view::rms_norm") == 2 * layers + 1  # + the final norm
+    assert names.count("echo_view::rope") == 2 * layers  # queries and keys
+    assert names.count("echo_view::swiglu") == layers
+    assert "aten::native_layer_norm" not in names
+    assert _names(graph, bwd).count("echo_view::rope_bwd") == 2 * layers
+    # No position embedding: the embedding's parameters are the word embedding alone.
+    per_layer = (
+        h * (3 * h) // tp
+        + 3 * h // tp  # QKV weight and bias
+        + h * h // tp
+        + h  # projection
+        + h * 2 * ffn // tp
+        + 2 * ffn // tp  # gate and up
+        + ffn * h // tp
+        + h  # down
+        + 2 * h  # two RMSNorm scales
+    )
+    assert role.params == layers * per_layer + 2 * (vocab // tp) * h + h
+
+
+def test_tied_output_layer_shares_the_embedding_with_one_stage() -> None:
+    untied = trace_workload(_cfg(model={"tie_embeddings": False}, parallel={"pp": 1, "dp": 4}))
+    tied = trace_workload(_cfg(parallel={"pp": 1, "dp": 4}))
+    assert untied.roles[0].params - tied.roles[0].params == (32000 // 4) * 1024
+    # With pp > 1 the last stage keeps its copy: the same ops either way.
+    a = trace_workload(_cfg(model={"tie_embeddings": False}))
+    b = trace_workload(_cfg())
+    assert [r.params for r in a.roles] == [r.params for r in b.roles]

@@ -1,6 +1,8 @@
-"""Workload configs and traced graphs on the command line: loading, the graph cache, and the
-``simulate CONFIG.toml|GRAPH.json`` path.
+"""Reading inputs, below every front end (the CLI, the Python API): trace paths into a
+:class:`~echo_view.model.Job`, workload configs and traced graphs into a config and its graph.
 
+Trace paths go to the importer that recognises the first one (:func:`job_importer`); a path is a
+trace file, several files of one job, or a directory of rank files, as the importers define.
 Graph lookup for a config (no torch needed when one is found): ``<config stem>.graph.json.gz``
 beside the config, then the user cache (``$ECHO_VIEW_CACHE`` or ``~/.cache/echo-view/graphs``),
 keyed by a hash of the config parts a graph depends on (:func:`tracing_key`). Only when none
@@ -14,14 +16,56 @@ import json
 import os
 import time
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from echo_view.errors import ConfigError, InputError
+from echo_view.errors import ConfigError, InputError, UsageError
+from echo_view.formats import Importer, Progress, Registry, no_progress
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
+from echo_view.model.job import Job
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
+
+
+def build_registry() -> Registry:
+    """The built-in importers and exporters plus installed plug-ins."""
+    from exporters.perfetto_json import PerfettoJsonExporter
+    from exporters.perfetto_proto import PerfettoProtoExporter
+    from importers.kineto import KinetoImporter
+    from importers.nsys import NsysImporter
+
+    reg = Registry()
+    reg.add_importer(KinetoImporter())
+    reg.add_importer(NsysImporter())
+    reg.add_exporter(PerfettoJsonExporter())
+    reg.add_exporter(PerfettoProtoExporter())
+    reg.load_plugins()
+    return reg
+
+
+def job_importer(registry: Registry, paths: Sequence[Path]) -> Importer:
+    """The importer of the first path, checked to read every other path too (one job)."""
+    if not paths:
+        raise UsageError("no input path given", hint="give a trace file or a directory of ranks")
+    importer = registry.importer_for(paths[0])
+    for path in paths[1:]:
+        other = registry.importer_for(path)
+        if other.name != importer.name:
+            raise UsageError(
+                f"{path} is a {other.name} file but {paths[0]} is {importer.name}",
+                hint="give the files of one job in one format",
+            )
+    return importer
+
+
+def read_job(
+    paths: Sequence[Path], registry: Registry | None = None, progress: Progress = no_progress
+) -> Job:
+    """The job the trace files (or rank directory) ``paths`` hold."""
+    reg = registry if registry is not None else build_registry()
+    return job_importer(reg, paths).read(list(paths), progress)
 
 
 def is_workload_input(path: Path) -> bool:

@@ -1,0 +1,108 @@
+"""GEMM time from the matrix shape: output tiles, waves over the SMs, and small-K overhead.
+
+A GEMM library splits the ``M x N`` output of each of ``B`` batched products into tiles; each SM
+computes one tile at a time, so the kernel runs in *waves* of at most ``SMs`` tiles and a last,
+partly filled wave costs as much as a full one (wave quantization). A tile of ``tm x tn`` over
+the whole ``K`` depth costs ``2 * tm * tn * (K + k_half)`` FLOPs at the SM's share of the peak
+times ``eff``: ``k_half`` is the per-tile prologue/epilogue (loading the first K-slices,
+writing the tile) in units of K, which makes small-K products slow. The library picks the tile
+that finishes first, so the model takes the best of :data:`TILES`::
+
+    tiles(tm, tn) = B * ceil(M / tm) * ceil(N / tn)
+    t(tm, tn)     = ceil(tiles / SMs) * 2 * tm * tn * (K + k_half) / (eff * peak / SMs)
+    t_gemm        = min over TILES of t(tm, tn) + fixed
+
+``eff``, ``k_half`` and ``fixed`` are fitted per GPU and dtype on measured GEMM throughput
+(:func:`fit`; the data and the fits are in ``docs/accuracy.md``, "GEMM shape model").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.sim.nelder_mead import nelder_mead
+
+F64 = npt.NDArray[np.float64]
+#: Output tile shapes (rows x columns) the model chooses from: the CUTLASS/cuBLAS tensor-core
+#: tile sizes common on Ampere, Hopper and Blackwell (64x128, 128x128, 128x256).
+TILES: tuple[tuple[int, int], ...] = ((64, 128), (128, 128), (128, 256))
+_DIMS = re.compile(r"\[([0-9,]*)\]")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShapeParams:
+    """Fitted constants of the shape model for one GPU and dtype (see module docstring)."""
+
+    eff: float
+    k_half: float
+    fixed_ns: float
+    source: str = ""
+
+
+def gemm_dims(name: str, shapes: str) -> tuple[int, int, int, int] | None:
+    """``(batch, m, n, k)`` of a traced matrix product from its op name and shape text
+    (``"[4096]x[2048,12288]x[12288,4096]"`` for ``aten::addmm``), or None for anything else."""
+    op = name.rsplit("::", 1)[-1]
+    try:
+        dims = [tuple(int(d) for d in m.split(",") if d) for m in _DIMS.findall(shapes)]
+    except ValueError:
+        return None
+    a: tuple[int, ...]
+    b: tuple[int, ...]
+    if op in ("mm", "matmul", "linear") and len(dims) >= 2:
+        a, b = dims[0], dims[1]
+    elif op in ("addmm", "baddbmm", "addbmm") and len(dims) >= 3:
+        a, b = dims[1], dims[2]
+    elif op == "bmm" and len(dims) >= 2:
+        a, b = dims[0], dims[1]
+    else:
+        return None
+    if len(a) < 2 or len(b) < 1:
+        return None
+    if op == "linear":  # x [..., K] times weight [N, K]
+        rows = int(np.prod(a[:-1]))
+        return 1, rows, b[0], a[-1]
+    if len(a) == 3 and op in ("bmm", "baddbmm"):
+        return a[0], a[1], b[-1], a[2]
+    if len(a) == 3 and op == "addbmm":  # a batch of products summed into one output
+        return 1, a[1], b[-1], a[0] * a[2]
+    return 1, int(np.prod(a[:-1])), b[-1], a[-1]
+
+
+def gemm_times_ns(dims: npt.NDArray[np.int64], peak: float, sms: int, p: GemmShapeParams) -> F64:
+    """Time (ns, float) of each ``(batch, m, n, k)`` row of ``dims`` on a GPU with ``sms`` SMs
+    and dense ``peak`` FLOP/s for the GEMM's dtype."""
+    d = np.asarray(dims, dtype=np.float64).reshape(-1, 4)
+    b, m, n, k = d[:, 0], d[:, 1], d[:, 2], d[:, 3]
+    per_sm = p.eff * peak / sms
+    best = np.full(len(d), np.inf)
+    for tm, tn in TILES:
+        waves = np.ceil(b * np.ceil(m / tm) * np.ceil(n / tn) / sms)
+        best = np.minimum(best, waves * 2.0 * tm * tn * (k + p.k_half) / per_sm)
+    out: F64 = best * 1e9 + p.fixed_ns
+    return out
+
+
+def fit(
+    dims: npt.NDArray[np.int64], seconds: Sequence[float] | F64, peak: float, sms: int
+) -> tuple[GemmShapeParams, float]:
+    """Fit ``eff``, ``k_half`` and ``fixed_ns`` to measured GEMM times (seconds), minimising the
+    mean absolute log error (every shape counts alike, small or large); returns the parameters
+    and that error."""
+    meas = np.asarray(seconds, dtype=np.float64) * 1e9
+
+    def unpack(x: F64) -> GemmShapeParams:
+        # Parametrised so that every trial point is physical: eff in (0, 1.5), k_half, fixed >= 0.
+        return GemmShapeParams(1.5 / (1.0 + np.exp(-x[0])), abs(x[1]) * 100.0, abs(x[2]) * 1e3)
+
+    def loss(x: F64) -> float:
+        pred = gemm_times_ns(dims, peak, sms, unpack(x))
+        return float(np.mean(np.abs(np.log(pred / meas))))
+
+    x, err = nelder_mead(loss, np.array([0.5, 1.0, 5.0]), step=0.5, max_evals=6000)
+    return unpack(x), err

@@ -1,0 +1,287 @@
+"""Whole simulation runs as ``echo-view simulate`` and the Python API perform them: a measured
+job replayed (with what-if knobs), or a workload config predicted from its traced graph.
+
+Knobs are ``KEY=VALUE`` strings (``--set`` on the command line). For a measured job:
+``cluster.<key>`` (:data:`echo_view.sim.cluster.OVERRIDE_KEYS`), ``compute.scale.<class>``
+(:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``, ``interference`` (``on``, the
+default, ``off`` or a model file). For a config: ``cluster.<key>``, ``compute.<parameter>``
+(a kernel cost parameter), ``compute.scale.<class>`` (an op class or ``all``), ``comm.scale``,
+``interference``. The report dictionaries are the ``simulate --json`` objects (documented in
+:mod:`echo_view.cli.simulate` and :mod:`echo_view.cli.simulate_workload`) without ``input``
+and ``seconds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from echo_view.analysis.interference_features import gpu_generation, trace_generation
+from echo_view.analysis.summary import summarize
+from echo_view.errors import ConfigError
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.graph import TracedGraph
+from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.workload import OP_CLASS_NAMES
+from echo_view.sim import MeasuredCompute, predicted_job
+from echo_view.sim.bound import step_bound
+from echo_view.sim.cluster import (
+    OVERRIDE_KEYS,
+    Cluster,
+    cluster_from_config,
+    make_cluster,
+    match_gpu,
+)
+from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.compute import SCALE_KEYS
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
+from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
+from echo_view.sim.interference import model_from_setting
+from echo_view.sim.interference_sim import simulate_replay
+from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.replay import ReplayInfo, workload_from_job
+from echo_view.sim.report import compare, job_steps
+from echo_view.sim.throughput import throughput
+
+#: Knobs of a measured job's replay.
+REPLAY_KEYS: tuple[str, ...] = (
+    *(f"cluster.{k}" for k in OVERRIDE_KEYS),
+    *(f"compute.scale.{k}" for k in SCALE_KEYS),
+    "comm.scale",
+    "interference",
+)
+_PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
+_SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
+#: Knobs of a workload config's prediction.
+WORKLOAD_KEYS: tuple[str, ...] = (
+    *(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale",
+    "interference",
+)  # fmt: skip
+
+
+def scale_value(key: str, value: str) -> float:
+    """A scale-factor knob's value: a finite number >= 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise ConfigError(f"expected a number, got {value!r}", where=key) from None
+    if not math.isfinite(x) or x < 0:
+        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
+    return x
+
+
+def check_keys(overrides: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
+    """A ConfigError naming the first knob of ``overrides`` that ``known`` lacks."""
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(
+                f"unknown knob {key!r} for {what}",
+                where="--set",
+                hint=f"known: {', '.join(known)}",
+            )
+
+
+def cluster_for_job(job: Job, overrides: Mapping[str, str]) -> Cluster | None:
+    """The cluster a measured job ran on: the GPU matched from the traces' device names,
+    ``gpus_per_node`` from the devices a trace lists (else 8, or the world if smaller), as many
+    nodes as the world needs; then ``cluster.*`` overrides. ``None`` when the GPU is unknown
+    and not given."""
+    cl = {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
+    devices = [d for t in job.traces for d in t.devices]
+    spec = next(
+        (g for d in devices if (g := match_gpu(d.name, d.total_memory_bytes)) is not None), None
+    )
+    world = job.world_size or max(job.ranks) + 1
+    per_node = max((len(t.devices) for t in job.traces), default=0) or min(8, world)
+    gpu: Any = cl.pop("gpu", None) or spec
+    if gpu is None:
+        if cl:
+            raise ConfigError(
+                "the traces do not name a GPU this version knows",
+                where="--set",
+                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
+            )
+        return None
+    cluster = make_cluster(gpu, gpus_per_node=min(per_node, world))
+    if "gpus_per_node" in cl:
+        cluster = cluster.with_overrides({"gpus_per_node": cl.pop("gpus_per_node")})
+    cl.setdefault("nodes", str(-(-world // cluster.gpus_per_node)))
+    return cluster.with_overrides(cl)
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayRun:
+    """A measured job replayed: the predicted job and the report."""
+
+    measured: Job
+    predicted: Job
+    report: dict[str, Any]
+
+
+def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -> ReplayRun:
+    """Rebuild ``job``'s dependency graph and simulate it with ``overrides``; ``comm`` is
+    ``measured`` (collective times from the trace) or ``model`` (the NCCL model)."""
+    check_keys(overrides, REPLAY_KEYS, "a measured job")
+    if comm not in ("measured", "model"):
+        raise ConfigError(f"comm must be measured or model, got {comm!r}", where="--comm")
+    scales = {
+        k.removeprefix("compute.scale."): scale_value(k, v)
+        for k, v in overrides.items()
+        if k.startswith("compute.scale.")
+    }
+    comm_scale = (
+        scale_value("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
+    )
+    cluster = cluster_for_job(job, overrides)
+    timer: Any = None
+    if comm == "model":
+        if cluster is None:
+            raise ConfigError(
+                "--comm model needs the GPU, and the traces do not name one this version knows",
+                hint="add --set cluster.gpu=NAME (e.g. A100, H100)",
+            )
+        timer = default_comm_model()
+    workload = workload_from_job(job)
+    gen = next((g for t in job.traces if (g := trace_generation(t))), 0)
+    model = model_from_setting(overrides.get("interference", "on"), gen)
+    sim = simulate_replay(
+        workload, job, cluster, compute=MeasuredCompute(scales), comm=timer,
+        comm_scale=comm_scale, interference=model,
+    )  # fmt: skip
+    predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
+    info = cast(ReplayInfo, workload.meta["replay"])
+    steps = compare(job_steps(predicted), job_steps(job))
+    bound = None
+    if steps["step_time_s"]:
+        bound = step_bound(
+            workload, job, round(steps["step_time_s"] * 1e9), cluster=cluster, scales=scales,
+            comm=timer, comm_scale=comm_scale, interference=model,
+        ).to_json()  # fmt: skip
+    report = {
+        "mode": "replay" if not overrides and comm == "measured" else "what-if",
+        "comm": comm,
+        **steps,
+        "step_bound": bound,
+        "collectives": {
+            "total": sim.collectives.total,
+            "modelled": sim.collectives.modelled,
+            "measured": sim.collectives.measured,
+            "matched_by": info.matched_by,
+            "absent_ranks": info.absent_ranks,
+        },
+        "workload": {"ops": info.ops, "deps": info.deps},
+        "cluster": cluster.describe() if cluster is not None else None,
+        "interference": model.describe() if model is not None else None,
+        "overrides": dict(overrides),
+    }
+    return ReplayRun(job, predicted, report)
+
+
+@dataclass(frozen=True, eq=False)
+class WorkloadRun:
+    """A config's predicted step: the simulation, a predicted job (every rank when asked for,
+    else the slowest simulated rank) and the report."""
+
+    sim: ConfigSimulation
+    job: Job
+    report: dict[str, Any]
+
+
+def predict_workload(
+    cfg: WorkloadConfig,
+    graph: TracedGraph,
+    overrides: Mapping[str, str],
+    *,
+    origin: str = "graph",
+    compute_file: Path | None = None,
+    ranks: str = "stages",
+    all_ranks_job: bool = False,
+) -> WorkloadRun:
+    """Simulate one step of ``cfg`` from its traced ``graph`` (found via ``origin``);
+    ``compute_file`` holds kernel cost parameters from ``echo-view calibrate compute``;
+    ``ranks`` is ``stages`` (one rank per pipeline stage) or ``all``."""
+    check_keys(overrides, WORKLOAD_KEYS, "a workload config")
+    if ranks not in ("stages", "all"):
+        raise ConfigError(f"ranks must be stages or all, got {ranks!r}", where="--ranks")
+    cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
+        {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
+    )
+    params = compute_params_for(cluster.gpu)
+    if compute_file is not None:
+        params = compute_params_from_toml(compute_file, cluster.gpu, params)
+    params = params.with_overrides(
+        {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
+    )
+    scales: dict[int, float] = {}
+    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
+    for i, name in enumerate(OP_CLASS_NAMES[:-1]):
+        key = f"compute.scale.{name}"
+        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
+    sim = simulate_config(
+        graph,
+        cfg,
+        cluster,
+        default_comm_model(),
+        params,
+        comm_scale=scale_value("comm.scale", overrides.get("comm.scale", "1")),
+        ranks=ranks,
+        scales=scales,
+        interference=model_from_setting(
+            overrides.get("interference", "on"), gpu_generation(cluster.gpu.name)
+        ),
+    )
+    # The breakdown is reported for the slowest simulated rank; the whole predicted job is
+    # expanded only when asked for (it is written out).
+    ends = sim.rank_end_ns()
+    slowest = max(ends, key=lambda r: (ends[r], -r))
+    job = predicted_config_job(sim, ranks=None if all_ranks_job else [slowest])
+    report = _workload_report(sim, job, origin, cluster.describe(), overrides, ranks, slowest)
+    peak = cluster.gpu.peak(cfg.dtype)
+    report["throughput"] = throughput(cfg, sim.step_ns / 1e9, peak).to_json()
+    return WorkloadRun(sim, job, report)
+
+
+def _workload_report(
+    sim: ConfigSimulation,
+    job: Job,
+    origin: str,
+    cluster: Any,
+    overrides: Mapping[str, str],
+    mode: str,
+    slowest: int,
+) -> dict[str, Any]:
+    cfg = sim.cfg
+    step_s = sim.step_ns / 1e9
+    trace = job.trace(slowest)
+    one = Job((trace,), ClockAlignment("simulated", (0,), 0), job.world_size, job.source, True)
+    rows = summarize(one).to_json()["ranks"]
+    slow = max(rows, key=lambda r: r["step_ns"] or 0) if rows else None
+    breakdown = None
+    if slow is not None and slow["compute_ns"] is not None:
+        breakdown = {
+            "rank": slow["rank"],
+            "compute_s": slow["compute_ns"] / 1e9,
+            "comm_s": slow["comm_ns"] / 1e9,
+            "exposed_comm_s": slow["exposed_comm_ns"] / 1e9,
+            "idle_s": slow["idle_ns"] / 1e9,
+        }
+    out: dict[str, Any] = {
+        "step_time_s": step_s,
+        "ranks_total": cfg.parallel.world_size,
+        "ranks_simulated": len(sim.composed.simulated_ranks),
+        "ranks_mode": mode,
+        "stages": [{"stage": s, "step_time_s": t / 1e9} for s, t in sorted(sim.stage_ns().items())],
+        "breakdown": breakdown,
+        "bubble": sim.bubble(),
+        "graph": {"origin": origin, "roles": len(sim.graph.roles), "ops": sim.graph.op_count()},
+        "cluster": cluster,
+        "overrides": dict(overrides),
+    }
+    if cfg.reference is not None:
+        ref = cfg.reference.step_time_s
+        out["reference"] = {"step_time_s": ref, "source": cfg.reference.source}
+        out["reference_error_pct"] = 100.0 * (step_s - ref) / ref
+    return out

@@ -1,0 +1,135 @@
+"""Fused kernels of Llama-style layers as Megatron-LM with Transformer Engine runs them:
+RMSNorm (one kernel forward, one backward), rotary position embedding (one kernel per tensor
+and direction) and SwiGLU (Megatron's fused ``bias_swiglu``: one kernel each way).
+
+Registered as torch custom ops so that the recorder sees one op per kernel; on the meta
+device ``torch.nn.RMSNorm`` would otherwise decompose into a dozen elementwise ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_LIB = "echo_view"
+
+
+@torch.library.custom_op(f"{_LIB}::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x / rms(x) * weight`` over the last dimension."""
+    raise NotImplementedError("echo_view::rms_norm is traced on the meta device only")
+
+
+@rms_norm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{_LIB}::rms_norm_bwd", mutates_args=())
+def rms_norm_bwd(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward of :func:`rms_norm`: gradients of the input and of the weight."""
+    raise NotImplementedError("echo_view::rms_norm_bwd is traced on the meta device only")
+
+
+@rms_norm_bwd.register_fake
+def _(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(weight)
+
+
+def _rms_setup(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _rms_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x, weight = ctx.saved_tensors
+    dx, dw = rms_norm_bwd(grad, x, weight)
+    return dx, dw
+
+
+rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+
+
+class RMSNorm(torch.nn.Module):
+    """RMSNorm with a learned scale (no bias), as one fused kernel each way."""
+
+    def __init__(self, hidden: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(hidden, device="meta", dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = rms_norm(x, self.weight)
+        return out
+
+
+@torch.library.custom_op(f"{_LIB}::rope", mutates_args=())
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` (``[b, heads, s, d]``) by its positions' angles (rotary embedding)."""
+    raise NotImplementedError("echo_view::rope is traced on the meta device only")
+
+
+@rope.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op(f"{_LIB}::rope_bwd", mutates_args=())
+def rope_bwd(grad: torch.Tensor) -> torch.Tensor:
+    """Backward of :func:`rope` (the inverse rotation of the gradient)."""
+    raise NotImplementedError("echo_view::rope_bwd is traced on the meta device only")
+
+
+@rope_bwd.register_fake
+def _(grad: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(grad)
+
+
+def _rope_setup(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+    pass
+
+
+def _rope_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = rope_bwd(grad)
+    return out
+
+
+rope.register_autograd(_rope_backward, setup_context=_rope_setup)
+
+
+@torch.library.custom_op(f"{_LIB}::swiglu", mutates_args=())
+def swiglu(x: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` where ``x`` is ``[..., 2f]`` holding the gate and up projections."""
+    raise NotImplementedError("echo_view::swiglu is traced on the meta device only")
+
+
+@swiglu.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+@torch.library.custom_op(f"{_LIB}::swiglu_bwd", mutates_args=())
+def swiglu_bwd(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Backward of :func:`swiglu`: the gradient of both halves of ``x``."""
+    raise NotImplementedError("echo_view::swiglu_bwd is traced on the meta device only")
+
+
+@swiglu_bwd.register_fake
+def _(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _swiglu_setup(ctx: Any, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _swiglu_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    (x,) = ctx.saved_tensors
+    out: torch.Tensor = swiglu_bwd(grad, x)
+    return out
+
+
+swiglu.register_autograd(_swiglu_backward, setup_context=_swiglu_setup)

@@ -1,0 +1,25 @@
+"""``echo_view.sim.runs``: knobs are checked before anything runs, with one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.sim.runs import REPLAY_KEYS, WORKLOAD_KEYS, check_keys, scale_value
+
+
+def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
+    check_keys({"comm.scale": "2"}, REPLAY_KEYS, "a measured job")
+    with pytest.raises(ConfigError) as err:
+        check_keys({"compute.gemm_eff_max": "0.7"}, REPLAY_KEYS, "a measured job")
+    text = str(err.value)
+    assert "unknown knob 'compute.gemm_eff_max' for a measured job" in text
+    assert "comm.scale" in text and "\n" not in text
+    check_keys({"compute.gemm_eff_max": "0.7"}, WORKLOAD_KEYS, "a workload config")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "fast"])
+def test_scale_values_are_finite_and_not_negative(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"comm\.scale"):
+        scale_value("comm.scale", value)
+    assert scale_value("comm.scale", "0.5") == 0.5

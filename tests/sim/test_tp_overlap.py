@@ -1,0 +1,126 @@
+"""Tensor-parallel communication overlap: the pipelined times against hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from echo_view.model.graph import AXES, OpClass, OpTable
+from echo_view.model.kinds import CollectiveKind
+from echo_view.model.strings import StringTable
+from echo_view.sim.gpus import gpu_preset
+from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
+from echo_view.sim.tp_overlap import overlap_tp_comm, pipeline_ns, ring_exchange_ns
+
+AG, RS = int(CollectiveKind.ALL_GATHER), int(CollectiveKind.REDUCE_SCATTER)
+H100 = gpu_preset("H100-SXM5-80GB")
+PARAMS = ComputeParams(kernel_gap_ns=0, kernel_min_ns=0, gemm_half_flops=1e-9)
+
+
+def test_ring_exchange_and_pipeline_formulas() -> None:
+    # 4 ring steps: 3 transfers of 9/3 = 3 against GEMM chunks of 1, then the last chunk.
+    assert ring_exchange_ns(1.0, 9.0, 4) == 3 * 3.0 + 1.0
+    # GEMM-bound: transfers of 1 hide behind chunks of 5.
+    assert ring_exchange_ns(5.0, 3.0, 4) == 3 * 5.0 + 5.0
+    # 4 splits: first chunk, three overlapped steps, last reduce-scatter chunk.
+    assert pipeline_ns(2.0, 1.0, 4) == 2.0 + 3 * 2.0 + 1.0
+
+
+def _table(rows: list[tuple[int, float, int]]) -> OpTable:
+    """Rows of (op class, flops, collective kind or -1); collectives on the tp axis."""
+    strings = StringTable()
+    n = len(rows)
+    coll = np.array([r[0] == OpClass.COLLECTIVE for r in rows])
+    return OpTable(
+        name=np.full(n, strings.intern("op")),
+        op_class=np.array([r[0] for r in rows]),
+        flops=np.array([r[1] for r in rows]),
+        bytes=np.zeros(n, dtype=np.int64),
+        dtype=np.full(n, strings.intern("bf16")),
+        shapes=np.full(n, strings.intern("")),
+        coll_kind=np.array([r[2] for r in rows]),
+        coll_bytes=np.where(coll, 1 << 24, 0),
+        axis=np.where(coll, AXES.index("tp"), -1),
+        grad_bytes=np.zeros(n, dtype=np.int64),
+    )
+
+
+def _run(table: OpTable, dur: list[int], backward: bool, chunk_rs: int = 0) -> list[int]:
+    def chunk_ns(j: int, n: int) -> float:
+        sl = slice(j, j + 1)
+        peak = np.array([H100.peak_flops["bf16"]])
+        return float(
+            op_times_ns(
+                table.op_class[sl], table.flops[sl] / n, table.bytes[sl] // n, peak, H100, PARAMS
+            )[0]
+        )
+
+    rs = {i: chunk_rs for i in range(len(table)) if int(table.coll_kind[i]) == RS}
+    out = overlap_tp_comm(
+        table,
+        np.array(dur, dtype=np.int64),
+        chunk_ns,
+        rs,
+        tp=4,
+        sm_count=132,
+        backward=backward,
+        output_gemm_flops=frozenset({7.0}),
+    )
+    return [int(x) for x in out]
+
+
+def test_all_gather_before_a_large_gemm_exposes_only_the_first_chunk_time() -> None:
+    # With no kernel overheads and a flat efficiency, a GEMM's quarter takes exactly 1/4 of it.
+    flops = 4e12
+    g = int(
+        op_times_ns(
+            np.array([0]),
+            np.array([flops]),
+            np.array([0]),
+            np.array([H100.peak_flops["bf16"]]),
+            H100,
+            PARAMS,
+        )[0]
+    )
+    c = 300_000  # all-gather alone: 0.3 ms, each of the 3 ring steps 0.1 ms
+    table = _table([(OpClass.COLLECTIVE, 0.0, AG), (OpClass.GEMM, flops, -1)])
+    out = _run(table, [c, g], backward=False)
+    chunk = g / 4
+    expected = 3 * max(chunk, c / 3) + chunk - g
+    assert out[0] == max(round(expected), 0)
+    assert out[1] == g  # the GEMM keeps its own time
+    if chunk >= c / 3:  # GEMM-bound: the all-gather hides completely
+        assert out[0] == 0
+
+
+def test_forward_reduce_scatter_pipelines_on_fewer_sms_and_backward_runs_beside_wgrad() -> None:
+    flops = 4e12
+    g = int(
+        op_times_ns(
+            np.array([0]),
+            np.array([flops]),
+            np.array([0]),
+            np.array([H100.peak_flops["bf16"]]),
+            H100,
+            PARAMS,
+        )[0]
+    )
+    c, c4 = 2 * g, g // 2
+    table = _table([(OpClass.GEMM, flops, -1), (OpClass.COLLECTIVE, 0.0, RS)])
+    margin = 132 / (132 - 16)
+    g4 = g / 4 * margin
+    forward = _run(table, [g, c], backward=False, chunk_rs=c4)
+    assert forward[1] == round(g4 + 3 * max(g4, c4) + c4) - g
+    backward = _run(table, [g, c], backward=True, chunk_rs=c4)
+    assert backward[1] == round(max(c, g * margin)) - g == c - g
+
+
+def test_output_layer_and_lone_collectives_stay_exposed() -> None:
+    table = _table(
+        [
+            (OpClass.COLLECTIVE, 0.0, AG),
+            (OpClass.GEMM, 7.0, -1),  # the output layer's flops
+            (OpClass.COLLECTIVE, 0.0, AG),
+            (OpClass.EMBEDDING, 1.0, -1),  # no GEMM within reach
+        ]
+    )
+    assert _run(table, [500, 10, 600, 10], backward=False) == [500, 10, 600, 10]
