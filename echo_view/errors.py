@@ -47,12 +47,21 @@ class InputError(EchoViewError):
     """A file the user gave cannot be read as what it claims to be."""
 
 
+class LimitError(InputError):
+    """An input goes past a stated resource limit (a gzip stream inflating too far, say): always
+    an error, never a finding to report and go on from."""
+
+
 class ConfigError(EchoViewError):
     """A configuration value (TOML key, ``--set`` override, preset name) is wrong."""
 
 
 class UsageError(EchoViewError):
     """The command line itself is inconsistent (wrong output suffix, missing argument...)."""
+
+
+class OutputError(EchoViewError):
+    """An output cannot be written (read-only file system, no permission, disk full)."""
 
 
 class SimulationError(EchoViewError):

@@ -1,4 +1,6 @@
-"""Importer / Exporter protocols, their registry, and atomic output files.
+"""Importer / Exporter protocols, their registry, and the rules every file obeys: outputs are
+written atomically and never onto an input, inputs must be regular files, and gzip inputs may
+not inflate without bound.
 
 Formats live outside the core (``importers/``, ``exporters/``); the CLI registers the built-in
 ones and any third-party plug-ins found under the ``echo_view.importers`` /
@@ -8,13 +10,18 @@ ones and any third-party plug-ins found under the ``echo_view.importers`` /
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
+import json
+import math
 import os
+import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from echo_view.errors import InputError, UsageError
+from echo_view.errors import InputError, LimitError, OutputError, UsageError
 
 if TYPE_CHECKING:  # only annotations name it; importing the model (numpy) would slow startup
     from echo_view.model.job import Job
@@ -110,24 +117,220 @@ class Registry:
         return best[1]
 
 
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _special(mode: int) -> str | None:
+    """What a file that is neither regular nor a directory is, in words."""
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def check_input(path: Path, *, directory_ok: bool = True) -> None:
+    """Refuse an input that is not a regular file (or a directory, where ``directory_ok``)
+    before anything opens it: a FIFO would block the open, a device never ends. Symbolic links
+    are followed. A missing or unreadable path is left to the reader, which names it."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        if not directory_ok:
+            raise InputError("is a directory, not a file", path=path, hint="give a file")
+        return
+    kind = _special(st.st_mode)
+    if kind is not None:
+        raise InputError(
+            f"is {kind}, not a regular file",
+            path=path,
+            hint="echo-view reads regular files only; save the data to a file first",
+        )
+
+
+def _found_in(inp: Path, key: tuple[int, int]) -> Path | None:
+    """``inp``, or the file under the directory ``inp``, whose device and inode are ``key``."""
+    try:
+        st = os.stat(inp)
+    except (OSError, ValueError):
+        return None
+    if (st.st_dev, st.st_ino) == key:
+        return inp
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    for root, _dirs, names in os.walk(inp):  # symlinked directories are not entered
+        for name in names:
+            with contextlib.suppress(OSError):
+                st = os.stat(os.path.join(root, name))
+                if (st.st_dev, st.st_ino) == key:
+                    return Path(root, name)
+    return None
+
+
+def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
+    """Refuse, before any work, an output that cannot be written or would replace an input.
+
+    The output's directory must exist; an existing output must be a regular file and must not
+    be any of ``inputs`` nor a file under an input directory: files are compared by device and
+    inode, so another spelling, a symbolic link or a hard link to an input is caught too.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"output directory {str(path.parent)!r} does not exist",
+            path=path,
+            hint="create it first or write elsewhere",
+        )
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"cannot use as output ({exc})", path=path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError("the output is a directory", path=path, hint="give a file name")
+    kind = _special(st.st_mode)
+    if kind is not None:
+        raise UsageError(
+            f"the output is {kind}", path=path, hint="echo-view writes regular files only"
+        )
+    key = (st.st_dev, st.st_ino)
+    for inp in inputs:
+        hit = _found_in(Path(inp), key)
+        if hit is not None:
+            raise UsageError(
+                f"the output is also an input ({hit})",
+                path=path,
+                hint="choose another output name; echo-view never writes onto its inputs",
+            )
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask, read once: from /proc where Linux offers it, else by setting and
+    restoring it (racy only against threads creating files at that instant)."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="ascii") as fh,
+    ):
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode() -> int:
+    """The permission bits of a new output file: ``0o666`` less the umask, as ``open`` gives."""
+    return 0o666 & ~_umask()
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "the disk is full; free space or write elsewhere",
+    errno.EDQUOT: "the disk quota is exhausted; free space or write elsewhere",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+    errno.EACCES: "no permission to write there; write elsewhere",
+    errno.EPERM: "no permission to write there; write elsewhere",
+}
+
+
+def write_error(exc: OSError, path: Path) -> OutputError:
+    """An :class:`OSError` met while writing ``path`` as a one-line error."""
+    return OutputError(
+        f"cannot write the output ({exc.strerror or exc})",
+        path=path,
+        hint=_WRITE_HINTS.get(exc.errno or 0, "write elsewhere"),
+    )
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``.
 
-    On any exception the temporary file is removed, so a failed run never leaves a
-    half-written output behind.
+    On any exception (and on SIGTERM, which the CLI turns into one) the temporary file is
+    removed, so a failed run never leaves a half-written output behind; write errors become
+    :class:`OutputError`. The file gets the mode a plain ``open`` would (``0o666`` less the
+    umask), not the 0600 of a temporary file. A SIGKILL cannot be handled: it may leave the
+    hidden ``.NAME.*.tmp`` file.
     """
     path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"output directory {str(parent)!r} does not exist", path=path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    os.close(fd)
+    check_output(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise write_error(exc, path) from None
     tmp_path = Path(tmp)
     try:
+        try:
+            os.fchmod(fd, output_mode())
+        finally:
+            os.close(fd)
         yield tmp_path
         os.replace(tmp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             tmp_path.unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            raise write_error(exc, path) from None
         raise
+
+
+def json_text(doc: Any) -> str:
+    """``doc`` as strict JSON (RFC 8259), indented, one trailing newline: a float that is not
+    finite (an undefined ratio, an unbounded prediction) becomes ``null``, never ``NaN`` or
+    ``Infinity``, which JSON parsers reject."""
+    return json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+# -- gzip inputs -------------------------------------------------------------------------------
+
+#: A gzip input may inflate to at most this many times the compressed bytes read so far. The
+#: most compressible real trace measured inflates 44x (docs/architecture.md); deflate cannot
+#: exceed about 1032x, which whitespace and zero bombs approach.
+MAX_INFLATION_RATIO = 200
+#: Below this many inflated bytes the ratio is not enforced (small files may compress well).
+INFLATION_FLOOR = 16 << 20
+_max_inflated_bytes: int | None = None
+
+
+def set_max_inflated_bytes(limit: int | None) -> None:
+    """Replace the ratio rule by a fixed cap on each gzip input's inflated bytes (``None``:
+    back to the ratio rule); the CLI's ``--max-inflated-bytes``."""
+    global _max_inflated_bytes
+    _max_inflated_bytes = limit
+
+
+def check_inflation(path: Path, inflated: int, compressed: int) -> None:
+    """Raise :class:`LimitError` when ``compressed`` bytes of ``path`` have inflated to more
+    than the limit allows; called as inflation goes, so a bomb stops within a few blocks."""
+    cap = _max_inflated_bytes
+    if cap is None:
+        if inflated <= max(INFLATION_FLOOR, MAX_INFLATION_RATIO * compressed):
+            return
+        raise LimitError(
+            f"gzip data inflates more than {MAX_INFLATION_RATIO}x: {inflated:,} bytes from "
+            f"the first {compressed:,} compressed bytes (a gzip bomb or damaged file)",
+            path=path,
+            hint="if the file is genuine, allow it with --max-inflated-bytes SIZE, e.g. 50G",
+        )
+    if inflated > cap:
+        raise LimitError(
+            f"gzip data inflates past --max-inflated-bytes {cap:,}: {inflated:,} bytes from "
+            f"the first {compressed:,} compressed bytes",
+            path=path,
+            hint="raise --max-inflated-bytes if the file is genuine",
+        )

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from echo_view.errors import ConfigError, InputError, UsageError
-from echo_view.formats import Importer, Progress, Registry, no_progress
+from echo_view.errors import ConfigError, EchoViewError, InputError, UsageError
+from echo_view.formats import Importer, Progress, Registry, check_input, no_progress
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
@@ -49,6 +49,8 @@ def job_importer(registry: Registry, paths: Sequence[Path]) -> Importer:
     """The importer of the first path, checked to read every other path too (one job)."""
     if not paths:
         raise UsageError("no input path given", hint="give a trace file or a directory of ranks")
+    for path in paths:
+        check_input(path)  # a FIFO or device is refused before a reader opens it
     importer = registry.importer_for(paths[0])
     for path in paths[1:]:
         other = registry.importer_for(path)
@@ -77,6 +79,7 @@ def is_workload_input(path: Path) -> bool:
 
 def load_config(path: Path) -> WorkloadConfig:
     """Read and validate a workload config TOML file."""
+    check_input(path, directory_ok=False)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -116,9 +119,14 @@ def trace_config(cfg: WorkloadConfig) -> TracedGraph:
     return trace_workload(cfg)
 
 
+def beside_graph(config: Path) -> Path:
+    """Where a config's traced graph is looked for first: ``<stem>.graph.json.gz`` beside it."""
+    return config.with_name(config.stem + ".graph.json.gz")
+
+
 def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]:
     """The traced graph of ``cfg`` and where it came from (``beside``, ``cache``, ``traced``)."""
-    beside = path.with_name(path.stem + ".graph.json.gz")
+    beside = beside_graph(path)
     if beside.is_file():
         graph = read_graph(beside)
         if _matches(graph, cfg):
@@ -135,7 +143,7 @@ def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_graph(graph, cached)
-    except OSError:
+    except (OSError, EchoViewError):
         pass  # a read-only home only costs re-tracing next time
     return graph, "traced"
 

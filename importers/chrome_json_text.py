@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
 
 from echo_view.errors import InputError
+from echo_view.formats import check_inflation
 
 
 def _load_inflater() -> Any:
@@ -43,6 +45,7 @@ WS = b" \t\r\n"
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]|"', re.DOTALL)
+_NOT_WS = re.compile(rb"[^ \t\r\n]")
 _SCALAR = re.compile(rb"[^,:\]\}\[\{ \t\r\n]+")
 _BYTE = re.compile(r"\s*\(byte (\d+)\)\s*$")
 _AT = re.compile(r"^(.*?) - at `\$\[(\d+)\](.*)`$", re.DOTALL)
@@ -122,7 +125,8 @@ def line_col_in_file(path: Path, offset: int) -> tuple[int, int]:
 
 
 class BlockSource:
-    """Decompressed text of a file, block by block; concatenated gzip members are joined.
+    """Decompressed text of a file, block by block; concatenated gzip members are joined, and
+    inflation is bounded (:func:`echo_view.formats.check_inflation`).
 
     (Inflating on a helper thread was measured twice and dropped: docs/performance.md.)
     """
@@ -134,6 +138,7 @@ class BlockSource:
         self.gzip = fh.read(2) == GZIP_MAGIC
         fh.seek(0)
         self.consumed = 0  # file bytes consumed so far (for progress)
+        self.inflated = 0  # bytes inflated so far (bounded by check_inflation)
         self.eof = False
         self._z: Any = _inflater.decompressobj(wbits=31) if self.gzip else None
         self._pending = b""
@@ -142,8 +147,12 @@ class BlockSource:
         """The next block of text; ``b""`` at the end."""
         if self.eof:
             return b""
-        out = self._inflate() if self.gzip else self.fh.read(BLOCK)
-        if not self.gzip:
+        if self.gzip:
+            out = self._inflate()
+            self.inflated += len(out)
+            check_inflation(self.path, self.inflated, self.consumed)
+        else:
+            out = self.fh.read(BLOCK)
             self.consumed += len(out)
         self.eof = not out
         return out
@@ -192,6 +201,24 @@ class BlockSource:
                 hint="the compressed file is corrupt; copy or compress it again",
             ) from None
         return out
+
+
+def file_blocks(path: Path) -> Iterator[bytes]:
+    """The (decompressed, if gzip) content of ``path``, block by block, inflation bounded."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror}", path=path, hint="check the path") from None
+    with fh:
+        src = BlockSource(path, fh)
+        while True:
+            try:
+                block = src.read()
+            except OSError as exc:
+                raise InputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+            if not block:
+                return
+            yield block
 
 
 class TextCursor:
@@ -294,12 +321,13 @@ class TextCursor:
     def _skip_ws(self) -> int:
         """Advance past whitespace; the next byte, or -1 at the end of the text."""
         while True:
-            buf, n, pos = self._buf, len(self._buf), self._pos
-            while pos < n and buf[pos] in WS:
-                pos += 1
-            self._pos = pos
-            if pos < n:
-                return buf[pos]
+            # A regex scan, not a byte loop: megabytes of whitespace cost milliseconds.
+            m = _NOT_WS.search(self._buf, self._pos)
+            if m is not None:
+                self._pos = m.start()
+                return self._buf[self._pos]
+            self._pos = len(self._buf)
+            self._compact(keep=1)  # only whitespace so far: hold none of it (keep "[" room)
             if not self._more():
                 return -1
 

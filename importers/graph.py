@@ -14,17 +14,13 @@ import numpy as np
 from echo_view.errors import InputError
 from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
+from importers.chrome_json_text import file_blocks
 
 FORMAT_NAME = "echo-view.traced-graph"
 
 
 def _load(path: Path) -> Any:
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"cannot read: {exc}", path=path, hint="is the file complete?") from exc
+    raw = b"".join(file_blocks(path))  # gzip or not; inflation bounded
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:

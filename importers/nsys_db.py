@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.errors import InputError
+from importers.chrome_json_text import file_blocks
 from importers.nsys_columns import Columns, read_columns
 from importers.nsys_pages import PageFile
 
@@ -221,15 +222,17 @@ def _connect(db_path: Path, shown: Path) -> sqlite3.Connection:
 
 
 def _gunzip(path: Path, tmp: Path) -> Path:
+    """Inflate ``path`` into the directory ``tmp`` (bounded like every gzip input)."""
     out = tmp / (path.name.removesuffix(".gz") or "export.sqlite")
     try:
-        with gzip.open(path, "rb") as src, out.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except (OSError, EOFError, zlib.error) as exc:
+        with out.open("wb") as dst:
+            for block in file_blocks(path):
+                dst.write(block)
+    except OSError as exc:
         raise InputError(
-            f"cannot decompress the gzip file ({exc})",
+            f"cannot decompress into {tmp.parent} ({exc.strerror or exc})",
             path=path,
-            hint="the file is corrupt or truncated; copy it again",
+            hint="free space there or point TMPDIR to a larger directory",
         ) from None
     return out
 
@@ -295,7 +298,16 @@ def open_export(path: Path) -> Iterator[Export]:
         finally:
             conn.close()
         return
-    with tempfile.TemporaryDirectory(prefix="echo-view-nsys-") as tmp_name:
+    try:
+        tmp_dir = tempfile.TemporaryDirectory(prefix="echo-view-nsys-")
+    except OSError as exc:
+        raise InputError(
+            f"cannot create a temporary directory ({exc.strerror or exc})",
+            path=path,
+            hint="point TMPDIR to a writable directory",
+        ) from None
+    # Removed on every exit, SIGTERM included (the CLI turns it into an exception).
+    with tmp_dir as tmp_name:
         tmp = Path(tmp_name)
         db_path = _gunzip(path, tmp) if kind == "gzip" else _export_report(path, tmp)
         conn = _connect(db_path, path)

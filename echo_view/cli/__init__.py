@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from echo_view import __version__
-from echo_view.errors import EchoViewError
+from echo_view.errors import EchoViewError, UsageError
+from echo_view.formats import INFLATION_FLOOR, MAX_INFLATION_RATIO, set_max_inflated_bytes
 
 #: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
 #: ``echo_view.cli.<name>``, which exposes ``register(subparsers)``. A command's module is
@@ -55,18 +60,84 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"echo-view {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands)
-    # Top-level options take no value, so the first other word names the command.
-    chosen = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    chosen = None if argv is None else _command_word(argv)
     for name in COMMANDS:
         if chosen is None or name == chosen:
             importlib.import_module(f"echo_view.cli.{name}").register(sub)
         else:
             sub.add_parser(name, add_help=False)
+    _add_inflation_option(parser, None)
     return parser
+
+
+def _command_word(argv: Sequence[str]) -> str:
+    """The first word of ``argv`` that is neither a top-level option nor its value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--max-inflated-bytes":  # the one top-level option with a separate value
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
+
+
+_INFLATION_HELP = (
+    "cap on the bytes each gzip input may inflate to (1G, 50GB...); replaces the default rule: "
+    f"at most {MAX_INFLATION_RATIO}x the compressed bytes read, once past "
+    f"{INFLATION_FLOOR >> 20} MiB (real traces inflate under 50x; gzip bombs ~1000x)"
+)
+
+
+def _add_inflation_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """``--max-inflated-bytes`` on ``parser`` and, recursively, on every sub-command (where
+    it must not overwrite a value given before the sub-command)."""
+    parser.add_argument(
+        "--max-inflated-bytes", default=default, metavar="SIZE", help=_INFLATION_HELP
+    )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _add_inflation_option(sub, argparse.SUPPRESS)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks run: temporary files and
+    half-written outputs are removed (a SIGKILL cannot be caught and may leave them)."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup
+    raise Terminated
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` while a command runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _inflation_limit(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from echo_view.cli.comm import parse_size
+
+    limit = parse_size(text)
+    if limit <= 0:
+        raise UsageError(f"--max-inflated-bytes must be positive, got {text!r}")
+    return limit
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
+    from echo_view.cli.guard import check_command_paths
+
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     if not hasattr(args, "func"):  # argv named its command in an unusual place: build them all
@@ -74,8 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from echo_view.loading import build_registry  # the formats: only a command needs them
 
     try:
-        code: int = args.func(args, build_registry())
-        return code
+        with _sigterm_raises():
+            set_max_inflated_bytes(_inflation_limit(args.max_inflated_bytes))
+            check_command_paths(args)
+            code: int = args.func(args, build_registry())
+            return code
     except EchoViewError as exc:
         if args.debug:
             raise
@@ -84,5 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("echo-view: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("echo-view: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         return 0
+    finally:
+        set_max_inflated_bytes(None)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from echo_view.cli.comm import (
     parse_sets,
 )
 from echo_view.errors import ConfigError, UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
 from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.sim.comm.fit import (
@@ -195,7 +194,7 @@ def run_comm(args: argparse.Namespace, registry: Registry) -> int:
     with atomic_output(args.output) as tmp:
         tmp.write_text(toml, encoding="utf-8")
     if args.json:
-        sys.stdout.write(json.dumps(_report_json(result, holdout, args), indent=2) + "\n")
+        sys.stdout.write(json_text(_report_json(result, holdout, args)))
     else:
         _render(result, holdout, args, console())
     return 0

@@ -26,7 +26,7 @@ from echo_view import __version__
 from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
 from echo_view.cli.comm import console
 from echo_view.errors import InputError, UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
 from echo_view.sim.cluster import GpuSpec, gpu_preset, match_gpu
 from echo_view.sim.compute_presets import compute_params_for
@@ -141,7 +141,7 @@ def run_compute(args: argparse.Namespace, registry: Registry) -> int:
             "gpus": {c.gpu: calibration_json(c) for c in results},
             "skipped": skipped,
         }
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         _render(results, skipped, args.output, console())
     return 0

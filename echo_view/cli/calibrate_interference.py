@@ -12,7 +12,6 @@ simulator reads the file with ``--set interference=FILE.toml``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -22,7 +21,7 @@ from echo_view.analysis.interference_eval import MODELS, holdout
 from echo_view.analysis.interference_fit import fit
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.sim.interference import InterferenceModel, model_to_toml
 
 
@@ -76,7 +75,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     rep["chosen"] = kind
     rep["output"] = str(args.output)
     if args.json:
-        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+        sys.stdout.write(json_text(rep))
     else:
         console = Console(highlight=False, soft_wrap=True)
         render(rep, console)

@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
-from echo_view.errors import InputError, UsageError
-from echo_view.formats import Importer, Registry, atomic_output
+from echo_view.errors import InputError, LimitError, UsageError
+from echo_view.formats import Importer, Registry, atomic_output, check_output
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -171,7 +171,7 @@ def check_json_file(path: Path, report: Report) -> RankSummary:
             facts.truncated = c.truncated
             facts.events = c.event_count
     except InputError as exc:
-        if exc.message.startswith("cannot open"):
+        if exc.message.startswith("cannot open") or isinstance(exc, LimitError):
             raise
         _classify(exc, facts)
     return v.finish(facts)
@@ -190,8 +190,7 @@ def _check_loose(path: Path, report: Report) -> RankSummary:
 
 def fix_file(src: Path, out: Path) -> list[str]:
     """Write a repaired copy of ``src`` to ``out`` (atomically); returns what changed."""
-    if out.exists() and out.resolve() == src.resolve():
-        raise UsageError("--fix never overwrites its input", path=out, hint="choose another -o")
+    check_output(out, [src])
     raws: list[msgspec.Raw] = []
     with read_container(src) as c:
         for chunk in c.chunks(msgspec.Raw):

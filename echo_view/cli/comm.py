@@ -10,7 +10,6 @@ NCCL-like model with the shipped calibrated constants or those of ``--model FILE
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.errors import ConfigError, InputError, UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.model import CollectiveKind, collective_kind_from_name
 from echo_view.sim.cluster import Cluster, known_presets, make_cluster
 from echo_view.sim.comm import (
@@ -242,7 +241,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         context = {"cluster": cluster.describe(), "model": model.params.source}
         out = {**rows[0], **context} if len(rows) == 1 else {**context, "results": rows}
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        sys.stdout.write(json_text(out))
         return 0
     render(kind, rows, cluster, model, console())
     return 0

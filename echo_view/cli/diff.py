@@ -11,7 +11,6 @@ beside the category breakdown (needs the ``plot`` extra: matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff,
 from echo_view.cli.comm import console
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output
+from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
 from echo_view.units import format_duration
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         tolerance_pct=args.tolerance,
     )
     if args.json:
-        sys.stdout.write(json.dumps(diff.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_text(diff.to_json()))
     else:
         render(diff, console(width=140))
     if args.plot is not None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.progress import add_progress_option, stderr_progress
-from echo_view.errors import UsageError
 from echo_view.formats import Exporter, Registry
 from echo_view.loading import job_importer
 from echo_view.model import Job
@@ -47,12 +46,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, export, summarise on stderr."""
     paths: list[Path] = list(args.paths)
     out: Path = args.output
-    exporter = registry.exporter_for(out)  # a wrong suffix fails before a long import
-    if out.is_dir():
-        raise UsageError(f"output {str(out)!r} is a directory", hint="give a file name")
-    for path in paths:
-        if path.exists() and out.exists() and path.resolve() == out.resolve():
-            raise UsageError(f"output {str(out)!r} is also an input", hint="choose another name")
+    # A wrong suffix fails before a long import (an output that is an input or a directory
+    # was refused before the command ran: echo_view.cli.guard).
+    exporter = registry.exporter_for(out)
     importer = job_importer(registry, paths)
     with stderr_progress(args) as progress:
         job = importer.read(paths, progress)

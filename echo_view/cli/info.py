@@ -11,7 +11,6 @@ Import progress goes to stderr on a terminal or with ``--progress`` (:mod:`echo_
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summariz
 from echo_view.cli.comm import console
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.loading import job_importer
 from echo_view.units import format_duration
 
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         job = importer.read(paths, progress)
     summary = summarize(job, top=args.top)
     if args.json:
-        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
+        sys.stdout.write(json_text(summary.to_json()))
     else:
         render(summary, console(), title=_title(paths))
     return 0

@@ -19,7 +19,6 @@ duration errors of no interference, the constant model and the fitted model.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from echo_view.analysis.interference import OverlapSamples, class_table, samples
 from echo_view.analysis.interference_eval import MODELS, Errors, holdout
 from echo_view.analysis.interference_fit import fit
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.sim.compute import classify_kernel
 
 SPLITS = ("job", "trace", "step")
@@ -127,7 +126,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     samples = load_samples(args.paths, registry)
     rep = report(samples, args.holdout)
     if args.json:
-        sys.stdout.write(json.dumps(rep, indent=2) + "\n")
+        sys.stdout.write(json_text(rep))
     else:
         render(rep, Console(highlight=False, soft_wrap=True))
     return 0

@@ -19,7 +19,6 @@ The run itself is :func:`echo_view.sim.runs.replay_job`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import textwrap
 import time
@@ -30,7 +29,7 @@ from typing import Any
 from echo_view.cli.export import report_written
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
-from echo_view.formats import Registry
+from echo_view.formats import Registry, json_text
 from echo_view.loading import is_workload_input
 from echo_view.model import Job
 from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
@@ -133,7 +132,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         exporter.write(run.predicted, args.output)
         report_written(exporter, run.predicted, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         sys.stdout.write(render(report))
     return 0

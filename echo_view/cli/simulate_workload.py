@@ -22,21 +22,24 @@ from ``echo-view calibrate interference``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 from echo_view.cli.export import report_written
-from echo_view.formats import Registry
-from echo_view.loading import load_workload
+from echo_view.formats import Registry, check_output, json_text
+from echo_view.loading import beside_graph, cache_dir, load_workload
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
 
 
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
     """Simulate a config or traced graph; print the report, write ``-o`` if given."""
     check_keys(overrides, WORKLOAD_KEYS, "a workload config")  # before tracing, which is slow
-    exporter = registry.exporter_for(args.output) if args.output is not None else None
+    exporter = None
+    if args.output is not None:
+        exporter = registry.exporter_for(args.output)
+        if args.input.suffix.lower() == ".toml":  # the graphs a config may be read with
+            check_output(args.output, [beside_graph(args.input), cache_dir()])
     cfg, graph, origin, t_graph = load_workload(args.input)
     t0 = time.perf_counter()
     run = predict_workload(
@@ -58,7 +61,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         exporter.write(run.job, args.output)
         report_written(exporter, run.job, args.output)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json_text(report))
     else:
         sys.stdout.write(_render(report))
     return 0

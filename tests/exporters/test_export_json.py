@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import exporters.perfetto_json as pj
+from echo_view.errors import OutputError
 from echo_view.model import EventKind, Job
 from exporters.layout import STEP_CATEGORY
 from exporters.perfetto_json import PerfettoJsonExporter
@@ -189,7 +190,7 @@ def test_failed_export_leaves_no_file(
 
     monkeypatch.setattr(pj, "_flow_rows", broken)
     out = tmp_path / "out.json"
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):  # one line, not a traceback
         PerfettoJsonExporter().write(job, out)
     assert list(tmp_path.iterdir()) == []
 

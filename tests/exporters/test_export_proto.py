@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+from echo_view.errors import OutputError
 from echo_view.model import ClockAlignment, Job
 from exporters.layout import STEP_CATEGORY, build_layout
 from exporters.perfetto_json import PerfettoJsonExporter
@@ -168,7 +169,7 @@ def test_failed_export_leaves_no_file(
         raise OSError("disk full")
 
     monkeypatch.setattr(pp, "_write_metadata", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):  # one line, not a traceback
         PerfettoProtoExporter().write(job, tmp_path / "x.pftrace")
     assert list(tmp_path.iterdir()) == []
 

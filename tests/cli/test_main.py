@@ -1,0 +1,204 @@
+""":func:`echo_view.cli.main` on hostile I/O: gzip bombs end with the limit error (and
+``--max-inflated-bytes`` lifts it), write errors are one line, SIGTERM and Ctrl-C remove
+temporary files and half-written outputs."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+from echo_view.formats import INFLATION_FLOOR
+from tests.cli.hostile_io import DLRM, ROOT, SAMPLES, fingerprint, gzip_bomb, listing, refused
+
+BOMB = 4 * INFLATION_FLOOR  # scaled: the ratio of a 10 GB whitespace bomb, 64 MiB of it
+NSYS = SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz"
+
+
+@pytest.fixture
+def tmpdir_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private TMPDIR, to see what is left in it."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr("tempfile.tempdir", None)  # re-read TMPDIR
+    return d
+
+
+@pytest.mark.parametrize(
+    ("command", "head", "tail"),
+    [
+        (["info"], b'{"traceEvents": [', b"]}"),
+        (["check"], b"", b'{"traceEvents": []}'),
+        (["export", "-o", "{tmp}/out.json"], b'{"traceEvents": [', b"]}"),
+        (["simulate"], b'{"format": "echo-view.traced-graph", "pad": "', b'"}'),
+    ],
+)
+def test_whitespace_bombs_end_with_the_limit(
+    command: list[str],
+    head: bytes,
+    tail: bytes,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bomb = gzip_bomb(tmp_path / "bomb.json.gz", BOMB, head, tail)
+    argv = [command[0], str(bomb), *(a.format(tmp=tmp_path) for a in command[1:])]
+    err = refused(argv, capsys, tmp_path, [bomb], "gzip data inflates more than 200x")
+    assert f"{bomb}: gzip data" in err and "--max-inflated-bytes" in err
+
+
+def test_a_sqlite_gz_bomb_stops_and_leaves_nothing_in_tmpdir(
+    tmp_path: Path, tmpdir_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = gzip_bomb(tmp_path / "bomb.sqlite.gz", BOMB, b"SQLite format 3\x00", fill=b"\0")
+    refused(["info", str(bomb)], capsys, tmp_path, [bomb], "gzip data inflates more than 200x")
+    assert listing(tmpdir_env) == []
+
+
+def test_max_inflated_bytes_caps_and_lifts_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = DLRM[0]  # 53 KB inflating to 903 KB
+    for argv in (
+        ["--max-inflated-bytes", "100K", "info", str(trace)],
+        ["info", str(trace), "--max-inflated-bytes", "100KiB"],
+    ):
+        refused(argv, capsys, tmp_path, [trace], "past --max-inflated-bytes 102,400")
+    padded = gzip_bomb(tmp_path / "padded.json.gz", BOMB, b"", b'{"traceEvents": []}')
+    assert main(["check", str(padded), "--json", "--max-inflated-bytes", "1G"]) in (0, 1)
+    (facts,) = json.loads(capsys.readouterr().out)["files"]
+    assert facts["form"] == "object" and facts["usable"]  # read to its end
+    argv = ["info", str(trace), "--max-inflated-bytes", "0"]
+    refused(argv, capsys, tmp_path, [trace], "must be positive")
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES, errno.ENOSPC])
+def test_write_errors_are_one_line(
+    code: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-only file system, no permission, a full disk: the temporary file cannot be created,
+    or the rename fails after it was written; nothing is left either way."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    trace = DLRM[0]
+    out = tmp_path / "out.pftrace"
+    for target in ("tempfile.mkstemp", "os.replace"):
+        with monkeypatch.context() as m:
+            m.setattr(target, fail)
+            argv = ["export", str(trace), "-o", str(out)]
+            err = refused(argv, capsys, tmp_path, [trace], os.strerror(code))
+        assert err.startswith(f"echo-view: error: {out}: cannot write the output")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
+def test_a_read_only_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        argv = ["export", str(DLRM[0]), "-o", str(ro / "out.json")]
+        refused(argv, capsys, tmp_path, [DLRM[0]], "Permission denied")
+    finally:
+        ro.chmod(0o755)
+
+
+# A child that runs the CLI with one step replaced by a stall: it creates the marker file and
+# sleeps, so the signal surely arrives while the temporary file exists (no timing involved).
+_STALLING_CLI = """
+import os, sys, time
+from collections.abc import Iterator
+from pathlib import Path
+import {module} as target
+def stall(*args, **kwargs):
+    Path(os.environ["MARKER"]).touch()
+    time.sleep(600)
+target.{name} = stall
+from echo_view.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _signalled(stall: str, argv: list[str], sig: int, tmp_path: Path, env: dict[str, str]) -> str:
+    module, name = stall.rsplit(".", 1)
+    marker = tmp_path / "stalled"
+    script = _STALLING_CLI.format(module=module, name=name)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *argv],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MARKER": str(marker), **env},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300  # a safety net, not a measurement
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_export_leaves_no_temporary_file(sig: int, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for src in DLRM[:2]:
+        shutil.copy(src, job / src.name)
+    before = fingerprint(job)
+    out = tmp_path / "out" / "job.json"
+    out.parent.mkdir()
+    _signalled("os.replace", ["export", str(job), "-o", str(out)], sig, tmp_path, {})
+    assert listing(out.parent) == [] and fingerprint(job) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_sqlite_gz_import_empties_tmpdir(sig: int, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = {"TMPDIR": str(tmpdir)}
+    err = _signalled("importers.nsys_db._connect", ["info", str(NSYS)], sig, tmp_path, env)
+    assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
+    assert listing(tmpdir) == []
+
+
+def test_a_full_or_read_only_tmpdir_is_one_line(
+    tmp_path: Path,
+    tmpdir_env: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``.sqlite.gz`` inflates into TMPDIR: a full disk while writing, or a TMPDIR where no
+    directory can be made, is one line naming the input and what to do; nothing is left."""
+    from importers.chrome_json_text import file_blocks
+
+    def full_after_one_block(path: Path) -> Iterator[bytes]:
+        yield next(file_blocks(path))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr("importers.nsys_db.file_blocks", full_after_one_block)
+        err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "No space left on device")
+    assert "point TMPDIR to a larger directory" in err and listing(tmpdir_env) == []
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr("tempfile.TemporaryDirectory", read_only)
+    err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "Read-only file system")
+    assert err.startswith(f"echo-view: error: {NSYS}: cannot create a temporary directory")
