@@ -136,13 +136,13 @@ def _inflation_limit(text: str | None) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    from echo_view.cli.guard import check_command_paths
-
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     if not hasattr(args, "func"):  # argv named its command in an unusual place: build them all
         args = build_parser().parse_args(argv)
-    from echo_view.loading import build_registry  # the formats: only a command needs them
+    # Only a command needs these (--help and --version have exited by now).
+    from echo_view.cli.guard import check_command_paths
+    from echo_view.loading import build_registry
 
     try:
         with _sigterm_raises():
