@@ -1,7 +1,7 @@
 """Collective model accuracy against nccl-tests: regenerates the tables of the "Collective (NCCL)
 model versus nccl-tests" section of docs/accuracy.md.
 
-    python bench/comm_accuracy.py [LOG_DIR]   (default: ../shared/data/echo-nccl-tests)
+    python bench/comm_accuracy.py [LOG_DIR]   (default: samples/echo_nccl_tests)
 
 For every all-reduce log of Echo's Azure ND A100 v4 runs (1-128 GPUs) it prints the mean
 absolute relative error of the predicted time, per log, for messages from 1 MiB and below:
@@ -40,7 +40,7 @@ from echo_view.sim.comm.fit import (
 from importers.nccl_tests import parse_nccl_tests
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = ROOT.parent / "shared" / "data" / "echo-nccl-tests"
+DEFAULT_DIR = ROOT / "samples" / "echo_nccl_tests"
 
 
 def load(directory: Path) -> dict[int, list[Measurement]]:

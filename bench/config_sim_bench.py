@@ -1,6 +1,7 @@
 """Wall time and peak RSS of ``echo-view simulate CONFIG --json`` on the scale configs in
 samples/configs (graphs from the shipped cache, no tracing), each run in its own process,
-median of N runs; and the time to trace one role of GPT-175B on the meta device.
+median of N runs (CPU time = user + system of the process, which other load on the machine
+inflates less than wall time); and the time to trace one role of GPT-175B on the meta device.
 
     python bench/config_sim_bench.py [--repeat 3]
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,7 +28,12 @@ CASES = [
 ]
 
 
-def _one(config: Path) -> tuple[float, float, float]:
+def _cpu_children() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _one(config: Path) -> tuple[float, float, float, float]:
     code = (
         "import resource, sys\n"
         "from echo_view.cli import main\n"
@@ -35,13 +42,13 @@ def _one(config: Path) -> tuple[float, float, float]:
         "raise SystemExit(c)\n"
     )
     exe = [sys.executable, "-c", code]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_children()
     out = subprocess.run(
         [*exe, "simulate", str(config), "--json"], check=True, capture_output=True, text=True
     )
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu_children() - c0
     rss = int(out.stderr.rsplit("RSS ", 1)[1]) / 1024
-    return wall, rss, json.loads(out.stdout)["step_time_s"]
+    return wall, rss, json.loads(out.stdout)["step_time_s"], cpu
 
 
 def _trace_role() -> tuple[float, float]:
@@ -66,15 +73,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(
-        "| config | GPUs | wall s (median) | peak RSS MB (max) | predicted step s | Echo's time |"
+        "| config | GPUs | wall s (median) | CPU s (median) | peak RSS MB (max) "
+        "| predicted step s | Echo's time |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name, gpus, echo_s, label in CASES:
         runs = [_one(ROOT / "samples" / "configs" / name) for _ in range(args.repeat)]
         wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[3] for r in runs)
         rss = max(r[1] for r in runs)
         print(
-            f"| {name} | {gpus} | {wall:.2f} | {rss:.0f} | {runs[0][2]:.3f} | "
+            f"| {name} | {gpus} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {runs[0][2]:.3f} | "
             f"{echo_s} s ({label}) |"
         )
     per_role, rss = _trace_role()

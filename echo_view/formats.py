@@ -19,10 +19,12 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from echo_view.errors import InputError, LimitError, OutputError, UsageError
-from echo_view.model.job import Job
+
+if TYPE_CHECKING:  # only annotations name it; importing the model (numpy) would slow startup
+    from echo_view.model.job import Job
 
 #: ``progress(message, fraction)``; fraction in [0, 1] or -1 when unknown.
 Progress = Callable[[str, float], None]

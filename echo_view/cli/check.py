@@ -55,7 +55,6 @@ _PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check",
-        help="validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
         description=DESCRIPTION,
     )
     p.add_argument(

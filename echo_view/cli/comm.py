@@ -162,7 +162,6 @@ def register(subparsers: Any) -> None:
     """Add the ``comm`` sub-command."""
     p = subparsers.add_parser(
         "comm",
-        help="predict one NCCL collective: time, algorithm, protocol, bandwidth",
         description="Predict how long one NCCL collective takes and how NCCL runs it "
         "(algorithm, protocol, channels), with algorithm and bus bandwidths as nccl-tests "
         "reports them. Ranks fill nodes in order unless --ranks-per-node spreads them.",

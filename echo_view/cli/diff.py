@@ -23,7 +23,7 @@ from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
-from echo_view.cli.info import StderrProgress
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
@@ -40,7 +40,6 @@ def register(subparsers: Any) -> None:
     """Add the ``diff`` sub-command."""
     p = subparsers.add_parser(
         "diff",
-        help="compare two jobs (predicted vs measured): step time per rank, breakdown, kernels",
         description="Compare job A with job B: per rank the step time of each, the delta and "
         "the error; per category (compute, communication, exposed communication, memory, "
         "idle) the time of each and the delta; the kernel classes and collectives that moved "
@@ -70,15 +69,13 @@ def register(subparsers: Any) -> None:
         metavar="PCT",
         help=f"step-time change the verdict calls a match ({DEFAULT_TOLERANCE_PCT:g})",
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
-def _read(registry: Registry, path: Path) -> Job:
-    progress = StderrProgress(sys.stderr)
-    try:
+def _read(registry: Registry, path: Path, args: argparse.Namespace) -> Job:
+    with stderr_progress(args) as progress:
         return registry.importer_for(path).read([path], progress)
-    finally:
-        progress.close()
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -90,7 +87,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.plot is not None:
         _plot_format(args.plot)  # fail before the (possibly long) import
     diff = diff_jobs(
-        _read(registry, args.a), _read(registry, args.b), top=args.top, tolerance_pct=args.tolerance
+        _read(registry, args.a, args),
+        _read(registry, args.b, args),
+        top=args.top,
+        tolerance_pct=args.tolerance,
     )
     if args.json:
         sys.stdout.write(json_text(diff.to_json()))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.info import StderrProgress
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.formats import Exporter, Registry
 from echo_view.loading import job_importer
 from echo_view.model import Job
@@ -23,7 +23,6 @@ def register(subparsers: Any) -> None:
     """Add the ``export`` sub-command."""
     p = subparsers.add_parser(
         "export",
-        help="write traces as Perfetto JSON (.json, .json.gz) or protobuf (.pftrace)",
         description="Write the traces of one job as one file for Perfetto: one process per "
         "rank and GPU, one per rank and CPU process (in .pftrace under one top-level track per "
         "rank, in rank order), named threads and streams, overlapping slices on extra lanes, "
@@ -39,6 +38,7 @@ def register(subparsers: Any) -> None:
         metavar="OUT",
         help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -50,12 +50,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     # was refused before the command ran: echo_view.cli.guard).
     exporter = registry.exporter_for(out)
     importer = job_importer(registry, paths)
-    progress = StderrProgress(sys.stderr)
-    try:
+    with stderr_progress(args) as progress:
         job = importer.read(paths, progress)
         exporter.write(job, out, progress)
-    finally:
-        progress.close()
     report_written(exporter, job, out)
     return 0
 

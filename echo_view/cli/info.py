@@ -5,16 +5,15 @@ GPU, the mean step time and its breakdown into compute, communication, exposed c
 memory copies/sets and idle time (definitions: :mod:`echo_view.analysis.breakdown`), the job's
 ranks, devices, clock alignment and collectives, and the top kernels and collectives. With
 ``--json`` it prints the stable object documented in :mod:`echo_view.analysis.summary` instead.
-Import progress goes to stderr, only when stderr is a terminal or the import takes over 1 s.
+Import progress goes to stderr on a terminal or with ``--progress`` (:mod:`echo_view.cli.progress`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -22,6 +21,7 @@ from rich.table import Table
 
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
 from echo_view.cli.comm import console
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import job_importer
@@ -41,7 +41,6 @@ def register(subparsers: Any) -> None:
     """Add the ``info`` sub-command."""
     p = subparsers.add_parser(
         "info",
-        help="summarise traces: steps, compute/communication/idle breakdown, collectives",
         description="Summarise the traces of one job: ranks, devices, clock alignment, "
         "collectives, and per rank the mean step time split into compute, communication, "
         "exposed communication, memory copies/sets and idle GPU time.",
@@ -51,6 +50,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"
     )
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -60,11 +60,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
     importer = job_importer(registry, paths)
-    progress = StderrProgress(sys.stderr)
-    try:
+    with stderr_progress(args) as progress:
         job = importer.read(paths, progress)
-    finally:
-        progress.close()
     summary = summarize(job, top=args.top)
     if args.json:
         sys.stdout.write(json_text(summary.to_json()))
@@ -80,43 +77,6 @@ def _title(paths: list[Path]) -> str:
     parents = {p.parent for p in paths}
     where = f" in {parents.pop()}" if len(parents) == 1 else ""
     return f"{len(paths)} files{where}"
-
-
-class StderrProgress:
-    """A :data:`~echo_view.formats.Progress` that prints to ``stream`` once it is worth it.
-
-    On a terminal it redraws one line; otherwise it starts printing plain lines (at most one a
-    second) only after the import has run for ``delay_s``.
-    """
-
-    def __init__(self, stream: TextIO, delay_s: float = 1.0) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.delay_s = delay_s
-        self.t0 = time.monotonic()
-        self.last = -1.0e9
-        self.drawn = False
-
-    def __call__(self, message: str, fraction: float) -> None:
-        now = time.monotonic()
-        if not self.tty and now - self.t0 < self.delay_s:
-            return
-        if now - self.last < (0.1 if self.tty else 1.0) and fraction < 1.0:
-            return
-        self.last = now
-        text = message if fraction < 0 else f"{message} {100 * fraction:.0f}%"
-        if self.tty:
-            self.stream.write(f"\r\x1b[K{text}")
-            self.drawn = True
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """Clear the redrawn line, if any."""
-        if self.drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:

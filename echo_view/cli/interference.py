@@ -44,7 +44,6 @@ def register(subparsers: Any) -> None:
     """Add the ``interference`` sub-command."""
     p = subparsers.add_parser(
         "interference",
-        help="measure how much compute kernels slow down beside NCCL kernels",
         description="Find compute kernels that overlapped a communication kernel on the same "
         "GPU, compare each with the same kernel running alone, and report the slowdown per "
         "kernel class.",

@@ -5,7 +5,9 @@ reconstructed and replayed, with measured durations (replay) or with what-if cha
 (``--set compute.scale.gemm=0.5``, ``--set cluster.nic_gbytes_per_s=50 --comm model``).
 ``--comm model`` takes collective times from the NCCL model on the job's cluster instead of the
 trace. ``-o`` writes the predicted timeline in any export format; ``--json`` prints the step
-times (predicted and measured) and their breakdown.
+times (predicted and measured), their breakdown and ``step_bound`` (whether the step is bound
+by CPU dispatch or by the GPUs, from re-simulating with each side 2x faster:
+:mod:`echo_view.sim.bound`).
 
 Knobs for ``--set``: ``cluster.<key>`` (see :data:`echo_view.sim.cluster.OVERRIDE_KEYS`),
 ``compute.scale.<class>`` (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``,
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +42,6 @@ def register(subparsers: Any) -> None:
     """Add the ``simulate`` sub-command."""
     p = subparsers.add_parser(
         "simulate",
-        help="predict step time by simulation: replay a measured job, or ask what-if",
         description="Reconstruct a measured job's dependency graph and simulate it: with "
         "measured durations (replay), or with changed compute speed, cluster or "
         "communication (what-if). Prints the predicted step time beside the measured one.",
@@ -175,4 +177,31 @@ def render(report: dict[str, Any]) -> str:
             f"{_fmt(r['compute_s']):>11} {_fmt(r['comm_s']):>11} "
             f"{_fmt(r['exposed_comm_s']):>11} {_fmt(r['idle_s']):>11}"
         )
+    if report.get("step_bound"):
+        lines += ["", textwrap.fill(_bound_text(report), width=100)]
     return "\n".join(lines) + "\n"
+
+
+def _bound_text(report: dict[str, Any]) -> str:
+    b = report["step_bound"]
+    gains = (
+        f"2x faster GPU work (kernels, copies, collectives) shortens the step by "
+        f"{100 * b['gpu_2x_gain']:.2f}%, a 2x faster CPU by {100 * b['cpu_2x_gain']:.1f}%"
+    )
+    if b["bound"] == "cpu-dispatch":
+        rows = [r for r in report["ranks"] if r["step_time_s"] and r["idle_s"] is not None]
+        slow = max(rows, key=lambda r: r["step_time_s"], default=None)
+        idle = (
+            f"; the slowest rank's GPU is idle {100 * slow['idle_s'] / slow['step_time_s']:.0f}% "
+            "of its step"
+            if slow is not None
+            else ""
+        )
+        return (
+            f"bound by CPU dispatch: {gains}{idle}. The GPUs wait for the CPU's launches, so "
+            "GPU-side knobs (compute.scale.<class>, comm.scale, cluster.*) cannot help; "
+            "compute.scale.cpu can."
+        )
+    if b["bound"] == "gpu":
+        return f"bound by the GPUs: {gains}."
+    return f"neither the CPU nor the GPU alone bounds the step: {gains}."

@@ -12,6 +12,8 @@ from ``echo-view calibrate interference``).
 ``ranks_total``, ``ranks_simulated``, ``ranks_mode``, ``stages`` (per pipeline stage:
 ``{stage, step_time_s}``), ``breakdown`` (slowest rank: ``compute_s``, ``comm_s``,
 ``exposed_comm_s``, ``idle_s``), ``bubble`` (``ideal`` and ``simulated`` fractions),
+``throughput`` (``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_token``,
+``peak_flops_per_gpu`` for the config's dtype, ``mfu``: :mod:`echo_view.sim.throughput`),
 ``reference`` (``step_time_s``, ``source``) and ``reference_error_pct`` when the config has a
 ``[reference]``, ``graph`` (``origin``, ``roles``, ``ops``), ``cluster``, ``overrides``,
 ``seconds`` (``graph``, ``simulate``).
@@ -91,6 +93,12 @@ def _render(r: dict[str, Any]) -> str:
     lines.append(
         f"pipeline bubble: ideal {100 * r['bubble']['ideal']:.1f}%, "
         f"simulated {100 * r['bubble']['simulated']:.1f}%"
+    )
+    t = r["throughput"]
+    lines.append(
+        f"throughput: {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+        f"MFU {100 * t['mfu']:.1f}% ({t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
+        f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU)"
     )
     stages = ", ".join(f"{s['stage']}: {s['step_time_s']:.3f}" for s in r["stages"])
     lines.append(f"per stage (s): {stages}")

@@ -19,7 +19,6 @@ def register(subparsers: Any) -> None:
     """Add the ``trace`` sub-command."""
     p = subparsers.add_parser(
         "trace",
-        help="trace a workload config's rank roles into a traced-graph JSON (no GPU needed)",
         description="Build each pipeline-stage role of a Megatron-style GPT on the meta "
         "device, record one micro-batch's forward and backward and the optimizer step, and "
         "write the traced graph that `echo-view simulate` accepts. Needs torch (the `trace` "

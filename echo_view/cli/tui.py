@@ -17,7 +17,6 @@ def register(subparsers: Any) -> None:
     """Add the ``tui`` sub-command."""
     p = subparsers.add_parser(
         "tui",
-        help="browse timelines in the terminal; with two inputs, diff them",
         description="Open a job's timeline (every rank's CPU threads and GPU streams) in the "
         "terminal, with zoom, search, details and a summary. With a second input, a diff screen "
         "compares the two (for example predicted vs measured). Press ? in the app for the keys.",

@@ -140,6 +140,9 @@ class Reference:
 
     step_time_s: float
     source: str = ""
+    #: One id per publication or data set (e.g. ``korthikanti2022``): cross-validation leaves
+    #: out all runs of one source together.
+    source_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +302,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         step = r.get("step_time_s", float, required=True)
         if not 0 < step <= MAX_STEP_TIME_S:
             raise r._err("step_time_s", f"must be > 0 and <= {MAX_STEP_TIME_S:g}, got {step}")
-        reference = Reference(step, r.get("source", str, ""))
+        reference = Reference(step, r.get("source", str, ""), r.get("source_id", str, ""))
         r.finish()
 
     cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source, recipe)
@@ -533,6 +536,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
         out["reference"] = {
             "step_time_s": cfg.reference.step_time_s,
             "source": cfg.reference.source,
+            **({"source_id": cfg.reference.source_id} if cfg.reference.source_id else {}),
         }
     return out
 

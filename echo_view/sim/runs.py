@@ -26,6 +26,7 @@ from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim import MeasuredCompute, predicted_job
+from echo_view.sim.bound import step_bound
 from echo_view.sim.cluster import (
     DEPRECATED_KEYS,
     OVERRIDE_KEYS,
@@ -43,6 +44,7 @@ from echo_view.sim.interference_sim import simulate_replay
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
+from echo_view.sim.throughput import throughput
 
 #: Knobs of a measured job's replay.
 REPLAY_KEYS: tuple[str, ...] = (
@@ -173,10 +175,18 @@ def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -
     )  # fmt: skip
     predicted = predicted_job(workload, sim.result, job, int(workload.meta["origin_ns"]))
     info = cast(ReplayInfo, workload.meta["replay"])
+    steps = compare(job_steps(predicted), job_steps(job))
+    bound = None
+    if steps["step_time_s"]:
+        bound = step_bound(
+            workload, job, round(steps["step_time_s"] * 1e9), cluster=cluster, scales=scales,
+            comm=timer, comm_scale=comm_scale, interference=model,
+        ).to_json()  # fmt: skip
     report = {
         "mode": "replay" if not overrides and comm == "measured" else "what-if",
         "comm": comm,
-        **compare(job_steps(predicted), job_steps(job)),
+        **steps,
+        "step_bound": bound,
         "collectives": {
             "total": sim.collectives.total,
             "modelled": sim.collectives.modelled,
@@ -254,6 +264,8 @@ def predict_workload(
     slowest = max(ends, key=lambda r: (ends[r], -r))
     job = predicted_config_job(sim, ranks=None if all_ranks_job else [slowest])
     report = _workload_report(sim, job, origin, cluster.describe(), overrides, ranks, slowest)
+    peak = cluster.gpu.peak(cfg.dtype)
+    report["throughput"] = throughput(cfg, sim.step_ns / 1e9, peak).to_json()
     return WorkloadRun(sim, job, report)
 
 

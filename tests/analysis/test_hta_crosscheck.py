@@ -8,33 +8,16 @@ HTA's quantities with HTA's window, step filter and µs rounding
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.conftest import shared_path
+from tests.conftest import bench_module, shared_path
 
 pytest.importorskip("hta")
 pytest.importorskip("importers.kineto")
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _crosscheck() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "hta_crosscheck", ROOT / "bench" / "hta_crosscheck.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-XC = _crosscheck()
+XC = bench_module("hta_crosscheck")
 
 
 @pytest.mark.parametrize("job", XC.DEFAULT_JOBS, ids=lambda p: p.name.split(".")[0])

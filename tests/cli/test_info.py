@@ -4,7 +4,6 @@ on the real samples once the Kineto importer is available."""
 from __future__ import annotations
 
 import argparse
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -166,21 +165,6 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         _run(capsys, _registry(), tmp_path / "missing.fake")
     with pytest.raises(UsageError, match="--top"):
         _run(capsys, _registry(), a, "--top", "-1")
-
-
-def test_progress_prints_lines_only_after_the_delay() -> None:
-    quiet = io.StringIO()
-    p = info.StderrProgress(quiet, delay_s=60.0)
-    p("reading", 0.5)
-    p.close()
-    assert quiet.getvalue() == ""
-    loud = io.StringIO()
-    p = info.StderrProgress(loud, delay_s=0.0)
-    p("reading rank0", 0.25)
-    p("parsing", -1.0)  # throttled: under a second since the last line
-    p("done", 1.0)
-    p.close()
-    assert loud.getvalue() == "reading rank0 25%\ndone 100%\n"
 
 
 def _kineto_registry() -> Registry:

@@ -36,6 +36,9 @@ def test_json_report_of_a_replay(capsys: pytest.CaptureFixture[str]) -> None:
     assert step == max(r["step_time_s"] for r in ranks)
     assert abs(rep["error_pct"]) <= 2.0  # type: ignore[arg-type]
     assert rep["cluster"]["gpu"] == "V100-SXM2-32GB"  # type: ignore[index]
+    bound = rep["step_bound"]
+    assert isinstance(bound, dict) and bound["bound"] == "cpu-dispatch"
+    assert bound["gpu_2x_gain"] < 0.01 < 0.2 < bound["cpu_2x_gain"]
 
 
 def test_what_if_knobs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,6 +61,9 @@ def test_text_report_and_export_that_passes_check(
     assert main(["simulate", DLRM, "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("replay of ") and "step time" in text and "measured" in text
+    said = " ".join(text.split())
+    assert "bound by CPU dispatch: 2x faster GPU work" in said
+    assert "GPU-side knobs (compute.scale.<class>, comm.scale, cluster.*) cannot help" in said
     assert out.exists()
     assert main(["check", str(out)]) == 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, TORCH_MISSING
 
 VALIDATION = SAMPLES / "configs" / "validation"
 
@@ -33,6 +33,14 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
     assert out["graph"]["origin"] == "beside"
     ref = out["reference"]["step_time_s"]
     assert out["reference_error_pct"] == pytest.approx(100 * (out["step_time_s"] / ref - 1))
+    # By hand: N = 32 layers * (2*4096^2 + 2*4096*8*128 + 2*4096*16384) + 4096*131073
+    # = 6,174,019,584; model FLOPs/token 6N + 12*32*32*128*8192 = 49,929,019,392; a step is
+    # 8 sequences * 8192 tokens on 8 GPUs; H100 bf16 dense peak 989.4 TFLOP/s.
+    t = out["throughput"]
+    assert t["model_flops_per_token"] == 49_929_019_392 and t["tokens_per_step"] == 65_536
+    per_gpu = 65_536 / out["step_time_s"] / 8
+    assert t["tokens_per_s_per_gpu"] == pytest.approx(per_gpu)
+    assert t["mfu"] == pytest.approx(per_gpu * 49_929_019_392 / 989.4e12)
 
 
 def test_simulate_writes_a_predicted_trace(
@@ -81,7 +89,7 @@ def test_unknown_set_key(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_trace_then_simulate_the_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=TORCH_MISSING)
     graph = tmp_path / "g.json.gz"
     assert (
         main(["trace", str(VALIDATION / "korthikanti-22b-selective.toml"), "-o", str(graph)]) == 0

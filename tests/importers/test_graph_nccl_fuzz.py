@@ -9,21 +9,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_view.errors import EchoViewError
 from importers.graph import read_graph
 from importers.nccl_tests import parse_nccl_tests
-from tests.conftest import SAMPLES, SHARED
+from tests.conftest import SAMPLES
 from tests.fuzz_data import ODD_VALUES, SETTINGS, apply_edits, byte_edits
 
 GRAPH = gzip.decompress(
     (SAMPLES / "configs" / "validation" / "megatron-ci-7b-tp4-pp1.graph.json.gz").read_bytes()
 )
 GRAPH_DOC = json.loads(GRAPH)
-NCCL_LOG = SHARED / "data" / "echo-nccl-tests" / "nccl_16.log"
+NCCL_LOG = SAMPLES / "echo_nccl_tests" / "nccl_16.log"
 
 
 def _graph(data: bytes) -> None:
@@ -86,8 +85,6 @@ def test_graph_values_retyped(picks: list[tuple[tuple[Any, ...], Any]]) -> None:
 @SETTINGS
 @given(data=st.data())
 def test_nccl_tests_log_lines_damaged(data: st.DataObject) -> None:
-    if not NCCL_LOG.exists():
-        pytest.skip(f"{NCCL_LOG} is absent (../shared is not part of a user checkout)")
     lines = NCCL_LOG.read_text(encoding="utf-8").splitlines()
     for _ in range(data.draw(st.integers(1, 4))):
         i = data.draw(st.integers(0, len(lines) - 1))

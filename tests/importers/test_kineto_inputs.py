@@ -15,7 +15,7 @@ from echo_view.model import GPU_KINDS, EventKind, Job, LaneKind
 from importers.chrome_json import read_container
 from importers.kineto import KinetoImporter
 from importers.kineto_meta import rank_from_name
-from tests.conftest import shared_path
+from tests.conftest import data_path, shared_path
 from tests.importers.kineto_files import DLRM, NCCL_DATA, SHARED_KINETO, load, write_trace
 
 K = EventKind
@@ -33,7 +33,7 @@ def error_of(*paths: Path) -> InputError:
 
 @pytest.mark.parametrize("rel", SHARED_KINETO, ids=lambda r: Path(r).name[:30])
 def test_every_shared_kineto_file_imports(rel: str) -> None:
-    path = shared_path("data", rel)
+    path = data_path(rel)
     job = read(path)
     trace = job.traces[0]
     with read_container(path) as c:  # Kineto writes distributedInfo before the events

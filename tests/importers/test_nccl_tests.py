@@ -10,16 +10,15 @@ import pytest
 from echo_view.errors import InputError
 from echo_view.model import CollectiveKind
 from importers.nccl_tests import is_nccl_tests_log, parse_nccl_tests
-from tests.conftest import shared_path
+from tests.conftest import SAMPLES
 
-ECHO = ("echo-nccl-tests",)
+ECHO = SAMPLES / "echo_nccl_tests"
 
 
 def _log(name: str) -> Path:
-    return shared_path("data", *ECHO, name)
+    return ECHO / name
 
 
-@pytest.mark.shared
 @pytest.mark.parametrize(
     ("name", "ranks", "hosts", "gpus_per_thread", "rows"),
     [
@@ -51,7 +50,6 @@ def test_echo_logs(name: str, ranks: int, hosts: int, gpus_per_thread: int, rows
     assert all(r.time_ns > 0 and r.in_place_time_ns is not None for r in log.rows)
 
 
-@pytest.mark.shared
 def test_values_are_exact() -> None:
     log = parse_nccl_tests(_log("nccl_8.log"))
     last = log.rows[-1]

@@ -14,7 +14,7 @@ from echo_view.errors import UsageError
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import NcclModel, comm_model_from_toml
-from tests.conftest import shared_path
+from tests.conftest import SAMPLES
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
@@ -87,9 +87,8 @@ def test_comm_errors(argv: list[str], message: str, capsys: pytest.CaptureFixtur
     assert err.startswith("echo-view: error:") and message in err and err.count("\n") == 1
 
 
-@pytest.mark.shared
 def test_calibrate_then_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    logs = [str(shared_path("data", "echo-nccl-tests", f"nccl_{n}.log")) for n in (8, 16, 32)]
+    logs = [str(SAMPLES / "echo_nccl_tests" / f"nccl_{n}.log") for n in (8, 16, 32)]
     out = tmp_path / "comm.toml"
     report = run_json(
         capsys, "calibrate", "comm", *logs, "-o", str(out), "--set", "cpu=amd", "--holdout"

@@ -28,7 +28,7 @@ from echo_view.sim.comm.fit import (
     predicted_us,
 )
 from echo_view.sim.comm.placement import place
-from tests.conftest import shared_path
+from tests.conftest import SAMPLES
 
 AR = CollectiveKind.ALL_REDUCE
 ECHO_LOGS = [f"nccl_{n}.log" for n in (2, 4, 8, 16, 32, 64, 128)]
@@ -114,7 +114,7 @@ def _echo_measurements() -> list[Measurement]:
 
     out: list[Measurement] = []
     for name in ECHO_LOGS:
-        log = parse_nccl_tests(shared_path("data", "echo-nccl-tests", name))
+        log = parse_nccl_tests(SAMPLES / "echo_nccl_tests" / name)
         # Azure NDv4: 8 A100-40GB per node over NVSwitch, one 200 Gb/s HDR port per GPU,
         # AMD EPYC 7V12 hosts.
         counts = log.ranks_per_host
@@ -125,7 +125,6 @@ def _echo_measurements() -> list[Measurement]:
     return out
 
 
-@pytest.mark.shared
 def test_accuracy_on_echo_nccl_tests_logs() -> None:
     data = _echo_measurements()
     assert {m.source for m in data} == set(ECHO_LOGS)

@@ -22,7 +22,7 @@ from echo_view.sim.config_sim import (
     simulate_config,
 )
 from importers.graph import read_graph
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, TORCH_MISSING
 
 CONFIGS = SAMPLES / "configs"
 VALIDATION = CONFIGS / "validation"
@@ -85,7 +85,7 @@ def _shipped(stem: str) -> tuple[Any, Any]:
     ],
 )
 def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=TORCH_MISSING)
     from echo_view.tracing.roles import trace_workload
 
     cfg = _small(**par)
@@ -105,7 +105,7 @@ def test_context_parallel_ranks_reduce_gradients_together() -> None:
     their gradients are reduce-scattered between them and the parameters all-gathered (the
     distributed optimizer's shards span data and context parallel ranks); with cp = 1 and
     dp = 1 there is nothing to reduce."""
-    pytest.importorskip("torch")
+    pytest.importorskip("torch", reason=TORCH_MISSING)
     from echo_view.tracing.roles import trace_workload
 
     def dp_collectives(**par: Any) -> list[str]:
@@ -177,7 +177,9 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", sorted(CONFIGS.rglob("*.toml")), ids=lambda p: str(p.relative_to(CONFIGS))
+    "path",
+    sorted(CONFIGS.rglob("*.toml")),
+    ids=lambda p: str(p.relative_to(CONFIGS)),
 )
 def test_every_shipped_config_has_its_graph_beside(path: Path) -> None:
     """`simulate` on a shipped config needs no torch: the graph beside it matches it."""

@@ -14,8 +14,9 @@ from echo_view.errors import InputError
 from echo_view.model.config import parse_workload_config
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
+from tests.conftest import TORCH_MISSING
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from echo_view.tracing.roles import trace_workload
 

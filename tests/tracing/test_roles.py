@@ -11,8 +11,9 @@ import pytest
 from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind
+from tests.conftest import TORCH_MISSING
 
-pytest.importorskip("torch")
+pytest.importorskip("torch", reason=TORCH_MISSING)
 
 from echo_view.tracing.roles import role_stages, trace_workload
 

@@ -14,7 +14,7 @@ from echo_view.cli.check import fix_file
 from echo_view.errors import UsageError
 from echo_view.validate import CODES
 from echo_view.validate.fix import FIXABLE
-from tests.conftest import shared_path
+from tests.conftest import data_path
 from tests.validate.helpers import fixture, run_check
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -97,7 +97,7 @@ def test_fix_writes_gzip_and_refuses_to_overwrite_its_input(tmp_path: Path) -> N
     ],
 )
 def test_fix_repairs_real_traces(rel: str, tmp_path: Path) -> None:
-    src = shared_path("data", rel)
+    src = data_path(rel)
     before = run_check(src)
     out = tmp_path / "fixed.json.gz"
     changes = fix_file(src, out)

@@ -2,7 +2,7 @@
 calibrated on the Echo nccl-tests logs (1-128 A100-SXM4-40GB, Azure NDv4), shipped as
 ``calibrated.toml`` beside this module and regenerated with (from the repository root)::
 
-    echo-view calibrate comm ../shared/data/echo-nccl-tests/*.log \
+    echo-view calibrate comm samples/echo_nccl_tests/*.log \
         -o echo_view/sim/comm/calibrated.toml
 
 The constants are physical (latencies per protocol and link tier, bandwidth efficiencies,
