@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from echo_view.text import printable
+
 
 class EchoViewError(Exception):
     """Base of all errors that are the input's or the user's fault (exit code 2)."""
@@ -34,12 +36,13 @@ class EchoViewError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        """The error as a single line: ``file: place: message (hint)``."""
+        """The error as a single line: ``file: place: message (hint)``, with any control
+        character an input put into it shown as an escape (see :mod:`echo_view.text`)."""
         parts = [p for p in (self.path, self.where) if p]
         text = ": ".join([*parts, self.message])
         if self.hint:
             text += f" ({self.hint})"
-        return text.replace("\n", " ")
+        return printable(text.replace("\n", " "))
 
     def __str__(self) -> str:
         return self.one_line()

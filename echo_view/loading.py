@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from echo_view.formats import Importer, Progress, Registry, check_input, describ
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
+from echo_view.model.toml_file import read_toml
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
 
@@ -92,15 +92,7 @@ def load_config(path: Path) -> WorkloadConfig:
             path=path,
             hint=f"expected {WANTS_CONFIG}",
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=path, hint="fix the syntax") from exc
-    return parse_workload_config(data, str(path))
+    return parse_workload_config(read_toml(path), str(path))
 
 
 def key_hash(cfg: WorkloadConfig) -> str:
@@ -177,5 +169,32 @@ def load_workload(path: Path) -> tuple[WorkloadConfig, TracedGraph, str, float]:
                 hint="re-run echo-view trace CONFIG.toml",
             )
         cfg = parse_workload_config(cfg_map, f"{path}:config")
+        check_graph_shape(graph, cfg, path)
         origin = "graph"
     return cfg, graph, origin, time.perf_counter() - t0
+
+
+def check_graph_shape(graph: TracedGraph, cfg: WorkloadConfig, path: Path) -> None:
+    """The graph's roles fit its config: every pipeline stage has exactly one role, and each
+    role one forward and one backward chunk per virtual stage."""
+    pp, chunks = cfg.parallel.pp, cfg.parallel.virtual_stages
+    seen: list[int] = []
+    for i, role in enumerate(graph.roles):
+        where = f"roles[{i}]"
+        if len(role.forward) != chunks or len(role.backward) != chunks:
+            raise InputError(
+                f"{len(role.forward)} forward / {len(role.backward)} backward chunks, but the "
+                f"config has virtual_stages = {chunks}",
+                path=path,
+                where=where,
+                hint="the graph and its config disagree: re-run echo-view trace",
+            )
+        seen.extend(role.stages)
+    if sorted(seen) != list(range(pp)):
+        raise InputError(
+            f"the roles' stages do not cover pipeline stages 0..{pp - 1} exactly once "
+            f"(config pp = {pp})",
+            path=path,
+            where="roles",
+            hint="the graph and its config disagree: re-run echo-view trace",
+        )

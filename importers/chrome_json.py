@@ -61,7 +61,9 @@ from echo_view.formats import describe_content
 from importers.chrome_json_text import (
     BLOCK,
     BOM,
+    HINT_DEEP,
     HINT_JSON,
+    TOO_DEEP,
     WS,
     TextCursor,
     json_kind,
@@ -69,6 +71,7 @@ from importers.chrome_json_text import (
     looks_like_trace,
     sniff_head,
     split_decode_error,
+    too_deep_at,
     validation_error,
 )
 
@@ -136,6 +139,9 @@ class EventChunk(Generic[T]):
         """The chunk's events decoded again as ``event_type`` (errors name ``traceEvents[i]``)."""
         try:
             events: list[U] = _decoder(event_type, float_hook).decode(self.text)
+        except RecursionError:
+            where = self.locate(too_deep_at(self.text))
+            raise InputError(TOO_DEEP, path=self.path, where=where, hint=HINT_DEEP) from None
         except msgspec.ValidationError as exc:
             raise validation_error(self.path, self.first_index, exc) from None
         except msgspec.DecodeError as exc:
@@ -302,6 +308,8 @@ class Container(TextCursor):
         )
         try:
             chunk.events = dec.decode(text)
+        except RecursionError:
+            raise self._too_deep(text, self._base + start - 1) from None
         except msgspec.ValidationError as exc:
             raise validation_error(self.path, self.event_count, exc) from None
         except msgspec.DecodeError as exc:
@@ -330,6 +338,10 @@ class Container(TextCursor):
         view = memoryview(buf)[start - 1 : end + 1]
         try:
             events = dec.decode(view)
+        except RecursionError:
+            err = self._too_deep(view, self._base + start - 1)
+            self._restore(view)
+            raise err from None
         except msgspec.ValidationError as exc:
             self._restore(view)
             raise validation_error(self.path, self.event_count, exc) from None
@@ -342,6 +354,13 @@ class Container(TextCursor):
         )
         self.event_count += len(events)
         return chunk, "", None, end - start + 2
+
+    def _too_deep(self, text: bytes | memoryview, offset: int) -> InputError:
+        """The error for ``text`` (at ``offset`` of the decompressed file) nested too deep."""
+        line, col = line_col_in_file(self.path, offset + too_deep_at(text))
+        return InputError(
+            TOO_DEEP, path=self.path, where=f"line {line} column {col}", hint=HINT_DEEP
+        )
 
     def _restore(self, view: memoryview | None = None) -> None:
         """Put back the separator bytes that :meth:`_try_in_place` turned into brackets."""

@@ -51,6 +51,12 @@ _BYTE = re.compile(r"\s*\(byte (\d+)\)\s*$")
 _AT = re.compile(r"^(.*?) - at `\$\[(\d+)\](.*)`$", re.DOTALL)
 
 HINT_JSON = "the file is damaged or not a trace; Perfetto and chrome://tracing will refuse it too"
+#: Deepest nesting of arrays and objects accepted in a JSON value. msgspec decodes recursively
+#: and gives up at Python's recursion limit (about 1,000 levels, fewer on a deeper stack);
+#: real traces nest fewer than 10. Values outside the event array are held to it exactly.
+MAX_DEPTH = 500
+TOO_DEEP = f"JSON nested more than {MAX_DEPTH} levels deep"
+HINT_DEEP = "no real file nests this deep: it is damaged or hostile"
 
 
 def json_kind(first: int) -> str:
@@ -92,6 +98,21 @@ def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError)
         where=f"traceEvents[{first_index + idx}]{rest}",
         hint="every event must be an object whose fields have the trace-event types",
     )
+
+
+def too_deep_at(text: bytes | bytearray | memoryview) -> int:
+    """Offset in ``text`` where its nesting first passes :data:`MAX_DEPTH` (for the error of a
+    value msgspec could not decode for its depth; the end of ``text`` when it never does)."""
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        c = m.group()[0]
+        if c in b"[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return m.start()
+        elif c in b"]}":
+            depth -= 1
+    return len(text)
 
 
 def line_col(text: bytes | bytearray, i: int) -> tuple[int, int]:
@@ -403,6 +424,10 @@ class TextCursor:
                     depth += 1 if tok[0] in b"[{" else -1
                     if depth == 0:
                         return scan
+                    if depth > MAX_DEPTH:
+                        raise InputError(
+                            TOO_DEEP, path=self.path, where=self._where(m.start()), hint=HINT_DEEP
+                        )
             else:
                 m = _SCALAR.match(buf, start)
                 if m is None:

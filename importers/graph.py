@@ -14,7 +14,7 @@ import numpy as np
 from echo_view.errors import InputError
 from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
-from importers.chrome_json_text import file_blocks
+from importers.chrome_json_text import HINT_DEEP, TOO_DEEP, file_blocks, line_col, too_deep_at
 
 FORMAT_NAME = "echo-view.traced-graph"
 
@@ -23,6 +23,11 @@ def _load(path: Path) -> Any:
     raw = b"".join(file_blocks(path))  # gzip or not; inflation bounded
     try:
         return msgspec.json.decode(raw)
+    except RecursionError:
+        line, col = line_col(raw, too_deep_at(raw))
+        raise InputError(
+            TOO_DEEP, path=path, where=f"line {line} column {col}", hint=HINT_DEEP
+        ) from None
     except msgspec.DecodeError as exc:
         raise InputError(f"invalid JSON: {exc}", path=path, hint="re-run echo-view trace") from exc
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from echo_view.errors import InputError
 from echo_view.model import ClockAlignment, EventTable, Job, StringTable, Trace
+from echo_view.model.job import rank_problem
 from importers.chrome_json import (
     DEFAULT_CHUNK_BYTES,
     looks_like_trace,
@@ -116,7 +117,14 @@ def read_file(
             cols.add(chunk)
             chunk.release()
             progress(f"{path.name}: {c.event_count} events", done + share * c.fraction_read())
-        del chunk
+            del chunk
+        if c.event_count == 0:
+            raise InputError(
+                "the trace holds no events",
+                path=path,
+                where="traceEvents",
+                hint="check that the profiler recorded anything",
+            )
         trim_heap()
         columns = cols.finish()
         check_args_text(columns.args_blob, columns.args_offsets, columns.index, path)
@@ -221,6 +229,15 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
 def _file_rank(parsed: ParsedFile, many: bool) -> tuple[int, str]:
     dist = parsed.top.get("distributedInfo")
     rank = dist.get("rank") if isinstance(dist, dict) else None
+    ws = dist.get("world_size") if isinstance(dist, dict) else None
+    problem = rank_problem(rank, ws)
+    if problem is not None:
+        raise InputError(
+            problem,
+            path=parsed.path,
+            where="distributedInfo",
+            hint="the rank identity is damaged; fix or remove distributedInfo.rank/world_size",
+        )
     if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
         return rank, "distributedInfo"
     named = rank_from_name(parsed.path)

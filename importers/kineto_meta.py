@@ -21,7 +21,7 @@ import numpy as np
 from echo_view.model import NONE, DeviceInfo, EventKind, StepTable, StringTable
 from importers.kineto_comms import EventView
 
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # an int64 step number
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|trainer)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 _CPU_KINDS = np.array([int(EventKind.CPU_OP), int(EventKind.USER_ANNOTATION)], dtype=np.uint8)
 _WORK_KINDS = np.array(

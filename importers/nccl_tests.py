@@ -352,6 +352,11 @@ def parse_nccl_tests(
     )
 
 
+#: Range of a row's integers (sizes, counts: int64) and numbers (µs, GB/s: 10^12 µs is 11 days).
+_MAX_INT = 2**63 - 1
+_MAX_NUMBER = 1e12
+
+
 def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> NcclTestsRow:
     where = f"line {lineno}"
     # A damaged header can name fewer algbw/busbw than time columns: use whole sets only.
@@ -364,19 +369,24 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
             hint="the line looks truncated or two outputs interleaved",
         )
 
-    def integer(i: int, what: str) -> int:
+    def integer(i: int, what: str, lo: int = 0) -> int:
         try:
-            return int(tokens[i])
+            value = int(tokens[i])
         except ValueError:
             raise InputError(
                 f"{what} {tokens[i]!r} is not an integer", path=path, where=where
             ) from None
+        if not lo <= value <= _MAX_INT:
+            raise InputError(f"{what} {value} is outside {lo}..2^63-1", path=path, where=where)
+        return value
 
     def number(i: int, what: str) -> float:
         value = _float(tokens[i])
-        if value is None or value < 0:
+        if value is None or not 0 <= value <= _MAX_NUMBER:
             raise InputError(
-                f"{what} {tokens[i]!r} is not a non-negative number", path=path, where=where
+                f"{what} {tokens[i]!r} is not a number from 0 to {_MAX_NUMBER:g}",
+                path=path,
+                where=where,
             )
         return value
 
@@ -386,7 +396,7 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
 
     names = table.names
     redop = tokens[names.index("redop")] if table.has_redop else None
-    root = integer(names.index("root"), "root") if table.has_root else None
+    root = integer(names.index("root"), "root", -1) if table.has_root else None
     t0, a0, b0 = table.time_cols[0], table.algbw_cols[0], table.busbw_cols[0]
     row = NcclTestsRow(
         line=lineno,

@@ -26,7 +26,8 @@ from importers.nsys_tables import I64, NO_STREAM, Names, Rows, compact, factoriz
 
 # Step-like NVTX ranges: "ProfilerStep#3", "step 3", "train_step_3", "iteration 7", "iteration".
 _STEP = re.compile(
-    r"^(?:ProfilerStep#(\d+)|(?:train(?:ing)?[ _]?)?(?:step|iteration|iter)(?:[ _#:=-]*(\d+))?)$",
+    r"^(?:ProfilerStep#(\d{1,18})"  # at most 18 digits: a step number is an int64
+    r"|(?:train(?:ing)?[ _]?)?(?:step|iteration|iter)(?:[ _#:=-]*(\d{1,18}))?)$",
     re.IGNORECASE,
 )
 _GPU_LANE_BASE = 1 << 62

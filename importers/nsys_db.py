@@ -28,6 +28,27 @@ from importers.chrome_json_text import file_blocks
 from importers.nsys_columns import Columns, read_columns
 from importers.nsys_pages import PageFile
 
+#: Default of a ``start``/``end`` column that must not be NULL (see :meth:`Export.read`).
+REQUIRED_TIME = -(2**63)
+
+
+def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+    """The required time columns of ``cols`` are set and do not run backwards."""
+    start, end = (ints.get(c) == REQUIRED_TIME for c in ("start", "end"))
+    checks = [(c, cols.ints[c] == REQUIRED_TIME, f"have no {c} time (NULL)")
+              for c, needed in (("start", start), ("end", end)) if needed]  # fmt: skip
+    if start and end:
+        checks.append(("end", cols.ints["end"] < cols.ints["start"], "end before they start"))
+    for col, bad, what in checks:
+        if bad.any():
+            raise InputError(
+                f"{int(bad.sum())} row(s) {what}; first at rowid {int(cols.rowid[bad.argmax()])}",
+                path=path,
+                where=f"{table}.{col}",
+                hint="the export is damaged; export the report again with nsys",
+            )
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Report suffixes: ``.nsys-rep`` (2021.3 and later) and the older ``.qdrep``.
@@ -140,8 +161,14 @@ class Export:
     ) -> Columns:
         """All rows of ``table``: the ``ints`` columns with NULL (or a column this schema
         lacks) as the given default, the ``texts`` columns, and for ``present`` whether each
-        row sets them. Read from the file's pages where possible, else with SQL."""
-        return read_columns(self, table, ints, texts, present)
+        row sets them. Read from the file's pages where possible, else with SQL.
+
+        ``start`` and ``end`` read with the default :data:`REQUIRED_TIME` must be set in every
+        row and ``end >= start``: a NULL would turn into time 0 (a kernel spanning the whole
+        capture) and a negative duration into nothing, silently."""
+        cols = read_columns(self, table, ints, texts, present)
+        _check_times(cols, table, ints, self.path)
+        return cols
 
     def col(self, table: str, column: str, default: str = "-1") -> str:
         """SQL for ``column`` of ``table`` with NULL as ``default``, or ``default`` itself when

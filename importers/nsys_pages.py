@@ -306,8 +306,12 @@ class PageFile:
         """Offsets of all leaf cells of the table B-tree at ``root``, in rowid order."""
         last = len(self.buf) // self.page_size
         level = np.array([root], dtype=np.int64)
+        visited = 0
         for _ in range(64):  # a B-tree is never this deep; a cycle means a corrupt file
-            if ((level < 1) | (level > last)).any():
+            # Each page sits once in a tree: more pages than the file has is a cycle, which
+            # would otherwise multiply the level by its fan-out until memory runs out.
+            visited += len(level)
+            if visited > last or ((level < 1) | (level > last)).any():
                 return None
             head = (level - 1) * self.page_size + np.where(level == 1, 100, 0)
             kind = self.buf[head]

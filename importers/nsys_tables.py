@@ -19,7 +19,7 @@ import numpy.typing as npt
 from echo_view.model.kinds import EventKind
 from importers.nsys_args import Ints, Packed, assemble
 from importers.nsys_columns import Columns
-from importers.nsys_db import Export
+from importers.nsys_db import REQUIRED_TIME, Export
 from importers.nsys_pages import Text
 
 I64 = npt.NDArray[np.int64]
@@ -200,8 +200,8 @@ def full(n: int, value: int) -> I64:
 
 #: Columns every GPU activity table has, with the value that stands for NULL.
 GPU_INTS = {
-    "start": 0,
-    "end": 0,
+    "start": REQUIRED_TIME,
+    "end": REQUIRED_TIME,
     "deviceId": 0,
     "streamId": 0,
     "correlationId": -1,
@@ -333,7 +333,8 @@ def read_runtime(exp: Export, names: Names) -> Rows | None:
     t = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not exp.has(t):
         return None
-    c = exp.read(t, {"start": 0, "end": 0, "globalTid": 0, "correlationId": -1, "nameId": -1})
+    times = {"start": REQUIRED_TIME, "end": REQUIRED_TIME}
+    c = exp.read(t, {**times, "globalTid": 0, "correlationId": -1, "nameId": -1})
     i = c.ints
     n = len(c)
     gids = names.remap(names.from_ids(i["nameId"]), runtime_name)

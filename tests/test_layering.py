@@ -70,6 +70,10 @@ ALLOWED: dict[str, set[str]] = {
     "importers": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
     "exporters": {"echo_view.model", "echo_view.formats", "echo_view.errors", "echo_view.units"},
 }
+# Terminal-safe text (echo_view.text) sits with errors and units: every layer may use it.
+for _deps in ALLOWED.values():
+    _deps.add("echo_view.text")
+ALLOWED["echo_view.text"] = set()
 # The composition root may import anything.
 ROOTS = {"echo_view.cli", "echo_view.__main__", "echo_view"}
 

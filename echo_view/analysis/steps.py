@@ -35,7 +35,8 @@ from echo_view.model import GPU_KINDS, GPU_WORK_KINDS, NONE, EventKind, LaneKind
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
-_PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+# At most 18 digits: a step number is an int64 (a longer one marks no step).
+_PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d{1,18})$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#[^.]*\.step$")
 # CPU event kinds that can enclose an annotation (python frames wrap everything, so they do
 # not count when deciding what is top-level).

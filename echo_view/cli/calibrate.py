@@ -47,6 +47,7 @@ from echo_view.sim.comm.fit import (
     fit_nccl,
     leave_one_out,
 )
+from echo_view.text import markup_safe
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
 
 #: Calibration targets, in ``--help`` order.
@@ -263,7 +264,7 @@ def _render(
         table.add_column(c, justify="left" if c == "log" else "right")
     for name, e in result.errors.items():
         row = [
-            name,
+            markup_safe(name),
             str(e.count_large + e.count_small),
             _pct(e.mae_large),
             _pct(e.mae_small),
@@ -277,4 +278,4 @@ def _render(
         f"fitted {len(result.fitted)} constants in {result.iterations} iterations: "
         + ", ".join(f"{k}={result.params.flat()[k]:.4g}" for k in result.fitted)
     )
-    console.print(f"wrote {args.output}")
+    console.print(f"wrote {markup_safe(str(args.output))}")

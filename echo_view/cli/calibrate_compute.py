@@ -32,6 +32,7 @@ from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import GpuSpec, gpu_preset, match_gpu
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.kernel_calib import Calibration, ErrorStats, calibrate
+from echo_view.text import markup_safe
 
 _SHAPES_HINT = (
     "profile with torch.profiler.profile(..., record_shapes=True) so that each op records "
@@ -246,7 +247,7 @@ def _render(results: list[Calibration], skipped: list[str], out: Path, console: 
     for c in results:
         h = c.holdout
         table.add_row(
-            c.gpu,
+            markup_safe(c.gpu),
             str(len(c.traces)),
             str(c.ops),
             str(c.shapes),
@@ -259,19 +260,19 @@ def _render(results: list[Calibration], skipped: list[str], out: Path, console: 
     for c in results:
         values = c.fitted_values()
         if not values:
-            console.print(f"{c.gpu}: too few shapes to fit; defaults kept")
+            console.print(f"{markup_safe(c.gpu)}: too few shapes to fit; defaults kept")
             continue
         dtypes = f" [GEMMs: {', '.join(c.gemm_dtypes)}]" if c.gemm_dtypes else ""
         console.print(
-            f"{c.gpu}{dtypes}: "
+            f"{markup_safe(c.gpu)}{markup_safe(dtypes)}: "
             + ", ".join(
                 f"{k}={_short(v)} (default {_short(getattr(c.defaults, k))})"
                 for k, v in values.items()
             )
         )
     if skipped:
-        console.print("skipped (no known GPU; use --gpu): " + ", ".join(skipped))
-    console.print(f"wrote {out}")
+        console.print("skipped (no known GPU; use --gpu): " + markup_safe(", ".join(skipped)))
+    console.print(f"wrote {markup_safe(str(out))}")
 
 
 def _short(v: float | int) -> str:

@@ -24,6 +24,7 @@ from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
 from echo_view.sim.interference import InterferenceModel, model_to_toml
+from echo_view.text import markup_safe
 
 
 def register(subparsers: Any) -> None:
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         console = Console(highlight=False, soft_wrap=True)
         render(rep, console)
         console.print(
-            f"wrote the {kind} model to {args.output}"
+            f"wrote the {kind} model to {markup_safe(str(args.output))}"
             + ("" if better else " (the fitted model did not beat the constant one held out)")
         )
         if errs[kind].weighted_abs >= errs["none"].weighted_abs:

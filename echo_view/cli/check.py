@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +124,9 @@ def expand(paths: list[Path], as_job: bool) -> list[_Job]:
         if not path.exists():
             raise InputError("no such file or directory", path=path, hint="check the path")
         if path.is_dir():
-            for d in sorted({path, *(p for p in path.rglob("*") if p.is_dir())}):
+            # os.walk does not descend into symbolic links: a linked directory may lead out
+            # of the one given (or back into it, forever).
+            for d in sorted({path, *(Path(top) for top, _, _ in os.walk(path))}):
                 files = _trace_files(d)
                 if files:
                     jobs.append(_Job(str(d), files))

@@ -19,10 +19,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from echo_view.errors import ConfigError, InputError, UsageError, warn_deprecated
+from echo_view.errors import ConfigError, UsageError, warn_deprecated
 from echo_view.formats import Registry, json_text
 from echo_view.model import CollectiveKind, collective_kind_from_name
 from echo_view.model.schema import json_schema
+from echo_view.model.toml_file import read_toml_text
 from echo_view.sim.cluster import Cluster, known_presets, make_cluster
 from echo_view.sim.comm import (
     AlphaBetaModel,
@@ -31,6 +32,7 @@ from echo_view.sim.comm import (
     comm_model_from_toml,
 )
 from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.text import markup_safe
 
 _UNITS = {
     "": 1,
@@ -111,11 +113,7 @@ def load_model(path: Path | None) -> NcclModel | AlphaBetaModel:
     calibrated on the Echo nccl-tests logs (:mod:`echo_view.sim.comm.defaults`)."""
     if path is None:
         return default_comm_model()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=path) from None
-    return comm_model_from_toml(text, str(path))
+    return comm_model_from_toml(read_toml_text(path), str(path))
 
 
 def add_cluster_options(p: argparse.ArgumentParser, *, gpu_default: str | None) -> None:
@@ -289,10 +287,10 @@ def render(
     d = cluster.describe()
     console.print(
         f"{kind.label} over {first['ranks']} ranks on {first['nodes']} node(s) of "
-        f"{cluster.gpus_per_node} x {d['gpu']} ({d['fabric']}, "
+        f"{cluster.gpus_per_node} x {markup_safe(d['gpu'])} ({d['fabric']}, "
         f"NVLink {d['nvlink_gbytes_per_s']:g} GB/s, NIC {d['nic_gbytes_per_s']:g} GB/s per GPU)"
     )
-    console.print(f"model: {model.name}, {model.params.source}")
+    console.print(f"model: {markup_safe(model.name)}, {markup_safe(model.params.source)}")
     table = Table(box=box.SIMPLE_HEAD)
     for col in ("bytes", "time µs", "algorithm", "protocol", "channels", "algbw GB/s",
                 "busbw GB/s", "NCCL tuner µs"):  # fmt: skip

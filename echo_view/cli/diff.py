@@ -27,6 +27,7 @@ from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
+from echo_view.text import markup_safe, printable
 from echo_view.units import format_duration
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def _items_table(title: str, items: list[ItemDiff], head: str) -> Table:
     for it in items:
         name = it.name if len(it.name) <= 70 else it.name[:67] + "..."
         t.add_row(
-            name,
+            markup_safe(name),
             format_duration(it.time.a_ns),
             format_duration(it.time.b_ns),
             _delta(it.time.delta_ns),
@@ -141,13 +142,13 @@ def render(diff: JobDiff, console: Console) -> None:
     ref_b = diff.reference_is_b
     pa = " (predicted)" if diff.a_predicted else ""
     pb = " (predicted)" if diff.b_predicted else ""
-    console.print(f"[bold]A[/bold] {diff.a_source}{pa}")
-    console.print(f"[bold]B[/bold] {diff.b_source}{pb}")
+    console.print(f"[bold]A[/bold] {markup_safe(diff.a_source)}{pa}")
+    console.print(f"[bold]B[/bold] {markup_safe(diff.b_source)}{pb}")
     for warning in diff.warnings:
-        console.print(Text(f"warning: {warning}", style="bold yellow"))
+        console.print(Text(f"warning: {printable(warning)}", style="bold yellow"))
     code, text = diff.verdict
     colour = {"match": "green", "b_slower": "red", "b_faster": "cyan"}.get(code, "yellow")
-    console.print(f"[bold {colour}]{text}[/]")
+    console.print(f"[bold {colour}]{markup_safe(text)}[/]")
     err = diff.error_pct
     if err is not None:
         console.print(f"step-time error {err:.2f}% of {'B' if ref_b else 'A'} (slowest rank)")
@@ -185,7 +186,7 @@ def render(diff: JobDiff, console: Console) -> None:
     if diff.collectives:
         console.print(_items_table("Collectives by |delta|", diff.collectives, "collective"))
     for note in diff.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {markup_safe(note)}")
 
 
 def _plot_format(path: Path) -> str:

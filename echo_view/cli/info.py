@@ -25,6 +25,7 @@ from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import job_importer
+from echo_view.text import markup_safe, printable
 from echo_view.units import format_duration
 
 _LABELS = {
@@ -113,8 +114,8 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     """Print ``summary`` as text tables under ``title`` (default: the job's source)."""
     job = summary.job
     al = job.alignment
-    names = sorted({d["name"] or f"GPU {d['index']}" for d in summary.devices()})
-    console.print(title or job.source or "job", style="bold", markup=False)
+    names = sorted({markup_safe(d["name"] or f"GPU {d['index']}") for d in summary.devices()})
+    console.print(printable(title or job.source or "job"), style="bold", markup=False)
     console.print(
         f"ranks {_ranks_text(job.ranks)} ({len(job)} of world size "
         f"{job.world_size if job.world_size is not None else 'unknown'}); "
@@ -122,7 +123,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     )
     console.print(
         f"clock alignment: {al.method}, uncertainty {format_duration(al.uncertainty_ns)}"
-        + (f" ({al.note})" if al.note else "")
+        + (f" ({markup_safe(al.note)})" if al.note else "")
     )
     colls = summary.collectives_by_kind
     kinds = ", ".join(f"{k} {n}" for k, n in colls.items()) or "none"
@@ -157,7 +158,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
             kt.add_column(head, justify="right")
         for k in summary.top_kernels:
             name = k.name if len(k.name) <= 90 else k.name[:87] + "..."
-            kt.add_row(name, str(k.count), format_duration(k.total_ns), str(k.extra))
+            kt.add_row(markup_safe(name), str(k.count), format_duration(k.total_ns), str(k.extra))
         console.print(kt)
     if summary.top_collectives:
         ct = Table(box=box.SIMPLE_HEAD, title="Collectives (all ranks)", title_justify="left")
@@ -166,5 +167,5 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
             ct.add_column(head, justify="right")
         for c in summary.top_collectives:
             nbytes = "unknown" if c.extra < 0 else f"{c.extra:,}"
-            ct.add_row(c.name, str(c.count), format_duration(c.total_ns), nbytes)
+            ct.add_row(markup_safe(c.name), str(c.count), format_duration(c.total_ns), nbytes)
         console.print(ct)

@@ -34,6 +34,7 @@ from echo_view.loading import is_workload_input
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
 from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
+from echo_view.text import printable
 from echo_view.units import format_duration
 
 
@@ -152,7 +153,7 @@ def render(report: dict[str, Any]) -> str:
     """The report as plain text."""
     colls = report["collectives"]
     lines = [
-        f"{report['mode']} of {report['input']} (collectives: {report['comm']}, "
+        f"{report['mode']} of {printable(str(report['input']))} (collectives: {report['comm']}, "
         f"{colls['modelled']} of {colls['total']} modelled)",
         f"step time {_fmt(report['step_time_s'])}"
         + (

@@ -28,9 +28,11 @@ from typing import Any
 
 from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
-from echo_view.loading import beside_graph, cache_dir, load_workload
+from echo_view.loading import beside_graph, cache_dir, load_config, load_workload
 from echo_view.model.schema import json_schema
+from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
+from echo_view.text import printable
 
 
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
@@ -41,6 +43,10 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         exporter = registry.exporter_for(args.output)
         if args.input.suffix.lower() == ".toml":  # the graphs a config may be read with
             check_output(args.output, [beside_graph(args.input), cache_dir()])
+    if args.input.suffix.lower() == ".toml":
+        # The cluster's values are checked before a graph is looked up or traced (minutes).
+        early = load_config(args.input)
+        cluster_from_config(early.cluster, early.source)
     cfg, graph, origin, t_graph = load_workload(args.input)
     t0 = time.perf_counter()
     run = predict_workload(
@@ -76,7 +82,7 @@ def _render(r: dict[str, Any]) -> str:
     if "reference" in r:
         lines.append(
             f"measured (reference) {r['reference']['step_time_s']:.4f} s  "
-            f"error {r['reference_error_pct']:+.1f}%  [{r['reference']['source']}]"
+            f"error {r['reference_error_pct']:+.1f}%  [{printable(r['reference']['source'])}]"
         )
     b = r["breakdown"]
     if b:

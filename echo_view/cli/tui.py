@@ -4,11 +4,13 @@ also diff them (predicted vs measured). Keys: ``?`` in the app, or docs/tui.md."
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from echo_view.formats import Progress, Registry
 from echo_view.model import Job
+from echo_view.text import printable
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +38,16 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         return registry.importer_for(path).read([path], progress)
 
     app = EchoViewApp(list[Path | Job](paths), loader=load)
+    app.show_traceback = args.debug
     app.run()
     if app.error is not None:
         raise app.error
+    if app.crash is not None or app.return_code:
+        what = f"{type(app.crash).__name__}: {app.crash}" if app.crash else "an unknown error"
+        print(
+            f"echo-view: error: the terminal UI stopped on an internal error ({printable(what)})"
+            + ("" if args.debug else "; run with --debug for the traceback"),
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -15,7 +15,27 @@ from types import MappingProxyType
 from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
+from echo_view.model.job import MAX_RANKS
 
+#: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
+#: ~10^2 layers, hidden ~10^4, vocab ~10^5, 10^3-10^4 micro-batches), so that a typo or a
+#: hostile value is refused with the limit instead of running for hours.
+LIMITS: dict[str, int] = {
+    "gpus": MAX_RANKS,
+    "gpus_per_node": 1_024,
+    "layers": 10_000,
+    "hidden": 1 << 20,
+    "ffn_hidden": 1 << 22,
+    "heads": 1 << 16,
+    "kv_heads": 1 << 16,
+    "seq_len": 1 << 27,
+    "vocab": 1 << 24,
+    "global": 1 << 24,
+    "micro": 1 << 16,
+    "micro_batches": 1 << 14,
+}
+#: A reference step time, seconds.
+MAX_STEP_TIME_S = 1e6
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
 MODEL_KINDS = ("gpt",)
@@ -176,9 +196,13 @@ class _Section:
         return value
 
     def positive(self, key: str, default: int | None = None, *, required: bool = True) -> int:
+        """A positive integer, at most ``LIMITS[key]`` (or :data:`LIMITS` ``["gpus"]``)."""
         value = self.get(key, int, default, required=required and default is None)
         if value is None or value < 1:
             raise self._err(key, f"must be a positive integer, got {value!r}")
+        limit = LIMITS.get(key, LIMITS["gpus"])
+        if value > limit:
+            raise self._err(key, f"{value} is more than echo-view's limit of {limit:,}")
         return int(value)
 
     def choice(self, key: str, options: tuple[str, ...], default: str | None = None) -> str:
@@ -276,8 +300,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     if "reference" in data:
         r = _Section(data["reference"], "reference", source)
         step = r.get("step_time_s", float, required=True)
-        if step <= 0:
-            raise r._err("step_time_s", f"must be positive, got {step}")
+        if not 0 < step <= MAX_STEP_TIME_S:
+            raise r._err("step_time_s", f"must be > 0 and <= {MAX_STEP_TIME_S:g}, got {step}")
         reference = Reference(step, r.get("source", str, ""), r.get("source_id", str, ""))
         r.finish()
 
@@ -293,6 +317,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
     def err(where: str, message: str) -> ConfigError:
         return ConfigError(message, path=src, where=where)
 
+    if par.world_size > LIMITS["gpus"]:
+        raise err(
+            "parallel",
+            f"tp*pp*dp*cp = {par.world_size} GPUs is more than echo-view's limit of "
+            f"{LIMITS['gpus']:,}",
+        )
     if par.world_size != cfg.cluster.gpus:
         raise err(
             "parallel",
@@ -324,6 +354,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "batch.global",
             f"global batch {cfg.batch.global_batch} is not divisible by micro*dp = "
             f"{cfg.batch.micro}*{par.dp}",
+        )
+    if cfg.micro_batches > LIMITS["micro_batches"]:
+        raise err(
+            "batch.global",
+            f"{cfg.micro_batches:,} micro-batches per step (global / (micro * dp)) is more than "
+            f"echo-view's limit of {LIMITS['micro_batches']:,}",
         )
     if mod.seq_len % par.cp:
         raise err("model.seq_len", f"seq_len {mod.seq_len} is not divisible by cp = {par.cp}")

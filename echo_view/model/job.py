@@ -7,6 +7,21 @@ from dataclasses import dataclass, field
 
 from echo_view.model.trace import Trace
 
+#: Most ranks a job may have (the largest real jobs have ~10^5 GPUs): a rank or world size
+#: beyond it is damage, not a job.
+MAX_RANKS = 1_000_000
+
+
+def rank_problem(rank: object, world_size: object) -> str | None:
+    """What is wrong with a recorded rank and world size (``None`` when either is absent or
+    both are sound): integers with ``0 <= rank < world_size <= MAX_RANKS``."""
+    ws = world_size if type(world_size) is int else None
+    if ws is not None and not 1 <= ws <= MAX_RANKS:
+        return f"world size {ws} is not between 1 and {MAX_RANKS:,}"
+    if type(rank) is int and not 0 <= rank < (ws or MAX_RANKS):
+        return f"rank {rank} is not between 0 and {(ws or MAX_RANKS) - 1:,}"
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class ClockAlignment:

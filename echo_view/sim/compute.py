@@ -32,6 +32,10 @@ from echo_view.model.workload import (
 
 I64 = npt.NDArray[np.integer[Any]]
 
+#: Largest what-if factor (``compute.scale.*``, ``comm.scale``): beyond it times leave int64
+#: nanoseconds, and no question needs it.
+MAX_SCALE = 1_000.0
+
 #: ``compute.scale.<key>`` keys: every GPU op class but collectives, ``cpu`` for CPU ops, and
 #: ``all`` for every GPU op that is not a collective.
 SCALE_KEYS: tuple[str, ...] = (
@@ -106,8 +110,10 @@ class MeasuredCompute:
                 ),
             )
         for key, value in scale.items():
-            if not np.isfinite(value) or value < 0:
-                raise ConfigError(f"compute.scale.{key} must be a finite number >= 0, got {value}")
+            if not 0 <= value <= MAX_SCALE:
+                raise ConfigError(
+                    f"compute.scale.{key} must be between 0 and {MAX_SCALE:g}, got {value}"
+                )
         self.scale = scale
 
     def factors(self, workload: Workload) -> npt.NDArray[np.float64]:

@@ -8,10 +8,10 @@ calibrate compute`` and ``--set compute.<name>=...`` replace them.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from echo_view.errors import ConfigError, InputError
+from echo_view.model.toml_file import read_toml
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.gemm_shape import GemmShapeParams
 from echo_view.sim.kernel_cost import ComputeParams
@@ -87,12 +87,7 @@ def compute_params_from_toml(
     table for the GPU's preset name, else for a GPU of the same family; values it does not
     hold keep ``base`` (default: :func:`compute_params_for`)."""
     file = Path(path)
-    try:
-        doc = tomllib.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read the compute file: {exc.strerror}", path=file) from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not a TOML file: {exc}", path=file) from exc
+    doc = read_toml(file)
     tables = doc.get("gpu")
     if not isinstance(tables, dict) or not tables:
         raise InputError(

@@ -24,7 +24,6 @@ gets the duration-weighted slowdown of its kernels, its collectives counted at 1
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
 from echo_view.model.kinds import CollectiveKind
+from echo_view.model.toml_file import read_toml
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload
 
 I64 = npt.NDArray[np.int64]
@@ -170,12 +170,7 @@ def _toml_val(v: Any) -> str:
 
 def load_model(path: Path) -> InterferenceModel:
     """Read a model written by ``echo-view calibrate interference``."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read the interference model: {exc.strerror}", path=path) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", path=path) from exc
+    data = read_toml(path)
     try:
         fit = InterferenceFit.from_dict(data)
     except (KeyError, ValueError, TypeError) as exc:

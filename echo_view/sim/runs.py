@@ -13,7 +13,6 @@ and ``seconds``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from echo_view.sim.cluster import (
     match_gpu,
 )
 from echo_view.sim.comm.defaults import default_comm_model
-from echo_view.sim.compute import SCALE_KEYS
+from echo_view.sim.compute import MAX_SCALE, SCALE_KEYS
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
 from echo_view.sim.interference import model_from_setting
@@ -64,13 +63,13 @@ WORKLOAD_KEYS: tuple[str, ...] = (
 
 
 def scale_value(key: str, value: str) -> float:
-    """A scale-factor knob's value: a finite number >= 0."""
+    """A scale-factor knob's value: a number from 0 to :data:`MAX_SCALE`."""
     try:
         x = float(value)
     except ValueError:
         raise ConfigError(f"expected a number, got {value!r}", where=key) from None
-    if not math.isfinite(x) or x < 0:
-        raise ConfigError(f"must be a finite number >= 0, got {value!r}", where=key)
+    if not 0 <= x <= MAX_SCALE:
+        raise ConfigError(f"must be between 0 and {MAX_SCALE:g}, got {value!r}", where=key)
     return x
 
 
@@ -80,14 +79,17 @@ DEPRECATED_SET_KEYS = tuple(f"cluster.{k}" for k in DEPRECATED_KEYS)
 
 def check_keys(overrides: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
     """A ConfigError naming the first knob of ``overrides`` that ``known`` lacks, and the
-    nearest one it has."""
-    for key in overrides:
+    nearest one it has; or the first scale factor out of range (checked here: before a config
+    is traced, which takes minutes)."""
+    for key, value in overrides.items():
         if key not in known and key not in DEPRECATED_SET_KEYS:
             raise ConfigError(
                 f"unknown knob {key!r} for {what}",
                 where="--set",
                 hint=known_keys_hint(key, known),
             )
+        if key == "comm.scale" or key.startswith("compute.scale."):
+            scale_value(key, value)
 
 
 def unmodelled_reason(job: Job) -> str:

@@ -17,7 +17,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.worker import get_current_worker
+from textual.worker import WorkerFailed, get_current_worker
 
 from echo_view.analysis.diff import JobDiff, diff_jobs
 from echo_view.errors import EchoViewError
@@ -95,6 +95,11 @@ class EchoViewApp(App[None]):
         self.loader = loader
         self.loaded: Loaded | None = None
         self.error: EchoViewError | None = None
+        #: An exception of the app's own that ended it (a bug); ``echo-view tui`` reports it in
+        #: one line and exits non-zero.
+        self.crash: BaseException | None = None
+        #: Print Textual's full report of :attr:`crash` (``--debug``).
+        self.show_traceback = False
         self.timings: dict[str, float] = {}
         self.current = 0
         self._screens: dict[int, TimelineScreen] = {}
@@ -158,6 +163,18 @@ class EchoViewApp(App[None]):
         loaded.timings["import_s"] = t1 - t0
         if not worker.is_cancelled:
             self.call_from_thread(self._on_loaded, loaded)
+
+    def _handle_exception(self, error: Exception) -> None:
+        # Textual's hook for an unhandled exception (it then exits with return code 1).
+        self.crash = self.crash or (error.error if isinstance(error, WorkerFailed) else error)
+        super()._handle_exception(error)
+
+    def _print_error_renderables(self) -> None:
+        # Textual prints its traceback report here; without --debug the CLI's one line replaces it.
+        if self.show_traceback:
+            super()._print_error_renderables()
+        else:
+            self._exit_renderables.clear()
 
     def _failed(self, exc: EchoViewError) -> None:
         self.error = exc

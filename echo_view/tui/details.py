@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from echo_view.model import GPU_KINDS, NONE, CollectiveKind, EventKind, Job, Trace
+from echo_view.text import printable
 from echo_view.tui.raster import short_name
 from echo_view.units import format_duration
 
@@ -116,7 +117,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     dur = int(ev.dur_ns[row])
     text = Text()
     text.append(f"{kind.label}", style="bold")
-    text.append(f" · r{trace.rank} {lane.name} · ", style="#a0a0a0")
+    text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="#a0a0a0")
     text.append(f"start +{format_duration(start)} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
     links = partners(trace, tidx, row)
@@ -124,7 +125,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
         other = job.traces[link.trace]
         s = int(other.events.start_ns[link.row]) + off
         text.append(f"\n[p] {link.why}: ", style="bold #e5c07b")
-        text.append(f"{other.name(link.row)[:80]} at +{format_duration(s)}")
+        text.append(f"{printable(other.name(link.row)[:80])} at +{format_duration(s)}")
     hit = np.flatnonzero(trace.collectives.event == row)
     if len(hit):
         c = int(hit[0])
@@ -139,7 +140,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
             parts.append(f"{int(ct.bytes[c])} B")
         for label, col in (("dtype", ct.dtype), ("algo", ct.algorithm), ("proto", ct.protocol)):
             if int(col[c]) != NONE:
-                parts.append(f"{label} {trace.strings[int(col[c])]}")
+                parts.append(f"{label} {printable(trace.strings[int(col[c])])}")
         text.append("\ncollective: ", style="bold #c678dd")
         text.append(" · ".join(parts))
         peers = collective_peers(job, tidx, row)
@@ -163,11 +164,11 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
         text.append("\nids: " + " · ".join(ids), style="#a0a0a0")
     if short_name(trace.name(row)) != trace.name(row):
         text.append("\nname: ", style="bold")
-        text.append(trace.name(row)[:1000], style="#c0c0c0")
+        text.append(printable(trace.name(row)[:1000]), style="#c0c0c0")
     args = ev.args(row)
     if args:
         text.append("\nargs: ", style="bold")
-        text.append(msgspec.json.encode(args).decode()[:2000], style="#c0c0c0")
+        text.append(printable(msgspec.json.encode(args).decode()[:2000]), style="#c0c0c0")
     return text, links
 
 

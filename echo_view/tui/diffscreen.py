@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from echo_view.analysis.diff import CATEGORIES, ItemDiff, JobDiff
+from echo_view.text import printable
 from echo_view.tui.index import Source, TimelineIndex
 from echo_view.tui.panel import Steps, TimelinePanel, view_steps
 from echo_view.tui.tables import SortableTable, delta_cell, name_cell, ns_cell, pct_cell
@@ -159,7 +160,7 @@ class DiffScreen(Screen[None]):
         d = self.diff
         code, text = d.verdict
         colour = {"match": "#98c379", "b_slower": "#e06c75", "b_faster": "#61afef"}.get(code, "")
-        head = Text(f"A: {d.a_source}\nB: {d.b_source}\n", style="#a0a0a0")
+        head = Text(f"A: {printable(d.a_source)}\nB: {printable(d.b_source)}\n", style="#a0a0a0")
         head.append(text, style=f"bold {colour}")
         err = d.error_pct
         if err is not None:
@@ -185,7 +186,9 @@ class DiffScreen(Screen[None]):
             for c in CATEGORIES
         ]
         self.query_one("#categories", SortableTable).fill(cols, cats)
-        self.query_one("#notes", Static).update("\n".join(f"note: {n}" for n in d.notes))
+        self.query_one("#notes", Static).update(
+            Text("\n".join(f"note: {printable(n)}" for n in d.notes))
+        )
         ranks = [
             [
                 name_cell(f"r{r.rank}"),

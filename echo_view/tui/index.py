@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace, is_nccl_kernel
+from echo_view.text import printable
 from echo_view.tui.tracks import COMM, I64, Track
 
 
@@ -39,6 +40,10 @@ def display_classes(trace: Trace) -> npt.NDArray[np.uint8]:
 
 
 def _lane_label(trace: Trace, lane_id: int) -> str:
+    return printable(_raw_lane_label(trace, lane_id))
+
+
+def _raw_lane_label(trace: Trace, lane_id: int) -> str:
     lane = trace.lanes[lane_id]
     if lane.kind == LaneKind.GPU_STREAM:
         dev = lane.device if lane.device >= 0 else lane.pid

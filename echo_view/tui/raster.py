@@ -21,6 +21,7 @@ from rich.segment import Segment
 from rich.style import Style
 
 from echo_view.model import EventKind
+from echo_view.text import printable
 from echo_view.tui.tracks import _CLASS_WEIGHT, COMM, N_CLASSES, WORK_CLASSES, Track
 
 GLYPHS = " ▁▂▃▄▅▆▇█"
@@ -62,7 +63,7 @@ _NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
 def short_name(name: str) -> str:
     """A name as a lane shows it: without ``void``, template arguments and parameters
     (``void at::native::foo<4, ...>(int, ...)`` -> ``at::native::foo``)."""
-    base = name.removeprefix("void ").replace("(anonymous namespace)", "{anon}")
+    base = printable(name).removeprefix("void ").replace("(anonymous namespace)", "{anon}")
     cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=-1)
     if cut < 0 or _NUMBERED.match(base, cut):
         return base  # "PyTorch Profiler (0)" keeps its number

@@ -10,6 +10,8 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from echo_view.text import printable
+
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"))
 
 
@@ -35,7 +37,7 @@ class Cell(Text):
 
 def name_cell(name: str, width: int = 60) -> Cell:
     """A left-aligned text cell without a leading ``void``, shortened to ``width`` characters."""
-    name = name.removeprefix("void ")
+    name = printable(name).removeprefix("void ")
     short = name if len(name) <= width else name[: width - 1] + "…"
     return Cell(short, name.lower(), justify="left")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from echo_view.model.job import rank_problem
 from echo_view.validate.container import ContainerFacts, check_container
 from echo_view.validate.context import FileContext, Rule
 from echo_view.validate.crossrank import check_job
@@ -23,7 +24,7 @@ from echo_view.validate.events import (
     build_chunk,
     events_from_objects,
 )
-from echo_view.validate.findings import FileFacts, Report
+from echo_view.validate.findings import FileFacts, Finding, Location, Report
 from echo_view.validate.flows import FlowRule
 from echo_view.validate.kineto import KinetoRule
 from echo_view.validate.metadata import MetadataRule
@@ -87,6 +88,10 @@ class FileValidator:
                 rule.finish(ctx)
         info = facts.top.get("distributedInfo") if facts.top else None
         info = info if isinstance(info, dict) else {}
+        problem = rank_problem(info.get("rank"), info.get("world_size"))
+        if problem is not None:
+            self.report.add(Finding("EV702", problem, Location(file=ctx.path)))
+            info = {}
         self.report.files.append(
             FileFacts(
                 path=ctx.path,

@@ -92,7 +92,7 @@ RUNTIME_CATS = frozenset(
 CPU_OP_CATS = frozenset({"cpu_op", "Operator", "user_annotation"})
 _LAUNCH = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
 _NOT_LAUNCH = re.compile(r"hostfunc|launchhost|memcpytosymbol|memcpyfromsymbol|peer", re.IGNORECASE)
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # an int64 step number
 _GOOD = np.array([T_INT, T_FLOAT, T_BIG_FLOAT, T_STRING], dtype=np.uint8)
 
 # Classes of interned strings (bit flags), computed once per distinct string.
@@ -164,7 +164,8 @@ class KinetoRule:
         self._classes(ctx)
         if not len(chunk):
             return
-        cls = self.cls
+        # One spare class so that indexing works when no event has a name or category yet.
+        cls = np.append(self.cls, np.zeros(1, self.cls.dtype))
         cat_c = np.where(chunk.cat >= 0, cls[np.maximum(chunk.cat, 0)], 0)
         name_c = np.where(chunk.name >= 0, cls[np.maximum(chunk.name, 0)], 0)
         x = (chunk.ph == PH["X"]) & np.isin(chunk.ts_kind, _GOOD) & np.isin(chunk.dur_kind, _GOOD)

@@ -93,7 +93,8 @@ def rank_summary(
     info = top.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     base = top.get("baseTimeNanoseconds")
-    base_ns = base if isinstance(base, int) and not isinstance(base, bool) else 0
+    # A base beyond 2^62 ns (year 2116) would overflow the int64 times it is added to.
+    base_ns = base if type(base) is int and abs(base) < 2**62 else 0
     rank = info.get("rank")
     ws = info.get("world_size")
     groups: dict[str, tuple[int, ...]] = {}

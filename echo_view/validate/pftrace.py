@@ -58,6 +58,13 @@ def check_pftrace(data: bytes, path: str, report: Report) -> None:
     trace = pb.Trace()
     facts = FileFacts(path=path, form="pftrace")
     report.files.append(facts)
+    if data[:1] == b"\x00":
+        # Field number 0 is invalid in protobuf: refused before the parser, which on an
+        # all-zero file of gigabytes first allocates in proportion to it.
+        facts.usable = False
+        msg = "not a protobuf trace: byte 0 is a tag with field number 0 (all-zero data?)"
+        report.add(Finding("EV111", msg, Location(file=path)))
+        return
     try:
         trace.ParseFromString(data)
     except DecodeError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from echo_view.text import printable
 from echo_view.validate.findings import CODES, FAMILIES, Report, Severity
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -25,7 +26,7 @@ def render_report(
             bits.append("truncated")
         if not f.usable:
             bits.append("UNUSABLE")
-        parts.append(Text(f"{f.path}: " + ", ".join(bits), style="dim"))
+        parts.append(Text(printable(f"{f.path}: " + ", ".join(bits)), style="dim"))
     if report.files:
         parts.append(Text(""))
     family = None
@@ -45,9 +46,9 @@ def render_report(
             line = Text("    ")
             where = finding.location.text()
             if where:
-                line.append(where, style="dim")
+                line.append(printable(where), style="dim")
                 line.append(": ")
-            line.append(finding.message)
+            line.append(printable(finding.message))
             parts.append(line)
         if tally.count > show:
             parts.append(
@@ -57,7 +58,7 @@ def render_report(
     if changes:
         parts.append(Text(""))
         parts.append(Text("fixed:", style="bold green"))
-        parts.extend(Text(f"    {c}") for c in changes)
+        parts.extend(Text(f"    {printable(c)}") for c in changes)
     totals = report.totals()
     verdict = Text()
     exit_code = report.exit_code()

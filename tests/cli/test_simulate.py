@@ -79,7 +79,8 @@ def test_text_report_and_export_that_passes_check(
         (["--set", "cluster.gpu=Z100"], "unknown GPU preset 'Z100'"),
         (["--set", "comm.scale"], "--set expects KEY=VALUE"),
         (["--set", "comm.scale=fast"], "expected a number"),
-        (["--set", "compute.scale.all=-1"], ">= 0"),
+        (["--set", "compute.scale.all=-1"], "between 0 and 1000"),
+        (["--set", "comm.scale=1e308"], "between 0 and 1000"),
     ],
 )
 def test_bad_knobs_are_one_line_errors(

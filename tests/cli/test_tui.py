@@ -23,3 +23,24 @@ def test_a_missing_input_is_a_one_line_error(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert err.startswith("echo-view: error: no/such/trace.json: no such file")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_crash_inside_the_app_exits_non_zero_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug in the app (here: the importer failing with a non-input error) used to leave
+    Textual's traceback on the screen and exit 0."""
+    from echo_view.tui.app import EchoViewApp
+    from importers.kineto import KinetoImporter
+
+    def broken(self: KinetoImporter, paths: object, progress: object = None) -> None:
+        raise RuntimeError("index 7 out of range")
+
+    run = EchoViewApp.run
+    monkeypatch.setattr(KinetoImporter, "read", broken)
+    monkeypatch.setattr(EchoViewApp, "run", lambda self: run(self, headless=True))
+    assert main(["tui", "samples/dlrm_kineto"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("echo-view: error: the terminal UI stopped on an internal error")
+    assert "RuntimeError: index 7 out of range" in err and "Traceback" not in err

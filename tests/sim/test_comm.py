@@ -166,7 +166,7 @@ def test_toml_round_trip_and_errors() -> None:
         "[bandwidth]\nnet_eff = 'fast'\n": "expected a number",
         "[model]\nkind = 'packet'\n": "unknown model kind",
         "[nope]\n": "unknown table",
-        "not toml [": "not valid TOML",
+        "not toml [": "invalid TOML",
     }
     for text, message in bad.items():
         with pytest.raises(ConfigError, match=message):

@@ -185,7 +185,7 @@ def test_loader(tmp_path: Path) -> None:
     ("text", "error", "message"),
     [
         ("gpu = 3\n", InputError, "no \\[gpu"),
-        ("[gpu\n", InputError, "not a TOML file"),
+        ("[gpu\n", ConfigError, "invalid TOML"),
         ('[gpu."V100-SXM2-32GB"]\ngemm_eff = 0.5\n', ConfigError, "unknown compute parameter"),
         ('[gpu."V100-SXM2-32GB"]\ngemm_eff_max = "fast"\n', ConfigError, "needs a number"),
     ],

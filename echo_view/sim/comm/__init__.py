@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from echo_view.errors import ConfigError, in_file
 from echo_view.model import CollectiveKind
+from echo_view.model.toml_file import parse_toml
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.alphabeta import (
     AlphaBetaModel,
@@ -26,7 +27,6 @@ from echo_view.sim.comm.params import (
     CommParams,
     comm_params_from_mapping,
     comm_params_to_toml,
-    parse_toml,
 )
 
 

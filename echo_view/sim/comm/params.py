@@ -9,7 +9,6 @@ replaces them with values fitted to measurements. No per-size tables.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -172,14 +171,6 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return _toml_string(str(value))
-
-
-def parse_toml(text: str, path: str | None = None) -> dict[str, Any]:
-    """Decode TOML text, turning syntax errors into :class:`ConfigError`."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
 
 
 def _positive(value: Any, where: str, path: str | None) -> float:

@@ -1,0 +1,106 @@
+"""TOML inputs (workload configs, calibration and model files): decoding with the limits every
+reader shares, so that a hostile file ends in one :class:`~echo_view.errors.ConfigError`.
+
+Python's ``tomllib`` recurses once per nested inline table or array (``RecursionError`` near 500
+levels) and keeps every prefix of a dotted key (quadratic memory: ``a.a.a...`` 10^5 parts long
+needs tens of GB), so nesting and dotted keys are bounded before and after decoding.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from echo_view.errors import ConfigError, InputError
+
+#: Largest TOML input read (the biggest real config or calibration file is a few KB).
+MAX_TOML_BYTES = 4 << 20
+#: Deepest nesting of tables, inline tables, arrays and dotted-key parts (real files: 3).
+MAX_TOML_DEPTH = 32
+_HINT = "a config or calibration file is small, UTF-8 TOML nested a few levels deep"
+# MAX_TOML_DEPTH + 1 key parts joined by dots (bare or quoted), outside or inside a string:
+# a string with so many dots is refused too, which no real file has.
+_DOTTED = re.compile(
+    r"""(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*)""" + f"{{{MAX_TOML_DEPTH}}}"
+)
+
+
+def parse_toml(text: str, path: str | Path | None = None) -> dict[str, Any]:
+    """Decode TOML ``text``; syntax errors and excess nesting are :class:`ConfigError`."""
+    m = _DOTTED.search(text)
+    if m is not None:
+        raise _too_deep(path, text.count("\n", 0, m.start()) + 1)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=path, hint="fix the syntax") from None
+    except RecursionError:
+        raise _too_deep(path, _deep_line(text)) from None
+    _check_depth(data, path, text)
+    return data
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read and decode a TOML file (see :func:`read_toml_text`)."""
+    return parse_toml(read_toml_text(path), path)
+
+
+def read_toml_text(path: Path) -> str:
+    """The text of a TOML file: at most :data:`MAX_TOML_BYTES`, UTF-8."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_TOML_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=path) from None
+    if len(raw) > MAX_TOML_BYTES:
+        raise ConfigError(
+            f"larger than {MAX_TOML_BYTES >> 20} MiB, too large for a TOML input", path=path,
+            hint=_HINT,
+        )  # fmt: skip
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+            path=path,
+            where=f"line {line}",
+            hint="TOML files are UTF-8; convert it (a UTF-16 file starts with 0xff 0xfe)",
+        ) from None
+
+
+def _too_deep(path: str | Path | None, line: int) -> ConfigError:
+    return ConfigError(
+        f"nested more than {MAX_TOML_DEPTH} levels (tables, arrays or dotted-key parts)",
+        path=path,
+        where=f"line {line}",
+        hint=_HINT,
+    )
+
+
+def _deep_line(text: str) -> int:
+    """The first line whose brackets open more than :data:`MAX_TOML_DEPTH` levels (strings
+    ignored only roughly: this is the place of an error already found)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        for c in line:
+            if c in "[{":
+                depth += 1
+                if depth > MAX_TOML_DEPTH:
+                    return number
+            elif c in "]}":
+                depth -= 1
+    return 1
+
+
+def _check_depth(data: dict[str, Any], path: str | Path | None, text: str) -> None:
+    """Nesting of the decoded value, without recursion."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            raise _too_deep(path, _deep_line(text))
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))

@@ -1,0 +1,346 @@
+"""The hostile-input corpus: one entry per class of broken or malicious input, each built small
+enough for CI from the real samples (a bomb keeps its ratio, not its size) and run through the
+real command line by ``tests/hostile/test_corpus.py``.
+
+A :class:`Case` writes its input(s) into a directory and names the command lines to run on them
+(``{d}`` stands for that directory) and what each must end in:
+
+- ``"error"``: exactly one line on stderr, exit 2, no traceback, no output file;
+- ``"finding:CODE"``: ``check`` reports ``CODE`` (exit 1), no traceback;
+- ``"shown"``: exit 0 and the input's markup and escape sequences printed as text (stdout holds
+  no ESC, CSI, BEL or backspace byte and shows the markup literally);
+- ``"ok"``: exit 0 or 1 (check's findings), no traceback: the input is valid once read within
+  its limits (a step number beyond int64 is no step marker; a symlink out of a directory is
+  not followed).
+
+Every case also bounds the run's time and peak memory against a tiny valid input.
+
+New classes are added as entries of :data:`CASES` (a FIFO, a gzip bomb, ``-o`` onto an input
+need only another ``build`` function).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import SAMPLES
+from tests.fuzz_data import BASE
+
+#: Nesting depth of the "deep" JSON and TOML inputs (the originals had 10^5-10^6 levels; any
+#: depth far past the stated limit takes the same path).
+DEEP = 20_000
+#: A name that is rich markup, an OSC-8 hyperlink, a screen clear and C0/C1 controls at once.
+HOSTILE_NAME = "[/] [bold]B[link=http://x]L \x1b[2J\x1b]8;;http://evil\x07X\x1b]8;;\x07 \r\b\x9b"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile input and the command lines to run on it."""
+
+    name: str
+    build: Callable[[Path], None]
+    argvs: tuple[tuple[str, ...], ...]
+    expect: str = "error"
+    #: A path (relative to the case's directory) that must not exist after any run.
+    output: str = "out.json"
+    #: Text an error must name (``{d}``: the case's directory, where its inputs are).
+    names: str = "{d}"
+    #: Bytes stdout must not contain.
+    absent: bytes = b"\x1b"
+
+
+def _doc() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(json.dumps(BASE))
+    return doc
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc))
+
+
+def valid_trace(d: Path) -> None:
+    """The tiny valid input every case is measured against."""
+    _write_json(d / "t.json", _doc())
+
+
+def _events_text() -> str:
+    return json.dumps(BASE["traceEvents"])[1:-1]
+
+
+def _deep_args(d: Path) -> None:
+    ev = '{"ph":"X","name":"a","ts":1,"dur":1,"pid":1,"tid":1,"args":'
+    (d / "t.json").write_text('{"traceEvents":[' + ev + "[" * DEEP + "]" * DEEP + "}]}")
+
+
+def _deep_tail(d: Path) -> None:
+    text = '{"traceEvents":[' + _events_text() + '],"x":' + "[" * DEEP + "]" * DEEP + "}"
+    (d / "t.json").write_text(text)
+
+
+def _deep_unclosed(d: Path) -> None:
+    (d / "t.json").write_text("[" + _events_text() + "," + "[" * DEEP)
+
+
+def _deep_header(d: Path) -> None:
+    (d / "t.json").write_text('{"x":' + "{" * DEEP + "}" * DEEP + ',"traceEvents":[]}')
+
+
+def _big_step(d: Path) -> None:
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = "ProfilerStep#99999999999999999999"
+    _write_json(d / "t.json", doc)
+
+
+def _big_base_time(d: Path) -> None:
+    _write_json(d / "t.json", {**_doc(), "baseTimeNanoseconds": 2**63})
+
+
+def _big_nelems(d: Path) -> None:
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("args"), dict) and "Out msg nelems" in e["args"]:
+            e["args"]["Out msg nelems"] = 2**63
+    _write_json(d / "t.json", doc)
+
+
+def _big_rank(d: Path) -> None:
+    doc = _doc()
+    doc["distributedInfo"] = {**doc["distributedInfo"], "rank": 2**64, "world_size": -5}
+    _write_json(d / "t.json", doc)
+
+
+def _odd_events(d: Path) -> None:
+    """A real trace with a null, a list and a number among its events."""
+    doc = _doc()
+    for i, value in ((3, None), (10, [1, 2]), (20, 5)):
+        doc["traceEvents"].insert(i, value)
+    _write_json(d / "t.json", doc)
+
+
+def _only_odd_event(d: Path) -> None:
+    _write_json(d / "t.json", {"traceEvents": [None, [], 5]})
+
+
+def _empty_events(d: Path) -> None:
+    _write_json(d / "t.json", {"traceEvents": []})
+
+
+def _markup_names(d: Path) -> None:
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "cpu_op", "user_annotation"):
+            e["name"] = HOSTILE_NAME + e["name"]
+    _write_json(d / "t.json", doc)
+    _write_json(d / "b.json", _doc())
+
+
+def _nsys(d: Path) -> Path:
+    out = d / "t.sqlite"
+    with gzip.open(SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz", "rb") as src, out.open("wb") as f:
+        shutil.copyfileobj(src, f)
+    return out
+
+
+def _nsys_sql(sql: str) -> Callable[[Path], None]:
+    """The sample export with ``sql`` run on it, the kernel table's NOT NULL constraints
+    dropped first (as a damaged or hand-edited file has them)."""
+
+    def build(d: Path) -> None:
+        path = _nsys(d)
+        con = sqlite3.connect(path)
+        con.execute("PRAGMA writable_schema = ON")
+        con.execute(
+            "UPDATE sqlite_master SET sql = replace(sql, 'NOT NULL', '') "
+            "WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'"
+        )
+        con.commit()
+        con.close()
+        con = sqlite3.connect(path)
+        con.execute(sql)
+        con.commit()
+        con.close()
+
+    return build
+
+
+def _nsys_cycle(d: Path) -> None:
+    """Every child pointer of the kernel table's root page points back at the root: walking
+    the tree multiplies the page list by the root's fan-out at every level."""
+    path = _nsys(d)
+    con = sqlite3.connect(path)
+    (root,) = con.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'"
+    ).fetchone()
+    (page_size,) = con.execute("PRAGMA page_size").fetchone()
+    con.close()
+    data = bytearray(path.read_bytes())
+    head = (root - 1) * page_size
+    assert data[head] == 5, "the kernel table's root must be an interior page"
+    count = int.from_bytes(data[head + 3 : head + 5], "big")
+    me = root.to_bytes(4, "big")
+    data[head + 8 : head + 12] = me
+    for k in range(count):
+        ptr = int.from_bytes(data[head + 12 + 2 * k : head + 14 + 2 * k], "big")
+        data[head - head % page_size + ptr : head + ptr + 4] = me
+    path.write_bytes(bytes(data))
+
+
+def _zero_pftrace(d: Path) -> None:
+    (d / "t.pftrace").write_bytes(bytes(1 << 20))
+
+
+CONFIG = (SAMPLES / "configs" / "gpt175b-1024xH100.toml").read_text()
+
+
+def _config(text: str | bytes) -> Callable[[Path], None]:
+    def build(d: Path) -> None:
+        path = d / "c.toml"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+
+    return build
+
+
+def _config_set(section: str, line: str) -> str:
+    """The sample config with ``line`` put first in ``[section]`` (replacing its key)."""
+    key = line.split("=")[0].strip()
+    out, inside = [], False
+    for old in CONFIG.splitlines():
+        if old.startswith("["):
+            inside = old == f"[{section}]"
+            out.append(old)
+            if inside:
+                out.append(line)
+            continue
+        if inside and old.split("=")[0].strip() == key:
+            continue
+        out.append(old)
+    return "\n".join(out) + "\n"
+
+
+GRAPH = SAMPLES / "configs" / "gpt175b-1024xH100.graph.json.gz"
+
+
+def _graph_edit(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def build(d: Path) -> None:
+        with gzip.open(GRAPH, "rt") as f:
+            doc = json.load(f)
+        edit(doc)
+        (d / "g.json").write_text(json.dumps(doc))
+
+    return build
+
+
+def _graph_batch(doc: dict[str, Any]) -> None:
+    doc["config"]["batch"]["global"] = 10**12
+
+
+def _graph_pp(doc: dict[str, Any]) -> None:
+    doc["config"]["parallel"]["pp"], doc["config"]["parallel"]["dp"] = 8, 16
+
+
+def _graph_virtual(doc: dict[str, Any]) -> None:
+    doc["config"]["parallel"]["virtual_stages"] = 2
+
+
+def _graph_stages(doc: dict[str, Any]) -> None:
+    doc["roles"][0]["stages"] = [10**6]
+
+
+def _graph_deep(d: Path) -> None:
+    text = '{"format": "echo-view.traced-graph", "roles": ' + "[" * DEEP + "]" * DEEP + "}"
+    (d / "g.json").write_text(text)
+
+
+def _nccl_log(d: Path) -> None:
+    src = Path(__file__).parents[1] / "importers" / "nccl_tests_data" / "all_gather_2ranks.log"
+    text = src.read_text().replace("        4096           512", f"{2**64} {2**63}")
+    (d / "n.log").write_text(text)
+
+
+def _symlink_out(d: Path) -> None:
+    outside = d / "outside"
+    outside.mkdir()
+    _write_json(outside / "rank0.json", _doc())
+    (d / "job").mkdir()
+    _write_json(d / "job" / "rank1.json", _doc())
+    (d / "job" / "link").symlink_to(outside, target_is_directory=True)
+
+
+_T = "{d}/t.json"
+_OUT = ("-o", "{d}/out.json")
+_SIM = ("simulate", "{d}/c.toml", "--json")
+_GRAPH_SIM = ("simulate", "{d}/g.json", "--json")
+
+CASES: list[Case] = [
+    Case("json-deep-args", _deep_args, (("info", _T), ("check", _T))),
+    Case("json-deep-tail", _deep_tail, (("info", _T),)),
+    Case("json-deep-unclosed", _deep_unclosed, (("check", _T),)),
+    Case("json-deep-header", _deep_header, (("info", _T),)),
+    Case("int-step-number", _big_step, (("info", _T), ("check", _T)), "ok"),
+    Case("int-base-time", _big_base_time, (("info", _T),)),
+    Case("int-base-time-check", _big_base_time, (("check", _T),), "ok"),
+    Case("int-rank", _big_rank, (("export", _T, *_OUT),)),
+    Case("int-rank-check", _big_rank, (("check", _T),), "finding:EV702"),
+    Case("int-nelems", _big_nelems, (("check", _T),), "ok"),
+    Case("event-odd", _odd_events, (("check", _T),), "finding:EV201"),
+    Case("event-only-odd", _only_odd_event, (("check", _T),), "finding:EV201"),
+    Case("event-odd-import", _odd_events, (("info", _T),)),
+    Case("events-empty", _empty_events, (("info", _T), ("export", _T, *_OUT))),
+    Case("markup-names", _markup_names, (("info", _T), ("diff", _T, "{d}/b.json")), "shown"),
+    Case("nsys-page-cycle", _nsys_cycle, (("info", "{d}/t.sqlite"),)),
+    Case(
+        "nsys-null-start",
+        _nsys_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid % 3 = 0"),
+        (("info", "{d}/t.sqlite"),),
+    ),
+    Case(
+        "nsys-negative-duration",
+        _nsys_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = start - 5 WHERE rowid % 3 = 0"),
+        (("info", "{d}/t.sqlite"),),
+    ),
+    Case("pftrace-zeros", _zero_pftrace, (("check", "{d}/t.pftrace"),)),
+    Case("config-utf16", _config(CONFIG.encode("utf-16")), (_SIM,)),
+    Case("config-stray-byte", _config(CONFIG.encode() + b"# \xff\n"), (_SIM,)),
+    Case("config-deep-inline", _config("x = " + "{a = " * DEEP + "1" + "}" * DEEP), (_SIM,)),
+    Case("config-deep-array", _config("x = " + "[" * DEEP + "]" * DEEP), (_SIM,)),
+    Case("config-deep-dotted", _config("a" + ".a" * DEEP + " = 1\n" + CONFIG), (_SIM,)),
+    Case("config-tiny-nic", _config(_config_set("cluster", "nic_gbytes_per_s = 1e-300")), (_SIM,)),
+    Case("config-huge-batch", _config(_config_set("batch", "global = 1_000_000_000_000")), (_SIM,)),
+    Case("config-int64-batch", _config(_config_set("batch", f"global = {2**64}")), (_SIM,)),
+    Case("config-huge-layers", _config(_config_set("model", "layers = 1_600_000_000")), (_SIM,)),
+    Case(
+        "config-huge-cluster",
+        _config(_config_set("parallel", "dp = 80_000_000").replace("nodes = 128", "nodes = 1")),
+        (_SIM,),
+    ),
+    Case(
+        "config-set-overflow",
+        _config(CONFIG),
+        ((*_SIM, "--set", "comm.scale=1e308"),),
+        names="comm.scale",
+    ),
+    Case("graph-huge-batch", _graph_edit(_graph_batch), (_GRAPH_SIM,)),
+    Case("graph-pp-mismatch", _graph_edit(_graph_pp), (_GRAPH_SIM,)),
+    Case("graph-virtual-mismatch", _graph_edit(_graph_virtual), (_GRAPH_SIM,)),
+    Case("graph-stage-bomb", _graph_edit(_graph_stages), (_GRAPH_SIM,)),
+    Case("graph-deep", _graph_deep, (_GRAPH_SIM,)),
+    Case(
+        "nccl-log-int64",
+        _nccl_log,
+        (("calibrate", "comm", "{d}/n.log", "-o", "{d}/out.toml"),),
+        output="out.toml",
+    ),
+    Case("dir-symlink-escape", _symlink_out, (("check", "{d}/job"),), "ok", absent=b"/link/"),
+]

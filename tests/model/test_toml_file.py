@@ -1,0 +1,64 @@
+"""Reading TOML inputs: encoding, size and nesting limits end in one ConfigError naming the
+line, fast and in little memory (tomllib alone recurses or keeps every dotted-key prefix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.model.toml_file import MAX_TOML_DEPTH, parse_toml, read_toml
+
+GOOD = '[model]\nkind = "gpt"\nlayers = 96\n[cluster]\nnic_gbps_per_gpu = 400.0\n'
+
+
+def test_a_real_config_reads(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    assert read_toml(path) == {"model": {"kind": "gpt", "layers": 96},
+                               "cluster": {"nic_gbps_per_gpu": 400.0}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "where", "words"),
+    [
+        (GOOD.encode("utf-16"), "line 1", "not UTF-8"),
+        (GOOD.encode() + b"x = 1 # \xff\n", "line 6", "byte 0xff"),
+    ],
+)
+def test_text_that_is_not_utf8(tmp_path: Path, data: bytes, where: str, words: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as exc:
+        read_toml(path)
+    assert exc.value.where == where and words in exc.value.message
+    assert str(path) in exc.value.one_line()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x = " + "{a = " * 10_000 + "1" + "}" * 10_000,  # RecursionError in tomllib
+        "x = " + "[" * 10_000 + "]" * 10_000,
+        "a" + ".a" * 100_000 + " = 1",  # quadratic memory in tomllib
+        "[" + ".".join(["t"] * 100) + "]\nx = 1",
+        "x = " + "[" * (MAX_TOML_DEPTH + 1) + "]" * (MAX_TOML_DEPTH + 1),  # tomllib reads it
+    ],
+)
+def test_nesting_beyond_the_limit(text: str) -> None:
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_TOML_DEPTH} levels"):
+        parse_toml("y = 2\n" + text, "c.toml")
+
+
+def test_nesting_within_the_limit() -> None:
+    depth = MAX_TOML_DEPTH - 1
+    assert parse_toml("x = " + "[" * depth + "]" * depth)
+    assert parse_toml(".".join(["a"] * (MAX_TOML_DEPTH - 1)) + " = 1")
+
+
+def test_a_file_too_large(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("# " + "x" * (5 << 20))
+    with pytest.raises(ConfigError, match="too large"):
+        read_toml(path)

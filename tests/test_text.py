@@ -1,0 +1,39 @@
+"""echo_view.text: input strings are shown, never interpreted, by a terminal or by rich."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from echo_view.errors import InputError
+from echo_view.text import markup_safe, printable
+
+HOSTILE = "[/] [bold]B[link=http://x]L \x1b[2J\x1b]8;;http://e\x07X\x1b]8;;\x07 \r\b\x9b \u202e"
+
+
+def test_control_and_bidi_characters_become_visible_escapes() -> None:
+    shown = printable(HOSTILE)
+    assert shown.isprintable()
+    assert "\\x1b[2J" in shown and "\\x07" in shown and "\\r" in shown and "\\x08" in shown
+    assert "\\x9b" in shown and "\\u202e" in shown
+    assert printable("aten::mm (void) é 中") == "aten::mm (void) é 中"
+
+
+def test_markup_is_printed_as_written() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    table = Table()
+    table.add_column("kernel")
+    table.add_row(markup_safe(HOSTILE))
+    console.print(table)
+    console.print(f"note: {markup_safe(HOSTILE)}")
+    text = out.getvalue()
+    assert "[/] [bold]B[link=http://x]L" in text
+    assert not any(c in text for c in "\x1b\x07\x08\r\x9b\u202e")
+
+
+def test_an_error_line_shows_the_input_escaped() -> None:
+    line = InputError(f"bad name {HOSTILE!s}", path="a\x1b[2J.json").one_line()
+    assert line.isprintable() and "a\\x1b[2J.json" in line
