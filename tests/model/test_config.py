@@ -15,7 +15,7 @@ from echo_view.model.config import (
     parse_workload_config,
     tracing_key,
 )
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, SHARED
 
 BASE: dict[str, Any] = {
     "model": {
@@ -81,7 +81,11 @@ def test_every_published_run_parses(path: Path) -> None:
 
 
 def test_published_runs_are_all_there() -> None:
-    assert len(_published_runs()) == 10
+    """47 shipped runs (docs/accuracy.md), every one of ../shared/validation/runs among them."""
+    names = {p.name for p in _published_runs()}
+    assert len(names) == 47
+    shared = {p.name for p in (SHARED / "validation" / "runs").glob("*.toml")}
+    assert shared <= names
 
 
 @pytest.mark.parametrize(
