@@ -53,7 +53,7 @@ def test_whitespace_bombs_end_with_the_limit(
 ) -> None:
     bomb = gzip_bomb(tmp_path / "bomb.json.gz", BOMB, head, tail)
     argv = [command[0], str(bomb), *(a.format(tmp=tmp_path) for a in command[1:])]
-    err = refused(argv, capsys, tmp_path, [bomb], "gzip data inflates more than 200x")
+    err = refused(argv, capsys, tmp_path, [bomb], "gzip data inflates more than 300x")
     assert f"{bomb}: gzip data" in err and "--max-inflated-bytes" in err
 
 
@@ -61,7 +61,7 @@ def test_a_sqlite_gz_bomb_stops_and_leaves_nothing_in_tmpdir(
     tmp_path: Path, tmpdir_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bomb = gzip_bomb(tmp_path / "bomb.sqlite.gz", BOMB, b"SQLite format 3\x00", fill=b"\0")
-    refused(["info", str(bomb)], capsys, tmp_path, [bomb], "gzip data inflates more than 200x")
+    refused(["info", str(bomb)], capsys, tmp_path, [bomb], "gzip data inflates more than 300x")
     assert listing(tmpdir_env) == []
 
 
