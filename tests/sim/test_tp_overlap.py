@@ -68,19 +68,23 @@ def _run(table: OpTable, dur: list[int], backward: bool, chunk_rs: int = 0) -> l
     return [int(x) for x in out]
 
 
+def _gemm_ns(flops: float) -> int:
+    """One bf16 GEMM's time on H100 under :data:`PARAMS` (the FLOP roofline)."""
+    times = op_times_ns(
+        np.array([0]),
+        np.array([flops]),
+        np.array([0]),
+        np.array([H100.peak_flops["bf16"]]),
+        H100,
+        PARAMS,
+    )
+    return int(times[0])
+
+
 def test_all_gather_before_a_large_gemm_exposes_only_the_first_chunk_time() -> None:
     # With no kernel overheads and a flat efficiency, a GEMM's quarter takes exactly 1/4 of it.
     flops = 4e12
-    g = int(
-        op_times_ns(
-            np.array([0]),
-            np.array([flops]),
-            np.array([0]),
-            np.array([H100.peak_flops["bf16"]]),
-            H100,
-            PARAMS,
-        )[0]
-    )
+    g = _gemm_ns(flops)
     c = 300_000  # all-gather alone: 0.3 ms, each of the 3 ring steps 0.1 ms
     table = _table([(OpClass.COLLECTIVE, 0.0, AG), (OpClass.GEMM, flops, -1)])
     out = _run(table, [c, g], backward=False)
@@ -94,16 +98,7 @@ def test_all_gather_before_a_large_gemm_exposes_only_the_first_chunk_time() -> N
 
 def test_forward_reduce_scatter_pipelines_on_fewer_sms_and_backward_runs_beside_wgrad() -> None:
     flops = 4e12
-    g = int(
-        op_times_ns(
-            np.array([0]),
-            np.array([flops]),
-            np.array([0]),
-            np.array([H100.peak_flops["bf16"]]),
-            H100,
-            PARAMS,
-        )[0]
-    )
+    g = _gemm_ns(flops)
     c, c4 = 2 * g, g // 2
     table = _table([(OpClass.GEMM, flops, -1), (OpClass.COLLECTIVE, 0.0, RS)])
     margin = 132 / (132 - 16)
