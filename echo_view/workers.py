@@ -1,0 +1,89 @@
+"""Where work beyond one process runs: a ``dask.distributed`` cluster.
+
+One place opens it for every command that fans out (reading many rank files, searching layouts):
+a local cluster of worker processes by default, or an existing scheduler given by its address.
+``dask`` is an optional extra (``pip install 'echo-view[dask]'``) and is imported only here, and
+only when a cluster is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from echo_view.errors import UsageError
+
+MAX_WORKERS = 1024  # a local cluster larger than this is a typo, not a machine
+
+
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_workers(n: int) -> int:
+    """``n`` if it is a sensible local worker count, else a :class:`UsageError`."""
+    if not 1 <= n <= MAX_WORKERS:
+        raise UsageError(
+            f"--workers must be between 1 and {MAX_WORKERS}, got {n}",
+            hint="give the number of local worker processes, or --scheduler ADDRESS",
+        )
+    return n
+
+
+def _dask() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise UsageError(
+            "running on a Dask cluster needs the dask extra",
+            hint="pip install 'echo-view[dask]'",
+        ) from exc
+    return distributed
+
+
+@contextmanager
+def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
+    """A ``distributed.Client``: on the scheduler at ``scheduler``, else on a local cluster of
+    ``workers`` single-threaded worker processes (default: :func:`default_workers`).
+
+    Leaving the block (normally, on an error or on Ctrl-C) closes the client and, for a local
+    cluster, stops its worker processes, so nothing keeps running after the command.
+    """
+    distributed = _dask()
+    if scheduler is not None:
+        try:
+            client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise UsageError(
+                f"cannot reach the Dask scheduler at {scheduler}: {exc}",
+                hint="start one with `dask scheduler`, or drop --scheduler for a local cluster",
+            ) from None
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    n = check_workers(workers if workers is not None else default_workers())
+    # Processes, one thread each: the work is pure Python (parsing, simulating) and holds the GIL.
+    cluster = distributed.LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    try:
+        client = distributed.Client(cluster, set_as_default=False)
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        cluster.close()

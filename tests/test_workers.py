@@ -1,0 +1,42 @@
+"""The Dask cluster every fanning-out command runs on: a real local cluster of processes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from echo_view.errors import UsageError
+from echo_view.workers import check_workers, dask_client, default_workers
+
+pytest.importorskip("distributed", reason="the dask extra is not installed")
+
+
+def _square_and_pid(x: int) -> tuple[int, int]:
+    return x * x, os.getpid()
+
+
+@pytest.mark.slow
+def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
+    with dask_client(workers=2) as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        results = client.gather(client.map(_square_and_pid, range(8)))
+    assert [r for r, _ in results] == [x * x for x in range(8)]
+    # The work ran in worker processes, not in this one.
+    assert os.getpid() not in {pid for _, pid in results}
+    assert client.status == "closed"
+
+
+def test_worker_count_is_bounded() -> None:
+    assert check_workers(1) == 1
+    assert default_workers() >= 1
+    for bad in (0, -3, 10**6):
+        with pytest.raises(UsageError, match="--workers must be between 1 and 1024"):
+            check_workers(bad)
+
+
+@pytest.mark.slow
+def test_unreachable_scheduler_is_one_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9"):
+        with dask_client(scheduler="tcp://127.0.0.1:9"):
+            pass
