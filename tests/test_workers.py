@@ -37,6 +37,6 @@ def test_worker_count_is_bounded() -> None:
 
 @pytest.mark.slow
 def test_unreachable_scheduler_is_one_usage_error() -> None:
-    with pytest.raises(UsageError, match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9"):
-        with dask_client(scheduler="tcp://127.0.0.1:9"):
-            pass
+    unreachable = r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9"
+    with pytest.raises(UsageError, match=unreachable), dask_client(scheduler="tcp://127.0.0.1:9"):
+        pass
