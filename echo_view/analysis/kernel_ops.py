@@ -18,26 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from echo_view.model.dtypes import dtype_info
 from echo_view.model.graph import OpClass
-
-#: ``Input type`` strings of tensors -> (dtype name used by the cost model, bytes per element).
-TENSOR_TYPES: dict[str, tuple[str, int]] = {
-    "float": ("fp32", 4),
-    "c10::Half": ("fp16", 2),
-    "c10::BFloat16": ("bf16", 2),
-    "double": ("fp64", 8),
-    "long int": ("int64", 8),
-    "long": ("int64", 8),
-    "int": ("int32", 4),
-    "short int": ("int16", 2),
-    "signed char": ("int8", 1),
-    "unsigned char": ("uint8", 1),
-    "bool": ("bool", 1),
-    "c10::Float8_e4m3fn": ("fp8", 1),
-    "c10::Float8_e5m2": ("fp8", 1),
-    "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1),
-}
 
 _GEMM = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"})
 # Flash/memory-efficient attention kernels take q, k, v as [batch, seq, heads, head_dim].
@@ -138,7 +120,7 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
     """One entry per argument: a tensor, or ``None`` for scalars, lists and unknown types."""
     out: list[_Tensor | None] = []
     for d, t in zip(dims, types, strict=False):
-        known = TENSOR_TYPES.get(t) if isinstance(t, str) else None
+        known = dtype_info(t)
         if (
             known is None
             or not isinstance(d, list)
@@ -146,7 +128,7 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
         ):
             out.append(None)
             continue
-        out.append(_Tensor(tuple(d), known[0], known[1]))
+        out.append(_Tensor(tuple(d), known.short, known.size))
     return out
 
 

@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from echo_view.errors import ConfigError
 from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
+from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
@@ -68,7 +69,6 @@ NCCL_KERNEL = {
     CollectiveKind.ALL_TO_ALL: "ncclDevKernel_SendRecv",
     CollectiveKind.BROADCAST: "ncclDevKernel_Broadcast",
 }
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 @dataclass
@@ -338,7 +338,7 @@ class _Composer:
         )
         self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params)
         # Activations and parameters travel in 16 bits when GEMMs run in fp8.
-        elem_bytes = _BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
+        elem_bytes = dtype_bytes("bf16" if cfg.dtype == "fp8" else cfg.dtype) or 2
         act_bytes = (
             (cfg.model.seq_len // p.cp) * cfg.batch.micro * cfg.model.hidden * elem_bytes // p.tp
         )

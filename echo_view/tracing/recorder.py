@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.columns import ColumnBuilder
+from echo_view.model.dtypes import short_dtype
 from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
@@ -30,20 +31,10 @@ from echo_view.tracing.opinfo import (
     tensor_shapes,
 )
 
-_DTYPE_NAMES = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.bool: "bool",
-    torch.uint8: "uint8",
-}
-
 
 def dtype_name(dtype: torch.dtype) -> str:
     """Short dtype name (``bf16``)."""
-    return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+    return short_dtype(str(dtype)) or str(dtype).removeprefix("torch.")
 
 
 def _nbytes(t: torch.Tensor) -> int:
