@@ -118,21 +118,22 @@ _COPY = frozenset(
 _ATTN = frozenset({"flash_attn", "flash_attn_bwd"})
 
 
+_CLASSES: tuple[tuple[frozenset[str], OpClass], ...] = (
+    (GEMM, OpClass.GEMM),
+    (_ATTN, OpClass.ATTENTION),
+    (_NORM, OpClass.NORMALIZATION),
+    (_EMB, OpClass.EMBEDDING),
+    (_REDUCE, OpClass.REDUCTION),
+    (_COPY, OpClass.COPY),
+)
+
+
 def op_class(name: str) -> int:
     """The :class:`OpClass` of aten op ``name`` (overload stripped: ``addmm``)."""
-    if name in GEMM:
-        return OpClass.GEMM
-    if name in _ATTN:
-        return OpClass.ATTENTION
-    if name in _NORM:
-        return OpClass.NORMALIZATION
-    if name in _EMB:
-        return OpClass.EMBEDDING
-    if name in _REDUCE:
-        return OpClass.REDUCTION
-    if name in _COPY:
-        return OpClass.COPY
-    if name.startswith("_foreach") or name.startswith("_fused_adam"):
+    for names, cls in _CLASSES:
+        if name in names:
+            return cls
+    if name.startswith(("_foreach", "_fused_adam")):
         return OpClass.OPTIMIZER
     return OpClass.ELEMENTWISE
 
