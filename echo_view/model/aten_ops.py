@@ -118,7 +118,7 @@ _COPY = frozenset(
 _ATTN = frozenset({"flash_attn", "flash_attn_bwd"})
 
 
-_CLASSES: tuple[tuple[frozenset[str], OpClass], ...] = (
+_CLASSES: tuple[tuple[frozenset[str], int], ...] = (
     (GEMM, OpClass.GEMM),
     (_ATTN, OpClass.ATTENTION),
     (_NORM, OpClass.NORMALIZATION),
