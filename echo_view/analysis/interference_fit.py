@@ -41,8 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_features import GENERATIONS, PROTOCOLS
+from echo_view.analysis.interference_features import PROTOCOLS
 from echo_view.analysis.interference_rate import predict_durations
+from echo_view.model.gpus import GENERATIONS
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import CLASS_COLLECTIVE, OP_CLASS_NAMES
 

@@ -34,9 +34,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.interference import coverage, longest_overlap
 from echo_view.analysis.interference_features import (
-    GENERATIONS,
     comm_features,
-    gpu_generation,
     launch_config,
     trace_generation,
 )
@@ -44,6 +42,7 @@ from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, Kernel
 from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
+from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.toml_file import read_toml
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
+from echo_view.model.gpus import gpu_preset
 from echo_view.sim.compute_presets import gemm_shape_params_for
 from echo_view.sim.gemm_shape import GemmShapeParams, fit, gemm_times_ns
-from echo_view.sim.gpus import gpu_preset
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
 
 KERNELS = Path(__file__).resolve().parents[2] / "samples" / "kernels" / "gemm"
