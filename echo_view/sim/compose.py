@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import ConfigError
+from echo_view.model.collectives import collective
 from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
 from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.graph import AXES, OpClass, TracedGraph
@@ -60,14 +61,18 @@ from echo_view.sim.schedule import schedule
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
-#: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming).
+#: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
+#: point-to-point kind first, so that a SendRecv kernel reads back as send/recv.
 NCCL_KERNEL = {
-    CollectiveKind.ALL_REDUCE: "ncclDevKernel_AllReduce",
-    CollectiveKind.ALL_GATHER: "ncclDevKernel_AllGather",
-    CollectiveKind.REDUCE_SCATTER: "ncclDevKernel_ReduceScatter",
-    CollectiveKind.SEND_RECV: "ncclDevKernel_SendRecv",
-    CollectiveKind.ALL_TO_ALL: "ncclDevKernel_SendRecv",
-    CollectiveKind.BROADCAST: "ncclDevKernel_Broadcast",
+    k: f"ncclDevKernel_{collective(k).kernel}"
+    for k in (
+        CollectiveKind.ALL_REDUCE,
+        CollectiveKind.ALL_GATHER,
+        CollectiveKind.REDUCE_SCATTER,
+        CollectiveKind.SEND_RECV,
+        CollectiveKind.ALL_TO_ALL,
+        CollectiveKind.BROADCAST,
+    )
 }
 
 
