@@ -2,8 +2,8 @@
 
 For every sample job the data model (every column of every table of every rank, the strings,
 lanes, groups, devices, clock alignment) and for a set of commands their output (``simulate
---json`` of replays and configs, ``export`` and ``simulate -o`` to JSON and protobuf) are reduced to SHA-256
-digests and small values in ``tests/golden/samples.json``. ``tests/test_golden.py`` recomputes
+--json`` of replays and configs, ``export`` and ``simulate -o`` to JSON and protobuf) are
+reduced to SHA-256 digests and small values in ``tests/golden/samples.json``. ``tests/test_golden.py`` recomputes
 them: a refactoring that changes any byte of what the samples produce fails there, and says
 which item changed.
 
@@ -72,7 +72,8 @@ def _digest(data: bytes) -> str:
 def canonical(value: Any) -> Any:
     """A JSON-able canonical form: arrays and long lists as digests, dataclasses by field."""
     if isinstance(value, np.ndarray):
-        return {"dtype": value.dtype.str, "shape": list(value.shape), "sha": _digest(value.tobytes())}
+        sha = _digest(value.tobytes())
+        return {"dtype": value.dtype.str, "shape": list(value.shape), "sha": sha}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "strings") and callable(getattr(value, "intern", None)):  # StringTable

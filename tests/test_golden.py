@@ -12,7 +12,6 @@ import pytest
 from tests.golden import GOLDEN, compute, items
 
 
-
 def _diff(old: Any, new: Any, where: str = "") -> list[str]:
     """The paths at which two dumps differ (a few, for the failure message)."""
     if isinstance(old, dict) and isinstance(new, dict):
