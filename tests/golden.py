@@ -3,9 +3,9 @@
 For every sample job the data model (every column of every table of every rank, the strings,
 lanes, groups, devices, clock alignment) and for a set of commands their output (``simulate
 --json`` of replays and configs, ``export`` and ``simulate -o`` to JSON and protobuf) are
-reduced to SHA-256 digests and small values in ``tests/golden/samples.json``. ``tests/test_golden.py`` recomputes
-them: a refactoring that changes any byte of what the samples produce fails there, and says
-which item changed.
+reduced to SHA-256 digests and small values in ``tests/golden/samples.json``.
+``tests/test_golden.py`` recomputes them: a refactoring that changes any byte of what the
+samples produce fails there, and says which item changed.
 
 Update after an intended change, and commit the new file with the change that explains it::
 
