@@ -28,7 +28,7 @@ from tests.fuzz_data import ODD_VALUES, SETTINGS
 from tests.sim.interference.interference_data import FACTORS, synthetic
 
 COMM = tomllib.loads(
-    (Path(__file__).parents[2] / "echo_view" / "sim" / "comm" / "calibrated.toml").read_text(
+    (Path(__file__).parents[3] / "echo_view" / "sim" / "comm" / "calibrated.toml").read_text(
         encoding="utf-8"
     )
 )
