@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from echo_view.analysis.cxx_names import demangle
 from echo_view.model import GPU_KINDS, NONE, CollectiveKind, EventKind, Job, Trace
 from echo_view.text import printable
 from echo_view.tui.raster import short_name
@@ -162,9 +163,14 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
         ids.append(f"external id {int(ev.external_id[row])}")
     if ids:
         text.append("\nids: " + " · ".join(ids), style="#a0a0a0")
-    if short_name(trace.name(row)) != trace.name(row):
+    name = trace.name(row)
+    full = demangle(name)
+    if short_name(name) != full:
         text.append("\nname: ", style="bold")
-        text.append(printable(trace.name(row)[:1000]), style="#c0c0c0")
+        text.append(printable(full[:1000]), style="#c0c0c0")
+    if full != name:
+        text.append("\nmangled: ", style="bold")
+        text.append(printable(name[:1000]), style="#c0c0c0")
     args = ev.args(row)
     if args:
         text.append("\nargs: ", style="bold")

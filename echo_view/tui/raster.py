@@ -10,7 +10,6 @@ selected event are marked. Only the coverage queries touch all events, and they 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -20,6 +19,7 @@ import numpy.typing as npt
 from rich.segment import Segment
 from rich.style import Style
 
+from echo_view.analysis.cxx_names import demangle, short_kernel_name
 from echo_view.model import EventKind
 from echo_view.text import printable
 from echo_view.tui.tracks import _CLASS_WEIGHT, COMM, N_CLASSES, WORK_CLASSES, Track
@@ -56,18 +56,22 @@ EMPTY = N_CLASSES * 4
 MATCH_MARK = EMPTY + 1
 
 
-_NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
+#: How lanes name events: the readable short name, or the full (demangled) signature.
+NAME_MODES = ("short", "full")
 
 
 @lru_cache(maxsize=65536)
 def short_name(name: str) -> str:
-    """A name as a lane shows it: without ``void``, template arguments and parameters
-    (``void at::native::foo<4, ...>(int, ...)`` -> ``at::native::foo``)."""
-    base = printable(name).removeprefix("void ").replace("(anonymous namespace)", "{anon}")
-    cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=-1)
-    if cut < 0 or _NUMBERED.match(base, cut):
-        return base  # "PyTorch Profiler (0)" keeps its number
-    return base[:cut]
+    """A name as a lane shows it: a C++ kernel signature as its identifier and the callable
+    it is templated on (:func:`~echo_view.analysis.cxx_names.short_kernel_name`,
+    ``void at::native::<unnamed>::vectorized_layer_norm_kernel<...>(...)`` ->
+    ``vectorized_layer_norm_kernel``); other names unchanged."""
+    return printable(short_kernel_name(name))
+
+
+def display_name(name: str, mode: str) -> str:
+    """``name`` in name mode ``mode`` (one of :data:`NAME_MODES`)."""
+    return short_name(name) if mode == "short" else printable(demangle(name))
 
 
 @cache

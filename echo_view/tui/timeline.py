@@ -25,7 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from echo_view.tui.index import Group, TimelineIndex
-from echo_view.tui.raster import Window, render_row, short_name
+from echo_view.tui.raster import NAME_MODES, Window, display_name, render_row
 from echo_view.tui.tracks import Track
 
 ZOOM_STEP = 1.5
@@ -79,6 +79,7 @@ class TimelineView(ScrollView, can_focus=True):
         Binding("0", "reset", "Reset: fit the whole job", show=False),
         Binding("enter,space", "toggle_group", "Collapse/expand the rank", show=False),
         Binding("x", "toggle_all", "Collapse/expand all ranks", show=False),
+        Binding("m", "name_mode", "Names: short / full (demangled)", show=False),
         Binding("left_square_bracket", "goto_step(-1)", "Previous step", show=False),
         Binding("right_square_bracket", "goto_step(1)", "Next step", show=False),
     ]
@@ -95,6 +96,8 @@ class TimelineView(ScrollView, can_focus=True):
     """The row the keyboard acts on."""
     selection: reactive[Selection | None] = reactive(None, init=False)
     """The selected event."""
+    name_mode: reactive[str] = reactive(NAME_MODES[0], init=False)
+    """How events are named (one of :data:`~echo_view.tui.raster.NAME_MODES`)."""
 
     class Selected(Message):
         """Posted when the selection changes; handled as ``on_timeline_view_selected``."""
@@ -190,7 +193,7 @@ class TimelineView(ScrollView, can_focus=True):
         key = (
             row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
             row_no == self.cursor and self.has_focus,
-            ref.group in self.index.collapsed,
+            ref.group in self.index.collapsed, self.name_mode,
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
@@ -214,10 +217,10 @@ class TimelineView(ScrollView, can_focus=True):
         track = ref.track
         if track is not None:
             trace = self.index.trace(track.source, track.trace)
-            names, strings = trace.events.name, trace.strings
+            names, strings, mode = trace.events.name, trace.strings, self.name_mode
 
             def name_of(p: int) -> str:
-                return short_name(strings[int(names[track.rows[p]])])
+                return display_name(strings[int(names[track.rows[p]])], mode)
 
             segs += render_row(
                 track,
@@ -260,6 +263,14 @@ class TimelineView(ScrollView, can_focus=True):
     def watch_cursor(self) -> None:
         self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
         self._view_changed()
+
+    def watch_name_mode(self) -> None:
+        self._view_changed()
+
+    def action_name_mode(self) -> None:
+        modes = NAME_MODES
+        self.name_mode = modes[(modes.index(self.name_mode) + 1) % len(modes)]
+        self.notify(f"names: {self.name_mode}", timeout=2)
 
     def watch_selection(self, selection: Selection | None) -> None:
         self.refresh()
