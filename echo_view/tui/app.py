@@ -232,7 +232,14 @@ class EchoViewApp(App[None]):
         if self.loaded is None or isinstance(self.screen, SummaryScreen):
             return
         i = self.current
-        self.push_screen(SummaryScreen(self.loaded.jobs[i], self.loaded.titles[i]))
+        screen = SummaryScreen(self.loaded.jobs[i], self.loaded.titles[i])
+        self.push_screen(screen, self._show_kernel)
+
+    def _show_kernel(self, name: str | None) -> None:
+        """Find kernel ``name`` (picked in the summary) on the current input's timeline."""
+        screen = self._screens.get(self.current)
+        if name is not None and screen is not None and self.screen is screen:
+            screen.panel.find_exact(name)
 
     def action_diff(self) -> None:
         loaded = self.loaded

@@ -118,7 +118,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     dur = int(ev.dur_ns[row])
     text = Text()
     text.append(f"{kind.label}", style="bold")
-    text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="#a0a0a0")
+    text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="dim")
     text.append(f"start +{format_duration(start)} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
     links = partners(trace, tidx, row)
@@ -162,19 +162,19 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     if int(ev.external_id[row]) != NONE:
         ids.append(f"external id {int(ev.external_id[row])}")
     if ids:
-        text.append("\nids: " + " · ".join(ids), style="#a0a0a0")
+        text.append("\nids: " + " · ".join(ids), style="dim")
     name = trace.name(row)
     full = demangle(name)
     if short_name(name) != full:
         text.append("\nname: ", style="bold")
-        text.append(printable(full[:1000]), style="#c0c0c0")
+        text.append(printable(full[:1000]), style="dim")
     if full != name:
         text.append("\nmangled: ", style="bold")
-        text.append(printable(name[:1000]), style="#c0c0c0")
+        text.append(printable(name[:1000]), style="dim")
     args = ev.args(row)
     if args:
         text.append("\nargs: ", style="bold")
-        text.append(printable(msgspec.json.encode(args).decode()[:2000]), style="#c0c0c0")
+        text.append(printable(msgspec.json.encode(args).decode()[:2000]), style="dim")
     return text, links
 
 
@@ -183,11 +183,12 @@ class DetailsPane(VerticalScroll, can_focus=False):
 
     DEFAULT_CSS = """
     DetailsPane { height: 7; border-top: solid $primary-darken-2; padding: 0 1; }
+    DetailsPane.-empty { height: 1; border-top: none; color: $text-muted; }
     DetailsPane.-hidden { display: none; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, classes="-empty")
         self.links: list[Link] = []
         self._body = Static("Select an event: Tab/Shift+Tab on a lane, or click it.")
 
@@ -197,9 +198,12 @@ class DetailsPane(VerticalScroll, can_focus=False):
     def show(self, job: Job | None, tidx: int, row: int, origin_ns: int) -> None:
         """Describe event ``row`` of trace ``tidx`` (or clear when ``job`` is None)."""
         if job is None:
+            # Empty, the pane shrinks to this one line and the lanes get its rows.
             self.links = []
-            self._body.update("No event selected.")
+            self._body.update("No event selected: Tab/Shift+Tab on a lane, or click one.")
+            self.add_class("-empty")
             return
+        self.remove_class("-empty")
         text, self.links = describe(job, tidx, row, origin_ns)
         self._body.update(text)
         self.scroll_home(animate=False)

@@ -3,6 +3,7 @@ that act across them (search, n/N, kind filter, jump to partner or peer)."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import numpy as np
@@ -98,6 +99,8 @@ class TimelinePanel(Vertical):
         self.steps = steps
         self.initial_span = initial_span
         self.matches: Matches | None = None
+        self.match_label = ""
+        """How the status line names the search (the query, or the kernel picked)."""
         self.match_at = -1
         self.shown_classes: frozenset[int] | None = None
 
@@ -132,14 +135,17 @@ class TimelinePanel(Vertical):
         tl.set_index(index)
         tl.steps = steps
         if self.matches is not None:
-            self._run_search(self.matches.query)
+            self._run_search(self.matches.query, self.match_label)
 
     # -- messages ---------------------------------------------------------------------------------
 
     def _view_moved(self) -> None:
         tl = self.timeline
-        self.query_one(TimeRuler).show(tl.window, tl.label_width, "time")
+        self.query_one(TimeRuler).show(tl.window, tl.label_width, "time", tl.palette)
         self._update_status()
+
+    def on_timeline_view_restyled(self, message: TimelineView.Restyled) -> None:
+        self._view_moved()
 
     def on_timeline_view_selected(self, message: TimelineView.Selected) -> None:
         sel = message.selection
@@ -169,7 +175,7 @@ class TimelinePanel(Vertical):
             parts.append(f"step {self.steps[tl.step_index][0]}")
         if self.matches is not None:
             at = f"{self.match_at + 1}/" if self.match_at >= 0 else ""
-            parts.append(f"/{self.matches.query}: {at}{len(self.matches)}")
+            parts.append(f"/{self.match_label}: {at}{len(self.matches)}")
         if self.shown_classes is not None:
             parts.append("kinds: " + ",".join(class_label(c) for c in sorted(self.shown_classes)))
         self.query_one("#status", StatusLine).show(" │ ".join(parts))
@@ -190,8 +196,14 @@ class TimelinePanel(Vertical):
             self._run_search(event.value.strip())
             self.action_next_match(1)
 
-    def _run_search(self, query: str) -> None:
+    def find_exact(self, name: str) -> None:
+        """Search for events named exactly ``name`` and select the first one."""
+        self._run_search(f"^{re.escape(name)}$", label=name[:40])
+        self.action_next_match(1)
+
+    def _run_search(self, query: str, label: str | None = None) -> None:
         self.matches = search(self.index, query)
+        self.match_label = label or query
         self.match_at = -1
         tl = self.timeline
         tl.matches = self.matches.starts

@@ -8,7 +8,8 @@ import math
 from rich.text import Text
 from textual.widget import Widget
 
-from echo_view.tui.raster import Window
+from echo_view.tui.palette import Palette
+from echo_view.tui.raster import DEFAULT_PALETTE, Window
 
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
 
@@ -33,26 +34,36 @@ def format_tick(t_ns: float, step_ns: float) -> str:
     return f"{t_ns:.0f}ns"  # pragma: no cover - the loop always returns
 
 
-def ruler_text(window: Window, label_width: int, origin_label: str = "") -> Text:
-    """One line: the origin label in the label column, then ``╵label`` ticks across the cells."""
+def ruler_text(
+    window: Window, label_width: int, origin_label: str = "", palette: Palette = DEFAULT_PALETTE
+) -> Text:
+    """One line: the origin label in the label column, then ``╵label`` ticks across the cells.
+    A label that would run past the right edge is written before its tick (``300ms╵``)."""
     step = nice_step(window.ns_per_cell)
     chars = [" "] * window.width
     ticks: list[tuple[int, int]] = []
+    taken = 0  # cells up to here hold the previous label
     k = math.ceil(window.t0 / step)
     while True:
         cell = round((k * step - window.t0) / window.ns_per_cell)
         if cell >= window.width:
             break
         if cell >= 0:
-            label = "╵" + format_tick(k * step, step)
-            end = min(cell + len(label), window.width)
-            chars[cell:end] = label[: end - cell]
-            ticks.append((cell, end))
+            tick = format_tick(k * step, step)
+            if cell + 1 + len(tick) <= window.width:
+                chars[cell : cell + 1 + len(tick)] = "╵" + tick
+                ticks.append((cell + 1, cell + 1 + len(tick)))
+                taken = cell + 1 + len(tick)
+            elif cell - len(tick) > taken:
+                chars[cell - len(tick) : cell + 1] = tick + "╵"
+                ticks.append((cell - len(tick), cell))
+            else:
+                chars[cell] = "╵"
         k += 1
     head = origin_label[: label_width - 1].ljust(label_width - 1) + "│"
-    text = Text(head + "".join(chars), style="#808080")
+    text = Text(head + "".join(chars), style=palette.muted)
     for a, b in ticks:
-        text.stylize("bold #d0d0d0", len(head) + a + 1, len(head) + b)
+        text.stylize(palette.tick, len(head) + a, len(head) + b)
     return text
 
 
@@ -68,13 +79,15 @@ class TimeRuler(Widget):
         self.window: Window | None = None
         self.label_width = 12
         self.origin_label = ""
+        self.palette = DEFAULT_PALETTE
 
-    def show(self, window: Window, label_width: int, origin_label: str) -> None:
+    def show(self, window: Window, label_width: int, origin_label: str, palette: Palette) -> None:
         """Draw ``window`` (called when the timeline's view changes)."""
         self.window, self.label_width, self.origin_label = window, label_width, origin_label
+        self.palette = palette
         self.refresh()
 
     def render(self) -> Text:
         if self.window is None:
             return Text("")
-        return ruler_text(self.window, self.label_width, self.origin_label)
+        return ruler_text(self.window, self.label_width, self.origin_label, self.palette)

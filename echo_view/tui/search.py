@@ -114,8 +114,10 @@ class KindFilterScreen(ModalScreen[frozenset[int] | None]):
     DEFAULT_CSS = """
     KindFilterScreen { align: center middle; }
     KindFilterScreen > Vertical {
-        width: 44; height: auto; max-height: 22; border: round $primary; background: $surface;
+        width: 56; max-width: 100%; height: auto; max-height: 22; border: round $primary;
+        background: $surface;
     }
+    KindFilterScreen Label { width: 100%; padding: 0 1; }
     KindFilterScreen SelectionList { height: auto; max-height: 16; }
     """
 
@@ -126,7 +128,7 @@ class KindFilterScreen(ModalScreen[frozenset[int] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(" Show kinds (space toggles, enter applies, a: all)")
+            yield Label("Show kinds (space toggles, enter applies, a: all)")
             yield SelectionList[int](
                 *[
                     Choice(class_label(c), c, self.shown is None or c in self.shown)

@@ -23,20 +23,24 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.theme import Theme
 
 from echo_view.tui.index import Group, TimelineIndex
-from echo_view.tui.raster import NAME_MODES, Window, display_name, render_row
+from echo_view.tui.palette import Palette, palette_for
+from echo_view.tui.raster import DEFAULT_PALETTE, NAME_MODES, Window, display_name, render_row
 from echo_view.tui.tracks import Track
 
 ZOOM_STEP = 1.5
-# Label column styles by (header row, cursor row); built once, not per row drawn.
-_LABEL_STYLES = {
-    (True, False): Style(bold=True, color="#e0e0e0"),
-    (False, False): Style(color="#a0a0a0"),
-    (True, True): Style(bold=True, color="#e0e0e0", reverse=True),
-    (False, True): Style(color="#a0a0a0", reverse=True),
-}
 MIN_NS_PER_CELL = 0.05
+#: The lane-name column: at least this wide, and by default at most a fifth of the terminal.
+MIN_LABEL_WIDTH = 10
+_REVERSE = Style(reverse=True)
+
+
+def default_label_width(longest: int, width: int) -> int:
+    """The lane-name column for labels of ``longest`` characters on a ``width``-cell terminal:
+    the labels plus the separator, within ``MIN_LABEL_WIDTH`` and a fifth of the width."""
+    return max(MIN_LABEL_WIDTH, min(longest + 1, max(12, width // 5)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ class TimelineView(ScrollView, can_focus=True):
         Binding("enter,space", "toggle_group", "Collapse/expand the rank", show=False),
         Binding("x", "toggle_all", "Collapse/expand all ranks", show=False),
         Binding("m", "name_mode", "Names: short / full (demangled)", show=False),
+        Binding("less_than_sign", "label_width(-2)", "Narrower lane-name column", show=False),
+        Binding("greater_than_sign", "label_width(2)", "Wider lane-name column", show=False),
         Binding("left_square_bracket", "goto_step(-1)", "Previous step", show=False),
         Binding("right_square_bracket", "goto_step(1)", "Next step", show=False),
     ]
@@ -115,6 +121,9 @@ class TimelineView(ScrollView, can_focus=True):
             super().__init__()
             self.timeline = timeline
 
+    class Restyled(Message):
+        """Posted when the palette or the lane-name column changes (the ruler follows)."""
+
     def __init__(self, index: TimelineIndex, *, name: str | None = None, id: str | None = None):
         super().__init__(name=name, id=id)
         self.index = index
@@ -127,14 +136,19 @@ class TimelineView(ScrollView, can_focus=True):
         self._width = 0
         self.initial_span: tuple[float, float] | None = None
         """What the first layout shows (default: everything)."""
+        self.palette: Palette = DEFAULT_PALETTE
+        self.label_extra = 0
+        """Cells the user added to (or took from) the lane-name column with ``<`` / ``>``."""
+        self._longest_label = 0
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
 
     @property
     def label_width(self) -> int:
-        """Width of the label column."""
-        return 18 if self._width >= 120 else 12
+        """Width of the lane-name column (with its separator)."""
+        base = default_label_width(self._longest_label, self._width)
+        return max(4, min(base + self.label_extra, max(4, self._width - 10)))
 
     @property
     def cells(self) -> int:
@@ -152,6 +166,7 @@ class TimelineView(ScrollView, can_focus=True):
             if gi not in self.index.collapsed:
                 rows.extend(RowRef(gi, t, False) for t in g.lanes)
         self.rows = rows
+        self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
         self.cursor = min(self.cursor, max(0, len(rows) - 1))
         self._cache.clear()
@@ -167,6 +182,29 @@ class TimelineView(ScrollView, can_focus=True):
         """Forget every cached row (after a filter or search change) and redraw."""
         self._cache.clear()
         self.refresh()
+
+    def on_mount(self) -> None:
+        self._set_palette(palette_for(self.app.current_theme))
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self._set_palette(palette_for(theme))
+
+    def _set_palette(self, palette: Palette) -> None:
+        self.palette = palette
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.Restyled())
+
+    def action_label_width(self, delta: int) -> None:
+        before = self.label_width
+        self.label_extra += delta
+        if self.label_width == before:
+            self.label_extra -= delta  # at a limit: keep the offset from drifting
+            return
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.Restyled())
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -193,7 +231,8 @@ class TimelineView(ScrollView, can_focus=True):
         key = (
             row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
             row_no == self.cursor and self.has_focus,
-            ref.group in self.index.collapsed, self.name_mode,
+            ref.group in self.index.collapsed, self.name_mode, self.palette.name,
+            self.label_width,
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
@@ -201,16 +240,22 @@ class TimelineView(ScrollView, can_focus=True):
             self._cache[key] = strip
         return strip
 
+    def _label_text(self, ref: RowRef) -> str:
+        group = self.index.groups[ref.group]
+        if ref.header:
+            mark = "▸" if ref.group in self.index.collapsed else "▾"
+            src = self.index.sources[group.source]
+            prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
+            return f"{mark}{prefix}r{group.rank}"
+        return f"  {ref.track.label}" if ref.track else ""
+
     def _render_row(self, ref: RowRef, row_no: int, sel: int | None, window: Window) -> Strip:
         group = self.index.groups[ref.group]
         src = self.index.sources[group.source]
-        if ref.header:
-            mark = "▸" if ref.group in self.index.collapsed else "▾"
-            prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
-            label = f"{mark}{prefix}r{group.rank}"
-        else:
-            label = f"  {ref.track.label}" if ref.track else ""
-        label_style = _LABEL_STYLES[(ref.header, row_no == self.cursor and self.has_focus)]
+        label = self._label_text(ref)
+        label_style = self.palette.text if ref.header else self.palette.muted
+        if row_no == self.cursor and self.has_focus:
+            label_style += _REVERSE
         lw = self.label_width
         label = label[: lw - 1].ljust(lw - 1) + "│"
         segs = [Segment(label, label_style)]
@@ -229,6 +274,7 @@ class TimelineView(ScrollView, can_focus=True):
                 name_of,
                 selected=sel,
                 match_starts=self.matches.get(id(track)),
+                palette=self.palette,
             )
         return Strip(segs).crop_extend(0, lw + window.width, None)
 
@@ -333,11 +379,23 @@ class TimelineView(ScrollView, can_focus=True):
 
     def action_fit_selection(self) -> None:
         span = self.selection_span()
-        if span is None:
-            if 0 <= self.step_index < len(self.steps):
-                self.fit(*self.steps[self.step_index][1:])
+        if span is not None:
+            self.fit(span[0], span[1], margin=0.1)
             return
-        self.fit(span[0], span[1], margin=0.1)
+        if not 0 <= self.step_index < len(self.steps) and self.steps:
+            self.step_index = self.step_at((self.window.t0 + self.window.t1) / 2)
+        if 0 <= self.step_index < len(self.steps):
+            self.fit(*self.steps[self.step_index][1:])
+        else:
+            self.action_reset()
+
+    def step_at(self, t: float) -> int:
+        """The step that holds view time ``t``, else the one whose middle is nearest."""
+        for i, (_, start, end) in enumerate(self.steps):
+            if start <= t < end:
+                return i
+        mids = [abs((s + e) / 2 - t) for _, s, e in self.steps]
+        return mids.index(min(mids))
 
     def action_cursor(self, delta: int) -> None:
         self.cursor = min(max(self.cursor + delta, 0), max(0, len(self.rows) - 1))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Input, SelectionList, Static
 
@@ -15,7 +17,7 @@ from echo_view.model import EventKind, Job
 from echo_view.tui.app import EchoViewApp
 from echo_view.tui.details import DetailsPane
 from echo_view.tui.diffscreen import DiffScreen
-from echo_view.tui.help import HelpScreen
+from echo_view.tui.help import HelpScreen, help_table
 from echo_view.tui.panel import StatusLine, TimelinePanel
 from echo_view.tui.screens import TimelineScreen
 from echo_view.tui.search import KindFilterScreen
@@ -344,7 +346,8 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
         assert isinstance(app.screen, DiffScreen)
         screen = app.screen
         verdict = str(screen.query_one("#verdict", Static).render())
-        assert "B is" in verdict and "slower" in verdict and "reference: A" in verdict
+        assert "B is" in verdict and "slower" in verdict
+        assert "prediction error of the step time 13.83% (measured: A)" in verdict
         assert screen.query_one("#rank-table", SortableTable).row_count == 2
         await pilot.press("2")
         tl = screen.query_one(TimelineView)
@@ -405,3 +408,97 @@ def test_dlrm_sample_every_rank_and_collective_peers(dlrm: Job) -> None:
         assert isinstance(app.screen, SummaryScreen)
 
     run_app([dlrm], body, size=(120, 40))
+
+
+def test_f_without_a_selection_fits_the_step_in_view(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        assert tl.selection is None and tl.step_index == -1
+        await pilot.press("f")  # the whole job is in view: its centre lies in step 1's span
+        _, start, end = tl.steps[tl.step_index]
+        assert tl.step_at((start + end) / 2) == tl.step_index
+        w = tl.window
+        assert w.t0 <= start and end <= w.t1 and (w.t1 - w.t0) < 1.1 * (end - start)
+
+    run_app([synth], body)
+
+
+def test_empty_details_pane_is_one_line(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        pane = app.screen.query_one(DetailsPane)
+        tl = _tl(app)
+        assert pane.size.height == 1 and pane.has_class("-empty")
+        empty_rows = tl.size.height
+        await pilot.press("down", "tab")
+        assert pane.outer_size.height == 7 and tl.size.height == empty_rows - 6
+        await pilot.press("escape")
+        assert pane.size.height == 1 and tl.size.height == empty_rows
+
+    run_app([synth], body)
+
+
+def test_summary_marks_the_sort_and_enter_finds_a_kernel(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("S")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("2")
+        kernels = app.screen.query_one("#kernel-table", SortableTable)
+        labels = [c.label.plain for c in kernels.columns.values()]
+        assert labels == ["kernel  ", "count  ", "total ▼", "mean  ", "ranks  "]
+        await pilot.press("r")
+        assert [c.label.plain for c in kernels.columns.values()][2] == "total ▲"
+        name = kernels.get_row_at(0)[0].plain  # ascending: the shorter total first
+        count = int(kernels.get_row_at(0)[1].plain)
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        sel = _tl(app).selection
+        assert sel is not None and app.loaded is not None
+        found = app.loaded.jobs[0].traces[sel.trace].name(sel.row)
+        assert found.removeprefix("void ").startswith(name.rstrip("…"))
+        assert len(_panel(app).matches or []) == count  # n / N walk every launch of it
+
+    run_app([synth], body)
+
+
+def test_lane_column_fits_the_labels_and_resizes(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        labels = [tl._label_text(r) for r in tl.rows]
+        assert max(map(len, labels)) < tl.label_width  # nothing cut at 160 wide
+        width = tl.label_width
+        await pilot.press("less_than_sign", "less_than_sign")
+        assert tl.label_width == width - 4
+        await pilot.press("greater_than_sign")
+        assert tl.label_width == width - 2
+
+    run_app([dlrm], body, size=(160, 48))
+
+
+def test_before_after_pair_is_a_comparison_not_an_error(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        verdict = str(app.screen.query_one("#verdict", Static).render())
+        assert "comparison of two measured runs: step-time change B vs A +" in verdict
+        assert "error" not in verdict
+
+    run_app([synth, synth_job(scale=1.2)], body)
+
+
+def test_help_headings_and_kind_filter_title_are_whole(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        body = app.screen.query_one(Static)
+        console = Console(width=body.content_size.width, record=True, file=io.StringIO())
+        console.print(help_table(app.screen.sections))
+        lines = console.export_text().splitlines()
+        for title, _ in app.screen.sections:
+            assert title in lines  # a heading is a whole line
+        await pilot.press("escape", "k")
+        assert isinstance(app.screen, KindFilterScreen)
+        title = "Show kinds (space toggles, enter applies, a: all)"
+        label = app.screen.query("Label").first()
+        assert title in "".join(s.text for s in label.render_line(0)) or label.size.height > 1
+
+    run_app([synth], body)

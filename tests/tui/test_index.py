@@ -168,3 +168,6 @@ def test_ruler_steps_and_labels() -> None:
     text = ruler_text(Window(0, 100_000, 60), 12, "time").plain
     assert text.startswith("time") and "╵0ms" in text and "╵2ms" in text
     assert len(text) == 12 + 60
+    # The last tick's label would run past the edge: it is written before the tick instead.
+    end = ruler_text(Window(0, 300e6 / 58, 60), 12, "time").plain
+    assert end.endswith("0.3s╵ ") and "╵0.2s" in end and len(end) == 72
