@@ -45,6 +45,42 @@ def partners(trace: Trace, tidx: int, row: int) -> list[Link]:
     return [Link(tidx, int(r), why) for r in hits if int(r) != row]
 
 
+#: At most this many enclosing calls are listed (the outermost and the innermost are kept).
+MAX_ANCESTRY = 12
+
+
+def ancestry(trace: Trace, row: int) -> list[int]:
+    """The calls and ranges enclosing event ``row``, outermost first: for GPU work, those
+    around its launch (the operator and NVTX/annotation path that issued it); for a CPU event,
+    those around it on its thread (same process and thread id, any lane)."""
+    ev = trace.events
+    if int(ev.kind[row]) in _GPU:
+        launches = [lk.row for lk in partners(trace, 0, row) if lk.why == "launch"]
+        if not launches:
+            return []
+        row = launches[0]
+    lane = trace.lanes[int(ev.lane[row])]
+    same = [i for i, ln in enumerate(trace.lanes) if (ln.pid, ln.tid) == (lane.pid, lane.tid)]
+    start = int(ev.start_ns[row])
+    end = start + int(ev.dur_ns[row])
+    starts = np.asarray(ev.start_ns, dtype=np.int64)
+    ends = starts + np.asarray(ev.dur_ns, dtype=np.int64)
+    around = np.isin(ev.lane, same) & (starts <= start) & (ends >= end) & (ends > starts)
+    around &= ev.kind != int(EventKind.COUNTER)
+    around[row] = False
+    hits = np.flatnonzero(around)
+    order = np.lexsort((-(ends[hits] - starts[hits]), starts[hits]))
+    return [int(r) for r in hits[order]]
+
+
+def _path_text(trace: Trace, rows: list[int]) -> str:
+    names = [short_name(trace.name(r)) for r in rows]
+    if len(names) > MAX_ANCESTRY:
+        keep = MAX_ANCESTRY // 2
+        names = [*names[:keep], f"…{len(names) - 2 * keep} more…", *names[-keep:]]
+    return " › ".join(names)
+
+
 def _group_key(trace: Trace, coll: int) -> tuple[str, tuple[int, ...]] | None:
     g = int(trace.collectives.group[coll])
     if 0 <= g < len(trace.groups):
@@ -121,6 +157,10 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="dim")
     text.append(f"start +{format_duration(start)} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
+    path = ancestry(trace, row)
+    if path:
+        text.append("\npath: ", style="bold")
+        text.append(_path_text(trace, path))
     links = partners(trace, tidx, row)
     for link in links:
         other = job.traces[link.trace]

@@ -14,6 +14,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from echo_view.analysis.steps import steps_of
+from echo_view.tui.calltree import CallTreeScreen
 from echo_view.tui.details import DetailsPane
 from echo_view.tui.index import TimelineIndex
 from echo_view.tui.ruler import TimeRuler
@@ -75,6 +76,7 @@ class TimelinePanel(Vertical):
         Binding("shift+up", "scroll_details(-3)", "Scroll the details up", show=False),
         Binding("p", "jump_partner", "Jump to launch/kernel partner", show=False),
         Binding("c", "jump_peer", "Jump to collective peer (next rank)", show=False),
+        Binding("T", "call_tree", "Call tree of the lane in view", show=False),
         Binding("escape", "clear", "Clear search/selection", show=False),
     ]
     DEFAULT_CSS = """
@@ -282,6 +284,32 @@ class TimelinePanel(Vertical):
             cand = later or cand
         target = cand[0]
         tl.select(Selection(sel.source, target.trace, target.row))
+
+    def action_call_tree(self) -> None:
+        tl = self.timeline
+        if not tl.rows:
+            return
+        ref = tl.rows[tl.cursor]
+        track = ref.track.parent or ref.track if ref.track is not None else None
+        if track is None:
+            return
+        src = self.index.sources[track.source]
+        trace = self.index.trace(track.source, track.trace)
+        names, strings, rows = trace.events.name, trace.strings, track.rows
+
+        def name_of(p: int) -> str:
+            return strings[int(names[rows[p]])]
+
+        w = tl.window
+        t0, t1 = int(w.t0) + src.shift_ns, int(w.t1) + src.shift_ns
+        g = self.index.groups[ref.group]
+        title = f"r{g.rank} {track.label}" if track.lane >= 0 else f"r{g.rank} gpu (all)"
+
+        def picked(pos: int | None) -> None:
+            if pos is not None:
+                tl.select(Selection(track.source, track.trace, int(track.rows[pos])))
+
+        self.app.push_screen(CallTreeScreen(track, name_of, t0, t1, title), picked)
 
     def action_jump_partner(self) -> None:
         self._jump({"launch", "gpu"})

@@ -59,6 +59,18 @@ class RowRef:
     group: int
     track: Track | None
     header: bool
+    depth: int = -1
+    """For one row of a stacked lane: its nesting depth (-1: the whole lane)."""
+
+
+#: A lane of one trace of one source: ``(source, trace, lane id)``.
+LaneKey = tuple[int, int, int]
+
+
+def _lane_of(ref: RowRef) -> LaneKey | None:
+    """The lane a row shows (None for a rank header)."""
+    t = ref.track
+    return None if t is None or ref.header else (t.source, t.trace, t.lane)
 
 
 class TimelineView(ScrollView, can_focus=True):
@@ -83,6 +95,10 @@ class TimelineView(ScrollView, can_focus=True):
         Binding("0", "reset", "Reset: fit the whole job", show=False),
         Binding("enter,space", "toggle_group", "Collapse/expand the rank", show=False),
         Binding("x", "toggle_all", "Collapse/expand all ranks", show=False),
+        Binding("e", "stack", "Stack the lane's nested calls (one row per depth)", show=False),
+        Binding("E", "stack_all", "Stack every lane with nested calls", show=False),
+        Binding("left_curly_bracket", "depth_limit(-1)", "Fewer stacked rows", show=False),
+        Binding("right_curly_bracket", "depth_limit(1)", "More stacked rows", show=False),
         Binding("m", "name_mode", "Names: short / full (demangled)", show=False),
         Binding("less_than_sign", "label_width(-2)", "Narrower lane-name column", show=False),
         Binding("greater_than_sign", "label_width(2)", "Wider lane-name column", show=False),
@@ -140,6 +156,10 @@ class TimelineView(ScrollView, can_focus=True):
         self.label_extra = 0
         """Cells the user added to (or took from) the lane-name column with ``<`` / ``>``."""
         self._longest_label = 0
+        self.stacked: set[LaneKey] = set()
+        """Lanes shown one row per nesting depth, by (source, trace, lane)."""
+        self.depth_limit = 8
+        """At most this many rows per stacked lane (deeper calls are not drawn)."""
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
@@ -163,8 +183,14 @@ class TimelineView(ScrollView, can_focus=True):
         rows: list[RowRef] = []
         for gi, g in enumerate(self.index.groups):
             rows.append(RowRef(gi, g.header, True))
-            if gi not in self.index.collapsed:
-                rows.extend(RowRef(gi, t, False) for t in g.lanes)
+            if gi in self.index.collapsed:
+                continue
+            for t in g.lanes:
+                if (t.source, t.trace, t.lane) in self.stacked and t.max_depth > 0:
+                    depths = range(min(t.max_depth + 1, self.depth_limit))
+                    rows.extend(RowRef(gi, t.level(d), False, d) for d in depths)
+                else:
+                    rows.append(RowRef(gi, t, False))
         self.rows = rows
         self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
@@ -273,13 +299,24 @@ class TimelineView(ScrollView, can_focus=True):
                 src.shift_ns,
                 name_of,
                 selected=sel,
-                match_starts=self.matches.get(id(track)),
+                match_starts=self._match_starts(track),
                 palette=self.palette,
             )
         return Strip(segs).crop_extend(0, lw + window.width, None)
 
+    def _match_starts(self, track: Track) -> npt.NDArray[np.int64] | None:
+        if track.parent is None:
+            return self.matches.get(id(track))
+        parent = self.matches.get(id(track.parent))
+        if parent is None:
+            return None
+        return parent[np.isin(parent, track.starts)]
+
     def _selected_position(self, track: Track | None) -> int | None:
-        sel = self.selection
+        return self.position_of(self.selection, track)
+
+    def position_of(self, sel: Selection | None, track: Track | None) -> int | None:
+        """Position of event ``sel`` on ``track`` (None when the track does not hold it)."""
         if sel is None or track is None:
             return None
         if sel.source != track.source or sel.trace != track.trace:
@@ -291,6 +328,8 @@ class TimelineView(ScrollView, can_focus=True):
         if sel.row >= len(positions):
             return None
         pos = int(positions[sel.row])
+        if track.parent_pos is not None:  # one depth of a stacked lane
+            pos = int(np.searchsorted(track.parent_pos, pos))
         if not 0 <= pos < len(track) or int(track.rows[pos]) != sel.row:
             return None
         return pos
@@ -415,6 +454,39 @@ class TimelineView(ScrollView, can_focus=True):
         self.rebuild_rows()
         self.cursor = next((i for i, r in enumerate(self.rows) if r.group == gi), 0)
 
+    def _lane_key(self) -> LaneKey | None:
+        return _lane_of(self.rows[self.cursor]) if self.rows else None
+
+    def _restack(self, key: LaneKey | None) -> None:
+        """Rebuild the rows keeping the cursor on lane ``key`` (its first row)."""
+        self.rebuild_rows()
+        if key is not None:
+            self.cursor = next((i for i, r in enumerate(self.rows) if _lane_of(r) == key), 0)
+
+    def action_stack(self) -> None:
+        key = self._lane_key()
+        track = self.rows[self.cursor].track if key is not None else None
+        if key is None or track is None:
+            return
+        if track.parent is None and track.max_depth == 0:
+            self.notify("nothing nests on this lane", severity="warning")
+            return
+        self.stacked ^= {key}
+        self._restack(key)
+
+    def action_stack_all(self) -> None:
+        nested = {
+            (t.source, t.trace, t.lane)
+            for g in self.index.groups for t in g.lanes if t.max_depth > 0
+        }  # fmt: skip
+        self.stacked = set() if self.stacked >= nested else nested
+        self._restack(self._lane_key())
+
+    def action_depth_limit(self, delta: int) -> None:
+        self.depth_limit = min(max(self.depth_limit + delta, 1), 64)
+        self.notify(f"stacked lanes show {self.depth_limit} levels", timeout=2)
+        self._restack(self._lane_key())
+
     def action_goto_step(self, delta: int) -> None:
         if not self.steps:
             self.notify("no steps in this trace", severity="warning")
@@ -457,8 +529,9 @@ class TimelineView(ScrollView, can_focus=True):
             if gi in self.index.collapsed:
                 self.index.collapsed.discard(gi)
                 self.rebuild_rows()
+            key = (group.source, group.trace, lane)
             for i, r in enumerate(self.rows):
-                if r.track is not None and r.track in group.lanes and r.track.lane == lane:
+                if _lane_of(r) == key and self.position_of(selection, r.track) is not None:
                     self.cursor = i
                     break
         self.selection = selection

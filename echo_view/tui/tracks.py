@@ -119,8 +119,15 @@ class Track:
     work: Coverage = field(init=False)
     annotation: Coverage = field(init=False)
 
+    parent_pos: I64 | None = None
+    """For one depth of a stacked lane: the positions of its events on the whole lane."""
+
     def __post_init__(self) -> None:
         self._sorted_ends: I64 | None = None
+        self._depth: I64 | None = None
+        self._levels: dict[int, Track] = {}
+        self.parent: Track | None = None
+        """The whole lane, for one depth of a stacked lane."""
         self.last_end = int(self.ends.max()) if len(self.ends) else 0
         durs = self.ends - self.starts
         tier = np.zeros(len(durs), dtype=np.int64)
@@ -135,6 +142,9 @@ class Track:
 
     def set_filter(self, classes: frozenset[int] | None) -> None:
         """(Re)build the coverages for the events whose class is in ``classes`` (all if None)."""
+        self._filter = classes
+        for sub in self._levels.values():
+            sub.set_filter(classes)
         self.coverage = {}
         self.shown = (
             None
@@ -160,6 +170,37 @@ class Track:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def depth(self) -> I64:
+        """Nesting depth of each event: how many events of the track enclose it (0 outermost).
+
+        Events are sorted by start, longer first on ties, so for nested calls the ones still
+        open at an event's start are exactly those before it that have not ended: its position
+        minus the number of ends at or before its start (one binary search per event)."""
+        if self._depth is None:
+            ends = np.sort(self.ends)
+            closed = np.searchsorted(ends, self.starts, side="right")
+            self._depth = np.maximum(np.arange(len(self), dtype=np.int64) - closed, 0)
+        return self._depth
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if len(self) else 0
+
+    def level(self, d: int) -> Track:
+        """The events at depth ``d`` as a track of their own (one row of a stacked lane)."""
+        if d not in self._levels:
+            pos = np.flatnonzero(self.depth == d).astype(np.int64)
+            sub = Track(
+                self.source, self.trace, self.lane, f"{self.label} ·{d}", self.lane_kind,
+                self.rows[pos], self.starts[pos], self.ends[pos], self.classes[pos], pos,
+            )  # fmt: skip
+            sub.parent = self
+            if self._filter is not None:
+                sub.set_filter(self._filter)
+            self._levels[d] = sub
+        return self._levels[d]
 
     def count_visible(self, t0: int, t1: int) -> int:
         """How many events overlap ``[t0, t1)`` (two binary searches)."""

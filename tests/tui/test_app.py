@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import Input, SelectionList, Static
+from textual.widgets import Input, SelectionList, Static, Tree
 
 from echo_view.errors import InputError
 from echo_view.formats import Progress
 from echo_view.model import EventKind, Job
 from echo_view.tui.app import EchoViewApp
-from echo_view.tui.details import DetailsPane
+from echo_view.tui.calltree import CallTreeScreen
+from echo_view.tui.details import DetailsPane, ancestry
 from echo_view.tui.diffscreen import DiffScreen
 from echo_view.tui.help import HelpScreen, help_table
 from echo_view.tui.panel import StatusLine, TimelinePanel
@@ -500,5 +501,88 @@ def test_help_headings_and_kind_filter_title_are_whole(synth: Job) -> None:
         title = "Show kinds (space toggles, enter applies, a: all)"
         label = app.screen.query("Label").first()
         assert title in "".join(s.text for s in label.render_line(0)) or label.size.height > 1
+
+    run_app([synth], body)
+
+
+def test_stacked_lane_rows_per_depth(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "cpu 100")
+        lane = tl.rows[tl.cursor].track
+        assert lane is not None and lane.max_depth == 2  # step > aten::linear > launch
+        n = len(tl.rows)
+        await pilot.press("e")
+        stacked = [r for r in tl.rows if r.depth >= 0]
+        assert len(tl.rows) == n + 2 and [r.depth for r in stacked] == [0, 1, 2]
+        names = [
+            {app.loaded.jobs[0].traces[0].name(int(x)) for x in r.track.rows}  # type: ignore[union-attr]
+            for r in stacked
+        ]
+        assert names[0] == {"ProfilerStep#0", "ProfilerStep#1"}
+        assert names[1] >= {f"aten::linear_{i}" for i in range(6)}
+        assert "cudaLaunchKernel" in names[2] and "aten::linear_0" not in names[2]
+        # Tab walks the depth the cursor is on; selecting elsewhere finds the right depth row.
+        await pilot.press("down", "tab")
+        sel = tl.selection
+        assert sel is not None and app.loaded.jobs[0].traces[0].name(sel.row).startswith("aten::")  # type: ignore[union-attr]
+        tl.select(Selection(0, 0, int(stacked[2].track.rows[0])))  # type: ignore[union-attr]
+        assert tl.rows[tl.cursor].depth == 2
+        await pilot.press("left_curly_bracket")
+        assert tl.depth_limit == 7
+        tl.depth_limit = 2
+        await pilot.press("right_curly_bracket", "left_curly_bracket")
+        assert [r.depth for r in tl.rows if r.depth >= 0] == [0, 1]
+        await pilot.press("e")
+        assert len(tl.rows) == n and all(r.depth == -1 for r in tl.rows)
+        await pilot.press("E")
+        assert {r.track.trace for r in tl.rows if r.depth >= 0} == {0, 1}  # type: ignore[union-attr]
+
+    run_app([synth], body)
+
+
+def test_details_show_a_kernels_operator_path(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        trace = dlrm.traces[0]
+        ev = trace.events
+        row = next(
+            int(r)
+            for r in np.flatnonzero(ev.kind == int(EventKind.KERNEL))
+            if "relu" in " ".join(trace.name(a) for a in ancestry(trace, int(r)))
+        )
+        tl.select(Selection(0, 0, row))
+        await pilot.pause()
+        text = _details(app)
+        assert "path: ProfilerStep#" in text and "## forward ## › " in text
+        assert "aten::relu" in text
+
+    run_app([dlrm], body, size=(160, 48))
+
+
+def test_call_tree_of_a_lane_with_minimum_duration(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "cpu 100")
+        await pilot.press("T")
+        assert isinstance(app.screen, CallTreeScreen)
+        tree = app.screen.query_one(Tree)
+        steps = tree.root.children
+        assert [str(n.label).split("  ")[0] for n in steps] == ["ProfilerStep#0", "ProfilerStep#1"]
+        ops = [str(n.label) for n in steps[0].children]
+        assert len(ops) == 6 + 2  # six aten::linear, then the NCCL and copy launches
+        assert ops[0].startswith("aten::linear_0  60.000 µs  7%")  # of the 900 µs step
+        assert [str(n.label).split("  ")[0] for n in steps[0].children[0].children] == [
+            "cudaLaunchKernel"
+        ]
+        await pilot.press("greater_than_sign", "greater_than_sign")  # at least 10 µs
+        ops = [str(n.label).split("  ")[0] for n in tree.root.children[0].children]
+        assert ops == [f"aten::linear_{i}" for i in range(6)]  # 8 µs and 6 µs calls hidden
+        assert not tree.root.children[0].children[0].children  # the 8 µs launch too
+        tree.move_cursor(tree.root.children[0].children[2])
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        sel = tl.selection
+        assert sel is not None and synth.traces[0].name(sel.row) == "aten::linear_2"
 
     run_app([synth], body)

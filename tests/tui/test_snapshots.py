@@ -98,3 +98,21 @@ def test_timeline_themes(
 ) -> None:
     app = EchoViewApp([job])
     assert snap_compare(app, terminal_size=size, run_before=_themed(theme, *ZOOMED))
+
+
+#: The views that show call depth: every nesting lane stacked (zoomed into the first step's
+#: forward pass), and the call tree of rank 0's main thread.
+DEPTH_VIEWS = {
+    "stacked": ("down", "E", "right_square_bracket", "w", "w", "w"),
+    "calltree": ("down", "right_square_bracket", "T"),
+}
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("theme", ["textual-light", "textual-dark"])
+@pytest.mark.parametrize("view", list(DEPTH_VIEWS))
+def test_depth_views(
+    snap_compare: Callable[..., bool], job: Job, view: str, theme: str, size: tuple[int, int]
+) -> None:
+    app = EchoViewApp([job])
+    assert snap_compare(app, terminal_size=size, run_before=_themed(theme, *DEPTH_VIEWS[view]))
