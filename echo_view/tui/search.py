@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection as Choice
 
-from echo_view.tui.index import TimelineIndex
+from echo_view.tui.index import TimelineIndex, matching_names
 from echo_view.tui.tracks import N_CLASSES, Track, class_label
 
 I64 = npt.NDArray[np.int64]
@@ -67,9 +67,7 @@ def search(index: TimelineIndex, query: str) -> Matches:
     times, track_ids, positions = [], [], []
     for g in index.groups:
         trace = index.trace(g.source, g.trace)
-        ids = np.array(
-            [i for i, s in enumerate(trace.strings.strings) if pattern.search(s)], dtype=np.int32
-        )
+        ids = matching_names(trace, pattern)
         if not len(ids):
             continue
         hit = np.isin(trace.events.name, ids)

@@ -140,32 +140,44 @@ class Track:
             self.tiers.append((int(durs[part].max()), part, self.starts[part]))
         self.set_filter(None)
 
-    def set_filter(self, classes: frozenset[int] | None) -> None:
-        """(Re)build the coverages for the events whose class is in ``classes`` (all if None)."""
-        self._filter = classes
+    def set_filter(
+        self,
+        classes: frozenset[int] | None,
+        keep: npt.NDArray[np.bool_] | None = None,
+        min_dur: int = 0,
+    ) -> None:
+        """(Re)build the coverages for the events shown: those whose class is in ``classes``
+        (all if None), that ``keep`` marks (one flag per position; all if None) and that last at
+        least ``min_dur`` ns."""
+        self._filter = (classes, keep, min_dur)
         for sub in self._levels.values():
-            sub.set_filter(classes)
+            assert sub.parent_pos is not None
+            sub.set_filter(classes, None if keep is None else keep[sub.parent_pos], min_dur)
+        shown: npt.NDArray[np.bool_] | None = None
+        if classes is not None:
+            shown = np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
+        if keep is not None:
+            shown = keep if shown is None else shown & keep
+        if min_dur > 0:
+            long_enough = (self.ends - self.starts) >= min_dur
+            shown = long_enough if shown is None else shown & long_enough
+        self.shown = shown
         self.coverage = {}
-        self.shown = (
-            None
-            if classes is None
-            else np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
-        )
-        present = np.unique(self.classes)
+        present = np.unique(self.classes if shown is None else self.classes[shown])
         work_mask = np.zeros(len(self.classes), dtype=bool)
         ann_mask = np.zeros(len(self.classes), dtype=bool)
         for c in present.tolist():
-            if classes is not None and c not in classes:
-                continue
             m = self.classes == c
+            if shown is not None:
+                m &= shown
             self.coverage[c] = Coverage.of(self.starts[m], self.ends[m])
             if c in WORK_CLASSES:
                 work_mask |= m
             elif c in ANNOTATION_CLASSES:
                 ann_mask |= m
         self.work = Coverage.of(self.starts[work_mask], self.ends[work_mask])
-        shown = self.shown if self.shown is not None else slice(None)
-        self.instants = self.starts[shown][(self.ends - self.starts)[shown] == 0]
+        sel = self.shown if self.shown is not None else slice(None)
+        self.instants = self.starts[sel][(self.ends - self.starts)[sel] == 0]
         self.annotation = Coverage.of(self.starts[ann_mask], self.ends[ann_mask])
 
     def __len__(self) -> int:
@@ -197,8 +209,9 @@ class Track:
                 self.rows[pos], self.starts[pos], self.ends[pos], self.classes[pos], pos,
             )  # fmt: skip
             sub.parent = self
-            if self._filter is not None:
-                sub.set_filter(self._filter)
+            classes, keep, min_dur = self._filter
+            if classes is not None or keep is not None or min_dur:
+                sub.set_filter(classes, None if keep is None else keep[pos], min_dur)
             self._levels[d] = sub
         return self._levels[d]
 

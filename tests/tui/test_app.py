@@ -19,13 +19,16 @@ from echo_view.tui.calltree import CallTreeScreen
 from echo_view.tui.details import DetailsPane, ancestry
 from echo_view.tui.diffscreen import DiffScreen
 from echo_view.tui.help import HelpScreen, help_table
+from echo_view.tui.marks import MarksScreen, mark_rows
 from echo_view.tui.panel import StatusLine, TimelinePanel
+from echo_view.tui.ruler import TimeRuler
 from echo_view.tui.screens import TimelineScreen
 from echo_view.tui.search import KindFilterScreen
 from echo_view.tui.summary import SummaryScreen
 from echo_view.tui.tables import SortableTable
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import COMM
+from echo_view.units import format_duration
 from tests.tui.appkit import run_app, synth_job
 
 
@@ -586,3 +589,84 @@ def test_call_tree_of_a_lane_with_minimum_duration(synth: Job) -> None:
         assert sel is not None and synth.traces[0].name(sel.row) == "aten::linear_2"
 
     run_app([synth], body)
+
+
+def test_bookmarks_name_list_jump_and_range(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "cpu 100")
+        await pilot.press("tab")  # ProfilerStep#0 at 0
+        first = tl.selection
+        await pilot.press("M", *"fwd", "enter")
+        await pilot.press("escape")
+        await pilot.press("right_square_bracket", "right_square_bracket")  # step 1 in view
+        await pilot.press("M", "enter")  # the view's centre, default name
+        assert [m.name for m in panel.marks] == ["fwd", "mark 2"]
+        ruler = str(app.screen.query_one(TimeRuler).render())
+        assert "◆" in ruler  # the second mark is in view
+        await pilot.press("apostrophe")
+        assert isinstance(app.screen, MarksScreen)
+        rows = mark_rows(app.screen.marks, None)
+        t2 = panel.marks[1].t
+        assert rows[1][3] == format_duration(t2 - panel.marks[0].t)
+        await pilot.press("space", "down")
+        assert mark_rows(app.screen.marks, 0)[1][4] == format_duration(t2)
+        await pilot.press("f")  # fit from mark 1 to mark 2
+        assert isinstance(app.screen, TimelineScreen)
+        w = tl.window
+        assert w.t0 <= 0 < t2 <= w.t1 and (w.t1 - w.t0) < 1.1 * t2
+        await pilot.press("w", "w", "w", "apostrophe", "enter")  # jump back to mark 1's event
+        assert tl.selection == first
+        await pilot.press("apostrophe", "d", "escape")
+        assert [m.name for m in panel.marks] == ["mark 2"]
+
+    run_app([synth], body)
+
+
+def test_hide_unmatched_and_minimum_duration(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "cpu 100")
+        lane = tl.rows[tl.cursor].track
+        assert lane is not None
+        await pilot.press("F")  # nothing searched yet: a warning, no filter
+        assert not panel.hide_unmatched and lane.shown is None
+        await pilot.press("slash", *"linear_[0-2]", "enter", "F")
+        assert panel.hide_unmatched and lane.shown is not None
+        names = {synth.traces[0].name(int(r)) for r in lane.rows[lane.shown]}
+        assert names == {f"aten::linear_{i}" for i in range(3)}
+        assert "only matches" in app.screen.query_one(StatusLine).text
+        await pilot.press("escape")  # clearing the search drops the filter too
+        assert not panel.hide_unmatched and lane.shown is None
+        await pilot.press("h", "h")  # at least 10 µs
+        assert panel.min_dur == 10_000 and "≥10.0 µs" in app.screen.query_one(StatusLine).text
+        assert lane.shown is not None
+        durs = (lane.ends - lane.starts)[lane.shown]
+        assert len(durs) and durs.min() >= 10_000
+        assert (~lane.shown).sum() == 2 * 8  # per step 7 launches and a copy
+        await pilot.press("H", "H")
+        assert panel.min_dur == 0 and lane.shown is None
+
+    run_app([synth], body)
+
+
+def test_time_axis_from_job_step_or_clock(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        panel = _panel(app)
+        ruler = app.screen.query_one(TimeRuler)
+        assert str(ruler.render()).startswith("time")
+        await pilot.press("right_square_bracket", "t")
+        tl = _tl(app)
+        n, start, _ = tl.steps[tl.step_index]
+        assert panel.origin() == (float(start), f"step {n}")
+        assert str(ruler.render()).startswith(f"step {n}") and "╵0" in str(ruler.render())
+        await pilot.press("t")
+        origin, name = panel.origin()
+        assert name == "clock" and origin == -float(dlrm.start_ns())
+        text = str(ruler.render())
+        ticks = [w for w in text.split("╵")[1:] if w.strip()]
+        assert ticks and all(t.strip().endswith("s") for t in ticks)  # seconds of the clock
+        await pilot.press("t")
+        assert panel.origin() == (0.0, "time")
+
+    run_app([dlrm], body, size=(160, 48))
