@@ -99,6 +99,7 @@ class TimelineView(ScrollView, can_focus=True):
         Binding("E", "stack_all", "Stack every lane with nested calls", show=False),
         Binding("left_curly_bracket", "depth_limit(-1)", "Fewer stacked rows", show=False),
         Binding("right_curly_bracket", "depth_limit(1)", "More stacked rows", show=False),
+        Binding("grave_accent", "jump_back", "Back to the view before the last jump", show=False),
         Binding("m", "name_mode", "Names: short / full (demangled)", show=False),
         Binding("less_than_sign", "label_width(-2)", "Narrower lane-name column", show=False),
         Binding("greater_than_sign", "label_width(2)", "Wider lane-name column", show=False),
@@ -158,6 +159,8 @@ class TimelineView(ScrollView, can_focus=True):
         self._longest_label = 0
         self.stacked: set[LaneKey] = set()
         """Lanes shown one row per nesting depth, by (source, trace, lane)."""
+        self.previous: tuple[float, float, int, Selection | None] | None = None
+        """The view (t0, ns per cell, cursor, selection) before the last jump or fit."""
         self.depth_limit = 8
         """At most this many rows per stacked lane (deeper calls are not drawn)."""
         self.rebuild_rows()
@@ -241,8 +244,8 @@ class TimelineView(ScrollView, can_focus=True):
         self._width = self.size.width
         self.virtual_size = Size(self.size.width, len(self.rows))
         if not self._fitted and self.size.width > self.label_width:
-            self._fitted = True
             self.fit(*(self.initial_span or self.index.span))
+            self._fitted = True
         self._cache.clear()
 
     # -- drawing ---------------------------------------------------------------------------------
@@ -365,8 +368,25 @@ class TimelineView(ScrollView, can_focus=True):
         self.refresh()
         self.post_message(self.ViewChanged(self))
 
+    def remember(self) -> None:
+        """Keep the current view for :meth:`action_jump_back`."""
+        self.previous = (self.t0, self.ns_per_cell, self.cursor, self.selection)
+
+    def action_jump_back(self) -> None:
+        if self.previous is None:
+            self.notify("no earlier view to go back to", severity="warning")
+            return
+        t0, dt, cursor, sel = self.previous
+        self.remember()  # so that ` again returns
+        self.ns_per_cell, self.t0 = dt, t0
+        self.cursor = min(cursor, max(0, len(self.rows) - 1))
+        self.selection = sel
+
     def fit(self, start: float, end: float, margin: float = 0.02) -> None:
-        """Show ``[start, end)`` across the full width (with a small margin)."""
+        """Show ``[start, end)`` across the full width (with a small margin); the view before
+        is kept for ``` ` ```."""
+        if self._fitted and self._width:
+            self.remember()
         span = max(float(end - start), 1.0)
         pad = span * margin
         self.ns_per_cell = max((span + 2 * pad) / self.cells, MIN_NS_PER_CELL)
@@ -518,10 +538,12 @@ class TimelineView(ScrollView, can_focus=True):
     # -- selection -------------------------------------------------------------------------------
 
     def select(self, selection: Selection, *, move_cursor: bool = True) -> None:
-        """Select an event, open its rank, put the cursor on its lane and bring it into view."""
+        """Select an event, open its rank, put the cursor on its lane and bring it into view
+        (the view before is kept for ``` ` ```)."""
         group = self.group_of(selection)
         if group is None:
             return
+        self.remember()
         if move_cursor:
             trace = self.index.trace(selection.source, selection.trace)
             lane = int(trace.events.lane[selection.row])

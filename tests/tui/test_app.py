@@ -670,3 +670,20 @@ def test_time_axis_from_job_step_or_clock(dlrm: Job) -> None:
         assert panel.origin() == (0.0, "time")
 
     run_app([dlrm], body, size=(160, 48))
+
+
+def test_jump_back_returns_to_the_view_before_a_jump(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await pilot.press("grave_accent")  # nothing to go back to yet
+        await pilot.press("w", "w")
+        before = (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection)
+        await pilot.press("slash", *"AllReduce", "enter")  # a jump to the first match
+        after = (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection)
+        assert after != before and tl.selection is not None
+        await pilot.press("grave_accent")
+        assert (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection) == before
+        await pilot.press("grave_accent")  # and back again
+        assert (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection) == after
+
+    run_app([synth], body)
