@@ -45,6 +45,9 @@ _NOT_CALLABLE = re.compile(r"traits|policy|params|args|metadata|state", re.IGNOR
 #: Generic launcher names that say nothing without their first template argument (CUTLASS).
 _GENERIC = frozenset({"Kernel", "Kernel2", "kernel", "device_kernel"})
 _OPEN, _CLOSE = "<([{", ">)]}"
+#: Only this much of a name is parsed (real kernel signatures run to about 2,000 characters;
+#: the identifier and the callable come first), so an absurd name costs bounded time.
+MAX_PARSE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,7 @@ def _parts(signature: str) -> list[_Part]:
 
 
 def _normalise(name: str) -> str:
-    s = _ANON.sub(ANON, name.strip())
+    s = _ANON.sub(ANON, name.strip()[:MAX_PARSE])
     s = _CALL_OPERATOR.sub("operator", s)
     return _CAST.sub("", s)
 
@@ -213,7 +216,7 @@ def _mangled_prefix(name: str) -> str:
 def demangle(name: str) -> str:
     """``name`` demangled when it is an Itanium-mangled symbol (``_Z...``); unchanged otherwise
     or when it cannot be demangled (then :func:`short_kernel_name` reads its nested name)."""
-    if not name.startswith("_Z"):
+    if not name.startswith("_Z") or len(name) > 4 * MAX_PARSE:
         return name
     if not _DEMANGLER:
         _DEMANGLER.append(_libcxx_demangler())

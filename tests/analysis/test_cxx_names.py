@@ -143,3 +143,17 @@ def test_demangle_leaves_plain_names_alone() -> None:
     name = _one(HTA, "_ZN19cutlass_cudnn_train6Kernel")
     # Not demangleable (the runtime rejects it): read its nested name instead.
     assert qualified_base(name) == "cutlass_cudnn_train::Kernel"
+
+
+def test_any_text_gets_a_name_without_error() -> None:
+    """Unbalanced, deeply nested or odd names (a trace is untrusted) still come back as text."""
+    rng = np.random.default_rng(7)
+    alphabet = [*"<>()[]{}:, _avoidk0123", "void ", "::", "operator()", "(int)", "_Z"]
+    for _ in range(500):
+        name = "".join(rng.choice(alphabet, size=int(rng.integers(0, 60))).tolist())
+        assert isinstance(short_kernel_name(name), str)
+        assert isinstance(qualified_base(name), str)
+    deep = "void k<" * 20_000 + "float" + ">" * 20_000 + "(int)"
+    assert short_kernel_name(deep) == "k"
+    assert short_kernel_name("void k<" * 5000) == "k"  # never closed
+    assert qualified_base("_Z") == "_Z" and short_kernel_name("_ZN3foo") == "foo"
