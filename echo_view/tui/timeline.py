@@ -286,7 +286,9 @@ class TimelineView(ScrollView, can_focus=True):
         if row_no == self.cursor and self.has_focus:
             label_style += _REVERSE
         lw = self.label_width
-        label = label[: lw - 1].ljust(lw - 1) + "│"
+        if len(label) > lw - 1:  # cut: say so (widen the column with >)
+            label = label[: lw - 2] + "…"
+        label = label.ljust(lw - 1) + "│"
         segs = [Segment(label, label_style)]
         track = ref.track
         if track is not None:

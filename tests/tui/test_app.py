@@ -687,3 +687,19 @@ def test_jump_back_returns_to_the_view_before_a_jump(synth: Job) -> None:
         assert (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection) == after
 
     run_app([synth], body)
+
+
+def test_a_cut_lane_name_ends_with_an_ellipsis(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        row = next(i for i, r in enumerate(tl.rows) if len(tl._label_text(r)) >= tl.label_width)
+        tl.cursor = row
+        await pilot.pause()
+        text = tl.render_line(tl.cursor - int(tl.scroll_offset.y)).text
+        assert text[: tl.label_width].endswith("…│")
+        while len(tl._label_text(tl.rows[row])) >= tl.label_width:
+            await pilot.press("greater_than_sign")
+        text = tl.render_line(tl.cursor - int(tl.scroll_offset.y)).text
+        assert "…" not in text[: tl.label_width]
+
+    run_app([dlrm], body, size=(80, 24))
