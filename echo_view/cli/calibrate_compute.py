@@ -3,7 +3,7 @@ kernels of PyTorch profiler traces recorded with ``record_shapes=True``.
 
 Each trace's GPU comes from its ``deviceProperties`` (matched to a preset; ``--gpu`` names it
 when the trace does not, or overrides it). The traces of each GPU are fitted together
-(:mod:`echo_view.sim.kernel_calib`); the report gives per GPU the fitted parameters, the
+(:mod:`echo_view.sim.calibrate.compute`); the report gives per GPU the fitted parameters, the
 in-sample error, the error on held-out ops and the error of the uncalibrated defaults on those
 same ops. The TOML file holds one ``[gpu."NAME"]`` table of fitted parameters per GPU, read by
 ``echo-view simulate CONFIG.toml --compute FILE``.
@@ -29,9 +29,9 @@ from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import dump_toml, significant
+from echo_view.sim.calibrate.compute import Calibration, ErrorStats, calibrate
 from echo_view.sim.cluster import GpuSpec, gpu_preset, match_gpu
 from echo_view.sim.compute_presets import compute_params_for
-from echo_view.sim.kernel_calib import Calibration, ErrorStats, calibrate
 from echo_view.text import markup_safe
 
 _SHAPES_HINT = (

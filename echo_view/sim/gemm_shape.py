@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.sim.nelder_mead import nelder_mead
+from echo_view.sim.calibrate.optimize import nelder_mead
 
 F64 = npt.NDArray[np.float64]
 #: Output tile shapes (rows x columns) the model chooses from: the CUTLASS/cuBLAS tensor-core

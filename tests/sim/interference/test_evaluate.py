@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from echo_view.analysis.interference_eval import errors, holdout
-from echo_view.analysis.interference_fit import folds
-from tests.analysis.interference_data import FACTORS, synthetic
+from echo_view.sim.interference.evaluate import errors, holdout
+from echo_view.sim.interference.fit import folds
 from tests.conftest import SAMPLES
+from tests.sim.interference.interference_data import FACTORS, synthetic
 
 
 def test_holdout_never_tests_what_it_fitted() -> None:
@@ -45,9 +45,9 @@ def test_errors_definitions() -> None:
 
 def test_real_samples_step_holdout() -> None:
     """The samples' jobs, split by step: every model is evaluated on the same kernels."""
-    from echo_view.analysis.interference import samples_from_jobs
     from echo_view.loading import build_registry
     from echo_view.sim.compute import classify_kernel
+    from echo_view.sim.interference.measure import samples_from_jobs
 
     reg = build_registry()
     jobs = [

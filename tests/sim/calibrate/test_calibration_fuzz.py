@@ -15,7 +15,6 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from echo_view.analysis.interference_fit import CLASSES, KernelFeatures, fit
 from echo_view.errors import EchoViewError
 from echo_view.model import CollectiveKind
 from echo_view.model.gpus import gpu_preset
@@ -23,12 +22,13 @@ from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import comm_model_from_mapping
 from echo_view.sim.compute_presets import compute_params_from_toml
 from echo_view.sim.interference import InterferenceModel, load_model, model_to_toml
+from echo_view.sim.interference.fit import CLASSES, KernelFeatures, fit
 from echo_view.sim.kernel_cost import op_times_ns
-from tests.analysis.interference_data import FACTORS, synthetic
 from tests.fuzz_data import ODD_VALUES, SETTINGS
+from tests.sim.interference.interference_data import FACTORS, synthetic
 
 COMM = tomllib.loads(
-    (Path(__file__).parents[2] / "echo_view" / "sim" / "comm" / "calibrated.toml").read_text(
+    (Path(__file__).parents[3] / "echo_view" / "sim" / "comm" / "calibrated.toml").read_text(
         encoding="utf-8"
     )
 )

@@ -17,7 +17,7 @@ from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import job_steps
 from importers import kineto
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from echo_view.model import (
 )
 from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.workload import CollectiveSpecs
-from echo_view.sim.replay_deps import RankView
+from echo_view.sim.replay.deps import RankView
 
 I64 = npt.NDArray[np.integer[Any]]
 _GroupKey = tuple[str, tuple[int, ...]]

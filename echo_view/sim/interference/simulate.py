@@ -18,8 +18,8 @@ from echo_view.model.workload import Workload
 from echo_view.sim import Simulation, engine, simulate
 from echo_view.sim.compute import MeasuredCompute
 from echo_view.sim.costs import CollectiveTimer, collective_costs
-from echo_view.sim.interference import InterferenceModel, config_slowdowns, replay_slowdowns
-from echo_view.sim.interference_rates import RateHook
+from echo_view.sim.interference.model import InterferenceModel, config_slowdowns, replay_slowdowns
+from echo_view.sim.interference.rates import RateHook
 
 
 def simulate_replay(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from echo_view.analysis.interference_rate import finish_times
+from echo_view.sim.interference.measured_rates import finish_times
 
 
 def test_finish_times_by_hand() -> None:

@@ -16,10 +16,7 @@ import numpy as np
 import pytest
 
 from echo_view.model import CollectiveKind
-from echo_view.sim.cluster import make_cluster
-from echo_view.sim.comm import CommParams, NcclModel
-from echo_view.sim.comm.batch import build_batch, predict_batch_us
-from echo_view.sim.comm.fit import (
+from echo_view.sim.calibrate.comm import (
     Measurement,
     error_stats,
     fit_alphabeta,
@@ -27,6 +24,9 @@ from echo_view.sim.comm.fit import (
     leave_one_out,
     predicted_us,
 )
+from echo_view.sim.cluster import make_cluster
+from echo_view.sim.comm import CommParams, NcclModel
+from echo_view.sim.comm.batch import build_batch, predict_batch_us
 from echo_view.sim.comm.placement import place
 from tests.conftest import SAMPLES
 

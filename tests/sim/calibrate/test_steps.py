@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from echo_view.sim.step_cv import (
+from echo_view.sim.calibrate.steps import (
     FittedParam,
     Run,
     aggregate,

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_fit import solo_weight
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import OP_CLASS_NAMES
+from echo_view.sim.interference.fit import solo_weight
+from echo_view.sim.interference.measure import OverlapSamples
 
 FACTORS = {"gemm": 1.3, "elementwise": 1.1, "reduction": 1.6, "copy": 1.05}
 

@@ -11,9 +11,7 @@ import pytest
 from echo_view.analysis.kernel_fit import KernelSamples, kernel_samples, samples_of_jobs
 from echo_view.errors import ConfigError, InputError
 from echo_view.model.graph import OpClass
-from echo_view.sim.cluster import gpu_preset
-from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
-from echo_view.sim.kernel_calib import (
+from echo_view.sim.calibrate.compute import (
     FitData,
     calibrate,
     fit_data,
@@ -21,8 +19,10 @@ from echo_view.sim.kernel_calib import (
     holdout_splits,
     predict_ns,
 )
+from echo_view.sim.calibrate.optimize import nelder_mead
+from echo_view.sim.cluster import gpu_preset
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.kernel_cost import ComputeParams
-from echo_view.sim.nelder_mead import nelder_mead
 from importers.kineto import KinetoImporter
 from tests.conftest import SAMPLES, shared_path
 

@@ -3,14 +3,14 @@ communication runs on its GPU.
 
 A model gives each compute op a full-overlap slowdown ``s >= 1``; the engine then runs the op
 at rate ``1 / s`` whenever a communication op is active on the same GPU and at rate 1 otherwise
-(:mod:`echo_view.sim.interference_rates`), so rates change mid-flight as overlaps begin and end.
+(:mod:`echo_view.sim.interference.rates`), so rates change mid-flight as overlaps begin and end.
 
 Models (:class:`InterferenceModel`):
 
 - **Published defaults per GPU generation** (:func:`default_model`), constant per kernel class,
   used when no calibration is given. Sources are in :data:`PUBLISHED` and docs/interference.md.
 - **Calibrated** (``echo-view calibrate interference``): a constant-per-class or fitted model
-  (:mod:`echo_view.analysis.interference_fit`) read from TOML (:func:`load_model`).
+  (:mod:`echo_view.sim.interference.fit`) read from TOML (:func:`load_model`).
 
 Replay (:func:`replay_slowdowns`): a measured kernel's duration already holds the slowdown of
 the overlap it had. With ``N`` ns measured alone and ``O`` overlapped, its solo time is
@@ -32,13 +32,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.interference import coverage, longest_overlap
-from echo_view.analysis.interference_features import (
-    comm_features,
-    launch_config,
-    trace_generation,
-)
-from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, KernelFeatures
 from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
@@ -46,6 +39,13 @@ from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.toml_file import dump_toml, read_toml
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload
+from echo_view.sim.interference.features import (
+    comm_features,
+    launch_config,
+    trace_generation,
+)
+from echo_view.sim.interference.fit import CLASSES, InterferenceFit, KernelFeatures
+from echo_view.sim.interference.measure import coverage, longest_overlap
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

@@ -1,6 +1,6 @@
 """The interference rate model applied to measured kernels: a kernel with solo work ``w``
 progresses at rate 1 while no communication runs on its GPU and at rate ``1 / slowdown``
-while some does (see :mod:`echo_view.analysis.interference_fit`); the simulator's engine
+while some does (see :mod:`echo_view.sim.interference.fit`); the simulator's engine
 applies the same rule event by event."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.interference import OverlapSamples
+from echo_view.sim.interference.measure import OverlapSamples
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

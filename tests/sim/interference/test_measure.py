@@ -6,12 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from echo_view.analysis.interference import class_table, coverage, measure
-from echo_view.analysis.interference_features import (
-    PROTOCOLS,
-    launch_config,
-    launch_shapes,
-)
 from echo_view.model import (
     ClockAlignment,
     CollectiveKind,
@@ -24,6 +18,12 @@ from echo_view.model import (
 from echo_view.model.gpus import GENERATIONS
 from echo_view.model.workload import CLASS_COPY, CLASS_GEMM, OP_CLASS_NAMES
 from echo_view.sim.compute import classify_kernel
+from echo_view.sim.interference.features import (
+    PROTOCOLS,
+    launch_config,
+    launch_shapes,
+)
+from echo_view.sim.interference.measure import class_table, coverage, measure
 from tests.conftest import SAMPLES
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"

@@ -9,7 +9,7 @@ from echo_view.model import CollectiveKind, LaneKind
 from echo_view.model.workload import CLASS_COLLECTIVE, CLASS_GEMM, DepMode, Workload
 from echo_view.model.workload_builder import WorkloadBuilder
 from echo_view.sim import engine
-from echo_view.sim.interference_rates import RateHook
+from echo_view.sim.interference.rates import RateHook
 
 US = 1_000
 

@@ -2,7 +2,7 @@
 fitted on the other folds only, and the predicted durations of the overlapped kernels are
 compared with the measured ones. A sample's duration is predicted by running its solo work
 from its measured start through its device's measured communication
-(:func:`~echo_view.analysis.interference_rate.predict_durations`); ``none`` predicts the solo
+(:func:`~echo_view.sim.interference.measured_rates.predict_durations`); ``none`` predicts the solo
 time (no interference)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, KernelFeatures, fit, folds
-from echo_view.analysis.interference_rate import predict_durations
 from echo_view.model.workload import OP_CLASS_NAMES
+from echo_view.sim.interference.fit import CLASSES, InterferenceFit, KernelFeatures, fit, folds
+from echo_view.sim.interference.measure import OverlapSamples
+from echo_view.sim.interference.measured_rates import predict_durations
 
 I64 = npt.NDArray[np.int64]
 

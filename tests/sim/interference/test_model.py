@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from echo_view.analysis.interference_fit import CLASSES, InterferenceFit
 from echo_view.errors import ConfigError
 from echo_view.loading import build_registry
 from echo_view.model import Job
@@ -26,7 +25,8 @@ from echo_view.sim.interference import (
     model_to_toml,
     replay_slowdowns,
 )
-from echo_view.sim.interference_sim import simulate_replay
+from echo_view.sim.interference.fit import CLASSES, InterferenceFit
+from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.replay import workload_from_job
 from tests.conftest import SAMPLES, shared_path
 
@@ -75,7 +75,7 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
 
 
 def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
-    from echo_view.analysis.interference_fit import feature_names
+    from echo_view.sim.interference.fit import feature_names
 
     names = feature_names("fitted")
     fit = InterferenceFit(

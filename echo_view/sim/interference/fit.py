@@ -27,8 +27,8 @@ Both are fitted by least squares of the relative residual ``(w - N - u O) / D`` 
 pulling what the data do not support to no slowdown. Predictions clip ``s`` to
 ``[1, MAX_SLOWDOWN]``.
 
-The rate arithmetic is in :mod:`echo_view.analysis.interference_rate`, the held-out
-evaluation in :mod:`echo_view.analysis.interference_eval`.
+The rate arithmetic is in :mod:`echo_view.sim.interference.measured_rates`, the held-out
+evaluation in :mod:`echo_view.sim.interference.evaluate`.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_features import PROTOCOLS
-from echo_view.analysis.interference_rate import predict_durations
 from echo_view.model.collectives import COLLECTIVES
 from echo_view.model.gpus import GENERATIONS
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import CLASS_COLLECTIVE, OP_CLASS_NAMES
+from echo_view.sim.interference.features import PROTOCOLS
+from echo_view.sim.interference.measure import OverlapSamples
+from echo_view.sim.interference.measured_rates import predict_durations
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from echo_view.analysis.interference_eval import errors
-from echo_view.analysis.interference_fit import (
+from echo_view.model.workload import OP_CLASS_NAMES
+from echo_view.sim.interference.evaluate import errors
+from echo_view.sim.interference.fit import (
     CLASSES,
     SHRINKS,
     SOLO_SCALE_NS,
@@ -17,9 +18,8 @@ from echo_view.analysis.interference_fit import (
     fit,
     solo_weight,
 )
-from echo_view.analysis.interference_rate import predict_durations
-from echo_view.model.workload import OP_CLASS_NAMES
-from tests.analysis.interference_data import FACTORS, synthetic
+from echo_view.sim.interference.measured_rates import predict_durations
+from tests.sim.interference.interference_data import FACTORS, synthetic
 
 
 @pytest.mark.parametrize("kind", ["constant", "fitted"])

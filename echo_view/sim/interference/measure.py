@@ -15,7 +15,7 @@ Per trace and GPU device:
   no launch configuration (ROCm Kineto traces) has none: the name alone does not tell two
   shapes apart.
 - An **overlapped sample** is a compute kernel with ``O > 0`` and a solo time. Its observed
-  slowdown is ``D / solo``. Under the rate model (:mod:`echo_view.analysis.interference_fit`)
+  slowdown is ``D / solo``. Under the rate model (:mod:`echo_view.sim.interference.fit`)
   it did ``N`` of solo work alone and the rest, ``solo - N``, in ``O`` of overlapped time.
 
 Kernel classes come from a classifier the caller passes (the simulator's
@@ -35,16 +35,16 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, MEMORY, gpu_work
-from echo_view.analysis.interference_features import (
+from echo_view.analysis.intervals import union
+from echo_view.analysis.steps import find_steps, step_of_gpu_work
+from echo_view.model import NONE, Job, Trace
+from echo_view.model.workload import CLASS_COPY, OP_CLASS_NAMES
+from echo_view.sim.interference.features import (
     comm_features,
     launch_config,
     launch_shapes,
     trace_generation,
 )
-from echo_view.analysis.intervals import union
-from echo_view.analysis.steps import find_steps, step_of_gpu_work
-from echo_view.model import NONE, Job, Trace
-from echo_view.model.workload import CLASS_COPY, OP_CLASS_NAMES
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

@@ -33,9 +33,9 @@ import numpy.typing as npt
 
 from echo_view.analysis.kernel_fit import KernelSamples
 from echo_view.model.graph import OpClass
+from echo_view.sim.calibrate.optimize import nelder_mead
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
-from echo_view.sim.nelder_mead import nelder_mead
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

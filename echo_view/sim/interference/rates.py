@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.workload import DepMode, Workload
-from echo_view.sim.interference import interference_ops
+from echo_view.sim.interference.model import interference_ops
 
 _INF = float("inf")
 

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from echo_view.model import CollectiveKind
 from echo_view.model.collectives import collective
+from echo_view.sim.calibrate.optimize import huber_least_squares
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.alphabeta import AlphaBetaModel, AlphaBetaParams
 from echo_view.sim.comm.batch import Batch, build_batch, predict_batch_us
@@ -184,59 +185,6 @@ def _from_z(name: str, z: float) -> float:
     return math.exp(z)
 
 
-def _huber_cost(r: F64, huber: float) -> float:
-    a = np.abs(r)
-    return float(np.sum(np.where(a < huber, 0.5 * a * a, huber * (a - 0.5 * huber))))
-
-
-def _least_squares(
-    residual: Callable[[F64], F64],
-    z0: F64,
-    *,
-    huber: float,
-    max_iter: int = 100,
-) -> tuple[F64, int]:
-    """Levenberg-Marquardt with iteratively reweighted Huber weights and a forward-difference
-    Jacobian. The model is only piecewise smooth (algorithm choices, min/max of bandwidths),
-    so this finds a local minimum near the start: the defaults, which the prior also favours."""
-
-    def cost(r: F64) -> float:
-        return _huber_cost(r, huber)
-
-    z = z0.copy()
-    r = residual(z)
-    c = cost(r)
-    lam = 1e-2
-    step = 1e-4
-    for it in range(1, max_iter + 1):
-        jac = np.empty((len(r), len(z)))
-        for j in range(len(z)):
-            dz = np.zeros_like(z)
-            dz[j] = step
-            jac[:, j] = (residual(z + dz) - r) / step
-        a = np.abs(r)
-        w = np.sqrt(np.where(a < huber, 1.0, huber / np.maximum(a, 1e-12)))
-        jw = jac * w[:, None]
-        rw = r * w
-        h = jw.T @ jw
-        g = jw.T @ rw
-        improved = False
-        while lam < 1e10:
-            damped = h + lam * (np.diag(np.diag(h)) + 1e-9 * np.eye(len(z)))
-            delta = np.asarray(-np.linalg.solve(damped, g), dtype=np.float64)
-            r_new = residual(z + delta)
-            c_new = cost(r_new)
-            if c_new < c:
-                improved = abs(c - c_new) > 1e-9 * max(c, 1e-12)
-                z, r, c = z + delta, r_new, c_new
-                lam = max(lam / 3, 1e-9)
-                break
-            lam *= 4
-        if not improved:
-            return z, it
-    return z, max_iter
-
-
 def _fit(
     base: P,
     candidates: Sequence[str],
@@ -282,7 +230,7 @@ def _fit(
     def residual(z: F64) -> F64:
         return np.concatenate([data_residual(z, names), prior_w * (z - z0)])
 
-    z, iterations = _least_squares(residual, z0, huber=huber)
+    z, iterations = huber_least_squares(residual, z0, huber=huber)
     return params_at(z, names), tuple(names), iterations
 
 
