@@ -42,6 +42,7 @@ from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, sim
 from echo_view.sim.interference import model_from_setting
 from echo_view.sim.interference_sim import simulate_replay
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.memory import memory_report
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
 from echo_view.sim.throughput import throughput
@@ -266,6 +267,7 @@ def predict_workload(
     report = _workload_report(sim, job, origin, cluster.describe(), overrides, ranks, slowest)
     peak = cluster.gpu.peak(cfg.dtype)
     report["throughput"] = throughput(cfg, sim.step_ns / 1e9, peak).to_json()
+    report["memory"] = memory_report(cfg, cluster.gpu.memory_bytes).to_json()
     return WorkloadRun(sim, job, report)
 
 
