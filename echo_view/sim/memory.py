@@ -20,9 +20,9 @@ forward passes waiting for their backward):
   (``2sbh``). The terms are kept apart here so that GQA, SwiGLU, fused (flash) attention (which
   stores its fp32 log-sum-exp instead of the ``s x s`` scores), fp32 activations and context
   parallelism (``s / cp`` tokens per rank) follow from the same derivation. A stage holds the
-  activations of the forward passes its schedule runs before their backward
-  (:func:`~echo_view.sim.schedule.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the
-  paper's ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
+  activations of the forward passes its schedule runs before their backward (Megatron-LM's
+  order, :mod:`echo_view.sim.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the paper's
+  ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
   The first stage keeps the embedding's dropout mask per micro-batch, the last the final norm's
   and output layer's inputs and the fp32 logits for the cross-entropy (``4sbh/t (1 + V/h)``).
 - **transient** memory: the larger of the bf16 logits (last stage) and the activations being
@@ -48,7 +48,6 @@ from echo_view.model.config import (
     resolve_attention,
     stage_layers,
 )
-from echo_view.sim.schedule import schedule
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -132,18 +131,19 @@ def layer_activation_bytes(cfg: WorkloadConfig, recompute: str | None = None) ->
     return replicated // shard + split // t + core // t
 
 
-def _inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
+def inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
     """Forward passes per local chunk that ``stage`` holds at its peak: those its schedule
-    runs before the first backward."""
+    (:func:`~echo_view.sim.schedule.schedule`) runs before the first backward. Interleaved
+    passes visit the chunks in groups of ``p`` micro-batches (chunk ``(k mod pv) div p``)."""
     p = cfg.parallel
-    if p.virtual_stages == 1:  # 1F1B: the warm-up forwards and the first steady one
-        return [min(p.pp - stage, cfg.micro_batches)]
-    held = [0] * p.virtual_stages
-    for step in schedule(stage, p.pp, cfg.micro_batches, p.virtual_stages):
-        if not step.forward:
-            break
-        held[step.chunk] += 1
-    return held
+    m, pp, v = cfg.micro_batches, p.pp, p.virtual_stages
+    if v == 1:  # 1F1B: the warm-up forwards and the first steady one
+        return [min(pp - stage, m)]
+    total = m * v
+    warmup = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    forwards = min(warmup + 1, total)
+    cycles, rest = divmod(forwards, pp * v)
+    return [cycles * pp + min(max(rest - c * pp, 0), pp) for c in range(v)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +228,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     e, t = _act_bytes(cfg), p.tp
     s, b, h = m.seq_len // p.cp, cfg.batch.micro, m.hidden
     shard = t if p.sequence_parallel else 1
-    held = _inflight(cfg, stage)
+    held = inflight(cfg, stage)
     per_layer = layer_activation_bytes(cfg)
     layers = stage_layers(cfg, stage)
     act = per_layer * layers * sum(held)

@@ -19,12 +19,14 @@ from echo_view.model.config import (
 from echo_view.sim.memory import (
     ALLOCATOR_MARGIN,
     RESERVED_BYTES,
+    inflight,
     layer_activation_bytes,
     layer_params,
     memory_report,
     stage_memory,
     stage_params,
 )
+from echo_view.sim.schedule import schedule
 
 # The paper's models (Table 3): 22B, 175B, 530B, 1T.
 PAPER_MODELS = [(48, 6144, 64, 8), (96, 12288, 96, 8), (105, 20480, 128, 8), (128, 25600, 160, 8)]
@@ -163,3 +165,17 @@ def test_verdict_uses_the_margin_and_the_reserved_memory() -> None:
     # Without recomputation the paper's 175B on tp 8, pp 8 does not fit: it needed selective.
     none = replace(cfg, parallel=replace(cfg.parallel, recompute="none"))
     assert not memory_report(none, 80 * 10**9).fits
+
+
+@pytest.mark.parametrize(
+    ("pp", "vp", "m"), [(4, 2, 8), (4, 2, 4), (8, 3, 64), (2, 4, 6), (3, 2, 9)]
+)
+def test_in_flight_passes_follow_the_schedule(pp: int, vp: int, m: int) -> None:
+    cfg = _cfg(layers=24 * vp, pp=pp, vp=vp, global_batch=m)
+    for stage in range(pp):
+        held = [0] * vp
+        for step in schedule(stage, pp, m, vp):
+            if not step.forward:
+                break
+            held[step.chunk] += 1
+        assert inflight(cfg, stage) == held, stage
