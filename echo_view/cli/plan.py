@@ -88,16 +88,19 @@ def graph_of(cfg: WorkloadConfig, config_path: Path) -> TracedGraph:
     return graph_for_config(cfg, config_path)[0]
 
 
-def _serial(
+def run_serial(
     groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> Iterator[list[Ranked]]:
+    """Each group's results, simulated in this process."""
     for g in groups:
         yield simulate_group(g, graph_for)
 
 
-def _on_dask(
+def run_on_dask(
     client: Any, groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> Iterator[list[Ranked]]:
+    """Each group's results as its task finishes on ``client``'s workers (one task per group:
+    the graph is traced where it is simulated); leaving early cancels the rest."""
     executor = client.get_executor(pure=False)
     futures = [executor.submit(simulate_group, g, graph_for) for g in groups]
     try:
@@ -137,10 +140,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         if not groups:
             pass
         elif args.serial:
-            collect(_serial(groups, graph_for))
+            collect(run_serial(groups, graph_for))
         else:
             with dask_client(args.scheduler, args.workers) as client:
-                collect(_on_dask(client, groups, graph_for))
+                collect(run_on_dask(client, groups, graph_for))
     ranked = rank(results)
     counts = Counts(total, invalid, len(candidates) - fitting, len(ranked))
     front = pareto_front(ranked)
