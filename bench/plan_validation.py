@@ -41,9 +41,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[])
     args = ap.parse_args()
     dims = parse_dimensions(args.search)
-    print(
-        "| run | published layout | needs (GB) | verdict | searched | published rank | first | gain |"
-    )
+    print("| run | published layout | needs (GB) | verdict | searched | rank | first | gain |")
     print("|---|---|---:|---|---:|---:|---|---:|")
     for path in sorted(RUNS.glob("*.toml")):
         cfg = load_config(path)

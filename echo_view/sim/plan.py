@@ -142,18 +142,22 @@ def retarget(base: WorkloadConfig, gpus: int, gpu: str | None) -> WorkloadConfig
 
 
 def _choices(base: WorkloadConfig, dims: Sequence[str]) -> dict[str, list[Any]]:
+    """Values per dimension: the searched ones' candidates, always with the base config's own
+    value (an uneven pipeline's stage count need not divide the layers), else the base's."""
     m, p, b = base.model, base.parallel, base.batch
     gpus = base.cluster.gpus
     per_node = base.cluster.gpus_per_node
-    tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= per_node and gpus % t == 0]
-    out: dict[str, list[Any]] = {
-        "tp": tps if "tp" in dims else [p.tp],
-        "pp": [d for d in _divisors(m.layers) if gpus % d == 0] if "pp" in dims else [p.pp],
-        "cp": [c for c in CP_SIZES if gpus % c == 0] if "cp" in dims else [p.cp],
-        "micro": list(MICRO_SIZES) if "micro" in dims else [b.micro],
-        "recompute": list(RECOMPUTE) if "recompute" in dims else [p.recompute],
-        "dist_opt": [False, True] if "dist_opt" in dims else [p.distributed_optimizer],
+    searched: dict[str, tuple[list[Any], Any]] = {
+        "tp": ([t for t in (1, 2, 4, 8, 16, 32, 64) if t <= per_node and gpus % t == 0], p.tp),
+        "pp": ([d for d in _divisors(m.layers) if gpus % d == 0], p.pp),
+        "cp": ([c for c in CP_SIZES if gpus % c == 0], p.cp),
+        "micro": (list(MICRO_SIZES), b.micro),
+        "recompute": (list(RECOMPUTE), p.recompute),
+        "dist_opt": ([False, True], p.distributed_optimizer),
     }
+    out: dict[str, list[Any]] = {}
+    for dim, (values, own) in searched.items():
+        out[dim] = (values if own in values else [*values, own]) if dim in dims else [own]
     return out
 
 

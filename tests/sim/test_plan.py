@@ -69,3 +69,11 @@ def test_ranking_and_pareto_front() -> None:
     assert [r.layout for r in rank(rs)] == ["a", "b", "c", "d", "e"]
     # b is as fast as a and lighter; d is slower and heavier than c.
     assert [r.layout for r in pareto_front(rs)] == ["b", "c", "e"]
+
+
+def test_the_base_layout_is_always_a_candidate() -> None:
+    # BLOOM's 70 layers on 12 uneven stages (5 on the first and last): 12 divides no layer
+    # count, yet the published layout must be among the candidates.
+    bloom = load_config(SAMPLES / "configs" / "validation" / "bloom-176b-384.toml")
+    valid, _, _ = enumerate_layouts(retarget(bloom, 384, None), ("tp", "pp"))
+    assert replace(bloom, reference=None, source=valid[0].source) in valid
