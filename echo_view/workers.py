@@ -76,8 +76,12 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         n_workers=n,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
+        # The scheduler serves HTTP even without a dashboard, on 8787 unless told: any free
+        # port, so that clusters of several commands on one machine do not collide.
+        dashboard_address=":0",
+        # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR; task
+        # errors reach the client as exceptions, so the logs add nothing but noise.
+        silence_logs=logging.CRITICAL,
     )
     try:
         client = distributed.Client(cluster, set_as_default=False)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from echo_view.cli import main
-from tests.conftest import SAMPLES, TORCH_MISSING
+from tests.conftest import ROOT, SAMPLES, TORCH_MISSING
 
 SMALL = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
 KORTHIKANTI = SAMPLES / "configs" / "validation" / "korthikanti-175b-selective.toml"
@@ -83,3 +88,42 @@ def test_bad_options_are_one_line_errors(
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "p.bmp").exists()
+
+
+@pytest.mark.slow
+@needs_torch
+def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    cache, plot = tmp_path / "cache", tmp_path / "pareto.png"
+    argv = [str(KORTHIKANTI), "--gpus", "64", "--workers", "2", "--plot", str(plot)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echo_view", "plan", *argv],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "ECHO_VIEW_CACHE": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300  # a safety net, not a measurement
+        # A graph in the cache: the workers are tracing and simulating.
+        while not (cache.is_dir() and any(cache.glob("*.json.gz"))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        # Worker processes are started from the cluster's threads: every thread's children.
+        tasks = Path(f"/proc/{proc.pid}/task").glob("*/children")
+        children = [c for t in tasks for c in t.read_text().split()]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert out == "" and err.strip() == "echo-view: interrupted", err
+    assert not plot.exists() and not list(tmp_path.glob(".pareto*"))
+    assert children  # the worker processes and multiprocessing's resource tracker
+    # The tracker exits when its pipe from the (now ended) command closes: allow it a moment.
+    deadline = time.monotonic() + 60
+    while (alive := [c for c in children if Path(f"/proc/{c}").exists()]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert not alive, [Path(f"/proc/{c}/cmdline").read_bytes() for c in alive]
