@@ -26,10 +26,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.diff import PLOT_FORMATS
+from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.formats import Registry, json_text
 from echo_view.loading import graph_for_config, load_config
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import TracedGraph
@@ -116,11 +116,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")
     dims = parse_dimensions(args.search)
-    if args.plot is not None and args.plot.suffix.lower().lstrip(".") not in PLOT_FORMATS:
-        raise UsageError(
-            f"cannot tell the plot format from {args.plot.name!r}",
-            hint=f"use one of: {', '.join('.' + f for f in PLOT_FORMATS)}",
-        )
+    if args.plot is not None:
+        plot_format(args.plot)  # before the search, which takes minutes
     t0 = time.perf_counter()
     base = retarget(load_config(args.config), args.gpus, args.gpu)
     valid, total, invalid = enumerate_layouts(base, dims)
@@ -191,16 +188,7 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
 
 def write_plot(ranked: list[Ranked], front: list[Ranked], path: Path) -> None:
     """Step time against peak memory per layout, the Pareto front joined; written atomically."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib", hint="install the plot extra: pip install 'echo-view[plot]'"
-        ) from None
-    fig = Figure(figsize=(8, 5), layout="constrained")
+    fig = new_figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
     ax.scatter(
         [r.peak_bytes / GB for r in ranked], [r.step_time_s for r in ranked], s=8,
@@ -218,5 +206,4 @@ def write_plot(ranked: list[Ranked], front: list[Ranked], path: Path) -> None:
     ax.set_ylabel("predicted step time (s)")
     ax.set_title(f"{len(ranked):,} layouts that fit")
     ax.legend()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
+    save_figure(fig, path)
