@@ -34,11 +34,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.analysis.interference_features import (  # noqa: E402
-    gpu_generation,
-    trace_generation,
-)
+from echo_view.analysis.interference_features import trace_generation  # noqa: E402
 from echo_view.loading import build_registry, load_workload  # noqa: E402
+from echo_view.model.gpus import gpu_generation  # noqa: E402
 from echo_view.sim import engine, predicted_job, simulate  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402

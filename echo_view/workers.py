@@ -76,8 +76,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         n_workers=n,
         threads_per_worker=1,
         processes=True,
-        # The scheduler serves HTTP even without a dashboard, on 8787 unless told: any free
-        # port, so that clusters of several commands on one machine do not collide.
+        # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
         dashboard_address=":0",
         # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR; task
         # errors reach the client as exceptions, so the logs add nothing but noise.

@@ -10,8 +10,6 @@ import pytest
 from echo_view.errors import InputError, UsageError
 from echo_view.loading import build_registry, is_workload_input, job_importer, read_job
 
-pytest.importorskip("importers.kineto")
-
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 

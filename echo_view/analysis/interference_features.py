@@ -17,24 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, Trace
+from echo_view.model.gpus import gpu_generation
 from echo_view.model.kinds import CollectiveKind, EventKind
 from echo_view.model.nccl import parse_nccl_kernel_name
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-#: GPU generations the interference model knows (index = stored code). ``unknown`` is 0.
-GENERATIONS: tuple[str, ...] = (
-    "unknown",
-    "volta",
-    "turing",
-    "ampere",
-    "ada",
-    "hopper",
-    "blackwell",
-    "cdna2",
-    "cdna3",
-)
 #: NCCL protocols (index = stored code; ``unknown`` is 0).
 PROTOCOLS: tuple[str, ...] = ("unknown", "LL", "LL128", "SIMPLE")
 
@@ -165,36 +154,6 @@ def _launch_external_ids(trace: Trace, rows: I64) -> I64:
     hit = (corr[pos] == want) & (want != NONE)
     out: I64 = np.where(hit, ev.external_id[calls[pos]], own)
     return out
-
-
-def gpu_generation(name: str, compute_capability: tuple[int, int] | None = None) -> int:
-    """The :data:`GENERATIONS` code of a GPU from its name (and CUDA compute capability)."""
-    up = name.upper()
-    if "MI3" in up:
-        return GENERATIONS.index("cdna3")
-    if "MI2" in up or "MI100" in up:
-        return GENERATIONS.index("cdna2")
-    if any(k in up for k in ("B100", "B200", "GB200", "B300", "BLACKWELL", "RTX 50")):
-        return GENERATIONS.index("blackwell")
-    if any(k in up for k in ("H100", "H800", "H200", "H20", "GH200", "HOPPER")):
-        return GENERATIONS.index("hopper")
-    if any(k in up for k in ("L40", "L4", "RTX 40", "ADA")):
-        return GENERATIONS.index("ada")
-    if any(k in up for k in ("A100", "A800", "A10", "A30", "A40", "A6000", "RTX 30", "PG509")):
-        return GENERATIONS.index("ampere")
-    if "T4" in up or "RTX 20" in up or "TURING" in up:
-        return GENERATIONS.index("turing")
-    if "V100" in up or "VOLTA" in up:
-        return GENERATIONS.index("volta")
-    if "AMD" in up or "RADEON" in up or "INSTINCT" in up:
-        return GENERATIONS.index("unknown")
-    if compute_capability is not None:
-        major, minor = compute_capability
-        by_cc = {7: "turing" if minor >= 5 else "volta", 8: "ada" if minor >= 9 else "ampere",
-                 9: "hopper", 10: "blackwell", 12: "blackwell"}  # fmt: skip
-        if major in by_cc:
-            return GENERATIONS.index(by_cc[major])
-    return GENERATIONS.index("unknown")
 
 
 def trace_generation(trace: Trace) -> int:

@@ -41,8 +41,10 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.analysis.interference import OverlapSamples
-from echo_view.analysis.interference_features import GENERATIONS, PROTOCOLS
+from echo_view.analysis.interference_features import PROTOCOLS
 from echo_view.analysis.interference_rate import predict_durations
+from echo_view.model.collectives import COLLECTIVES
+from echo_view.model.gpus import GENERATIONS
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import CLASS_COLLECTIVE, OP_CLASS_NAMES
 
@@ -54,15 +56,7 @@ MAX_SLOWDOWN = 8.0
 CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASS_NAMES if c != "collective")
 #: Collective groups the fitted model tells apart (others -> ``other``).
 COMM_GROUPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "other")
-_COMM_GROUP_OF = {
-    int(CollectiveKind.ALL_REDUCE): 0,
-    int(CollectiveKind.ALL_GATHER): 1,
-    int(CollectiveKind.REDUCE_SCATTER): 2,
-    int(CollectiveKind.SEND): 3,
-    int(CollectiveKind.RECV): 3,
-    int(CollectiveKind.SEND_RECV): 3,
-    int(CollectiveKind.ALL_TO_ALL): 3,
-}
+_COMM_GROUP_OF = {int(c.kind): COMM_GROUPS.index(c.interference_group) for c in COLLECTIVES}
 
 
 @dataclass(frozen=True, eq=False)

@@ -34,9 +34,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.interference import coverage, longest_overlap
 from echo_view.analysis.interference_features import (
-    GENERATIONS,
     comm_features,
-    gpu_generation,
     launch_config,
     trace_generation,
 )
@@ -44,8 +42,9 @@ from echo_view.analysis.interference_fit import CLASSES, InterferenceFit, Kernel
 from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
+from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.kinds import CollectiveKind
-from echo_view.model.toml_file import read_toml
+from echo_view.model.toml_file import dump_toml, read_toml
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload
 
 I64 = npt.NDArray[np.int64]
@@ -125,47 +124,15 @@ def default_model(generation: int | str) -> InterferenceModel:
 def model_to_toml(model: InterferenceModel) -> str:
     """The model as TOML (read back by :func:`load_model`)."""
     d = model.fit.as_dict()
-    lines = [
-        "# echo-view interference model (docs/interference.md): constant = full-overlap"
-        " slowdown per class; fitted = excess slowdown g(solo) * (x . coef), scaled by shrink",
-        f"kind = {_toml_str(d['kind'])}",
-        f"source = {_toml_str(model.source)}",
-    ]
+    doc: dict[str, Any] = {"kind": d["kind"], "source": model.source}
     # Settings of the fitted form sit at the top level, before the first table.
-    for key in ("form", "shrink", "solo_scale_ns"):
-        if key in d:
-            value = d[key]
-            lines.append(f"{key} = {_toml_str(value) if isinstance(value, str) else repr(value)}")
-    if "generations" in d:
-        lines.append("generations = [" + ", ".join(_toml_str(g) for g in d["generations"]) + "]")
-    lines += [
-        "",
-        "[coef]",
-        *(f"{_toml_key(k)} = {v!r}" for k, v in d["coef"].items()),
-        "",
-        "[samples]",
-        *(f"{_toml_key(k)} = {v}" for k, v in d["samples"].items()),
-    ]
-    for split, table in model.evaluation.items():
-        lines += ["", f"[evaluation.{_toml_key(split)}]"]
-        for m, errs in table.items():
-            items = ", ".join(f"{k} = {_toml_val(v)}" for k, v in errs.items())
-            lines.append(f"{_toml_key(m)} = {{ {items} }}")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_str(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _toml_key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_str(k)
-
-
-def _toml_val(v: Any) -> str:
-    if isinstance(v, float) and not np.isfinite(v):
-        return "nan"
-    return repr(v) if isinstance(v, float) else str(v)
+    doc |= {k: d[k] for k in ("form", "shrink", "solo_scale_ns", "generations") if k in d}
+    doc |= {"coef": d["coef"], "samples": d["samples"], "evaluation": model.evaluation}
+    return dump_toml(
+        doc,
+        "echo-view interference model (docs/interference.md): constant = full-overlap slowdown"
+        " per class; fitted = excess slowdown g(solo) * (x . coef), scaled by shrink",
+    )
 
 
 def load_model(path: Path) -> InterferenceModel:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from echo_view.analysis.interference_features import gpu_generation, trace_generation
+from echo_view.analysis.interference_features import trace_generation
 from echo_view.analysis.summary import summarize
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.config import WorkloadConfig
+from echo_view.model.gpus import gpu_generation
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES

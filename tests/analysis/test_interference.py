@@ -8,9 +8,7 @@ import pytest
 
 from echo_view.analysis.interference import class_table, coverage, measure
 from echo_view.analysis.interference_features import (
-    GENERATIONS,
     PROTOCOLS,
-    gpu_generation,
     launch_config,
     launch_shapes,
 )
@@ -23,6 +21,7 @@ from echo_view.model import (
     LaneKind,
     TraceBuilder,
 )
+from echo_view.model.gpus import GENERATIONS
 from echo_view.model.workload import CLASS_COPY, CLASS_GEMM, OP_CLASS_NAMES
 from echo_view.sim.compute import classify_kernel
 from tests.conftest import SAMPLES
@@ -145,16 +144,6 @@ def test_launch_shapes_split_one_grid_by_operator_shapes() -> None:
     # them ran alone: no sample.
     assert c["row"].tolist() == [rows[2]]
     assert c["solo_ns"].tolist() == [100] and c["overlap_ns"].tolist() == [200]
-
-
-def test_gpu_generation() -> None:
-    g = {name: gpu_generation(name) for name in (
-        "Tesla V100-SXM2-32GB", "NVIDIA A100-PG509-200", "NVIDIA H800", "NVIDIA B200",
-        "AMD Instinct MI300X", "NVIDIA GeForce RTX 3090")}  # fmt: skip
-    assert [GENERATIONS[v] for v in g.values()] == [
-        "volta", "ampere", "hopper", "blackwell", "cdna3", "ampere"
-    ]  # fmt: skip
-    assert GENERATIONS[gpu_generation("Some GPU", (9, 0))] == "hopper"
 
 
 def test_dlrm_sample() -> None:

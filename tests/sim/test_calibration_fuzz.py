@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from echo_view.analysis.interference_fit import CLASSES, KernelFeatures, fit
 from echo_view.errors import EchoViewError
 from echo_view.model import CollectiveKind
+from echo_view.model.gpus import gpu_preset
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import comm_model_from_mapping
 from echo_view.sim.compute_presets import compute_params_from_toml
-from echo_view.sim.gpus import gpu_preset
 from echo_view.sim.interference import InterferenceModel, load_model, model_to_toml
 from echo_view.sim.kernel_cost import op_times_ns
 from tests.analysis.interference_data import FACTORS, synthetic

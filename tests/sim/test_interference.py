@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from echo_view.analysis.interference_features import GENERATIONS
 from echo_view.analysis.interference_fit import CLASSES, InterferenceFit
 from echo_view.errors import ConfigError
 from echo_view.loading import build_registry
 from echo_view.model import Job
+from echo_view.model.gpus import GENERATIONS
 from echo_view.model.workload import OP_CLASS_NAMES, Workload
 from echo_view.sim import simulate, step_spans
 from echo_view.sim.interference import (

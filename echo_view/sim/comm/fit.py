@@ -22,10 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import CollectiveKind
+from echo_view.model.collectives import collective
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.alphabeta import AlphaBetaModel, AlphaBetaParams
 from echo_view.sim.comm.batch import Batch, build_batch, predict_batch_us
-from echo_view.sim.comm.nccl import _TUNED, NcclModel
+from echo_view.sim.comm.nccl import NcclModel
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.comm.placement import place
 
@@ -103,7 +104,7 @@ def _prepare(measurements: Sequence[Measurement]) -> _Data:
     for m in measurements:
         placement = place(m.ranks, m.cluster)
         options = None
-        if placement.nranks > 1 and m.kind in _TUNED and m.nbytes > 0:
+        if placement.nranks > 1 and collective(m.kind).tuned and m.nbytes > 0:
             options = tuner.options(m.kind, m.nbytes, placement, m.cluster)
         items.append((m.kind, m.nbytes, placement, m.cluster, options))
     return _Data(

@@ -15,9 +15,9 @@ from echo_view.sim import MeasuredCompute, predicted_job, simulate, step_spans
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import job_steps
+from importers import kineto
 
-kineto = pytest.importorskip("importers.kineto")
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 
 
 @pytest.fixture(scope="module")

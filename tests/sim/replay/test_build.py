@@ -210,9 +210,9 @@ def test_overlapping_ops_on_one_stream_get_their_own_lane() -> None:
 def test_cuda_sync_records_of_a_real_trace() -> None:
     """HTA's critical-path sample records cudaEventRecord and cuda_sync waits: replay finds
     the cross-stream waits from them and reproduces the measurement."""
+    from importers import kineto
     from tests.conftest import shared_path
 
-    kineto = pytest.importorskip("importers.kineto")
     path = shared_path("data", "hta-tests", "critical_path", "alexnet")
     job = kineto.KinetoImporter().read([path])
     wl = workload_from_job(job)

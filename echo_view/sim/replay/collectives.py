@@ -36,8 +36,9 @@ from echo_view.model import (
     collective_kind_from_name,
     parse_nccl_kernel_name,
 )
+from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.workload import CollectiveSpecs
-from echo_view.sim.replay_deps import RankView
+from echo_view.sim.replay.deps import RankView
 
 I64 = npt.NDArray[np.integer[Any]]
 _GroupKey = tuple[str, tuple[int, ...]]
@@ -165,14 +166,6 @@ def _rank_entries(
     return out
 
 
-#: Element sizes of the ``Input type`` names PyTorch writes.
-_ELEMENT_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "unsigned int": 4,
-    "double": 8, "float64": 8, "long": 8, "long int": 8, "int64": 8, "long long": 8,
-    "c10::half": 2, "half": 2, "c10::bfloat16": 2, "bfloat16": 2, "short": 2, "int16": 2,
-    "unsigned char": 1, "signed char": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1,
-    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
-}  # fmt: skip
 _GENERIC = {int(CollectiveKind.SEND_RECV), int(CollectiveKind.UNKNOWN)}
 
 
@@ -220,7 +213,7 @@ def _payload(args: dict[str, object]) -> int:
     if not isinstance(dims, list) or not isinstance(types, list) or not dims or not types:
         return NONE
     shape, dtype = dims[0], types[0]
-    size = _ELEMENT_BYTES.get(str(dtype).lower())
+    size = dtype_bytes(dtype)
     if size is None or not isinstance(shape, list) or not shape:
         return NONE
     count = 1

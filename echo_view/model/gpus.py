@@ -1,5 +1,8 @@
-"""GPU presets: dense peak FLOP/s per dtype, HBM and NVLink bandwidth, memory and SMs, each
-with its NVIDIA datasheet source, and matching of device names as CUDA reports them.
+"""The GPU catalogue: presets (dense peak FLOP/s per dtype, HBM and NVLink bandwidth, memory and
+SMs, each with its NVIDIA datasheet source), matching of device names as CUDA reports them to a
+preset, and the generation of any GPU (a preset's ``arch``; for GPUs without a preset, from the
+name or the CUDA compute capability). Adding a GPU is one entry in :data:`PRESETS` (and a
+pattern in ``_MATCHERS`` when CUDA spells its name differently).
 
 NVLink is per GPU and per direction (NVIDIA quotes the bidirectional sum: "600 GB/s" for A100
 is 300 GB/s each way); peak FLOP/s are dense (half the "with sparsity" figures).
@@ -267,3 +270,58 @@ def match_gpu(device_name: str, memory_bytes: int | None = None) -> GpuSpec | No
             return PRESETS["A100-SXM4-80GB" if big else "A100-SXM4-40GB"]
         return PRESETS[preset]
     return None
+
+
+#: GPU generations (index = the code stored in interference feature tables; ``unknown`` is 0).
+#: A preset's ``arch`` is one of them.
+GENERATIONS: tuple[str, ...] = (
+    "unknown",
+    "volta",
+    "turing",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+    "cdna2",
+    "cdna3",
+)
+# Generations of GPUs without a preset, by a word of the device name; checked in order (the
+# Blackwell words before Hopper's "H20", AMD before the compute capability, which AMD lacks).
+_GENERATION_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cdna3", ("MI3",)),
+    ("cdna2", ("MI2", "MI100")),
+    ("blackwell", ("B100", "B200", "GB200", "B300", "BLACKWELL", "RTX 50")),
+    ("hopper", ("H100", "H800", "H200", "H20", "GH200", "HOPPER")),
+    ("ada", ("L40", "L4", "RTX 40", "ADA")),
+    ("ampere", ("A100", "A800", "A10", "A30", "A40", "A6000", "RTX 30", "PG509")),
+    ("turing", ("T4", "RTX 20", "TURING")),
+    ("volta", ("V100", "VOLTA")),
+    ("unknown", ("AMD", "RADEON", "INSTINCT")),
+)
+# CUDA compute capability (major, lowest minor) -> generation, highest minor first per major.
+_BY_CAPABILITY: tuple[tuple[tuple[int, int], str], ...] = (
+    ((7, 5), "turing"),
+    ((7, 0), "volta"),
+    ((8, 9), "ada"),
+    ((8, 0), "ampere"),
+    ((9, 0), "hopper"),
+    ((10, 0), "blackwell"),
+    ((12, 0), "blackwell"),
+)
+
+
+def gpu_generation(name: str, compute_capability: tuple[int, int] | None = None) -> int:
+    """The :data:`GENERATIONS` code of a GPU from its name as CUDA or a config gives it (a
+    preset's ``arch`` when it matches one), else from its CUDA compute capability."""
+    preset = PRESETS.get(name) or match_gpu(name)
+    if preset is not None:
+        return GENERATIONS.index(preset.arch)
+    up = name.upper()
+    for generation, words in _GENERATION_WORDS:
+        if any(w in up for w in words):
+            return GENERATIONS.index(generation)
+    if compute_capability is not None:
+        for (major, minor), generation in _BY_CAPABILITY:
+            if compute_capability[0] == major and compute_capability[1] >= minor:
+                return GENERATIONS.index(generation)
+    return GENERATIONS.index("unknown")

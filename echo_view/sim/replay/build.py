@@ -11,10 +11,10 @@ What becomes an op, per rank:
   overlapping on one stream (a CUDA graph runs its kernels on streams of its own) are split
   onto extra lanes, ``stream 7 (overlap 1)``, so that every lane stays sequential.
 
-Dependencies (:mod:`echo_view.sim.replay_deps`): launch -> GPU op (correlation), blocking calls,
-host syncs, cross-stream event waits, cross-thread wake-ups. Collectives
-(:mod:`echo_view.sim.replay_coll`) are matched across ranks by (group, sequence number), else by
-order within the group.
+Dependencies (:mod:`echo_view.sim.replay.deps`): launch -> GPU op (correlation), blocking
+calls, host syncs, cross-stream event waits, cross-thread wake-ups. Collectives
+(:mod:`echo_view.sim.replay.collectives`) are matched across ranks by (group, sequence
+number), else by order within the group.
 
 Lags are measured, so that a replay with measured durations reproduces the measured timeline:
 of all the constraints on an op's start, the one that was binding in the measurement (the latest
@@ -45,8 +45,8 @@ from echo_view.model.workload import (
     Workload,
 )
 from echo_view.sim.compute import classify_kernel
-from echo_view.sim.replay_coll import match_collectives
-from echo_view.sim.replay_deps import RankView, infer_dependencies
+from echo_view.sim.replay.collectives import match_collectives
+from echo_view.sim.replay.deps import RankView, infer_dependencies
 
 I64 = npt.NDArray[np.integer[Any]]
 _CPU_CALL_KINDS = (int(EventKind.RUNTIME), int(EventKind.DRIVER))

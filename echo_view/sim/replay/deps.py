@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from echo_view.model import NONE, EventKind, Trace
 from echo_view.model.workload import DepKind, DepMode
-from echo_view.sim.replay_lags import finish_lags
+from echo_view.sim.replay.lags import finish_lags
 
 I64 = npt.NDArray[np.integer[Any]]
 
