@@ -5,7 +5,7 @@ One collective row per NCCL/RCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``),
 runs; ``wait`` and other names that are no collective are skipped). For a kernel:
 
 - kind, algorithm, protocol and dtype come from the kernel name
-  (:func:`echo_view.model.parse_nccl_kernel_name`); a name without the operation
+  (:func:`echo_view.model.parse_comm_kernel_name`); a name without the operation
   (``ncclDevKernel_Generic``) takes the kind from the ``Collective name`` argument;
 - the other facts come from the kernel's own args (``Collective name``, ``In msg nelems``,
   ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Name``/``Ranks``/
@@ -41,7 +41,7 @@ from echo_view.model import (
     ProcessGroup,
     StringTable,
     collective_kind_from_name,
-    parse_nccl_kernel_name,
+    parse_comm_kernel_name,
 )
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
 from importers.kineto_rows import I32, I64, unique
@@ -250,7 +250,7 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
     kernels = np.flatnonzero(ev.kind == int(EventKind.KERNEL))
     parsed: dict[int, Any] = {}
     for name_id in unique(ev.name[kernels]).tolist():
-        parsed[name_id] = parse_nccl_kernel_name(strings[name_id])
+        parsed[name_id] = parse_comm_kernel_name(strings[name_id])
     nccl_names = np.array([n for n, info in parsed.items() if info is not None], dtype=np.int32)
     nccl = kernels[np.isin(ev.name[kernels], nccl_names)]
     comms = _comms_ops(ev, strings)

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.intervals import pattern_measure
 from echo_view.analysis.steps import StepDetection, find_steps
-from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Lane, LaneKind, Trace, is_nccl_kernel
+from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Lane, LaneKind, Trace, is_comm_kernel
 
 I64 = npt.NDArray[np.int64]
 
@@ -65,7 +65,7 @@ def nccl_name_ids(trace: Trace) -> npt.NDArray[np.int32]:
     """String ids of the kernel names that are NCCL/RCCL kernels (one check per distinct name)."""
     kernels = trace.mask(EventKind.KERNEL)
     ids = np.unique(trace.events.name[kernels])
-    return np.array([i for i in ids if is_nccl_kernel(trace.strings[int(i)])], dtype=np.int32)
+    return np.array([i for i in ids if is_comm_kernel(trace.strings[int(i)])], dtype=np.int32)
 
 
 def _device_of(lane: Lane) -> int:

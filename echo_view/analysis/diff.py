@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.analysis.cxx_names import qualified_base
-from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_nccl_kernel_name
+from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_comm_kernel_name
 from echo_view.model.schema import json_schema
 from echo_view.units import format_duration
 
@@ -213,11 +213,11 @@ def _item_json(item: ItemDiff, ref_b: bool) -> dict[str, Any]:
 
 def kernel_class(name: str) -> str:
     """Kernel name without ``void``, template arguments and parameter list
-    (:func:`~echo_view.analysis.cxx_names.qualified_base`); NCCL kernels become
-    ``nccl:<collective>``."""
-    info = parse_nccl_kernel_name(name)
+    (:func:`~echo_view.analysis.cxx_names.qualified_base`); communication kernels become
+    ``<library>:<collective>`` (``nccl:all_reduce``, ``deepep:all_to_all``)."""
+    info = parse_comm_kernel_name(name)
     if info is not None:
-        return f"nccl:{info.collective.label}"
+        return f"{info.library}:{info.collective.label}"
     return qualified_base(name) or name
 
 
@@ -302,7 +302,7 @@ def _collective_times(trace: Trace, ws: I64, we: I64) -> dict[str, tuple[int, in
     comm = work.rows[(work.labels == COMM) & ~np.isin(work.rows, tabled)]
     comm = comm[_in_windows(ev.start_ns[comm], ws, we)]
     for row in comm.tolist():
-        info = parse_nccl_kernel_name(trace.name(row))
+        info = parse_comm_kernel_name(trace.name(row))
         kind = info.collective if info is not None else CollectiveKind.UNKNOWN
         key = _coll_key(kind, None, -1)
         t, c = out.get(key, (0, 0))

@@ -51,7 +51,7 @@ from echo_view.model import (
     Job,
     StepTable,
     Trace,
-    parse_nccl_kernel_name,
+    parse_comm_kernel_name,
 )
 from echo_view.model.schema import json_schema
 
@@ -310,7 +310,7 @@ def collective_events(trace: Trace) -> CollectiveEvents:
 
 
 def _nccl_kind(name: str) -> int:
-    info = parse_nccl_kernel_name(name)
+    info = parse_comm_kernel_name(name)
     return -1 if info is None else int(info.collective)
 
 

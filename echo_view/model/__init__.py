@@ -3,6 +3,7 @@ enumerations and side tables they use. The model knows no file format."""
 
 from echo_view.model.builder import TraceBuilder
 from echo_view.model.collectives import collective_kind_from_name
+from echo_view.model.comm_kernels import CommKernelInfo, is_comm_kernel, parse_comm_kernel_name
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import (
     GPU_KINDS,
@@ -11,7 +12,6 @@ from echo_view.model.kinds import (
     EventKind,
     LaneKind,
 )
-from echo_view.model.nccl import NcclKernelInfo, is_nccl_kernel, parse_nccl_kernel_name
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
     NONE,
@@ -32,6 +32,7 @@ __all__ = [
     "ClockAlignment",
     "CollectiveKind",
     "CollectiveTable",
+    "CommKernelInfo",
     "DeviceInfo",
     "EventKind",
     "EventTable",
@@ -39,13 +40,12 @@ __all__ = [
     "Job",
     "Lane",
     "LaneKind",
-    "NcclKernelInfo",
     "ProcessGroup",
     "StepTable",
     "StringTable",
     "Trace",
     "TraceBuilder",
     "collective_kind_from_name",
-    "is_nccl_kernel",
-    "parse_nccl_kernel_name",
+    "is_comm_kernel",
+    "parse_comm_kernel_name",
 ]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace, is_nccl_kernel
+from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace, is_comm_kernel
 from echo_view.text import printable
 from echo_view.tui.tracks import COMM, I64, Track
 
@@ -30,7 +30,7 @@ def display_classes(trace: Trace) -> npt.NDArray[np.uint8]:
     cls = ev.kind.astype(np.uint8, copy=True)
     kernel = ev.kind == int(EventKind.KERNEL)
     nccl_names = np.array(
-        [i for i, s in enumerate(trace.strings.strings) if is_nccl_kernel(s)], dtype=np.int32
+        [i for i, s in enumerate(trace.strings.strings) if is_comm_kernel(s)], dtype=np.int32
     )
     comm = kernel & np.isin(ev.name, nccl_names)
     if len(trace.collectives):

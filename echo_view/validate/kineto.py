@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import CollectiveKind, collective_kind_from_name, parse_nccl_kernel_name
+from echo_view.model import CollectiveKind, collective_kind_from_name, parse_comm_kernel_name
 from echo_view.units import format_duration
 from echo_view.validate.context import FileContext
 from echo_view.validate.events import (
@@ -148,7 +148,7 @@ class KinetoRule:
                 c |= _C_TRACE
             if is_launch_name(s):
                 c |= _C_LAUNCH
-            if s.startswith(("nccl", "void nccl")) and parse_nccl_kernel_name(s) is not None:
+            if s.startswith(("nccl", "void nccl")) and parse_comm_kernel_name(s) is not None:
                 c |= _C_NCCL
             if s == "record_param_comms":
                 c |= _C_RPC
@@ -219,7 +219,7 @@ class KinetoRule:
         self, ctx: FileContext, chunk: EventChunk, r: int, a: KinetoArgs | None, s: Any, e: Any
     ) -> tuple[Any, ...]:
         name = ctx.name(int(chunk.name[r]))
-        info = parse_nccl_kernel_name(name)
+        info = parse_comm_kernel_name(name)
         kind = info.collective if info is not None else CollectiveKind.UNKNOWN
         dtype = (info.dtype or "") if info is not None else ""
         group, seq, n_in, n_out = UNKNOWN_GROUP, -1, -1, -1

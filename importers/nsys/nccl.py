@@ -20,8 +20,8 @@ import msgspec
 import numpy as np
 
 from echo_view.model.collectives import collective, collective_kind_from_name
+from echo_view.model.comm_kernels import parse_comm_kernel_name
 from echo_view.model.kinds import CollectiveKind
-from echo_view.model.nccl import parse_nccl_kernel_name
 from importers.nsys.db import Export
 from importers.nsys.nvtx import Nvtx
 from importers.nsys.tables import I64, Names, Rows
@@ -207,7 +207,7 @@ def find_collectives(
     parsed: dict[int, Any] = {}
     found: list[Collective] = []
     for g in np.unique(kernels.name).tolist():
-        info = parse_nccl_kernel_name(names[g])
+        info = parse_comm_kernel_name(names[g])
         if info is not None:
             parsed[g] = info
     if not parsed:

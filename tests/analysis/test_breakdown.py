@@ -121,3 +121,20 @@ def test_same_label_on_two_streams_counts_once() -> None:
     assert bd.compute_ns.tolist() == [70]
     assert bd.idle_ns.tolist() == [30]
     assert np.array_equal(bd.busy_ns, np.array([70]))
+
+
+def test_deepep_all_to_all_is_communication_in_the_deepseek_profile() -> None:
+    """DeepSeek-V3's published H800 profile (EP64): DeepEP's dispatch/combine kernels are
+    communication, mostly hidden behind the grouped GEMMs (test data only, no licence)."""
+    from echo_view.loading import read_job
+    from tests.conftest import shared_path
+
+    job = read_job([shared_path("data", "deepseek-profile-data", "train.json.gz")])
+    trace = job.traces[0]
+    kinds = {trace.collective_kind(i) for i in range(len(trace.collectives))}
+    assert kinds == {CollectiveKind.ALL_TO_ALL} and len(trace.collectives) == 32
+    b = breakdown(trace)
+    comm, exposed = int(b.comm_ns.sum()), int(b.exposed_comm_ns.sum())
+    # 32 DeepEP kernels, 113.03 ms of GPU time, of which 4.16 ms not overlapped by compute.
+    assert 113.0e6 < comm < 113.1e6
+    assert 4.1e6 < exposed < 4.2e6

@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, Trace
+from echo_view.model.comm_kernels import parse_comm_kernel_name
 from echo_view.model.gpus import gpu_generation
 from echo_view.model.kinds import CollectiveKind, EventKind
-from echo_view.model.nccl import parse_nccl_kernel_name
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -177,7 +177,7 @@ def comm_features(trace: Trace, rows: I64, grid_x: I64) -> tuple[I64, I64, I64]:
     proto = np.zeros(len(rows), dtype=np.int64)
     names = ev.name[rows]
     for nid in np.unique(names).tolist():
-        info = parse_nccl_kernel_name(trace.strings[int(nid)])
+        info = parse_comm_kernel_name(trace.strings[int(nid)])
         if info is None:
             continue
         sel = names == nid

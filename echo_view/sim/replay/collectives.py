@@ -34,7 +34,7 @@ from echo_view.model import (
     Job,
     ProcessGroup,
     collective_kind_from_name,
-    parse_nccl_kernel_name,
+    parse_comm_kernel_name,
 )
 from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.workload import CollectiveSpecs
@@ -158,7 +158,7 @@ def _rank_entries(
             if op in covered:
                 continue
             name = int(trace.events.name[int(view.src_row[op - base])])
-            info = parse_nccl_kernel_name(trace.strings[name])
+            info = parse_comm_kernel_name(trace.strings[name])
             if info is None:
                 continue
             kind, nbytes = notes.fill(op, int(info.collective), NONE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_view.model import CollectiveKind, parse_nccl_kernel_name
+from echo_view.model import CollectiveKind, is_comm_kernel, parse_comm_kernel_name
 
 CASES = [
     (
@@ -83,7 +83,7 @@ def test_parse(
     red: str | None,
     dtype: str | None,
 ) -> None:
-    info = parse_nccl_kernel_name(name)
+    info = parse_comm_kernel_name(name)
     assert info is not None
     assert (info.collective, info.algorithm, info.protocol, info.reduction, info.dtype) == (
         kind,
@@ -96,4 +96,48 @@ def test_parse(
 
 @pytest.mark.parametrize("name", ["volta_sgemm_128x64_nn", "Memcpy DtoD", "nccl", "my_ncclKernel"])
 def test_non_nccl_names(name: str) -> None:
-    assert parse_nccl_kernel_name(name) is None
+    assert parse_comm_kernel_name(name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        # From DeepSeek's published DeepSeek-V3 training profile (deepseek-ai/profile-data).
+        (
+            "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*)",
+            "internode",
+        ),
+        (
+            "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*)",
+            "internode",
+        ),
+        (
+            "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*, long*, int)",
+            "internode",
+        ),
+        ("void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)", "internode"),
+        # Upstream DeepEP's namespaces.
+        ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)", "intranode"),
+        ("void deep_ep::internode_ll::combine<7168, 9>(void*, void const*)", "low_latency"),
+    ],
+)
+def test_deepep_kernels_are_all_to_all_communication(name: str, path: str) -> None:
+    info = parse_comm_kernel_name(name)
+    assert info is not None and is_comm_kernel(name)
+    assert (info.collective, info.library, info.algorithm) == (
+        CollectiveKind.ALL_TO_ALL,
+        "deepep",
+        path,
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*)",
+        "void deep_ep::internode_ll::clean_low_latency_buffer<32>(int*, int)",
+        "void deep_ep::layout::get_dispatch_layout<256>(long const*)",
+    ],
+)
+def test_deepep_local_work_is_not_communication(name: str) -> None:
+    assert parse_comm_kernel_name(name) is None and not is_comm_kernel(name)
