@@ -3,15 +3,37 @@
 Importers read a collective's name (PyTorch's c10d ops, ``record_param_comms``, NCCL's API and
 kernels, nccl-tests programs); the communication model needs how its data moves; checks need
 whether every rank of a group calls it alike; the interference model groups kinds. Each of those
-is a column of :data:`COLLECTIVES`, so adding a kind is one row here (and its enum value in
-:mod:`echo_view.model.kinds`).
+is a column of :data:`COLLECTIVES`, so adding a kind is its enum value and one row, both here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
-from echo_view.model.kinds import CollectiveKind
+
+class CollectiveKind(IntEnum):
+    """Communication operations, NCCL's vocabulary."""
+
+    ALL_REDUCE = 0
+    ALL_GATHER = 1
+    REDUCE_SCATTER = 2
+    ALL_TO_ALL = 3
+    BROADCAST = 4
+    REDUCE = 5
+    SEND = 6
+    RECV = 7
+    SEND_RECV = 8
+    BARRIER = 9
+    GATHER = 10
+    SCATTER = 11
+    UNKNOWN = 12
+
+    @property
+    def label(self) -> str:
+        """Lower-case name (``all_reduce``)."""
+        return self.name.lower()
+
 
 #: How a collective's data moves.
 #: ``ring``: every rank passes n-1 shares round a ring, ``passes`` times (all-reduce is a

@@ -1,8 +1,13 @@
-"""Enumerations shared by the whole model: event kinds, lane kinds, collective kinds."""
+"""Enumerations shared by the whole model: event kinds, lane kinds, and (from
+:mod:`echo_view.model.collectives`, where each kind is defined beside its properties)
+collective kinds."""
 
 from __future__ import annotations
 
 from enum import IntEnum
+
+# Collective kinds are defined beside their properties (adding one touches one file).
+from echo_view.model.collectives import CollectiveKind
 
 
 class EventKind(IntEnum):
@@ -46,24 +51,4 @@ class LaneKind(IntEnum):
     OTHER = 2
 
 
-class CollectiveKind(IntEnum):
-    """Communication operations, NCCL's vocabulary."""
-
-    ALL_REDUCE = 0
-    ALL_GATHER = 1
-    REDUCE_SCATTER = 2
-    ALL_TO_ALL = 3
-    BROADCAST = 4
-    REDUCE = 5
-    SEND = 6
-    RECV = 7
-    SEND_RECV = 8
-    BARRIER = 9
-    GATHER = 10
-    SCATTER = 11
-    UNKNOWN = 12
-
-    @property
-    def label(self) -> str:
-        """Lower-case name (``all_reduce``)."""
-        return self.name.lower()
+__all__ = ["GPU_KINDS", "GPU_WORK_KINDS", "CollectiveKind", "EventKind", "LaneKind"]

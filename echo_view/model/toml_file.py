@@ -123,9 +123,10 @@ def significant(value: Any, digits: int = 6) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars as Python numbers and tuples as lists, recursively."""
+    """``value`` with numpy scalars as Python numbers and tuples as lists, recursively; keys
+    whose value is ``None`` are left out (TOML has no null: a missing key is "unknown")."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     item = getattr(value, "item", None)  # numpy scalars

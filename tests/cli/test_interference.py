@@ -76,3 +76,16 @@ def test_calibrate_names_its_split_holdout_like_interference(
     warning = "echo-view: warning: --split is deprecated: use --holdout\n"
     assert (warning in err) == (option == "--split")
     assert "trace" in tomllib.loads(out.read_text())["evaluation"]
+
+
+def test_calibrate_on_a_job_with_too_few_samples_to_evaluate_writes_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DLRM has too few overlapped kernels for some held-out statistics: they are left out of
+    the file (TOML has no null), which reads back."""
+    from echo_view.sim.interference import load_model
+
+    out = tmp_path / "m.toml"
+    assert main(["calibrate", "interference", str(SAMPLES / "dlrm_kineto"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert load_model(out).fit.kind == "constant"

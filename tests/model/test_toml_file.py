@@ -82,3 +82,10 @@ def test_dump_toml_round_trips_numpy_values_with_a_comment_header() -> None:
         "gpu": {"H100-SXM5-80GB": {"eff": 0.9, "fit": {"traces": ["a", "b"]}}},
     }
     assert significant({"a": [1.23456789, 2], "b": "x"}) == {"a": [1.23457, 2], "b": "x"}
+
+
+def test_dump_toml_leaves_out_unknown_values() -> None:
+    from echo_view.model.toml_file import dump_toml
+
+    text = dump_toml({"evaluation": {"job": {"fitted": {"mae": 0.1, "median": None}}}})
+    assert parse_toml(text) == {"evaluation": {"job": {"fitted": {"mae": 0.1}}}}
