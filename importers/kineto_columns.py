@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from echo_view.errors import InputError
 from echo_view.model import NONE
+from echo_view.units import TEXT_BAD, TEXT_EMPTY, us_texts_to_ns
 from importers.chrome_json import EventChunk
 from importers.kineto_rows import (
     IDX,
@@ -44,12 +45,9 @@ from importers.kineto_rows import (
 from importers.kineto_values import (
     MISSING,
     Classes,
-    ExactTimes,
     Interner,
     ThreadIds,
     as_int,
-    decimal_ns,
-    exact_ns,
     ints,
 )
 
@@ -82,11 +80,19 @@ class RawEvent(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str | None = None
-    ts: int | float = MISSING
-    dur: int | float = MISSING
+    ts: msgspec.Raw = msgspec.Raw()  # the number's text: converted exactly, in bulk
+    dur: msgspec.Raw = msgspec.Raw()
     args: msgspec.Raw = msgspec.Raw()
     id: int | str | None = None
     bp: str = ""
+
+
+class TypedTimes(msgspec.Struct, gc=False):
+    """``ts``/``dur`` as numbers: decoding a chunk as these names an event whose time is not one
+    (``expected `int | float`, got `str` - at traceEvents[i].ts``)."""
+
+    ts: int | float = 0
+    dur: int | float = 0
 
 
 class KeyArgs(msgspec.Struct, gc=False):
@@ -160,16 +166,7 @@ class Columns:
         ph = props[:, 0].astype(np.uint8)
         cats, names, threads = props[:, 1], props[:, 2], props[:, 3]
         is_row = _IS_ROW[ph]
-        ts, need_ts = exact_ns(list(map(g["ts"], evs)))
-        dur, need_dur = exact_ns(list(map(g["dur"], evs)))
-        if need_ts or need_dur:
-            times = chunk.decode(ExactTimes)
-            for column, need, attr in ((ts, need_ts, "ts"), (dur, need_dur, "dur")):
-                for i in need:
-                    ns = decimal_ns(getattr(times[i], attr))
-                    if ns is None:
-                        raise _bad_time(chunk, i, attr)
-                    column[i] = ns
+        ts, dur = _times(chunk, "ts"), _times(chunk, "dur")
         missing_ts = (ts == MISSING) & (ph != PH_M) & (ph != PH_OTHER)
         if missing_ts.any():
             raise _missing(chunk, int(np.flatnonzero(missing_ts)[0]), "ts")
@@ -395,10 +392,22 @@ def check_args_text(blob: bytes, offsets: I64, index: npt.NDArray[Any], path: An
             ) from None
 
 
+def _times(chunk: EventChunk[RawEvent], what: str) -> I64:
+    """Exact ns of the chunk's ``what`` (``ts`` or ``dur``) texts; MISSING where absent."""
+    ns, status = us_texts_to_ns(list(map(_GET[what], chunk.events)))
+    ns[status == TEXT_EMPTY] = MISSING
+    bad = np.flatnonzero(status == TEXT_BAD)
+    if len(bad):
+        chunk.decode(TypedTimes)  # a value that is no number is named by the decoder's error
+        raise _bad_time(chunk, int(bad[0]), what)
+    return ns
+
+
 def _bad_time(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
     e = chunk.events[i]
+    text = bytes(getattr(e, what)).decode()
     return InputError(
-        f"{e.ph!r} event {e.name!r} has {what} {getattr(e, what)!r}, not a time in µs",
+        f"{e.ph!r} event {e.name!r} has {what} {text}, not a time in µs",
         path=chunk.path,
         where=f"traceEvents[{chunk.first_index + i}].{what}",
         hint="times are microseconds within ±146 years of the trace's clock origin",

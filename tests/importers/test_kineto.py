@@ -16,6 +16,7 @@ import pytest
 
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind
 from importers.kineto import KinetoImporter
+from tests.conftest import data_path
 from tests.importers.kineto_files import DLRM, NCCL_DATA, load, ns, write_trace
 
 K = EventKind
@@ -217,6 +218,17 @@ def test_absolute_epoch_float_times_are_exact(tmp_path: Path) -> None:
     assert trace.events.dur_ns.tolist() == [1500, 2000, 0]
     # A double cannot hold these: float(ts) * 1000 is off.
     assert round(1694128201429795.123 * 1000) != 1694128201429795123
+
+
+def test_real_fractional_epoch_times_equal_the_decimal_ones() -> None:
+    """Absolute-epoch µs with three decimals (PyTorch 2.3+, 19 digits: beyond a double): every
+    start and duration is the file's text converted with Decimal."""
+    path = data_path("hta-tests/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    rows = [e for e in load(path)["traceEvents"] if e.get("ph") in ("X", "i")]
+    assert any(isinstance(e["ts"], Decimal) for e in rows)
+    ev = KinetoImporter().read([path]).traces[0].events
+    assert ev.start_ns.tolist() == [ns(e["ts"]) for e in rows]
+    assert ev.dur_ns.tolist() == [ns(e.get("dur", 0)) for e in rows]
 
 
 def test_relative_float_times_with_base(tmp_path: Path) -> None:
