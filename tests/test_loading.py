@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from echo_view.errors import InputError, UsageError
-from echo_view.loading import build_registry, is_workload_input, job_importer, read_job
+from echo_view.loading import (
+    FAN_OUT_BYTES,
+    SERIAL,
+    Parallel,
+    build_registry,
+    fans_out,
+    is_workload_input,
+    job_importer,
+    read_job,
+)
+from echo_view.workers import default_workers
 
 pytest.importorskip("importers.kineto")
 
@@ -39,3 +49,29 @@ def test_configs_and_graphs_are_workload_inputs() -> None:
     assert is_workload_input(configs / "gpt175b-1024xH100.toml")
     assert is_workload_input(configs / "gpt175b-1024xH100.graph.json.gz")
     assert not is_workload_input(SAMPLES / "hta_nccl" / "nccl_data.json.gz")
+
+
+def test_a_cluster_is_started_only_when_it_can_pay(tmp_path: Path) -> None:
+    small = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    assert not fans_out(small, Parallel())  # 8 files, 0.4 MB: a cluster would cost more
+    assert not fans_out(small[:1], Parallel(workers=4))  # one file: nothing to share
+    assert not fans_out(small, SERIAL)
+    assert fans_out(small, Parallel(workers=2))  # asked for
+    assert fans_out(small, Parallel(scheduler="tcp://127.0.0.1:8786"))
+    big = []
+    for i in range(2):  # sparse files: their size, not their blocks, counts
+        f = tmp_path / f"rank{i}.json"
+        with open(f, "wb") as fh:
+            fh.truncate(FAN_OUT_BYTES // 2)
+        big.append(f)
+    assert fans_out(big, Parallel()) == (default_workers() > 1)
+
+
+def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_cluster(*args: object) -> None:
+        raise AssertionError("a cluster was opened")
+
+    monkeypatch.setattr("echo_view.loading.dask_client", no_cluster)
+    files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    assert read_job(files, parallel=Parallel()).ranks == tuple(range(8))
+    assert read_job(files, parallel=SERIAL).ranks == tuple(range(8))
