@@ -40,7 +40,7 @@ from importers.chrome_json import (
     sniff_head,
 )
 from importers.kineto_align import align
-from importers.kineto_columns import Columns, RawEvent, check_args_text
+from importers.kineto_columns import Columns, NumberEvent, RawEvent, check_args_text
 from importers.kineto_comms import EventView, build_collectives
 from importers.kineto_meta import build_devices, build_steps, rank_from_name, trace_metadata
 from importers.kineto_roundtrip import export_metadata, split_export
@@ -112,9 +112,13 @@ def read_file(
 ) -> ParsedFile:
     """Read one trace-event file into columns (progress from ``done`` to ``done + share``)."""
     cols = Columns()
+    text = False
     with read_container(path, chunk_bytes=chunk_bytes) as c:
-        for chunk in c.chunks(RawEvent):
+        for chunk in c.chunks(NumberEvent):
             cols.add(chunk)
+            if cols.text_times and not text:
+                c.decode_next_as(RawEvent)  # fractional µs: their text from now on
+                text = True
             chunk.release()
             progress(f"{path.name}: {c.event_count} events", done + share * c.fraction_read())
             del chunk
