@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import import_bench as ib  # noqa: E402
+import import_bench as ib
 
 SHARED = ib.ROOT.parent / "shared/data/hta-tests"
 INPUTS = {
@@ -40,7 +41,14 @@ def generated(src: Path, size_mb: int) -> Path:
     if not dst.exists():
         ib.DATA.mkdir(parents=True, exist_ok=True)
         print(f"writing {dst.relative_to(ib.ROOT)} from {src.name} ...", flush=True)
-        ib.replicate(src, dst, size_mb * 10**6)
+        # In a subprocess: a worker forked from this process would otherwise report this
+        # process's peak RSS as its own (Linux carries ru_maxrss across fork and exec).
+        code = (
+            "import sys; from pathlib import Path; import import_bench as ib; "
+            "ib.replicate(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]))"
+        )
+        argv = [sys.executable, "-c", code, str(src), str(dst), str(size_mb * 10**6)]
+        subprocess.run(argv, check=True, cwd=Path(__file__).parent)
     return dst
 
 

@@ -86,9 +86,12 @@ class Parallel:
 #: Reading in this process (``--workers 1``).
 SERIAL = Parallel(workers=1)
 
-#: Below this many bytes of rank files (on disk) a local cluster started for them (about 2-4 s
-#: for 2 processes) would cost more than it saves, unless ``--workers`` asks for one.
-FAN_OUT_BYTES = 256 << 20
+#: Below this many bytes of JSON a local cluster started for the rank files would cost more
+#: than it saves, unless ``--workers`` asks for one: starting 2 worker processes took 3-9 s
+#: (docs/performance.md), in which one core reads 0.5-1.5 GB of Kineto JSON.
+FAN_OUT_BYTES = 1 << 30
+#: A gzip file is counted as this many times its size (Kineto traces inflate 8-44x).
+GZIP_WEIGHT = 8
 
 
 @runtime_checkable
@@ -105,12 +108,20 @@ class RankFileReader(Protocol):
 
 def fans_out(files: Sequence[Path], parallel: Parallel) -> bool:
     """Whether ``files`` are read on a cluster: with ``--scheduler``, or ``--workers N`` (N>1),
-    whenever there are two or more; by default only when they are also big enough."""
+    whenever there are two or more; by default only when they also hold at least
+    :data:`FAN_OUT_BYTES` of JSON and this process may use more than one core."""
     if len(files) < 2 or parallel.workers == 1:
         return False
     if parallel.scheduler is not None or parallel.workers is not None:
         return True
-    return default_workers() > 1 and sum(f.stat().st_size for f in files) >= FAN_OUT_BYTES
+    return default_workers() > 1 and sum(map(_json_bytes, files)) >= FAN_OUT_BYTES
+
+
+def _json_bytes(path: Path) -> int:
+    """About how much text ``path`` holds (gzip counted at :data:`GZIP_WEIGHT` x its size)."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return path.stat().st_size * (GZIP_WEIGHT if gz else 1)
 
 
 def read_job(
