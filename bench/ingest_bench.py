@@ -20,6 +20,7 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
   one of its rank files.
 
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
+                                 [--hta-python .venv-hta/bin/python]
 """
 
 from __future__ import annotations
@@ -129,8 +130,11 @@ def worker(method: str, path: str, workers: int) -> None:
     print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job)}))
 
 
+HTA_PYTHON: str | None = None  # --hta-python
+
+
 def run(method: str, path: Path, workers: int) -> dict[str, float]:
-    python = ib.hta_python() if method == "hta" else sys.executable
+    python = (HTA_PYTHON or ib.hta_python()) if method == "hta" else sys.executable
     if python is None:
         return {}
     out = subprocess.run(
@@ -193,6 +197,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--hta-ranks", type=int, default=64, help="run HTA on jobs up to this size")
+    ap.add_argument("--hta-python", help="a Python with HTA (default: as import_bench.py)")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -201,6 +206,8 @@ def main() -> None:
         return
     import os
 
+    global HTA_PYTHON
+    HTA_PYTHON = args.hta_python
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs}")
     for ranks in args.ranks:
         folder = generate(ranks, args.copies)
