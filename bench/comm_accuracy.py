@@ -25,9 +25,7 @@ from functools import partial
 from pathlib import Path
 
 from echo_view.cli.calibrate import measurements_from_log
-from echo_view.sim.cluster import make_cluster
-from echo_view.sim.comm import CommParams, NcclModel
-from echo_view.sim.comm.fit import (
+from echo_view.sim.calibrate.comm import (
     ErrorStats,
     FitResult,
     Measurement,
@@ -37,6 +35,8 @@ from echo_view.sim.comm.fit import (
     leave_one_out,
     predicted_us,
 )
+from echo_view.sim.cluster import make_cluster
+from echo_view.sim.comm import CommParams, NcclModel
 from importers.nccl_tests import parse_nccl_tests
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,8 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from echo_view.model.gpus import PRESETS  # noqa: E402
 from echo_view.sim.gemm_shape import GemmShapeParams, fit, gemm_times_ns  # noqa: E402
-from echo_view.sim.gpus import PRESETS  # noqa: E402
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns  # noqa: E402
 
 DATA = ROOT / "samples" / "kernels" / "gemm"

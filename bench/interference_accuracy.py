@@ -22,11 +22,11 @@ import numpy.typing as npt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.analysis.interference import OverlapSamples  # noqa: E402
-from echo_view.analysis.interference_eval import MODELS, holdout, per_class_errors  # noqa: E402
-from echo_view.analysis.interference_fit import InterferenceFit  # noqa: E402
 from echo_view.cli.interference import load_samples  # noqa: E402
 from echo_view.loading import build_registry  # noqa: E402
+from echo_view.sim.interference.evaluate import MODELS, holdout, per_class_errors  # noqa: E402
+from echo_view.sim.interference.fit import InterferenceFit  # noqa: E402
+from echo_view.sim.interference.measure import OverlapSamples  # noqa: E402
 
 I64 = npt.NDArray[np.int64]
 SHARED = ROOT.parent / "shared" / "data"

@@ -5,7 +5,7 @@ Cases (each run ``--repeat`` times, alternating on and off; medians and the on/o
 - **replay** of the 8-rank DLRM job in ``samples/dlrm_kineto`` (and, when ``../shared`` is
   present, of the HTA ``trace_diff/test`` trace, a V100 job with 2,700 overlapped kernels):
   off is :func:`echo_view.sim.simulate` on the reconstructed workload; on is
-  :func:`echo_view.sim.interference_sim.simulate_replay` with the published defaults for the
+  :func:`echo_view.sim.interference.simulate.simulate_replay` with the published defaults for the
   job's GPU, which includes removing the measured slowdown from every overlapped kernel.
 - **config**: ``samples/configs/gpt175b-1024xH100.toml`` through
   :func:`echo_view.sim.config_sim.simulate_config`, with and without the interference model
@@ -34,18 +34,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.analysis.interference_features import (  # noqa: E402
-    gpu_generation,
-    trace_generation,
-)
 from echo_view.loading import build_registry, load_workload  # noqa: E402
+from echo_view.model.gpus import gpu_generation  # noqa: E402
 from echo_view.sim import engine, predicted_job, simulate  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
 from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
 from echo_view.sim.config_sim import simulate_config  # noqa: E402
 from echo_view.sim.interference import default_model  # noqa: E402
-from echo_view.sim.interference_sim import config_rate_hook, simulate_replay  # noqa: E402
+from echo_view.sim.interference.features import trace_generation  # noqa: E402
+from echo_view.sim.interference.simulate import config_rate_hook, simulate_replay  # noqa: E402
 from echo_view.sim.replay import workload_from_job  # noqa: E402
 from echo_view.sim.report import compare, job_steps  # noqa: E402
 

@@ -5,7 +5,7 @@ the fitted parameters by source.
     python bench/step_accuracy.py [RUNS_DIR] [--sweep NAME=V1,V2,...] [--markdown]
     python bench/step_accuracy.py [RUNS_DIR] --cv source [--pending DIR]
 
-``--cv source`` fits every parameter of ``echo_view.sim.step_cv.FITTED`` per GPU generation
+``--cv source`` fits every parameter of ``echo_view.sim.calibrate.steps.FITTED`` per GPU generation
 on all sources (``[reference] source_id``) and on all sources but one, and prints, as
 markdown, in-sample, leave-one-source-out and shipped-preset errors side by side, per run, per
 GPU and per source, and the fitted values with what they were fitted on. Configs in ``--pending``
@@ -28,17 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.analysis.interference_features import gpu_generation  # noqa: E402
 from echo_view.errors import EchoViewError  # noqa: E402
 from echo_view.loading import graph_for_config  # noqa: E402
 from echo_view.model.config import WorkloadConfig, parse_workload_config  # noqa: E402
+from echo_view.model.gpus import gpu_generation  # noqa: E402
 from echo_view.model.graph import TracedGraph  # noqa: E402
-from echo_view.sim.cluster import Cluster, cluster_from_config  # noqa: E402
-from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
-from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
-from echo_view.sim.config_sim import simulate_config  # noqa: E402
-from echo_view.sim.interference import model_from_setting  # noqa: E402
-from echo_view.sim.step_cv import (  # noqa: E402
+from echo_view.sim.calibrate.steps import (  # noqa: E402
     FITTED,
     CrossValidation,
     Run,
@@ -46,6 +41,11 @@ from echo_view.sim.step_cv import (  # noqa: E402
     cross_validate,
     error_pct,
 )
+from echo_view.sim.cluster import Cluster, cluster_from_config  # noqa: E402
+from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
+from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
+from echo_view.sim.config_sim import simulate_config  # noqa: E402
+from echo_view.sim.interference import model_from_setting  # noqa: E402
 
 
 @dataclass(frozen=True)

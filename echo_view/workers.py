@@ -76,7 +76,8 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         n_workers=n,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
+        dashboard_address=":0",
         silence_logs=logging.ERROR,
     )
     try:

@@ -43,7 +43,7 @@ from echo_view.model import (
     collective_kind_from_name,
     parse_nccl_kernel_name,
 )
-from importers.kineto_dtypes import DTYPE_BYTES, canonical_dtype
+from echo_view.model.dtypes import canonical_dtype, dtype_bytes
 from importers.kineto_rows import I32, I64, unique
 
 _OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
@@ -311,7 +311,7 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
 
 def _payload(args: CollArgs, kind: CollectiveKind, dtype: str | None) -> int:
     n = _int(args.out_nelems if kind in _OUTPUT_SIZED else args.in_nelems)
-    size = DTYPE_BYTES.get(dtype or "")
+    size = dtype_bytes(dtype)
     return n * size if n is not None and n >= 0 and size is not None else NONE
 
 

@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 from echo_view.errors import InputError
 from echo_view.model import CollectiveKind
+from echo_view.model.collectives import collective, collective_in_text
 from echo_view.units import us_to_ns
 
 _TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
@@ -40,23 +41,6 @@ _VERSION = re.compile(
 )
 _ROW_START = re.compile(r"^\s*\d+\s")
 _PARAM = re.compile(r"(\w[\w ]*?):?\s+(\S+)")
-
-#: Test program names (and file-name fragments) -> collective.
-_TEST_NAMES: tuple[tuple[str, CollectiveKind], ...] = (
-    ("all_reduce", CollectiveKind.ALL_REDUCE),
-    ("allreduce", CollectiveKind.ALL_REDUCE),
-    ("all_gather", CollectiveKind.ALL_GATHER),
-    ("allgather", CollectiveKind.ALL_GATHER),
-    ("reduce_scatter", CollectiveKind.REDUCE_SCATTER),
-    ("reducescatter", CollectiveKind.REDUCE_SCATTER),
-    ("alltoall", CollectiveKind.ALL_TO_ALL),
-    ("all_to_all", CollectiveKind.ALL_TO_ALL),
-    ("broadcast", CollectiveKind.BROADCAST),
-    ("sendrecv", CollectiveKind.SEND_RECV),
-    ("gather", CollectiveKind.GATHER),
-    ("scatter", CollectiveKind.SCATTER),
-    ("reduce", CollectiveKind.REDUCE),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +183,7 @@ class _Table:
 
 
 def _collective_from_name(name: str) -> CollectiveKind | None:
-    low = name.lower()
-    for fragment, kind in _TEST_NAMES:
-        if fragment in low:
-            return kind
-    return None
+    return collective_in_text(name)
 
 
 def _collective_from_table(
@@ -219,12 +199,12 @@ def _collective_from_table(
         return CollectiveKind.ALL_REDUCE if reduces and nranks < 2 else None
     ratio = sorted(ratios)[len(ratios) // 2]
     n = nranks
-    candidates = {
-        CollectiveKind.ALL_REDUCE: 2 * (n - 1) / n,
-        CollectiveKind.REDUCE_SCATTER: (n - 1) / n,
-    }
-    if not reduces:
-        candidates = {CollectiveKind.ALL_GATHER: (n - 1) / n, CollectiveKind.BROADCAST: 1.0}
+    kinds = (
+        (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE_SCATTER)
+        if reduces
+        else (CollectiveKind.ALL_GATHER, CollectiveKind.BROADCAST)
+    )
+    candidates = {k: collective(k).bus_factor(n) for k in kinds}
     best = min(candidates, key=lambda k: abs(candidates[k] - ratio))
     if abs(candidates[best] - ratio) > 0.02 * candidates[best]:
         return None

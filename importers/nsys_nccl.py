@@ -19,7 +19,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from echo_view.model.kinds import CollectiveKind, collective_kind_from_name
+from echo_view.model.collectives import collective, collective_kind_from_name
+from echo_view.model.kinds import CollectiveKind
 from echo_view.model.nccl import parse_nccl_kernel_name
 from importers.nsys_db import Export
 from importers.nsys_nvtx import Nvtx
@@ -36,9 +37,6 @@ _ENCODE = msgspec.json.Encoder()
 _BLOB_HEADER = struct.Struct("<QQQQ")  # domainId, schemaId, payloadSize, payloadOffset
 _GROUP_START, _GROUP_END = "ncclGroupStart", "ncclGroupEnd"
 _NOT_OPS = ("ncclGroup", "ncclComm", "ncclGetVersion", "ncclGetUniqueId", "ncclMem")
-# Message size NCCL reports is the per-rank input (output for reduce-scatter); the model wants
-# the output size for all-gather and the input size for reduce-scatter.
-_SCALE_BY_RANKS = (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
 
 
 @dataclass
@@ -198,7 +196,7 @@ def nccl_args(args: bytes, coll: Collective) -> bytes:
 
 def _call_kind(name: str) -> CollectiveKind:
     op = name.removeprefix("nccl")
-    return CollectiveKind.BROADCAST if op == "Bcast" else collective_kind_from_name(op)
+    return collective_kind_from_name(op)
 
 
 def find_collectives(
@@ -340,7 +338,9 @@ def _apply(coll: Collective, members: list[_Call], comms: dict[int, Communicator
         coll.nbytes = sum(sent) if sent else sum(got)
         return
     total = sum(s for _, s in sizes if s is not None)
-    if coll.kind in _SCALE_BY_RANKS:
+    # NCCL reports one rank's share for these (the catalogue's per_rank_payload); the model
+    # wants the whole payload.
+    if collective(coll.kind).per_rank_payload:
         comm = comms.get(coll.comm) if coll.comm is not None else None
         if comm is None or comm.nranks is None:
             # The payload gives one rank's share; without the rank count it stays unknown.

@@ -1,15 +1,15 @@
-"""The one-way dependency rule of docs/architecture.md, enforced on every import statement.
-
-``cli -> tui -> sim | analysis | validate | tracing -> formats -> model -> errors | units``;
-``importers`` and ``exporters`` see only ``model``, ``formats``, ``errors`` and ``units``;
-``loading`` (inputs into model objects) sits on the formats and the tracer; ``api`` (the Python
-API) is a front end like ``cli`` and sees everything below the front ends.
+"""The one-way dependency rule of docs/architecture.md, enforced on every import: absolute and
+relative imports, ``from PACKAGE import SUBMODULE``, and ``importlib`` / ``__import__`` calls,
+in every module of ``echo_view``, ``importers`` and ``exporters`` (``echo_view/__init__.py``
+included); a module that belongs to no layer fails too. :data:`ALLOWED` is the rule.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,65 +78,170 @@ ALLOWED["echo_view.text"] = set()
 ALLOWED["echo_view.workers"] = {"echo_view.errors", "echo_view.text"}
 for _layer_name in ("echo_view.sim", "echo_view.tui", "echo_view.loading", "echo_view.api"):
     ALLOWED[_layer_name].add("echo_view.workers")
-# The composition root may import anything.
-ROOTS = {"echo_view.cli", "echo_view.__main__", "echo_view"}
+# The command line and ``python -m echo_view`` compose everything: they may import anything.
+ROOTS = {"echo_view.cli", "echo_view.__main__"}
+# ``import echo_view`` itself only loads the Python API, lazily.
+ALLOWED["echo_view"] = {"echo_view.api"}
+OWN = ("echo_view", "importers", "exporters")
 
 
 def _layer(module: str) -> str | None:
+    if module == "echo_view":
+        return module
     for layer in sorted(ALLOWED, key=len, reverse=True):
-        if module == layer or module.startswith(layer + "."):
+        if layer != "echo_view" and (module == layer or module.startswith(layer + ".")):
             return layer
     return None
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _is_module(name: str, root: Path) -> bool:
+    base = root.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _dynamic_target(node: ast.Call) -> str | None:
+    """The module an ``importlib.import_module(...)`` / ``__import__(...)`` call names, or the
+    constant start of an f-string naming it (``f"echo_view.cli.{name}"`` -> ``echo_view.cli``)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        head = arg.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str):
+            return head.value.rstrip(".") or None
+    return None
+
+
+def _imports(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """Every project module ``path`` imports, with its line: absolute and relative imports,
+    ``from PACKAGE import SUBMODULE`` as the submodule, and importlib / ``__import__`` calls."""
+    module = _module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.extend((node.lineno, a.name) for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.append((node.lineno, node.module))
-    return out
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                out.append((node.lineno, sub if _is_module(sub, root) else base))
+        elif isinstance(node, ast.Call) and (target := _dynamic_target(node)):
+            out.append((node.lineno, target))
+    return [(n, m) for n, m in out if m.split(".")[0] in OWN]
+
+
+def layering_violations(root: Path) -> list[str]:
+    """``file:line layer imports module`` for every import across the rule under ``root``."""
+    violations = []
+    files = [p for top in OWN for p in sorted((root / top).glob("**/*.py"))]
+    for path in files:
+        mod = _module_name(path, root)
+        if any(mod == r or mod.startswith(r + ".") for r in ROOTS):
+            continue
+        own = _layer(mod)
+        if own is None:
+            violations.append(f"{path.relative_to(root)}: {mod} belongs to no layer")
+            continue
+        for lineno, imported in _imports(path, root):
+            target = _layer(imported)
+            if target == own or (target is not None and target in ALLOWED[own]):
+                continue
+            violations.append(f"{path.relative_to(root)}:{lineno} {own} imports {imported}")
+    return violations
 
 
 def test_every_import_follows_the_layering() -> None:
-    violations = []
-    files = [
-        *ROOT.glob("echo_view/**/*.py"),
-        *ROOT.glob("importers/**/*.py"),
-        *ROOT.glob("exporters/**/*.py"),
-    ]
-    assert files
-    for path in files:
-        mod = _module_name(path)
-        if any(mod == r or mod.startswith(r + ".") for r in ROOTS if r != "echo_view") or (
-            mod == "echo_view"
-        ):
-            continue
-        own = _layer(mod)
-        assert own is not None, f"{mod} belongs to no layer: add it to ALLOWED"
-        for lineno, imported in _imports(path):
-            target = _layer(imported)
-            if imported.split(".")[0] not in {"echo_view", "importers", "exporters"}:
-                continue
-            if target == own:
-                continue
-            if target is None or target not in ALLOWED[own]:
-                violations.append(f"{path.relative_to(ROOT)}:{lineno} {own} imports {imported}")
+    assert (ROOT / "echo_view" / "__init__.py").is_file()
+    violations = layering_violations(ROOT)
     assert not violations, "layering broken:\n" + "\n".join(violations)
 
 
-def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
-    bad.write_text("from importers.kineto import KinetoImporter\n")
-    assert _imports(bad) == [(1, "importers.kineto")]
-    assert _layer("importers.kineto") not in ALLOWED["echo_view.model"]
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("kind", "files", "expected"),
+    [
+        (
+            "absolute",
+            {"echo_view/model/bad.py": "from importers.kineto import KinetoImporter\n"},
+            "echo_view/model/bad.py:1 echo_view.model imports importers.kineto",
+        ),
+        (
+            "relative",
+            {"echo_view/model/bad.py": "from ..sim import engine\n"},
+            "echo_view/model/bad.py:1 echo_view.model imports echo_view.sim.engine",
+        ),
+        (
+            "importlib",
+            {
+                "echo_view/model/bad.py": "import importlib\n"
+                "importlib.import_module('echo_view.sim')\n"
+            },
+            "echo_view/model/bad.py:2 echo_view.model imports echo_view.sim",
+        ),
+        (
+            "f-string importlib",
+            {
+                "importers/bad.py": "from importlib import import_module\n"
+                "import_module(f'echo_view.cli.{x}')\n"
+            },
+            "importers/bad.py:2 importers imports echo_view.cli",
+        ),
+        (
+            "package __init__",
+            {"echo_view/__init__.py": "from echo_view.sim import engine\n"},
+            "echo_view/__init__.py:1 echo_view imports echo_view.sim.engine",
+        ),
+        (
+            "submodule via from-package",
+            {"exporters/bad.py": "from echo_view import sim\n"},
+            "exporters/bad.py:1 exporters imports echo_view.sim",
+        ),
+        (
+            "unlayered module",
+            {"echo_view/newthing.py": "x = 1\n"},
+            "echo_view/newthing.py: echo_view.newthing belongs to no layer",
+        ),
+    ],
+)
+def test_an_injected_violation_of_each_kind_fails(
+    tmp_path: Path, kind: str, files: dict[str, str], expected: str
+) -> None:
+    """A tree with one violation of ``kind`` (besides the modules it names) is caught."""
+    base = {
+        "echo_view/__init__.py": "",
+        "echo_view/model/__init__.py": "",
+        "echo_view/sim/__init__.py": "",
+        "echo_view/sim/engine.py": "",
+        "echo_view/cli/__init__.py": "import importlib\nimportlib.import_module('echo_view.sim')\n",
+        "importers/__init__.py": "",
+        "importers/kineto.py": "from echo_view.model import x\n",
+        "exporters/__init__.py": "",
+    }
+    root = _tree(tmp_path, base)
+    assert layering_violations(root) == [], "the clean tree must pass"
+    _tree(root, files)
+    assert layering_violations(root) == [expected], kind

@@ -20,8 +20,6 @@ from echo_view.loading import (
 )
 from echo_view.workers import default_workers
 
-pytest.importorskip("importers.kineto")
-
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
 

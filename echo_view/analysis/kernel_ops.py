@@ -3,12 +3,10 @@
 PyTorch's profiler with ``record_shapes=True`` stores each CPU op's ``Input Dims`` (one list of
 sizes per argument, ``[]`` for scalars) and ``Input type`` (``float``, ``c10::BFloat16``,
 ``Scalar``...). That is enough to count the work of matrix products, flash attention and the
-memory-bound ops whose outputs follow from their inputs. The counting conventions are those of
-the ex-situ tracer (:mod:`echo_view.tracing.opinfo`), so that parameters fitted on measured
-kernels apply to traced graphs unchanged: a multiply-add is 2 FLOPs, ``addmm`` adds ``m*n``
-for the bias, causal attention does half the products, its backward 2.5 times the forward's;
-bytes are the sizes of the tensors read plus those written, an in-place op's output (its first
-argument) counted once.
+memory-bound ops whose outputs follow from their inputs. FLOPs follow the rules the ex-situ
+tracer uses too (:mod:`echo_view.model.aten_ops`), so that parameters fitted on measured
+kernels apply to traced graphs unchanged; bytes are the sizes of the tensors read plus those
+written, an in-place op's output (its first argument) counted once.
 """
 
 from __future__ import annotations
@@ -18,28 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from echo_view.model.aten_ops import GEMM, attention_flops, gemm_dims
+from echo_view.model.dtypes import dtype_info
 from echo_view.model.graph import OpClass
 
-#: ``Input type`` strings of tensors -> (dtype name used by the cost model, bytes per element).
-TENSOR_TYPES: dict[str, tuple[str, int]] = {
-    "float": ("fp32", 4),
-    "c10::Half": ("fp16", 2),
-    "c10::BFloat16": ("bf16", 2),
-    "double": ("fp64", 8),
-    "long int": ("int64", 8),
-    "long": ("int64", 8),
-    "int": ("int32", 4),
-    "short int": ("int16", 2),
-    "signed char": ("int8", 1),
-    "unsigned char": ("uint8", 1),
-    "bool": ("bool", 1),
-    "c10::Float8_e4m3fn": ("fp8", 1),
-    "c10::Float8_e5m2": ("fp8", 1),
-    "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1),
-}
-
-_GEMM = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"})
 # Flash/memory-efficient attention kernels take q, k, v as [batch, seq, heads, head_dim].
 _ATTN_FWD = frozenset({"_flash_attention_forward", "_efficient_attention_forward"})
 _ATTN_BWD = frozenset({"_flash_attention_backward", "_efficient_attention_backward"})
@@ -97,7 +77,7 @@ _LAYER_NORM_BWD = "native_layer_norm_backward"
 #: Op names (without ``aten::``) this module counts.
 SUPPORTED: frozenset[str] = frozenset(
     {
-        *_GEMM,
+        *GEMM,
         *_ATTN_FWD,
         *_ATTN_BWD,
         *_ELEMENTWISE,
@@ -138,7 +118,7 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
     """One entry per argument: a tensor, or ``None`` for scalars, lists and unknown types."""
     out: list[_Tensor | None] = []
     for d, t in zip(dims, types, strict=False):
-        known = TENSOR_TYPES.get(t) if isinstance(t, str) else None
+        known = dtype_info(t)
         if (
             known is None
             or not isinstance(d, list)
@@ -146,42 +126,19 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
         ):
             out.append(None)
             continue
-        out.append(_Tensor(tuple(d), known[0], known[1]))
+        out.append(_Tensor(tuple(d), known.short, known.size))
     return out
 
 
 def _gemm(name: str, args: list[_Tensor | None]) -> OpWork | None:
     mats = [a for a in args if a is not None]
-    if name in ("mm", "matmul") and len(mats) >= 2 and len(mats[0].shape) == 2:
-        a, b = mats[0], mats[1]
-        if len(b.shape) < 2:
-            return None
-        (m, k), n = a.shape, b.shape[-1]
-        flops = 2.0 * m * k * n
-        out = m * n
-    elif name == "addmm" and len(mats) >= 3 and len(mats[1].shape) == len(mats[2].shape) == 2:
-        a, b = mats[1], mats[2]
-        (m, k), n = a.shape, b.shape[1]
-        flops = 2.0 * m * k * n + m * n
-        out = m * n
-    elif name in ("bmm", "baddbmm"):
-        pair = mats[0:2] if name == "bmm" else mats[1:3]
-        if len(pair) < 2 or len(pair[0].shape) != 3 or len(pair[1].shape) != 3:
-            return None
-        a, b = pair
-        batch, m, k = a.shape
-        n = b.shape[-1]
-        flops = 2.0 * batch * m * k * n
-        out = batch * m * n
-    elif name == "linear" and len(mats) >= 2 and len(mats[1].shape) == 2 and mats[0].shape:
-        a, w = mats[0], mats[1]
-        rows = math.prod(a.shape[:-1])
-        flops = 2.0 * rows * a.shape[-1] * w.shape[0]
-        out = rows * w.shape[0]
-    else:
+    dims = gemm_dims(name, [t.shape for t in mats])
+    if dims is None:
         return None
-    nbytes = sum(t.nbytes for t in mats) + out * a.itemsize
-    return OpWork(OpClass.GEMM, flops, float(nbytes), a.dtype)
+    # The left operand: the first tensor, or the second after the bias of addmm & co.
+    a = mats[1] if name in ("addmm", "baddbmm", "addbmm") else mats[0]
+    nbytes = sum(t.nbytes for t in mats) + dims.out_numel * a.itemsize
+    return OpWork(OpClass.GEMM, dims.flops, float(nbytes), a.dtype)
 
 
 def _attention(
@@ -201,8 +158,7 @@ def _attention(
         flags = [c for c in concrete if c in ("True", "False")]
         if flags:
             causal = flags[0] == "True"
-    fwd = 4.0 * b * h * s_q * s_k * d * (0.5 if causal else 1.0)
-    flops = fwd * 2.5 if backward else fwd
+    flops = attention_flops(b, h, s_q, s_k, d, causal=causal, backward=backward)
     ins = sum(t.nbytes for t in args if t is not None)
     outs = 3 * q.nbytes if backward else q.nbytes
     return OpWork(OpClass.ATTENTION, flops, float(ins + outs), q.dtype)
@@ -265,7 +221,7 @@ def op_work(
     if base not in SUPPORTED:
         return None
     args = _tensors(dims, types)
-    if base in _GEMM:
+    if base in GEMM:
         return _gemm(base, args)
     if base in _ATTN_FWD or base in _ATTN_BWD:
         return _attention(base, args, concrete)

@@ -7,7 +7,7 @@ expose ``register(subparsers)`` like a command.
 
 ``calibrate comm LOG... -o comm.toml`` reads each log's ranks and hosts, puts them on the
 cluster the options describe (GPU matched from the log's device names unless ``--gpu``), fits
-(:mod:`echo_view.sim.comm.fit`) and reports the fit error per log; ``--holdout`` also reports
+(:mod:`echo_view.sim.calibrate.comm`) and reports the fit error per log; ``--holdout`` also reports
 each log predicted by constants fitted on the other logs only.
 """
 
@@ -37,9 +37,7 @@ from echo_view.cli.comm import (
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
-from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
-from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
-from echo_view.sim.comm.fit import (
+from echo_view.sim.calibrate.comm import (
     ErrorStats,
     FitResult,
     Measurement,
@@ -47,6 +45,8 @@ from echo_view.sim.comm.fit import (
     fit_nccl,
     leave_one_out,
 )
+from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
+from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.text import markup_safe
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
 

@@ -3,7 +3,7 @@ kernels of PyTorch profiler traces recorded with ``record_shapes=True``.
 
 Each trace's GPU comes from its ``deviceProperties`` (matched to a preset; ``--gpu`` names it
 when the trace does not, or overrides it). The traces of each GPU are fitted together
-(:mod:`echo_view.sim.kernel_calib`); the report gives per GPU the fitted parameters, the
+(:mod:`echo_view.sim.calibrate.compute`); the report gives per GPU the fitted parameters, the
 in-sample error, the error on held-out ops and the error of the uncalibrated defaults on those
 same ops. The TOML file holds one ``[gpu."NAME"]`` table of fitted parameters per GPU, read by
 ``echo-view simulate CONFIG.toml --compute FILE``.
@@ -12,7 +12,6 @@ same ops. The TOML file holds one ``[gpu."NAME"]`` table of fitted parameters pe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
+from echo_view.model.toml_file import dump_toml, significant
+from echo_view.sim.calibrate.compute import Calibration, ErrorStats, calibrate
 from echo_view.sim.cluster import GpuSpec, gpu_preset, match_gpu
 from echo_view.sim.compute_presets import compute_params_for
-from echo_view.sim.kernel_calib import Calibration, ErrorStats, calibrate
 from echo_view.text import markup_safe
 
 _SHAPES_HINT = (
@@ -186,32 +186,10 @@ def calibration_json(c: Calibration) -> dict[str, Any]:
     }
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        text = f"{v:.6g}"
-        return text if any(c in text for c in ".en") else text + ".0"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))
-
-
 def compute_toml(results: list[Calibration]) -> str:
     """The TOML text of ``results``: per GPU its fitted parameters and a ``fit`` sub-table."""
-    lines = [
-        f"# Kernel cost model parameters fitted by `echo-view calibrate compute` "
-        f"(echo-view {__version__}).",
-        "# `echo-view simulate CONFIG.toml --compute FILE` applies the table of the config's",
-        "# GPU; parameters not listed keep that GPU's defaults (kernel_gap_ns, the idle time",
-        "# between kernels, is not visible in kernel durations and is never fitted here).",
-    ]
+    gpus: dict[str, Any] = {}
     for c in results:
-        lines += ["", f"[gpu.{json.dumps(c.gpu)}]"]
-        # Parameters at full precision: the file reproduces the fit exactly.
-        lines += [f"{k} = {v!r}" for k, v in c.fitted_values().items()]
         fit: dict[str, Any] = {
             "traces": list(c.traces),
             "ops": c.ops,
@@ -229,9 +207,17 @@ def compute_toml(results: list[Calibration]) -> str:
                 "holdout_default_median_abs_error": c.holdout.default.median_abs,
                 "holdout_default_mean_abs_error": c.holdout.default.mean_abs,
             }
-        lines += ["", f"[gpu.{json.dumps(c.gpu)}.fit]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in fit.items()]
-    return "\n".join(lines) + "\n"
+        # Parameters at full precision (the file reproduces the fit exactly); the fit's
+        # statistics to 6 digits.
+        gpus[c.gpu] = {**c.fitted_values(), "fit": significant(fit)}
+    return dump_toml(
+        {"gpu": gpus},
+        f"Kernel cost model parameters fitted by `echo-view calibrate compute` "
+        f"(echo-view {__version__}).\n"
+        "`echo-view simulate CONFIG.toml --compute FILE` applies the table of the config's\n"
+        "GPU; parameters not listed keep that GPU's defaults (kernel_gap_ns, the idle time\n"
+        "between kernels, is not visible in kernel durations and is never fitted here).",
+    )
 
 
 def _pair(e: ErrorStats | None) -> str:

@@ -17,14 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
-from echo_view.analysis.interference_eval import MODELS, holdout
-from echo_view.analysis.interference_fit import fit
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
 from echo_view.sim.interference import InterferenceModel, model_to_toml
+from echo_view.sim.interference.evaluate import MODELS, holdout
+from echo_view.sim.interference.fit import fit
 from echo_view.text import markup_safe
 
 

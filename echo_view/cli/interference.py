@@ -13,7 +13,7 @@ duration errors of no interference, the constant model and the fitted model.
 ``median_slowdown``, ``p90_slowdown``, ``median_overlap_fraction``, ``mostly_overlapped``
 (samples overlapped >= 50%), ``mostly_median_slowdown``, ``mostly_p90_slowdown``,
 ``comm_kinds``, ``constant_factor``), ``holdout`` (split, then per model the
-:class:`~echo_view.analysis.interference_eval.Errors` fields) when asked.
+:class:`~echo_view.sim.interference.evaluate.Errors` fields) when asked.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from echo_view.analysis.interference import OverlapSamples, class_table, samples_from_jobs
-from echo_view.analysis.interference_eval import MODELS, Errors, holdout
-from echo_view.analysis.interference_fit import fit
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
+from echo_view.sim.interference.evaluate import MODELS, Errors, holdout
+from echo_view.sim.interference.fit import fit
+from echo_view.sim.interference.measure import OverlapSamples, class_table, samples_from_jobs
 
 SPLITS = ("job", "trace", "step")
 

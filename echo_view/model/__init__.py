@@ -2,6 +2,7 @@
 enumerations and side tables they use. The model knows no file format."""
 
 from echo_view.model.builder import TraceBuilder
+from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import (
     GPU_KINDS,
@@ -9,7 +10,6 @@ from echo_view.model.kinds import (
     CollectiveKind,
     EventKind,
     LaneKind,
-    collective_kind_from_name,
 )
 from echo_view.model.nccl import NcclKernelInfo, is_nccl_kernel, parse_nccl_kernel_name
 from echo_view.model.strings import StringTable

@@ -69,6 +69,27 @@ class OpClass:
     )
 
 
+def shapes_text(shapes: list[list[int]]) -> str:
+    """The ``shapes`` column's text for tensor-argument shapes: ``"[4096,12288]x[12288,1536]"``."""
+    return "x".join("[" + ",".join(str(int(d)) for d in s) + "]" for s in shapes)
+
+
+def parse_shapes_text(text: str) -> list[tuple[int, ...]] | None:
+    """The shapes in a ``shapes`` column's text, ``None`` when it is not that format."""
+    if not text:
+        return None
+    out: list[tuple[int, ...]] = []
+    for part in text.split("x"):
+        if not (part.startswith("[") and part.endswith("]")):
+            return None
+        inner = part[1:-1]
+        try:
+            out.append(tuple(int(d) for d in inner.split(",")) if inner else ())
+        except ValueError:
+            return None
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class OpTable:
     """One phase's ops in program order.

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from echo_view.model.kinds import CollectiveKind, collective_kind_from_name
+from echo_view.model.collectives import collective_kind_from_name
+from echo_view.model.kinds import CollectiveKind
 
 _ALGORITHMS = {
     "RING",

@@ -1,5 +1,6 @@
-"""TOML inputs (workload configs, calibration and model files): decoding with the limits every
-reader shares, so that a hostile file ends in one :class:`~echo_view.errors.ConfigError`.
+"""TOML files (workload configs, calibration and model files): decoding with the limits every
+reader shares, so that a hostile file ends in one :class:`~echo_view.errors.ConfigError`, and
+the one writer every calibration output uses (``tomli_w``, a maintained TOML encoder).
 
 Python's ``tomllib`` recurses once per nested inline table or array (``RecursionError`` near 500
 levels) and keeps every prefix of a dotted key (quadratic memory: ``a.a.a...`` 10^5 parts long
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from echo_view.errors import ConfigError, InputError
 
@@ -104,3 +108,31 @@ def _check_depth(data: dict[str, Any], path: str | Path | None, text: str) -> No
             raise _too_deep(path, _deep_line(text))
         children = value.values() if isinstance(value, dict) else value
         stack.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
+
+
+def significant(value: Any, digits: int = 6) -> Any:
+    """``value`` with every float rounded to ``digits`` significant digits, in lists and tables
+    too (fitted constants are not exact beyond that; the files stay readable)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, Mapping):
+        return {k: significant(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [significant(v, digits) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers and tuples as lists, recursively."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)  # numpy scalars
+    return item() if callable(item) and not isinstance(value, str | bytes) else value
+
+
+def dump_toml(doc: Mapping[str, Any], comment: str = "") -> str:
+    """TOML text of ``doc`` (tables in insertion order), after ``comment`` as ``#`` lines."""
+    head = "".join(f"# {line}".rstrip() + "\n" for line in comment.splitlines())
+    return head + tomli_w.dumps(_plain(doc))

@@ -19,7 +19,7 @@ from echo_view.model.workload import Workload
 from echo_view.sim.compute import MeasuredCompute
 from echo_view.sim.costs import CollectiveTimer
 from echo_view.sim.interference import InterferenceModel
-from echo_view.sim.interference_sim import simulate_replay
+from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.report import job_steps
 from echo_view.sim.result import predicted_job
 

@@ -1,4 +1,4 @@
-"""The cluster the simulator runs on, and the GPU presets (:mod:`echo_view.sim.gpus`).
+"""The cluster the simulator runs on, and the GPU presets (:mod:`echo_view.model.gpus`).
 
 A :class:`Cluster` is a GPU, a node size, a node count, the NIC bandwidth per GPU and the
 intra-node fabric; every value, the GPU's included, can be overridden by name
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from echo_view.errors import ConfigError, in_file, known_keys_hint, warn_deprecated
-from echo_view.sim.gpus import (
+from echo_view.model.gpus import (
     GB,
     PRESETS,
     TFLOPS,

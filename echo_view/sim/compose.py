@@ -38,7 +38,9 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import ConfigError
+from echo_view.model.collectives import collective
 from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
+from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
@@ -59,16 +61,19 @@ from echo_view.sim.schedule import schedule
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
-#: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming).
+#: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
+#: point-to-point kind first, so that a SendRecv kernel reads back as send/recv.
 NCCL_KERNEL = {
-    CollectiveKind.ALL_REDUCE: "ncclDevKernel_AllReduce",
-    CollectiveKind.ALL_GATHER: "ncclDevKernel_AllGather",
-    CollectiveKind.REDUCE_SCATTER: "ncclDevKernel_ReduceScatter",
-    CollectiveKind.SEND_RECV: "ncclDevKernel_SendRecv",
-    CollectiveKind.ALL_TO_ALL: "ncclDevKernel_SendRecv",
-    CollectiveKind.BROADCAST: "ncclDevKernel_Broadcast",
+    k: f"ncclDevKernel_{collective(k).kernel}"
+    for k in (
+        CollectiveKind.ALL_REDUCE,
+        CollectiveKind.ALL_GATHER,
+        CollectiveKind.REDUCE_SCATTER,
+        CollectiveKind.SEND_RECV,
+        CollectiveKind.ALL_TO_ALL,
+        CollectiveKind.BROADCAST,
+    )
 }
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 @dataclass
@@ -338,7 +343,7 @@ class _Composer:
         )
         self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params)
         # Activations and parameters travel in 16 bits when GEMMs run in fp8.
-        elem_bytes = _BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
+        elem_bytes = dtype_bytes("bf16" if cfg.dtype == "fp8" else cfg.dtype) or 2
         act_bytes = (
             (cfg.model.seq_len // p.cp) * cfg.batch.micro * cfg.model.hidden * elem_bytes // p.tp
         )

@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.aten_ops import gemm_dims
 from echo_view.model.config import WorkloadConfig
-from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
+from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
 from echo_view.sim.compute_presets import gemm_shape_params_for
-from echo_view.sim.gemm_shape import gemm_dims, gemm_times_ns
+from echo_view.sim.gemm_shape import gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
@@ -75,10 +76,11 @@ def _gemm_math_one(graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows
     names = graph.strings
     dtype = names[key[2]] if key[2] >= 0 else "fp32"
     params = gemm_shape_params_for(gpu, dtype)
-    dims = gemm_dims(names[key[0]], names[key[1]]) if key[1] >= 0 else None
+    shapes = parse_shapes_text(names[key[1]]) if key[1] >= 0 else None
+    dims = gemm_dims(names[key[0]], shapes) if shapes is not None else None
     if params is None or dims is None:
         return float("nan")
-    b, m, n, k = dims
+    b, m, n, k = dims.batch, dims.m, dims.n, dims.k
     chunk = np.array([(b, -(-m // rows), n, k)])
     return float(gemm_times_ns(chunk, peak_for(gpu, dtype), gpu.sm_count, params)[0])
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from echo_view.errors import ConfigError, InputError
+from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.toml_file import read_toml
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.gemm_shape import GemmShapeParams
@@ -26,13 +27,11 @@ _A100 = ComputeParams(gemm_eff_max=0.74)
 # strided copies and broadcasts reach less of the HBM bandwidth than the generic 0.85 says.
 _HOPPER = ComputeParams(mem_eff_max=0.585, mem_half_bytes=3.26e6, kernel_min_ns=1770)
 
-#: Parameters by GPU family (the preset name's first token, e.g. ``A100``). Hopper and
+#: Parameters by GPU generation (a preset's ``arch``, :mod:`echo_view.model.gpus`). Hopper and
 #: Blackwell GEMMs take their time from the shape model below, not from these.
-_BY_FAMILY: dict[str, ComputeParams] = {
-    "A100": _A100,
-    "H100": _HOPPER,
-    "H800": _HOPPER,
-    "H200": _HOPPER,
+_BY_ARCH: dict[str, ComputeParams] = {
+    "ampere": _A100,
+    "hopper": _HOPPER,
 }
 
 _XLA = "OpenXLA matmul table, samples/kernels/gemm"
@@ -44,13 +43,12 @@ _HOPPER_FP8 = GemmShapeParams(0.742, 741.0, 2340.0, "DeepGEMM README, H800 (6 sh
 _B200_BF16 = GemmShapeParams(0.759, 306.0, 5000.0, _XLA + " (B200, 375 shapes)")
 _B200_TF32 = GemmShapeParams(0.812, 233.0, 6610.0, _XLA + " (B200 f32 on TF32, 375 shapes)")
 _B200_FP8 = GemmShapeParams(0.785, 450.0, 5440.0, _XLA + " (B200 e4m3, 375 shapes)")
-#: GEMM shape-model constants by (family, dtype), fitted by ``bench/gemm_fit.py`` on kernel
+#: GEMM shape-model constants by (generation, dtype), fitted by ``bench/gemm_fit.py`` on kernel
 #: measurements (docs/accuracy.md, "GEMM shape model"). FP32 (without TF32) has none: it does
 #: not run on tensor cores.
 _GEMM_SHAPES: dict[tuple[str, str], GemmShapeParams] = {
     **{
-        (fam, dt): p
-        for fam in ("H100", "H800", "H200")
+        ("hopper", dt): p
         for dt, p in (
             ("bf16", _HOPPER_BF16),
             ("fp16", _HOPPER_BF16),
@@ -58,33 +56,28 @@ _GEMM_SHAPES: dict[tuple[str, str], GemmShapeParams] = {
             ("fp8", _HOPPER_FP8),
         )
     },
-    ("B200", "bf16"): _B200_BF16,
-    ("B200", "fp16"): _B200_BF16,
-    ("B200", "tf32"): _B200_TF32,
-    ("B200", "fp8"): _B200_FP8,
+    ("blackwell", "bf16"): _B200_BF16,
+    ("blackwell", "fp16"): _B200_BF16,
+    ("blackwell", "tf32"): _B200_TF32,
+    ("blackwell", "fp8"): _B200_FP8,
 }
 
 
-def gpu_family(gpu: GpuSpec) -> str:
-    """``A100`` for ``A100-SXM4-80GB``."""
-    return gpu.name.split("-")[0]
-
-
 def compute_params_for(gpu: GpuSpec) -> ComputeParams:
-    """The cost parameters for ``gpu`` (generic defaults for a family without its own set)."""
-    return _BY_FAMILY.get(gpu_family(gpu), ComputeParams())
+    """The cost parameters for ``gpu`` (generic defaults for a generation without its own set)."""
+    return _BY_ARCH.get(gpu.arch, ComputeParams())
 
 
 def gemm_shape_params_for(gpu: GpuSpec, dtype: str) -> GemmShapeParams | None:
     """The measured GEMM shape-model constants for ``gpu`` and ``dtype``, if there are any."""
-    return _GEMM_SHAPES.get((gpu_family(gpu), dtype))
+    return _GEMM_SHAPES.get((gpu.arch, dtype))
 
 
 def compute_params_from_toml(
     path: str | Path, gpu: GpuSpec, base: ComputeParams | None = None
 ) -> ComputeParams:
     """The parameters a ``calibrate compute`` file holds for ``gpu``: its ``[gpu."NAME"]``
-    table for the GPU's preset name, else for a GPU of the same family; values it does not
+    table for the GPU's preset name, else for a GPU of the same generation; values it does not
     hold keep ``base`` (default: :func:`compute_params_for`)."""
     file = Path(path)
     doc = read_toml(file)
@@ -96,8 +89,8 @@ def compute_params_from_toml(
     name = gpu.name.removesuffix(" (modified)")
     key = name if name in tables else None
     if key is None:
-        family = [k for k in tables if k.split("-")[0] == gpu_family(gpu)]
-        key = family[0] if family else None
+        same = [k for k in tables if GENERATIONS[gpu_generation(k)] == gpu.arch]
+        key = same[0] if same else None
     if key is None:
         raise ConfigError(
             f"the compute file has no parameters for {name}",

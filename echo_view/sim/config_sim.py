@@ -30,7 +30,7 @@ from echo_view.sim.comm import CommModel
 from echo_view.sim.compose import NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.interference import InterferenceModel
-from echo_view.sim.interference_sim import config_rate_hook
+from echo_view.sim.interference.simulate import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.layout import Layout
 from echo_view.sim.result import SimResult

@@ -21,7 +21,7 @@ dependency (a traced graph). It stays exact because the engine has no resource c
 op's duration does not depend on what runs beside it. A cost model that made it depend
 (interference) would have to turn it off (``coarsen=False``). Interference is such a model, and
 turns it off exactly where it applies: with a rate hook
-(:class:`~echo_view.sim.interference_rates.RateHook`, protocol in its module) the ops it pins —
+(:class:`~echo_view.sim.interference.rates.RateHook`, protocol in its module) the ops it pins —
 compute ops that communication on their GPU can slow, and that communication — are never
 chained; a pinned compute op's end comes from the hook when communication known on its GPU
 reaches it, and moves when communication there starts or ends (superseded heap entries are
@@ -45,7 +45,7 @@ from echo_view.model.workload import DepMode, Workload
 from echo_view.sim.result import SimResult
 
 if TYPE_CHECKING:
-    from echo_view.sim.interference_rates import RateHook
+    from echo_view.sim.interference.rates import RateHook
 
 I64 = npt.NDArray[np.integer[Any]]
 

@@ -18,20 +18,18 @@ that finishes first, so the model takes the best of :data:`TILES`::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.sim.nelder_mead import nelder_mead
+from echo_view.sim.calibrate.optimize import nelder_mead
 
 F64 = npt.NDArray[np.float64]
 #: Output tile shapes (rows x columns) the model chooses from: the CUTLASS/cuBLAS tensor-core
 #: tile sizes common on Ampere, Hopper and Blackwell (64x128, 128x128, 128x256).
 TILES: tuple[tuple[int, int], ...] = ((64, 128), (128, 128), (128, 256))
-_DIMS = re.compile(r"\[([0-9,]*)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,36 +40,6 @@ class GemmShapeParams:
     k_half: float
     fixed_ns: float
     source: str = ""
-
-
-def gemm_dims(name: str, shapes: str) -> tuple[int, int, int, int] | None:
-    """``(batch, m, n, k)`` of a traced matrix product from its op name and shape text
-    (``"[4096]x[2048,12288]x[12288,4096]"`` for ``aten::addmm``), or None for anything else."""
-    op = name.rsplit("::", 1)[-1]
-    try:
-        dims = [tuple(int(d) for d in m.split(",") if d) for m in _DIMS.findall(shapes)]
-    except ValueError:
-        return None
-    a: tuple[int, ...]
-    b: tuple[int, ...]
-    if op in ("mm", "matmul", "linear") and len(dims) >= 2:
-        a, b = dims[0], dims[1]
-    elif op in ("addmm", "baddbmm", "addbmm") and len(dims) >= 3:
-        a, b = dims[1], dims[2]
-    elif op == "bmm" and len(dims) >= 2:
-        a, b = dims[0], dims[1]
-    else:
-        return None
-    if len(a) < 2 or len(b) < 1:
-        return None
-    if op == "linear":  # x [..., K] times weight [N, K]
-        rows = int(np.prod(a[:-1]))
-        return 1, rows, b[0], a[-1]
-    if len(a) == 3 and op in ("bmm", "baddbmm"):
-        return a[0], a[1], b[-1], a[2]
-    if len(a) == 3 and op == "addbmm":  # a batch of products summed into one output
-        return 1, a[1], b[-1], a[0] * a[2]
-    return 1, int(np.prod(a[:-1])), b[-1], a[-1]
 
 
 def gemm_times_ns(dims: npt.NDArray[np.int64], peak: float, sms: int, p: GemmShapeParams) -> F64:

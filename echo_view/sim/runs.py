@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from echo_view.analysis.interference_features import gpu_generation, trace_generation
 from echo_view.analysis.summary import summarize
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.config import WorkloadConfig
+from echo_view.model.gpus import gpu_generation
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.workload import OP_CLASS_NAMES
@@ -40,7 +40,8 @@ from echo_view.sim.compute import MAX_SCALE, SCALE_KEYS
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
 from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
 from echo_view.sim.interference import model_from_setting
-from echo_view.sim.interference_sim import simulate_replay
+from echo_view.sim.interference.features import trace_generation
+from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps

@@ -54,15 +54,6 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
 flash_attn.register_autograd(_backward, setup_context=_setup)
 
 
-def attention_flops(q_shape: list[int], k_shape: list[int], backward: bool) -> float:
-    """FLOPs of causal attention: QK^T and PV are each 2*b*h*s*s*d, halved by the causal mask;
-    the backward pass does 2.5x the forward's matrix work (five products instead of two)."""
-    b, h, s, d = q_shape
-    s_k = k_shape[2]
-    fwd = 4.0 * b * h * s * s_k * d * 0.5
-    return fwd * 2.5 if backward else fwd
-
-
 def unfused_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float
 ) -> torch.Tensor:

@@ -9,7 +9,7 @@ Megatron would launch them, so they land in program order between the compute op
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,33 +17,23 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from echo_view.model.aten_ops import (
+    NO_KERNEL,
+    attention_flops,
+    elementwise_flops,
+    gemm_dims,
+    op_class,
+)
 from echo_view.model.columns import ColumnBuilder
-from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable
+from echo_view.model.dtypes import short_dtype
+from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable, shapes_text
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
-from echo_view.tracing.attention import attention_flops
-from echo_view.tracing.opinfo import (
-    NO_KERNEL,
-    elementwise_flops,
-    gemm_flops,
-    op_class,
-    tensor_shapes,
-)
-
-_DTYPE_NAMES = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.bool: "bool",
-    torch.uint8: "uint8",
-}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """Short dtype name (``bf16``)."""
-    return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+    return short_dtype(str(dtype)) or str(dtype).removeprefix("torch.")
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -156,11 +146,14 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         cls = op_class(name)
         shapes = tensor_shapes(args, torch.Tensor)
         if cls == OpClass.GEMM:
-            flops = gemm_flops(name, shapes)
-        elif name == "flash_attn":
-            flops = attention_flops(shapes[0], shapes[1], backward=False)
-        elif name == "flash_attn_bwd":
-            flops = attention_flops(shapes[1], shapes[2], backward=True)
+            dims = gemm_dims(name, shapes)
+            flops = dims.flops if dims is not None else 0.0
+        elif name in ("flash_attn", "flash_attn_bwd"):
+            # q, k as [batch, heads, seq, head_dim]; the backward's first argument is dout.
+            q, k = shapes[0:2] if name == "flash_attn" else shapes[1:3]
+            flops = attention_flops(
+                q[0], q[1], q[2], k[2], q[3], causal=True, backward=name == "flash_attn_bwd"
+            )
         else:
             flops = elementwise_flops(sum(int(t.numel()) for t in outs))
         # In-place ops write what they read: count the written tensor once.
@@ -177,7 +170,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             flops=flops,
             bytes=nbytes,
             dtype=self.strings.intern(dtype),
-            shapes=self.strings.intern("x".join(str(s).replace(" ", "") for s in shapes)),
+            shapes=self.strings.intern(shapes_text(shapes)),
             coll_kind=-1,
             coll_bytes=0,
             axis=-1,
@@ -189,3 +182,14 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 def numel(shape: tuple[int, ...] | list[int]) -> int:
     """Number of elements of ``shape``."""
     return math.prod(shape)
+
+
+def tensor_shapes(args: Sequence[Any], tensor_type: type[Any]) -> list[list[int]]:
+    """Shapes of the tensor arguments, in order (nested lists flattened one level)."""
+    out: list[list[int]] = []
+    for a in args:
+        if isinstance(a, tensor_type):
+            out.append([int(d) for d in a.shape])
+        elif isinstance(a, (list, tuple)):
+            out.extend([int(d) for d in x.shape] for x in a if isinstance(x, tensor_type))
+    return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import CollectiveKind
+from echo_view.model.collectives import COLLECTIVES
 from echo_view.units import NS_PER_US, format_duration
 from echo_view.validate.findings import Finding, Location, Report, Severity, define
 from echo_view.validate.summary import UNKNOWN_GROUP, RankSummary, rank_from_name
@@ -91,17 +91,7 @@ define(
 )
 
 #: Collective kinds whose per-rank sizes must be equal on every member.
-SYMMETRIC = frozenset(
-    k.label
-    for k in (
-        CollectiveKind.ALL_REDUCE,
-        CollectiveKind.ALL_GATHER,
-        CollectiveKind.REDUCE_SCATTER,
-        CollectiveKind.BROADCAST,
-        CollectiveKind.REDUCE,
-        CollectiveKind.BARRIER,
-    )
-)
+SYMMETRIC = frozenset(c.kind.label for c in COLLECTIVES if c.matched)
 #: Skew below this is noise (kernel end jitter is a few µs on one host).
 SKEW_THRESHOLD_NS = 50 * NS_PER_US
 #: A step this much longer than the median rank's marks a straggler.

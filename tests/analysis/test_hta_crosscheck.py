@@ -15,7 +15,6 @@ import pytest
 from tests.conftest import bench_module, shared_path
 
 pytest.importorskip("hta")
-pytest.importorskip("importers.kineto")
 
 XC = bench_module("hta_crosscheck")
 

@@ -17,7 +17,6 @@ from echo_view.cli import main
 from echo_view.errors import EchoViewError, UsageError
 
 pd = pytest.importorskip("pandas", reason="the API's DataFrames need the analysis extra (pandas)")
-pytest.importorskip("importers.kineto")
 
 ROOT = Path(__file__).resolve().parents[2]
 DLRM = ROOT / "samples" / "dlrm_kineto"

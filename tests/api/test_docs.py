@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pandas", reason="the API's DataFrames need the analysis extra (pandas)")
-pytest.importorskip("importers.kineto")
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```(python|text)\n(.*?)```", re.S)

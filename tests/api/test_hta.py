@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed (the hta extra)")
-pytest.importorskip("importers.kineto")
 
 import echo_view as ev
 from echo_view.analysis.hta_compat import hta_job_breakdown

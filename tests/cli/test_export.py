@@ -145,7 +145,6 @@ def test_mixed_formats_and_output_over_input_are_refused(
 
 
 def test_dlrm_sample_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("importers.kineto", reason="the Kineto importer is not in this tree yet")
     paths = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
     out = tmp_path / "dlrm.pftrace"
     assert cli.main(["export", *map(str, paths), "-o", str(out)]) == 0

@@ -168,7 +168,8 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _kineto_registry() -> Registry:
-    kineto = pytest.importorskip("importers.kineto")
+    from importers import kineto
+
     reg = Registry()
     reg.add_importer(kineto.KinetoImporter())
     return reg
@@ -211,7 +212,6 @@ def test_table_on_samples(capsys: pytest.CaptureFixture[str]) -> None:
 def test_main_errors_are_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytest.importorskip("importers.kineto")
     from echo_view.cli import main
 
     assert main(["info", str(tmp_path / "missing.json")]) == 2
@@ -225,7 +225,6 @@ def test_main_errors_are_one_line_exit_2(
 
 
 def test_main_json_on_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("importers.kineto")
     from echo_view.cli import main
 
     assert main(["info", "--json", str(SAMPLES / "dlrm_kineto")]) == 0

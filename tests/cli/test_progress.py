@@ -54,7 +54,6 @@ def test_terminal_gets_one_redrawn_line_cleared_at_the_end() -> None:
 def test_slow_export_keeps_captured_stderr_to_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("importers.kineto", reason="the Kineto importer is not in this tree yet")
 
     class Slow(StderrProgress):  # every import "takes longer than the delay"
         def __init__(self, stream: io.TextIOBase, *, forced: bool = False) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from echo_view.cli import main
 
-pytest.importorskip("importers.kineto")
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 DLRM = str(SAMPLES / "dlrm_kineto")
 

@@ -13,6 +13,7 @@ from echo_view.model import EventKind, Job
 from exporters.layout import STEP_CATEGORY, build_layout
 from exporters.perfetto_json import PerfettoJsonExporter
 from exporters.perfetto_proto import PerfettoProtoExporter
+from importers import kineto
 from tests.exporters.export_jobs import handmade_job
 from tests.exporters.perfetto_checks import (
     inexact_times,
@@ -22,8 +23,6 @@ from tests.exporters.perfetto_checks import (
     partial_overlaps,
     read_pftrace,
 )
-
-kineto = pytest.importorskip("importers.kineto", reason="the Kineto importer is not in this tree")
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 POINTS = (EventKind.INSTANT, EventKind.COUNTER)

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from echo_view.model import ClockAlignment, Job, LaneKind
+from exporters import perfetto_json
 from importers.kineto import KinetoImporter
 from tests.importers.kineto_files import DLRM
-
-perfetto_json = pytest.importorskip("exporters.perfetto_json")
 
 
 @pytest.fixture(scope="module")

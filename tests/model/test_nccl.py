@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_view.model import CollectiveKind, collective_kind_from_name, parse_nccl_kernel_name
+from echo_view.model import CollectiveKind, parse_nccl_kernel_name
 
 CASES = [
     (
@@ -97,21 +97,3 @@ def test_parse(
 @pytest.mark.parametrize("name", ["volta_sgemm_128x64_nn", "Memcpy DtoD", "nccl", "my_ncclKernel"])
 def test_non_nccl_names(name: str) -> None:
     assert parse_nccl_kernel_name(name) is None
-
-
-@pytest.mark.parametrize(
-    ("text", "kind"),
-    [
-        ("allreduce", CollectiveKind.ALL_REDUCE),
-        ("all_reduce", CollectiveKind.ALL_REDUCE),
-        ("nccl:all_gather", CollectiveKind.ALL_GATHER),
-        ("_allgather_base", CollectiveKind.ALL_GATHER),
-        ("reduce_scatter_tensor", CollectiveKind.REDUCE_SCATTER),
-        ("all_to_all", CollectiveKind.ALL_TO_ALL),
-        ("ReduceScatter", CollectiveKind.REDUCE_SCATTER),
-        ("recv", CollectiveKind.RECV),
-        ("frobnicate", CollectiveKind.UNKNOWN),
-    ],
-)
-def test_collective_names(text: str, kind: CollectiveKind) -> None:
-    assert collective_kind_from_name(text) is kind

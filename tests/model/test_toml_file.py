@@ -62,3 +62,23 @@ def test_a_file_too_large(tmp_path: Path) -> None:
     path.write_text("# " + "x" * (5 << 20))
     with pytest.raises(ConfigError, match="too large"):
         read_toml(path)
+
+
+def test_dump_toml_round_trips_numpy_values_with_a_comment_header() -> None:
+    import numpy as np
+
+    from echo_view.model.toml_file import dump_toml, significant
+
+    doc = {
+        "source": 'fit on "a"\nand b',
+        "coef": {"gemm": np.float64(0.125), "n": np.int64(3)},
+        "gpu": {"H100-SXM5-80GB": {"eff": 0.9, "fit": {"traces": ("a", "b")}}},
+    }
+    text = dump_toml(doc, "first line\nsecond line")
+    assert text.startswith("# first line\n# second line\n")
+    assert parse_toml(text) == {
+        "source": 'fit on "a"\nand b',
+        "coef": {"gemm": 0.125, "n": 3},
+        "gpu": {"H100-SXM5-80GB": {"eff": 0.9, "fit": {"traces": ["a", "b"]}}},
+    }
+    assert significant({"a": [1.23456789, 2], "b": "x"}) == {"a": [1.23457, 2], "b": "x"}

@@ -65,7 +65,8 @@ def test_long_kernels_behind_a_sync_are_bound_by_the_gpu() -> None:
 
 
 def test_the_dlrm_replay_is_bound_by_cpu_dispatch() -> None:
-    kineto = pytest.importorskip("importers.kineto")
+    from importers import kineto
+
     job = kineto.KinetoImporter().read(sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz")))
     b = _bound_of(job)
     assert b.bound == "cpu-dispatch"

@@ -1,4 +1,4 @@
-"""The GEMM shape model: shapes parsed from traced ops, hand-computed times, the fit, and the
+"""The GEMM shape model: hand-computed times, the fit, and the
 shipped constants against the kernel measurements they were fitted on."""
 
 from __future__ import annotations
@@ -10,37 +10,13 @@ import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
+from echo_view.model.gpus import gpu_preset
 from echo_view.sim.compute_presets import gemm_shape_params_for
-from echo_view.sim.gemm_shape import GemmShapeParams, fit, gemm_dims, gemm_times_ns
-from echo_view.sim.gpus import gpu_preset
+from echo_view.sim.gemm_shape import GemmShapeParams, fit, gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
 
 KERNELS = Path(__file__).resolve().parents[2] / "samples" / "kernels" / "gemm"
 IDEAL = GemmShapeParams(eff=1.0, k_half=0.0, fixed_ns=0.0)
-
-
-@pytest.mark.parametrize(
-    ("name", "shapes", "dims"),
-    [
-        ("aten::mm", "[16384,4096]x[4096,1024]", (1, 16384, 1024, 4096)),
-        ("aten::addmm", "[1536]x[16384,4096]x[4096,1536]", (1, 16384, 1536, 4096)),
-        ("aten::bmm", "[12,2048,128]x[12,128,2048]", (12, 2048, 2048, 128)),
-        ("aten::baddbmm", "[12,2048,2048]x[12,2048,128]x[12,128,2048]", (12, 2048, 2048, 128)),
-        ("aten::addbmm", "[64,32]x[4,64,16]x[4,16,32]", (1, 64, 32, 64)),
-        ("aten::linear", "[2,8,512]x[1024,512]", (1, 16, 1024, 512)),
-        ("aten::matmul", "[8,64,32]x[32,16]", (1, 512, 16, 32)),
-    ],
-)
-def test_dims_of_traced_products(name: str, shapes: str, dims: tuple[int, ...]) -> None:
-    assert gemm_dims(name, shapes) == dims
-
-
-@pytest.mark.parametrize(
-    ("name", "shapes"),
-    [("aten::add", "[4,4]x[4,4]"), ("aten::mm", "[4096]"), ("aten::mm", "[1,x]x[2,3]"), ("", "")],
-)
-def test_dims_unknown(name: str, shapes: str) -> None:
-    assert gemm_dims(name, shapes) is None
 
 
 def test_full_waves_run_at_peak() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from echo_view.model.gpus import gpu_preset
 from echo_view.model.graph import AXES, OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
-from echo_view.sim.gpus import gpu_preset
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
 from echo_view.sim.tp_overlap import overlap_tp_comm, pipeline_ns, ring_exchange_ns
 

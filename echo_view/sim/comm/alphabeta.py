@@ -16,6 +16,7 @@ from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model import CollectiveKind
+from echo_view.model.toml_file import dump_toml, significant
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
 from echo_view.sim.comm.placement import place
@@ -99,23 +100,14 @@ _KEYS = ("alpha_us", "net_alpha_us", "nvlink_eff", "pcie_eff", "net_eff", "hbm_e
 
 def alphabeta_to_toml(params: AlphaBetaParams, fit: Mapping[str, Any] | None = None) -> str:
     """TOML text of an alpha-beta model (read back by :func:`alphabeta_from_mapping`)."""
-    from echo_view.sim.comm.params import _fmt, _toml_string, _toml_value
-
-    lines = [
-        "# echo-view alpha-beta collective model; see docs/comm-model.md",
-        "[model]",
-        'kind = "alphabeta"',
-        f"source = {_toml_string(params.source)}",
-        "",
-        "[alphabeta]",
-        *(f"{k} = {_fmt(getattr(params, k))}" for k in _KEYS),
-        "",
-        "[harness]",
-        f"launch_us = {_fmt(params.launch_us)}",
-    ]
+    doc: dict[str, Any] = {
+        "model": {"kind": "alphabeta", "source": params.source},
+        "alphabeta": {k: significant(getattr(params, k)) for k in _KEYS},
+        "harness": {"launch_us": significant(params.launch_us)},
+    }
     if fit:
-        lines += ["", "[fit]", *(f"{k} = {_toml_value(v)}" for k, v in fit.items())]
-    return "\n".join(lines) + "\n"
+        doc["fit"] = significant(dict(fit))
+    return dump_toml(doc, "echo-view alpha-beta collective model; see docs/comm-model.md")
 
 
 def alphabeta_from_mapping(data: Mapping[str, Any], path: str | None = None) -> AlphaBetaParams:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from echo_view.model import CollectiveKind
+from echo_view.model.collectives import collective
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +29,5 @@ class CollectiveEstimate:
 
 
 def bus_factor(kind: CollectiveKind, nranks: int) -> float:
-    """nccl-tests' busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for all-gather,
-    reduce-scatter and all-to-all, 1 otherwise."""
-    n = max(nranks, 1)
-    if kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.BARRIER, CollectiveKind.UNKNOWN):
-        return 2 * (n - 1) / n
-    if kind in (
-        CollectiveKind.ALL_GATHER,
-        CollectiveKind.REDUCE_SCATTER,
-        CollectiveKind.ALL_TO_ALL,
-    ):
-        return (n - 1) / n
-    return 1.0
+    """nccl-tests' busbw / algbw of ``kind`` on ``nranks`` (the collective catalogue's)."""
+    return collective(kind).bus_factor(nranks)

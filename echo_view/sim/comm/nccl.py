@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 
 from echo_view.model import CollectiveKind
+from echo_view.model.collectives import collective
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
 from echo_view.sim.comm.params import CommParams
@@ -41,15 +42,6 @@ from echo_view.sim.comm.tuner import (
     table,
     topology,
 )
-
-_TUNED = (
-    CollectiveKind.ALL_REDUCE,
-    CollectiveKind.ALL_GATHER,
-    CollectiveKind.REDUCE_SCATTER,
-    CollectiveKind.BROADCAST,
-    CollectiveKind.REDUCE,
-)
-_PAIR = (CollectiveKind.SEND, CollectiveKind.RECV, CollectiveKind.SEND_RECV)
 
 
 def tier_bandwidths(placement: Placement, cluster: Cluster, params: CommParams) -> float:
@@ -94,14 +86,11 @@ def time_choice_us(
         hops = (placement.ppn_max - 1) * intra_hop + depth * net_hop
         return fixed + params.tree_hop_factor * 2 * hops + 2 * nbytes / (bus * 1e3)
     # Ring: a chunk's path around the ring crosses n - nodes intra-node and nodes - 1
-    # inter-node links per pass; all-reduce makes two passes.
-    passes = 2 if kind == CollectiveKind.ALL_REDUCE else 1
-    latency = fixed + passes * ((n - nodes) * intra_hop + (nodes - 1) * net_hop)
-    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
-        factor = 1.0
-    else:
-        factor = passes * (n - 1) / n
-    return latency + nbytes * factor / (bus * 1e3)
+    # inter-node links per pass; all-reduce makes two passes. A chain (broadcast, reduce)
+    # moves the data across each link once.
+    info = collective(kind)
+    latency = fixed + info.passes * ((n - nodes) * intra_hop + (nodes - 1) * net_hop)
+    return latency + nbytes * info.bus_factor(n) / (bus * 1e3)
 
 
 class NcclModel:
@@ -150,7 +139,7 @@ class NcclModel:
         if nbytes == 0:
             return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0, assumed=assumed)
         options = None
-        if n > 1 and kind in _TUNED:
+        if n > 1 and collective(kind).tuned:
             options = self.options(kind, nbytes, placement, cluster)
         us, algorithm, protocol, channels = predict_us(
             self.params, kind, nbytes, placement, cluster, options
@@ -217,7 +206,7 @@ def p2p_split(kind: CollectiveKind, nbytes: int, placement: Placement) -> tuple[
     """What a point-to-point style collective moves within the node and across nodes, and the
     protocol (index into ``PROTOCOLS``): LL for small per-peer shares, else SIMPLE."""
     n = placement.nranks
-    if kind in _PAIR:
+    if collective(kind).pattern == "pairwise":
         intra, inter = (0.0, float(nbytes)) if placement.multi_node else (float(nbytes), 0.0)
         per_peer = nbytes
     else:
@@ -228,13 +217,12 @@ def p2p_split(kind: CollectiveKind, nbytes: int, placement: Placement) -> tuple[
 
 
 def _normalise(kind: CollectiveKind) -> tuple[CollectiveKind, str | None]:
-    """Kinds timed as another: a barrier is a one-element all-reduce; an unknown collective is
-    timed as an all-reduce and says so."""
-    if kind == CollectiveKind.UNKNOWN:
-        return CollectiveKind.ALL_REDUCE, "all_reduce"
-    if kind == CollectiveKind.BARRIER:
-        return CollectiveKind.ALL_REDUCE, None
-    return kind, None
+    """Kinds timed as another (catalogue ``timed_as``): a barrier is a one-element all-reduce;
+    an unknown collective is timed as an all-reduce and says so."""
+    info = collective(kind)
+    if info.timed_as is None:
+        return kind, None
+    return info.timed_as, info.timed_as.label if info.assumed else None
 
 
 def _finish(

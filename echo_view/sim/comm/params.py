@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint, warn_deprecated
+from echo_view.model.toml_file import dump_toml, significant
 from echo_view.sim.comm.placement import PROTOCOLS
 
 Proto3 = tuple[float, float, float]
@@ -125,52 +126,22 @@ _LAYOUT: tuple[tuple[str, str, str, bool], ...] = (
 )
 
 
-def _fmt(value: float) -> str:
-    return repr(float(f"{value:.6g}"))
-
-
-def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
-
-
 def comm_params_to_toml(params: CommParams, fit: Mapping[str, Any] | None = None) -> str:
     """The TOML text ``echo-view calibrate comm`` writes and ``--model`` reads. ``fit`` adds an
     informational ``[fit]`` table (ignored when loading)."""
-    lines = [
-        "# echo-view collective model constants; see docs/comm-model.md",
-        "[model]",
-        'kind = "nccl"',
-        f'selection = "{params.selection}"',
-        f"source = {_toml_string(params.source)}",
-    ]
-    section = ""
+    doc: dict[str, Any] = {
+        "model": {"kind": "nccl", "selection": params.selection, "source": params.source}
+    }
     for sec, key, name, per_proto in _LAYOUT:
-        if sec != section:
-            lines += ["", f"[{sec}]"]
-            section = sec
         value = getattr(params, name)
-        if per_proto:
-            inner = ", ".join(f"{p} = {_fmt(v)}" for p, v in zip(PROTOCOLS, value, strict=True))
-            lines.append(f"{key} = {{ {inner} }}")
-        else:
-            lines.append(f"{key} = {_fmt(value)}")
+        doc.setdefault(sec, {})[key] = (
+            {p: significant(v) for p, v in zip(PROTOCOLS, value, strict=True)}
+            if per_proto
+            else significant(value)
+        )
     if fit:
-        lines += ["", "[fit]"]
-        for key, value in fit.items():
-            lines.append(f"{key} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _fmt(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return _toml_string(str(value))
+        doc["fit"] = significant(dict(fit))
+    return dump_toml(doc, "echo-view collective model constants; see docs/comm-model.md")
 
 
 def _positive(value: Any, where: str, path: str | None) -> float:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from echo_view.model import CollectiveKind
+from echo_view.model.collectives import collective
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.placement import PROTOCOLS, Placement
 
@@ -141,12 +142,14 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
 
 
 def _steps(kind: CollectiveKind, n: int, nodes: int) -> tuple[int, int]:
-    """(nsteps, nInterSteps) as NCCL 2.22 counts them."""
-    if kind == CollectiveKind.ALL_REDUCE:
+    """(nsteps, nInterSteps) as NCCL 2.22 counts them: a ring pass is n - 1 steps (all-reduce
+    makes two, crossing the network twice per node); a chain is n."""
+    info = collective(kind)
+    if info.pattern != "ring":
+        return n, nodes
+    if info.passes == 2:
         return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
-    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
-        return n - 1, nodes - 1
-    return n, nodes
+    return n - 1, nodes - 1
 
 
 def _algorithms(kind: CollectiveKind, topo: Topology) -> tuple[str, ...]:
@@ -203,7 +206,7 @@ def table(
                 intra *= 1.8
             if algo == RING:
                 hw = "net" if nodes > 1 else placement.intra
-                if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+                if collective(kind).pattern == "chain":
                     step = _HW_LAT[hw][TREE if proto == SIMPLE else RING][p]
                     lat += nsteps * step
                 else:

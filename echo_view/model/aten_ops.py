@@ -1,0 +1,205 @@
+"""The aten ops echo-view counts: one catalogue of op kinds and work rules.
+
+Used by the ex-situ tracer (shapes from fake tensors) and by the kernel-fit analysis (shapes
+from a profiler's ``Input Dims``), so that parameters fitted on measured kernels apply to traced
+graphs unchanged. Conventions: a multiply-add is 2 FLOPs; ``addmm`` adds ``m*n`` for its bias;
+``addbmm`` sums a batch of products into one output (a GEMM whose K is ``batch*k``); causal
+attention does half the products of full attention and its backward 2.5 times the forward's
+matrix work; a memory-bound op does one FLOP per output element. Views and metadata ops
+launch no kernel. Names are without ``aten::`` and without an overload (``addmm``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from echo_view.model.graph import OpClass
+
+# Ops that only create views or touch metadata: no kernel runs.
+NO_KERNEL = frozenset(
+    {
+        "view",
+        "_unsafe_view",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "reshape",
+        "detach",
+        "alias",
+        "as_strided",
+        "slice",
+        "select",
+        "split",
+        "split_with_sizes",
+        "unsqueeze",
+        "squeeze",
+        "unbind",
+        "chunk",
+        "narrow",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "lift_fresh",
+        "_reshape_alias",
+        "view_as",
+        "expand_as",
+        "unflatten",
+        "flatten",
+        "new_empty",
+        "new_empty_strided",
+        "scalar_tensor",
+        "_to_copy_meta",
+        "set_",
+        "resize_",
+        "diagonal",
+        "movedim",
+        "numpy_T",
+        "contiguous_noop",
+        "is_same_size",
+        "sym_size",
+    }
+)
+GEMM = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm"})
+_NORM = frozenset(
+    {
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "layer_norm",
+        "rms_norm",
+        "_fused_rms_norm",
+        "_fused_rms_norm_backward",
+        "rms_norm_bwd",
+        "native_group_norm",
+    }
+)
+_EMB = frozenset({"embedding", "embedding_dense_backward", "embedding_backward"})
+_REDUCE = frozenset(
+    {
+        "sum",
+        "mean",
+        "amax",
+        "max",
+        "min",
+        "_softmax",
+        "softmax",
+        "_log_softmax",
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "nll_loss_forward",
+        "nll_loss_backward",
+        "nll_loss2d_forward",
+        "norm",
+        "linalg_vector_norm",
+        "var_mean",
+        "logsumexp",
+        "_safe_softmax",
+        "argmax",
+        "cumsum",
+    }
+)
+_COPY = frozenset(
+    {
+        "copy_",
+        "clone",
+        "cat",
+        "_to_copy",
+        "stack",
+        "index_select",
+        "gather",
+        "scatter",
+        "index",
+        "index_put_",
+        "contiguous",
+    }
+)
+_ATTN = frozenset({"flash_attn", "flash_attn_bwd"})
+
+
+_CLASSES: tuple[tuple[frozenset[str], int], ...] = (
+    (GEMM, OpClass.GEMM),
+    (_ATTN, OpClass.ATTENTION),
+    (_NORM, OpClass.NORMALIZATION),
+    (_EMB, OpClass.EMBEDDING),
+    (_REDUCE, OpClass.REDUCTION),
+    (_COPY, OpClass.COPY),
+)
+
+
+def op_class(name: str) -> int:
+    """The :class:`OpClass` of aten op ``name`` (overload stripped: ``addmm``)."""
+    for names, cls in _CLASSES:
+        if name in names:
+            return cls
+    if name.startswith(("_foreach", "_fused_adam")):
+        return OpClass.OPTIMIZER
+    return OpClass.ELEMENTWISE
+
+
+@dataclass(frozen=True, slots=True)
+class GemmDims:
+    """A matrix product as ``batch`` independent ``m x k`` times ``k x n`` products, plus
+    whether it adds a bias (``addmm``)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    bias: bool = False
+
+    @property
+    def flops(self) -> float:
+        """Multiply-adds as 2 FLOPs, plus one add per output element for a bias."""
+        return 2.0 * self.batch * self.m * self.n * self.k + (self.m * self.n if self.bias else 0)
+
+    @property
+    def out_numel(self) -> int:
+        """Elements of the output."""
+        return self.batch * self.m * self.n
+
+
+def gemm_dims(name: str, shapes: Sequence[Sequence[int]]) -> GemmDims | None:
+    """The :class:`GemmDims` of matrix product ``name`` (``aten::addmm`` or ``addmm``) given its
+    tensor arguments' shapes in call order, or ``None`` for other ops and unreadable shapes."""
+    op = name.rsplit("::", 1)[-1].split(".", 1)[0]
+    args = [tuple(int(d) for d in s) for s in shapes]
+    if op in ("mm", "matmul", "linear", "bmm"):
+        pair = args[0:2]
+    elif op in ("addmm", "baddbmm", "addbmm"):
+        pair = args[1:3]
+    else:
+        return None
+    if len(pair) < 2 or len(pair[0]) < 2 or not pair[1]:
+        return None
+    a, b = pair
+    if op == "linear":  # x [..., K] times weight [N, K]
+        return GemmDims(1, math.prod(a[:-1]), b[0], a[-1])
+    if op in ("bmm", "baddbmm"):
+        if len(a) != 3 or len(b) != 3:
+            return None
+        return GemmDims(a[0], a[1], b[-1], a[2])
+    if op == "addbmm":  # a batch of products summed into one output
+        if len(a) != 3 or len(b) != 3:
+            return None
+        return GemmDims(1, a[1], b[-1], a[0] * a[2])
+    if op == "addmm" and (len(a) != 2 or len(b) != 2):
+        return None
+    # mm / matmul: leading dimensions of the left operand are rows.
+    return GemmDims(1, math.prod(a[:-1]), b[-1], a[-1], bias=op == "addmm")
+
+
+def attention_flops(
+    batch: int, heads: int, s_q: int, s_k: int, head_dim: int, *, causal: bool, backward: bool
+) -> float:
+    """FLOPs of scaled dot-product attention: QK^T and PV are each ``2*b*h*s_q*s_k*d``, halved by
+    a causal mask; the backward pass does 2.5x the forward's matrix work (five products, not
+    two)."""
+    fwd = 4.0 * batch * heads * s_q * s_k * head_dim * (0.5 if causal else 1.0)
+    return fwd * 2.5 if backward else fwd
+
+
+def elementwise_flops(out_numel: int) -> float:
+    """One FLOP per output element: a good enough count for memory-bound kernels."""
+    return float(out_numel)

@@ -1,0 +1,182 @@
+"""The interference model in the simulator: published defaults, model files, replay with the
+measured slowdown removed, what-ifs that move communication, and workload configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.loading import build_registry
+from echo_view.model import Job
+from echo_view.model.gpus import GENERATIONS
+from echo_view.model.workload import OP_CLASS_NAMES, Workload
+from echo_view.sim import simulate, step_spans
+from echo_view.sim.interference import (
+    DEFAULT_FACTORS,
+    InterferenceModel,
+    config_slowdowns,
+    default_model,
+    interference_ops,
+    load_model,
+    model_from_setting,
+    model_to_toml,
+    replay_slowdowns,
+)
+from echo_view.sim.interference.fit import CLASSES, InterferenceFit
+from echo_view.sim.interference.simulate import simulate_replay
+from echo_view.sim.replay import workload_from_job
+from tests.conftest import SAMPLES, shared_path
+
+
+@pytest.fixture(scope="module")
+def dlrm() -> tuple[Job, Workload]:
+    path = SAMPLES / "dlrm_kineto"
+    job = build_registry().importer_for(path).read([path])
+    return job, workload_from_job(job)
+
+
+def test_defaults_are_the_published_factors() -> None:
+    m = default_model("ampere")
+    assert m.fit.class_factors() == pytest.approx(DEFAULT_FACTORS["ampere"])
+    assert m.fit.class_factors()["gemm"] == pytest.approx(1.269)
+    hopper = default_model("hopper").fit.class_factors()
+    assert list(hopper.values()) == pytest.approx([1.189] * len(CLASSES))
+    for gen in range(len(GENERATIONS)):
+        assert default_model(gen).fit.kind == "constant"
+    with pytest.raises(ConfigError):
+        default_model("pascal")
+
+
+def test_model_file_round_trip(tmp_path: Path) -> None:
+    coef = np.array([1 / 1.3] + [1.0] * (len(CLASSES) - 1))
+    model = InterferenceModel(
+        InterferenceFit("constant", coef, {"gemm": 12}),
+        'calibrated on "x"',
+        {"job": {"none": {"samples": 12, "weighted_abs": 0.2}}},
+    )
+    path = tmp_path / "m.toml"
+    path.write_text(model_to_toml(model))
+    back = load_model(path)
+    assert np.allclose(back.fit.coef, coef) and back.source == 'calibrated on "x"'
+    assert back.evaluation["job"]["none"]["weighted_abs"] == 0.2
+    assert model_from_setting(str(path), 0) is not None
+    assert model_from_setting("off", 3) is None
+    on = model_from_setting("on", GENERATIONS.index("hopper"))
+    assert on is not None and on.source.startswith("published (hopper)")
+    with pytest.raises(ConfigError):
+        model_from_setting("sometimes", 0)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "constant"\n[coef]\n"class.nope" = 1.0\n')
+    with pytest.raises(ConfigError):
+        load_model(bad)
+
+
+def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
+    from echo_view.sim.interference.fit import feature_names
+
+    names = feature_names("fitted")
+    fit = InterferenceFit(
+        "fitted",
+        np.linspace(0.1, 0.5, len(names)),
+        {"gemm": 3},
+        shrink=0.75,
+        generations=(GENERATIONS.index("volta"), GENERATIONS.index("ampere")),
+        solo_scale_ns=10_000,
+    )
+    path = tmp_path / "fitted.toml"
+    path.write_text(model_to_toml(InterferenceModel(fit, "test", {})))
+    back = load_model(path).fit
+    assert back.kind == "fitted" and np.allclose(back.coef, fit.coef)
+    assert back.shrink == 0.75 and back.generations == fit.generations
+    assert back.solo_scale_ns == 10_000
+
+
+def test_replay_removes_the_measured_slowdown(dlrm: tuple[Job, Workload]) -> None:
+    job, wl = dlrm
+    model = default_model("volta")
+    rs = replay_slowdowns(wl, job, model)
+    _, comm, compute = interference_ops(wl)
+    assert comm.sum() == 64 and compute.any()
+    over = rs.overlap_ns > 0
+    assert over.any() and not (over & ~compute).any()
+    dur = wl.ops.dur_ns
+    # Solo = alone part + overlapped part / s, to the ns; untouched where nothing overlapped.
+    expect = np.rint((dur - rs.overlap_ns) + rs.overlap_ns / rs.slowdown).astype(np.int64)
+    assert np.array_equal(rs.solo_ns[compute], expect[compute])
+    assert np.array_equal(rs.solo_ns[~over], dur[~over])
+    assert (rs.solo_ns[over] < dur[over]).all()
+    # Slowdowns are the published Ampere-derived class factors (no Volta figure).
+    classes = wl.ops.op_class[compute].tolist()
+    slows = rs.slowdown[compute].tolist()
+    for c, s in zip(classes, slows, strict=True):
+        assert s == pytest.approx(DEFAULT_FACTORS["volta"][OP_CLASS_NAMES[c]])
+
+
+def test_replay_with_interference_reproduces_replay(dlrm: tuple[Job, Workload]) -> None:
+    """Removing the measured slowdown and letting the engine re-apply it gives back the
+    replay's step times (the overlaps are the same)."""
+    job, wl = dlrm
+    off = simulate(wl).result
+    on = simulate_replay(wl, job, interference=default_model("volta")).result
+    s_off = step_spans(wl, off.start_ns, off.end_ns)
+    s_on = step_spans(wl, on.start_ns, on.end_ns)
+    assert s_off.keys() == s_on.keys()
+    for k, v in s_off.items():
+        assert abs(s_on[k] - v) <= max(2_000, v // 10_000)
+    assert simulate_replay(wl, job, interference=None).result.identical(off)
+
+
+def test_faster_network_removes_the_slowdown() -> None:
+    """A V100 job whose GPU work bounds the step: with a 4x faster network the overlap
+    shrinks, and with interference on the step gets shorter than with the measured, slowed
+    durations kept (interference off)."""
+    path = shared_path("data", "hta-tests", "trace_diff", "test", "test.json.gz")
+    job = build_registry().importer_for(path).read([path])
+    wl = workload_from_job(job)
+    model = default_model("volta")
+
+    def mean_step(scale: float, with_model: bool) -> float:
+        sim = simulate_replay(wl, job, comm_scale=scale, interference=model if with_model else None)
+        spans = step_spans(wl, sim.result.start_ns, sim.result.end_ns)
+        return sum(spans.values()) / len(spans)
+
+    same_off, same_on = mean_step(1.0, False), mean_step(1.0, True)
+    assert abs(same_on - same_off) <= same_off * 1e-4
+    fast_off, fast_on = mean_step(0.25, False), mean_step(0.25, True)
+    assert fast_on < fast_off * 0.98
+
+
+def test_config_interference() -> None:
+    from echo_view.loading import load_workload
+    from echo_view.sim.cluster import cluster_from_config
+    from echo_view.sim.comm.defaults import default_comm_model
+    from echo_view.sim.compute_presets import compute_params_for
+    from echo_view.sim.config_sim import simulate_config
+
+    cfg, graph, _, _ = load_workload(SAMPLES / "configs" / "echo-gpt13b-64xH800.toml")
+    cluster = cluster_from_config(cfg.cluster)
+    params = compute_params_for(cluster.gpu)
+    comm = default_comm_model()
+    model = default_model("hopper")
+
+    def run(scale: float, m: InterferenceModel | None) -> int:
+        sim = simulate_config(graph, cfg, cluster, comm, params, comm_scale=scale, interference=m)
+        return sim.step_ns
+
+    # More time with interference; none without communication to overlap.
+    assert run(1.0, model) >= run(1.0, None)
+    assert run(0.0, model) == run(0.0, None)
+    # A coarse pass's slowdown is the duration-weighted mean over its kernels (1.189 each on
+    # Hopper), its collectives counted at 1.
+    sim = simulate_config(graph, cfg, cluster, comm, params)
+    comp = sim.composed
+    slow = config_slowdowns(comp, model, cluster.gpu.name)
+    i = int(np.flatnonzero(comp.src_table >= 0)[0])
+    t = comp.tables[int(comp.src_table[i])]
+    lo, hi = int(comp.src_lo[i]), int(comp.src_hi[i])
+    d = t.dur_ns[lo:hi].astype(float)
+    f = np.where(t.coll[lo:hi], 1.0, 1.189)
+    assert slow[i] == pytest.approx((d * f).sum() / d.sum())
