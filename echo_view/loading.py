@@ -151,8 +151,12 @@ def read_job(
         )
         # Joined in file order, as a serial read does: the same first error, the same job.
         for i, (path, future) in enumerate(zip(files, futures, strict=True)):
-            parts.add(future.result())
+            part = future.result()
             future.release()
+            if isinstance(part, EchoViewError):
+                raise part
+            parts.add(part)
+            del part
             progress(f"{path.name}: read", (i + 1) / len(files))
     result: Job = parts.finish()
     return result
@@ -161,9 +165,14 @@ def read_job(
 def _read_rank_file(
     path: Path, *, importer: RankFileReader, many: bool, inflation_cap: int | None
 ) -> Any:
-    """One rank file, read in a worker process under the client's input limits."""
+    """One rank file, read in a worker process under the client's input limits; a bad file's
+    error is returned, for the client to raise in file order (a raised one would also be
+    logged by the worker, with its traceback, on the command's stderr)."""
     set_max_inflated_bytes(inflation_cap)
-    return importer.read_rank_file(path, many)
+    try:
+        return importer.read_rank_file(path, many)
+    except EchoViewError as exc:
+        return exc
 
 
 def is_workload_input(path: Path) -> bool:

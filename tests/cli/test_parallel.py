@@ -5,6 +5,7 @@ writes the same files) whether its rank files are read in this process or on a r
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -39,11 +40,11 @@ TAKING_OPTIONS = {
 
 
 def _run(
-    argv: list[str], out: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+    argv: list[str], out: Path, extra: list[str], capfd: pytest.CaptureFixture[str]
 ) -> tuple[int, bytes, str, dict[str, bytes]]:
     out.mkdir()
     code = main([a.replace("{out}", str(out)) for a in argv] + extra)
-    printed = capsys.readouterr()
+    printed = capfd.readouterr()
     stdout = printed.out.replace(str(out), "OUT")  # (commands print where they wrote)
     if argv[0] == "simulate":  # its wall-clock seconds differ from run to run
         doc = json.loads(stdout)
@@ -55,7 +56,7 @@ def _run(
 
 @pytest.mark.slow
 def test_every_command_prints_the_same_on_a_dask_cluster(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("distributed", reason="the dask extra is not installed")
     from echo_view.workers import dask_client
@@ -63,19 +64,33 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
     with dask_client(workers=2) as client:
         address = client.scheduler.address
         for name, argv in COMMANDS.items():
-            serial = _run(argv, tmp_path / f"{name}-serial", ["--workers", "1"], capsys)
-            remote = _run(argv, tmp_path / f"{name}-dask", ["--scheduler", address], capsys)
+            serial = _run(argv, tmp_path / f"{name}-serial", ["--workers", "1"], capfd)
+            remote = _run(argv, tmp_path / f"{name}-dask", ["--scheduler", address], capfd)
             assert serial[0] == remote[0] == 0, (name, serial[2], remote[2])
             assert serial[1:] == remote[1:], name
             assert serial[3] or argv[0] not in ("export", "simulate", "calibrate"), name
+        # A bad rank file: the same one-line error, and nothing from the workers on stderr.
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        for f in sorted(DLRM.iterdir())[:3]:
+            (bad / f.name).write_bytes(f.read_bytes())
+        text = gzip.decompress(sorted(DLRM.iterdir())[3].read_bytes())
+        at = text.index(b'"ts": ') + 6
+        (bad / "rank3.json").write_bytes(text[:at] + b'"soon"' + text[text.index(b",", at) :])
+        argv = ["info", str(bad)]
+        serial = _run(argv, tmp_path / "bad-serial", ["--workers", "1"], capfd)
+        remote = _run(argv, tmp_path / "bad-dask", ["--scheduler", address], capfd)
+        assert serial[0] == remote[0] == 2
+        assert serial[2] == remote[2] and serial[2].count("\n") == 1
+        assert "rank3.json: traceEvents[" in serial[2]
         # The rank files were read by the cluster's workers (8 per job read above).
         prefixes = client.run_on_scheduler(
             lambda dask_scheduler: sorted(dask_scheduler.task_prefixes)
         )
         assert "read_rank_file" in prefixes  # (dask drops the leading underscore)
     # --workers N starts its own local cluster of N processes.
-    local = _run(COMMANDS["info"], tmp_path / "info-local", ["--workers", "2"], capsys)
-    serial = _run(COMMANDS["info"], tmp_path / "info-serial-2", ["--workers", "1"], capsys)
+    local = _run(COMMANDS["info"], tmp_path / "info-local", ["--workers", "2"], capfd)
+    serial = _run(COMMANDS["info"], tmp_path / "info-serial-2", ["--workers", "1"], capfd)
     assert local[:2] == serial[:2]
 
 
