@@ -87,8 +87,9 @@ class Parallel:
 SERIAL = Parallel(workers=1)
 
 #: Below this many bytes of JSON a local cluster started for the rank files would cost more
-#: than it saves, unless ``--workers`` asks for one: starting 2 worker processes took 3-9 s
-#: (docs/performance.md), in which one core reads 0.5-1.5 GB of Kineto JSON.
+#: than it saves, unless ``--workers`` asks for one: a 2-process cluster took 1-2 s to start
+#: on a quiet machine and far longer on a busy one (docs/performance.md, "Many-rank jobs"),
+#: while one core reads Kineto JSON at 70-170 MB/s.
 FAN_OUT_BYTES = 1 << 30
 #: A gzip file is counted as this many times its size (Kineto traces inflate 8-44x).
 GZIP_WEIGHT = 8
