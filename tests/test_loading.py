@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from echo_view.errors import InputError, UsageError
+from echo_view.errors import InputError, LimitError, UsageError
+from echo_view.formats import max_inflated_bytes, set_max_inflated_bytes
 from echo_view.loading import (
     FAN_OUT_BYTES,
     SERIAL,
     Parallel,
+    _read_rank_file,
     build_registry,
     fans_out,
     is_workload_input,
@@ -19,6 +21,7 @@ from echo_view.loading import (
     read_job,
 )
 from echo_view.workers import default_workers
+from importers.kineto import KinetoImporter
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
@@ -73,3 +76,16 @@ def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> 
     files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
     assert read_job(files, parallel=Parallel()).ranks == tuple(range(8))
     assert read_job(files, parallel=SERIAL).ranks == tuple(range(8))
+
+
+def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error() -> None:
+    path = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[0]
+    imp = KinetoImporter()
+    part = _read_rank_file(path, importer=imp, many=True, inflation_cap=None)
+    assert [t.rank for t in part.traces] == [0]
+    try:
+        error = _read_rank_file(path, importer=imp, many=True, inflation_cap=1 << 10)
+    finally:
+        set_max_inflated_bytes(None)
+    assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
+    assert max_inflated_bytes() is None
