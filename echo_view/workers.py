@@ -78,7 +78,9 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         processes=True,
         # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
         dashboard_address=":0",
-        silence_logs=logging.ERROR,
+        # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR; task
+        # errors reach the client as exceptions, so the logs add nothing but noise.
+        silence_logs=logging.CRITICAL,
     )
     try:
         client = distributed.Client(cluster, set_as_default=False)

@@ -27,7 +27,6 @@ different jobs score 0.01-0.04.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
+from echo_view.analysis.cxx_names import qualified_base
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_nccl_kernel_name
 from echo_view.model.schema import json_schema
 from echo_view.units import format_duration
@@ -211,18 +211,14 @@ def _item_json(item: ItemDiff, ref_b: bool) -> dict[str, Any]:
     }
 
 
-_TEMPLATE = re.compile(r"[<(]")
-
-
 def kernel_class(name: str) -> str:
-    """Kernel name without ``void``, template arguments and parameter list; NCCL kernels become
+    """Kernel name without ``void``, template arguments and parameter list
+    (:func:`~echo_view.analysis.cxx_names.qualified_base`); NCCL kernels become
     ``nccl:<collective>``."""
     info = parse_nccl_kernel_name(name)
     if info is not None:
         return f"nccl:{info.collective.label}"
-    base = name.strip().removeprefix("void ").strip().replace("(anonymous namespace)", "{anon}")
-    m = _TEMPLATE.search(base)
-    return (base[: m.start()] if m and m.start() > 0 else base).strip() or name
+    return qualified_base(name) or name
 
 
 @dataclass(frozen=True, eq=False)

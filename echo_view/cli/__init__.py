@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "check": "validate traces: Perfetto conformance, Kineto semantics, cross-rank consistency",
     "simulate": "predict step time by simulation: replay a measured job, or ask what-if",
     "trace": "trace a workload config's rank roles into a traced-graph JSON (no GPU needed)",
+    "plan": "search parallel layouts on N GPUs: memory fit, simulated step time, ranking",
     "diff": "compare two jobs (predicted vs measured): step time per rank, breakdown, kernels",
     "tui": "browse timelines in the terminal; with two inputs, diff them",
     "comm": "predict one NCCL collective: time, algorithm, protocol, bandwidth",

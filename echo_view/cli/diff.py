@@ -24,17 +24,16 @@ from rich.text import Text
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
 from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.formats import Registry, json_text
 from echo_view.model import Job
 from echo_view.text import markup_safe, printable
 from echo_view.units import format_duration
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-PLOT_FORMATS = ("png", "svg", "pdf")
 
 
 def register(subparsers: Any) -> None:
@@ -87,7 +86,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.fail_above is not None and args.fail_above < 0:
         raise UsageError(f"--fail-above must be 0 or more, got {args.fail_above:g}")
     if args.plot is not None:
-        _plot_format(args.plot)  # fail before the (possibly long) import
+        plot_format(args.plot)  # fail before the (possibly long) import
     diff = diff_jobs(
         _read(registry, args.a, args),
         _read(registry, args.b, args),
@@ -191,37 +190,16 @@ def render(diff: JobDiff, console: Console) -> None:
         console.print(f"note: {markup_safe(note)}")
 
 
-def _plot_format(path: Path) -> str:
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt not in PLOT_FORMATS:
-        raise UsageError(
-            f"cannot tell the plot format from {path.name!r}",
-            hint=f"use one of: {', '.join('.' + f for f in PLOT_FORMATS)}",
-        )
-    return fmt
-
-
 def write_plot(diff: JobDiff, path: Path) -> None:
     """Per-rank step-time bars (A beside B) and the category breakdown, written atomically."""
-    fmt = _plot_format(path)
-    fig = plot_figure(diff)
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, format=fmt)
+    plot_format(path)
+    save_figure(plot_figure(diff), path)
 
 
 def plot_figure(diff: JobDiff) -> Figure:
     """The ``--plot`` figure: the whole verdict as its title (wrapped, never cut), legends
     beside the axes so that they cover no bar."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib", hint="install the plot extra: pip install 'echo-view[plot]'"
-        ) from None
-    fig = Figure(figsize=(12, 5), layout="constrained")
+    fig = new_figure(figsize=(12, 5), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
     ranks = [r.rank for r in diff.ranks]
     xs = list(range(len(ranks)))

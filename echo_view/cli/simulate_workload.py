@@ -14,6 +14,10 @@ from ``echo-view calibrate interference``).
 ``exposed_comm_s``, ``idle_s``), ``bubble`` (``ideal`` and ``simulated`` fractions),
 ``throughput`` (``tokens_per_step``, ``tokens_per_s_per_gpu``, ``model_flops_per_token``,
 ``peak_flops_per_gpu`` for the config's dtype, ``mfu``: :mod:`echo_view.sim.throughput`),
+``memory`` (:mod:`echo_view.sim.memory`: ``peak_bytes``, ``peak_stage``, ``needed_bytes`` with
+the allocator margin and reserved memory, ``gpu_bytes``, ``fits``, ``oom``,
+``allocator_margin``, ``reserved_bytes``, ``sharding``, and per stage ``{stage, weights, grads,
+optimizer, activations, inflight_microbatches, transient, peak_bytes}``),
 ``reference`` (``step_time_s``, ``source``) and ``reference_error_pct`` when the config has a
 ``[reference]``, ``graph`` (``origin``, ``roles``, ``ops``), ``cluster``, ``overrides``,
 ``seconds`` (``graph``, ``simulate``).
@@ -33,6 +37,8 @@ from echo_view.model.schema import json_schema
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
 from echo_view.text import printable
+
+GB = 1e9
 
 
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
@@ -100,6 +106,14 @@ def _render(r: dict[str, Any]) -> str:
         f"MFU {100 * t['mfu']:.1f}% ({t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
         f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU)"
     )
+    mem = r["memory"]
+    lines.append(
+        f"memory: peak {mem['peak_bytes'] / GB:.1f} GB on stage {mem['peak_stage']}, needs "
+        f"{mem['needed_bytes'] / GB:.1f} GB of {mem['gpu_bytes'] / GB:.1f} GB "
+        f"({'fits' if mem['fits'] else 'OUT OF MEMORY'})"
+    )
+    peaks = ", ".join(f"{s['stage']}: {s['peak_bytes'] / GB:.1f}" for s in mem["stages"])
+    lines.append(f"memory per stage (GB): {peaks}")
     stages = ", ".join(f"{s['stage']}: {s['step_time_s']:.3f}" for s in r["stages"])
     lines.append(f"per stage (s): {stages}")
     lines.append(

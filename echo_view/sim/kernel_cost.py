@@ -21,13 +21,13 @@ above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.errors import ConfigError, known_keys_hint
+from echo_view.model.params import ParamSet, param
 
 # Op classes (shared with echo_view.model.graph.OpClass and echo_view.model.workload).
 GEMM, ATTENTION, COLLECTIVE = 0, 1, 9
@@ -43,64 +43,44 @@ class GpuPeaks(Protocol):
     def hbm_bytes_per_s(self) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ComputeParams:
+def _eff(default: float, help: str) -> Any:
+    return param(default, help=help, unit="fraction", lo=1e-3, hi=1.0)
+
+
+def _half(default: float, help: str, unit: str) -> Any:
+    return param(default, help=help, unit=unit, lo=1e-9, hi=1e18)
+
+
+def _ns(default: int, help: str) -> Any:
+    return param(default, help=help, unit="ns", lo=0.0, hi=1e12, integer=True)
+
+
+@dataclass(frozen=True)
+class ComputeParams(ParamSet):
     """Efficiencies and fixed costs of the kernel cost model (see module docstring).
 
     Defaults are typical of NVIDIA data-center GPUs running cuBLAS/cuDNN kernels from
     PyTorch; calibrate them on traces of the GPU at hand.
     """
 
-    gemm_eff_max: float = 0.80
-    gemm_half_flops: float = 4.0e9
-    attn_eff_max: float = 0.55
-    attn_half_flops: float = 4.0e9
-    mem_eff_max: float = 0.85
-    mem_half_bytes: float = 2.0e6
-    kernel_min_ns: int = 2_000
-    kernel_gap_ns: int = 1_500
-    gemm_shape_model: float = 1.0
+    NOUN: ClassVar[str] = "compute parameter"
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> ComputeParams:
-        """A copy with some fields replaced; an unknown name is a :class:`ConfigError`."""
-        known = {f.name: f.type for f in fields(self)}
-        changes: dict[str, Any] = {}
-        for key, value in overrides.items():
-            if key not in known:
-                raise ConfigError(
-                    f"unknown compute parameter {key!r}",
-                    hint=known_keys_hint(key, sorted(known)),
-                )
-            try:
-                number = float(value)
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(
-                    f"compute parameter {key!r} needs a number, got {value!r}"
-                ) from exc
-            lo, hi, rule = _RANGES[key.rsplit("_", 1)[-1] if key.endswith("_ns") else key]
-            off_switch = key in _SWITCHES and number not in (0.0, 1.0)
-            if isinstance(value, bool) or not lo <= number <= hi or off_switch:
-                raise ConfigError(f"compute parameter {key!r} must be {rule}, got {value!r}")
-            changes[key] = int(number) if key.endswith("_ns") else number
-        return replace(self, **changes)
-
-
-# Accepted values (efficiencies and half sizes divide; beyond these bounds a kernel's time
-# would leave int64 ns or be meaningless): (low, high, what to say).
-_EFF = (1e-3, 1.0, "an efficiency in [0.001, 1]")
-_HALF = (1e-9, 1e18, "a positive size up to 1e18")
-_RANGES: dict[str, tuple[float, float, str]] = {
-    "gemm_eff_max": _EFF,
-    "attn_eff_max": _EFF,
-    "mem_eff_max": _EFF,
-    "gemm_half_flops": _HALF,
-    "attn_half_flops": _HALF,
-    "mem_half_bytes": _HALF,
-    "ns": (0.0, 1e12, "a time in ns from 0 to 1e12"),
-    "gemm_shape_model": (0.0, 1.0, "0 (FLOP roofline) or 1 (GEMM shape model)"),
-}
-#: Parameters that are on/off switches: 0 or 1, nothing between.
-_SWITCHES = frozenset({"gemm_shape_model"})
+    gemm_eff_max: float = _eff(0.80, "fraction of the dense peak large GEMMs reach")
+    gemm_half_flops: float = _half(4.0e9, "GEMM size at half that efficiency", "FLOP")
+    attn_eff_max: float = _eff(0.55, "fraction of the peak large attention kernels reach")
+    attn_half_flops: float = _half(4.0e9, "attention size at half that efficiency", "FLOP")
+    mem_eff_max: float = _eff(0.85, "fraction of HBM bandwidth large memory-bound kernels reach")
+    mem_half_bytes: float = _half(2.0e6, "bytes moved at half that efficiency", "bytes")
+    kernel_min_ns: int = _ns(2_000, "shortest kernel")
+    kernel_gap_ns: int = _ns(1_500, "idle time between back-to-back kernels")
+    gemm_shape_model: float = param(
+        1.0,
+        help="1: GEMMs of known shape from the GEMM shape model; 0: from the FLOP form",
+        unit="",
+        lo=0.0,
+        hi=1.0,
+        switch=True,
+    )
 
 
 def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray[np.float64]:

@@ -43,6 +43,7 @@ from echo_view.sim.interference import model_from_setting
 from echo_view.sim.interference.features import trace_generation
 from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.memory import memory_report
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
 from echo_view.sim.throughput import throughput
@@ -206,6 +207,46 @@ def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -
     return ReplayRun(job, predicted, report)
 
 
+def simulate_workload(
+    cfg: WorkloadConfig,
+    graph: TracedGraph,
+    overrides: Mapping[str, str] | None = None,
+    *,
+    compute_file: Path | None = None,
+    ranks: str = "stages",
+) -> ConfigSimulation:
+    """One simulated step of ``cfg`` with the kernel, collective and interference models its
+    cluster's GPU calls for, and the ``--set`` knobs ``overrides`` (already checked)."""
+    overrides = overrides or {}
+    cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
+        {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
+    )
+    params = compute_params_for(cluster.gpu)
+    if compute_file is not None:
+        params = compute_params_from_toml(compute_file, cluster.gpu, params)
+    params = params.with_overrides(
+        {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
+    )
+    scales: dict[int, float] = {}
+    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
+    for i, name in enumerate(OP_CLASS_NAMES[:-1]):
+        key = f"compute.scale.{name}"
+        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
+    return simulate_config(
+        graph,
+        cfg,
+        cluster,
+        default_comm_model(),
+        params,
+        comm_scale=scale_value("comm.scale", overrides.get("comm.scale", "1")),
+        ranks=ranks,
+        scales=scales,
+        interference=model_from_setting(
+            overrides.get("interference", "on"), gpu_generation(cluster.gpu.name)
+        ),
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class WorkloadRun:
     """A config's predicted step: the simulation, a predicted job (every rank when asked for,
@@ -232,33 +273,8 @@ def predict_workload(
     check_keys(overrides, WORKLOAD_KEYS, "a workload config")
     if ranks not in ("stages", "all"):
         raise ConfigError(f"ranks must be stages or all, got {ranks!r}", where="--ranks")
-    cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
-        {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
-    )
-    params = compute_params_for(cluster.gpu)
-    if compute_file is not None:
-        params = compute_params_from_toml(compute_file, cluster.gpu, params)
-    params = params.with_overrides(
-        {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
-    )
-    scales: dict[int, float] = {}
-    every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
-    for i, name in enumerate(OP_CLASS_NAMES[:-1]):
-        key = f"compute.scale.{name}"
-        scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
-    sim = simulate_config(
-        graph,
-        cfg,
-        cluster,
-        default_comm_model(),
-        params,
-        comm_scale=scale_value("comm.scale", overrides.get("comm.scale", "1")),
-        ranks=ranks,
-        scales=scales,
-        interference=model_from_setting(
-            overrides.get("interference", "on"), gpu_generation(cluster.gpu.name)
-        ),
-    )
+    sim = simulate_workload(cfg, graph, overrides, compute_file=compute_file, ranks=ranks)
+    cluster = sim.cluster
     # The breakdown is reported for the slowest simulated rank; the whole predicted job is
     # expanded only when asked for (it is written out).
     ends = sim.rank_end_ns()
@@ -267,6 +283,7 @@ def predict_workload(
     report = _workload_report(sim, job, origin, cluster.describe(), overrides, ranks, slowest)
     peak = cluster.gpu.peak(cfg.dtype)
     report["throughput"] = throughput(cfg, sim.step_ns / 1e9, peak).to_json()
+    report["memory"] = memory_report(cfg, cluster.gpu.memory_bytes).to_json()
     return WorkloadRun(sim, job, report)
 
 

@@ -23,6 +23,7 @@ from echo_view.analysis.diff import JobDiff, diff_jobs
 from echo_view.errors import EchoViewError
 from echo_view.formats import Progress
 from echo_view.model import Job
+from echo_view.tui.calltree import CallTreeScreen
 from echo_view.tui.commands import EchoCommands
 from echo_view.tui.diffscreen import DiffScreen
 from echo_view.tui.help import HelpScreen, Section, binding_rows
@@ -212,7 +213,7 @@ class EchoViewApp(App[None]):
         # With one input, the keys that need two (the diff, the other input) do nothing.
         skip = () if two else TWO_INPUT_ACTIONS
         screen_type = type(self.screen)
-        if screen_type in (TimelineScreen, DiffScreen, SummaryScreen):
+        if screen_type in (TimelineScreen, DiffScreen, SummaryScreen, CallTreeScreen):
             sections.append(("This screen", binding_rows(screen_type.BINDINGS, skip)))
         sections += [
             ("Timeline", binding_rows(TimelineView.BINDINGS)),
@@ -232,7 +233,14 @@ class EchoViewApp(App[None]):
         if self.loaded is None or isinstance(self.screen, SummaryScreen):
             return
         i = self.current
-        self.push_screen(SummaryScreen(self.loaded.jobs[i], self.loaded.titles[i]))
+        screen = SummaryScreen(self.loaded.jobs[i], self.loaded.titles[i])
+        self.push_screen(screen, self._show_kernel)
+
+    def _show_kernel(self, name: str | None) -> None:
+        """Find kernel ``name`` (picked in the summary) on the current input's timeline."""
+        screen = self._screens.get(self.current)
+        if name is not None and screen is not None and self.screen is screen:
+            screen.panel.find_exact(name)
 
     def action_diff(self) -> None:
         loaded = self.loaded

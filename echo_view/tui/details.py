@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from echo_view.analysis.cxx_names import demangle
 from echo_view.model import GPU_KINDS, NONE, CollectiveKind, EventKind, Job, Trace
 from echo_view.text import printable
 from echo_view.tui.raster import short_name
@@ -42,6 +43,42 @@ def partners(trace: Trace, tidx: int, row: int) -> list[Link]:
     else:
         hits, why = same[on_gpu], "gpu"
     return [Link(tidx, int(r), why) for r in hits if int(r) != row]
+
+
+#: At most this many enclosing calls are listed (the outermost and the innermost are kept).
+MAX_ANCESTRY = 12
+
+
+def ancestry(trace: Trace, row: int) -> list[int]:
+    """The calls and ranges enclosing event ``row``, outermost first: for GPU work, those
+    around its launch (the operator and NVTX/annotation path that issued it); for a CPU event,
+    those around it on its thread (same process and thread id, any lane)."""
+    ev = trace.events
+    if int(ev.kind[row]) in _GPU:
+        launches = [lk.row for lk in partners(trace, 0, row) if lk.why == "launch"]
+        if not launches:
+            return []
+        row = launches[0]
+    lane = trace.lanes[int(ev.lane[row])]
+    same = [i for i, ln in enumerate(trace.lanes) if (ln.pid, ln.tid) == (lane.pid, lane.tid)]
+    start = int(ev.start_ns[row])
+    end = start + int(ev.dur_ns[row])
+    starts = np.asarray(ev.start_ns, dtype=np.int64)
+    ends = starts + np.asarray(ev.dur_ns, dtype=np.int64)
+    around = np.isin(ev.lane, same) & (starts <= start) & (ends >= end) & (ends > starts)
+    around &= ev.kind != int(EventKind.COUNTER)
+    around[row] = False
+    hits = np.flatnonzero(around)
+    order = np.lexsort((-(ends[hits] - starts[hits]), starts[hits]))
+    return [int(r) for r in hits[order]]
+
+
+def _path_text(trace: Trace, rows: list[int]) -> str:
+    names = [short_name(trace.name(r)) for r in rows]
+    if len(names) > MAX_ANCESTRY:
+        keep = MAX_ANCESTRY // 2
+        names = [*names[:keep], f"…{len(names) - 2 * keep} more…", *names[-keep:]]
+    return " › ".join(names)
 
 
 def _group_key(trace: Trace, coll: int) -> tuple[str, tuple[int, ...]] | None:
@@ -117,9 +154,13 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     dur = int(ev.dur_ns[row])
     text = Text()
     text.append(f"{kind.label}", style="bold")
-    text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="#a0a0a0")
+    text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="dim")
     text.append(f"start +{format_duration(start)} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
+    path = ancestry(trace, row)
+    if path:
+        text.append("\npath: ", style="bold")
+        text.append(_path_text(trace, path))
     links = partners(trace, tidx, row)
     for link in links:
         other = job.traces[link.trace]
@@ -161,14 +202,19 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     if int(ev.external_id[row]) != NONE:
         ids.append(f"external id {int(ev.external_id[row])}")
     if ids:
-        text.append("\nids: " + " · ".join(ids), style="#a0a0a0")
-    if short_name(trace.name(row)) != trace.name(row):
+        text.append("\nids: " + " · ".join(ids), style="dim")
+    name = trace.name(row)
+    full = demangle(name)
+    if short_name(name) != full:
         text.append("\nname: ", style="bold")
-        text.append(printable(trace.name(row)[:1000]), style="#c0c0c0")
+        text.append(printable(full[:1000]), style="dim")
+    if full != name:
+        text.append("\nmangled: ", style="bold")
+        text.append(printable(name[:1000]), style="dim")
     args = ev.args(row)
     if args:
         text.append("\nargs: ", style="bold")
-        text.append(printable(msgspec.json.encode(args).decode()[:2000]), style="#c0c0c0")
+        text.append(printable(msgspec.json.encode(args).decode()[:2000]), style="dim")
     return text, links
 
 
@@ -177,11 +223,12 @@ class DetailsPane(VerticalScroll, can_focus=False):
 
     DEFAULT_CSS = """
     DetailsPane { height: 7; border-top: solid $primary-darken-2; padding: 0 1; }
+    DetailsPane.-empty { height: 1; border-top: none; color: $text-muted; }
     DetailsPane.-hidden { display: none; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, classes="-empty")
         self.links: list[Link] = []
         self._body = Static("Select an event: Tab/Shift+Tab on a lane, or click it.")
 
@@ -191,9 +238,12 @@ class DetailsPane(VerticalScroll, can_focus=False):
     def show(self, job: Job | None, tidx: int, row: int, origin_ns: int) -> None:
         """Describe event ``row`` of trace ``tidx`` (or clear when ``job`` is None)."""
         if job is None:
+            # Empty, the pane shrinks to this one line and the lanes get its rows.
             self.links = []
-            self._body.update("No event selected.")
+            self._body.update("No event selected: Tab/Shift+Tab on a lane, or click one.")
+            self.add_class("-empty")
             return
+        self.remove_class("-empty")
         text, self.links = describe(job, tidx, row, origin_ns)
         self._body.update(text)
         self.scroll_home(animate=False)

@@ -76,6 +76,22 @@ def category_bars(diff: JobDiff, width: int = 40) -> Table:
     return table
 
 
+def verdict_line(diff: JobDiff) -> str:
+    """How B's step time relates to A's: an *error* when one side is a prediction and the other
+    a measurement, a *change* when both are measured (before/after) or both predicted."""
+    if diff.a_predicted != diff.b_predicted:
+        err = diff.error_pct
+        if err is None:
+            return ""
+        ref = "B" if diff.reference_is_b else "A"
+        return f"\nprediction error of the step time {err:.2f}% (measured: {ref})"
+    pct = diff.step_time.delta_pct()
+    if pct is None:
+        return ""
+    what = "predictions" if diff.a_predicted else "measured runs"
+    return f"\ncomparison of two {what}: step-time change B vs A {pct:+.2f}%"
+
+
 def _item_rows(items: list[ItemDiff], width: int) -> list[list[object]]:
     return [
         [
@@ -160,13 +176,9 @@ class DiffScreen(Screen[None]):
         d = self.diff
         code, text = d.verdict
         colour = {"match": "#98c379", "b_slower": "#e06c75", "b_faster": "#61afef"}.get(code, "")
-        head = Text(f"A: {printable(d.a_source)}\nB: {printable(d.b_source)}\n", style="#a0a0a0")
+        head = Text(f"A: {printable(d.a_source)}\nB: {printable(d.b_source)}\n", style="dim")
         head.append(text, style=f"bold {colour}")
-        err = d.error_pct
-        if err is not None:
-            head.append(
-                f"\nstep-time error {err:.2f}% (reference: {'B' if d.reference_is_b else 'A'})"
-            )
+        head.append(verdict_line(d))
         self.query_one("#verdict", Static).update(head)
         bars = Table.grid()
         bars.add_row(Text("category breakdown (mean over ranks)", style="bold underline"))
@@ -217,7 +229,7 @@ class DiffScreen(Screen[None]):
         else:
             (na, _, _), (nb, _, _) = pairs[self.align_at]
             msg = f"aligned at the start of step {na} (A) and step {nb} (B) · , . other step"
-        self.query_one("#aligned", Static).update(Text(msg, style="#a0a0a0"))
+        self.query_one("#aligned", Static).update(Text(msg, style="dim"))
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import ClassVar
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -35,6 +36,12 @@ _KEY_NAMES = {
     "slash": "/",
     "comma": ",",
     "full_stop": ".",
+    "grave_accent": "`",
+    "apostrophe": "'",
+    "less_than_sign": "<",
+    "greater_than_sign": ">",
+    "left_curly_bracket": "{",
+    "right_curly_bracket": "}",
     "plus": "+",
     "minus": "-",
     "escape": "esc",
@@ -72,18 +79,20 @@ def binding_rows(
     return rows
 
 
-def help_table(sections: Sequence[Section]) -> Table:
-    """The help as one two-column table with a heading per section."""
+def help_table(sections: Sequence[Section]) -> Group:
+    """The help: per section a heading on its own line (never cut to the key column) and a
+    two-column table of keys and what they do."""
     width = max((len(k) for _, rows in sections for k, _ in rows), default=8)
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold #e5c07b", no_wrap=True, width=min(width, 24))
-    table.add_column()
+    parts: list[Text | Table] = []
     for title, rows in sections:
-        table.add_row(Text(title, style="bold underline"), "")
+        parts.append(Text(title, style="bold underline"))
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True, width=min(width, 24))
+        table.add_column()
         for keys, desc in rows:
             table.add_row(keys, desc)
-        table.add_row("", "")
-    return table
+        parts += [table, Text("")]
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):

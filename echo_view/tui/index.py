@@ -3,6 +3,7 @@ one per rank for its GPU work), grouped per rank, for one job or two (the diff s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,13 @@ def display_classes(trace: Trace) -> npt.NDArray[np.uint8]:
         comm[coll_rows[ev.kind[coll_rows] == int(EventKind.KERNEL)]] = True
     cls[comm] = COMM
     return cls
+
+
+def matching_names(trace: Trace, pattern: re.Pattern[str]) -> npt.NDArray[np.int32]:
+    """Ids of the trace's strings that ``pattern`` finds (each distinct name is tried once)."""
+    return np.array(
+        [i for i, s in enumerate(trace.strings.strings) if pattern.search(s)], dtype=np.int32
+    )
 
 
 def _lane_label(trace: Trace, lane_id: int) -> str:
@@ -190,11 +198,21 @@ class TimelineIndex:
         index.span = index.compute_span()
         return index
 
-    def set_filter(self, classes: frozenset[int] | None) -> None:
-        """Show only events of ``classes`` (``None``: all)."""
+    def set_filter(
+        self,
+        classes: frozenset[int] | None,
+        pattern: re.Pattern[str] | None = None,
+        min_dur: int = 0,
+    ) -> None:
+        """Show only events of ``classes`` (``None``: all) whose name matches ``pattern``
+        (``None``: any) and that last at least ``min_dur`` ns."""
         for g in self.groups:
+            hit = None
+            if pattern is not None:
+                trace = self.trace(g.source, g.trace)
+                hit = np.isin(trace.events.name, matching_names(trace, pattern))
             for t in [*g.lanes, *([g.header] if g.header else [])]:
-                t.set_filter(classes)
+                t.set_filter(classes, None if hit is None else hit[t.rows], min_dur)
 
     def event_count(self) -> int:
         return sum(len(t) for g in self.groups for t in g.lanes)

@@ -3,6 +3,7 @@ that act across them (search, n/N, kind filter, jump to partner or peer)."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import numpy as np
@@ -13,15 +14,28 @@ from textual.widget import Widget
 from textual.widgets import Input
 
 from echo_view.analysis.steps import steps_of
+from echo_view.tui.calltree import MIN_DURATIONS, CallTreeScreen
 from echo_view.tui.details import DetailsPane
 from echo_view.tui.index import TimelineIndex
+from echo_view.tui.marks import Mark, MarkAction, MarksScreen
+from echo_view.tui.raster import Window
 from echo_view.tui.ruler import TimeRuler
-from echo_view.tui.search import KindFilterScreen, Matches, classes_present, search
+from echo_view.tui.search import (
+    KindFilterScreen,
+    Matches,
+    classes_present,
+    compile_query,
+    search,
+)
 from echo_view.tui.tables import short_duration
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import class_label
 
 Steps = list[tuple[int, int, int]]
+#: Time axes ``t`` cycles through: from the job's first event, from the current step's start,
+#: and the trace's own clock.
+AXES = ("job", "step", "clock")
+AXIS_TEXT = {"job": "from the job start", "step": "from the step start", "clock": "trace clock"}
 
 
 def view_steps(index: TimelineIndex, source: int = 0) -> Steps:
@@ -74,6 +88,13 @@ class TimelinePanel(Vertical):
         Binding("shift+up", "scroll_details(-3)", "Scroll the details up", show=False),
         Binding("p", "jump_partner", "Jump to launch/kernel partner", show=False),
         Binding("c", "jump_peer", "Jump to collective peer (next rank)", show=False),
+        Binding("T", "call_tree", "Call tree of the lane in view", show=False),
+        Binding("F", "hide_unmatched", "Hide events the search does not match", show=False),
+        Binding("h", "min_duration(1)", "Hide events shorter than (cycles up)", show=False),
+        Binding("H", "min_duration(-1)", "Hide events shorter than (cycles down)", show=False),
+        Binding("M", "add_mark", "Bookmark the selection (or the view's centre)", show=False),
+        Binding("apostrophe", "marks", "Bookmarks: jump, ranges, durations", show=False),
+        Binding("t", "time_axis", "Time axis: from job start / step start / clock", show=False),
         Binding("escape", "clear", "Clear search/selection", show=False),
     ]
     DEFAULT_CSS = """
@@ -98,8 +119,19 @@ class TimelinePanel(Vertical):
         self.steps = steps
         self.initial_span = initial_span
         self.matches: Matches | None = None
+        self.match_label = ""
+        """How the status line names the search (the query, or the kernel picked)."""
         self.match_at = -1
         self.shown_classes: frozenset[int] | None = None
+        self.hide_unmatched = False
+        """Show only the events the search matches."""
+        self.min_dur = 0
+        """Hide events shorter than this (ns)."""
+        self.marks: list[Mark] = []
+        """Bookmarks, in time order."""
+        self._pending: Mark | None = None
+        self.axis = AXES[0]
+        """Where the ruler and status line count time from (one of :data:`AXES`)."""
 
     def compose(self) -> ComposeResult:
         yield TimeRuler()
@@ -110,6 +142,7 @@ class TimelinePanel(Vertical):
         yield DetailsPane()
         yield StatusLine(id="status")
         yield Input(placeholder="search names (regex; enter: find, esc: cancel)", id="search")
+        yield Input(placeholder="bookmark name (enter: keep, esc: cancel)", id="mark-name")
 
     @property
     def timeline(self) -> TimelineView:
@@ -132,14 +165,44 @@ class TimelinePanel(Vertical):
         tl.set_index(index)
         tl.steps = steps
         if self.matches is not None:
-            self._run_search(self.matches.query)
+            self._run_search(self.matches.query, self.match_label)
 
     # -- messages ---------------------------------------------------------------------------------
 
+    def origin(self) -> tuple[float, str]:
+        """The view time that the ruler and status line show as 0, and its name."""
+        tl = self.timeline
+        if self.axis == "step" and tl.steps:
+            w = tl.window
+            i = (
+                tl.step_index
+                if 0 <= tl.step_index < len(tl.steps)
+                else tl.step_at((w.t0 + w.t1) / 2)
+            )
+            return float(tl.steps[i][1]), f"step {tl.steps[i][0]}"
+        if self.axis == "clock":
+            src = self.index.sources[0]
+            return -float(src.job.start_ns() + src.shift_ns), "clock"
+        return 0.0, "time"
+
     def _view_moved(self) -> None:
         tl = self.timeline
-        self.query_one(TimeRuler).show(tl.window, tl.label_width, "time")
+        origin, name = self.origin()
+        w = tl.window
+        shown = Window(w.t0 - origin, w.ns_per_cell, w.width)
+        marks = [m.t - origin for m in self.marks]
+        self.query_one(TimeRuler).show(shown, tl.label_width, name, tl.palette, marks)
         self._update_status()
+
+    def action_time_axis(self) -> None:
+        self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
+        if self.axis == "step" and not self.timeline.steps:
+            self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
+        self.notify(f"time axis: {AXIS_TEXT[self.axis]}", timeout=2)
+        self._view_moved()
+
+    def on_timeline_view_restyled(self, message: TimelineView.Restyled) -> None:
+        self._view_moved()
 
     def on_timeline_view_selected(self, message: TimelineView.Selected) -> None:
         sel = message.selection
@@ -153,6 +216,7 @@ class TimelinePanel(Vertical):
 
     def _update_status(self) -> None:
         tl = self.timeline
+        origin, _ = self.origin()
         w = tl.window
         parts = []
         if tl.rows and 0 <= tl.cursor < len(tl.rows):
@@ -162,16 +226,20 @@ class TimelinePanel(Vertical):
             src = f"{self.index.sources[g.source].label} " if len(self.index.sources) > 1 else ""
             parts.append(f"{src}r{g.rank} {label}")
         parts.append(
-            f"{short_duration(w.t0)}…{short_duration(w.t1)}"
+            f"{short_duration(w.t0 - origin)}…{short_duration(w.t1 - origin)}"
             f" ({short_duration(w.t1 - w.t0)}, {short_duration(w.ns_per_cell)}/cell)"
         )
         if 0 <= tl.step_index < len(self.steps):
             parts.append(f"step {self.steps[tl.step_index][0]}")
         if self.matches is not None:
             at = f"{self.match_at + 1}/" if self.match_at >= 0 else ""
-            parts.append(f"/{self.matches.query}: {at}{len(self.matches)}")
+            parts.append(f"/{self.match_label}: {at}{len(self.matches)}")
         if self.shown_classes is not None:
             parts.append("kinds: " + ",".join(class_label(c) for c in sorted(self.shown_classes)))
+        if self.hide_unmatched:
+            parts.append("only matches")
+        if self.min_dur:
+            parts.append(f"≥{short_duration(self.min_dur)}")
         self.query_one("#status", StatusLine).show(" │ ".join(parts))
 
     # -- search -----------------------------------------------------------------------------------
@@ -183,6 +251,9 @@ class TimelinePanel(Vertical):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        if event.input.id == "mark-name":
+            self._keep_mark(event.value.strip())
+            return
         box = self.query_one("#search", Input)
         box.remove_class("-shown")
         self.timeline.focus()
@@ -190,8 +261,16 @@ class TimelinePanel(Vertical):
             self._run_search(event.value.strip())
             self.action_next_match(1)
 
-    def _run_search(self, query: str) -> None:
+    def find_exact(self, name: str) -> None:
+        """Search for events named exactly ``name`` and select the first one."""
+        self._run_search(f"^{re.escape(name)}$", label=name[:40])
+        self.action_next_match(1)
+
+    def _run_search(self, query: str, label: str | None = None) -> None:
         self.matches = search(self.index, query)
+        self.match_label = label or query
+        if self.hide_unmatched:
+            self._apply_filter()
         self.match_at = -1
         tl = self.timeline
         tl.matches = self.matches.starts
@@ -225,27 +304,95 @@ class TimelinePanel(Vertical):
         return Selection(track.source, track.trace, int(track.rows[int(m.pos[i])]))
 
     def action_clear(self) -> None:
-        box = self.query_one("#search", Input)
-        if box.has_class("-shown"):
-            box.remove_class("-shown")
-            self.timeline.focus()
-            return
+        for box in self.query(Input):
+            if box.has_class("-shown"):
+                box.remove_class("-shown")
+                self._pending = None
+                self.timeline.focus()
+                return
         if self.matches is not None:
             self.matches = None
             self.timeline.matches = {}
+            if self.hide_unmatched:
+                self.hide_unmatched = False
+                self._apply_filter()
             self.timeline.invalidate()
         else:
             self.timeline.selection = None
         self._update_status()
 
+    # -- bookmarks --------------------------------------------------------------------------------
+
+    def action_add_mark(self) -> None:
+        tl = self.timeline
+        span = tl.selection_span()
+        w = tl.window
+        t = float(span[0]) if span is not None else (w.t0 + w.t1) / 2
+        self._pending = Mark(f"mark {len(self.marks) + 1}", t, tl.selection)
+        box = self.query_one("#mark-name", Input)
+        box.value = ""
+        box.placeholder = f"bookmark name (enter: {self._pending.name!r}, esc: cancel)"
+        box.add_class("-shown")
+        box.focus()
+
+    def _keep_mark(self, name: str) -> None:
+        box = self.query_one("#mark-name", Input)
+        box.remove_class("-shown")
+        self.timeline.focus()
+        if self._pending is None:
+            return
+        mark = Mark(name or self._pending.name, self._pending.t, self._pending.selection)
+        self._pending = None
+        self.marks = sorted([*self.marks, mark], key=lambda m: m.t)
+        self._view_moved()
+
+    def action_marks(self) -> None:
+        if not self.marks:
+            self.notify("no bookmarks: M sets one", severity="warning")
+            return
+
+        def done(action: MarkAction | None) -> None:
+            self._view_moved()  # marks may have been deleted
+            if action is None:
+                return
+            tl = self.timeline
+            a = self.marks[action.a]
+            if action.b is not None:
+                b = self.marks[action.b]
+                tl.fit(min(a.t, b.t), max(a.t, b.t))
+            elif a.selection is not None:
+                tl.select(a.selection)
+            else:
+                w = tl.window
+                tl.t0 = a.t - (w.t1 - w.t0) / 2
+
+        self.app.push_screen(MarksScreen(self.marks), done)
+
     # -- filter and jumps -------------------------------------------------------------------------
+
+    def _apply_filter(self) -> None:
+        m = self.matches
+        pattern = compile_query(m.query) if self.hide_unmatched and m is not None else None
+        self.index.set_filter(self.shown_classes, pattern, self.min_dur)
+        self.timeline.invalidate()
+        self._update_status()
+
+    def action_hide_unmatched(self) -> None:
+        if self.matches is None and not self.hide_unmatched:
+            self.notify("search first (/), then F hides what does not match", severity="warning")
+            return
+        self.hide_unmatched = not self.hide_unmatched
+        self._apply_filter()
+
+    def action_min_duration(self, direction: int) -> None:
+        i = MIN_DURATIONS.index(self.min_dur) if self.min_dur in MIN_DURATIONS else 0
+        self.min_dur = MIN_DURATIONS[(i + direction) % len(MIN_DURATIONS)]
+        self._apply_filter()
 
     def action_filter_kinds(self) -> None:
         def apply(classes: frozenset[int] | None) -> None:
             self.shown_classes = classes
-            self.index.set_filter(classes)
-            self.timeline.invalidate()
-            self._update_status()
+            self._apply_filter()
 
         screen = KindFilterScreen(classes_present(self.index), self.shown_classes)
         self.app.push_screen(screen, apply)
@@ -270,6 +417,32 @@ class TimelinePanel(Vertical):
             cand = later or cand
         target = cand[0]
         tl.select(Selection(sel.source, target.trace, target.row))
+
+    def action_call_tree(self) -> None:
+        tl = self.timeline
+        if not tl.rows:
+            return
+        ref = tl.rows[tl.cursor]
+        track = ref.track.parent or ref.track if ref.track is not None else None
+        if track is None:
+            return
+        src = self.index.sources[track.source]
+        trace = self.index.trace(track.source, track.trace)
+        names, strings, rows = trace.events.name, trace.strings, track.rows
+
+        def name_of(p: int) -> str:
+            return strings[int(names[rows[p]])]
+
+        w = tl.window
+        t0, t1 = int(w.t0) + src.shift_ns, int(w.t1) + src.shift_ns
+        g = self.index.groups[ref.group]
+        title = f"r{g.rank} {track.label}" if track.lane >= 0 else f"r{g.rank} gpu (all)"
+
+        def picked(pos: int | None) -> None:
+            if pos is not None:
+                tl.select(Selection(track.source, track.trace, int(track.rows[pos])))
+
+        self.app.push_screen(CallTreeScreen(track, name_of, t0, t1, title), picked)
 
     def action_jump_partner(self) -> None:
         self._jump({"launch", "gpu"})

@@ -10,19 +10,29 @@ selected event are marked. Only the coverage queries touch all events, and they 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 from rich.segment import Segment
-from rich.style import Style
+from textual.theme import BUILTIN_THEMES
 
+from echo_view.analysis.cxx_names import demangle, short_kernel_name
 from echo_view.model import EventKind
 from echo_view.text import printable
-from echo_view.tui.tracks import _CLASS_WEIGHT, COMM, N_CLASSES, WORK_CLASSES, Track
+from echo_view.tui.palette import (
+    EMPTY,
+    GLYPH,
+    LABEL,
+    MATCH,
+    MATCH_MARK,
+    SELECTED,
+    Palette,
+    palette_for,
+)
+from echo_view.tui.tracks import _CLASS_WEIGHT, WORK_CLASSES, Track
 
 GLYPHS = " ▁▂▃▄▅▆▇█"
 ANNOTATION_GLYPH = "─"
@@ -32,60 +42,26 @@ LABEL_MIN_CELLS = 3
 # More labels than this on one row are unreadable anyway; the longest win.
 MAX_LABELS = 300
 
-#: Colour of each display class (dark-terminal friendly; Textual downgrades to 256/16 colours).
-CLASS_COLOURS: dict[int, str] = {
-    int(EventKind.CPU_OP): "#61afef",
-    int(EventKind.PYTHON_FUNCTION): "#56b6c2",
-    int(EventKind.USER_ANNOTATION): "#7f848e",
-    int(EventKind.GPU_ANNOTATION): "#7f848e",
-    int(EventKind.RUNTIME): "#e5c07b",
-    int(EventKind.DRIVER): "#e5c07b",
-    int(EventKind.KERNEL): "#98c379",
-    int(EventKind.MEMCPY): "#d19a66",
-    int(EventKind.MEMSET): "#d19a66",
-    int(EventKind.SYNC): "#e06c75",
-    int(EventKind.INSTANT): "#ffffff",
-    int(EventKind.COUNTER): "#abb2bf",
-    int(EventKind.OTHER): "#abb2bf",
-    COMM: "#c678dd",
-}
-
-# Style ids: class * 4 + mode. EMPTY is the background.
-_GLYPH, _LABEL, _SELECTED, _MATCH = 0, 1, 2, 3
-EMPTY = N_CLASSES * 4
-MATCH_MARK = EMPTY + 1
+#: The palette rows are drawn with when none is given (the default Textual theme's).
+DEFAULT_PALETTE = palette_for(BUILTIN_THEMES["textual-dark"])
 
 
-_NUMBERED = re.compile(r"\(\s*\d+\s*\)$")
+#: How lanes name events: the readable short name, or the full (demangled) signature.
+NAME_MODES = ("short", "full")
 
 
 @lru_cache(maxsize=65536)
 def short_name(name: str) -> str:
-    """A name as a lane shows it: without ``void``, template arguments and parameters
-    (``void at::native::foo<4, ...>(int, ...)`` -> ``at::native::foo``)."""
-    base = printable(name).removeprefix("void ").replace("(anonymous namespace)", "{anon}")
-    cut = min((i for i in (base.find("<"), base.find("(")) if i > 0), default=-1)
-    if cut < 0 or _NUMBERED.match(base, cut):
-        return base  # "PyTorch Profiler (0)" keeps its number
-    return base[:cut]
+    """A name as a lane shows it: a C++ kernel signature as its identifier and the callable
+    it is templated on (:func:`~echo_view.analysis.cxx_names.short_kernel_name`,
+    ``void at::native::<unnamed>::vectorized_layer_norm_kernel<...>(...)`` ->
+    ``vectorized_layer_norm_kernel``); other names unchanged."""
+    return printable(short_kernel_name(name))
 
 
-@cache
-def style_of(sid: int) -> Style:
-    """The rich style of style id ``sid``."""
-    if sid == EMPTY:
-        return Style()
-    if sid == MATCH_MARK:
-        return Style(color="#ffd75f", bold=True)
-    cls, mode = divmod(sid, 4)
-    colour = CLASS_COLOURS[cls]
-    if mode == _GLYPH:
-        return Style(color=colour)
-    if mode == _LABEL:
-        return Style(color="#000000", bgcolor=colour)
-    if mode == _SELECTED:
-        return Style(color="#000000", bgcolor="#ffffff", bold=True)
-    return Style(color="#000000", bgcolor="#ffd75f", bold=True)
+def display_name(name: str, mode: str) -> str:
+    """``name`` in name mode ``mode`` (one of :data:`NAME_MODES`)."""
+    return short_name(name) if mode == "short" else printable(demangle(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +106,7 @@ def cells(track: Track, window: Window, shift: int) -> tuple[list[str], npt.NDAr
     level = np.where(work > 0, np.minimum(np.maximum(np.ceil(frac * 8), 1), 8), 0)
     glyphs: list[str] = _GLYPH_ARRAY[level.astype(np.int64)].tolist()
     ann = track.annotation.busy(bounds) if track.annotation.total else None
-    sid = np.where(best > 0, cls * 4 + _GLYPH, EMPTY)
+    sid = np.where(best > 0, cls * 4 + GLYPH, EMPTY)
     if ann is not None:
         only_ann = (work == 0) & (ann > 0)
         for i in np.flatnonzero(only_ann).tolist():
@@ -140,7 +116,7 @@ def cells(track: Track, window: Window, shift: int) -> tuple[list[str], npt.NDAr
         marks = (seen[1:] > seen[:-1]) & (work == 0)
         for i in np.flatnonzero(marks).tolist():
             glyphs[i] = INSTANT_GLYPH
-            sid[i] = int(EventKind.INSTANT) * 4 + _GLYPH
+            sid[i] = int(EventKind.INSTANT) * 4 + GLYPH
     return glyphs, sid
 
 
@@ -189,7 +165,7 @@ def _label(
     for a, b, p in zip(starts, ends, owner[starts].tolist(), strict=True):
         if p < 0:
             continue
-        _paint(glyphs, sid, a, b, f" {name_of(p)}", int(track.classes[p]) * 4 + _LABEL)
+        _paint(glyphs, sid, a, b, f" {name_of(p)}", int(track.classes[p]) * 4 + LABEL)
 
 
 def render_row(
@@ -200,6 +176,7 @@ def render_row(
     *,
     selected: int | None = None,
     match_starts: npt.NDArray[np.int64] | None = None,
+    palette: Palette = DEFAULT_PALETTE,
 ) -> list[Segment]:
     """Segments of one timeline row (without the gutter).
 
@@ -217,8 +194,8 @@ def render_row(
         if hits.any():
             # A named cell turns black on yellow; a bar cell becomes a full yellow block, and an
             # empty one (the match is too short to register) a yellow marker.
-            label = (sid != EMPTY) & (sid % 4 == _LABEL)
-            sid = np.where(hits & label, (sid // 4) * 4 + _MATCH, sid)
+            label = (sid != EMPTY) & (sid % 4 == LABEL)
+            sid = np.where(hits & label, (sid // 4) * 4 + MATCH, sid)
             for i in np.flatnonzero(hits & ~label).tolist():
                 glyphs[i] = "█" if sid[i] != EMPTY else "▼"
                 sid[i] = MATCH_MARK
@@ -226,11 +203,11 @@ def render_row(
         c0 = int(np.floor((track.starts[selected] - t0) / dt))
         c1 = max(int(np.ceil((track.ends[selected] - t0) / dt)), c0 + 1)
         text = f" {name_of(selected)}" if c1 - c0 >= LABEL_MIN_CELLS else "▮" * (c1 - c0)
-        _paint(glyphs, sid, c0, c1, text, int(track.classes[selected]) * 4 + _SELECTED)
-    return _runs(glyphs, sid)
+        _paint(glyphs, sid, c0, c1, text, int(track.classes[selected]) * 4 + SELECTED)
+    return _runs(glyphs, sid, palette)
 
 
-def _runs(glyphs: list[str], sid: npt.NDArray[np.int64]) -> list[Segment]:
+def _runs(glyphs: list[str], sid: npt.NDArray[np.int64], palette: Palette) -> list[Segment]:
     """Merge equal-style neighbours into one segment each."""
     if not glyphs:
         return []
@@ -238,7 +215,7 @@ def _runs(glyphs: list[str], sid: npt.NDArray[np.int64]) -> list[Segment]:
     starts = [0, *cuts.tolist()]
     ends = [*cuts.tolist(), len(glyphs)]
     sids = sid[starts].tolist()
+    styles = palette.styles
     return [
-        Segment("".join(glyphs[a:b]), style_of(s))
-        for a, b, s in zip(starts, ends, sids, strict=True)
+        Segment("".join(glyphs[a:b]), styles[s]) for a, b, s in zip(starts, ends, sids, strict=True)
     ]

@@ -4,12 +4,15 @@ the zoom."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.widget import Widget
 
-from echo_view.tui.raster import Window
+from echo_view.tui.palette import MATCH_MARK, Palette
+from echo_view.tui.raster import DEFAULT_PALETTE, Window
 
+MARK_GLYPH = "◆"
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
 
 
@@ -33,26 +36,51 @@ def format_tick(t_ns: float, step_ns: float) -> str:
     return f"{t_ns:.0f}ns"  # pragma: no cover - the loop always returns
 
 
-def ruler_text(window: Window, label_width: int, origin_label: str = "") -> Text:
-    """One line: the origin label in the label column, then ``╵label`` ticks across the cells."""
+def ruler_text(
+    window: Window,
+    label_width: int,
+    origin_label: str = "",
+    palette: Palette = DEFAULT_PALETTE,
+    marks: Sequence[float] = (),
+) -> Text:
+    """One line: the origin label in the label column, then ``╵label`` ticks across the cells.
+    A label that would run past the right edge is written before its tick (``300ms╵``);
+    bookmarks at times ``marks`` show as ``◆``."""
     step = nice_step(window.ns_per_cell)
+    # Long labels (a trace clock in seconds since the epoch) need wider steps to stay apart.
+    widest = max(len(format_tick(t, step)) for t in (window.t0, window.t1)) + 2
+    if widest > 12:
+        step = nice_step(window.ns_per_cell, widest)
     chars = [" "] * window.width
     ticks: list[tuple[int, int]] = []
+    taken = 0  # cells up to here hold the previous label
     k = math.ceil(window.t0 / step)
     while True:
         cell = round((k * step - window.t0) / window.ns_per_cell)
         if cell >= window.width:
             break
         if cell >= 0:
-            label = "╵" + format_tick(k * step, step)
-            end = min(cell + len(label), window.width)
-            chars[cell:end] = label[: end - cell]
-            ticks.append((cell, end))
+            tick = format_tick(k * step, step)
+            if cell + 1 + len(tick) <= window.width:
+                chars[cell : cell + 1 + len(tick)] = "╵" + tick
+                ticks.append((cell + 1, cell + 1 + len(tick)))
+                taken = cell + 1 + len(tick)
+            elif cell - len(tick) > taken:
+                chars[cell - len(tick) : cell + 1] = tick + "╵"
+                ticks.append((cell - len(tick), cell))
+            else:
+                chars[cell] = "╵"
         k += 1
+    cells = [math.floor((t - window.t0) / window.ns_per_cell) for t in marks]
+    cells = [c for c in cells if 0 <= c < window.width]
+    for c in cells:
+        chars[c] = MARK_GLYPH
     head = origin_label[: label_width - 1].ljust(label_width - 1) + "│"
-    text = Text(head + "".join(chars), style="#808080")
+    text = Text(head + "".join(chars), style=palette.muted)
     for a, b in ticks:
-        text.stylize("bold #d0d0d0", len(head) + a + 1, len(head) + b)
+        text.stylize(palette.tick, len(head) + a, len(head) + b)
+    for c in cells:
+        text.stylize(palette.styles[MATCH_MARK], len(head) + c, len(head) + c + 1)
     return text
 
 
@@ -68,13 +96,25 @@ class TimeRuler(Widget):
         self.window: Window | None = None
         self.label_width = 12
         self.origin_label = ""
+        self.palette = DEFAULT_PALETTE
+        self.marks: list[float] = []
 
-    def show(self, window: Window, label_width: int, origin_label: str) -> None:
+    def show(
+        self,
+        window: Window,
+        label_width: int,
+        origin_label: str,
+        palette: Palette,
+        marks: Sequence[float] = (),
+    ) -> None:
         """Draw ``window`` (called when the timeline's view changes)."""
         self.window, self.label_width, self.origin_label = window, label_width, origin_label
+        self.palette, self.marks = palette, list(marks)
         self.refresh()
 
     def render(self) -> Text:
         if self.window is None:
             return Text("")
-        return ruler_text(self.window, self.label_width, self.origin_label)
+        return ruler_text(
+            self.window, self.label_width, self.origin_label, self.palette, self.marks
+        )

@@ -19,7 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, SelectionList
 from textual.widgets.selection_list import Selection as Choice
 
-from echo_view.tui.index import TimelineIndex
+from echo_view.tui.index import TimelineIndex, matching_names
 from echo_view.tui.tracks import N_CLASSES, Track, class_label
 
 I64 = npt.NDArray[np.int64]
@@ -67,9 +67,7 @@ def search(index: TimelineIndex, query: str) -> Matches:
     times, track_ids, positions = [], [], []
     for g in index.groups:
         trace = index.trace(g.source, g.trace)
-        ids = np.array(
-            [i for i, s in enumerate(trace.strings.strings) if pattern.search(s)], dtype=np.int32
-        )
+        ids = matching_names(trace, pattern)
         if not len(ids):
             continue
         hit = np.isin(trace.events.name, ids)
@@ -114,8 +112,10 @@ class KindFilterScreen(ModalScreen[frozenset[int] | None]):
     DEFAULT_CSS = """
     KindFilterScreen { align: center middle; }
     KindFilterScreen > Vertical {
-        width: 44; height: auto; max-height: 22; border: round $primary; background: $surface;
+        width: 56; max-width: 100%; height: auto; max-height: 22; border: round $primary;
+        background: $surface;
     }
+    KindFilterScreen Label { width: 100%; padding: 0 1; }
     KindFilterScreen SelectionList { height: auto; max-height: 16; }
     """
 
@@ -126,7 +126,7 @@ class KindFilterScreen(ModalScreen[frozenset[int] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(" Show kinds (space toggles, enter applies, a: all)")
+            yield Label("Show kinds (space toggles, enter applies, a: all)")
             yield SelectionList[int](
                 *[
                     Choice(class_label(c), c, self.shown is None or c in self.shown)

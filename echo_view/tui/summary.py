@@ -9,7 +9,16 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header, LoadingIndicator, Static, TabbedContent, TabPane
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Header,
+    LoadingIndicator,
+    Static,
+    TabbedContent,
+    TabPane,
+)
+from textual.widgets.data_table import RowKey
 
 from echo_view.analysis.summary import JobSummary, summarize
 from echo_view.model import Job
@@ -38,8 +47,9 @@ def breakdown_rows(summary: JobSummary) -> list[list[object]]:
     return rows
 
 
-class SummaryScreen(Screen[None]):
-    """Tabs: breakdown per rank, kernels, collectives."""
+class SummaryScreen(Screen[str | None]):
+    """Tabs: breakdown per rank, kernels, collectives. Enter on a kernel closes the screen with
+    its name (the timeline then finds it)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -52,6 +62,8 @@ class SummaryScreen(Screen[None]):
         super().__init__()
         self.job = job
         self.sub_title = title
+        self.kernel_names: dict[RowKey, str] = {}
+        """The full name of each kernel-table row (Enter shows it on the timeline)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,7 +99,7 @@ class SummaryScreen(Screen[None]):
         ranks.fill(BREAKDOWN_COLUMNS, breakdown_rows(summary))
         width = max(24, self.size.width - 46)
         kernels = self.query_one("#kernel-table", SortableTable)
-        kernels.fill(
+        keys = kernels.fill(
             ("kernel", "count", "total", "mean", "ranks"),
             [
                 [
@@ -100,6 +112,7 @@ class SummaryScreen(Screen[None]):
                 for k in summary.top_kernels
             ],
         )
+        self.kernel_names = dict(zip(keys, (k.name for k in summary.top_kernels), strict=True))
         kernels.sort_by(2, True)
         colls = self.query_one("#coll-table", SortableTable)
         colls.fill(
@@ -117,6 +130,12 @@ class SummaryScreen(Screen[None]):
         )
         colls.sort_by(2, True)
         ranks.focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        name = self.kernel_names.get(event.row_key)
+        if name is not None and event.data_table.id == "kernel-table":
+            event.stop()
+            self.dismiss(name)
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -1,5 +1,6 @@
 """A DataTable whose columns sort by the numbers behind the formatted cells: ``o`` cycles the
-sort column, ``r`` reverses it, and a click on a header sorts by that column."""
+sort column, ``r`` reverses it, and a click on a header sorts by that column; the sorted
+column's header carries ``▼`` (descending) or ``▲``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from echo_view.text import printable
 
@@ -87,12 +89,14 @@ class SortableTable(DataTable[Any]):
         self.sort_column = -1
         self.sort_reverse = True
 
-    def fill(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Replace the table's content."""
+    def fill(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[RowKey]:
+        """Replace the table's content; the keys of the new rows, in order."""
         self.clear(columns=True)
+        self.sort_column = -1
         for c in columns:
-            self.add_column(c, key=c)
-        self.add_rows(rows)
+            # Two cells kept for the sort mark, so that marking a column moves nothing.
+            self.add_column(Text(f"{c}  "), key=c)
+        return self.add_rows(rows)
 
     def sort_by(self, column: int, reverse: bool) -> None:
         """Sort by column number ``column``."""
@@ -102,6 +106,11 @@ class SortableTable(DataTable[Any]):
         self.sort_column = column % len(keys)
         self.sort_reverse = reverse
         self.sort(keys[self.sort_column], key=_sort_key, reverse=reverse)
+        for i, key in enumerate(keys):
+            mark = (" ▼" if reverse else " ▲") if i == self.sort_column else "  "
+            self.columns[key].label = Text(f"{key.value}{mark}")
+        self._clear_caches()
+        self.refresh()
 
     def action_next_sort(self) -> None:
         self.sort_by(self.sort_column + 1, True)

@@ -23,20 +23,24 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.theme import Theme
 
 from echo_view.tui.index import Group, TimelineIndex
-from echo_view.tui.raster import Window, render_row, short_name
+from echo_view.tui.palette import Palette, palette_for
+from echo_view.tui.raster import DEFAULT_PALETTE, NAME_MODES, Window, display_name, render_row
 from echo_view.tui.tracks import Track
 
 ZOOM_STEP = 1.5
-# Label column styles by (header row, cursor row); built once, not per row drawn.
-_LABEL_STYLES = {
-    (True, False): Style(bold=True, color="#e0e0e0"),
-    (False, False): Style(color="#a0a0a0"),
-    (True, True): Style(bold=True, color="#e0e0e0", reverse=True),
-    (False, True): Style(color="#a0a0a0", reverse=True),
-}
 MIN_NS_PER_CELL = 0.05
+#: The lane-name column: at least this wide, and by default at most a fifth of the terminal.
+MIN_LABEL_WIDTH = 10
+_REVERSE = Style(reverse=True)
+
+
+def default_label_width(longest: int, width: int) -> int:
+    """The lane-name column for labels of ``longest`` characters on a ``width``-cell terminal:
+    the labels plus the separator, within ``MIN_LABEL_WIDTH`` and a fifth of the width."""
+    return max(MIN_LABEL_WIDTH, min(longest + 1, max(12, width // 5)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,18 @@ class RowRef:
     group: int
     track: Track | None
     header: bool
+    depth: int = -1
+    """For one row of a stacked lane: its nesting depth (-1: the whole lane)."""
+
+
+#: A lane of one trace of one source: ``(source, trace, lane id)``.
+LaneKey = tuple[int, int, int]
+
+
+def _lane_of(ref: RowRef) -> LaneKey | None:
+    """The lane a row shows (None for a rank header)."""
+    t = ref.track
+    return None if t is None or ref.header else (t.source, t.trace, t.lane)
 
 
 class TimelineView(ScrollView, can_focus=True):
@@ -79,6 +95,14 @@ class TimelineView(ScrollView, can_focus=True):
         Binding("0", "reset", "Reset: fit the whole job", show=False),
         Binding("enter,space", "toggle_group", "Collapse/expand the rank", show=False),
         Binding("x", "toggle_all", "Collapse/expand all ranks", show=False),
+        Binding("e", "stack", "Stack the lane's nested calls (one row per depth)", show=False),
+        Binding("E", "stack_all", "Stack every lane with nested calls", show=False),
+        Binding("left_curly_bracket", "depth_limit(-1)", "Fewer stacked rows", show=False),
+        Binding("right_curly_bracket", "depth_limit(1)", "More stacked rows", show=False),
+        Binding("grave_accent", "jump_back", "Back to the view before the last jump", show=False),
+        Binding("m", "name_mode", "Names: short / full (demangled)", show=False),
+        Binding("less_than_sign", "label_width(-2)", "Narrower lane-name column", show=False),
+        Binding("greater_than_sign", "label_width(2)", "Wider lane-name column", show=False),
         Binding("left_square_bracket", "goto_step(-1)", "Previous step", show=False),
         Binding("right_square_bracket", "goto_step(1)", "Next step", show=False),
     ]
@@ -95,6 +119,8 @@ class TimelineView(ScrollView, can_focus=True):
     """The row the keyboard acts on."""
     selection: reactive[Selection | None] = reactive(None, init=False)
     """The selected event."""
+    name_mode: reactive[str] = reactive(NAME_MODES[0], init=False)
+    """How events are named (one of :data:`~echo_view.tui.raster.NAME_MODES`)."""
 
     class Selected(Message):
         """Posted when the selection changes; handled as ``on_timeline_view_selected``."""
@@ -112,6 +138,9 @@ class TimelineView(ScrollView, can_focus=True):
             super().__init__()
             self.timeline = timeline
 
+    class Restyled(Message):
+        """Posted when the palette or the lane-name column changes (the ruler follows)."""
+
     def __init__(self, index: TimelineIndex, *, name: str | None = None, id: str | None = None):
         super().__init__(name=name, id=id)
         self.index = index
@@ -124,14 +153,25 @@ class TimelineView(ScrollView, can_focus=True):
         self._width = 0
         self.initial_span: tuple[float, float] | None = None
         """What the first layout shows (default: everything)."""
+        self.palette: Palette = DEFAULT_PALETTE
+        self.label_extra = 0
+        """Cells the user added to (or took from) the lane-name column with ``<`` / ``>``."""
+        self._longest_label = 0
+        self.stacked: set[LaneKey] = set()
+        """Lanes shown one row per nesting depth, by (source, trace, lane)."""
+        self.previous: tuple[float, float, int, Selection | None] | None = None
+        """The view (t0, ns per cell, cursor, selection) before the last jump or fit."""
+        self.depth_limit = 8
+        """At most this many rows per stacked lane (deeper calls are not drawn)."""
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
 
     @property
     def label_width(self) -> int:
-        """Width of the label column."""
-        return 18 if self._width >= 120 else 12
+        """Width of the lane-name column (with its separator)."""
+        base = default_label_width(self._longest_label, self._width)
+        return max(4, min(base + self.label_extra, max(4, self._width - 10)))
 
     @property
     def cells(self) -> int:
@@ -146,9 +186,16 @@ class TimelineView(ScrollView, can_focus=True):
         rows: list[RowRef] = []
         for gi, g in enumerate(self.index.groups):
             rows.append(RowRef(gi, g.header, True))
-            if gi not in self.index.collapsed:
-                rows.extend(RowRef(gi, t, False) for t in g.lanes)
+            if gi in self.index.collapsed:
+                continue
+            for t in g.lanes:
+                if (t.source, t.trace, t.lane) in self.stacked and t.max_depth > 0:
+                    depths = range(min(t.max_depth + 1, self.depth_limit))
+                    rows.extend(RowRef(gi, t.level(d), False, d) for d in depths)
+                else:
+                    rows.append(RowRef(gi, t, False))
         self.rows = rows
+        self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
         self.cursor = min(self.cursor, max(0, len(rows) - 1))
         self._cache.clear()
@@ -165,6 +212,29 @@ class TimelineView(ScrollView, can_focus=True):
         self._cache.clear()
         self.refresh()
 
+    def on_mount(self) -> None:
+        self._set_palette(palette_for(self.app.current_theme))
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self._set_palette(palette_for(theme))
+
+    def _set_palette(self, palette: Palette) -> None:
+        self.palette = palette
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.Restyled())
+
+    def action_label_width(self, delta: int) -> None:
+        before = self.label_width
+        self.label_extra += delta
+        if self.label_width == before:
+            self.label_extra -= delta  # at a limit: keep the offset from drifting
+            return
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.Restyled())
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cache.clear()
@@ -174,8 +244,8 @@ class TimelineView(ScrollView, can_focus=True):
         self._width = self.size.width
         self.virtual_size = Size(self.size.width, len(self.rows))
         if not self._fitted and self.size.width > self.label_width:
-            self._fitted = True
             self.fit(*(self.initial_span or self.index.span))
+            self._fitted = True
         self._cache.clear()
 
     # -- drawing ---------------------------------------------------------------------------------
@@ -190,7 +260,8 @@ class TimelineView(ScrollView, can_focus=True):
         key = (
             row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
             row_no == self.cursor and self.has_focus,
-            ref.group in self.index.collapsed,
+            ref.group in self.index.collapsed, self.name_mode, self.palette.name,
+            self.label_width,
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
@@ -198,26 +269,34 @@ class TimelineView(ScrollView, can_focus=True):
             self._cache[key] = strip
         return strip
 
+    def _label_text(self, ref: RowRef) -> str:
+        group = self.index.groups[ref.group]
+        if ref.header:
+            mark = "▸" if ref.group in self.index.collapsed else "▾"
+            src = self.index.sources[group.source]
+            prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
+            return f"{mark}{prefix}r{group.rank}"
+        return f"  {ref.track.label}" if ref.track else ""
+
     def _render_row(self, ref: RowRef, row_no: int, sel: int | None, window: Window) -> Strip:
         group = self.index.groups[ref.group]
         src = self.index.sources[group.source]
-        if ref.header:
-            mark = "▸" if ref.group in self.index.collapsed else "▾"
-            prefix = f"{src.label} " if len(self.index.sources) > 1 else ""
-            label = f"{mark}{prefix}r{group.rank}"
-        else:
-            label = f"  {ref.track.label}" if ref.track else ""
-        label_style = _LABEL_STYLES[(ref.header, row_no == self.cursor and self.has_focus)]
+        label = self._label_text(ref)
+        label_style = self.palette.text if ref.header else self.palette.muted
+        if row_no == self.cursor and self.has_focus:
+            label_style += _REVERSE
         lw = self.label_width
-        label = label[: lw - 1].ljust(lw - 1) + "│"
+        if len(label) > lw - 1:  # cut: say so (widen the column with >)
+            label = label[: lw - 2] + "…"
+        label = label.ljust(lw - 1) + "│"
         segs = [Segment(label, label_style)]
         track = ref.track
         if track is not None:
             trace = self.index.trace(track.source, track.trace)
-            names, strings = trace.events.name, trace.strings
+            names, strings, mode = trace.events.name, trace.strings, self.name_mode
 
             def name_of(p: int) -> str:
-                return short_name(strings[int(names[track.rows[p]])])
+                return display_name(strings[int(names[track.rows[p]])], mode)
 
             segs += render_row(
                 track,
@@ -225,12 +304,24 @@ class TimelineView(ScrollView, can_focus=True):
                 src.shift_ns,
                 name_of,
                 selected=sel,
-                match_starts=self.matches.get(id(track)),
+                match_starts=self._match_starts(track),
+                palette=self.palette,
             )
         return Strip(segs).crop_extend(0, lw + window.width, None)
 
+    def _match_starts(self, track: Track) -> npt.NDArray[np.int64] | None:
+        if track.parent is None:
+            return self.matches.get(id(track))
+        parent = self.matches.get(id(track.parent))
+        if parent is None:
+            return None
+        return parent[np.isin(parent, track.starts)]
+
     def _selected_position(self, track: Track | None) -> int | None:
-        sel = self.selection
+        return self.position_of(self.selection, track)
+
+    def position_of(self, sel: Selection | None, track: Track | None) -> int | None:
+        """Position of event ``sel`` on ``track`` (None when the track does not hold it)."""
         if sel is None or track is None:
             return None
         if sel.source != track.source or sel.trace != track.trace:
@@ -242,6 +333,8 @@ class TimelineView(ScrollView, can_focus=True):
         if sel.row >= len(positions):
             return None
         pos = int(positions[sel.row])
+        if track.parent_pos is not None:  # one depth of a stacked lane
+            pos = int(np.searchsorted(track.parent_pos, pos))
         if not 0 <= pos < len(track) or int(track.rows[pos]) != sel.row:
             return None
         return pos
@@ -261,6 +354,14 @@ class TimelineView(ScrollView, can_focus=True):
         self.scroll_to_region(Region(0, self.cursor, 1, 1), animate=False, immediate=True)
         self._view_changed()
 
+    def watch_name_mode(self) -> None:
+        self._view_changed()
+
+    def action_name_mode(self) -> None:
+        modes = NAME_MODES
+        self.name_mode = modes[(modes.index(self.name_mode) + 1) % len(modes)]
+        self.notify(f"names: {self.name_mode}", timeout=2)
+
     def watch_selection(self, selection: Selection | None) -> None:
         self.refresh()
         self.post_message(self.Selected(self, selection))
@@ -269,8 +370,25 @@ class TimelineView(ScrollView, can_focus=True):
         self.refresh()
         self.post_message(self.ViewChanged(self))
 
+    def remember(self) -> None:
+        """Keep the current view for :meth:`action_jump_back`."""
+        self.previous = (self.t0, self.ns_per_cell, self.cursor, self.selection)
+
+    def action_jump_back(self) -> None:
+        if self.previous is None:
+            self.notify("no earlier view to go back to", severity="warning")
+            return
+        t0, dt, cursor, sel = self.previous
+        self.remember()  # so that ` again returns
+        self.ns_per_cell, self.t0 = dt, t0
+        self.cursor = min(cursor, max(0, len(self.rows) - 1))
+        self.selection = sel
+
     def fit(self, start: float, end: float, margin: float = 0.02) -> None:
-        """Show ``[start, end)`` across the full width (with a small margin)."""
+        """Show ``[start, end)`` across the full width (with a small margin); the view before
+        is kept for ``` ` ```."""
+        if self._fitted and self._width:
+            self.remember()
         span = max(float(end - start), 1.0)
         pad = span * margin
         self.ns_per_cell = max((span + 2 * pad) / self.cells, MIN_NS_PER_CELL)
@@ -322,11 +440,23 @@ class TimelineView(ScrollView, can_focus=True):
 
     def action_fit_selection(self) -> None:
         span = self.selection_span()
-        if span is None:
-            if 0 <= self.step_index < len(self.steps):
-                self.fit(*self.steps[self.step_index][1:])
+        if span is not None:
+            self.fit(span[0], span[1], margin=0.1)
             return
-        self.fit(span[0], span[1], margin=0.1)
+        if not 0 <= self.step_index < len(self.steps) and self.steps:
+            self.step_index = self.step_at((self.window.t0 + self.window.t1) / 2)
+        if 0 <= self.step_index < len(self.steps):
+            self.fit(*self.steps[self.step_index][1:])
+        else:
+            self.action_reset()
+
+    def step_at(self, t: float) -> int:
+        """The step that holds view time ``t``, else the one whose middle is nearest."""
+        for i, (_, start, end) in enumerate(self.steps):
+            if start <= t < end:
+                return i
+        mids = [abs((s + e) / 2 - t) for _, s, e in self.steps]
+        return mids.index(min(mids))
 
     def action_cursor(self, delta: int) -> None:
         self.cursor = min(max(self.cursor + delta, 0), max(0, len(self.rows) - 1))
@@ -345,6 +475,39 @@ class TimelineView(ScrollView, can_focus=True):
         self.index.collapsed = set() if self.index.collapsed == everything else everything
         self.rebuild_rows()
         self.cursor = next((i for i, r in enumerate(self.rows) if r.group == gi), 0)
+
+    def _lane_key(self) -> LaneKey | None:
+        return _lane_of(self.rows[self.cursor]) if self.rows else None
+
+    def _restack(self, key: LaneKey | None) -> None:
+        """Rebuild the rows keeping the cursor on lane ``key`` (its first row)."""
+        self.rebuild_rows()
+        if key is not None:
+            self.cursor = next((i for i, r in enumerate(self.rows) if _lane_of(r) == key), 0)
+
+    def action_stack(self) -> None:
+        key = self._lane_key()
+        track = self.rows[self.cursor].track if key is not None else None
+        if key is None or track is None:
+            return
+        if track.parent is None and track.max_depth == 0:
+            self.notify("nothing nests on this lane", severity="warning")
+            return
+        self.stacked ^= {key}
+        self._restack(key)
+
+    def action_stack_all(self) -> None:
+        nested = {
+            (t.source, t.trace, t.lane)
+            for g in self.index.groups for t in g.lanes if t.max_depth > 0
+        }  # fmt: skip
+        self.stacked = set() if self.stacked >= nested else nested
+        self._restack(self._lane_key())
+
+    def action_depth_limit(self, delta: int) -> None:
+        self.depth_limit = min(max(self.depth_limit + delta, 1), 64)
+        self.notify(f"stacked lanes show {self.depth_limit} levels", timeout=2)
+        self._restack(self._lane_key())
 
     def action_goto_step(self, delta: int) -> None:
         if not self.steps:
@@ -377,10 +540,12 @@ class TimelineView(ScrollView, can_focus=True):
     # -- selection -------------------------------------------------------------------------------
 
     def select(self, selection: Selection, *, move_cursor: bool = True) -> None:
-        """Select an event, open its rank, put the cursor on its lane and bring it into view."""
+        """Select an event, open its rank, put the cursor on its lane and bring it into view
+        (the view before is kept for ``` ` ```)."""
         group = self.group_of(selection)
         if group is None:
             return
+        self.remember()
         if move_cursor:
             trace = self.index.trace(selection.source, selection.trace)
             lane = int(trace.events.lane[selection.row])
@@ -388,8 +553,9 @@ class TimelineView(ScrollView, can_focus=True):
             if gi in self.index.collapsed:
                 self.index.collapsed.discard(gi)
                 self.rebuild_rows()
+            key = (group.source, group.trace, lane)
             for i, r in enumerate(self.rows):
-                if r.track is not None and r.track in group.lanes and r.track.lane == lane:
+                if _lane_of(r) == key and self.position_of(selection, r.track) is not None:
                     self.cursor = i
                     break
         self.selection = selection

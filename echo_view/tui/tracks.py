@@ -119,8 +119,15 @@ class Track:
     work: Coverage = field(init=False)
     annotation: Coverage = field(init=False)
 
+    parent_pos: I64 | None = None
+    """For one depth of a stacked lane: the positions of its events on the whole lane."""
+
     def __post_init__(self) -> None:
         self._sorted_ends: I64 | None = None
+        self._depth: I64 | None = None
+        self._levels: dict[int, Track] = {}
+        self.parent: Track | None = None
+        """The whole lane, for one depth of a stacked lane."""
         self.last_end = int(self.ends.max()) if len(self.ends) else 0
         durs = self.ends - self.starts
         tier = np.zeros(len(durs), dtype=np.int64)
@@ -133,33 +140,80 @@ class Track:
             self.tiers.append((int(durs[part].max()), part, self.starts[part]))
         self.set_filter(None)
 
-    def set_filter(self, classes: frozenset[int] | None) -> None:
-        """(Re)build the coverages for the events whose class is in ``classes`` (all if None)."""
+    def set_filter(
+        self,
+        classes: frozenset[int] | None,
+        keep: npt.NDArray[np.bool_] | None = None,
+        min_dur: int = 0,
+    ) -> None:
+        """(Re)build the coverages for the events shown: those whose class is in ``classes``
+        (all if None), that ``keep`` marks (one flag per position; all if None) and that last at
+        least ``min_dur`` ns."""
+        self._filter = (classes, keep, min_dur)
+        for sub in self._levels.values():
+            assert sub.parent_pos is not None
+            sub.set_filter(classes, None if keep is None else keep[sub.parent_pos], min_dur)
+        shown: npt.NDArray[np.bool_] | None = None
+        if classes is not None:
+            shown = np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
+        if keep is not None:
+            shown = keep if shown is None else shown & keep
+        if min_dur > 0:
+            long_enough = (self.ends - self.starts) >= min_dur
+            shown = long_enough if shown is None else shown & long_enough
+        self.shown = shown
         self.coverage = {}
-        self.shown = (
-            None
-            if classes is None
-            else np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
-        )
-        present = np.unique(self.classes)
+        present = np.unique(self.classes if shown is None else self.classes[shown])
         work_mask = np.zeros(len(self.classes), dtype=bool)
         ann_mask = np.zeros(len(self.classes), dtype=bool)
         for c in present.tolist():
-            if classes is not None and c not in classes:
-                continue
             m = self.classes == c
+            if shown is not None:
+                m &= shown
             self.coverage[c] = Coverage.of(self.starts[m], self.ends[m])
             if c in WORK_CLASSES:
                 work_mask |= m
             elif c in ANNOTATION_CLASSES:
                 ann_mask |= m
         self.work = Coverage.of(self.starts[work_mask], self.ends[work_mask])
-        shown = self.shown if self.shown is not None else slice(None)
-        self.instants = self.starts[shown][(self.ends - self.starts)[shown] == 0]
+        sel = self.shown if self.shown is not None else slice(None)
+        self.instants = self.starts[sel][(self.ends - self.starts)[sel] == 0]
         self.annotation = Coverage.of(self.starts[ann_mask], self.ends[ann_mask])
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def depth(self) -> I64:
+        """Nesting depth of each event: how many events of the track enclose it (0 outermost).
+
+        Events are sorted by start, longer first on ties, so for nested calls the ones still
+        open at an event's start are exactly those before it that have not ended: its position
+        minus the number of ends at or before its start (one binary search per event)."""
+        if self._depth is None:
+            ends = np.sort(self.ends)
+            closed = np.searchsorted(ends, self.starts, side="right")
+            self._depth = np.maximum(np.arange(len(self), dtype=np.int64) - closed, 0)
+        return self._depth
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if len(self) else 0
+
+    def level(self, d: int) -> Track:
+        """The events at depth ``d`` as a track of their own (one row of a stacked lane)."""
+        if d not in self._levels:
+            pos = np.flatnonzero(self.depth == d).astype(np.int64)
+            sub = Track(
+                self.source, self.trace, self.lane, f"{self.label} ·{d}", self.lane_kind,
+                self.rows[pos], self.starts[pos], self.ends[pos], self.classes[pos], pos,
+            )  # fmt: skip
+            sub.parent = self
+            classes, keep, min_dur = self._filter
+            if classes is not None or keep is not None or min_dur:
+                sub.set_filter(classes, None if keep is None else keep[pos], min_dur)
+            self._levels[d] = sub
+        return self._levels[d]
 
     def count_visible(self, t0: int, t1: int) -> int:
         """How many events overlap ``[t0, t1)`` (two binary searches)."""

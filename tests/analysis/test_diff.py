@@ -187,6 +187,10 @@ def test_kernel_classes() -> None:
         "at::native::{anon}::k"
     )
     assert kernel_class("sm80_xmma_gemm_f32f32") == "sm80_xmma_gemm_f32f32"
+    # Nsight's spelling of an anonymous namespace is no template argument list.
+    assert kernel_class("void at::native::<unnamed>::k<float, (bool)0>(int, T2)") == (
+        "at::native::{anon}::k"
+    )
 
 
 def stretch_gpu(trace: Trace, factor: float) -> Trace:

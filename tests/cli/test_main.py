@@ -172,7 +172,7 @@ def test_a_signalled_sqlite_gz_import_empties_tmpdir(sig: int, tmp_path: Path) -
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     env = {"TMPDIR": str(tmpdir)}
-    err = _signalled("importers.nsys_db._connect", ["info", str(NSYS)], sig, tmp_path, env)
+    err = _signalled("importers.nsys.db._connect", ["info", str(NSYS)], sig, tmp_path, env)
     assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
     assert listing(tmpdir) == []
 
@@ -192,7 +192,7 @@ def test_a_full_or_read_only_tmpdir_is_one_line(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as m:
-        m.setattr("importers.nsys_db.file_blocks", full_after_one_block)
+        m.setattr("importers.nsys.db.file_blocks", full_after_one_block)
         err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "No space left on device")
     assert "point TMPDIR to a larger directory" in err and listing(tmpdir_env) == []
 

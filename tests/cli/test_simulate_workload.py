@@ -41,6 +41,24 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
     per_gpu = 65_536 / out["step_time_s"] / 8
     assert t["tokens_per_s_per_gpu"] == pytest.approx(per_gpu)
     assert t["mfu"] == pytest.approx(per_gpu * 49_929_019_392 / 989.4e12)
+    mem = out["memory"]
+    assert mem["gpu_bytes"] == 80 * 10**9 and mem["fits"] and not mem["oom"]
+    assert len(mem["stages"]) == 1 and mem["peak_bytes"] == mem["stages"][0]["peak_bytes"]
+    parts = ("weights", "grads", "optimizer", "activations", "transient")
+    assert mem["peak_bytes"] == sum(mem["stages"][0][k] for k in parts)
+
+
+def test_simulate_text_shows_memory_and_oom(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same 7B model squeezed onto one 40 GB A100 per tensor-parallel rank runs out of memory.
+    text = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()
+    small = tmp_path / "oom.toml"
+    small.write_text(text.replace('"H100-SXM5-80GB"', '"A100-SXM4-40GB"'))
+    shutil.copy(VALIDATION / "megatron-ci-7b-tp4-pp1.graph.json.gz", tmp_path / "oom.graph.json.gz")
+    assert main(["simulate", str(small)]) == 0
+    out = capsys.readouterr().out
+    assert "memory: peak" in out and "OUT OF MEMORY" in out and "memory per stage (GB): 0:" in out
 
 
 def test_simulate_writes_a_predicted_trace(

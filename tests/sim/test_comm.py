@@ -163,7 +163,7 @@ def test_toml_round_trip_and_errors() -> None:
         "[latency_us]\nbogus = 1\n": "unknown key",
         "[latency_us]\nbase = { LL = -1 }\n": "from 0 to",
         "[latency_us]\nbase = { XX = 1 }\n": "unknown protocol",
-        "[bandwidth]\nnet_eff = 'fast'\n": "expected a number",
+        "[bandwidth]\nnet_eff = 'fast'\n": "needs a number",
         "[model]\nkind = 'packet'\n": "unknown model kind",
         "[nope]\n": "unknown table",
         "not toml [": "invalid TOML",

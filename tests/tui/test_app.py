@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import Input, SelectionList, Static
+from textual.widgets import Input, SelectionList, Static, Tree
 
 from echo_view.errors import InputError
 from echo_view.formats import Progress
 from echo_view.model import EventKind, Job
 from echo_view.tui.app import EchoViewApp
-from echo_view.tui.details import DetailsPane
+from echo_view.tui.calltree import CallTreeScreen
+from echo_view.tui.details import DetailsPane, ancestry
 from echo_view.tui.diffscreen import DiffScreen
-from echo_view.tui.help import HelpScreen
+from echo_view.tui.help import HelpScreen, help_table
+from echo_view.tui.marks import MarksScreen, mark_rows
 from echo_view.tui.panel import StatusLine, TimelinePanel
+from echo_view.tui.ruler import TimeRuler
 from echo_view.tui.screens import TimelineScreen
 from echo_view.tui.search import KindFilterScreen
 from echo_view.tui.summary import SummaryScreen
 from echo_view.tui.tables import SortableTable
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import COMM
+from echo_view.units import format_duration
 from tests.tui.appkit import run_app, synth_job
 
 
@@ -344,7 +350,8 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
         assert isinstance(app.screen, DiffScreen)
         screen = app.screen
         verdict = str(screen.query_one("#verdict", Static).render())
-        assert "B is" in verdict and "slower" in verdict and "reference: A" in verdict
+        assert "B is" in verdict and "slower" in verdict
+        assert "prediction error of the step time 13.83% (measured: A)" in verdict
         assert screen.query_one("#rank-table", SortableTable).row_count == 2
         await pilot.press("2")
         tl = screen.query_one(TimelineView)
@@ -405,3 +412,294 @@ def test_dlrm_sample_every_rank_and_collective_peers(dlrm: Job) -> None:
         assert isinstance(app.screen, SummaryScreen)
 
     run_app([dlrm], body, size=(120, 40))
+
+
+def test_f_without_a_selection_fits_the_step_in_view(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        assert tl.selection is None and tl.step_index == -1
+        await pilot.press("f")  # the whole job is in view: its centre lies in step 1's span
+        _, start, end = tl.steps[tl.step_index]
+        assert tl.step_at((start + end) / 2) == tl.step_index
+        w = tl.window
+        assert w.t0 <= start and end <= w.t1 and (w.t1 - w.t0) < 1.1 * (end - start)
+
+    run_app([synth], body)
+
+
+def test_empty_details_pane_is_one_line(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        pane = app.screen.query_one(DetailsPane)
+        tl = _tl(app)
+        assert pane.size.height == 1 and pane.has_class("-empty")
+        empty_rows = tl.size.height
+        await pilot.press("down", "tab")
+        assert pane.outer_size.height == 7 and tl.size.height == empty_rows - 6
+        await pilot.press("escape")
+        assert pane.size.height == 1 and tl.size.height == empty_rows
+
+    run_app([synth], body)
+
+
+def test_summary_marks_the_sort_and_enter_finds_a_kernel(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("S")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("2")
+        kernels = app.screen.query_one("#kernel-table", SortableTable)
+        labels = [c.label.plain for c in kernels.columns.values()]
+        assert labels == ["kernel  ", "count  ", "total ▼", "mean  ", "ranks  "]
+        await pilot.press("r")
+        assert [c.label.plain for c in kernels.columns.values()][2] == "total ▲"
+        name = kernels.get_row_at(0)[0].plain  # ascending: the shorter total first
+        count = int(kernels.get_row_at(0)[1].plain)
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        sel = _tl(app).selection
+        assert sel is not None and app.loaded is not None
+        found = app.loaded.jobs[0].traces[sel.trace].name(sel.row)
+        assert found.removeprefix("void ").startswith(name.rstrip("…"))
+        assert len(_panel(app).matches or []) == count  # n / N walk every launch of it
+
+    run_app([synth], body)
+
+
+def test_lane_column_fits_the_labels_and_resizes(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        labels = [tl._label_text(r) for r in tl.rows]
+        assert max(map(len, labels)) < tl.label_width  # nothing cut at 160 wide
+        width = tl.label_width
+        await pilot.press("less_than_sign", "less_than_sign")
+        assert tl.label_width == width - 4
+        await pilot.press("greater_than_sign")
+        assert tl.label_width == width - 2
+
+    run_app([dlrm], body, size=(160, 48))
+
+
+def test_before_after_pair_is_a_comparison_not_an_error(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        verdict = str(app.screen.query_one("#verdict", Static).render())
+        assert "comparison of two measured runs: step-time change B vs A +" in verdict
+        assert "error" not in verdict
+
+    run_app([synth, synth_job(scale=1.2)], body)
+
+
+def test_help_headings_and_kind_filter_title_are_whole(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        body = app.screen.query_one(Static)
+        console = Console(width=body.content_size.width, record=True, file=io.StringIO())
+        console.print(help_table(app.screen.sections))
+        lines = console.export_text().splitlines()
+        for title, _ in app.screen.sections:
+            assert title in lines  # a heading is a whole line
+        await pilot.press("escape", "k")
+        assert isinstance(app.screen, KindFilterScreen)
+        title = "Show kinds (space toggles, enter applies, a: all)"
+        label = app.screen.query("Label").first()
+        assert title in "".join(s.text for s in label.render_line(0)) or label.size.height > 1
+
+    run_app([synth], body)
+
+
+def test_stacked_lane_rows_per_depth(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "cpu 100")
+        lane = tl.rows[tl.cursor].track
+        assert lane is not None and lane.max_depth == 2  # step > aten::linear > launch
+        n = len(tl.rows)
+        await pilot.press("e")
+        stacked = [r for r in tl.rows if r.depth >= 0]
+        assert len(tl.rows) == n + 2 and [r.depth for r in stacked] == [0, 1, 2]
+        names = [
+            {app.loaded.jobs[0].traces[0].name(int(x)) for x in r.track.rows}  # type: ignore[union-attr]
+            for r in stacked
+        ]
+        assert names[0] == {"ProfilerStep#0", "ProfilerStep#1"}
+        assert names[1] >= {f"aten::linear_{i}" for i in range(6)}
+        assert "cudaLaunchKernel" in names[2] and "aten::linear_0" not in names[2]
+        # Tab walks the depth the cursor is on; selecting elsewhere finds the right depth row.
+        await pilot.press("down", "tab")
+        sel = tl.selection
+        assert sel is not None and app.loaded.jobs[0].traces[0].name(sel.row).startswith("aten::")  # type: ignore[union-attr]
+        tl.select(Selection(0, 0, int(stacked[2].track.rows[0])))  # type: ignore[union-attr]
+        assert tl.rows[tl.cursor].depth == 2
+        await pilot.press("left_curly_bracket")
+        assert tl.depth_limit == 7
+        tl.depth_limit = 2
+        await pilot.press("right_curly_bracket", "left_curly_bracket")
+        assert [r.depth for r in tl.rows if r.depth >= 0] == [0, 1]
+        await pilot.press("e")
+        assert len(tl.rows) == n and all(r.depth == -1 for r in tl.rows)
+        await pilot.press("E")
+        assert {r.track.trace for r in tl.rows if r.depth >= 0} == {0, 1}  # type: ignore[union-attr]
+
+    run_app([synth], body)
+
+
+def test_details_show_a_kernels_operator_path(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        trace = dlrm.traces[0]
+        ev = trace.events
+        row = next(
+            int(r)
+            for r in np.flatnonzero(ev.kind == int(EventKind.KERNEL))
+            if "relu" in " ".join(trace.name(a) for a in ancestry(trace, int(r)))
+        )
+        tl.select(Selection(0, 0, row))
+        await pilot.pause()
+        text = _details(app)
+        assert "path: ProfilerStep#" in text and "## forward ## › " in text
+        assert "aten::relu" in text
+
+    run_app([dlrm], body, size=(160, 48))
+
+
+def test_call_tree_of_a_lane_with_minimum_duration(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await _lane(pilot, tl, "cpu 100")
+        await pilot.press("T")
+        assert isinstance(app.screen, CallTreeScreen)
+        tree = app.screen.query_one(Tree)
+        steps = tree.root.children
+        assert [str(n.label).split("  ")[0] for n in steps] == ["ProfilerStep#0", "ProfilerStep#1"]
+        ops = [str(n.label) for n in steps[0].children]
+        assert len(ops) == 6 + 2  # six aten::linear, then the NCCL and copy launches
+        assert ops[0].startswith("aten::linear_0  60.000 µs  7%")  # of the 900 µs step
+        assert [str(n.label).split("  ")[0] for n in steps[0].children[0].children] == [
+            "cudaLaunchKernel"
+        ]
+        await pilot.press("greater_than_sign", "greater_than_sign")  # at least 10 µs
+        ops = [str(n.label).split("  ")[0] for n in tree.root.children[0].children]
+        assert ops == [f"aten::linear_{i}" for i in range(6)]  # 8 µs and 6 µs calls hidden
+        assert not tree.root.children[0].children[0].children  # the 8 µs launch too
+        tree.move_cursor(tree.root.children[0].children[2])
+        await pilot.press("enter")
+        assert isinstance(app.screen, TimelineScreen)
+        sel = tl.selection
+        assert sel is not None and synth.traces[0].name(sel.row) == "aten::linear_2"
+
+    run_app([synth], body)
+
+
+def test_bookmarks_name_list_jump_and_range(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "cpu 100")
+        await pilot.press("tab")  # ProfilerStep#0 at 0
+        first = tl.selection
+        await pilot.press("M", *"fwd", "enter")
+        await pilot.press("escape")
+        await pilot.press("right_square_bracket", "right_square_bracket")  # step 1 in view
+        await pilot.press("M", "enter")  # the view's centre, default name
+        assert [m.name for m in panel.marks] == ["fwd", "mark 2"]
+        ruler = str(app.screen.query_one(TimeRuler).render())
+        assert "◆" in ruler  # the second mark is in view
+        await pilot.press("apostrophe")
+        assert isinstance(app.screen, MarksScreen)
+        rows = mark_rows(app.screen.marks, None)
+        t2 = panel.marks[1].t
+        assert rows[1][3] == format_duration(t2 - panel.marks[0].t)
+        await pilot.press("space", "down")
+        assert mark_rows(app.screen.marks, 0)[1][4] == format_duration(t2)
+        await pilot.press("f")  # fit from mark 1 to mark 2
+        assert isinstance(app.screen, TimelineScreen)
+        w = tl.window
+        assert w.t0 <= 0 < t2 <= w.t1 and (w.t1 - w.t0) < 1.1 * t2
+        await pilot.press("w", "w", "w", "apostrophe", "enter")  # jump back to mark 1's event
+        assert tl.selection == first
+        await pilot.press("apostrophe", "d", "escape")
+        assert [m.name for m in panel.marks] == ["mark 2"]
+
+    run_app([synth], body)
+
+
+def test_hide_unmatched_and_minimum_duration(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "cpu 100")
+        lane = tl.rows[tl.cursor].track
+        assert lane is not None
+        await pilot.press("F")  # nothing searched yet: a warning, no filter
+        assert not panel.hide_unmatched and lane.shown is None
+        await pilot.press("slash", *"linear_[0-2]", "enter", "F")
+        assert panel.hide_unmatched and lane.shown is not None
+        names = {synth.traces[0].name(int(r)) for r in lane.rows[lane.shown]}
+        assert names == {f"aten::linear_{i}" for i in range(3)}
+        assert "only matches" in app.screen.query_one(StatusLine).text
+        await pilot.press("escape")  # clearing the search drops the filter too
+        assert not panel.hide_unmatched and lane.shown is None
+        await pilot.press("h", "h")  # at least 10 µs
+        assert panel.min_dur == 10_000 and "≥10.0 µs" in app.screen.query_one(StatusLine).text
+        assert lane.shown is not None
+        durs = (lane.ends - lane.starts)[lane.shown]
+        assert len(durs) and durs.min() >= 10_000
+        assert (~lane.shown).sum() == 2 * 8  # per step 7 launches and a copy
+        await pilot.press("H", "H")
+        assert panel.min_dur == 0 and lane.shown is None
+
+    run_app([synth], body)
+
+
+def test_time_axis_from_job_step_or_clock(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        panel = _panel(app)
+        ruler = app.screen.query_one(TimeRuler)
+        assert str(ruler.render()).startswith("time")
+        await pilot.press("right_square_bracket", "t")
+        tl = _tl(app)
+        n, start, _ = tl.steps[tl.step_index]
+        assert panel.origin() == (float(start), f"step {n}")
+        assert str(ruler.render()).startswith(f"step {n}") and "╵0" in str(ruler.render())
+        await pilot.press("t")
+        origin, name = panel.origin()
+        assert name == "clock" and origin == -float(dlrm.start_ns())
+        text = str(ruler.render())
+        ticks = [w for w in text.split("╵")[1:] if w.strip()]
+        assert ticks and all(t.strip().endswith("s") for t in ticks)  # seconds of the clock
+        await pilot.press("t")
+        assert panel.origin() == (0.0, "time")
+
+    run_app([dlrm], body, size=(160, 48))
+
+
+def test_jump_back_returns_to_the_view_before_a_jump(synth: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await pilot.press("grave_accent")  # nothing to go back to yet
+        await pilot.press("w", "w")
+        before = (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection)
+        await pilot.press("slash", *"AllReduce", "enter")  # a jump to the first match
+        after = (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection)
+        assert after != before and tl.selection is not None
+        await pilot.press("grave_accent")
+        assert (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection) == before
+        await pilot.press("grave_accent")  # and back again
+        assert (tl.t0, tl.ns_per_cell, tl.cursor, tl.selection) == after
+
+    run_app([synth], body)
+
+
+def test_a_cut_lane_name_ends_with_an_ellipsis(dlrm: Job) -> None:
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        row = next(i for i, r in enumerate(tl.rows) if len(tl._label_text(r)) >= tl.label_width)
+        tl.cursor = row
+        await pilot.pause()
+        text = tl.render_line(tl.cursor - int(tl.scroll_offset.y)).text
+        assert text[: tl.label_width].endswith("…│")
+        while len(tl._label_text(tl.rows[row])) >= tl.label_width:
+            await pilot.press("greater_than_sign")
+        text = tl.render_line(tl.cursor - int(tl.scroll_offset.y)).text
+        assert "…" not in text[: tl.label_width]
+
+    run_app([dlrm], body, size=(80, 24))

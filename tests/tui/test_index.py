@@ -8,7 +8,7 @@ import pytest
 
 from echo_view.model import EventKind, Job, LaneKind
 from echo_view.tui.index import Source, TimelineIndex
-from echo_view.tui.raster import GLYPHS, Window, cells, render_row, short_name
+from echo_view.tui.raster import GLYPHS, Window, cells, display_name, render_row, short_name
 from echo_view.tui.ruler import format_tick, nice_step, ruler_text
 from echo_view.tui.tracks import COMM, Coverage, Track
 
@@ -146,7 +146,12 @@ def test_selected_and_matched_cells_are_marked() -> None:
 
 
 def test_short_names() -> None:
-    assert short_name("void at::native::k<4, float>(int, float*)") == "at::native::k"
+    assert short_name("void at::native::k<4, float>(int, float*)") == "k"
+    # Nsight's anonymous namespace is no template argument list (it read "at::native::").
+    name = "void at::native::<unnamed>::vectorized_layer_norm_kernel<float, float, (bool)0>(int)"
+    assert short_name(name) == "vectorized_layer_norm_kernel"
+    assert display_name(name, "full") == name
+    assert "\x1b" not in short_name("void bad\x1b[2Jname<int>(x)")
     assert short_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == (
         "ncclKernel_AllReduce_RING_LL_Sum_float"
     )
@@ -163,3 +168,6 @@ def test_ruler_steps_and_labels() -> None:
     text = ruler_text(Window(0, 100_000, 60), 12, "time").plain
     assert text.startswith("time") and "╵0ms" in text and "╵2ms" in text
     assert len(text) == 12 + 60
+    # The last tick's label would run past the edge: it is written before the tick instead.
+    end = ruler_text(Window(0, 300e6 / 58, 60), 12, "time").plain
+    assert end.endswith("0.3s╵ ") and "╵0.2s" in end and len(end) == 72

@@ -77,3 +77,42 @@ def test_diff_screen(
 ) -> None:
     app = EchoViewApp([job, predicted])
     assert snap_compare(app, terminal_size=size, run_before=_keys(tab))
+
+
+def _themed(theme: str, *keys: str) -> Before:
+    async def before(pilot: Pilot[None]) -> None:
+        pilot.app.theme = theme
+        await _keys(*keys)(pilot)
+
+    return before
+
+
+#: Zoomed in on a selected kernel, so that event names and the details pane show.
+ZOOMED = ("down", "down", "down", "tab", "tab", "tab", "w", "w", "w", "w")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("theme", ["textual-light", "textual-dark"])
+def test_timeline_themes(
+    snap_compare: Callable[..., bool], job: Job, theme: str, size: tuple[int, int]
+) -> None:
+    app = EchoViewApp([job])
+    assert snap_compare(app, terminal_size=size, run_before=_themed(theme, *ZOOMED))
+
+
+#: The views that show call depth: every nesting lane stacked (zoomed into the first step's
+#: forward pass), and the call tree of rank 0's main thread.
+DEPTH_VIEWS = {
+    "stacked": ("down", "E", "right_square_bracket", "w", "w", "w"),
+    "calltree": ("down", "right_square_bracket", "T"),
+}
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("theme", ["textual-light", "textual-dark"])
+@pytest.mark.parametrize("view", list(DEPTH_VIEWS))
+def test_depth_views(
+    snap_compare: Callable[..., bool], job: Job, view: str, theme: str, size: tuple[int, int]
+) -> None:
+    app = EchoViewApp([job])
+    assert snap_compare(app, terminal_size=size, run_before=_themed(theme, *DEPTH_VIEWS[view]))

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from echo_view.cli import main
-from tests.importers.nsys_capture import Proc, build
-from tests.importers.nsys_helpers import SAMPLE_NAMES, sample, unpacked
+from tests.importers.nsys.capture import Proc, build
+from tests.importers.nsys.helpers import SAMPLE_NAMES, sample, unpacked
 
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 

@@ -11,42 +11,49 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model import CollectiveKind
+from echo_view.model.params import ParamSet, param
 from echo_view.model.toml_file import dump_toml, significant
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
 from echo_view.sim.comm.placement import place
 
 
+def _alpha(default: float, help: str) -> Any:
+    return param(default, help=help, unit="µs", lo=0.0, hi=1e9, section="alphabeta")
+
+
+def _eff(default: float, help: str) -> Any:
+    # Efficiencies divide: strictly positive.
+    return param(default, help=help, unit="fraction", lo=1e-6, hi=1e9, section="alphabeta")
+
+
 @dataclass(frozen=True)
-class AlphaBetaParams:
+class AlphaBetaParams(ParamSet):
     """Constants of :class:`AlphaBetaModel` (µs and delivered / nominal bandwidth)."""
 
-    alpha_us: float = 10.0
-    net_alpha_us: float = 30.0
-    nvlink_eff: float = 0.8
-    pcie_eff: float = 0.75
-    net_eff: float = 0.96
-    hbm_eff: float = 1.0
+    NOUN: ClassVar[str] = "alpha-beta parameter"
+
+    alpha_us: float = _alpha(10.0, "fixed cost of a collective within a node")
+    net_alpha_us: float = _alpha(30.0, "fixed cost of a collective across nodes")
+    nvlink_eff: float = _eff(0.8, "delivered / nominal NVLink bandwidth")
+    pcie_eff: float = _eff(0.75, "delivered / nominal PCIe bandwidth")
+    net_eff: float = _eff(0.96, "delivered / nominal NIC bandwidth")
+    hbm_eff: float = _eff(1.0, "delivered / nominal HBM bandwidth for local copies")
     #: nccl-tests only (see :class:`~echo_view.sim.comm.params.CommParams`).
-    launch_us: float = 0.0
+    launch_us: float = param(
+        0.0,
+        help="nccl-tests only: host time to launch one GPU's kernel",
+        unit="µs",
+        lo=0.0,
+        hi=1e9,
+        section="harness",
+    )
     source: str = "alpha-beta defaults"
-
-    def flat(self) -> dict[str, float]:
-        return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "source"}
-
-    def with_flat(self, values: Mapping[str, float], source: str | None = None) -> AlphaBetaParams:
-        unknown = set(values) - set(self.flat())
-        if unknown:
-            raise KeyError(sorted(unknown)[0])
-        changes: dict[str, Any] = {k: float(v) for k, v in values.items()}
-        if source is not None:
-            changes["source"] = source
-        return replace(self, **changes)
 
 
 class AlphaBetaModel:
@@ -95,15 +102,11 @@ class AlphaBetaModel:
         return self.estimate(kind, nbytes, ranks, cluster).time_ns
 
 
-_KEYS = ("alpha_us", "net_alpha_us", "nvlink_eff", "pcie_eff", "net_eff", "hbm_eff")
-
-
 def alphabeta_to_toml(params: AlphaBetaParams, fit: Mapping[str, Any] | None = None) -> str:
     """TOML text of an alpha-beta model (read back by :func:`alphabeta_from_mapping`)."""
     doc: dict[str, Any] = {
         "model": {"kind": "alphabeta", "source": params.source},
-        "alphabeta": {k: significant(getattr(params, k)) for k in _KEYS},
-        "harness": {"launch_us": significant(params.launch_us)},
+        **significant(params.to_tables()),
     }
     if fit:
         doc["fit"] = significant(dict(fit))
@@ -112,34 +115,13 @@ def alphabeta_to_toml(params: AlphaBetaParams, fit: Mapping[str, Any] | None = N
 
 def alphabeta_from_mapping(data: Mapping[str, Any], path: str | None = None) -> AlphaBetaParams:
     """Validate a decoded ``kind = "alphabeta"`` TOML document."""
-    allowed = {"model": None, "alphabeta": _KEYS, "harness": ("launch_us",), "fit": None}
-    values: dict[str, Any] = {}
-    for sec, table in data.items():
-        if sec not in allowed:
+    known = {s.section for s in AlphaBetaParams.specs().values()} | {"model", "fit"}
+    for sec in data:
+        if sec not in known:
             raise ConfigError(
                 f"unknown table [{sec}]",
                 path=path,
-                hint=known_keys_hint(sec, allowed, "known tables"),
+                hint=known_keys_hint(sec, sorted(known), "known tables"),
             )
-        keys = allowed[sec]
-        if keys is None:
-            continue
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"[{sec}] must be a table", path=path)
-        for key, value in table.items():
-            if key not in keys:
-                raise ConfigError(
-                    "unknown key",
-                    path=path,
-                    where=f"{sec}.{key}",
-                    hint=known_keys_hint(key, keys),
-                )
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(
-                    f"expected a non-negative number, got {value!r}",
-                    path=path,
-                    where=f"{sec}.{key}",
-                )
-            values[key] = float(value)
     source = str(data.get("model", {}).get("source", "calibrated"))
-    return AlphaBetaParams(**values, source=source)
+    return AlphaBetaParams.from_tables(data, path=path, base=AlphaBetaParams(source=source))

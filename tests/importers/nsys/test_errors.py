@@ -15,8 +15,8 @@ import pytest
 from echo_view.errors import InputError
 from echo_view.model import EventKind
 from importers.nsys import NsysImporter
-from tests.importers.nsys_capture import Proc, build
-from tests.importers.nsys_helpers import export_2022_4, sample, unpacked
+from tests.importers.nsys.capture import Proc, build
+from tests.importers.nsys.helpers import export_2022_4, sample, unpacked
 
 
 def _error(path: Path) -> InputError:

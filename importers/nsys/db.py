@@ -5,7 +5,7 @@ SQLite by the ``nsys`` CLI. The input is never modified: compressed files and re
 materialised in a temporary directory that is removed afterwards. Tables and columns are
 inspected at run time because the schema drifts between Nsight Systems versions (schema 3.0 in
 2022.4 to 3.25 in 2026.2). SQLite answers the schema and small-table queries; the event tables'
-columns are read by :meth:`Export.read` (:mod:`importers.nsys_columns`).
+columns are read by :meth:`Export.read` (:mod:`importers.nsys.columns`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 from echo_view.errors import InputError
 from importers.chrome_json_text import file_blocks
-from importers.nsys_columns import Columns, read_columns
-from importers.nsys_pages import PageFile
+from importers.nsys.columns import Columns, read_columns
+from importers.nsys.pages import PageFile
 
 #: Default of a ``start``/``end`` column that must not be NULL (see :meth:`Export.read`).
 REQUIRED_TIME = -(2**63)

@@ -15,8 +15,8 @@ import pytest
 
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
 from importers.nsys import NsysImporter
-from tests.importers.nsys_capture import Proc, build
-from tests.importers.nsys_helpers import SAMPLE_NAMES, query, sample, unpacked
+from tests.importers.nsys.capture import Proc, build
+from tests.importers.nsys.helpers import SAMPLE_NAMES, query, sample, unpacked
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
 

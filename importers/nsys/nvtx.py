@@ -14,10 +14,10 @@ import msgspec
 import numpy as np
 
 from echo_view.model.kinds import EventKind
-from importers.nsys_args import Packed, assemble
-from importers.nsys_db import Export
-from importers.nsys_pages import Text
-from importers.nsys_tables import (
+from importers.nsys.args import Packed, assemble
+from importers.nsys.db import Export
+from importers.nsys.pages import Text
+from importers.nsys.tables import (
     I64,
     NVTX_DOMAIN_CREATE,
     NVTX_MARK,
@@ -28,7 +28,7 @@ from importers.nsys_tables import (
     json_pieces,
     torch_op,
 )
-from importers.nsys_text import decode_all, intern_ranges, split_torch_ops
+from importers.nsys.text import decode_all, intern_ranges, split_torch_ops
 
 TABLE = "NVTX_EVENTS"
 _ENCODE = msgspec.json.Encoder()

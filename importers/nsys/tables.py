@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.kinds import EventKind
-from importers.nsys_args import Ints, Packed, assemble
-from importers.nsys_columns import Columns
-from importers.nsys_db import REQUIRED_TIME, Export
-from importers.nsys_pages import Text
+from importers.nsys.args import Ints, Packed, assemble
+from importers.nsys.columns import Columns
+from importers.nsys.db import REQUIRED_TIME, Export
+from importers.nsys.pages import Text
 
 I64 = npt.NDArray[np.int64]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from echo_view.errors import UsageError
-from importers.nsys_tables import I64, factorize
+from importers.nsys.tables import I64, factorize
 
 RANK_BY = ("auto", "process", "device")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from importers.nsys_args import Ints, Packed, assemble
-from importers.nsys_pages import Text
-from importers.nsys_tables import torch_op
-from importers.nsys_text import decode_all, split_torch_ops
+from importers.nsys.args import Ints, Packed, assemble
+from importers.nsys.pages import Text
+from importers.nsys.tables import torch_op
+from importers.nsys.text import decode_all, split_torch_ops
 
 
 def test_assemble_writes_what_printf_writes() -> None:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from echo_view.errors import InputError
-from importers.nsys_db import Export
-from importers.nsys_pages import PageFile
-from tests.importers.nsys_helpers import SAMPLE_NAMES, unpacked
+from importers.nsys.db import Export
+from importers.nsys.pages import PageFile
+from tests.importers.nsys.helpers import SAMPLE_NAMES, unpacked
 
 
 def _layout(con: sqlite3.Connection, table: str) -> tuple[dict[str, int], str | None]:
@@ -142,7 +142,7 @@ def test_wal_and_utf16_files_are_left_to_sqlite(tmp_path: Path) -> None:
 
 def test_sql_fallback_imports_the_same_job(monkeypatch: pytest.MonkeyPatch) -> None:
     from importers.nsys import NsysImporter
-    from tests.importers.nsys_helpers import sample
+    from tests.importers.nsys.helpers import sample
 
     path = sample("mfu_2gpu_before")
     fast = NsysImporter().read([path])

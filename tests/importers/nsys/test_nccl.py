@@ -17,9 +17,9 @@ import pytest
 
 from echo_view.model import CollectiveKind, EventKind
 from importers.nsys import NsysImporter
-from importers.nsys_nccl import Collective, Communicator, _apply, payload_from_fields
-from tests.importers.nsys_capture import Proc, build
-from tests.importers.nsys_helpers import query, unpacked
+from importers.nsys.nccl import Collective, Communicator, _apply, payload_from_fields
+from tests.importers.nsys.capture import Proc, build
+from tests.importers.nsys.helpers import query, unpacked
 
 COMM = 0x00ABCDEF12345678
 SEND_BYTES, RECV_BYTES = 1 << 20, 3 << 20

@@ -1,5 +1,5 @@
 """Reading the columns of an Nsight Systems export table: from the file's pages
-(:mod:`importers.nsys_pages`) where possible, else with SQL, into the same :class:`Columns`."""
+(:mod:`importers.nsys.pages`) where possible, else with SQL, into the same :class:`Columns`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import InputError
-from importers.nsys_pages import I64, Text
+from importers.nsys.pages import I64, Text
 
 if TYPE_CHECKING:
-    from importers.nsys_db import Export
+    from importers.nsys.db import Export
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import numpy as np
 from echo_view.model.collectives import collective, collective_kind_from_name
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.nccl import parse_nccl_kernel_name
-from importers.nsys_db import Export
-from importers.nsys_nvtx import Nvtx
-from importers.nsys_tables import I64, Names, Rows
+from importers.nsys.db import Export
+from importers.nsys.nvtx import Nvtx
+from importers.nsys.tables import I64, Names, Rows
 
 # NVTX payload entry types (nvToolsExtPayload.h) -> (struct code, size).
 _ENTRY_TYPES: dict[int, tuple[str, int]] = {

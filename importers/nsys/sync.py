@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from echo_view.model.kinds import EventKind
-from importers.nsys_args import Ints, Packed, assemble
-from importers.nsys_db import Export
-from importers.nsys_tables import (
+from importers.nsys.args import Ints, Packed, assemble
+from importers.nsys.db import Export
+from importers.nsys.tables import (
     GPU_INTS,
     I64,
     SYNC_TYPES,

@@ -12,7 +12,7 @@ import pytest
 from echo_view.errors import UsageError
 from echo_view.model import CollectiveKind, DeviceInfo, EventKind, LaneKind
 from importers.nsys import NsysImporter
-from tests.importers.nsys_capture import STEP, T0, Proc, build
+from tests.importers.nsys.capture import STEP, T0, Proc, build
 
 
 def test_schema_3_0_export_reads(tmp_path: Path) -> None:

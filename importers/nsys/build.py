@@ -21,8 +21,8 @@ from echo_view.model.trace import (
     StepTable,
     Trace,
 )
-from importers.nsys_nccl import Collective, Communicator
-from importers.nsys_tables import I64, NO_STREAM, Names, Rows, compact, factorize
+from importers.nsys.nccl import Collective, Communicator
+from importers.nsys.tables import I64, NO_STREAM, Names, Rows, compact, factorize
 
 # Step-like NVTX ranges: "ProfilerStep#3", "step 3", "train_step_3", "iteration 7", "iteration".
 _STEP = re.compile(

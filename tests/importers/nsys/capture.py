@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.importers.nsys_helpers import export_2022_4, fast_connect, global_pid, global_tid
+from tests.importers.nsys.helpers import export_2022_4, fast_connect, global_pid, global_tid
 
 NO_STREAM = 0xFFFFFFFF
 STRINGS = {

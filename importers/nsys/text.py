@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from importers.nsys_args import gather, spans
-from importers.nsys_pages import Text
-from importers.nsys_tables import Names
+from importers.nsys.args import gather, spans
+from importers.nsys.pages import Text
+from importers.nsys.tables import Names
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]

@@ -10,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = ROOT / "samples" / "nsys"
 SAMPLE_NAMES = ("mfu_2gpu_before", "mfu_2gpu_after", "h100_2gpu_1s")
-SCHEMA_2022_4 = Path(__file__).with_name("nsys_data") / "schema_2022_4.sql"
+SCHEMA_2022_4 = Path(__file__).with_name("data") / "schema_2022_4.sql"
 
 
 def sample(name: str) -> Path:

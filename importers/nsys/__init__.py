@@ -21,19 +21,19 @@ from echo_view.formats import Progress, no_progress
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
-from importers.nsys_build import (
+from importers.nsys.build import (
     CaptureInfo,
     build_trace,
     lane_index,
     link_launches,
     time_order,
 )
-from importers.nsys_db import KERNEL_HINT, Export, file_kind, open_export
-from importers.nsys_nccl import find_collectives, nccl_args
-from importers.nsys_nvtx import read_nvtx
-from importers.nsys_ranks import RANK_BY, plan_ranks
-from importers.nsys_sync import read_sync
-from importers.nsys_tables import (
+from importers.nsys.db import KERNEL_HINT, Export, file_kind, open_export
+from importers.nsys.nccl import find_collectives, nccl_args
+from importers.nsys.nvtx import read_nvtx
+from importers.nsys.ranks import RANK_BY, plan_ranks
+from importers.nsys.sync import read_sync
+from importers.nsys.tables import (
     Names,
     Rows,
     factorize,

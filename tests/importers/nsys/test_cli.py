@@ -11,7 +11,7 @@ from echo_view.cli import main
 from echo_view.formats import Progress
 from echo_view.loading import build_registry
 from echo_view.model import Job
-from tests.importers.nsys_helpers import sample, unpacked
+from tests.importers.nsys.helpers import sample, unpacked
 
 BEFORE, AFTER = str(sample("mfu_2gpu_before")), str(sample("mfu_2gpu_after"))
 

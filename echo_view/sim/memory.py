@@ -1,0 +1,258 @@
+"""Peak GPU memory of a workload config, per pipeline stage, and whether it fits the GPU.
+
+What one GPU of stage ``s`` holds at its peak (the moment its pipeline schedule has the most
+forward passes waiting for their backward):
+
+- **weights, gradients, optimizer states** of its layers (sharded by tensor parallelism; the
+  norms are replicated), in Megatron-LM's mixed-precision accounting (``docs/source/api-guide/
+  dist_optimizer.md`` of NVIDIA/Megatron-LM): parameters in the training dtype (bf16 for fp8),
+  the ``main_grad`` buffer in :func:`~echo_view.model.config.grad_reduce_bytes`, and for 16-bit
+  training 12 bytes of optimizer state (fp32 master copy, Adam's two moments) plus 4 more when
+  gradients are 16-bit (their fp32 copy): 18 bytes per parameter for bf16, 20 for fp16, 16 for
+  fp32. The distributed optimizer shards the optimizer states over the data- and
+  context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3 / FSDP) shards all
+  three.
+- **activations** of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  Transformer Models", arXiv 2205.05198, section 4): per layer and micro-batch ``sbh(34 +
+  5as/h)`` bytes with 16-bit activations, 1-byte dropout masks and unfused attention, its terms
+  divided by ``t`` where tensor or sequence parallelism shards them; selective recomputation
+  drops the ``5as^2b`` core-attention term, full recomputation keeps only each layer's input
+  (``2sbh``). The terms are kept apart here so that GQA, SwiGLU, fused (flash) attention (which
+  stores its fp32 log-sum-exp instead of the ``s x s`` scores), fp32 activations and context
+  parallelism (``s / cp`` tokens per rank) follow from the same derivation. A stage holds the
+  activations of the forward passes its schedule runs before their backward (Megatron-LM's
+  order, :mod:`echo_view.sim.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the paper's
+  ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
+  The first stage keeps the embedding's dropout mask per micro-batch, the last the final norm's
+  and output layer's inputs and the fp32 logits for the cross-entropy (``4sbh/t (1 + V/h)``).
+- **transient** memory: the larger of the bf16 logits (last stage) and the activations being
+  recomputed (one layer's for full recomputation, its core attention for selective), the
+  pipeline's send/receive buffers, a 32 MiB cuBLAS workspace, and with full sharding the
+  gathered parameters and gradients of two layers (current and prefetched).
+
+The allocator margin: PyTorch's caching allocator reserves more than the tensors it hands out
+(fragmentation, rounding to blocks); a stage fits when ``peak * (1 + ALLOCATOR_MARGIN) +
+RESERVED_BYTES`` (CUDA context and NCCL communicator buffers, outside the allocator) is at most
+the GPU's memory. Dropout is assumed on (Megatron-LM's GPT default), as in the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import (
+    ModelConfig,
+    WorkloadConfig,
+    grad_reduce_bytes,
+    resolve_attention,
+    stage_layers,
+)
+
+MiB = 1 << 20
+GiB = 1 << 30
+#: Extra share of the peak the caching allocator reserves (fragmentation, block rounding).
+ALLOCATOR_MARGIN = 0.05
+#: CUDA context and NCCL communicator buffers: allocated outside PyTorch's allocator.
+RESERVED_BYTES = 1 * GiB
+#: cuBLAS workspace (``CUBLAS_WORKSPACE_CONFIG`` default on Hopper: 32 MiB).
+WORKSPACE_BYTES = 32 * MiB
+SHARDING = ("none", "optimizer", "full")
+
+
+def sharding_of(cfg: WorkloadConfig) -> str:
+    """``optimizer`` with Megatron's distributed optimizer, else ``none``."""
+    return "optimizer" if cfg.parallel.distributed_optimizer else "none"
+
+
+def layer_params(model: ModelConfig, tp: int) -> int:
+    """Parameters of one transformer layer on one tensor-parallel rank (biases included, as in
+    Megatron-LM's GPT; norms replicated)."""
+    h, f = model.hidden, model.ffn_hidden
+    kv = model.kv_heads * (h // model.heads)
+    qkv = (h + 2 * kv) * (h + 1) // tp
+    proj = h * h // tp + h
+    up = (2 if model.activation == "swiglu" else 1) * f
+    mlp = up * (h + 1) // tp + f * h // tp + h
+    norms = 2 * (2 * h if model.normalization == "layernorm" else h)
+    return qkv + proj + mlp + norms
+
+
+def stage_params(cfg: WorkloadConfig, stage: int) -> int:
+    """Parameters one GPU of pipeline ``stage`` holds: its layers, plus the word (and learned
+    position) embedding on the first stage, the final norm and output layer on the last (a copy
+    of the tied word embedding when the pipeline has more than one stage)."""
+    m, p = cfg.model, cfg.parallel
+    n = layer_params(m, p.tp) * stage_layers(cfg, stage) * p.virtual_stages
+    word = m.vocab * m.hidden // p.tp
+    if stage == 0:
+        n += word + (m.seq_len * m.hidden if m.position == "learned" else 0)
+    if stage == p.pp - 1:
+        n += (2 if m.normalization == "layernorm" else 1) * m.hidden
+        if not m.tie_embeddings or p.pp > 1:
+            n += word
+    return n
+
+
+def _act_bytes(cfg: WorkloadConfig) -> int:
+    return 4 if cfg.dtype == "fp32" else 2
+
+
+def layer_activation_bytes(cfg: WorkloadConfig, recompute: str | None = None) -> int:
+    """Bytes one transformer layer stores for its backward, per micro-batch, on one GPU.
+
+    With 16-bit activations, unfused attention and no GQA or SwiGLU this is Korthikanti et al.'s
+    Table 2: ``sbh(10 + 24/t + 5as/(ht))`` with tensor parallelism, ``sbh(34/t + 5as/(ht))``
+    adding sequence parallelism, without the ``5as`` term under selective recomputation, and
+    ``2sbh`` (``/t`` with sequence parallelism) under full recomputation.
+    """
+    m, p = cfg.model, cfg.parallel
+    rec = p.recompute if recompute is None else recompute
+    e, t = _act_bytes(cfg), p.tp
+    s, b, h, a = m.seq_len // p.cp, cfg.batch.micro, m.hidden, m.heads
+    sbh = s * b * h
+    shard = t if p.sequence_parallel else 1  # what sequence parallelism splits over t
+    if rec == "full":
+        return e * sbh // shard
+    kv = s * b * m.kv_heads * (h // m.heads)
+    gated = 2 if m.activation == "swiglu" else 1
+    # Replicated without sequence parallelism: two norm inputs, the QKV and first MLP linear
+    # inputs (e each), two dropout masks (1 byte each): 10 sbh for 16-bit.
+    replicated = (4 * e + 2) * sbh
+    # Split over t: Q, K, V, the output projection's input, the MLP activation's input and
+    # output: 24 sbh / t for 16-bit GPT.
+    split = e * (sbh + 2 * kv + sbh) + e * (gated + 1) * s * b * m.ffn_hidden
+    # Core attention: flash keeps its fp32 log-sum-exp per head and token; unfused attention
+    # the softmax output, its dropout mask and the dropout output (s x s per head).
+    flash = resolve_attention(cfg) == "flash"
+    core = 4 * a * s * b if flash else (2 * e + 1) * a * s * s * b
+    if rec != "none":
+        core = 0
+    return replicated // shard + split // t + core // t
+
+
+def inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
+    """Forward passes per local chunk that ``stage`` holds at its peak: those its schedule
+    (:func:`~echo_view.sim.schedule.schedule`) runs before the first backward. Interleaved
+    passes visit the chunks in groups of ``p`` micro-batches (chunk ``(k mod pv) div p``)."""
+    p = cfg.parallel
+    m, pp, v = cfg.micro_batches, p.pp, p.virtual_stages
+    if v == 1:  # 1F1B: the warm-up forwards and the first steady one
+        return [min(pp - stage, m)]
+    total = m * v
+    warmup = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+    forwards = min(warmup + 1, total)
+    cycles, rest = divmod(forwards, pp * v)
+    return [cycles * pp + min(max(rest - c * pp, 0), pp) for c in range(v)]
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """One GPU of a pipeline stage at its peak, in bytes."""
+
+    stage: int
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    #: Micro-batches whose activations are held (summed over the stage's model chunks).
+    inflight_microbatches: int
+    transient: int
+
+    @property
+    def peak(self) -> int:
+        return self.weights + self.grads + self.optimizer + self.activations + self.transient
+
+    def to_json(self) -> dict[str, int]:
+        return {**asdict(self), "peak_bytes": self.peak}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """Every stage's peak and the verdict against the GPU's memory."""
+
+    stages: tuple[StageMemory, ...]
+    gpu_bytes: int
+    sharding: str
+
+    @property
+    def peak(self) -> StageMemory:
+        return max(self.stages, key=lambda s: (s.peak, -s.stage))
+
+    @property
+    def needed_bytes(self) -> int:
+        """The peak with the allocator margin and the memory outside the allocator."""
+        return round(self.peak.peak * (1 + ALLOCATOR_MARGIN)) + RESERVED_BYTES
+
+    @property
+    def fits(self) -> bool:
+        return self.needed_bytes <= self.gpu_bytes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "peak_bytes": self.peak.peak,
+            "peak_stage": self.peak.stage,
+            "needed_bytes": self.needed_bytes,
+            "gpu_bytes": self.gpu_bytes,
+            "fits": self.fits,
+            "oom": not self.fits,
+            "allocator_margin": ALLOCATOR_MARGIN,
+            "reserved_bytes": RESERVED_BYTES,
+            "sharding": self.sharding,
+            "stages": [s.to_json() for s in self.stages],
+        }
+
+
+def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int]:
+    """Bytes per parameter of weights, gradients and optimizer states (unsharded)."""
+    grad = grad_reduce_bytes(cfg)
+    if cfg.dtype == "fp32":
+        return 4, grad, 8
+    return 2, grad, 12 + (4 if grad == 2 else 0)
+
+
+def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -> StageMemory:
+    """The peak of one GPU of pipeline ``stage``; ``sharding`` overrides :func:`sharding_of`."""
+    shard_mode = sharding_of(cfg) if sharding is None else sharding
+    if shard_mode not in SHARDING:
+        raise ConfigError(f"sharding must be one of {', '.join(SHARDING)}, got {shard_mode!r}")
+    m, p = cfg.model, cfg.parallel
+    d = p.dp * p.cp  # Megatron shards optimizer states over data- and context-parallel ranks
+    n = stage_params(cfg, stage)
+    wb, gb, ob = _state_bytes(cfg)
+    weights, grads, optimizer = n * wb, n * gb, n * ob
+    if shard_mode != "none":
+        optimizer = -(-optimizer // d)
+    if shard_mode == "full":
+        weights, grads = -(-weights // d), -(-grads // d)
+    e, t = _act_bytes(cfg), p.tp
+    s, b, h = m.seq_len // p.cp, cfg.batch.micro, m.hidden
+    shard = t if p.sequence_parallel else 1
+    held = inflight(cfg, stage)
+    per_layer = layer_activation_bytes(cfg)
+    layers = stage_layers(cfg, stage)
+    act = per_layer * layers * sum(held)
+    last = stage == p.pp - 1
+    if stage == 0:
+        act += s * b * h // shard * held[0]  # the embedding's dropout mask
+    if last:
+        # Final norm and output layer inputs, fp32 logits for the cross-entropy.
+        act += (2 * e * s * b * h // shard + 4 * s * b * m.vocab // t) * held[-1]
+    transient = WORKSPACE_BYTES
+    working = 0
+    if p.recompute != "none":
+        working = layer_activation_bytes(cfg, "none") - layer_activation_bytes(cfg)
+    if last:
+        working = max(working, e * s * b * m.vocab // t)
+    transient += working
+    if p.pp > 1:
+        transient += 2 * e * s * b * h // shard  # send and receive buffers
+    if shard_mode == "full":
+        transient += 2 * layer_params(m, t) * (wb + gb)
+    return StageMemory(stage, weights, grads, optimizer, act, sum(held), transient)
+
+
+def memory_report(cfg: WorkloadConfig, gpu_bytes: int, sharding: str | None = None) -> MemoryReport:
+    """Every pipeline stage's peak memory, and whether it fits ``gpu_bytes``."""
+    stages = tuple(stage_memory(cfg, s, sharding) for s in range(cfg.parallel.pp))
+    return MemoryReport(stages, gpu_bytes, sharding_of(cfg) if sharding is None else sharding)

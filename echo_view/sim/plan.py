@@ -1,0 +1,275 @@
+"""Layout search: every tensor / pipeline / virtual / context parallel layout, micro-batch,
+recomputation and optimizer sharding of a model on N GPUs that is valid and fits in memory,
+simulated and ranked by step time.
+
+Enumeration changes only the searched dimensions (:data:`DIMENSIONS`) of a base config; the
+data-parallel size follows (``N / (tp * pp * cp)``). A candidate is valid when the config parser
+accepts it (the same rules as a hand-written config: divisibility of layers, heads, batch and
+sequence, interleaving's micro-batch rule, fused attention for context parallelism), and it is
+simulated only when :mod:`echo_view.sim.memory` says it fits. Candidates that share a traced
+graph (same tracing key) form one :class:`Group`: a group is traced and simulated in one place,
+so a graph never travels between processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from echo_view.errors import ConfigError, UsageError
+from echo_view.model.config import (
+    LIMITS,
+    WorkloadConfig,
+    config_to_mapping,
+    parse_workload_config,
+    tracing_key,
+)
+from echo_view.model.graph import TracedGraph
+from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.memory import memory_report
+from echo_view.sim.runs import simulate_workload
+from echo_view.sim.throughput import throughput
+
+DIMENSIONS = ("tp", "pp", "vp", "cp", "micro", "recompute", "dist_opt")
+#: Values tried per dimension (filtered by the model's shape and the GPU count).
+CP_SIZES = (1, 2, 4, 8)
+MICRO_SIZES = (1, 2, 4, 8)
+RECOMPUTE = ("none", "selective", "full")
+
+
+def parse_dimensions(text: str) -> tuple[str, ...]:
+    """``tp,pp,...`` into a tuple of known dimensions (a UsageError names an unknown one)."""
+    dims = tuple(d.strip() for d in text.split(",") if d.strip())
+    for d in dims:
+        if d not in DIMENSIONS:
+            raise UsageError(
+                f"--search: unknown dimension {d!r}", hint=f"choose from {','.join(DIMENSIONS)}"
+            )
+    if not dims:
+        raise UsageError("--search: no dimension given", hint=f"e.g. {','.join(DIMENSIONS)}")
+    return dims
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layout_name(cfg: WorkloadConfig) -> str:
+    """A short, stable description of a candidate's layout."""
+    p = cfg.parallel
+    return (
+        f"tp{p.tp} pp{p.pp} vp{p.virtual_stages} cp{p.cp} dp{p.dp} mb{cfg.batch.micro} "
+        f"{p.recompute} {'distopt' if p.distributed_optimizer else 'ddp'}"
+    )
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What happened to the enumerated layouts."""
+
+    enumerated: int = 0
+    invalid: int = 0
+    out_of_memory: int = 0
+    simulated: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "enumerated": self.enumerated,
+            "invalid": self.invalid,
+            "out_of_memory": self.out_of_memory,
+            "simulated": self.simulated,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid layout and its memory verdict."""
+
+    cfg: WorkloadConfig
+    peak_bytes: int
+    needed_bytes: int
+    fits: bool
+
+
+@dataclass(frozen=True)
+class Group:
+    """Fitting candidates that share one traced graph."""
+
+    candidates: tuple[WorkloadConfig, ...]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One simulated layout."""
+
+    layout: str
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    peak_bytes: int
+    needed_bytes: int
+    parallel: dict[str, Any] = field(hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layout": self.layout,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "peak_bytes": self.peak_bytes,
+            "needed_bytes": self.needed_bytes,
+            "parallel": self.parallel,
+        }
+
+
+def retarget(base: WorkloadConfig, gpus: int, gpu: str | None) -> WorkloadConfig:
+    """``base`` on ``gpus`` GPUs (of type ``gpu``): nodes follow, layout left to the search."""
+    if not 1 <= gpus <= LIMITS["gpus"]:
+        raise UsageError(f"--gpus must be between 1 and {LIMITS['gpus']:,}, got {gpus}")
+    per_node = min(base.cluster.gpus_per_node, gpus)
+    if gpus % per_node:
+        raise UsageError(
+            f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes",
+            hint=f"give a multiple of {per_node}",
+        )
+    cluster = replace(
+        base.cluster, gpu=gpu or base.cluster.gpu, gpus_per_node=per_node, nodes=gpus // per_node
+    )
+    cluster_from_config(cluster, base.source)  # an unknown GPU fails here, once
+    return replace(base, cluster=cluster)
+
+
+def _choices(base: WorkloadConfig, dims: Sequence[str]) -> dict[str, list[Any]]:
+    """Values per dimension: the searched ones' candidates, always with the base config's own
+    value (an uneven pipeline's stage count need not divide the layers), else the base's."""
+    m, p, b = base.model, base.parallel, base.batch
+    gpus = base.cluster.gpus
+    per_node = base.cluster.gpus_per_node
+    searched: dict[str, tuple[list[Any], Any]] = {
+        "tp": ([t for t in (1, 2, 4, 8, 16, 32, 64) if t <= per_node and gpus % t == 0], p.tp),
+        "pp": ([d for d in _divisors(m.layers) if gpus % d == 0], p.pp),
+        "cp": ([c for c in CP_SIZES if gpus % c == 0], p.cp),
+        "micro": (list(MICRO_SIZES), b.micro),
+        "recompute": (list(RECOMPUTE), p.recompute),
+        "dist_opt": ([False, True], p.distributed_optimizer),
+    }
+    out: dict[str, list[Any]] = {}
+    for dim, (values, own) in searched.items():
+        out[dim] = (values if own in values else [*values, own]) if dim in dims else [own]
+    return out
+
+
+def _vps(base: WorkloadConfig, pp: int, dims: Sequence[str]) -> list[int]:
+    if "vp" not in dims:
+        return [base.parallel.virtual_stages]
+    if pp == 1:
+        return [1]
+    return _divisors(base.model.layers // pp) if base.model.layers % pp == 0 else [1]
+
+
+def enumerate_layouts(
+    base: WorkloadConfig, dims: Sequence[str]
+) -> tuple[list[WorkloadConfig], int, int]:
+    """Every combination of the searched dimensions' values: the valid configs, how many
+    combinations there were, and how many the config rules refused."""
+    ch = _choices(base, dims)
+    mapping = config_to_mapping(base)
+    mapping.pop("reference", None)  # a measured step time belongs to the base layout only
+    valid: list[WorkloadConfig] = []
+    total = invalid = 0
+    gpus = base.cluster.gpus
+    for tp, pp, cp in itertools.product(ch["tp"], ch["pp"], ch["cp"]):
+        for vp, micro, rec, dist in itertools.product(
+            _vps(base, pp, dims), ch["micro"], ch["recompute"], ch["dist_opt"]
+        ):
+            total += 1
+            if gpus % (tp * pp * cp):
+                invalid += 1
+                continue
+            par = dict(mapping["parallel"])
+            par.update(
+                tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), virtual_stages=vp,
+                recompute=rec, distributed_optimizer=dist,
+            )  # fmt: skip
+            if tp == 1:  # sequence parallelism and its overlap need tensor parallelism
+                par["sequence_parallel"] = False
+                par.pop("tp_comm_overlap", None)
+            if not dist:
+                par.pop("overlap_param_gather", None)
+            if pp == 1 or vp > 1:
+                par.pop("first_stage_layers", None)
+                par.pop("last_stage_layers", None)
+            if vp == 1:
+                par.pop("overlap_p2p_comm", None)
+            data = {**mapping, "parallel": par, "batch": {**mapping["batch"], "micro": micro}}
+            try:
+                valid.append(parse_workload_config(data, base.source))
+            except ConfigError:
+                invalid += 1
+    return valid, total, invalid
+
+
+def check_memory(cfgs: Iterable[WorkloadConfig]) -> list[Candidate]:
+    """Each config's memory verdict on its GPU."""
+    out = []
+    for cfg in cfgs:
+        gpu_bytes = cluster_from_config(cfg.cluster, cfg.source).gpu.memory_bytes
+        rep = memory_report(cfg, gpu_bytes)
+        out.append(Candidate(cfg, rep.peak.peak, rep.needed_bytes, rep.fits))
+    return out
+
+
+def group_by_graph(candidates: Iterable[Candidate]) -> list[Group]:
+    """Fitting candidates grouped by tracing key, in enumeration order."""
+    import json
+
+    groups: dict[str, list[WorkloadConfig]] = {}
+    for c in candidates:
+        if c.fits:
+            key = json.dumps(tracing_key(c.cfg), sort_keys=True)
+            groups.setdefault(key, []).append(c.cfg)
+    return [Group(tuple(v)) for v in groups.values()]
+
+
+def simulate_group(
+    group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]
+) -> list[Ranked]:
+    """Trace (or find) the group's graph and simulate each of its candidates."""
+    graph = graph_for(group.candidates[0])
+    out = []
+    for cfg in group.candidates:
+        sim = simulate_workload(cfg, graph)
+        step_s = sim.step_ns / 1e9
+        tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
+        rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)
+        layout = config_to_mapping(cfg)["parallel"] | {"micro": cfg.batch.micro}
+        out.append(
+            Ranked(
+                layout_name(cfg),
+                step_s,
+                tp.tokens_per_s_per_gpu,
+                tp.mfu,
+                rep.peak.peak,
+                rep.needed_bytes,
+                layout,
+            )
+        )
+    return out
+
+
+def rank(results: Iterable[Ranked]) -> list[Ranked]:
+    """Fastest first; ties by layout name, so every run orders them the same way."""
+    return sorted(results, key=lambda r: (r.step_time_s, r.layout))
+
+
+def pareto_front(results: Sequence[Ranked]) -> list[Ranked]:
+    """The results no other is both faster and lighter than (by peak memory)."""
+    front: list[Ranked] = []
+    best_mem: int | None = None
+    for r in sorted(results, key=lambda r: (r.step_time_s, r.peak_bytes, r.layout)):
+        if best_mem is None or r.peak_bytes < best_mem:
+            front.append(r)
+            best_mem = r.peak_bytes
+    return front

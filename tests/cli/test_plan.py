@@ -1,0 +1,129 @@
+"""``echo-view plan``: serial and on a real local Dask cluster, text, JSON, plot and errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from echo_view.cli import main
+from tests.conftest import ROOT, SAMPLES, TORCH_MISSING
+
+SMALL = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
+KORTHIKANTI = SAMPLES / "configs" / "validation" / "korthikanti-175b-selective.toml"
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=TORCH_MISSING)
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    assert main(["plan", *args, "--json"]) == 0
+    out: dict[str, object] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFixture[str]) -> None:
+    # Only tp and pp vary; the one that fits in 80 GB is the paper's (graph beside the config).
+    out = _plan(capsys, str(KORTHIKANTI), "--gpus", "64", "--search", "tp,pp", "--serial")
+    assert out["schema"] == "echo-view.plan/1"
+    counts = out["counts"]
+    assert isinstance(counts, dict)
+    assert counts["enumerated"] == counts["invalid"] + counts["out_of_memory"] + counts["simulated"]
+    ranked = out["ranked"]
+    assert isinstance(ranked, list) and ranked
+    best = ranked[0]
+    assert best["layout"] == "tp8 pp8 vp3 cp1 dp1 mb1 selective ddp"
+    assert best["needed_bytes"] <= 80 * 10**9 and 0 < best["mfu"] < 1
+    assert out["pareto"][0] == best["layout"]  # type: ignore[index]
+
+
+@needs_torch
+def test_text_table_top_and_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    plot = tmp_path / "pareto.png"
+    args = [str(SMALL), "--gpus", "8", "--search", "micro", "--serial", "--top", "2"]
+    assert main(["plan", *args, "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "4 layouts enumerated, 0 invalid, 0 out of memory, 4 simulated" in out
+    rows = [line for line in out.splitlines() if line[:3].strip().isdigit()]
+    assert len(rows) == 2 and rows[0].split()[0].startswith("1")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@needs_torch
+def test_a_local_dask_cluster_ranks_like_a_serial_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    args = [str(SMALL), "--gpus", "8", "--search", "tp,micro"]
+    serial = _plan(capsys, *args, "--serial")
+    dask = _plan(capsys, *args, "--workers", "2")
+    assert serial["counts"] == dask["counts"]
+    assert len(serial["ranked"]) >= 6  # type: ignore[arg-type]
+    assert serial["ranked"] == dask["ranked"]
+
+
+def test_bad_options_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["plan", str(KORTHIKANTI), "--serial"]
+    cases = [
+        (["--gpus", "12"], "whole number of 8-GPU nodes"),
+        (["--gpus", "64", "--search", "tp,bogus"], "unknown dimension 'bogus'"),
+        (["--gpus", "64", "--top", "0"], "--top must be at least 1"),
+        (["--gpus", "64", "--gpu", "Z999"], "Z999"),
+        (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "cannot tell the plot format"),
+    ]
+    for extra, message in cases:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "p.bmp").exists()
+
+
+@pytest.mark.slow
+@needs_torch
+def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    cache, plot = tmp_path / "cache", tmp_path / "pareto.png"
+    argv = [str(KORTHIKANTI), "--gpus", "64", "--workers", "2", "--plot", str(plot)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echo_view", "plan", *argv],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "ECHO_VIEW_CACHE": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300  # a safety net, not a measurement
+        # A graph in the cache: the workers are tracing and simulating.
+        while not (cache.is_dir() and any(cache.glob("*.json.gz"))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        # Worker processes are started from the cluster's threads: every thread's children.
+        tasks = Path(f"/proc/{proc.pid}/task").glob("*/children")
+        children = [c for t in tasks for c in t.read_text().split()]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert out == "" and err.strip() == "echo-view: interrupted", err
+    assert not plot.exists() and not list(tmp_path.glob(".pareto*"))
+    assert children  # the worker processes and multiprocessing's resource tracker
+    # The tracker exits when its pipe from the (now ended) command closes: allow it a moment.
+    deadline = time.monotonic() + 60
+    while (alive := [c for c in children if Path(f"/proc/{c}").exists()]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert not alive, [Path(f"/proc/{c}/cmdline").read_bytes() for c in alive]

@@ -1,0 +1,181 @@
+"""The memory model against Korthikanti et al. 2022's activation formulas (arXiv 2205.05198,
+Table 2 and section 4.2.3), Megatron-LM's bytes per parameter, and the OOM verdict."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import (
+    BatchConfig,
+    ClusterConfig,
+    ModelConfig,
+    ParallelConfig,
+    WorkloadConfig,
+)
+from echo_view.sim.memory import (
+    ALLOCATOR_MARGIN,
+    RESERVED_BYTES,
+    inflight,
+    layer_activation_bytes,
+    layer_params,
+    memory_report,
+    stage_memory,
+    stage_params,
+)
+from echo_view.sim.schedule import schedule
+
+# The paper's models (Table 3): 22B, 175B, 530B, 1T.
+PAPER_MODELS = [(48, 6144, 64, 8), (96, 12288, 96, 8), (105, 20480, 128, 8), (128, 25600, 160, 8)]
+
+
+def _cfg(
+    layers: int = 96,
+    hidden: int = 12288,
+    heads: int = 96,
+    tp: int = 8,
+    pp: int = 1,
+    *,
+    sp: bool = False,
+    recompute: str = "none",
+    micro: int = 1,
+    seq: int = 2048,
+    global_batch: int = 64,
+    vp: int = 1,
+    dist_opt: bool = False,
+    dp: int = 1,
+    dtype: str = "fp16",
+) -> WorkloadConfig:
+    model = ModelConfig(
+        kind="gpt", layers=layers, hidden=hidden, heads=heads, seq_len=seq, vocab=51200,
+        ffn_hidden=4 * hidden, kv_heads=heads, attention="unfused",
+    )  # fmt: skip
+    par = ParallelConfig(
+        tp=tp, pp=pp, dp=dp, virtual_stages=vp, sequence_parallel=sp, recompute=recompute,
+        distributed_optimizer=dist_opt,
+    )  # fmt: skip
+    gpus = tp * pp * dp
+    return WorkloadConfig(
+        model, par, BatchConfig(global_batch, micro), ClusterConfig("A100", gpus, 1), dtype
+    )
+
+
+def _paper(cfg: WorkloadConfig, technique: str) -> Fraction:
+    """Table 2 of the paper, per layer, as exact rationals."""
+    m = cfg.model
+    s, b, h, a, t = m.seq_len, cfg.batch.micro, m.hidden, m.heads, cfg.parallel.tp
+    sbh = Fraction(s * b * h)
+    return {
+        "none": sbh * (34 + Fraction(5 * a * s, h)),
+        "tp": sbh * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t)),
+        "tp+sp": sbh * (Fraction(34, t) + Fraction(5 * a * s, h * t)),
+        "tp+selective": sbh * (10 + Fraction(24, t)),
+        "tp+sp+selective": sbh * Fraction(34, t),
+        "full": 2 * sbh,
+    }[technique]
+
+
+@pytest.mark.parametrize(("layers", "hidden", "heads", "tp"), PAPER_MODELS)
+@pytest.mark.parametrize("micro", [1, 4])
+def test_activations_per_layer_equal_table_2(
+    layers: int, hidden: int, heads: int, tp: int, micro: int
+) -> None:
+    base = _cfg(layers, hidden, heads, tp, micro=micro)
+    cases = {
+        "none": replace(base, parallel=replace(base.parallel, tp=1)),
+        "tp": base,
+        "tp+sp": replace(base, parallel=replace(base.parallel, sequence_parallel=True)),
+        "tp+selective": replace(base, parallel=replace(base.parallel, recompute="selective")),
+        "tp+sp+selective": replace(
+            base, parallel=replace(base.parallel, sequence_parallel=True, recompute="selective")
+        ),
+        "full": replace(base, parallel=replace(base.parallel, recompute="full")),
+    }
+    for technique, cfg in cases.items():
+        assert layer_activation_bytes(cfg) == _paper(cfg, technique), technique
+
+
+def test_sequence_parallel_full_recompute_keeps_the_sharded_input() -> None:
+    cfg = _cfg(sp=True, recompute="full")
+    assert layer_activation_bytes(cfg) == 2 * 2048 * 12288 // 8
+
+
+@pytest.mark.parametrize(("pp", "vp", "m"), [(8, 1, 64), (8, 3, 64), (4, 2, 8), (16, 1, 4)])
+def test_first_stage_holds_the_papers_in_flight_layers(pp: int, vp: int, m: int) -> None:
+    # Section 4.2.3: the first stage of 1F1B stores p micro-batches of its L/p layers (L layers'
+    # worth); interleaving multiplies this by 1 + (p - 1)/(p v). Fewer micro-batches than
+    # stages hold only m. The embedding's dropout mask (sbh/t per micro-batch) is held for the
+    # chunk-0 passes before the first backward: p for 1F1B; for interleaving the warm-up's
+    # (p-1)*2 + (v-1)p + 1 passes visit chunk 0 in their first group of p and the last p - 1.
+    cfg = _cfg(pp=pp, vp=vp, sp=True, recompute="selective", global_batch=m)
+    per_layer = layer_activation_bytes(cfg)
+    first = stage_memory(cfg, 0)
+    s, b, h, t = 2048, 1, 12288, 8
+    embedding_mask = s * b * h // t * (min(pp, m) if vp == 1 else 2 * pp - 1)
+    layers_held = Fraction(96, pp) * min(pp, m) if vp == 1 else 96 * (1 + Fraction(pp - 1, pp * vp))
+    assert first.activations == per_layer * layers_held + embedding_mask
+    # The last stage of 1F1B holds one micro-batch (interleaved: its (v-1)p warm-up passes and
+    # one more), plus the output layer's 4sbh/t (1 + V/h) for the one in its last chunk.
+    last = stage_memory(cfg, pp - 1)
+    output = Fraction(4 * s * b * h, t) * (1 + Fraction(51200, h))
+    passes = 1 if vp == 1 else (vp - 1) * pp + 1
+    assert last.activations == per_layer * 96 // (pp * vp) * passes + output
+
+
+def test_bytes_per_parameter_follow_megatron() -> None:
+    # Megatron-LM's distributed-optimizer guide: bf16 params with fp32 grads take 18 bytes per
+    # parameter, 6 + 12/d with the distributed optimizer; fp16 with fp16 grads 20 and 4 + 16/d.
+    bf16 = _cfg(dtype="bf16", dp=4, pp=2)
+    n = stage_params(bf16, 1)
+    plain = stage_memory(bf16, 1)
+    assert plain.weights + plain.grads + plain.optimizer == 18 * n
+    dist_cfg = replace(bf16, parallel=replace(bf16.parallel, distributed_optimizer=True))
+    dist = stage_memory(dist_cfg, 1)
+    assert (dist.weights, dist.grads, dist.optimizer) == (2 * n, 4 * n, -(-12 * n // 4))
+    fp16 = replace(bf16, dtype="fp16")
+    fs = stage_memory(fp16, 1)
+    assert fs.weights + fs.grads + fs.optimizer == 20 * n
+    full = stage_memory(bf16, 1, sharding="full")
+    assert full.weights + full.grads + full.optimizer == pytest.approx(18 * n / 4, abs=3)
+    with pytest.raises(ConfigError):
+        stage_memory(bf16, 1, sharding="zero9")
+
+
+def test_parameter_count_of_gpt3_175b() -> None:
+    cfg = _cfg(tp=1)
+    total = stage_params(cfg, 0)
+    # 96 layers of 12 h^2 + 13 h, embeddings (51200 + 2048) h: 174.6 billion.
+    assert total == 96 * (12 * 12288**2 + 13 * 12288) + (51200 + 2048) * 12288 + 2 * 12288
+    # Tensor parallelism splits the matrices, not the norms and row-parallel biases.
+    assert layer_params(cfg.model, 8) * 8 > layer_params(cfg.model, 1)
+
+
+def test_verdict_uses_the_margin_and_the_reserved_memory() -> None:
+    cfg = _cfg(sp=True, recompute="selective", pp=8, vp=3, global_batch=64)
+    rep = memory_report(cfg, 80 * 10**9)
+    peak = rep.peak.peak
+    assert rep.needed_bytes == round(peak * (1 + ALLOCATOR_MARGIN)) + RESERVED_BYTES
+    assert rep.fits  # the paper trained this layout on 80 GB A100s
+    assert not memory_report(cfg, rep.needed_bytes - 1).fits
+    out = rep.to_json()
+    assert out["peak_stage"] == rep.peak.stage and len(out["stages"]) == 8  # type: ignore[arg-type]
+    # Without recomputation the paper's 175B on tp 8, pp 8 does not fit: it needed selective.
+    none = replace(cfg, parallel=replace(cfg.parallel, recompute="none"))
+    assert not memory_report(none, 80 * 10**9).fits
+
+
+@pytest.mark.parametrize(
+    ("pp", "vp", "m"), [(4, 2, 8), (4, 2, 4), (8, 3, 64), (2, 4, 6), (3, 2, 9)]
+)
+def test_in_flight_passes_follow_the_schedule(pp: int, vp: int, m: int) -> None:
+    cfg = _cfg(layers=24 * vp, pp=pp, vp=vp, global_batch=m)
+    for stage in range(pp):
+        held = [0] * vp
+        for step in schedule(stage, pp, m, vp):
+            if not step.forward:
+                break
+            held[step.chunk] += 1
+        assert inflight(cfg, stage) == held, stage
