@@ -375,6 +375,12 @@ def set_max_inflated_bytes(limit: int | None) -> None:
     _max_inflated_bytes = limit
 
 
+def max_inflated_bytes() -> int | None:
+    """The cap :func:`set_max_inflated_bytes` set (``None``: the ratio rule), to carry to
+    worker processes that read inputs."""
+    return _max_inflated_bytes
+
+
 def check_inflation(path: Path, inflated: int, compressed: int) -> None:
     """Raise :class:`LimitError` when ``compressed`` bytes of ``path`` have inflated to more
     than the limit allows; called as inflation goes, so a bomb stops within a few blocks."""

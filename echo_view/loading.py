@@ -16,15 +16,26 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from echo_view.errors import ConfigError, EchoViewError, InputError, UsageError
-from echo_view.formats import Importer, Progress, Registry, check_input, describe_file, no_progress
+from echo_view.formats import (
+    Importer,
+    Progress,
+    Registry,
+    check_input,
+    describe_file,
+    max_inflated_bytes,
+    no_progress,
+    set_max_inflated_bytes,
+)
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
 from echo_view.model.toml_file import read_toml
+from echo_view.workers import dask_client, default_workers
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
 
@@ -62,12 +73,107 @@ def job_importer(registry: Registry, paths: Sequence[Path]) -> Importer:
     return importer
 
 
+@dataclass(frozen=True)
+class Parallel:
+    """Where rank files are read: ``workers`` local processes (``None``: one per core, and only
+    when the job is big enough to repay starting them; 1: in this process), or the Dask
+    cluster whose scheduler is at ``scheduler``."""
+
+    workers: int | None = None
+    scheduler: str | None = None
+
+
+#: Reading in this process (``--workers 1``).
+SERIAL = Parallel(workers=1)
+
+#: Below this many bytes of JSON a local cluster started for the rank files would cost more
+#: than it saves, unless ``--workers`` asks for one: a 2-process cluster took 1-2 s to start
+#: on a quiet machine and far longer on a busy one (docs/performance.md, "Many-rank jobs"),
+#: while one core reads Kineto JSON at 70-170 MB/s.
+FAN_OUT_BYTES = 1 << 30
+#: A gzip file is counted as this many times its size (Kineto traces inflate 8-44x).
+GZIP_WEIGHT = 8
+
+
+@runtime_checkable
+class RankFileReader(Protocol):
+    """An importer whose job is one file per rank, each read on its own (in any process) and
+    then joined, in file order, into the job."""
+
+    def rank_files(self, paths: Sequence[Path]) -> tuple[list[Path], bool]: ...
+
+    def read_rank_file(self, path: Path, many: bool) -> Any: ...
+
+    def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> Any: ...
+
+
+def fans_out(files: Sequence[Path], parallel: Parallel) -> bool:
+    """Whether ``files`` are read on a cluster: with ``--scheduler``, or ``--workers N`` (N>1),
+    whenever there are two or more; by default only when they also hold at least
+    :data:`FAN_OUT_BYTES` of JSON and this process may use more than one core."""
+    if len(files) < 2 or parallel.workers == 1:
+        return False
+    if parallel.scheduler is not None or parallel.workers is not None:
+        return True
+    return default_workers() > 1 and sum(map(_json_bytes, files)) >= FAN_OUT_BYTES
+
+
+def _json_bytes(path: Path) -> int:
+    """About how much text ``path`` holds (gzip counted at :data:`GZIP_WEIGHT` x its size)."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return path.stat().st_size * (GZIP_WEIGHT if gz else 1)
+
+
 def read_job(
-    paths: Sequence[Path], registry: Registry | None = None, progress: Progress = no_progress
+    paths: Sequence[Path],
+    registry: Registry | None = None,
+    progress: Progress = no_progress,
+    parallel: Parallel = SERIAL,
 ) -> Job:
-    """The job the trace files (or rank directory) ``paths`` hold."""
+    """The job the trace files (or rank directory) ``paths`` hold, its rank files read where
+    ``parallel`` says (:func:`fans_out`); the job is the same wherever they are read."""
     reg = registry if registry is not None else build_registry()
-    return job_importer(reg, paths).read(list(paths), progress)
+    importer = job_importer(reg, paths)
+    if parallel == SERIAL or not isinstance(importer, RankFileReader):
+        return importer.read(list(paths), progress)
+    files, many = importer.rank_files(paths)
+    if not fans_out(files, parallel):
+        return importer.read(list(paths), progress)
+    parts = importer.job_parts(paths, files, many)
+    with dask_client(parallel.scheduler, parallel.workers) as client:
+        futures = client.map(
+            _read_rank_file,
+            files,
+            importer=importer,
+            many=many,
+            inflation_cap=max_inflated_bytes(),
+            pure=False,
+        )
+        # Joined in file order, as a serial read does: the same first error, the same job.
+        for i, (path, future) in enumerate(zip(files, futures, strict=True)):
+            part = future.result()
+            future.release()
+            if isinstance(part, EchoViewError):
+                raise part
+            parts.add(part)
+            del part
+            progress(f"{path.name}: read", (i + 1) / len(files))
+    result: Job = parts.finish()
+    return result
+
+
+def _read_rank_file(
+    path: Path, *, importer: RankFileReader, many: bool, inflation_cap: int | None
+) -> Any:
+    """One rank file, read in a worker process under the client's input limits; a bad file's
+    error is returned, for the client to raise in file order (a raised one would also be
+    logged by the worker, with its traceback, on the command's stderr)."""
+    set_max_inflated_bytes(inflation_cap)
+    try:
+        return importer.read_rank_file(path, many)
+    except EchoViewError as exc:
+        return exc
 
 
 def is_workload_input(path: Path) -> bool:

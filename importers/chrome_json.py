@@ -107,6 +107,17 @@ def _decoder(event_type: Any, float_hook: Any) -> msgspec.json.Decoder[Any]:
 
 
 @dataclass(eq=False)
+class _Switchable:
+    """The decoder of :meth:`Container.chunks`, replaceable between chunks."""
+
+    dec: msgspec.json.Decoder[Any]
+    float_hook: Any
+
+    def decode(self, buf: Any) -> Any:
+        return self.dec.decode(buf)
+
+
+@dataclass(eq=False)
 class EventChunk(Generic[T]):
     """Consecutive events of ``traceEvents`` and the text they were decoded from."""
 
@@ -177,6 +188,7 @@ class Container(TextCursor):
         self._top: dict[str, Any] = {}
         self._done = False
         self._started = False
+        self._switchable: _Switchable | None = None
         self._patches: list[tuple[int, int]] = []
 
     @property
@@ -187,7 +199,8 @@ class Container(TextCursor):
         return self._top
 
     def chunks(self, event_type: type[T], *, float_hook: Any = None) -> Iterator[EventChunk[T]]:
-        """Decode ``traceEvents`` as ``list[event_type]``, chunk by chunk.
+        """Decode ``traceEvents`` as ``list[event_type]``, chunk by chunk (the next chunks as
+        another type after :meth:`decode_next_as`).
 
         ``float_hook`` is passed to msgspec: it applies to ``Any``-typed fields only (``str``
         keeps each float's exact text).
@@ -195,13 +208,21 @@ class Container(TextCursor):
         if self._started:
             raise RuntimeError("Container.chunks() can be iterated only once")
         self._started = True
-        dec = _decoder(event_type, float_hook)
+        dec = _Switchable(_decoder(event_type, float_hook), float_hook)
+        self._switchable = dec
         try:
             yield from self._event_chunks(dec)
             self._read_tail()
             self._done = True
         finally:
             self.close()
+
+    def decode_next_as(self, event_type: type[Any]) -> None:
+        """Decode the chunks after the current one as ``list[event_type]`` (a reader that finds
+        it needs other fields switches once, without decoding each later chunk twice)."""
+        if self._switchable is None:
+            raise RuntimeError("Container.decode_next_as() applies while chunks() runs")
+        self._switchable.dec = _decoder(event_type, self._switchable.float_hook)
 
     def __enter__(self) -> Container:
         return self
@@ -294,7 +315,7 @@ class Container(TextCursor):
     # -- events -----------------------------------------------------------------------------
 
     def _try(
-        self, dec: msgspec.json.Decoder[Any], start: int, end: int, close: bool
+        self, dec: _Switchable, start: int, end: int, close: bool
     ) -> tuple[EventChunk[Any] | None, str, int | None, bytes]:
         """Decode ``[`` + ``_buf[start:end]`` (+ ``]``).
 
@@ -319,7 +340,7 @@ class Container(TextCursor):
         return chunk, "", None, text
 
     def _try_in_place(
-        self, dec: msgspec.json.Decoder[Any], start: int, end: int
+        self, dec: _Switchable, start: int, end: int
     ) -> tuple[EventChunk[Any] | None, str, int | None, int]:
         """Decode ``_buf[start:end]`` as an array without copying it: the separator bytes
         either side become ``[`` and ``]`` while the chunk is out (see :meth:`_restore`).
@@ -371,7 +392,7 @@ class Container(TextCursor):
             self._buf[i] = byte
         self._patches = []
 
-    def _event_chunks(self, dec: msgspec.json.Decoder[Any]) -> Iterator[EventChunk[Any]]:
+    def _event_chunks(self, dec: _Switchable) -> Iterator[EventChunk[Any]]:
         size = self.chunk_bytes
         while True:
             self._compact(keep=1)  # the byte before the next event: room for its "["
@@ -415,7 +436,7 @@ class Container(TextCursor):
                 search = m.end() if fails < 8 else m.end() + (m.end() - pos) // 2
 
     def _close_at(
-        self, dec: msgspec.json.Decoder[Any], pos: int, text: bytes, k: int
+        self, dec: _Switchable, pos: int, text: bytes, k: int
     ) -> Iterator[EventChunk[Any]]:
         """``text`` (``[`` + ``_buf[pos:]``...) parsed as a complete array up to byte ``k``."""
         close = text.rfind(b"]", 0, k)
@@ -426,7 +447,7 @@ class Container(TextCursor):
             yield chunk
         self._pos = pos + close
 
-    def _final(self, dec: msgspec.json.Decoder[Any], pos: int) -> Iterator[EventChunk[Any]]:
+    def _final(self, dec: _Switchable, pos: int) -> Iterator[EventChunk[Any]]:
         """Decode the rest of the text, which has no cut point left."""
         chunk, msg, k, text = self._try(dec, pos, len(self._buf), close=False)
         if chunk is not None:
@@ -453,9 +474,7 @@ class Container(TextCursor):
             raise self._json_error("invalid JSON: the file ends inside traceEvents", len(self._buf))
         self.truncated = True
 
-    def _truncated_rest(
-        self, dec: msgspec.json.Decoder[Any], pos: int
-    ) -> Iterator[EventChunk[Any]]:
+    def _truncated_rest(self, dec: _Switchable, pos: int) -> Iterator[EventChunk[Any]]:
         """A truncated array: keep the complete events, drop a half-written last one."""
         buf = self._buf
         stop = len(buf.rstrip(WS))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from importers.chrome_json import (
     sniff_head,
 )
 from importers.kineto_align import align
-from importers.kineto_columns import Columns, RawEvent, check_args_text
+from importers.kineto_columns import Columns, NumberEvent, RawEvent, check_args_text
 from importers.kineto_comms import EventView, build_collectives
 from importers.kineto_meta import build_devices, build_steps, rank_from_name, trace_metadata
 from importers.kineto_roundtrip import export_metadata, split_export
@@ -112,9 +112,13 @@ def read_file(
 ) -> ParsedFile:
     """Read one trace-event file into columns (progress from ``done`` to ``done + share``)."""
     cols = Columns()
+    text = False
     with read_container(path, chunk_bytes=chunk_bytes) as c:
-        for chunk in c.chunks(RawEvent):
+        for chunk in c.chunks(NumberEvent):
             cols.add(chunk)
+            if cols.text_times and not text:
+                c.decode_next_as(RawEvent)  # fractional µs: their text from now on
+                text = True
             chunk.release()
             progress(f"{path.name}: {c.event_count} events", done + share * c.fraction_read())
             del chunk
@@ -313,43 +317,102 @@ class KinetoImporter:
 
     def read(self, paths: Sequence[Path], progress: Progress = no_progress) -> Job:
         """Read the files of one job (see the module docstring for the rules)."""
-        files, many = expand(paths)
-        traces: list[Trace] = []
-        owner: dict[int, Path] = {}
-        world: dict[int, Path] = {}
-        restored: ClockAlignment | None = None
-        meta: dict[str, object] = {}
+        files, many = self.rank_files(paths)
+        job = JobParts(paths, files, many)
         for i, path in enumerate(files):
-            parsed = read_file(
-                path,
-                progress,
-                chunk_bytes=self.chunk_bytes,
-                done=i / len(files),
+            part = read_part(
+                path, many, progress, chunk_bytes=self.chunk_bytes, done=i / len(files),
                 share=1 / len(files),
-            )
+            )  # fmt: skip
             progress(f"{path.name}: building the timeline", (i + 1) / len(files))
-            exported = split_export(parsed)
-            if exported is not None:
-                pieces = exported.pieces
-                restored = exported.alignment
-                meta.update(exported.job_meta)
-            else:
-                rank, how = _file_rank(parsed, many)
-                pieces = [(rank, parsed.columns, {"rank_source": how})]
-            for rank, fc, extra in pieces:
-                if rank in owner:
-                    raise InputError(
-                        f"two files claim rank {rank}: {owner[rank]} and {path}",
-                        path=path,
-                        hint="read the files of one job only, each rank once",
-                    )
-                owner[rank] = path
-                trace = build_trace(parsed, fc, rank, extra)
-                ws = trace.world_size
-                if ws is not None:
-                    world.setdefault(ws, path)
-                traces.append(trace)
-            del parsed
+            job.add(part)
+            del part
+        return job.finish()
+
+    def rank_files(self, paths: Sequence[Path]) -> tuple[list[Path], bool]:
+        """The files :meth:`read` reads (directories listed) and whether each must state its
+        rank: one :meth:`read_rank_file` each, joined by :class:`JobParts` in this order."""
+        return expand(paths)
+
+    def read_rank_file(self, path: Path, many: bool) -> FilePart:
+        """One of :meth:`rank_files` read into its traces (in any process)."""
+        return read_part(path, many, chunk_bytes=self.chunk_bytes)
+
+    def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> JobParts:
+        """What joins the :meth:`read_rank_file` results of ``files`` into the job."""
+        return JobParts(paths, files, many)
+
+
+@dataclass
+class FilePart:
+    """One file's traces (one per rank it holds), built where the file was read."""
+
+    path: Path
+    traces: list[Trace]
+    #: An echo-view export's own clock alignment and job metadata, restored.
+    alignment: ClockAlignment | None = None
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+def read_part(
+    path: Path,
+    many: bool,
+    progress: Progress = no_progress,
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    done: float = 0.0,
+    share: float = 1.0,
+) -> FilePart:
+    """Read one rank file into its traces (an echo-view export may hold several ranks)."""
+    parsed = read_file(path, progress, chunk_bytes=chunk_bytes, done=done, share=share)
+    exported = split_export(parsed)
+    if exported is not None:
+        part = FilePart(path, [], exported.alignment, dict(exported.job_meta))
+        pieces = exported.pieces
+    else:
+        rank, how = _file_rank(parsed, many)
+        part = FilePart(path, [])
+        pieces = [(rank, parsed.columns, {"rank_source": how})]
+    for rank, fc, extra in pieces:
+        part.traces.append(build_trace(parsed, fc, rank, extra))
+    return part
+
+
+class JobParts:
+    """Joins files' :class:`FilePart` into the :class:`Job`, added in file order: the same
+    checks (each rank once, one world size) and results however the parts were read."""
+
+    def __init__(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> None:
+        self.paths = list(paths)
+        self.files = list(files)
+        self.many = many
+        self.traces: list[Trace] = []
+        self.owner: dict[int, Path] = {}
+        self.world: dict[int, Path] = {}
+        self.restored: ClockAlignment | None = None
+        self.meta: dict[str, object] = {}
+
+    def add(self, part: FilePart) -> None:
+        """Take the next file's traces (raises when a rank is claimed twice)."""
+        if part.alignment is not None:
+            self.restored = part.alignment
+        self.meta.update(part.meta)
+        for trace in part.traces:
+            if trace.rank in self.owner:
+                raise InputError(
+                    f"two files claim rank {trace.rank}: {self.owner[trace.rank]} and {part.path}",
+                    path=part.path,
+                    hint="read the files of one job only, each rank once",
+                )
+            self.owner[trace.rank] = part.path
+            ws = trace.world_size
+            if ws is not None:
+                self.world.setdefault(ws, part.path)
+            self.traces.append(trace)
+
+    def finish(self) -> Job:
+        """The job (ranks sorted, clocks aligned)."""
+        world, files, paths = self.world, self.files, self.paths
         if len(world) > 1:
             (a, pa), (b, pb) = list(world.items())[:2]
             raise InputError(
@@ -357,9 +420,11 @@ class KinetoImporter:
                 path=pb,
                 hint="read the rank files of one job together",
             )
-        traces.sort(key=lambda t: t.rank)
+        traces = sorted(self.traces, key=lambda t: t.rank)
+        restored = self.restored
         alignment = restored if restored is not None and len(files) == 1 else align(traces)
-        source = str(files[0].parent if many and len(paths) == 1 else files[0])
+        source = str(files[0].parent if self.many and len(paths) == 1 else files[0])
+        meta = dict(self.meta)
         return Job(
             traces=tuple(traces),
             alignment=alignment,

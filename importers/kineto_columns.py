@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from echo_view.errors import InputError
 from echo_view.model import NONE
+from echo_view.units import INT_US_LIMIT, TEXT_BAD, TEXT_EMPTY, us_texts_to_ns
 from importers.chrome_json import EventChunk
 from importers.kineto_rows import (
     IDX,
@@ -44,12 +45,9 @@ from importers.kineto_rows import (
 from importers.kineto_values import (
     MISSING,
     Classes,
-    ExactTimes,
     Interner,
     ThreadIds,
     as_int,
-    decimal_ns,
-    exact_ns,
     ints,
 )
 
@@ -82,11 +80,27 @@ class RawEvent(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str | None = None
-    ts: int | float = MISSING
-    dur: int | float = MISSING
+    ts: msgspec.Raw = msgspec.Raw()  # the number's text: converted exactly, in bulk
+    dur: msgspec.Raw = msgspec.Raw()
     args: msgspec.Raw = msgspec.Raw()
     id: int | str | None = None
     bp: str = ""
+
+
+class NumberEvent(RawEvent, gc=False):
+    """:class:`RawEvent` with ``ts``/``dur`` decoded as numbers: the faster reading while every
+    time is an integer (exact); a chunk with a float is read again as :class:`TimeTexts`."""
+
+    # Redefined in place, so that msgspec keeps the fields' order (the fastest to match).
+    ts: int | float = MISSING  # type: ignore[assignment]
+    dur: int | float = MISSING  # type: ignore[assignment]
+
+
+class TimeTexts(msgspec.Struct, gc=False):
+    """The text of ``ts``/``dur``, from which fractional µs are converted exactly."""
+
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
 
 
 class KeyArgs(msgspec.Struct, gc=False):
@@ -139,6 +153,8 @@ class Columns:
     _string_ids: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     rows: int = 0
+    #: Chunks are decoded as :class:`RawEvent` (times as text), no longer :class:`NumberEvent`.
+    text_times: bool = False
 
     def __post_init__(self) -> None:
         self._thread_ids = ThreadIds(self.threads)
@@ -147,8 +163,8 @@ class Columns:
     def _ids(self, table: dict[Any, int], keys: Any, n: int) -> npt.NDArray[np.int32]:
         return np.fromiter(map(table.__getitem__, keys), dtype=np.int32, count=n)
 
-    def add(self, chunk: EventChunk[RawEvent]) -> None:
-        """Turn one chunk into columns."""
+    def add(self, chunk: EventChunk[Any]) -> None:
+        """Turn one chunk (of either event type) into columns."""
         evs = chunk.events
         n = len(evs)
         if not n:
@@ -160,16 +176,7 @@ class Columns:
         ph = props[:, 0].astype(np.uint8)
         cats, names, threads = props[:, 1], props[:, 2], props[:, 3]
         is_row = _IS_ROW[ph]
-        ts, need_ts = exact_ns(list(map(g["ts"], evs)))
-        dur, need_dur = exact_ns(list(map(g["dur"], evs)))
-        if need_ts or need_dur:
-            times = chunk.decode(ExactTimes)
-            for column, need, attr in ((ts, need_ts, "ts"), (dur, need_dur, "dur")):
-                for i in need:
-                    ns = decimal_ns(getattr(times[i], attr))
-                    if ns is None:
-                        raise _bad_time(chunk, i, attr)
-                    column[i] = ns
+        ts, dur = self._times(chunk)
         missing_ts = (ts == MISSING) & (ph != PH_M) & (ph != PH_OTHER)
         if missing_ts.any():
             raise _missing(chunk, int(np.flatnonzero(missing_ts)[0]), "ts")
@@ -214,6 +221,21 @@ class Columns:
         for j in np.flatnonzero((row_ph == PH_AB) | (row_ph == PH_AN)).tolist():
             self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j].id])[0])
         self.rows += len(rows)
+
+    def _times(self, chunk: EventChunk[Any]) -> tuple[I64, I64]:
+        """Exact ns of the chunk's ``ts`` and ``dur`` (MISSING where absent)."""
+        evs: list[Any] = chunk.events
+        if not self.text_times:
+            ts, dur = (
+                _int_times(list(map(_GET["ts"], evs))),
+                _int_times(list(map(_GET["dur"], evs))),
+            )
+            if ts is not None and dur is not None:
+                return ts, dur
+            # A float: exact only from its text, here and (the reader switches) from now on.
+            self.text_times = True
+            evs = chunk.decode(TimeTexts)
+        return _text_times(chunk, evs, "ts"), _text_times(chunk, evs, "dur")
 
     def _key_args(
         self,
@@ -395,14 +417,38 @@ def check_args_text(blob: bytes, offsets: I64, index: npt.NDArray[Any], path: An
             ) from None
 
 
-def _bad_time(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
-    e = chunk.events[i]
-    return InputError(
-        f"{e.ph!r} event {e.name!r} has {what} {getattr(e, what)!r}, not a time in µs",
-        path=chunk.path,
-        where=f"traceEvents[{chunk.first_index + i}].{what}",
-        hint="times are microseconds within ±146 years of the trace's clock origin",
-    )
+def _int_times(values: list[Any]) -> I64 | None:
+    """ns of integer µs values (MISSING kept); None when any is a float or out of range."""
+    if float in set(map(type, values)):
+        return None
+    try:
+        us = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    missing = us == MISSING
+    if not (missing | (np.abs(us) <= INT_US_LIMIT)).all():
+        return None  # (the text path names the event)
+    return np.where(missing, MISSING, us * 1000)
+
+
+def _text_times(chunk: EventChunk[Any], evs: list[Any], what: str) -> I64:
+    """Exact ns of the ``what`` texts of ``evs`` (the chunk's events); MISSING where absent."""
+    texts = list(map(_GET[what], evs))
+    ns, status = us_texts_to_ns(texts)
+    ns[status == TEXT_EMPTY] = MISSING
+    bad = np.flatnonzero(status == TEXT_BAD)
+    if len(bad):
+        chunk.decode(NumberEvent)  # a value that is no number is named by the decoder's error
+        i = int(bad[0])
+        e = chunk.events[i]
+        return_text = bytes(texts[i]).decode()
+        raise InputError(
+            f"{e.ph!r} event {e.name!r} has {what} {return_text}, not a time in µs",
+            path=chunk.path,
+            where=f"traceEvents[{chunk.first_index + i}].{what}",
+            hint="times are microseconds within ±146 years of the trace's clock origin",
+        )
+    return ns
 
 
 def _missing(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:

@@ -1,12 +1,5 @@
-"""Value conversions and interning for :mod:`importers.kineto_columns`.
-
-Exact time: ``ts``/``dur`` arrive as ``int | float`` µs. Integers are exact. A float below
-2**43 µs is split into its integer part and fraction, ``hi * 1000 + round(lo * 1000)``, which is
-the exact value of a decimal text with up to three decimals (Kineto's ``%.3f``) because the double
-is then within 0.49 ns of it. Larger floats (absolute-epoch µs with decimals) cannot be recovered
-from the double: :func:`exact_ns` names them, and the caller decodes their chunk again as
-:class:`ExactTimes` and converts the text with :func:`decimal_ns` (:func:`echo_view.units.us_to_ns`
-semantics).
+"""Value conversions and interning for :mod:`importers.kineto_columns` (times are converted
+from their text by :func:`echo_view.units.us_texts_to_ns`).
 
 Interning: dict subclasses whose ``__missing__`` adds the new key, so that ``map(d.__getitem__,
 values)`` maps a whole column in C and only new values run Python code.
@@ -14,7 +7,6 @@ values)`` maps a whole column in C and only new values run Python code.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -32,14 +24,6 @@ NO_LINK_CATEGORIES = frozenset({"python_function", "cpu_instant_event"})
 
 #: Default ``ts``/``dur`` of an event that has none (exact as a double, never a real time).
 MISSING = -(2**62)
-_EXACT_FLOAT = float(2**43)
-_NS_LIMIT = 2**62
-_NS_LIMIT_US = _NS_LIMIT // 1000
-
-
-class ExactTimes(msgspec.Struct, gc=False):
-    ts: Decimal | None = None
-    dur: Decimal | None = None
 
 
 def ints(values: list[Any]) -> I64:
@@ -51,56 +35,6 @@ def ints(values: list[Any]) -> I64:
             pass
     clean = [v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values]
     return np.array(clean, dtype=np.int64)
-
-
-def _int_us(values: list[Any]) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Integer µs (or MISSING) -> ns, and which values are out of range."""
-    try:
-        a = np.array(values, dtype=np.int64)
-    except OverflowError:
-        a = np.array([v if abs(v) < 2**62 else 2**62 for v in values], dtype=np.int64)
-    missing = a == MISSING
-    ok = missing | (np.abs(a) < _NS_LIMIT_US)
-    return np.where(missing, MISSING, np.where(ok, a, 0) * 1000), ~ok
-
-
-def exact_ns(values: list[Any]) -> tuple[I64, list[int]]:
-    """µs values (int, float or MISSING) -> int64 ns, and the indices that need their text.
-
-    Values outside ±2**62 ns (146 years) are left in the second list too; the caller rejects them.
-    """
-    if not values:
-        return np.zeros(0, dtype=np.int64), []
-    if float not in set(map(type, values)):
-        ns, bad = _int_us(values)  # integer µs (Kineto before 2024)
-        return ns, np.flatnonzero(bad).tolist()
-    f = np.array(values, dtype=np.float64)
-    big = np.abs(f) >= _EXACT_FLOAT
-    small = np.where(big, 0.0, f)
-    hi = np.floor(small)
-    ns = hi.astype(np.int64) * 1000 + np.rint((small - hi) * 1000).astype(np.int64)
-    idx = np.flatnonzero(big)
-    if not len(idx):
-        return ns, []
-    sub = [values[i] for i in idx.tolist()]
-    if float not in set(map(type, sub)):
-        ns[idx], bad = _int_us(sub)  # integer µs on an absolute epoch
-        return ns, idx[bad].tolist()
-    need: list[int] = []
-    for i, v in zip(idx.tolist(), sub, strict=True):
-        if type(v) is int and (v == MISSING or -_NS_LIMIT_US < v < _NS_LIMIT_US):
-            ns[i] = v if v == MISSING else v * 1000
-        else:
-            need.append(i)
-    return ns, need
-
-
-def decimal_ns(value: Decimal | None) -> int | None:
-    """Exact ns of a µs Decimal (round half to even); None when absent or out of range."""
-    if value is None or not value.is_finite():
-        return None
-    ns = int((value * 1000).to_integral_value())
-    return ns if -_NS_LIMIT < ns < _NS_LIMIT else None
 
 
 def as_int(value: object) -> int:

@@ -7,8 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from echo_view.errors import InputError, UsageError
-from echo_view.loading import build_registry, is_workload_input, job_importer, read_job
+from echo_view.errors import InputError, LimitError, UsageError
+from echo_view.formats import max_inflated_bytes, set_max_inflated_bytes
+from echo_view.loading import (
+    FAN_OUT_BYTES,
+    SERIAL,
+    Parallel,
+    _read_rank_file,
+    build_registry,
+    fans_out,
+    is_workload_input,
+    job_importer,
+    read_job,
+)
+from echo_view.workers import default_workers
+from importers.kineto import KinetoImporter
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 
@@ -37,3 +50,42 @@ def test_configs_and_graphs_are_workload_inputs() -> None:
     assert is_workload_input(configs / "gpt175b-1024xH100.toml")
     assert is_workload_input(configs / "gpt175b-1024xH100.graph.json.gz")
     assert not is_workload_input(SAMPLES / "hta_nccl" / "nccl_data.json.gz")
+
+
+def test_a_cluster_is_started_only_when_it_can_pay(tmp_path: Path) -> None:
+    small = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    assert not fans_out(small, Parallel())  # 8 files, 0.4 MB: a cluster would cost more
+    assert not fans_out(small[:1], Parallel(workers=4))  # one file: nothing to share
+    assert not fans_out(small, SERIAL)
+    assert fans_out(small, Parallel(workers=2))  # asked for
+    assert fans_out(small, Parallel(scheduler="tcp://127.0.0.1:8786"))
+    big = []
+    for i in range(2):  # sparse files: their size, not their blocks, counts
+        f = tmp_path / f"rank{i}.json"
+        with open(f, "wb") as fh:
+            fh.truncate(FAN_OUT_BYTES // 2)
+        big.append(f)
+    assert fans_out(big, Parallel()) == (default_workers() > 1)
+
+
+def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_cluster(*args: object) -> None:
+        raise AssertionError("a cluster was opened")
+
+    monkeypatch.setattr("echo_view.loading.dask_client", no_cluster)
+    files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    assert read_job(files, parallel=Parallel()).ranks == tuple(range(8))
+    assert read_job(files, parallel=SERIAL).ranks == tuple(range(8))
+
+
+def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error() -> None:
+    path = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[0]
+    imp = KinetoImporter()
+    part = _read_rank_file(path, importer=imp, many=True, inflation_cap=None)
+    assert [t.rank for t in part.traces] == [0]
+    try:
+        error = _read_rank_file(path, importer=imp, many=True, inflation_cap=1 << 10)
+    finally:
+        set_max_inflated_bytes(None)
+    assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
+    assert max_inflated_bytes() is None

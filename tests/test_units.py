@@ -1,12 +1,24 @@
-"""Exact microsecond -> nanosecond conversion and formatting."""
+"""Exact microsecond -> nanosecond conversion (one value, and texts in bulk) and formatting."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from echo_view.units import format_duration, ns_to_us_text, us_to_ns
+from echo_view.units import (
+    TEXT_BAD,
+    TEXT_EMPTY,
+    TEXT_OK,
+    format_duration,
+    ns_to_us_text,
+    text_ns,
+    us_texts_to_ns,
+    us_to_ns,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,3 +59,79 @@ def test_format_duration() -> None:
     assert format_duration(1_500_000) == "1.500 ms"
     assert format_duration(2_000_000_000) == "2.000 s"
     assert format_duration(999) == "999 ns"
+
+
+# -- us_texts_to_ns: the vectorised path equals the Decimal one ----------------------------
+
+_NUMBER = st.builds(
+    lambda sign, whole, frac, exp: sign + whole + (f".{frac}" if frac else "") + exp,
+    st.sampled_from(["", "-"]),
+    st.one_of(st.just("0"), st.from_regex(r"[1-9][0-9]{0,21}", fullmatch=True)),
+    st.one_of(st.just(""), st.from_regex(r"[0-9]{1,12}", fullmatch=True)),
+    st.one_of(st.just(""), st.from_regex(r"[eE][+-]?[0-9]{1,6}", fullmatch=True)),
+)
+# Unsigned, no exponent: what profilers write, converted by the faster of the two bulk paths.
+_PLAIN = st.builds(
+    lambda whole, frac: whole + (f".{frac}" if frac else ""),
+    st.one_of(st.just("0"), st.from_regex(r"[1-9][0-9]{0,20}", fullmatch=True)),
+    st.one_of(st.just(""), st.from_regex(r"[0-9]{1,8}", fullmatch=True)),
+)
+# JSON values that are not numbers (a decoder's raw text of them).
+_OTHER = st.sampled_from(['"12"', "null", "true", "[1]", '{"a": 1}'])
+
+
+def _check_bulk(texts: list[str]) -> None:
+    ns, status = us_texts_to_ns([t.encode() for t in texts])
+    assert len(ns) == len(status) == len(texts)
+    for text, got, state in zip(texts, ns.tolist(), status.tolist(), strict=True):
+        if not text:
+            assert (state, got) == (TEXT_EMPTY, 0)
+            continue
+        want = text_ns(text)  # Decimal, half to even
+        assert (state, got) == ((TEXT_BAD, 0) if want is None else (TEXT_OK, want)), text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_NUMBER, _OTHER, st.just("")), max_size=40))
+def test_bulk_conversion_equals_decimal(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_PLAIN, st.just("")), max_size=40))
+def test_bulk_conversion_of_unsigned_text_equals_decimal(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("1712195495519689.047", 1712195495519689047),  # ROCm / recent PyTorch: 19 digits
+        ("0.0005", 0),  # half a ns rounds to even
+        ("0.0015", 2),
+        ("-0.0025", -2),
+        ("1.5e3", 1_500_000),
+        ("-12E-3", -12),
+        ("4611686018427387.903", 4611686018427387903),  # the largest time in range
+        ("0e999999", 0),
+    ],
+)
+def test_bulk_conversion_edges(text: str, ns: int) -> None:
+    got, status = us_texts_to_ns([text.encode()])
+    assert (got.tolist(), status.tolist()) == ([ns], [TEXT_OK])
+    assert text_ns(text) == ns
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["4611686018427387.904", "-4611686018427387904", "1e16", '"5"', "12345678901234567890123"],
+)
+def test_bulk_conversion_refuses_what_is_out_of_range_or_no_number(text: str) -> None:
+    got, status = us_texts_to_ns([b"1", text.encode(), b""])
+    assert status.tolist() == [TEXT_OK, TEXT_BAD, TEXT_EMPTY]
+    assert got.tolist() == [1000, 0, 0]
+
+
+def test_bulk_conversion_takes_raw_values() -> None:
+    raws = msgspec.json.decode(b"[1.5, 2, 1712195495519689.047]", type=list[msgspec.Raw])
+    assert us_texts_to_ns(raws)[0].tolist() == [1500, 2000, 1712195495519689047]

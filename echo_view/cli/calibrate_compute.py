@@ -24,8 +24,10 @@ from rich.table import Table
 from echo_view import __version__
 from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
 from echo_view.cli.comm import console
+from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import dump_toml, significant
@@ -60,6 +62,7 @@ def register(subparsers: Any) -> None:
         help="GPU preset of every trace (default: matched from each trace's devices)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_parallel_options(p)
     p.set_defaults(func=run_compute)
 
 
@@ -72,9 +75,12 @@ def _sources(path: Path, job: Job) -> tuple[str, ...]:
     return tuple(f"{path.name}#rank{t.rank}" for t in job.traces)
 
 
-def read_samples(paths: list[Path], registry: Registry) -> KernelSamples:
-    """Every countable op of the traces; a one-line error when none recorded shapes."""
-    jobs = [registry.importer_for(p).read([p]) for p in paths]
+def read_samples(
+    paths: list[Path], registry: Registry, parallel: Parallel = SERIAL
+) -> KernelSamples:
+    """Every countable op of the traces (rank files read where ``parallel`` says); a one-line
+    error when none recorded shapes."""
+    jobs = [read_job([p], registry, parallel=parallel) for p in paths]
     samples = samples_of_jobs(jobs, [_sources(p, j) for p, j in zip(paths, jobs, strict=True)])
     st = samples.stats
     where = paths[0] if len(paths) == 1 else None
@@ -126,7 +132,7 @@ def by_gpu(
 def run_compute(args: argparse.Namespace, registry: Registry) -> int:
     if args.output.suffix.lower() != ".toml":
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
-    samples = read_samples(list(args.traces), registry)
+    samples = read_samples(list(args.traces), registry, parallel_of(args))
     groups, skipped = by_gpu(samples, args.gpu)
     if not groups:
         raise InputError(

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
+from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
@@ -49,13 +50,14 @@ def register(subparsers: Any) -> None:
     # The same option's earlier name, read for one more release.
     p.add_argument("--split", choices=SPLITS, dest="split_deprecated", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.output.suffix.lower() != ".toml":
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
-    samples = load_samples(args.paths, registry)
+    samples = load_samples(args.paths, registry, parallel_of(args))
     if len(samples) < 10:
         raise UsageError(
             f"only {len(samples)} overlapped kernels with a solo reference: too few to fit",

@@ -16,8 +16,10 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
+from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import Importer, Registry, atomic_output, check_output, not_a_trace
+from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -94,6 +96,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--fix", action="store_true", help="write a repaired copy of the (single) input to -o OUT"
     )
     p.add_argument("-o", "--output", type=Path, metavar="OUT", help="where --fix writes")
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
@@ -222,9 +225,14 @@ def importer_for_other(path: Path, registry: Registry) -> Importer | None:
 
 
 def check_paths(
-    paths: list[Path], report: Report, as_job: bool = False, registry: Registry | None = None
+    paths: list[Path],
+    report: Report,
+    as_job: bool = False,
+    registry: Registry | None = None,
+    parallel: Parallel = SERIAL,
 ) -> None:
-    """Check every file and every job; findings go to ``report``."""
+    """Check every file and every job (files other importers read: where ``parallel`` says);
+    findings go to ``report``."""
     if registry is None:
         from echo_view.loading import build_registry
 
@@ -242,8 +250,8 @@ def check_paths(
         if len(summaries) > 1:
             check_job(summaries, report, job.name)
         # Imported files of one format form one job (their ranks are checked together).
-        for imp, files in imported.values():
-            check_imported_job(imp.read(files), report, job.name)
+        for _imp, files in imported.values():
+            check_imported_job(read_job(files, registry, parallel=parallel), report, job.name)
 
 
 def _fix_input(paths: list[Path]) -> Path:
@@ -289,7 +297,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             if left:
                 changes.append(f"still present in {args.output}: {left}")
     else:
-        check_paths(args.paths, report, args.job, registry)
+        check_paths(args.paths, report, args.job, registry, parallel_of(args))
     if args.json:
         doc = report.to_json()
         if args.fix:

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.comm import console
+from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
@@ -69,12 +70,13 @@ def register(subparsers: Any) -> None:
         help=f"step-time change the verdict calls a match ({DEFAULT_TOLERANCE_PCT:g})",
     )
     add_progress_option(p)
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
 def _read(registry: Registry, path: Path, args: argparse.Namespace) -> Job:
     with stderr_progress(args) as progress:
-        return registry.importer_for(path).read([path], progress)
+        return read_job(args, registry, [path], progress)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:

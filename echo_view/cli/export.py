@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.formats import Exporter, Registry
-from echo_view.loading import job_importer
 from echo_view.model import Job
 
 
@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
         help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
     )
     add_progress_option(p)
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
@@ -49,9 +50,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     # A wrong suffix fails before a long import (an output that is an input or a directory
     # was refused before the command ran: echo_view.cli.guard).
     exporter = registry.exporter_for(out)
-    importer = job_importer(registry, paths)
     with stderr_progress(args) as progress:
-        job = importer.read(paths, progress)
+        job = read_job(args, registry, paths, progress)
         exporter.write(job, out, progress)
     report_written(exporter, job, out)
     return 0

@@ -21,10 +21,10 @@ from rich.table import Table
 
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
 from echo_view.cli.comm import console
+from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
-from echo_view.loading import job_importer
 from echo_view.text import markup_safe, printable
 from echo_view.units import format_duration
 
@@ -51,6 +51,7 @@ def register(subparsers: Any) -> None:
         "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"
     )
     add_progress_option(p)
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
@@ -59,9 +60,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     paths: list[Path] = list(args.paths)
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
-    importer = job_importer(registry, paths)
     with stderr_progress(args) as progress:
-        job = importer.read(paths, progress)
+        job = read_job(args, registry, paths, progress)
     summary = summarize(job, top=args.top)
     if args.json:
         sys.stdout.write(json_text(summary.to_json()))

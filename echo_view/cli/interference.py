@@ -29,8 +29,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
+from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
 from echo_view.sim.interference.evaluate import MODELS, Errors, holdout
@@ -55,18 +57,22 @@ def register(subparsers: Any) -> None:
         choices=SPLITS,
         help="also report held-out errors of the models, split by job, trace or step",
     )
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
-def load_samples(paths: Sequence[Path], registry: Registry) -> OverlapSamples:
-    """Import every PATH and measure its overlapped kernels."""
+def load_samples(
+    paths: Sequence[Path], registry: Registry, parallel: Parallel = SERIAL
+) -> OverlapSamples:
+    """Import every PATH (its rank files where ``parallel`` says) and measure its overlapped
+    kernels."""
     names: set[str] = set()
     jobs = []
     for path in paths:
         if str(path) in names:
             raise UsageError(f"{path} is given twice")
         names.add(str(path))
-        jobs.append((str(path), registry.importer_for(path).read([path])))
+        jobs.append((str(path), read_job([path], registry, parallel=parallel)))
     return samples_from_jobs(jobs, classify_kernel)
 
 
@@ -124,7 +130,7 @@ def _num(x: float) -> float | None:
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
-    samples = load_samples(args.paths, registry)
+    samples = load_samples(args.paths, registry, parallel_of(args))
     rep = report(samples, args.holdout)
     if args.json:
         sys.stdout.write(json_text({"schema": json_schema("interference"), **rep}))

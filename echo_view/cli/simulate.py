@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.export import report_written
+from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
@@ -83,6 +84,7 @@ def register(subparsers: Any) -> None:
         help="workload configs: simulate one rank per pipeline stage (exact when the "
         "tensor- and data-parallel ranks are symmetric; default) or every rank",
     )
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
@@ -98,10 +100,10 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def load_job(path: Path, registry: Registry) -> Job:
+def load_job(path: Path, registry: Registry, args: argparse.Namespace) -> Job:
     """INPUT as a measured job (workload configs and traced graphs go to
     :func:`echo_view.cli.simulate_workload.run_workload` instead)."""
-    return registry.importer_for(path).read([path])
+    return read_job(args, registry, [path])
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     check_keys(overrides, REPLAY_KEYS, "a measured job")  # before the (possibly long) import
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     t0 = time.perf_counter()
-    job = load_job(args.input, registry)
+    job = load_job(args.input, registry, args)
     t_import = time.perf_counter()
     run = replay_job(job, overrides, args.comm)
     t_sim = time.perf_counter()

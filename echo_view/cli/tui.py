@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.formats import Progress, Registry
 from echo_view.model import Job
 from echo_view.text import printable
@@ -23,6 +24,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("path", type=Path, metavar="PATH", help="a job (trace file or directory)")
     p.add_argument("path2", type=Path, nargs="?", metavar="PATH2", help="a second job to diff")
+    add_parallel_options(p)
     p.set_defaults(func=run)
 
 
@@ -35,7 +37,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         registry.importer_for(path)  # a wrong path fails here, before the screen is taken
 
     def load(path: Path, progress: Progress) -> Job:
-        return registry.importer_for(path).read([path], progress)
+        return read_job(args, registry, [path], progress)
 
     app = EchoViewApp(list[Path | Job](paths), loader=load)
     app.show_traceback = args.debug

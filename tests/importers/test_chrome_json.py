@@ -332,3 +332,27 @@ def test_event_of_the_wrong_shape_is_named(tmp_path: Path) -> None:
         read_all(path, 1024, Ev)
     assert info.value.where == "traceEvents[321].ts"
     assert "expected `int`, got `str`" in info.value.message
+
+
+def test_chunks_switch_type_between_chunks(tmp_path: Path) -> None:
+    class Ts(msgspec.Struct):
+        ts: int | float = 0
+
+    class TsText(msgspec.Struct):
+        ts: msgspec.Raw = msgspec.Raw()
+
+    evs = [{"ph": "X", "ts": i + 0.5} for i in range(400)]
+    path = write(tmp_path / "t.json", json.dumps({"traceEvents": evs}).encode())
+    types, texts = [], []
+    with read_container(path, chunk_bytes=1024) as c:
+        with pytest.raises(RuntimeError, match="while chunks"):
+            c.decode_next_as(TsText)
+        for n, chunk in enumerate(c.chunks(Ts)):
+            types.append({type(e) for e in chunk.events})
+            if chunk.events and isinstance(chunk.events[0], TsText):
+                texts += [bytes(e.ts) for e in chunk.events]
+            if n == 1:
+                c.decode_next_as(TsText)  # from the third chunk on
+    assert types[0] == types[1] == {Ts} and all(t == {TsText} for t in types[2:])
+    assert len(types) > 3
+    assert texts == [str(e["ts"]).encode() for e in evs[-len(texts) :]]

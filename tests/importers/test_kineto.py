@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from echo_view.errors import InputError
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind
 from importers.kineto import KinetoImporter
+from tests.conftest import data_path
 from tests.importers.kineto_files import DLRM, NCCL_DATA, load, ns, write_trace
 
 K = EventKind
@@ -219,6 +221,17 @@ def test_absolute_epoch_float_times_are_exact(tmp_path: Path) -> None:
     assert round(1694128201429795.123 * 1000) != 1694128201429795123
 
 
+def test_real_fractional_epoch_times_equal_the_decimal_ones() -> None:
+    """Absolute-epoch µs with three decimals (PyTorch 2.3+, 19 digits: beyond a double): every
+    start and duration is the file's text converted with Decimal."""
+    path = data_path("hta-tests/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+    rows = [e for e in load(path)["traceEvents"] if e.get("ph") in ("X", "i")]
+    assert any(isinstance(e["ts"], Decimal) for e in rows)
+    ev = KinetoImporter().read([path]).traces[0].events
+    assert ev.start_ns.tolist() == [ns(e["ts"]) for e in rows]
+    assert ev.dur_ns.tolist() == [ns(e.get("dur", 0)) for e in rows]
+
+
 def test_relative_float_times_with_base(tmp_path: Path) -> None:
     path = write_trace(
         tmp_path / "rel.json",
@@ -236,3 +249,41 @@ def test_relative_float_times_with_base(tmp_path: Path) -> None:
         1_711_964_646_000_000_000 + 2_000,
     ]
     assert trace.events.dur_ns.tolist() == [1, 3000]
+
+
+def test_integer_chunks_then_fractional_ones_are_all_exact(tmp_path: Path) -> None:
+    """Chunks are read as numbers while every time is an integer, from the first float on as
+    text: each time equals its text converted with Decimal, wherever the switch falls."""
+    base = 1712195495519689
+    texts = [str(base + 10 * i) for i in range(300)]
+    texts += [f"{base + 3000 + 10 * i}.{(i * 37) % 1000:03d}" for i in range(300)]
+    texts[450] = "1712195495522689.0005"  # half a ns: to even
+    events = ",".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": {t}, "dur": 1.5}}'
+        for t in texts
+    )
+    path = tmp_path / "mixed.json"
+    path.write_text(f'{{"traceEvents": [{events}]}}')
+    want = [ns(Decimal(t)) for t in texts]
+    for chunk_bytes in (1 << 10, 1 << 20):
+        ev = KinetoImporter(chunk_bytes=chunk_bytes).read([path]).traces[0].events
+        assert ev.start_ns.tolist() == want
+        assert set(ev.dur_ns.tolist()) == {1500}
+
+
+def test_a_time_that_is_no_time_is_named_after_the_switch_to_text(tmp_path: Path) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1.5, "dur": 1}
+    ] * 200
+    path = write_trace(tmp_path / "bad.json", events)
+    text = path.read_text()
+    cut = text.rindex('"ts": 1.5')
+    path.write_text(text[:cut] + '"ts": 4611686018427387.904' + text[cut + 9 :])
+    with pytest.raises(InputError) as info:
+        KinetoImporter(chunk_bytes=1 << 10).read([path])
+    assert info.value.where == "traceEvents[199].ts"
+    assert "has ts 4611686018427387.904, not a time in µs" in info.value.message
+    path.write_text(text[:cut] + '"ts": "soon"' + text[cut + 9 :])
+    with pytest.raises(InputError) as info:
+        KinetoImporter(chunk_bytes=1 << 10).read([path])
+    assert info.value.where == "traceEvents[199].ts"

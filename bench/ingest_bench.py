@@ -1,0 +1,219 @@
+"""Reading many-rank jobs: serial vs local worker processes vs a Dask cluster vs HTA.
+
+Jobs of ``--ranks`` (default 64 and 512) rank files are generated once into ``bench/data/``
+(git-ignored) from the real 8-rank DLRM job (``samples/dlrm_kineto``, one V100 host): rank ``r``
+is DLRM rank ``r % 8``, its events repeated ``--copies`` times in time (timestamps and ids of
+each copy shifted past the previous copy's, by :func:`import_bench.replicate`), written as plain
+JSON with ``distributedInfo`` saying rank ``r`` of the job's world size.
+
+Each measurement runs in a fresh subprocess and reports its wall time and its own peak RSS
+(``VmHWM``, which starts afresh at ``exec``; worker processes are not counted):
+
+- ``serial``: ``echo_view.loading.read_job(dir, parallel=SERIAL)``;
+- ``local N``: ``read_job(dir, parallel=Parallel(workers=N))``, starting the local cluster of N
+  processes included (as ``--workers N`` does);
+- ``dask N``: the same on an already running ``dask.distributed`` local cluster of N worker
+  processes (``--scheduler ADDRESS``), cluster start not included;
+- ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
+  multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
+- ``info``: ``echo-view info DIR --json --workers N``, the client's peak RSS, on the job and on
+  one of its rank files.
+
+    python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
+                                 [--hta-python .venv-hta/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import import_bench as ib
+
+SOURCES = sorted((ib.ROOT / "samples" / "dlrm_kineto").glob("*.json.gz"))
+
+
+def hwm_bytes() -> int:
+    """This process's peak RSS (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM")
+
+
+# -- data ---------------------------------------------------------------------------------
+
+
+def _templates(copies: int) -> list[bytes]:
+    """The 8 DLRM ranks, each repeated ``copies`` times in time (cached in bench/data)."""
+    out = []
+    for i, src in enumerate(SOURCES):
+        dst = ib.DATA / f"dlrm_rank{i}_x{copies}.json"
+        if not dst.exists():
+            size = ib.text_size(src)
+            ib.replicate(src, dst, size * copies - size // 2)
+        out.append(dst.read_bytes())
+    return out
+
+
+def generate(ranks: int, copies: int) -> Path:
+    """The ``ranks``-rank job directory (written once)."""
+    folder = ib.DATA / f"ingest_{ranks}ranks_x{copies}"
+    if (folder / "done").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    templates = _templates(copies)
+    key = b'"distributedInfo": '
+    for r in range(ranks):
+        text = templates[r % len(templates)]
+        at = text.rindex(key) + len(key)
+        end = text.index(b"}", at) + 1
+        dist = json.loads(text[at:end])
+        dist.update(rank=r, world_size=ranks)
+        (folder / f"rank{r}.json").write_bytes(text[:at] + json.dumps(dist).encode() + text[end:])
+    (folder / "done").write_text("")
+    return folder
+
+
+# -- workers (one per subprocess) -----------------------------------------------------------
+
+
+def worker(method: str, path: str, workers: int) -> None:
+    sys.path.insert(0, str(ib.ROOT))
+    if method == "hta":
+        import logging
+
+        logging.disable(logging.WARNING)
+        from hta.common.trace import Trace
+
+        t0 = time.perf_counter()
+        trace = Trace(trace_dir=path)
+        trace.parse_traces(use_multiprocessing=True, use_memory_profiling=False)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": len(trace.traces)}))
+        return
+    from echo_view.loading import SERIAL, Parallel, read_job
+
+    if method == "info":
+        import contextlib
+        import io
+
+        from echo_view.cli import main
+
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(["info", path, "--json", "--workers", str(workers)])
+        seconds = time.perf_counter() - t0
+        ranks = len(json.loads(out.getvalue())["ranks"]) if code == 0 else -1
+        print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": ranks}))
+        return
+    if method == "dask":
+        from echo_view.workers import dask_client
+
+        with dask_client(workers=workers) as client:
+            address = client.scheduler.address
+            t0 = time.perf_counter()
+            job = read_job([Path(path)], parallel=Parallel(scheduler=address))
+            seconds = time.perf_counter() - t0
+    else:
+        parallel = SERIAL if method == "serial" else Parallel(workers=workers)
+        t0 = time.perf_counter()
+        job = read_job([Path(path)], parallel=parallel)
+        seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job)}))
+
+
+HTA_PYTHON: str | None = None  # --hta-python
+
+
+def run(method: str, path: Path, workers: int) -> dict[str, float]:
+    python = (HTA_PYTHON or ib.hta_python()) if method == "hta" else sys.executable
+    if python is None:
+        return {}
+    out = subprocess.run(
+        [python, __file__, "--worker", method, str(path), str(workers)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
+    files = sorted(folder.glob("rank*.json"))
+    size = sum(f.stat().st_size for f in files)
+    print(f"\n{folder.name}: {len(files)} rank files, {size / 1e6:.0f} MB of JSON")
+    methods = ["serial", "local", "dask"] + (["hta"] if with_hta else [])
+    rounds: list[dict[str, dict[str, float]]] = []
+    for _ in range(runs):
+        rounds.append({m: run(m, folder, workers) for m in methods})
+    for m in methods:
+        rs = [r[m] for r in rounds if r[m]]
+        if not rs:
+            print(f"  {m:7s} not available")
+            continue
+        t = statistics.median(r["seconds"] for r in rs)
+        rss = statistics.median(r["rss"] for r in rs)
+        label = {"local": f"local {workers}", "dask": f"dask {workers}"}.get(m, m)
+        walls = ", ".join(f"{r['seconds']:.2f}" for r in rs)
+        print(
+            f"  {label:8s} median {t:6.2f} s ({size / 1e6 / t:5.1f} MB/s), client peak RSS "
+            f"{rss / 1e6:5.0f} MB; {int(rs[0]['ranks'])} ranks; runs {walls}"
+        )
+    for m in methods[1:]:
+        if all(r[m] for r in rounds):
+            x = statistics.median(r["serial"]["seconds"] / r[m]["seconds"] for r in rounds)
+            print(f"  serial / {m}: {x:.2f}x")
+
+
+def bench_info(folder: Path, workers: int, runs: int) -> None:
+    one = sorted(folder.glob("rank*.json"))[0]
+    job = [run("info", folder, workers) for _ in range(runs)]
+    single = [run("info", one, workers) for _ in range(runs)]
+    rj = statistics.median(r["rss"] for r in job)
+    r1 = statistics.median(r["rss"] for r in single)
+    print(
+        f"  info --workers {workers}: client peak RSS {rj / 1e6:.0f} MB for "
+        f"{int(job[0]['ranks'])} ranks, {r1 / 1e6:.0f} MB for one rank file ({rj / r1:.2f}x); "
+        f"{statistics.median(r['seconds'] for r in job):.2f} s"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 512])
+    ap.add_argument("--copies", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--hta-ranks", type=int, default=64, help="run HTA on jobs up to this size")
+    ap.add_argument("--hta-python", help="a Python with HTA (default: as import_bench.py)")
+    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        method, path, workers = args.worker
+        worker(method, path, int(workers))
+        return
+    import os
+
+    global HTA_PYTHON
+    HTA_PYTHON = args.hta_python
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs}")
+    for ranks in args.ranks:
+        folder = generate(ranks, args.copies)
+        bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
+        bench_info(folder, args.workers, args.runs)
+
+
+if __name__ == "__main__":
+    main()
