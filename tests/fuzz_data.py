@@ -1,5 +1,5 @@
 """A small real Kineto trace and the Hypothesis settings and values that the fuzz tests
-(tests/importers/test_kineto_fuzz.py, tests/validate/test_check_fuzz.py) damage it with.
+(tests/importers/kineto/test_fuzz.py, tests/validate/test_check_fuzz.py) damage it with.
 ``FUZZ_EXAMPLES=3000`` in the environment runs a longer, random search instead of the
 fixed, derandomised one CI runs."""
 

@@ -238,7 +238,7 @@ def test_an_injected_violation_of_each_kind_fails(
         "echo_view/sim/engine.py": "",
         "echo_view/cli/__init__.py": "import importlib\nimportlib.import_module('echo_view.sim')\n",
         "importers/__init__.py": "",
-        "importers/kineto.py": "from echo_view.model import x\n",
+        "importers/kineto/__init__.py": "from echo_view.model import x\n",
         "exporters/__init__.py": "",
     }
     root = _tree(tmp_path, base)

@@ -32,7 +32,7 @@ def test_index_and_rows_on_damaged_traces(picks: list[Pick]) -> None:
         try:
             job = KinetoImporter().read([path])
         except EchoViewError:
-            return  # the importer's one-line error (tests/importers/test_kineto_fuzz.py)
+            return  # the importer's one-line error (tests/importers/kineto/test_fuzz.py)
     index = TimelineIndex.build([Source(job, "A")])
     lo, hi = index.span
     for window in (Window(lo, (hi - lo) / 120, 120), Window(lo + (hi - lo) / 2, 1_000 / 80, 80)):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from echo_view.model import NONE, DeviceInfo, EventKind, StepTable, StringTable
-from importers.kineto_comms import EventView
+from importers.kineto.comms import EventView
 
 _STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # an int64 step number
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|trainer)[-_.]?(\d+)(?!\d)", re.IGNORECASE)

@@ -1,4 +1,4 @@
-"""Value conversions and interning for :mod:`importers.kineto_columns` (times are converted
+"""Value conversions and interning for :mod:`importers.kineto.columns` (times are converted
 from their text by :func:`echo_view.units.us_texts_to_ns`).
 
 Interning: dict subclasses whose ``__missing__`` adds the new key, so that ``map(d.__getitem__,
@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE
-from importers.kineto_rows import PH_OTHER, PHASES
+from importers.kineto.rows import PH_OTHER, PHASES
 
 I64 = npt.NDArray[np.int64]
 

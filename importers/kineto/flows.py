@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, FlowTable
-from importers.kineto_rows import I32, I64, PH_C, PH_S, FileColumns, unique
+from importers.kineto.rows import I32, I64, PH_C, PH_S, FileColumns, unique
 
 
 def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int]) -> FlowTable:

@@ -4,19 +4,19 @@
 (``.json`` or ``.json.gz``, gzip recognised by content) and returns one job:
 
 - Events: every ``X`` slice, ``B``/``E`` and ``b``/``e`` pair, instant and counter, with exact
-  int64 ns times (``baseTimeNanoseconds`` added; see :mod:`importers.kineto_columns`), kinds from
+  int64 ns times (``baseTimeNanoseconds`` added; see :mod:`importers.kineto.columns`), kinds from
   Kineto's categories (2021 ``Kernel``/``Runtime``/``Operator`` ones too), lanes per GPU stream
   and CPU thread, ``correlation`` and ``External id`` columns, and each event's raw ``args``
-  (:mod:`importers.kineto_timeline`). Rows are in file order.
+  (:mod:`importers.kineto.timeline`). Rows are in file order.
 - Flows (``ac2g``, ``async_cpu_to_gpu``, ``async``, ``fwdbwd``... ``s``/``f`` pairs) as arrows
-  between event rows; collectives and process groups (:mod:`importers.kineto_comms`);
-  ``ProfilerStep#N`` steps, devices and metadata (:mod:`importers.kineto_meta`).
+  between event rows; collectives and process groups (:mod:`importers.kineto.comms`);
+  ``ProfilerStep#N`` steps, devices and metadata (:mod:`importers.kineto.meta`).
 - Ranks: ``distributedInfo.rank``, else the file name (``rank-3``, ``rank3``, ``_rank_3``,
   ``worker3``). A single file that states no rank is rank 0 (``metadata["rank_source"]`` says
   so); when several files are read, each must state its rank, and two files may not claim one.
-- Clocks: :mod:`importers.kineto_align` (``Job.alignment`` says how and how well).
+- Clocks: :mod:`importers.kineto.align` (``Job.alignment`` says how and how well).
 - Any other trace-event JSON (a plain Chrome trace, an echo-view export) is read by the same
-  rules; an echo-view export is split back into its ranks (:mod:`importers.kineto_roundtrip`).
+  rules; an echo-view export is split back into its ranks (:mod:`importers.kineto.roundtrip`).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from importers.chrome_json import (
     read_container,
     sniff_head,
 )
-from importers.kineto_align import align
-from importers.kineto_columns import Columns, NumberEvent, RawEvent, check_args_text
-from importers.kineto_comms import EventView, build_collectives
-from importers.kineto_meta import build_devices, build_steps, rank_from_name, trace_metadata
-from importers.kineto_roundtrip import export_metadata, split_export
-from importers.kineto_rows import FileColumns
-from importers.kineto_timeline import build_timeline
+from importers.kineto.align import align
+from importers.kineto.columns import Columns, NumberEvent, RawEvent, check_args_text
+from importers.kineto.comms import EventView, build_collectives
+from importers.kineto.meta import build_devices, build_steps, rank_from_name, trace_metadata
+from importers.kineto.roundtrip import export_metadata, split_export
+from importers.kineto.rows import FileColumns
+from importers.kineto.timeline import build_timeline
 
 if TYPE_CHECKING:
     from echo_view.formats import Progress

@@ -44,7 +44,7 @@ from echo_view.model import (
     parse_comm_kernel_name,
 )
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
-from importers.kineto_rows import I32, I64, unique
+from importers.kineto.rows import I32, I64, unique
 
 _OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
 _COMMS_OP = "record_param_comms"

@@ -11,7 +11,7 @@ import pytest
 from echo_view.model import ClockAlignment, Job, LaneKind
 from exporters import perfetto_json
 from importers.kineto import KinetoImporter
-from tests.importers.kineto_files import DLRM
+from tests.importers.kineto.files import DLRM
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from echo_view.errors import InputError
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind
 from importers.kineto import KinetoImporter
 from tests.conftest import data_path
-from tests.importers.kineto_files import DLRM, NCCL_DATA, load, ns, write_trace
+from tests.importers.kineto.files import DLRM, NCCL_DATA, load, ns, write_trace
 
 K = EventKind
 CAT_KIND = {

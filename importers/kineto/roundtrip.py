@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from echo_view.errors import InputError
 from echo_view.model import NONE, ClockAlignment, StepTable
-from importers.kineto_rows import FileColumns, PointColumns
+from importers.kineto.rows import FileColumns, PointColumns
 
 if TYPE_CHECKING:
     from importers.kineto import ParsedFile

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from echo_view.model import NONE, ClockAlignment, Trace
-from importers.kineto_rows import unique
+from importers.kineto.rows import unique
 
 #: Largest end spread of a common collective still read as one shared clock (100 µs: the
 #: skew of NTP-synchronised hosts is larger, GPUs of one host end within a few µs).

@@ -14,9 +14,9 @@ from echo_view.errors import InputError
 from echo_view.model import GPU_KINDS, EventKind, Job, LaneKind
 from importers.chrome_json import read_container
 from importers.kineto import KinetoImporter
-from importers.kineto_meta import rank_from_name
+from importers.kineto.meta import rank_from_name
 from tests.conftest import data_path, shared_path
-from tests.importers.kineto_files import DLRM, NCCL_DATA, SHARED_KINETO, load, write_trace
+from tests.importers.kineto.files import DLRM, NCCL_DATA, SHARED_KINETO, load, write_trace
 
 K = EventKind
 

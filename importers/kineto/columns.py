@@ -4,7 +4,7 @@ Each chunk from :mod:`importers.chrome_json` is decoded into :class:`RawEvent` s
 fields a timeline needs; ``args`` stays raw JSON) and turned into columns with one C-level
 ``map`` per field, never one Python object per event kept beyond the chunk. What is not a row of
 the event table is set aside: ``M`` metadata (names), ``s``/``t``/``f`` flow points and ``E``/``e``
-ends (matched to their begins later). Times are converted exactly (:mod:`importers.kineto_values`).
+ends (matched to their begins later). Times are converted exactly (:mod:`importers.kineto.values`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from echo_view.errors import InputError
 from echo_view.model import NONE
 from echo_view.units import INT_US_LIMIT, TEXT_BAD, TEXT_EMPTY, us_texts_to_ns
 from importers.chrome_json import EventChunk
-from importers.kineto_rows import (
+from importers.kineto.rows import (
     IDX,
     PH_AB,
     PH_AE,
@@ -42,7 +42,7 @@ from importers.kineto_rows import (
     FileColumns,
     PointColumns,
 )
-from importers.kineto_values import (
+from importers.kineto.values import (
     MISSING,
     Classes,
     Interner,

@@ -10,7 +10,7 @@ Nothing here is Kineto-specific: it is how Perfetto reads any Chrome JSON (forma
   (device = the process's ``GPU n`` label or the pid, stream = the ``stream n`` thread name or the
   tid); CPU-side kinds on ``CPU_THREAD`` lanes; instants/counters/other events on the lane kind
   their thread already has, else ``CPU_THREAD`` for numeric pid/tid, else ``OTHER``.
-- Flows: :mod:`importers.kineto_flows`.
+- Flows: :mod:`importers.kineto.flows`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from echo_view.model import (
     Lane,
     LaneKind,
 )
-from importers.kineto_flows import resolve_flows
-from importers.kineto_rows import (
+from importers.kineto.flows import resolve_flows
+from importers.kineto.rows import (
     I32,
     I64,
     PH_AB,
