@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.units import EXACT_FLOAT_US_LIMIT
+from echo_view.units import EXACT_FLOAT_US_LIMIT, us_to_ns
 
 UNSET = msgspec.UNSET
 I64 = npt.NDArray[np.int64]
@@ -33,9 +33,11 @@ _INT64_US = 9_223_372_036_854_775  # |µs| above this overflows int64 ns
 
 
 def _decimal_ns(value: Decimal) -> int | None:
+    """Exact ns of a Decimal µs value (:func:`echo_view.units.us_to_ns`), ``None`` when it is
+    not finite or leaves int64."""
     if not value.is_finite():
         return None
-    ns = int((value * 1000).to_integral_value())
+    ns = us_to_ns(value)
     return ns if -_INT64_US * 1000 <= ns <= _INT64_US * 1000 else None
 
 
@@ -54,7 +56,7 @@ def _one_to_ns(value: Any) -> tuple[int, int]:
         if value != value or value in (float("inf"), float("-inf")):
             return 0, T_RANGE
         if abs(value) < EXACT_FLOAT_US_LIMIT:
-            return round(value * 1000), T_FLOAT
+            return us_to_ns(value), T_FLOAT
         ns = _decimal_ns(Decimal(repr(value)))
         return (0, T_RANGE) if ns is None else (ns, T_BIG_FLOAT)
     if t is Decimal:
