@@ -171,7 +171,16 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
         f"{c['simulated']:,} simulated ({report['seconds']:.1f} s)",
     ]
     if not ranked:
-        lines.append("no layout fits: try more GPUs, recomputation or the distributed optimizer")
+        if c["invalid"] == c["enumerated"]:
+            # Nothing passed the config rules (a GPU count no tp x pp x cp divides, say).
+            lines.append(
+                "no valid layout: the config's rules refuse every one (is the GPU count a "
+                "multiple of the parallel sizes and the batch a multiple of micro x dp?)"
+            )
+        else:
+            lines.append(
+                "no layout fits: try more GPUs, recomputation or the distributed optimizer"
+            )
         return "\n".join(lines) + "\n"
     head = f"{'#':>3}  {'layout':<46} {'step (s)':>9} {'tok/s/GPU':>10} {'MFU':>6} {'mem (GB)':>9}"
     lines += [head, "-" * len(head)]

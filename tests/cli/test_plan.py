@@ -127,3 +127,12 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
     ):
         time.sleep(0.2)
     assert not alive, [Path(f"/proc/{c}/cmdline").read_bytes() for c in alive]
+
+
+def test_a_gpu_count_no_layout_accepts_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """7 GPUs: no tp x pp x dp of the CI config gives 7, so every layout is invalid, not out of
+    memory, and the advice says what to check."""
+    cfg = SAMPLES / "configs" / "megatron-ci-small" / "tp2-pp2.toml"
+    assert main(["plan", str(cfg), "--gpus", "7", "--search", "tp,pp", "--serial"]) == 0
+    out = capsys.readouterr().out
+    assert "invalid, 0 out of memory, 0 simulated" in out and "no valid layout" in out
