@@ -12,7 +12,7 @@ from_tables`, :meth:`~ParamSet.to_tables`) and a reference table for the docs
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Self
 
@@ -88,7 +88,9 @@ class ParamSet:
         spec = cls.specs()[name.partition(".")[0]]
         place = where or name
         if isinstance(value, bool):
-            raise ConfigError(f"{cls.NOUN} {name!r} needs a number, got {value!r}", path=path)
+            raise ConfigError(
+                f"{cls.NOUN} {name!r} needs a number, got {value!r}", path=path, where=place
+            )
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -167,12 +169,27 @@ class ParamSet:
 
     @classmethod
     def from_tables(
-        cls, data: Mapping[str, Any], *, path: str | None = None, base: Self | None = None
+        cls,
+        data: Mapping[str, Any],
+        *,
+        path: str | None = None,
+        base: Self | None = None,
+        others: Collection[str] | None = None,
     ) -> Self:
-        """Parameters read from TOML tables as :meth:`to_tables` writes them (other tables and
-        top-level keys are the caller's); missing ones keep ``base`` (default: the defaults)."""
+        """Parameters read from TOML tables as :meth:`to_tables` writes them; missing ones keep
+        ``base`` (default: the defaults). With ``others`` (the caller's own tables) any other
+        top-level table is an error; without it, other tables and keys are the caller's."""
         start: Self = base if base is not None else cls()
         places = {(s.section, s.key or n): n for n, s in cls.specs().items()}
+        if others is not None:
+            known = sorted({s for s, _ in places if s} | set(others))
+            for table_name in data:
+                if table_name not in known:
+                    raise ConfigError(
+                        f"unknown table [{table_name}]",
+                        path=path,
+                        hint=known_keys_hint(table_name, known, "known tables"),
+                    )
         values: dict[str, float] = {}
         for section in sorted({s for s, _ in places}):
             table = data.get(section, {}) if section else data

@@ -76,3 +76,11 @@ def test_the_three_cost_model_sets_share_the_pattern() -> None:
     # An alpha-beta efficiency of 0 divides by zero: refused like every other bound.
     with pytest.raises(ConfigError, match="alpha-beta parameter 'net_eff' must be"):
         alphabeta_from_mapping({"alphabeta": {"net_eff": 0}})
+
+
+def test_a_file_may_hold_only_its_parameter_tables_and_the_callers() -> None:
+    with pytest.raises(ConfigError, match=r"unknown table \[alphabet\].*alphabeta"):
+        alphabeta_from_mapping({"alphabet": {"alpha_us": 1.0}})
+    assert _Toy.from_tables({"speed": {"eff": 0.2}, "notes": {}}, others=("notes",)).eff == 0.2
+    with pytest.raises(ConfigError, match=r"unknown table \[notes\]"):
+        _Toy.from_tables({"notes": {}}, others=())

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model import CollectiveKind
 from echo_view.model.params import ParamSet, param
 from echo_view.model.toml_file import dump_toml, significant
@@ -115,13 +114,6 @@ def alphabeta_to_toml(params: AlphaBetaParams, fit: Mapping[str, Any] | None = N
 
 def alphabeta_from_mapping(data: Mapping[str, Any], path: str | None = None) -> AlphaBetaParams:
     """Validate a decoded ``kind = "alphabeta"`` TOML document."""
-    known = {s.section for s in AlphaBetaParams.specs().values()} | {"model", "fit"}
-    for sec in data:
-        if sec not in known:
-            raise ConfigError(
-                f"unknown table [{sec}]",
-                path=path,
-                hint=known_keys_hint(sec, sorted(known), "known tables"),
-            )
     source = str(data.get("model", {}).get("source", "calibrated"))
-    return AlphaBetaParams.from_tables(data, path=path, base=AlphaBetaParams(source=source))
+    base = AlphaBetaParams(source=source)
+    return AlphaBetaParams.from_tables(data, path=path, base=base, others=("model", "fit"))
