@@ -48,14 +48,22 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
     assert mem["peak_bytes"] == sum(mem["stages"][0][k] for k in parts)
 
 
+def _ci_7b_on(tmp_path: Path, gpu: str) -> Path:
+    """The Megatron CI 7B tp4 config (and its traced graph beside it) on another GPU."""
+    text = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()
+    assert 'gpu = "H100-SXM5-80GB"' in text
+    path = tmp_path / "ci7b.toml"
+    path.write_text(text.replace('gpu = "H100-SXM5-80GB"', f'gpu = "{gpu}"'))
+    graph = VALIDATION / "megatron-ci-7b-tp4-pp1.graph.json.gz"
+    shutil.copy(graph, tmp_path / "ci7b.graph.json.gz")
+    return path
+
+
 def test_simulate_text_shows_memory_and_oom(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The same 7B model squeezed onto one 40 GB A100 per tensor-parallel rank runs out of memory.
-    text = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()
-    small = tmp_path / "oom.toml"
-    small.write_text(text.replace('"H100-SXM5-80GB"', '"A100-SXM4-40GB"'))
-    shutil.copy(VALIDATION / "megatron-ci-7b-tp4-pp1.graph.json.gz", tmp_path / "oom.graph.json.gz")
+    small = _ci_7b_on(tmp_path, "A100-SXM4-40GB")
     assert main(["simulate", str(small)]) == 0
     out = capsys.readouterr().out
     assert "memory: peak" in out and "OUT OF MEMORY" in out and "memory per stage (GB): 0:" in out
@@ -91,10 +99,7 @@ def test_bad_configs_are_one_line_errors(
 def test_unknown_preset_lists_the_known_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()
-    path = tmp_path / "x.toml"
-    path.write_text(src.replace('gpu = "H100-SXM5-80GB"', 'gpu = "Z9000"'))
-    shutil.copy(VALIDATION / "megatron-ci-7b-tp4-pp1.graph.json.gz", tmp_path / "x.graph.json.gz")
+    path = _ci_7b_on(tmp_path, "Z9000")
     assert main(["simulate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "Z9000" in err and "H100" in err and "A100" in err
