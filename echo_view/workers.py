@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from echo_view.errors import UsageError
@@ -57,36 +57,30 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     cluster, stops its worker processes, so nothing keeps running after the command.
     """
     distributed = _dask()
-    if scheduler is not None:
-        try:
-            client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise UsageError(
-                f"cannot reach the Dask scheduler at {scheduler}: {exc}",
-                hint="start one with `dask scheduler`, or drop --scheduler for a local cluster",
-            ) from None
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    n = check_workers(workers if workers is not None else default_workers())
-    # Processes, one thread each: the work is pure Python (parsing, simulating) and holds the GIL.
-    cluster = distributed.LocalCluster(
-        n_workers=n,
-        threads_per_worker=1,
-        processes=True,
-        # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
-        dashboard_address=":0",
-        # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR; task
-        # errors reach the client as exceptions, so the logs add nothing but noise.
-        silence_logs=logging.CRITICAL,
-    )
-    try:
-        client = distributed.Client(cluster, set_as_default=False)
-        try:
-            yield client
-        finally:
-            client.close()
-    finally:
-        cluster.close()
+    with ExitStack() as stack:  # closes the client, then a local cluster's processes
+        if scheduler is not None:
+            try:
+                client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise UsageError(
+                    f"cannot reach the Dask scheduler at {scheduler}: {exc}",
+                    hint="start one with `dask scheduler`, or drop --scheduler for a local cluster",
+                ) from None
+        else:
+            n = check_workers(workers if workers is not None else default_workers())
+            # Processes, one thread each: the work is pure Python (parsing, simulating) and
+            # holds the GIL.
+            cluster = distributed.LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
+                dashboard_address=":0",
+                # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR;
+                # task errors reach the client as exceptions, so the logs add only noise.
+                silence_logs=logging.CRITICAL,
+            )
+            stack.callback(cluster.close)
+            client = distributed.Client(cluster, set_as_default=False)
+        stack.callback(client.close)
+        yield client
