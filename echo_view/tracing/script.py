@@ -23,315 +23,29 @@ step needs is in the graph, so the composer adds none (``meta["explicit_comm"]``
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import itertools
-import signal
-import sys
-import threading
-import traceback
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from echo_view.errors import ConfigError, EchoViewError, InputError
+from echo_view.errors import InputError
 from echo_view.model.config import ParallelConfig
 from echo_view.model.graph import AXES, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.sim.layout import Layout
-from echo_view.tracing.recorder import Recorder, UnsupportedCollective
-from echo_view.tracing.script_env import fake_rank
+from echo_view.tracing.script_run import (
+    DEFAULT_TIMEOUT_S,
+    RankProgram,
+    ScriptSpec,
+    trace_rank_isolated,
+)
 
-DEFAULT_FUNCTION = "train_step"
-#: Seconds one rank's step may take to trace (Llama-3 70B, 80 layers: about a minute).
-DEFAULT_TIMEOUT_S = 600.0
+__all__ = ["DEFAULT_TIMEOUT_S", "ScriptSpec", "ScriptTrace", "trace_script"]
+
 #: Parallel axes a collective's group is matched against, in this order.
 _AXES = ("tp", "dp", "cp", "pp")
-
-
-@dataclass(frozen=True)
-class ScriptSpec:
-    """A script file and the function in it that runs one training step."""
-
-    path: Path
-    function: str = DEFAULT_FUNCTION
-
-    @classmethod
-    def parse(cls, text: str, base: Path | None = None) -> ScriptSpec:
-        """``FILE.py[:FUNCTION]``, a relative ``FILE`` taken from ``base``."""
-        path_text, _, function = text.partition(":")
-        path = Path(path_text)
-        if base is not None and not path.is_absolute():
-            path = base / path
-        if path.suffix != ".py":
-            raise ConfigError(
-                f"not a Python script: {path_text!r}", hint="give FILE.py or FILE.py:FUNCTION"
-            )
-        return cls(path, function or DEFAULT_FUNCTION)
-
-
-class _Timeout(Exception):
-    pass
-
-
-class _ScriptShape(Exception):
-    """The function's step does not have the shape a traced graph needs."""
-
-
-@dataclass(frozen=True, eq=False)
-class RankProgram:
-    """One traced rank: its phases and the group ranks of each phase's collectives."""
-
-    rank: int
-    tables: dict[str, OpTable]
-    groups: dict[str, list[tuple[int, tuple[int, ...]]]]
-    params: int
-    grad_dtype_bytes: int
-
-    def same_as(self, other: RankProgram) -> bool:
-        """Same ops, sizes and group shapes (ranks differ; sizes of groups do not)."""
-        for phase, t in self.tables.items():
-            o = other.tables[phase]
-            if len(t) != len(o) or any(
-                not np.array_equal(getattr(t, c), getattr(o, c)) for c in t.__dataclass_fields__
-            ):
-                return False
-            if [len(g) for _, g in self.groups[phase]] != [len(g) for _, g in other.groups[phase]]:
-                return False
-        return self.params == other.params
-
-
-class _PhaseRecorder(Recorder):  # type: ignore[no-untyped-call]
-    """A :class:`Recorder` that cuts the step into its phases (module docstring)."""
-
-    def __init__(self, strings: StringTable) -> None:
-        super().__init__(strings)
-        self.phase = "setup"
-        self.tables: dict[str, OpTable] = {}
-        self.phase_groups: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
-        self.params = 0
-        self.grad_dtype_bytes = 4
-
-    def switch(self, phase: str) -> None:
-        if self._cols is not None:
-            self.tables[self.phase] = self.end()
-            self.phase_groups[self.phase] = self.groups
-        self.phase = phase
-        self.begin()
-
-    def finish(self) -> None:
-        if self.phase != "optimizer":
-            raise _ScriptShape(
-                "the function returned before an optimizer step"
-                if self.phase == "backward"
-                else "the function ran no backward pass"
-                if self.phase == "forward"
-                else "the function ran no module forward"
-            )
-        self.switch("done")
-
-    def on_forward(self, module: Any, args: Any) -> None:
-        del module, args
-        if self.phase == "setup":
-            self.switch("forward")
-        elif self.phase != "forward" and torch._C._current_autograd_node() is None:
-            raise _ScriptShape(
-                "a second forward pass after the backward pass: the function must run one "
-                "micro-batch (the config's batch sets how many run per step)"
-            )
-
-    def on_optimizer(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        del args, kwargs
-        if self.phase in ("setup", "forward"):
-            raise _ScriptShape("an optimizer step before any backward pass")
-        if self.phase == "backward":
-            self.switch("optimizer")
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.params += sum(int(_local(p).numel()) for p in params)
-        grads = [p.grad for p in params if p.grad is not None]
-        if grads:
-            self.grad_dtype_bytes = grads[0].element_size()
-
-    def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
-    ) -> Any:
-        if self.phase == "forward" and torch._C._current_autograd_node() is not None:
-            self.switch("backward")
-        return super().__torch_dispatch__(func, types, args, kwargs)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (FSDP2 and tensor-parallel parameters), else ``t``."""
-    to_local = getattr(t, "to_local", None)
-    return to_local() if callable(to_local) else t
-
-
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`_Timeout` in the script after ``seconds`` (main thread only: elsewhere
-    there is no limit)."""
-    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
-        yield
-        return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-_module_ids = itertools.count()
-
-
-def load_function(spec: ScriptSpec) -> Callable[..., Any]:
-    """Import the script (a fresh module each time) and return its step function."""
-    if not spec.path.is_file():
-        raise InputError("no such script", path=spec.path, hint="give FILE.py[:FUNCTION]")
-    name = f"_echo_view_script_{next(_module_ids)}"
-    loader = importlib.util.spec_from_file_location(name, spec.path)
-    if loader is None or loader.loader is None:
-        raise InputError("cannot be imported as a Python module", path=spec.path)
-    module = importlib.util.module_from_spec(loader)
-    sys.modules[name] = module
-    try:
-        loader.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise InputError(
-            f"syntax error: {exc.msg}", path=spec.path, where=f"line {exc.lineno}"
-        ) from exc
-    finally:
-        sys.modules.pop(name, None)
-    fn = getattr(module, spec.function, None)
-    if not callable(fn):
-        raise InputError(
-            f"the script defines no function {spec.function!r}",
-            path=spec.path,
-            hint="give FILE.py:FUNCTION, the function that runs one training step",
-        )
-    return fn  # type: ignore[no-any-return]
-
-
-def call_arguments(
-    fn: Callable[..., Any], offered: Mapping[str, Any], required: Mapping[str, Any], spec: Any
-) -> dict[str, Any]:
-    """The keyword arguments to call ``fn`` with: ``required`` (from ``--set``) must be
-    parameters of ``fn``; ``offered`` (from a config) are passed where ``fn`` takes them."""
-    params = inspect.signature(fn).parameters
-    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    for key in required:
-        if key not in params and not takes_any:
-            raise ConfigError(
-                f"{spec.function}() takes no argument {key!r}",
-                path=spec.path,
-                where=f"--set {key}",
-                hint=f"its parameters: {', '.join(params) or 'none'}",
-            )
-    out = {k: v for k, v in offered.items() if takes_any or k in params}
-    out.update(required)
-    return out
-
-
-def _script_line(exc: BaseException, path: Path) -> str | None:
-    """``line N`` of the innermost frame of the traceback that is in the script."""
-    target = path.resolve()
-    line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename).resolve() == target:
-            line = f"line {frame.lineno}"
-    return line
-
-
-def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> EchoViewError:
-    where = _script_line(exc, spec.path)
-    text = (str(exc).strip().splitlines() or [""])[0][:200]
-    if isinstance(exc, _Timeout):
-        return InputError(
-            f"{spec.function}() did not return within {timeout_s:g} s",
-            path=spec.path,
-            where=where,
-            hint="a step that loops or waits forever; raise the limit with --timeout",
-        )
-    if isinstance(exc, UnsupportedCollective):
-        return InputError(
-            f"unsupported collective {text}",
-            path=spec.path,
-            where=where,
-            hint="echo-view traces all-reduce, all-gather, reduce-scatter, all-to-all, "
-            "broadcast, reduce, send/recv",
-        )
-    if isinstance(exc, _ScriptShape):
-        return InputError(text, path=spec.path, where=where)
-    low = text.lower()
-    if "cuda" in low or "nvidia" in low:
-        hint = (
-            "the step is traced on the CPU with fake tensors: choose the device with "
-            "torch.cuda.is_available(), as samples/scripts/ do"
-        )
-    elif "data-dependent" in low or "datadependent" in type(exc).__name__.lower():
-        hint = (
-            "fake tensors hold no values: the step may not read them on the host "
-            "(.item(), .tolist(), printing a loss)"
-        )
-    else:
-        hint = "fix the script; --debug shows the traceback"
-    return InputError(
-        f"{spec.function}() raised {type(exc).__name__}: {text}",
-        path=spec.path,
-        where=where,
-        hint=hint,
-    )
-
-
-def trace_rank(
-    spec: ScriptSpec,
-    kwargs: Mapping[str, Any],
-    required: Mapping[str, Any],
-    rank: int,
-    world: int,
-    strings: StringTable,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> RankProgram:
-    """Run the step as ``rank`` of ``world`` and record it."""
-    from torch.nn.modules.module import register_module_forward_pre_hook
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-    rec = _PhaseRecorder(strings)
-    with fake_rank(rank, world) as fake:
-        fn = load_function(spec)
-        args = call_arguments(fn, kwargs, required, spec)
-        handles = [
-            register_module_forward_pre_hook(rec.on_forward),
-            register_optimizer_step_pre_hook(rec.on_optimizer),
-        ]
-        try:
-            with _time_limit(timeout_s), fake, rec:
-                fn(**args)
-            rec.finish()
-        except EchoViewError:
-            raise
-        except Exception as exc:
-            raise _script_error(exc, spec, timeout_s) from exc
-        finally:
-            for h in handles:
-                h.remove()
-    return RankProgram(
-        rank,
-        {p: rec.tables[p] for p in ("forward", "backward", "optimizer")},
-        {p: rec.phase_groups[p] for p in ("forward", "backward", "optimizer")},
-        rec.params,
-        rec.grad_dtype_bytes,
-    )
 
 
 def infer_layout(programs: list[RankProgram], world: int) -> Layout:
@@ -403,7 +117,8 @@ def trace_script(
     strings = StringTable()
     ranks = (0,) if world == 1 else (0, world - 1)
     programs = [
-        trace_rank(spec, offered or {}, required or {}, r, world, strings, timeout_s) for r in ranks
+        trace_rank_isolated(spec, offered or {}, required or {}, r, world, strings, timeout_s)
+        for r in ranks
     ]
     if len(programs) == 1:
         reason = "one rank"
