@@ -110,6 +110,7 @@ COLLECTIVES: tuple[CollectiveInfo, ...] = (
             "allgather_coalesced",
             "_allgather_base",
             "all_gather_into_tensor",
+            "all_gather_into_tensor_out",
             "all_gather_into_tensor_coalesced",
         ),
         ("all_gather", "allgather"),

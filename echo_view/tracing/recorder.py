@@ -168,13 +168,14 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
-        if name in NO_KERNEL or self._cols is None or not self.enabled or func.namespace == "prim":
-            return out
         if func.namespace in C10D_NAMESPACES:
-            if name not in C10D_NO_KERNEL:
+            # Recorded at launch, before the fake backend runs it (and may refuse it).
+            if name not in C10D_NO_KERNEL and self._cols is not None and self.enabled:
                 self._dispatched_collective(f"{func.namespace}::{name}", args, kwargs or {})
+            return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name in NO_KERNEL or self._cols is None or not self.enabled or func.namespace == "prim":
             return out
         flat_in, _ = tree_flatten((args, kwargs or {}))
         flat_out, _ = tree_flatten(out)

@@ -48,6 +48,14 @@ def _ddp_bucket_hook(process_group: Any, bucket: Any) -> torch.futures.Future[to
     return fut
 
 
+# DDP checks a hook's annotations as objects (this module's are postponed strings).
+_ddp_bucket_hook.__annotations__ = {
+    "process_group": Any,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
 @contextmanager
 def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
     # A class's own attribute as stored (a staticmethod object, not the bare function).

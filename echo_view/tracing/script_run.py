@@ -256,6 +256,11 @@ def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> Ech
             "the step is traced on the CPU with fake tensors: choose the device with "
             "torch.cuda.is_available(), as samples/scripts/ do"
         )
+    elif "couldn't swap" in low:
+        hint = (
+            "Module.to() cannot convert fake tensors: build the model in its dtype "
+            "(torch.set_default_dtype) and on its device (with torch.device(...))"
+        )
     elif "data-dependent" in low or "datadependent" in type(exc).__name__.lower():
         hint = (
             "fake tensors hold no values: the step may not read them on the host "
