@@ -51,7 +51,7 @@ def _ddp_bucket_hook(process_group: Any, bucket: Any) -> torch.futures.Future[to
 # DDP checks a hook's annotations as objects (this module's are postponed strings).
 _ddp_bucket_hook.__annotations__ = {
     "process_group": Any,
-    "bucket": dist.GradBucket,
+    "bucket": dist.GradBucket,  # type: ignore[attr-defined]
     "return": torch.futures.Future[torch.Tensor],
 }
 

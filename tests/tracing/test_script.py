@@ -9,15 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+from echo_view.loading import trace_config
+from echo_view.model.aten_ops import attention_flops
+from echo_view.model.config import parse_workload_config
+from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
+from echo_view.sim.layout import Layout
+from tests.conftest import SAMPLES, TORCH_MISSING
 
-from echo_view.loading import trace_config  # noqa: E402
-from echo_view.model.aten_ops import attention_flops  # noqa: E402
-from echo_view.model.config import parse_workload_config  # noqa: E402
-from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph  # noqa: E402
-from echo_view.sim.layout import Layout  # noqa: E402
-from echo_view.tracing.script import ScriptSpec, axis_of, trace_script  # noqa: E402
-from tests.conftest import SAMPLES  # noqa: E402
+pytest.importorskip("torch", reason=TORCH_MISSING)
+
+from echo_view.tracing.script import ScriptSpec, axis_of, trace_script
 
 SCRIPTS = SAMPLES / "scripts"
 #: A small Llama-3-shaped model: 2 layers, GQA 8 heads / 2 KV heads, SwiGLU.
