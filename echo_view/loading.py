@@ -292,6 +292,7 @@ def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> 
         "dp": p.dp,
         "cp": p.cp,
         "pp": p.pp,
+        "recompute": p.recompute,
     }
     config = {"config": config_to_mapping(cfg), "key": graph_key(cfg)}
     return trace_script(

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import checkpoint
 
 
 class RMSNorm(nn.Module):
@@ -106,10 +107,13 @@ class Llama(nn.Module):
         self.output = nn.Linear(dim, vocab, bias=False)
         self.register_buffer("rope", rope_tables(dim // heads, seq), persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, recompute: bool = False) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, self.rope)
+            if recompute:  # full activation checkpointing: each block runs again in backward
+                h = checkpoint(layer, h, self.rope, use_reentrant=False)
+            else:
+                h = layer(h, self.rope)
         return self.output(self.norm(h))
 
 
@@ -144,8 +148,10 @@ def train_step(
     seq_len: int = 8192,
     micro: int = 1,
     tp: int = 1,
+    recompute: str = "none",
 ) -> None:
-    """Build the model on this rank and run one training step (forward, backward, AdamW)."""
+    """Build the model on this rank and run one training step (forward, backward, AdamW);
+    ``recompute = "full"`` checkpoints every block."""
     world = dist.get_world_size()
     device_type = "cuda" if torch.cuda.is_available() else "cpu"
     mesh = init_device_mesh(device_type, (world // tp, tp), mesh_dim_names=("dp", "tp"))
@@ -159,7 +165,7 @@ def train_step(
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     tokens = torch.randint(0, vocab, (micro, seq_len))
     labels = torch.randint(0, vocab, (micro, seq_len))
-    logits = model(tokens)
+    logits = model(tokens, recompute=recompute == "full")
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
     loss.backward()
     optimizer.step()
