@@ -11,6 +11,7 @@ import multiprocessing
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -230,16 +231,21 @@ def _script_line(exc: BaseException, path: Path) -> str | None:
     return line
 
 
+def timeout_error(spec: ScriptSpec, timeout_s: float, where: str | None) -> InputError:
+    """The step did not return within the limit (``where``: the script's line it was at)."""
+    return InputError(
+        f"{spec.function}() did not return within {timeout_s:g} s",
+        path=spec.path,
+        where=where,
+        hint="a step that loops or waits forever; raise the limit with --timeout",
+    )
+
+
 def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> EchoViewError:
     where = _script_line(exc, spec.path)
     text = (str(exc).strip().splitlines() or [""])[0][:200]
     if isinstance(exc, _Timeout):
-        return InputError(
-            f"{spec.function}() did not return within {timeout_s:g} s",
-            path=spec.path,
-            where=where,
-            hint="a step that loops or waits forever; raise the limit with --timeout",
-        )
+        return timeout_error(spec, timeout_s, where)
     if isinstance(exc, UnsupportedCollective):
         return InputError(
             f"unsupported collective {text}",
@@ -348,46 +354,66 @@ def _remap(prog: RankProgram, names: list[str], strings: StringTable) -> RankPro
     return replace(prog, tables=tables)
 
 
-def trace_rank_isolated(
+@dataclass(eq=False)
+class RankJob:
+    """A rank being traced in its own process (:func:`start_rank`)."""
+
+    spec: ScriptSpec
+    rank: int
+    timeout_s: float
+    proc: Any
+    recv: Any
+    started: float
+
+
+def start_rank(
     spec: ScriptSpec,
     offered: Mapping[str, Any],
     required: Mapping[str, Any],
     rank: int,
     world: int,
-    strings: StringTable,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> RankProgram:
-    """:func:`trace_rank` in a fresh process: nothing one rank's run leaves in torch (process
-    groups, device-mesh and DTensor caches, the script's module) reaches the next, a step
-    stuck outside Python is killed, and the memory is returned."""
-    import echo_view.errors as errors
-
+) -> RankJob:
+    """Start :func:`trace_rank` in a fresh process: nothing one rank's run leaves in torch
+    (process groups, device-mesh and DTensor caches, the script's module) reaches another, a
+    step stuck outside Python can be killed, and the memory is returned. Ranks started one
+    after the other run at the same time."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     args = (spec, dict(offered), dict(required), rank, world, timeout_s)
     proc = ctx.Process(target=_child, args=(send, args), daemon=True)
     proc.start()
     send.close()
+    return RankJob(spec, rank, timeout_s, proc, recv, time.monotonic())
+
+
+def stop_rank(job: RankJob) -> None:
+    """End the rank's process (killed if it still runs)."""
+    if job.proc.is_alive():
+        job.proc.kill()
+    job.proc.join()
+    job.recv.close()
+
+
+def finish_rank(job: RankJob, strings: StringTable) -> RankProgram:
+    """Wait for the rank's program (string ids moved into ``strings``) or raise its error."""
+    import echo_view.errors as errors
+
+    spec = job.spec
+    left = job.timeout_s + _START_S - (time.monotonic() - job.started)
     try:
-        if not recv.poll(timeout_s + _START_S):
-            raise InputError(
-                f"{spec.function}() did not return within {timeout_s:g} s",
-                path=spec.path,
-                hint="a step that loops or waits forever; raise the limit with --timeout",
-            )
-        msg = recv.recv()
+        if not job.recv.poll(max(left, 0.0)):
+            raise timeout_error(spec, job.timeout_s, None)
+        msg = job.recv.recv()
     except EOFError:
-        proc.join()
+        job.proc.join()
         raise InputError(
-            f"tracing rank {rank} ended without a result (exit code {proc.exitcode})",
+            f"tracing rank {job.rank} ended without a result (exit code {job.proc.exitcode})",
             path=spec.path,
             hint="out of memory? trace fewer layers with --set, or on a larger machine",
         ) from None
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
-        recv.close()
+        stop_rank(job)
     if msg[0] == "ok":
         return _remap(msg[1], msg[2], strings)
     cause = RuntimeError(f"in the traced rank's process:\n{msg[2]}")
@@ -395,4 +421,4 @@ def trace_rank_isolated(
         name, message, path, where, hint = msg[1]
         cls = getattr(errors, name, EchoViewError)
         raise cls(message, path=path, where=where, hint=hint) from cause
-    raise RuntimeError(f"tracing rank {rank} failed: {msg[1]}") from cause
+    raise RuntimeError(f"tracing rank {job.rank} failed: {msg[1]}") from cause
