@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.aten_ops import (
@@ -168,6 +168,10 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if any(is_traceable_wrapper_subclass(a) for a in tree_flatten((args, kwargs))[0]):
+            # A tensor subclass (DTensor): its handler runs the op on its local shards, which
+            # come back through this mode and are recorded with their local shapes.
+            return NotImplemented
         name = func.overloadpacket.__name__
         if func.namespace in C10D_NAMESPACES:
             # Recorded at launch, before the fake backend runs it (and may refuse it).

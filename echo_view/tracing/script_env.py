@@ -8,6 +8,9 @@ traced (and restored afterwards):
 - a :class:`~torch.distributed.device_mesh.DeviceMesh` keeps its rank layout in a small host
   tensor and computes coordinates from it: its methods (and ``init_device_mesh``) run with the
   fake mode suspended, on real tensors;
+- DTensor derives an op's output shape by running the op on fake tensors of the global
+  shapes: that run happens with the tracer's modes suspended, so that only the op on the local
+  shards (what a GPU runs) is recorded;
 - DDP compares parameter shapes across ranks by reading a tensor of sizes: the check is
   skipped (every fake rank builds the same model);
 - DDP's built-in all-reduce hook returns the fake backend's empty result: it is replaced by a
@@ -27,12 +30,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
+from torch.utils._python_dispatch import _disable_current_modes
 
 
 def _unfaked(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _unmoded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _disable_current_modes():
             return fn(*args, **kwargs)
 
     return run
@@ -85,6 +99,10 @@ def _adapted_torch() -> Iterator[None]:
         )
         stack.enter_context(
             _patched(ddp, "_verify_param_shape_across_processes", lambda *a, **k: None)
+        )
+        prop = ShardingPropagator._propagate_tensor_meta_non_cached
+        stack.enter_context(
+            _patched(ShardingPropagator, "_propagate_tensor_meta_non_cached", _unmoded(prop))
         )
         ddp_init = ddp.DistributedDataParallel.__init__
 

@@ -62,23 +62,27 @@ def llama() -> TracedGraph:
     return trace_script(spec, WORLD, required=LLAMA).graph
 
 
-@pytest.mark.slow
-def test_llama_flops_are_6nt_plus_attention(llama: TracedGraph) -> None:
-    m = LLAMA
+def _analytic_flops(m: dict[str, int], tp: int = 1) -> float:
+    """6 N T plus causal attention for one rank: the blocks' matrices and heads split over
+    ``tp`` ranks, the output layer whole (the sample does not shard it)."""
     head_dim = m["hidden"] // m["heads"]
     per_layer = (
         2 * m["hidden"] * m["hidden"]  # wq, wo
         + 2 * m["hidden"] * m["kv_heads"] * head_dim  # wk, wv
         + 3 * m["hidden"] * m["ffn_hidden"]  # w1, w2, w3
     )
-    n = m["layers"] * per_layer + m["hidden"] * m["vocab"]  # + the output layer
-    tokens = m["micro"] * m["seq_len"]
+    n = m["layers"] * per_layer // tp + m["hidden"] * m["vocab"]
     s = m["seq_len"]
     attn = m["layers"] * sum(
-        attention_flops(m["micro"], m["heads"], s, s, head_dim, causal=True, backward=bwd)
+        attention_flops(m["micro"], m["heads"] // tp, s, s, head_dim, causal=True, backward=bwd)
         for bwd in (False, True)
     )
-    analytic = 6 * n * tokens + attn
+    return 6 * n * m["micro"] * s + attn
+
+
+@pytest.mark.slow
+def test_llama_flops_are_6nt_plus_attention(llama: TracedGraph) -> None:
+    analytic = _analytic_flops(LLAMA)
     # Matrix products exactly; with every other op (one FLOP per output element) within 2%.
     assert _matrix_flops(llama) == pytest.approx(analytic, rel=1e-12)
     assert _all_flops(llama) == pytest.approx(analytic, rel=0.02)
@@ -130,6 +134,15 @@ def test_llama_tensor_parallel_groups_map_to_tp_and_dp() -> None:
     act = small["micro"] * small["seq_len"] * small["hidden"] * 2
     assert fwd[("all_reduce", act, "tp")] == 2
     assert {axis for _, _, axis in fwd} == {"tp", "dp"}
+    # Each rank multiplies its shards only (DTensor's global-shape shape propagation is not
+    # recorded), and its optimizer steps its shard of every parameter.
+    assert _matrix_flops(graph) == pytest.approx(_analytic_flops(small, tp=2), rel=1e-12)
+    adam = graph.roles[0].optimizer
+    names = [graph.strings[int(i)] for i in adam.name]
+    fused = int(adam.bytes[names.index("aten::_fused_adamw_")])
+    # fp32 parameter, gradient and two moments of each local element, one step counter per
+    # tensor (12 tensors).
+    assert fused == 16 * graph.roles[0].params + 4 * 12
 
 
 @pytest.mark.slow
