@@ -136,9 +136,11 @@ def run_on_dask(
     client: Any, groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> Iterator[list[Ranked]]:
     """Each group's results as its task finishes on ``client``'s workers (one task per group:
-    its chunks are traced where its layouts are simulated); leaving early cancels the rest."""
+    its chunks are traced where its layouts are simulated; the largest submitted first, so
+    that the last tasks to finish are short); leaving early cancels the rest."""
     executor = client.get_executor(pure=False)
-    futures = [executor.submit(simulate_group, g, graph_for) for g in groups]
+    largest_first = sorted(groups, key=lambda g: g.work(), reverse=True)
+    futures = [executor.submit(simulate_group, g, graph_for) for g in largest_first]
     try:
         for fut in concurrent.futures.as_completed(futures):
             yield fut.result()

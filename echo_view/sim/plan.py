@@ -101,6 +101,13 @@ class Group:
 
     candidates: tuple[WorkloadConfig, ...]
 
+    def work(self) -> int:
+        """A relative measure of the group's simulation time: the chunk passes its layouts'
+        stages run per step (stages x virtual stages x micro-batches, summed)."""
+        return sum(
+            c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in self.candidates
+        )
+
 
 @dataclass(frozen=True)
 class Ranked:

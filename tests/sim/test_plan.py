@@ -52,6 +52,10 @@ def test_memory_pruning_and_grouping() -> None:
     keys = [{chunk_key(cfg) for cfg in g.candidates} for g in groups]
     assert all(len(k) == 1 for k in keys) and len(set.union(*keys)) == len(groups)
     assert any(len({cfg.parallel.pp for cfg in g.candidates}) > 1 for g in groups)
+    # Work: chunk passes per step, stages x virtual stages x micro-batches, summed.
+    g = max(groups, key=lambda g: len(g.candidates))
+    passes = [c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in g.candidates]
+    assert g.work() == sum(passes) > 0
 
 
 def test_retarget_and_dimensions_are_checked() -> None:
