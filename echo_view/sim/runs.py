@@ -55,7 +55,7 @@ REPLAY_KEYS: tuple[str, ...] = (
     "comm.scale",
     "interference",
 )
-_PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
+_PARAM_KEYS = tuple(f"compute.{name}" for name in ComputeParams.specs())
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
 #: Knobs of a workload config's prediction.
 WORKLOAD_KEYS: tuple[str, ...] = (

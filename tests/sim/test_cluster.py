@@ -62,12 +62,17 @@ def test_overrides() -> None:
     ("key", "value", "message"),
     [
         ("nic_gbs", "1", "unknown cluster key 'nic_gbs'"),
-        ("nic_gbytes_per_s", "-5", "must be positive"),
-        ("gpus_per_node", "eight", "expected an integer"),
+        ("nic_gbytes_per_s", "-5", "must be a number from 0.001 to 1e[+]09 GB/s"),
+        ("gpus_per_node", "eight", "needs a number"),
+        ("nodes", "0", "must be a number from 1 to 1e[+]09 nodes"),
         ("fabric", "ethernet", "unknown fabric"),
         ("cpu", "sparc", "unknown CPU vendor"),
         ("gpu", "Z9", "unknown GPU preset"),
-        ("net_latency_us", "-1", "must not be negative"),
+        ("net_latency_us", "-1", "must be a number from 0 to"),
+        # Not finite: before the keys were declared, these ran into the NCCL model (traceback).
+        ("net_latency_us", "nan", "must be a number from 0 to"),
+        ("net_latency_us", "inf", "must be a number from 0 to"),
+        ("peak_tflops_bf16", True, "needs a number"),
     ],
 )
 def test_bad_overrides(key: str, value: str, message: str) -> None:
