@@ -143,33 +143,44 @@ def _key(default: float, help: str, unit: str, lo: float = 1e-3, *, integer: boo
     return param(default, help=help, unit=unit, lo=lo, hi=1e9, integer=integer)
 
 
+_A100 = PRESETS["A100-SXM4-80GB"]
+
+
+def _peak(dtype: str) -> Any:
+    return _key(_A100.peak_flops.get(dtype, 0.0) / TFLOPS, f"the GPU's dense {dtype} peak",
+                "TFLOP/s")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ClusterKeys(ParamSet):
     """The numeric ``cluster.KEY`` values, in the units the keys give them, with their bounds
-    and help (the parameter-set pattern, :mod:`echo_view.model.params`). The defaults are a
-    DGX A100's. :meth:`Cluster.with_overrides` checks a value here and stores it in the cluster
-    or its GPU, converted (:data:`_STORED`). Every bandwidth is GB/s (10^9 bytes per second)
-    per GPU and per direction, the unit NVIDIA quotes NVLink and HBM in and nccl-tests reports;
-    a 400 Gb/s NIC per GPU is ``nic_gbytes_per_s = 50``."""
+    and help (the parameter-set pattern, :mod:`echo_view.model.params`); the defaults are a DGX
+    A100's (its preset; 0: no fp8). :meth:`Cluster.with_overrides` checks a value here and
+    stores it in the cluster or its GPU, converted (:data:`_STORED`). Every bandwidth is GB/s
+    (10^9 bytes per second) per GPU and per direction, the unit NVIDIA quotes NVLink and HBM in
+    and nccl-tests reports; a 400 Gb/s NIC per GPU is ``nic_gbytes_per_s = 50``."""
 
     NOUN: ClassVar[str] = "cluster key"
 
     gpus_per_node: int = _key(8, "GPUs per node; rank r runs on node r // gpus_per_node", "GPUs",
                               1, integer=True)  # fmt: skip
     nodes: int = _key(1, "nodes", "nodes", 1, integer=True)
-    nic_gbytes_per_s: float = _key(25.0, "NIC bandwidth per GPU", "GB/s")
-    nvlink_gbytes_per_s: float = _key(300.0, "NVLink bandwidth per GPU (default: the GPU's)",
+    nic_gbytes_per_s: float = _key(_A100.default_nic_bits_per_s / 8 / GB, "NIC bandwidth per GPU",
+                                   "GB/s")  # fmt: skip
+    nvlink_gbytes_per_s: float = _key(_A100.nvlink_bytes_per_s / GB, "NVLink bandwidth per GPU",
                                       "GB/s")  # fmt: skip
-    pcie_gbytes_per_s: float = _key(32.0, "PCIe bandwidth per GPU (default: the GPU's)", "GB/s")
-    hbm_gbytes_per_s: float = _key(2039.0, "the GPU's memory bandwidth", "GB/s")
+    pcie_gbytes_per_s: float = _key(_A100.pcie_bytes_per_s / GB, "PCIe bandwidth per GPU", "GB/s")
+    hbm_gbytes_per_s: float = _key(_A100.hbm_bytes_per_s / GB, "the GPU's memory bandwidth",
+                                   "GB/s")  # fmt: skip
     net_latency_us: float = _key(0.0, "one-way network latency beyond NCCL's defaults", "µs", 0)
-    memory_gb: float = _key(80.0, "the GPU's memory", "GB")
-    sm_count: int = _key(108, "the GPU's streaming multiprocessors", "SMs", 1, integer=True)
-    peak_tflops_fp32: float = _key(19.5, "the GPU's dense fp32 peak", "TFLOP/s")
-    peak_tflops_tf32: float = _key(156.0, "the GPU's dense tf32 peak", "TFLOP/s")
-    peak_tflops_fp16: float = _key(312.0, "the GPU's dense fp16 peak", "TFLOP/s")
-    peak_tflops_bf16: float = _key(312.0, "the GPU's dense bf16 peak", "TFLOP/s")
-    peak_tflops_fp8: float = _key(312.0, "the GPU's dense fp8 peak (none on an A100)", "TFLOP/s")
+    memory_gb: float = _key(_A100.memory_bytes / GB, "the GPU's memory", "GB")
+    sm_count: int = _key(_A100.sm_count, "the GPU's streaming multiprocessors", "SMs", 1,
+                         integer=True)  # fmt: skip
+    peak_tflops_fp32: float = _peak("fp32")
+    peak_tflops_tf32: float = _peak("tf32")
+    peak_tflops_fp16: float = _peak("fp16")
+    peak_tflops_bf16: float = _peak("bf16")
+    peak_tflops_fp8: float = _peak("fp8")
 
 
 #: Where a checked :class:`ClusterKeys` value goes: (``Cluster`` field, factor); the GPU's keys
