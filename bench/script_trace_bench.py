@@ -50,9 +50,9 @@ def _one(args: list[str]) -> tuple[float, float, float, str]:
         out = Path(tmp) / "graph.json.gz"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         t0 = time.perf_counter()
+        cmd = [sys.executable, "-c", _WRAPPER, sys.executable, "-m", "echo_view", "trace", *args]
         proc = subprocess.run(
-            [sys.executable, "-c", _WRAPPER, sys.executable, "-m", "echo_view", "trace"]
-            + [*args, "-o", str(out)],
+            [*cmd, "-o", str(out)],
             capture_output=True,
             text=True,
             env=env,

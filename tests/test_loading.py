@@ -23,6 +23,7 @@ from echo_view.loading import (
     load_config,
     read_job,
     script_file,
+    setting_file,
 )
 from echo_view.workers import default_workers
 from importers.kineto import KinetoImporter
@@ -109,3 +110,19 @@ def test_a_script_config_is_keyed_by_the_script_text(tmp_path: Path) -> None:
     script.write_text("def train_step():\n    return None\n")
     assert key_hash(cfg) != before
     assert graph_key(cfg)["model"]["script"] == "step.py:train_step"
+
+
+def test_setting_file_reads_a_named_file_and_never_a_switch_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--set interference=VALUE``: a path is read here (the simulator reads no files); a
+    switch word stays a word even beside a file of that name, and a missing path is left to
+    the simulator's message."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "off").write_text("not TOML [")
+    model = tmp_path / "m.toml"
+    model.write_text('kind = "constant"\n')
+    doc = setting_file(f" {model} ")
+    assert doc is not None and doc.path == model and doc.data == {"kind": "constant"}
+    assert setting_file("off") is None and setting_file("On") is None
+    assert setting_file(None) is None and setting_file("missing.toml") is None

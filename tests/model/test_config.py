@@ -10,6 +10,7 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.model.config import (
+    chunk_key,
     config_to_mapping,
     grad_reduce_bytes,
     parse_workload_config,
@@ -120,6 +121,33 @@ def test_published_runs_are_all_there() -> None:
             "parallel.overlap_param_gather",
             "distributed_optimizer",
         ),
+        (_with("parallel", fsdp="zero3"), "parallel.fsdp", "none, full_shard, shard_grad_op"),
+        (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
+        (
+            _with(
+                "parallel",
+                fsdp="shard_grad_op",
+                pp=1,
+                dp=8,
+                virtual_stages=1,
+                distributed_optimizer=False,
+            ),
+            "parallel.fsdp",
+            "distributed_optimizer = false",
+        ),
+        (
+            _with(
+                "parallel",
+                fsdp="full_shard",
+                pp=1,
+                dp=8,
+                virtual_stages=1,
+                overlap_grad_reduce=True,
+                overlap_param_gather=True,
+            ),
+            "parallel.overlap_param_gather",
+            "FSDP gathers each unit's parameters itself",
+        ),
     ],
 )
 def test_mistakes_name_the_key(data: dict[str, Any], where: str, text: str) -> None:
@@ -213,6 +241,12 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         sequence_parallel=True,
         tp_comm_overlap=True,
     )
+    fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, distributed_optimizer=True)
+    fsdp_cfg = parse_workload_config(
+        {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "full_shard"}}
+    )
+    assert fsdp_cfg.parallel.fsdp == "full_shard"
+    assert tracing_key(fsdp_cfg) == tracing_key(parse_workload_config(fsdp))
     with_sp = tracing_key(parse_workload_config(_with("parallel", sequence_parallel=True)))
     assert tracing_key(parse_workload_config(sim_only)) == with_sp
     assert with_sp != base
@@ -220,6 +254,26 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     assert llama["model"]["activation"] == "swiglu"
     fp8 = parse_workload_config(_with("precision", dtype="fp8", fp8_recipe="blockwise"))
     assert tracing_key(fp8)["fp8_recipe"] == "blockwise"
+
+
+def test_chunk_key_ignores_the_pipeline_and_the_optimizer_only() -> None:
+    """Layouts that differ in how layers are spread over stages, in dp or in the optimizer
+    share a chunk key; the layer's own shape and sharding do not."""
+    base = chunk_key(parse_workload_config(BASE))
+    spread = _with("parallel", pp=4, dp=2, virtual_stages=2, distributed_optimizer=True)
+    uneven = _with("parallel", pp=4, dp=2, virtual_stages=None, first_stage_layers=21)
+    for data in (spread, uneven, _with("model", layers=48)):
+        assert chunk_key(parse_workload_config(data)) == base
+    others = [
+        _with("parallel", tp=4, dp=2),
+        _with("parallel", sequence_parallel=True),
+        _with("parallel", recompute="full"),
+        _with("batch", micro=2),
+        _with("model", hidden=6144),
+        _with("precision", dtype="bf16"),
+    ]
+    keys = {chunk_key(parse_workload_config(data)) for data in others}
+    assert len(keys) == len(others) and base not in keys
 
 
 def test_every_new_key_round_trips() -> None:
@@ -238,6 +292,12 @@ def test_every_new_key_round_trips() -> None:
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
     cfg = parse_workload_config(data)
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, fsdp="shard_grad_op")
+    cfg = parse_workload_config(fsdp)
+    # FSDP implies the sharded optimizer; the mapping says so explicitly and reads back.
+    assert cfg.parallel.distributed_optimizer
+    assert config_to_mapping(cfg)["parallel"]["fsdp"] == "shard_grad_op"
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
 
 
@@ -258,3 +318,31 @@ def test_gradient_reduction_bytes(dtype: str, fp32: bool | None, expected: int) 
     if fp32 is None:
         del data["parallel"]["grad_reduce_in_fp32"]
     assert grad_reduce_bytes(parse_workload_config(data)) == expected
+
+
+def test_a_script_config_needs_one_stage_and_no_fsdp_key() -> None:
+    """A script is traced as one pipeline stage, and runs its own FSDP (its graph holds the
+    collectives), so ``pp > 1`` and ``fsdp`` are refused with the key named."""
+    base = {
+        "model": {
+            "script": "train.py",
+            "layers": 4,
+            "hidden": 512,
+            "heads": 8,
+            "seq_len": 128,
+            "vocab": 1000,
+        },
+        "parallel": {"tp": 1, "pp": 1, "dp": 8},
+        "batch": {"global": 8, "micro": 1},
+        "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 8, "nodes": 1},
+        "precision": {"dtype": "bf16"},
+    }
+    cfg = parse_workload_config(base)
+    assert cfg.model.script == "train.py" and cfg.model.kind == "gpt"
+    assert config_to_mapping(cfg)["model"]["script"] == "train.py"
+    with pytest.raises(ConfigError, match=r"parallel\.pp: a script is traced as one"):
+        parse_workload_config({**base, "parallel": {"tp": 1, "pp": 2, "dp": 4}})
+    with pytest.raises(ConfigError, match=r"parallel\.fsdp: a script's graph holds"):
+        parse_workload_config(
+            {**base, "parallel": {"tp": 1, "pp": 1, "dp": 8, "fsdp": "full_shard"}}
+        )
