@@ -34,22 +34,19 @@ from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.utils._python_dispatch import _disable_current_modes
 
 
+def _within(context: Callable[[], Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run inside ``context()`` (suspending the fake mode, or every mode)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with context():
+            return fn(*args, **kwargs)
+
+    return run
+
+
 def _unfaked(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with unset_fake_temporarily():
-            return fn(*args, **kwargs)
-
-    return run
-
-
-def _unmoded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with _disable_current_modes():
-            return fn(*args, **kwargs)
-
-    return run
+    return _within(unset_fake_temporarily, fn)
 
 
 def _ddp_bucket_hook(process_group: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
@@ -102,7 +99,11 @@ def _adapted_torch() -> Iterator[None]:
         )
         prop = ShardingPropagator._propagate_tensor_meta_non_cached
         stack.enter_context(
-            _patched(ShardingPropagator, "_propagate_tensor_meta_non_cached", _unmoded(prop))
+            _patched(
+                ShardingPropagator,
+                "_propagate_tensor_meta_non_cached",
+                _within(_disable_current_modes, prop),
+            )
         )
         ddp_init = ddp.DistributedDataParallel.__init__
 
