@@ -126,6 +126,9 @@ class TimelineView(ScrollView, can_focus=True):
     TimelineView { overflow-x: hidden; overflow-y: auto; }
     """
 
+    prefetch: ClassVar[bool] = True
+    """Draw the likely next views while idle (off: every zoom or pan draws its rows cold)."""
+
     t0: reactive[float] = reactive(0.0, init=False)
     """View time (ns) at the left edge of the first cell."""
     ns_per_cell: reactive[float] = reactive(1000.0, init=False)
@@ -434,7 +437,7 @@ class TimelineView(ScrollView, can_focus=True):
         self.post_message(self.ViewChanged(self))
         # Draw the likely next views once this frame is out (dropped if the view moves again).
         self._prefetch_generation += 1
-        if self._width:
+        if self._width and self.prefetch:
             self.call_after_refresh(self._start_prefetch, self._prefetch_generation)
 
     def _start_prefetch(self, generation: int) -> None:
