@@ -183,6 +183,8 @@ class TimelineView(ScrollView, can_focus=True):
         """At most this many rows per stacked lane (deeper calls are not drawn)."""
         self._last_move: Move | None = None
         self._prefetch_generation = 0
+        self.prefetched = False
+        """Whether the views of :data:`LIKELY_MOVES` from the current view are all drawn."""
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
@@ -218,7 +220,7 @@ class TimelineView(ScrollView, can_focus=True):
         self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
         self.cursor = min(self.cursor, max(0, len(rows) - 1))
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def set_index(self, index: TimelineIndex) -> None:
@@ -229,7 +231,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def invalidate(self) -> None:
         """Forget every cached row (after a filter or search change) and redraw."""
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def on_mount(self) -> None:
@@ -241,7 +243,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def _set_palette(self, palette: Palette) -> None:
         self.palette = palette
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
         self.post_message(self.Restyled())
 
@@ -251,13 +253,13 @@ class TimelineView(ScrollView, can_focus=True):
         if self.label_width == before:
             self.label_extra -= delta  # at a limit: keep the offset from drifting
             return
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
         self.post_message(self.Restyled())
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._cache.clear()
+        self._forget_rows()
 
     def on_resize(self, event: events.Resize) -> None:
         # on_mount runs before layout, so the first real width is only known here.
@@ -266,7 +268,7 @@ class TimelineView(ScrollView, can_focus=True):
         if not self._fitted and self.size.width > self.label_width:
             self.fit(*(self.initial_span or self.index.span))
             self._fitted = True
-        self._cache.clear()
+        self._forget_rows()
 
     # -- drawing ---------------------------------------------------------------------------------
 
@@ -304,7 +306,10 @@ class TimelineView(ScrollView, can_focus=True):
     def _prefetch(self, generation: int, views: list[tuple[float, float]], row: int) -> None:
         """Draw the next rows of ``views`` into the cache, a few per call, until the view
         changes (a new ``generation``): the next zoom or pan then only composes cached rows."""
-        if generation != self._prefetch_generation or not views or not self._width:
+        if generation != self._prefetch_generation or not self._width:
+            return
+        if not views:
+            self.prefetched = True
             return
         top = int(self.scroll_offset.y)
         end = min(len(self.rows), top + self.size.height)
@@ -435,8 +440,17 @@ class TimelineView(ScrollView, can_focus=True):
     def _view_changed(self) -> None:
         self.refresh()
         self.post_message(self.ViewChanged(self))
-        # Draw the likely next views once this frame is out (dropped if the view moves again).
+        self._schedule_prefetch()
+
+    def _forget_rows(self) -> None:
+        """Drop every drawn row (the rows' look changed), and draw the likely views again."""
+        self._cache.clear()
+        self._schedule_prefetch()
+
+    def _schedule_prefetch(self) -> None:
+        """Draw the likely next views once this frame is out (dropped if the view moves again)."""
         self._prefetch_generation += 1
+        self.prefetched = False
         if self._width and self.prefetch:
             self.call_after_refresh(self._start_prefetch, self._prefetch_generation)
 
@@ -687,9 +701,9 @@ class TimelineView(ScrollView, can_focus=True):
         return self.t0 + max(0, x - self.label_width) * self.ns_per_cell
 
     def on_focus(self) -> None:
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def on_blur(self) -> None:
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
