@@ -9,7 +9,7 @@ What decides the time is mechanism, not a bus factor:
   larger of what it sends and what it receives on the slower tier has moved. A GPU's traffic to
   other nodes cannot spread over the other GPUs' NICs (nccl-tests issue 267, S. Jeaugey:
   "Alltoall cannot aggregate the bandwidth of multiple NICs"), so across N nodes of G GPUs the
-  bus bandwidth tends to ``N/(N-1)`` times one NIC's;
+  bus bandwidth tends to ``N/(N-1)`` times one NIC's (issue 130);
 - the peers are served by the communicator's point-to-point channels (a power of two, at most
   32), each with a throughput cap: LL, whose channels are slow, can be channel-bound;
 - NCCL packs at most 8 peers' sends and receives into one kernel batch
