@@ -4,6 +4,7 @@ enumerations and side tables they use. The model knows no file format."""
 from echo_view.model.builder import TraceBuilder
 from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.comm_kernels import CommKernelInfo, is_comm_kernel, parse_comm_kernel_name
+from echo_view.model.event_info import LaunchTable, OpInputTable, SyncTable
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import (
     GPU_KINDS,
@@ -40,9 +41,12 @@ __all__ = [
     "Job",
     "Lane",
     "LaneKind",
+    "LaunchTable",
+    "OpInputTable",
     "ProcessGroup",
     "StepTable",
     "StringTable",
+    "SyncTable",
     "Trace",
     "TraceBuilder",
     "collective_kind_from_name",
