@@ -11,23 +11,36 @@ built with the same keys):
 - synchronisation records: ``correlation``, ``stream``, ``wait_on_stream``,
   ``wait_on_cuda_event_record_corr_id``.
 
-Only those rows' args are decoded, in one msgspec call; values of the wrong type or out of
-range (a grid dimension of 2^31 or more, a negative size) are unknown (-1 / NaN).
+Only those rows' args are decoded, in blocks of rows with one msgspec call each, into typed
+structs (a block that does not fit is decoded again row by row, leniently): values of the wrong
+type or out of range (a grid dimension of 2^31 or more, a negative size) are unknown (-1 / NaN).
+Operator inputs repeat from step to step, so each distinct ``Input Dims`` text is decoded once.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from itertools import chain, compress
+from operator import attrgetter
+from typing import Annotated, Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, LaunchTable, OpInputTable, SyncTable
-from echo_view.model.event_info import LAUNCH_COLUMNS, OP_INPUT_COLUMNS, SYNC_COLUMNS, Dims
+from echo_view.model import (
+    GPU_WORK_KINDS,
+    NONE,
+    EventFacts,
+    EventKind,
+    LaunchTable,
+    OpInputTable,
+    SyncTable,
+)
+from echo_view.model.event_info import LAUNCH_COLUMNS, OP_INPUT_COLUMNS, Dims
 
 I64 = npt.NDArray[np.int64]
 S = TypeVar("S", bound=msgspec.Struct)
@@ -35,53 +48,66 @@ S = TypeVar("S", bound=msgspec.Struct)
 _INPUT_DIMS = re.compile(re.escape(b'"Input Dims"'))
 _DIM_LIMIT = 2**31  # CUDA's grid and block dimensions are far below this: above is damage
 _SIZE_LIMIT = 2**62
+#: Rows decoded per msgspec call: bounds the joined text held at once (~1-3 MB).
+_BLOCK = 8192
 
-
-class EventArgs(msgspec.Struct, gc=False):
-    """The args of one event that the model keeps as typed columns (others skipped)."""
-
-    grid: Any = None
-    block: Any = None
-    registers: Any = msgspec.field(default=None, name="registers per thread")
-    shared: Any = msgspec.field(default=None, name="shared memory")
-    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
-    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-    bytes: Any = None
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
-    correlation: Any = None
-    stream: Any = None
-    wait_on_stream: Any = None
-    wait_on_record: Any = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
+Dim = Annotated[int, msgspec.Meta(ge=0, lt=_DIM_LIMIT)]
+Size = Annotated[int, msgspec.Meta(ge=0, lt=_SIZE_LIMIT)]
 
 
 class RowDecoder(Generic[S]):
     """Decodes the args of chosen event rows as one msgspec struct type."""
 
-    def __init__(self, struct: type[S]) -> None:
+    def __init__(self, struct: type[S], lenient: Callable[[bytes], S] | None = None) -> None:
         self.default = struct()
         self.one = msgspec.json.Decoder(struct)
         self.many = msgspec.json.Decoder(list[struct])  # type: ignore[valid-type]
+        self.lenient = lenient
 
     def __call__(self, blob: bytes, offsets: I64, rows: Sequence[int]) -> list[S]:
-        """The args of each of ``rows``, in one call (a row whose args are not an object, or
-        do not fit the struct, gets the struct's defaults)."""
-        raws = [blob[int(offsets[r]) : int(offsets[r + 1])] or b"{}" for r in rows]
-        try:
-            return self.many.decode(b"[" + b",".join(raws) + b"]")
-        except msgspec.ValidationError:
-            pass
+        """The args of each of ``rows`` (a row whose args are not an object, or do not fit
+        the struct, gets what ``lenient`` makes of them, else the struct's defaults)."""
         out: list[S] = []
-        for raw in raws:
-            try:
-                out.append(self.one.decode(raw))
-            except msgspec.ValidationError:
-                out.append(self.default)
+        for _, part in self.blocks(blob, offsets, rows):
+            out += part
         return out
 
+    def blocks(
+        self, blob: bytes, offsets: I64, rows: Sequence[int]
+    ) -> Iterator[tuple[I64, list[S]]]:
+        """:meth:`__call__` in blocks of rows: ``(rows, their args)``; only one block's
+        structs need to be alive at a time."""
+        at = np.asarray(rows, dtype=np.int64)
+        for first in range(0, len(at), _BLOCK):
+            part = at[first : first + _BLOCK]
+            lo, hi = offsets[part].tolist(), offsets[part + 1].tolist()
+            raws = [blob[a:b] or b"{}" for a, b in zip(lo, hi, strict=True)]
+            try:
+                yield part, self.many.decode(b"[" + b",".join(raws) + b"]")
+            except msgspec.ValidationError:
+                yield part, list(map(self._one, raws))
 
-_EVENT_ARGS = RowDecoder(EventArgs)
+    def _one(self, raw: bytes) -> S:
+        try:
+            return self.one.decode(raw)
+        except msgspec.ValidationError:
+            return self.lenient(raw) if self.lenient is not None else self.default
+
+
+_UNKNOWN3 = (NONE, NONE, NONE)
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    """A kernel's, memcpy's or memset's args as a well-formed trace writes them (the defaults
+    stand for unknown)."""
+
+    grid: tuple[Dim, Dim, Dim] = _UNKNOWN3
+    block: tuple[Dim, Dim, Dim] = _UNKNOWN3
+    registers: Dim = msgspec.field(default=NONE, name="registers per thread")
+    shared: Size = msgspec.field(default=NONE, name="shared memory")
+    blocks_per_sm: float = msgspec.field(default=math.nan, name="blocks per SM")
+    occupancy: float = msgspec.field(default=math.nan, name="est. achieved occupancy %")
+    bytes: float = math.nan
 
 
 def _int(v: Any, limit: int) -> int:
@@ -100,7 +126,100 @@ def _triple(v: Any) -> tuple[int, int, int]:
         x, y, z = (_int(d, _DIM_LIMIT) for d in v)
         if min(x, y, z) >= 0:
             return x, y, z
-    return NONE, NONE, NONE
+    return _UNKNOWN3
+
+
+def _launch_fields(args: dict[str, Any]) -> dict[str, Any]:
+    """:class:`LaunchArgs` fields from decoded args that do not fit it, field by field."""
+    get = args.get
+    return {
+        "grid": _triple(get("grid")),
+        "block": _triple(get("block")),
+        "registers": _int(get("registers per thread"), _DIM_LIMIT),
+        "shared": _int(get("shared memory"), _SIZE_LIMIT),
+        "blocks_per_sm": _number(get("blocks per SM")),
+        "occupancy": _number(get("est. achieved occupancy %")),
+        "bytes": _number(get("bytes")),
+    }
+
+
+def _lenient_launch(raw: bytes) -> LaunchArgs:
+    try:
+        args = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return LaunchArgs()
+    return LaunchArgs(**_launch_fields(args)) if isinstance(args, dict) else LaunchArgs()
+
+
+class InputArgs(msgspec.Struct, gc=False):
+    """An operator's recorded inputs, kept as text until each distinct one is decoded."""
+
+    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
+
+
+class SyncArgs(msgspec.Struct, gc=False):
+    """A synchronisation record's args (Kineto ``cuda_sync``, Nsight's with the same keys)."""
+
+    correlation: Any = None
+    stream: Any = None
+    wait_on_stream: Any = None
+    wait_on_record: Any = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
+
+
+_LAUNCH_ARGS = RowDecoder(LaunchArgs, _lenient_launch)
+_INPUT_ARGS = RowDecoder(InputArgs)
+_SYNC_ARGS = RowDecoder(SyncArgs)
+
+
+_GRID, _BLOCK_DIMS = attrgetter("grid"), attrgetter("block")
+_LAUNCH_INTS = {"registers": attrgetter("registers"), "shared_bytes": attrgetter("shared")}
+_LAUNCH_FLOATS = {
+    "blocks_per_sm": attrgetter("blocks_per_sm"),
+    "occupancy": attrgetter("occupancy"),
+    "bytes": attrgetter("bytes"),
+}
+
+
+def _launch_columns(rows: I64, args: Sequence[LaunchArgs]) -> dict[str, npt.NDArray[Any]]:
+    """The launch columns of event rows ``rows`` from their args, keyed like
+    :data:`LAUNCH_COLUMNS`; only rows with a readable grid, block or size are kept (quickly
+    told: most rows of a trace are CPU events without any)."""
+    has = np.fromiter(map(_UNKNOWN3.__ne__, map(_GRID, args)), dtype=bool, count=len(args))
+    nbytes = np.fromiter(map(_LAUNCH_FLOATS["bytes"], args), dtype=np.float64, count=len(args))
+    has |= (nbytes >= 0) & (nbytes < _SIZE_LIMIT)
+    if not has.all():
+        args, rows = list(compress(args, has)), rows[has]
+    n = len(args)
+    cols: dict[str, npt.NDArray[Any]] = {"event": rows}
+    for name, get in (("grid", _GRID), ("block", _BLOCK_DIMS)):
+        dims = np.fromiter(chain.from_iterable(map(get, args)), dtype=np.int64, count=3 * n)
+        for i, axis in enumerate("xyz"):
+            cols[f"{name}_{axis}"] = dims[i::3]
+    for name, get in _LAUNCH_INTS.items():
+        cols[name] = np.fromiter(map(get, args), dtype=np.int64, count=n)
+    for name, get in _LAUNCH_FLOATS.items():
+        cols[name] = np.fromiter(map(get, args), dtype=np.float64, count=n)
+    size = cols["bytes"]
+    cols["bytes"] = np.where((size >= 0) & (size < _SIZE_LIMIT), size, NONE).astype(np.int64)
+    cols["occupancy"] = cols["occupancy"] * 0.01
+    return cols
+
+
+def _concat_launches(parts: Sequence[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+    """Blocks of :func:`_launch_columns` as one."""
+    return {
+        k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, dtype=dt)
+        for k, dt in LAUNCH_COLUMNS.items()
+    }
+
+
+def _launch_table(kind: npt.NDArray[Any], blob: bytes, offsets: I64) -> LaunchTable:
+    gpu = np.isin(kind, np.array([int(k) for k in GPU_WORK_KINDS], dtype=kind.dtype))
+    rows = np.flatnonzero(gpu & (offsets[1:] > offsets[:-1])).tolist()
+    blocks = _LAUNCH_ARGS.blocks(blob, offsets, rows)
+    return LaunchTable(**_concat_launches([_launch_columns(r, a) for r, a in blocks]))
 
 
 def _dims(v: Any) -> Dims:
@@ -114,90 +233,71 @@ def _dims(v: Any) -> Dims:
     return None
 
 
-def _texts(v: Any) -> tuple[str, ...] | None:
-    if not isinstance(v, list):
-        return None
-    return tuple(t if isinstance(t, str) else "" for t in v)
+def _typed(what: str, value: list[Any]) -> tuple[Any, ...]:
+    """A decoded input list: :data:`Dims` per argument, or texts (``""`` for other values)."""
+    if what == "dims":
+        return tuple(map(_dims, value))
+    return tuple(t if isinstance(t, str) else "" for t in value)
 
 
-def _launches(rows: list[int], args: list[EventArgs]) -> LaunchTable:
-    cols: dict[str, list[Any]] = {name: [] for name in LAUNCH_COLUMNS}
-    for r, a in zip(rows, args, strict=True):
-        grid, block = _triple(a.grid), _triple(a.block)
-        size = _number(a.bytes)
-        row = {
-            "registers": _int(a.registers, _DIM_LIMIT),
-            "shared_bytes": _int(a.shared, _SIZE_LIMIT),
-            "blocks_per_sm": _number(a.blocks_per_sm),
-            "occupancy": _number(a.occupancy) * 0.01,
-            "bytes": int(size) if 0 <= size < _SIZE_LIMIT else NONE,  # NaN compares False
-        }
-        known = [v >= 0 for v in (*grid[:1], *block[:1], *row.values())]  # NaN -> False
-        if not any(known):
-            continue
-        cols["event"].append(r)
-        for axis, g, b in zip("xyz", grid, block, strict=True):
-            cols[f"grid_{axis}"].append(g)
-            cols[f"block_{axis}"].append(b)
-        for name, value in row.items():
-            cols[name].append(value)
-    return LaunchTable(**{k: np.array(v, dtype=LAUNCH_COLUMNS[k]) for k, v in cols.items()})
-
-
-def _op_inputs(rows: list[int], args: list[EventArgs]) -> OpInputTable:
+def _op_input_table(blob: bytes, offsets: I64) -> OpInputTable:
+    rows: list[int] = []
+    if b'"Input Dims"' in blob:
+        pos = np.fromiter((m.start() for m in _INPUT_DIMS.finditer(blob)), dtype=np.int64)
+        rows = np.unique(np.searchsorted(offsets, pos, side="right") - 1).tolist()
+    args = _INPUT_ARGS(blob, offsets, rows)
     cols: dict[str, list[int]] = {name: [] for name in OP_INPUT_COLUMNS}
     values: dict[tuple[Any, ...], int] = {}
+    # Text -> value id (-1: absent or not a list), each distinct text decoded once.
+    seen: dict[tuple[str, bytes], int] = {}
 
-    def vid(value: tuple[Any, ...] | None) -> int:
-        return NONE if value is None else values.setdefault(value, len(values))
+    def vid(what: str, raw: msgspec.Raw) -> int:
+        key = (what, bytes(raw))
+        found = seen.get(key)
+        if found is None:
+            value = msgspec.json.decode(key[1]) if key[1] else None
+            if isinstance(value, list):
+                found = values.setdefault(_typed(what, value), len(values))
+            else:
+                found = NONE
+            seen[key] = found
+        return found
 
     for r, a in zip(rows, args, strict=True):
-        if not isinstance(a.dims, list):
+        dims = vid("dims", a.dims)
+        if dims < 0:
             continue
         cols["event"].append(r)
-        cols["dims"].append(vid(tuple(_dims(d) for d in a.dims)))
-        cols["types"].append(vid(_texts(a.types)))
-        cols["concrete"].append(vid(_texts(a.concrete)))
+        cols["dims"].append(dims)
+        cols["types"].append(vid("types", a.types))
+        cols["concrete"].append(vid("concrete", a.concrete))
     arrays = {k: np.array(v, dtype=OP_INPUT_COLUMNS[k]) for k, v in cols.items()}
     return OpInputTable(**arrays, values=tuple(values))
 
 
-def _syncs(rows: list[int], args: list[EventArgs], correlation: I64) -> SyncTable:
-    cols: dict[str, list[int]] = {name: [] for name in SYNC_COLUMNS}
-    for r, a in zip(rows, args, strict=True):
-        corr = int(correlation[r]) if a.correlation is None else _int(a.correlation, 2**63)
-        cols["event"].append(r)
-        cols["correlation"].append(corr)
-        cols["stream"].append(_int(a.stream, _DIM_LIMIT))
-        cols["wait_on_stream"].append(_int(a.wait_on_stream, _DIM_LIMIT))
-        cols["wait_on_record"].append(_int(a.wait_on_record, _DIM_LIMIT))
-    return SyncTable(**{k: np.array(v, dtype=SYNC_COLUMNS[k]) for k, v in cols.items()})
+def _sync_table(kind: npt.NDArray[Any], correlation: I64, blob: bytes, offsets: I64) -> SyncTable:
+    rows = np.flatnonzero(kind == int(EventKind.SYNC)).tolist()
+    args = _SYNC_ARGS(blob, offsets, rows)
+
+    def corr(r: int, a: SyncArgs) -> int:
+        return int(correlation[r]) if a.correlation is None else _int(a.correlation, 2**63)
+
+    return SyncTable(
+        event=np.array(rows, dtype=np.int64),
+        correlation=np.array([corr(r, a) for r, a in zip(rows, args, strict=True)], np.int64),
+        stream=np.array([_int(a.stream, _DIM_LIMIT) for a in args], np.int64),
+        wait_on_stream=np.array([_int(a.wait_on_stream, _DIM_LIMIT) for a in args], np.int64),
+        wait_on_record=np.array([_int(a.wait_on_record, _DIM_LIMIT) for a in args], np.int64),
+    )
 
 
-def event_tables(
+def event_facts(
     kind: npt.NDArray[np.integer[Any]], correlation: I64, blob: bytes, offsets: I64
-) -> tuple[LaunchTable, OpInputTable, SyncTable]:
-    """The typed side tables of one trace's events, from their args text."""
-    gpu = np.isin(kind, np.array([int(k) for k in GPU_WORK_KINDS], dtype=kind.dtype))
-    sync = kind == int(EventKind.SYNC)
-    shaped = np.zeros(len(kind), dtype=bool)
-    if blob:
-        pos = np.fromiter((m.start() for m in _INPUT_DIMS.finditer(blob)), dtype=np.int64)
-        shaped[np.searchsorted(offsets, pos, side="right") - 1] = True
-    rows = np.flatnonzero(gpu | sync | shaped)
-    has_args = offsets[rows + 1] > offsets[rows]
-    rows = rows[has_args | sync[rows]].tolist()
-    args = _EVENT_ARGS(blob, offsets, rows)
-    picked = {
-        name: [(r, a) for r, a in zip(rows, args, strict=True) if mask[r]]
-        for name, mask in (("gpu", gpu), ("sync", sync), ("shaped", shaped))
-    }
-
-    def split(name: str) -> tuple[list[int], list[EventArgs]]:
-        return [r for r, _ in picked[name]], [a for _, a in picked[name]]
-
-    return (
-        _launches(*split("gpu")),
-        _op_inputs(*split("shaped")),
-        _syncs(*split("sync"), correlation),
+) -> EventFacts:
+    """The typed side tables of one trace's events, each read from the args text on first
+    use (an import that no command reads them from costs nothing)."""
+    return EventFacts(
+        launches=partial(_launch_table, kind, blob, offsets),
+        op_inputs=partial(_op_input_table, blob, offsets),
+        syncs=partial(_sync_table, kind, correlation, blob, offsets),
     )

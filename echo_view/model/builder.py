@@ -19,6 +19,7 @@ from echo_view.model.event_info import (
     OP_INPUT_COLUMNS,
     SYNC_COLUMNS,
     Dims,
+    EventFacts,
     LaunchTable,
     OpInputTable,
     SyncTable,
@@ -271,11 +272,14 @@ class TraceBuilder:
             steps=steps,
             devices=tuple(self.devices),
             metadata=self.metadata,
-            launches=LaunchTable(**_by_event(self._launches, LAUNCH_COLUMNS)),
-            op_inputs=OpInputTable(
-                **_by_event(self._op_inputs, OP_INPUT_COLUMNS), values=tuple(self._input_values)
+            facts=EventFacts(
+                launches=LaunchTable(**_by_event(self._launches, LAUNCH_COLUMNS)),
+                op_inputs=OpInputTable(
+                    **_by_event(self._op_inputs, OP_INPUT_COLUMNS),
+                    values=tuple(self._input_values),
+                ),
+                syncs=SyncTable(**_by_event(self._syncs, SYNC_COLUMNS)),
             ),
-            syncs=SyncTable(**_by_event(self._syncs, SYNC_COLUMNS)),
         )
 
 

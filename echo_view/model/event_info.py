@@ -8,10 +8,15 @@ order; unknown values are -1 (NaN for the two fractional columns), never guessed
 - :class:`LaunchTable`: a kernel's launch configuration and the size of a copy or set.
 - :class:`OpInputTable`: an operator's recorded inputs (PyTorch ``record_shapes``).
 - :class:`SyncTable`: what a CUDA synchronisation record waited on.
+
+A trace holds them in :class:`EventFacts`: an importer may give each as a function that
+computes it from the events (called on first use, so commands that never read a table never
+pay for reading the args); a built trace gives the tables themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,3 +175,50 @@ class SyncTable:
     @classmethod
     def empty(cls) -> SyncTable:
         return cls(**_empty(SYNC_COLUMNS))
+
+
+class EventFacts:
+    """A trace's typed side tables, each computed at most once, on first use: each is given
+    as the table, or as a function (picklable, e.g. a ``functools.partial``) computing it."""
+
+    __slots__ = ("_launches", "_op_inputs", "_syncs")
+
+    def __init__(
+        self,
+        launches: LaunchTable | Callable[[], LaunchTable] = LaunchTable.empty,
+        op_inputs: OpInputTable | Callable[[], OpInputTable] = OpInputTable.empty,
+        syncs: SyncTable | Callable[[], SyncTable] = SyncTable.empty,
+    ) -> None:
+        self._launches = launches
+        self._op_inputs = op_inputs
+        self._syncs = syncs
+
+    @property
+    def launches(self) -> LaunchTable:
+        if not isinstance(self._launches, LaunchTable):
+            self._launches = self._launches()
+        return self._launches
+
+    @property
+    def op_inputs(self) -> OpInputTable:
+        if not isinstance(self._op_inputs, OpInputTable):
+            self._op_inputs = self._op_inputs()
+        return self._op_inputs
+
+    @property
+    def syncs(self) -> SyncTable:
+        if not isinstance(self._syncs, SyncTable):
+            self._syncs = self._syncs()
+        return self._syncs
+
+    def built(self) -> list[tuple[str, LaunchTable | OpInputTable | SyncTable]]:
+        """The tables already computed, by name (those given as tables, or used)."""
+        have = (("launches", self._launches), ("op_inputs", self._op_inputs),
+                ("syncs", self._syncs))  # fmt: skip
+        return [(n, t) for n, t in have if isinstance(t, LaunchTable | OpInputTable | SyncTable)]
+
+    def __getstate__(self) -> tuple[Any, Any, Any]:
+        return (self._launches, self._op_inputs, self._syncs)
+
+    def __setstate__(self, state: tuple[Any, Any, Any]) -> None:
+        self._launches, self._op_inputs, self._syncs = state

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.columns import check_lengths, frozen
-from echo_view.model.event_info import LaunchTable, OpInputTable, SyncTable
+from echo_view.model.event_info import EventFacts, LaunchTable, OpInputTable, SyncTable
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 
@@ -261,9 +261,8 @@ class Trace:
     steps: StepTable = field(default_factory=StepTable.empty)
     devices: tuple[DeviceInfo, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    launches: LaunchTable = field(default_factory=LaunchTable.empty)
-    op_inputs: OpInputTable = field(default_factory=OpInputTable.empty)
-    syncs: SyncTable = field(default_factory=SyncTable.empty)
+    #: Typed facts about single events (:mod:`echo_view.model.event_info`).
+    facts: EventFacts = field(default_factory=EventFacts)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
@@ -277,16 +276,28 @@ class Trace:
                 raise ValueError(f"{table} refers to an event that does not exist")
         if len(self.collectives) and self.collectives.event.max() >= n:
             raise ValueError("collectives.event refers to an event that does not exist")
-        for table, col in (
-            ("launches", self.launches.event),
-            ("op_inputs", self.op_inputs.event),
-            ("syncs", self.syncs.event),
-        ):
+        for table, built in self.facts.built():  # computed ones refer to the events by design
+            col = built.event
             if len(col) and (col.min() < 0 or col.max() >= n):
                 raise ValueError(f"{table}.event refers to an event that does not exist")
 
     def __len__(self) -> int:
         return len(self.events)
+
+    @property
+    def launches(self) -> LaunchTable:
+        """How GPU work was launched (:class:`~echo_view.model.event_info.LaunchTable`)."""
+        return self.facts.launches
+
+    @property
+    def op_inputs(self) -> OpInputTable:
+        """Operators' recorded inputs (:class:`~echo_view.model.event_info.OpInputTable`)."""
+        return self.facts.op_inputs
+
+    @property
+    def syncs(self) -> SyncTable:
+        """Synchronisation records (:class:`~echo_view.model.event_info.SyncTable`)."""
+        return self.facts.syncs
 
     def name(self, i: int) -> str:
         """Name of event ``i``."""

@@ -40,7 +40,7 @@ from importers.chrome_json import (
     read_container,
     sniff_head,
 )
-from importers.event_args import event_tables
+from importers.event_args import event_facts
 from importers.kineto.align import align
 from importers.kineto.columns import Columns, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
@@ -190,9 +190,7 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
     dist = top.get("distributedInfo")
     pg_config = dist.get("pg_config") if isinstance(dist, dict) else None
     comms = build_collectives(view, strings, pg_config)
-    launches, op_inputs, syncs = event_tables(
-        tl.kind, fc.correlation, fc.args_blob, fc.args_offsets
-    )
+    facts = event_facts(tl.kind, fc.correlation, fc.args_blob, fc.args_offsets)
     steps = extra.pop("steps", None) or build_steps(view, strings)
     meta = trace_metadata(top, source_format(top))
     meta.update(extra)
@@ -232,9 +230,7 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
         steps=steps,
         devices=build_devices(top.get("deviceProperties")),
         metadata=meta,
-        launches=launches,
-        op_inputs=op_inputs,
-        syncs=syncs,
+        facts=facts,
     )
 
 

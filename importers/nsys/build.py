@@ -21,7 +21,7 @@ from echo_view.model.trace import (
     StepTable,
     Trace,
 )
-from importers.event_args import event_tables
+from importers.event_args import event_facts
 from importers.nsys.nccl import Collective, Communicator
 from importers.nsys.tables import I64, NO_STREAM, Names, Rows, compact, factorize
 
@@ -211,9 +211,7 @@ def build_trace(
         args_offsets=args_offsets,
     )
 
-    launches, op_inputs, syncs = event_tables(
-        events.kind, rows.correlation[order], args_blob, args_offsets
-    )
+    facts = event_facts(events.kind, rows.correlation[order], args_blob, args_offsets)
     src, dst = new_pos[info.launch_src], new_pos[info.launch_dst]
     both = (src >= 0) & (dst >= 0)
     ac2g = strings.intern("ac2g")
@@ -251,9 +249,7 @@ def build_trace(
         steps=steps,
         devices=tuple(devices),
         metadata=dict(info.metadata),
-        launches=launches,
-        op_inputs=op_inputs,
-        syncs=syncs,
+        facts=facts,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from echo_view.loading import read_job
 from echo_view.model import EventKind
-from importers.event_args import event_tables
+from importers.event_args import event_facts
 from tests.conftest import SAMPLES
 
 DLRM0 = SAMPLES / "dlrm_kineto" / "worker0_step_12.1694128201545.pt.trace.json.gz"
@@ -87,28 +88,28 @@ def _tables(events: list[tuple[EventKind, dict[str, Any] | list[Any] | None]]) -
     np.cumsum([len(r) for r in raws], out=offsets[1:])
     kind = np.array([int(k) for k, _ in events], dtype=np.uint8)
     corr = np.arange(100, 100 + len(events), dtype=np.int64)
-    return event_tables(kind, corr, b"".join(raws), offsets)
+    facts = event_facts(kind, corr, b"".join(raws), offsets)
+    return facts.launches, facts.op_inputs, facts.syncs
 
 
 def test_damaged_values_are_unknown() -> None:
     la, ops, sy = _tables(
         [
             (K.KERNEL, {"grid": [2**31, 1, 1], "block": [128, "1", 1], "shared memory": -4}),
-            (
-                K.KERNEL,
-                {"grid": [4, 2], "est. achieved occupancy %": "50", "registers per thread": 32},
-            ),
+            (K.KERNEL, {"grid": [4, 2], "registers per thread": 32}),  # no grid: not kept
             (K.MEMCPY, {"bytes": -1}),
             (K.MEMCPY, {"bytes": 1e30}),
             (K.KERNEL, [1, 2]),  # args that are no object
-            (K.KERNEL, {"grid": [1, 1, 1], "blocks per SM": 0.25, "bytes": True}),
+            (K.KERNEL, {"grid": [1, 1, 1], "blocks per SM": 0.25, "bytes": True, "block": [1]}),
+            (K.KERNEL, {"grid": [8, 1, 1], "est. achieved occupancy %": "50", "shared memory": 9}),
+            (K.MEMSET, {"bytes": 64.0}),
             (K.CPU_OP, {"grid": [1, 1, 1]}),  # not GPU work
         ]
     )
-    assert la.event.tolist() == [1, 5]  # rows 0, 2, 3, 4: nothing readable
-    assert la.registers.tolist() == [32, -1] and la.grid_x.tolist() == [-1, 1]
-    assert math.isnan(la.occupancy[0]) and la.blocks_per_sm[1] == 0.25
-    assert la.bytes.tolist() == [-1, -1]
+    assert la.event.tolist() == [5, 6, 7]  # rows 0-4: no readable grid or size
+    assert la.grid_x.tolist() == [1, 8, -1] and la.block_x.tolist() == [-1, -1, -1]
+    assert la.blocks_per_sm[0] == 0.25 and np.isnan(la.occupancy).all()
+    assert la.shared_bytes.tolist() == [-1, 9, -1] and la.bytes.tolist() == [-1, -1, 64]
     assert len(ops) == 0 and len(sy) == 0
 
 
@@ -156,3 +157,16 @@ def test_tables_refer_to_real_events(path: Path) -> None:
     for trace in read_job([path]).traces:
         for table in (trace.launches, trace.op_inputs, trace.syncs):
             assert len(table) == 0 or 0 <= table.event.min() <= table.event.max() < len(trace)
+
+
+def test_tables_are_read_on_first_use_and_survive_pickling() -> None:
+    """Traces read by worker processes are pickled to the client: the tables go as the
+    function that reads them, or as the tables once read."""
+    trace = read_job([DLRM0]).traces[0]
+    assert trace.facts.built() == []  # importing read no args
+    copy = pickle.loads(pickle.dumps(trace.facts))
+    assert copy.launches.grid_x.tolist() == trace.launches.grid_x.tolist()
+    assert [name for name, _ in trace.facts.built()] == ["launches"]
+    again = pickle.loads(pickle.dumps(trace.facts))
+    assert [name for name, _ in again.built()] == ["launches"]
+    assert again.op_inputs.values == trace.op_inputs.values

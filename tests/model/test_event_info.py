@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from echo_view.model import EventKind, LaunchTable, OpInputTable, SyncTable, TraceBuilder
+from echo_view.model import (
+    EventFacts,
+    EventKind,
+    LaunchTable,
+    OpInputTable,
+    SyncTable,
+    TraceBuilder,
+)
 from echo_view.model.event_info import OP_INPUT_COLUMNS
 
 
@@ -65,7 +72,7 @@ def test_a_trace_rejects_rows_of_events_it_does_not_have() -> None:
     t = b.build()
     bad = SyncTable(*(np.array([len(rows)]) for _ in range(5)))
     with pytest.raises(ValueError, match=r"syncs\.event refers to an event"):
-        type(t)(rank=0, source="", strings=t.strings, events=t.events, lanes=t.lanes, syncs=bad)
+        type(t)(0, "", t.strings, t.events, t.lanes, facts=EventFacts(syncs=bad))
 
 
 def test_empty_tables() -> None:
