@@ -36,6 +36,7 @@ from echo_view.model import (
     NONE,
     EventFacts,
     EventKind,
+    EventTable,
     LaunchTable,
     OpInputTable,
     SyncTable,
@@ -43,6 +44,7 @@ from echo_view.model import (
 from echo_view.model.event_info import LAUNCH_COLUMNS, OP_INPUT_COLUMNS, Dims
 
 I64 = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.integer[Any]]
 S = TypeVar("S", bound=msgspec.Struct)
 
 _INPUT_DIMS = re.compile(re.escape(b'"Input Dims"'))
@@ -64,7 +66,7 @@ class RowDecoder(Generic[S]):
         self.many = msgspec.json.Decoder(list[struct])  # type: ignore[valid-type]
         self.lenient = lenient
 
-    def __call__(self, blob: bytes, offsets: I64, rows: Sequence[int]) -> list[S]:
+    def __call__(self, blob: bytes, offsets: Ints, rows: Sequence[int]) -> list[S]:
         """The args of each of ``rows`` (a row whose args are not an object, or do not fit
         the struct, gets what ``lenient`` makes of them, else the struct's defaults)."""
         out: list[S] = []
@@ -73,7 +75,7 @@ class RowDecoder(Generic[S]):
         return out
 
     def blocks(
-        self, blob: bytes, offsets: I64, rows: Sequence[int]
+        self, blob: bytes, offsets: Ints, rows: Sequence[int]
     ) -> Iterator[tuple[I64, list[S]]]:
         """:meth:`__call__` in blocks of rows: ``(rows, their args)``; only one block's
         structs need to be alive at a time."""
@@ -215,7 +217,7 @@ def _concat_launches(parts: Sequence[dict[str, npt.NDArray[Any]]]) -> dict[str, 
     }
 
 
-def _launch_table(kind: npt.NDArray[Any], blob: bytes, offsets: I64) -> LaunchTable:
+def _launch_table(kind: Ints, blob: bytes, offsets: Ints) -> LaunchTable:
     gpu = np.isin(kind, np.array([int(k) for k in GPU_WORK_KINDS], dtype=kind.dtype))
     rows = np.flatnonzero(gpu & (offsets[1:] > offsets[:-1])).tolist()
     blocks = _LAUNCH_ARGS.blocks(blob, offsets, rows)
@@ -240,7 +242,7 @@ def _typed(what: str, value: list[Any]) -> tuple[Any, ...]:
     return tuple(t if isinstance(t, str) else "" for t in value)
 
 
-def _op_input_table(blob: bytes, offsets: I64) -> OpInputTable:
+def _op_input_table(blob: bytes, offsets: Ints) -> OpInputTable:
     rows: list[int] = []
     if b'"Input Dims"' in blob:
         pos = np.fromiter((m.start() for m in _INPUT_DIMS.finditer(blob)), dtype=np.int64)
@@ -275,7 +277,7 @@ def _op_input_table(blob: bytes, offsets: I64) -> OpInputTable:
     return OpInputTable(**arrays, values=tuple(values))
 
 
-def _sync_table(kind: npt.NDArray[Any], correlation: I64, blob: bytes, offsets: I64) -> SyncTable:
+def _sync_table(kind: Ints, correlation: Ints, blob: bytes, offsets: Ints) -> SyncTable:
     rows = np.flatnonzero(kind == int(EventKind.SYNC)).tolist()
     args = _SYNC_ARGS(blob, offsets, rows)
 
@@ -291,13 +293,14 @@ def _sync_table(kind: npt.NDArray[Any], correlation: I64, blob: bytes, offsets: 
     )
 
 
-def event_facts(
-    kind: npt.NDArray[np.integer[Any]], correlation: I64, blob: bytes, offsets: I64
-) -> EventFacts:
-    """The typed side tables of one trace's events, each read from the args text on first
-    use (an import that no command reads them from costs nothing)."""
+def event_facts(events: EventTable) -> EventFacts:
+    """The typed side tables of ``events``, each read from their args text on first use (an
+    import whose tables no command reads costs nothing)."""
+    kind, blob = events.kind, events.args_blob
+    offsets = events.args_offsets
+    assert offsets is not None
     return EventFacts(
         launches=partial(_launch_table, kind, blob, offsets),
         op_inputs=partial(_op_input_table, blob, offsets),
-        syncs=partial(_sync_table, kind, correlation, blob, offsets),
+        syncs=partial(_sync_table, kind, events.correlation, blob, offsets),
     )

@@ -190,7 +190,6 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
     dist = top.get("distributedInfo")
     pg_config = dist.get("pg_config") if isinstance(dist, dict) else None
     comms = build_collectives(view, strings, pg_config)
-    facts = event_facts(tl.kind, fc.correlation, fc.args_blob, fc.args_offsets)
     steps = extra.pop("steps", None) or build_steps(view, strings)
     meta = trace_metadata(top, source_format(top))
     meta.update(extra)
@@ -230,7 +229,7 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
         steps=steps,
         devices=build_devices(top.get("deviceProperties")),
         metadata=meta,
-        facts=facts,
+        facts=event_facts(events),
     )
 
 

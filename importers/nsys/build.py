@@ -211,7 +211,6 @@ def build_trace(
         args_offsets=args_offsets,
     )
 
-    facts = event_facts(events.kind, rows.correlation[order], args_blob, args_offsets)
     src, dst = new_pos[info.launch_src], new_pos[info.launch_dst]
     both = (src >= 0) & (dst >= 0)
     ac2g = strings.intern("ac2g")
@@ -249,7 +248,7 @@ def build_trace(
         steps=steps,
         devices=tuple(devices),
         metadata=dict(info.metadata),
-        facts=facts,
+        facts=event_facts(events),
     )
 
 

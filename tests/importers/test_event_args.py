@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from echo_view.loading import read_job
-from echo_view.model import EventKind
+from echo_view.model import EventKind, EventTable
 from importers.event_args import event_facts
 from tests.conftest import SAMPLES
 
@@ -86,9 +86,15 @@ def _tables(events: list[tuple[EventKind, dict[str, Any] | list[Any] | None]]) -
     raws = [b"" if a is None else json.dumps(a).encode() for _, a in events]
     offsets = np.zeros(len(raws) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in raws], out=offsets[1:])
-    kind = np.array([int(k) for k, _ in events], dtype=np.uint8)
-    corr = np.arange(100, 100 + len(events), dtype=np.int64)
-    facts = event_facts(kind, corr, b"".join(raws), offsets)
+    n = len(events)
+    zeros = np.zeros(n, dtype=np.int64)
+    table = EventTable(
+        kind=np.array([int(k) for k, _ in events], dtype=np.uint8), start_ns=zeros,
+        dur_ns=zeros, name=zeros, cat=zeros, lane=zeros,
+        correlation=np.arange(100, 100 + n), external_id=zeros - 1,
+        args_blob=b"".join(raws), args_offsets=offsets,
+    )  # fmt: skip
+    facts = event_facts(table)
     return facts.launches, facts.op_inputs, facts.syncs
 
 
