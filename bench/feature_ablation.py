@@ -88,6 +88,27 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         "",
     ),
     (
+        "validation/mosaic-mpt13b-h100-64.toml",
+        "fsdp full_shard (off = distributed optimizer)",
+        {"parallel.fsdp": ("none", "full_shard"), "parallel.distributed_optimizer": (True, None)},
+        None,
+        "",
+    ),
+    (
+        "validation/mosaic-mpt70b-a100-80gb-64.toml",
+        "fsdp full_shard (off = distributed optimizer)",
+        {"parallel.fsdp": ("none", "full_shard"), "parallel.distributed_optimizer": (True, None)},
+        None,
+        "",
+    ),
+    (
+        "validation/mosaic-mpt13b-h100-64.toml",
+        "fsdp full_shard (off = shard_grad_op)",
+        {"parallel.fsdp": ("shard_grad_op", "full_shard")},
+        None,
+        "",
+    ),
+    (
         "megatron-ci-small/tp1-pp4-vp.toml",
         "overlap_p2p_comm",
         {"parallel.overlap_p2p_comm": (False, True)},

@@ -44,6 +44,8 @@ ACTIVATIONS = ("gelu", "swiglu")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
+FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
 #: ops, so they stay out of the tracing key (configs differing only in them share a graph).
 SIMULATION_ONLY = (
@@ -51,6 +53,7 @@ SIMULATION_ONLY = (
     "overlap_param_gather",
     "grad_reduce_in_fp32",
     "overlap_p2p_comm",
+    "fsdp",
 )
 
 
@@ -87,7 +90,9 @@ class ParallelConfig:
 
     ``grad_reduce_in_fp32`` ``None`` means Megatron-LM's default for the dtype
     (:func:`grad_reduce_bytes`); ``overlap_p2p_comm`` (Megatron's default: on) matters only for
-    the interleaved schedule, as in Megatron-LM, which turns it off otherwise.
+    the interleaved schedule, as in Megatron-LM, which turns it off otherwise. ``fsdp``
+    is PyTorch FSDP's sharding strategy over the data- and context-parallel ranks
+    (:mod:`echo_view.sim.fsdp`); it implies the sharded optimizer (``distributed_optimizer``).
     """
 
     tp: int
@@ -105,6 +110,7 @@ class ParallelConfig:
     overlap_param_gather: bool = False
     grad_reduce_in_fp32: bool | None = None
     overlap_p2p_comm: bool = True
+    fsdp: str = "none"
 
     @property
     def world_size(self) -> int:
@@ -260,6 +266,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     m.finish()
 
     p = _Section(data["parallel"], "parallel", source)
+    fsdp = p.choice("fsdp", FSDP, "none")
     parallel = ParallelConfig(
         tp=p.positive("tp"),
         pp=p.positive("pp"),
@@ -268,7 +275,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         virtual_stages=p.positive("virtual_stages", 1),
         sequence_parallel=p.get("sequence_parallel", bool, False),
         recompute=p.choice("recompute", RECOMPUTE, "none"),
-        distributed_optimizer=p.get("distributed_optimizer", bool, False),
+        # FSDP shards the optimizer states: unset, distributed_optimizer follows it.
+        distributed_optimizer=p.get("distributed_optimizer", bool, fsdp != "none"),
         overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
         first_stage_layers=p.get("first_stage_layers", int),
         last_stage_layers=p.get("last_stage_layers", int),
@@ -276,6 +284,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         overlap_param_gather=p.get("overlap_param_gather", bool, False),
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
+        fsdp=fsdp,
     )
     p.finish()
 
@@ -390,6 +399,8 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "parallel.overlap_param_gather",
             "needs distributed_optimizer = true and overlap_grad_reduce = true (as in Megatron-LM)",
         )
+    if par.fsdp != "none":
+        _check_fsdp(par, err)
     if par.virtual_stages > 1 and not par.overlap_p2p_comm and par.pp < 3:
         raise err(
             "parallel.overlap_p2p_comm",
@@ -401,6 +412,28 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "batch.global",
             f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) to be "
             f"a multiple of pp = {par.pp}",
+        )
+
+
+def _check_fsdp(par: ParallelConfig, err: Any) -> None:
+    """FSDP is modelled without pipeline parallelism (llm-foundry's and torchtitan's 1D/2D
+    layouts); it shards the optimizer states itself and gathers parameters per unit, so
+    Megatron's sharded-optimizer gather does not apply."""
+    if par.pp > 1:
+        raise err(
+            "parallel.fsdp",
+            f"needs pp = 1 (got pp = {par.pp}): FSDP with pipeline parallelism is not modelled",
+        )
+    if not par.distributed_optimizer:
+        raise err(
+            "parallel.fsdp",
+            "FSDP shards the optimizer states: drop distributed_optimizer = false (it is implied)",
+        )
+    if par.overlap_param_gather:
+        raise err(
+            "parallel.overlap_param_gather",
+            "is Megatron's distributed-optimizer "
+            "gather; FSDP gathers each unit's parameters itself: drop it",
         )
 
 
@@ -523,6 +556,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("overlap_param_gather", p.overlap_param_gather, False),
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),
+                    ("fsdp", p.fsdp, "none"),
                 )
                 if v != default
             },

@@ -20,9 +20,10 @@ them after the last backward, on the compute stream. The reduction is an all-red
 reduce-scatter with the distributed optimizer (whose updated parameters are then all-gathered:
 after the optimizer on the compute stream, or with ``overlap_param_gather`` bucket by bucket
 on the data-parallel stream, each bucket before the first forward pass that uses it).
-Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). With tied
-embeddings and pp > 1 the word-embedding gradient is all-reduced between the first and the last
-stage after the data-parallel reduction, before the optimizer (Megatron-LM's
+Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). With
+``[parallel] fsdp`` a rank runs PyTorch FSDP's program instead (:mod:`echo_view.sim.fsdp`).
+With tied embeddings and pp > 1 the word-embedding gradient is all-reduced between the first
+and the last stage after the data-parallel reduction, before the optimizer (Megatron-LM's
 ``_allreduce_word_embedding_grads``). With the interleaved schedule and ``overlap_p2p_comm``
 off, a stage's send blocks it: the transfer starts when the receiver has finished its previous
 pass and the sender's next pass waits for the transfer's end.
@@ -54,7 +55,8 @@ from echo_view.model.workload import (
     StepMarks,
     Workload,
 )
-from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost
+from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
+from echo_view.sim.fsdp import FsdpRank
 from echo_view.sim.layout import Layout
 from echo_view.sim.schedule import schedule
 
@@ -208,6 +210,20 @@ class _Composer:
             self.coll_ids[(gid, seq)] = row
         return row
 
+    def comm_op(
+        self,
+        rank: int,
+        lane: int,
+        kind: CollectiveKind,
+        nbytes: int,
+        group: tuple[int, ...],
+        what: str,
+    ) -> int:
+        """A data-parallel collective of ``nbytes`` over ``group`` on ``lane``, timed by the
+        communication model (a lane op: ranks of the group run it alike)."""
+        dur = self.colls.time_ns(kind, nbytes, group)
+        return self.op(rank, lane, f"{NCCL_KERNEL[kind]} ({what})", dur, cls=OpClass.COLLECTIVE)
+
     # -- passes ----------------------------------------------------------------------------
     def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
         """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the last op emitted."""
@@ -268,11 +284,7 @@ class _Composer:
         the last op of the pass."""
         comp, dpl = lanes
         elem_bytes, group = ag
-        buckets = max(1, -(-params // bucket_params))
-        cum = np.cumsum(tc.dur_ns)
-        total = int(cum[-1]) if len(cum) else 0
-        cuts = [int(np.searchsorted(cum, total * (k + 1) / buckets)) + 1 for k in range(buckets)]
-        cuts = sorted({min(c, len(tc.table)) for c in cuts} | {len(tc.table)})
+        cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
         per_bucket = params // len(cuts)
         dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
         lo, first = 0, -1
@@ -328,6 +340,9 @@ class _Composer:
         dpl = self.lane(rank, DP_STREAM, f"stream {DP_STREAM} (data parallel)")
         marker = self.op(rank, comp, "ProfilerStep#0", 0, kind=EventKind.GPU_ANNOTATION)
         self.step_markers.append((rank, marker))
+        if p.fsdp != "none":  # its own program: per-unit gathers and reduce-scatters
+            FsdpRank(self, rank, role_idx, (comp, dpl)).run(m)
+            return
         n_chunks = p.pp * p.virtual_stages
         # Gradients (and the distributed optimizer's shards) span the data- and
         # context-parallel ranks: context-parallel ranks hold the same weights.
@@ -395,10 +410,7 @@ class _Composer:
             self.next_op[prev_key] = len(self.c.rank)
         if grad_ranks > 1 and not overlap:
             nbytes = role.params * red_bytes
-            dur = self.colls.time_ns(red_kind, nbytes, dp_group)
-            dp_ops.append(
-                self.op(rank, comp, f"{NCCL_KERNEL[red_kind]} (grads)", dur, cls=OpClass.COLLECTIVE)
-            )
+            dp_ops.append(self.comm_op(rank, comp, red_kind, nbytes, dp_group, "grads"))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
         first_opt = len(self.c.rank)
@@ -408,14 +420,7 @@ class _Composer:
                 self.edges.append((op, tied if tied >= 0 else first_opt))
         if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
             nbytes = role.params * elem_bytes
-            dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, dp_group)
-            self.op(
-                rank,
-                comp,
-                f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params)",
-                dur,
-                cls=OpClass.COLLECTIVE,
-            )
+            self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, nbytes, dp_group, "params")
 
     def tied_embedding_reduce(self, rank: int, comp: int, stage: int, red_bytes: int) -> int:
         """The all-reduce of the tied word-embedding gradient between the first and the last

@@ -38,6 +38,17 @@ class TableCost:
         return int(self.dur_ns.sum())
 
 
+def time_cuts(tc: TableCost, pieces: int) -> list[int]:
+    """Op indices that end ``pieces`` consecutive parts of ``tc`` of about equal time
+    (ascending, distinct, the last = ``len``): a pass split where its layers would split it
+    when their parameters are spread evenly. Fewer parts when the table has fewer ops."""
+    cum = np.cumsum(tc.dur_ns)
+    total = int(cum[-1]) if len(cum) else 0
+    n = len(tc.table)
+    cuts = {min(int(np.searchsorted(cum, total * (k + 1) / pieces)) + 1, n) for k in range(pieces)}
+    return sorted(cuts | {n})
+
+
 class CollectiveCache:
     """Collective times by (kind, bytes, ranks): a layout repeats the same few calls."""
 

@@ -10,8 +10,8 @@ forward passes waiting for their backward):
   training 12 bytes of optimizer state (fp32 master copy, Adam's two moments) plus 4 more when
   gradients are 16-bit (their fp32 copy): 18 bytes per parameter for bf16, 20 for fp16, 16 for
   fp32. The distributed optimizer shards the optimizer states over the data- and
-  context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3 / FSDP) shards all
-  three.
+  context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3, FSDP ``full_shard``)
+  shards all three, FSDP ``shard_grad_op`` (ZeRO-2) gradients and optimizer states.
 - **activations** of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   Transformer Models", arXiv 2205.05198, section 4): per layer and micro-batch ``sbh(34 +
   5as/h)`` bytes with 16-bit activations, 1-byte dropout masks and unfused attention, its terms
@@ -28,7 +28,9 @@ forward passes waiting for their backward):
 - **transient** memory: the larger of the bf16 logits (last stage) and the activations being
   recomputed (one layer's for full recomputation, its core attention for selective), the
   pipeline's send/receive buffers, a 32 MiB cuBLAS workspace, and with full sharding the
-  gathered parameters and gradients of two layers (current and prefetched).
+  gathered parameters and gradients of two layers (current and prefetched; FSDP's rate
+  limiter keeps at most two units gathered); with ``shard_grad_op`` the unsharded gradients of
+  two layers (the one being computed and the one being reduce-scattered).
 
 The allocator margin: PyTorch's caching allocator reserves more than the tensors it hands out
 (fragmentation, rounding to blocks); a stage fits when ``peak * (1 + ALLOCATOR_MARGIN) +
@@ -57,12 +59,18 @@ ALLOCATOR_MARGIN = 0.05
 RESERVED_BYTES = 1 * GiB
 #: cuBLAS workspace (``CUBLAS_WORKSPACE_CONFIG`` default on Hopper: 32 MiB).
 WORKSPACE_BYTES = 32 * MiB
-SHARDING = ("none", "optimizer", "full")
+SHARDING = ("none", "optimizer", "grad_op", "full")
+#: The memory sharding of each ``[parallel] fsdp`` strategy.
+FSDP_SHARDING = {"full_shard": "full", "shard_grad_op": "grad_op"}
 
 
 def sharding_of(cfg: WorkloadConfig) -> str:
-    """``optimizer`` with Megatron's distributed optimizer, else ``none``."""
-    return "optimizer" if cfg.parallel.distributed_optimizer else "none"
+    """What ``[parallel] fsdp`` shards (:data:`FSDP_SHARDING`); without FSDP ``optimizer``
+    with Megatron's distributed optimizer, else ``none``."""
+    p = cfg.parallel
+    if p.fsdp in FSDP_SHARDING:
+        return FSDP_SHARDING[p.fsdp]
+    return "optimizer" if p.distributed_optimizer else "none"
 
 
 def layer_params(model: ModelConfig, tp: int) -> int:
@@ -223,8 +231,10 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     weights, grads, optimizer = n * wb, n * gb, n * ob
     if shard_mode != "none":
         optimizer = -(-optimizer // d)
+    if shard_mode in ("full", "grad_op"):
+        grads = -(-grads // d)
     if shard_mode == "full":
-        weights, grads = -(-weights // d), -(-grads // d)
+        weights = -(-weights // d)
     e, t = _act_bytes(cfg), p.tp
     s, b, h = m.seq_len // p.cp, cfg.batch.micro, m.hidden
     shard = t if p.sequence_parallel else 1
@@ -249,6 +259,8 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
         transient += 2 * e * s * b * h // shard  # send and receive buffers
     if shard_mode == "full":
         transient += 2 * layer_params(m, t) * (wb + gb)
+    elif shard_mode == "grad_op":
+        transient += 2 * layer_params(m, t) * gb
     return StageMemory(stage, weights, grads, optimizer, act, sum(held), transient)
 
 

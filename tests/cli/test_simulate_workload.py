@@ -84,6 +84,12 @@ def test_simulate_writes_a_predicted_trace(
     [
         ("[model]\nkind='gpt'\n", "required table [parallel] is missing"),
         ("[model\n", "invalid TOML"),
+        (
+            "[model]\nkind='gpt'\nlayers=2\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"
+            "[parallel]\ntp=1\npp=2\ndp=1\nfsdp='full_shard'\n[batch]\nglobal=2\nmicro=1\n"
+            "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
+            "parallel.fsdp: needs pp = 1 (got pp = 2)",
+        ),
     ],
 )
 def test_bad_configs_are_one_line_errors(

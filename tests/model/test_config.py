@@ -120,6 +120,33 @@ def test_published_runs_are_all_there() -> None:
             "parallel.overlap_param_gather",
             "distributed_optimizer",
         ),
+        (_with("parallel", fsdp="zero3"), "parallel.fsdp", "none, full_shard, shard_grad_op"),
+        (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
+        (
+            _with(
+                "parallel",
+                fsdp="shard_grad_op",
+                pp=1,
+                dp=8,
+                virtual_stages=1,
+                distributed_optimizer=False,
+            ),
+            "parallel.fsdp",
+            "distributed_optimizer = false",
+        ),
+        (
+            _with(
+                "parallel",
+                fsdp="full_shard",
+                pp=1,
+                dp=8,
+                virtual_stages=1,
+                overlap_grad_reduce=True,
+                overlap_param_gather=True,
+            ),
+            "parallel.overlap_param_gather",
+            "FSDP gathers each unit's parameters itself",
+        ),
     ],
 )
 def test_mistakes_name_the_key(data: dict[str, Any], where: str, text: str) -> None:
@@ -213,6 +240,12 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         sequence_parallel=True,
         tp_comm_overlap=True,
     )
+    fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, distributed_optimizer=True)
+    fsdp_cfg = parse_workload_config(
+        {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "full_shard"}}
+    )
+    assert fsdp_cfg.parallel.fsdp == "full_shard"
+    assert tracing_key(fsdp_cfg) == tracing_key(parse_workload_config(fsdp))
     with_sp = tracing_key(parse_workload_config(_with("parallel", sequence_parallel=True)))
     assert tracing_key(parse_workload_config(sim_only)) == with_sp
     assert with_sp != base
@@ -238,6 +271,12 @@ def test_every_new_key_round_trips() -> None:
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
     cfg = parse_workload_config(data)
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, fsdp="shard_grad_op")
+    cfg = parse_workload_config(fsdp)
+    # FSDP implies the sharded optimizer; the mapping says so explicitly and reads back.
+    assert cfg.parallel.distributed_optimizer
+    assert config_to_mapping(cfg)["parallel"]["fsdp"] == "shard_grad_op"
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
 
 

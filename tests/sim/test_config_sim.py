@@ -82,6 +82,8 @@ def _shipped(stem: str) -> tuple[Any, Any]:
             "sequence_parallel": True,
             "tp_comm_overlap": True,
         },
+        {"pp": 1, "dp": 4, "fsdp": "full_shard", "sequence_parallel": True},
+        {"pp": 1, "dp": 2, "cp": 2, "fsdp": "shard_grad_op", "recompute": "full"},
     ],
 )
 def test_one_rank_per_stage_equals_all_ranks(par: dict[str, Any]) -> None:

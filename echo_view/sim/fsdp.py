@@ -1,0 +1,174 @@
+"""PyTorch FSDP (``[parallel] fsdp``) as a composed rank program.
+
+FSDP shards parameters, gradients and optimizer states over the data- and context-parallel
+ranks (``FULL_SHARD``, ZeRO-3), or gradients and optimizer states only (``SHARD_GRAD_OP``,
+ZeRO-2), and works unit by unit. As llm-foundry wraps a model (``fsdp_wrap_fn``: one unit per
+transformer block; the root unit holds the embeddings and the final norm), per micro-batch:
+
+- **forward**: each unit's parameters are all-gathered before its forward. The gathers run on
+  their own stream and are issued as the CPU reaches each unit, ahead of the GPU, so unit
+  ``k + 1``'s gather overlaps unit ``k``'s compute; the first cannot overlap anything (PyTorch
+  "FSDP Notes", implicit forward prefetching; ``forward_prefetch`` is off by default). With
+  ``full_shard`` a block's parameters are freed after its forward; the root's stay gathered
+  until after the backward (``_post_forward_reshard`` in ``torch/distributed/fsdp/
+  _runtime_utils.py``: the root is not resharded after forward).
+- **backward**: with ``full_shard`` each block is gathered again (with activation
+  checkpointing the same gather serves the recomputed forward); the next block's gather is
+  prefetched while the current one computes and is queued before the current block's
+  reduce-scatter (``BACKWARD_PRE`` and ``BACKWARD_POST`` both issue it before that
+  reduce-scatter). A block's gradients are reduce-scattered as soon as its backward ends, the
+  root's after the whole backward. ``shard_grad_op`` keeps every gathered parameter until
+  after the backward: no backward gathers.
+- **rate limiter** (``limit_all_gathers``, default true; llm-foundry sets it): the CPU waits
+  before a gather until the unit gathered two before it has been freed, so a gather starts no
+  earlier than the end of the compute of the unit gathered two before it. Under
+  ``shard_grad_op`` nothing is freed in forward and the limiter does not bind.
+
+All collectives of the data-parallel process group run on one NCCL stream in issue order (the
+data-parallel lane here). Gradients are reduced every micro-batch: Composer applies
+``no_sync`` only to DDP-wrapped models (``ddp_sync_context`` in ``composer/distributed/
+dist_strategy.py``). Parameters are gathered in the training dtype (bf16 for fp8) and
+gradients reduce-scattered in :func:`~echo_view.model.config.grad_reduce_bytes` (llm-foundry's
+``mixed_precision: PURE`` reduces in bf16: ``grad_reduce_in_fp32 = false``). The optimizer
+steps the local shard (the traced sharded optimizer); no parameter gather follows it.
+
+A pass's op table is one per model chunk, so it is cut into as many parts as the model has
+layers, of equal time (:func:`~echo_view.sim.compose_costs.time_cuts`): the embedding, the
+output layer and the loss are spread over the layers' parts. Unit sizes come from
+:func:`~echo_view.sim.memory.layer_params`; the root holds the rest of the rank's parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
+from echo_view.model.dtypes import dtype_bytes
+from echo_view.model.kinds import CollectiveKind
+from echo_view.sim.compose_costs import TableCost, time_cuts
+from echo_view.sim.memory import layer_params
+from echo_view.sim.schedule import schedule
+
+if TYPE_CHECKING:
+    from echo_view.sim.compose import _Composer
+
+AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+@dataclass(frozen=True)
+class FsdpPlan:
+    """What one rank gathers and reduce-scatters, per unit, over ``group``."""
+
+    group: tuple[int, ...]
+    layers: int
+    layer_params: int
+    root_params: int
+    gather_bytes: int
+    reduce_bytes: int
+    #: ``full_shard``: blocks are freed after forward and gathered again for backward.
+    regather: bool
+
+
+def fsdp_plan(cfg: WorkloadConfig, params: int, group: tuple[int, ...]) -> FsdpPlan:
+    """The plan of a rank holding ``params`` parameters (all layers: FSDP runs with pp = 1)."""
+    layers = cfg.model.layers
+    per_layer = layer_params(cfg.model, cfg.parallel.tp)
+    if per_layer * layers > params:  # a graph whose layers differ from the formula's
+        per_layer = params // layers
+    elem = dtype_bytes("bf16" if cfg.dtype == "fp8" else cfg.dtype) or 2
+    return FsdpPlan(
+        group,
+        layers,
+        per_layer,
+        params - per_layer * layers,
+        elem,
+        grad_reduce_bytes(cfg),
+        cfg.parallel.fsdp == "full_shard",
+    )
+
+
+def spread(units: int, parts: int) -> list[int]:
+    """``units`` split over ``parts`` consecutive parts as evenly as possible."""
+    base, extra = divmod(units, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+class FsdpRank:
+    """Builds one rank's FSDP step on a :class:`~echo_view.sim.compose._Composer`."""
+
+    def __init__(self, comp: _Composer, rank: int, role_idx: int, lanes: tuple[int, int]) -> None:
+        self.comp, self.rank, self.role_idx = comp, rank, role_idx
+        self.compute, self.dpl = lanes
+        role = comp.graph.roles[role_idx]
+        group = comp.layout.group("dp_cp", rank)
+        self.plan = fsdp_plan(comp.cfg, role.params, group) if len(group) > 1 else None
+        #: End op of each gathered part's compute, in gather order (the rate limiter's queue).
+        self.freed: list[int] = []
+        self.gathers = 0
+        self.last_comm = -1
+
+    def comm(self, kind: CollectiveKind, params: int, what: str) -> int:
+        """One all-gather (``params`` in the training dtype) or reduce-scatter (gradients in
+        the reduction dtype) on the data-parallel lane."""
+        plan = self.plan
+        assert plan is not None
+        nbytes = params * (plan.gather_bytes if kind == AG else plan.reduce_bytes)
+        self.last_comm = self.comp.comm_op(
+            self.rank, self.dpl, kind, nbytes, plan.group, f"fsdp {what}"
+        )
+        return self.last_comm
+
+    def gather(self, params: int, what: str, limited: bool) -> int:
+        """A unit's all-gather; with the rate limiter it waits for the compute of the part
+        gathered two before it."""
+        op = self.comm(AG, params, what)
+        if limited and self.gathers >= 2:
+            self.comp.edges.append((self.freed[self.gathers - 2], op))
+        self.gathers += 1
+        return op
+
+    def run_pass(self, tc: TableCost, label: str, forward: bool) -> None:
+        comp, plan, rank = self.comp, self.plan, self.rank
+        if plan is None:
+            comp.emit_table(rank, self.compute, tc, label, 0, len(tc.table))
+            return
+        cuts = time_cuts(tc, plan.layers)
+        units = spread(plan.layers, len(cuts))
+        gathers = forward or plan.regather
+        limited = plan.regather
+        if forward and plan.root_params:
+            self.comm(AG, plan.root_params, f"params root, {label}")
+        ags: list[int] = []
+        if gathers:
+            ags.append(self.gather(units[0] * plan.layer_params, f"params {label} unit 0", limited))
+        lo = 0
+        for k, hi in enumerate(cuts):
+            if gathers and k + 1 < len(cuts):
+                what = f"params {label} unit {k + 1}"
+                ags.append(self.gather(units[k + 1] * plan.layer_params, what, limited))
+            first = len(comp.c.rank)
+            end = comp.emit_table(rank, self.compute, tc, f"{label} unit {k}", lo, hi)
+            lo = hi
+            if gathers:
+                comp.edges.append((ags[k], first))
+                self.freed.append(end)
+            if not forward:
+                rs = self.comm(RS, units[k] * plan.layer_params, f"grads {label} unit {k}")
+                comp.edges.append((end, rs))
+        if not forward and plan.root_params:
+            comp.edges.append((end, self.comm(RS, plan.root_params, f"grads root, {label}")))
+
+    def run(self, microbatches: int) -> None:
+        """Every micro-batch's forward and backward (pp = 1), then the optimizer on the
+        shard once the last reduce-scatter has ended."""
+        comp = self.comp
+        for ps in schedule(0, 1, microbatches):
+            phase = "forward" if ps.forward else "backward"
+            tc = comp.costs[(self.role_idx, phase, 0)]
+            self.run_pass(tc, f"{phase} chunk 0 mb {ps.microbatch}", ps.forward)
+        opt = comp.costs[(self.role_idx, "optimizer", 0)]
+        first_opt = len(comp.c.rank)
+        comp.emit_table(self.rank, self.compute, opt, "optimizer", 0, len(opt.table))
+        if self.last_comm >= 0:
+            comp.edges.append((self.last_comm, first_opt))
