@@ -86,13 +86,13 @@ class RowDecoder(Generic[S]):
             raws = [blob[a:b] or b"{}" for a, b in zip(lo, hi, strict=True)]
             try:
                 yield part, self.many.decode(b"[" + b",".join(raws) + b"]")
-            except msgspec.ValidationError:
+            except msgspec.DecodeError:  # or its ValidationError: read each row
                 yield part, list(map(self._one, raws))
 
     def _one(self, raw: bytes) -> S:
         try:
             return self.one.decode(raw)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:  # tables are read lazily: damage is unknown, never raised
             return self.lenient(raw) if self.lenient is not None else self.default
 
 
@@ -185,9 +185,8 @@ _LAUNCH_FLOATS = {
 
 
 def _launch_columns(rows: I64, args: Sequence[LaunchArgs]) -> dict[str, npt.NDArray[Any]]:
-    """The launch columns of event rows ``rows`` from their args, keyed like
-    :data:`LAUNCH_COLUMNS`; only rows with a readable grid, block or size are kept (quickly
-    told: most rows of a trace are CPU events without any)."""
+    """The launch columns of GPU work rows ``rows`` from their args, keyed like
+    :data:`LAUNCH_COLUMNS`; only rows with a readable grid or size are kept."""
     has = np.fromiter(map(_UNKNOWN3.__ne__, map(_GRID, args)), dtype=bool, count=len(args))
     nbytes = np.fromiter(map(_LAUNCH_FLOATS["bytes"], args), dtype=np.float64, count=len(args))
     has |= (nbytes >= 0) & (nbytes < _SIZE_LIMIT)

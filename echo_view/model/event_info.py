@@ -68,7 +68,7 @@ def _empty(dtypes: dict[str, str]) -> dict[str, Col]:
 
 @dataclass(frozen=True, eq=False)
 class LaunchTable:
-    """GPU work as launched: one row per kernel, memcpy or memset whose source describes it.
+    """GPU work as launched: one row per kernel, memcpy or memset with a known grid or size.
 
     ``grid_*`` / ``block_*`` are the kernel's grid and block dimensions (all three -1 when
     unknown), ``registers`` per thread, ``shared_bytes`` of shared memory per block (static +
