@@ -119,6 +119,24 @@ def test_damaged_values_are_unknown() -> None:
     assert len(ops) == 0 and len(sy) == 0
 
 
+def test_text_that_is_no_json_is_unknown_not_an_error() -> None:
+    """The tables are read on first use, long after the import's checks: damage there must
+    read as unknown (here text no importer lets through, built by hand)."""
+    n = 3
+    zeros = np.zeros(n, dtype=np.int64)
+    raws = [b'{"grid": [1, 1', b'{"grid": [2, 1, 1]}', b'{"Input Dims": [[1]']
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in raws])])
+    kinds = [K.KERNEL, K.KERNEL, K.CPU_OP]
+    table = EventTable(
+        kind=np.array([int(k) for k in kinds], dtype=np.uint8), start_ns=zeros, dur_ns=zeros,
+        name=zeros, cat=zeros, lane=zeros, correlation=zeros, external_id=zeros,
+        args_blob=b"".join(raws), args_offsets=offsets,
+    )  # fmt: skip
+    facts = event_facts(table)
+    assert facts.launches.event.tolist() == [1] and facts.launches.grid_x.tolist() == [2]
+    assert len(facts.op_inputs) == 0
+
+
 def test_operator_inputs_keep_nesting_and_unknowns() -> None:
     _, ops, _ = _tables(
         [
