@@ -1,39 +1,40 @@
 """Speed of ``echo-view plan`` on GPT-175B on 1,024 H100 (samples/configs/gpt175b-1024xH100.toml),
 every dimension searched.
 
-    python bench/plan_bench.py [--sample N]
+    python bench/plan_bench.py [--sample N | --full]
 
-Times (1) enumerating every layout and checking its memory, then (2) tracing and simulating a
-sample of the layouts that fit (every k-th graph group, N of them), three ways: in this process
-(with the trace / simulate split), on a local Dask cluster of 1 worker and of 2 workers, each
-with an empty graph cache (so every graph is traced, as on a first run). The time for all the
-layouts that fit is extrapolated from the sample's mean per group.
+Times (1) enumerating every layout and checking its memory, then (2) tracing and simulating
+the layouts that fit, grouped by chunk key as ``plan`` runs them: every group with ``--full``,
+else every k-th group (N groups, all their layouts). Three ways: in this process (with the
+split between tracing chunks, building graphs from them and simulating), then on a local Dask
+cluster of 1 worker and of 2 workers in the same run (``echo_view.workers.dask_client``, the
+tasks of ``plan``). A sample's time for all the layouts that fit is extrapolated by layouts
+(sample wall time x all layouts / sampled layouts) and printed as an extrapolation.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.cli.plan import graph_of, run_on_dask  # noqa: E402
+from echo_view.cli.plan import PlanGraphs, run_on_dask  # noqa: E402
 from echo_view.loading import load_config  # noqa: E402
 from echo_view.sim.plan import (  # noqa: E402
     DIMENSIONS,
     check_memory,
     enumerate_layouts,
-    group_by_graph,
+    group_by_chunks,
     rank,
     retarget,
 )
 from echo_view.sim.runs import simulate_workload  # noqa: E402
+from echo_view.tracing.chunks import ChunkCache  # noqa: E402
+from echo_view.tracing.roles import trace_workload  # noqa: E402
 from echo_view.workers import dask_client  # noqa: E402
 
 CONFIG = ROOT / "samples" / "configs" / "gpt175b-1024xH100.toml"
@@ -41,59 +42,66 @@ CONFIG = ROOT / "samples" / "configs" / "gpt175b-1024xH100.toml"
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=16)
+    ap.add_argument("--sample", type=int, default=16, help="groups to time (every k-th)")
+    ap.add_argument("--full", action="store_true", help="every group")
     args = ap.parse_args()
     t0 = time.perf_counter()
     base = retarget(load_config(CONFIG), 1024, None)
     valid, total, invalid = enumerate_layouts(base, DIMENSIONS)
-    cands = check_memory(valid)
-    groups = group_by_graph(cands)
+    groups = group_by_chunks(check_memory(valid))
     t_enum = time.perf_counter() - t0
     fitting = sum(len(g.candidates) for g in groups)
     print(
         f"enumerated {total:,}, invalid {invalid:,}, valid {len(valid):,}, fit {fitting:,} "
-        f"in {len(groups):,} graph groups: {t_enum:.2f} s"
+        f"in {len(groups):,} chunk-key groups: {t_enum:.2f} s"
     )
-    step = max(1, len(groups) // args.sample)
-    sample = groups[::step][: args.sample]
+    step = 1 if args.full else max(1, len(groups) // args.sample)
+    sample = groups if args.full else groups[::step][: args.sample]
     n = sum(len(g.candidates) for g in sample)
-    graph_for = partial(graph_of, config_path=CONFIG)
 
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["ECHO_VIEW_CACHE"] = cache
-        t_trace = t_sim = 0.0
-        serial = []
-        for g in sample:
+    t_trace = t_build = t_sim = 0.0
+    for g in sample:
+        cache = ChunkCache()  # one per group, as a plan task has
+        for cfg in g.candidates:
+            kinds = len(cache)
             t = time.perf_counter()
-            graph = graph_for(g.candidates[0])
-            t_trace += time.perf_counter() - t
+            graph = trace_workload(cfg, cache)
+            dt = time.perf_counter() - t
+            if len(cache) == kinds:
+                t_build += dt
+            else:  # new chunk kinds traced (their graph's build included)
+                t_trace += dt
             t = time.perf_counter()
-            for cfg in g.candidates:
-                serial.append((cfg, simulate_workload(cfg, graph).step_ns))
+            simulate_workload(cfg, graph)
             t_sim += time.perf_counter() - t
-    per = (t_trace + t_sim) / len(sample)
+    inproc = t_trace + t_build + t_sim
     print(
-        f"in-process, {len(sample)} groups ({n} layouts): trace {t_trace:.1f} s, simulate "
-        f"{t_sim:.1f} s, {per:.2f} s per group"
+        f"in-process, {len(sample)} groups ({n:,} layouts): trace chunks {t_trace:.1f} s, "
+        f"build graphs {t_build:.1f} s, simulate {t_sim:.1f} s; {inproc:.1f} s, "
+        f"{1000 * inproc / n:.0f} ms per layout"
     )
-    walls = {}
+    walls: dict[int, float] = {}
+    best: dict[int, str] = {}
+    graphs = PlanGraphs(CONFIG, base)
     for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as cache:
-            os.environ["ECHO_VIEW_CACHE"] = cache
-            with dask_client(None, workers) as client:
-                t = time.perf_counter()
-                out = [r for part in run_on_dask(client, sample, graph_for) for r in part]
-                walls[workers] = time.perf_counter() - t
+        with dask_client(None, workers) as client:
+            t = time.perf_counter()
+            out = [r for part in run_on_dask(client, sample, graphs) for r in part]
+            walls[workers] = time.perf_counter() - t
+        best[workers] = rank(out)[0].layout
         print(
-            f"dask, {workers} worker(s): {walls[workers]:.1f} s for {len(out)} layouts "
-            f"({walls[workers] / len(sample):.2f} s per group); best {rank(out)[0].layout}"
+            f"dask, {workers} worker(s): {walls[workers]:.1f} s for {len(out):,} layouts "
+            f"({1000 * walls[workers] / n:.0f} ms per layout); best {best[workers]}"
         )
-    speedup = walls[1] / walls[2]
-    full2 = walls[2] / len(sample) * len(groups)
-    print(
-        f"2 workers vs 1: {speedup:.2f}x; all {len(groups):,} groups extrapolated: "
-        f"{full2 / 60:.0f} min with 2 workers, {per * len(groups) / 60:.0f} min in-process"
-    )
+    assert best[1] == best[2]
+    print(f"2 workers vs 1: {walls[1] / walls[2]:.2f}x")
+    if not args.full:
+        scale = fitting / n
+        print(
+            f"EXTRAPOLATED to all {fitting:,} layouts ({len(groups):,} groups) from the "
+            f"sample: {walls[2] * scale / 60:.1f} min with 2 workers, "
+            f"{walls[1] * scale / 60:.1f} min with 1, {inproc * scale / 60:.1f} min in-process"
+        )
     return 0
 
 

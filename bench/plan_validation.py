@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.cli.plan import graph_of, run_serial  # noqa: E402
+from echo_view.cli.plan import PlanGraphs, run_serial  # noqa: E402
 from echo_view.loading import load_config  # noqa: E402
 from echo_view.sim.plan import (  # noqa: E402
     check_memory,
     enumerate_layouts,
-    group_by_graph,
+    group_by_chunks,
     layout_name,
     parse_dimensions,
     rank,
@@ -51,8 +50,8 @@ def main() -> int:
         if any(o in path.stem for o in args.only):
             base = retarget(cfg, cfg.cluster.gpus, None)
             valid, _, _ = enumerate_layouts(base, dims)
-            groups = group_by_graph(check_memory(valid))
-            graph_for = partial(graph_of, config_path=path)
+            groups = group_by_chunks(check_memory(valid))
+            graph_for = PlanGraphs(path, base)
             ranked = rank(r for part in run_serial(groups, graph_for) for r in part)
             names = [r.layout for r in ranked]
             mine = layout_name(cfg)

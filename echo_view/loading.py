@@ -34,7 +34,8 @@ from echo_view.formats import (
 from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
-from echo_view.model.toml_file import read_toml
+from echo_view.model.params import switch_value
+from echo_view.model.toml_file import TomlDoc, read_toml, read_toml_doc
 from echo_view.workers import dask_client, default_workers
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
@@ -174,6 +175,16 @@ def _read_rank_file(
         return importer.read_rank_file(path, many)
     except EchoViewError as exc:
         return exc
+
+
+def setting_file(value: str | None) -> TomlDoc | None:
+    """The TOML file a ``--set KEY=VALUE`` value names (``interference=model.toml``), read
+    here, as the simulator reads no files; ``None`` for no value, a switch word (``on``,
+    ``off``) or a path that does not exist (the simulator then says what is accepted)."""
+    if value is None or switch_value(value) is not None:
+        return None
+    path = Path(value.strip())
+    return read_toml_doc(path) if path.exists() else None
 
 
 def is_workload_input(path: Path) -> bool:

@@ -18,14 +18,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.trace_rules import nesting_order
+
 Ints = npt.NDArray[np.integer[Any]]
 I64 = npt.NDArray[np.int64]
-
-
-def nesting_order(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.intp]:
-    """Row order by (group, start, longest first, row): Perfetto's order for ``X`` slices."""
-    # lexsort is stable, so equal keys keep row order.
-    return np.lexsort((-np.asarray(dur_ns), start_ns, group))
 
 
 def _combined_key(group: I64, times: I64, lo: int, hi: int) -> I64 | None:

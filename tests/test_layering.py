@@ -245,3 +245,90 @@ def test_an_injected_violation_of_each_kind_fails(
     assert layering_violations(root) == [], "the clean tree must pass"
     _tree(root, files)
     assert layering_violations(root) == [expected], kind
+
+
+# -- the simulator reads no files ----------------------------------------------------------------
+#: Modules that read files or name them; the simulator takes parsed objects (``TomlDoc``, models)
+#: from the reading layer (``echo_view.loading``, ``echo_view.cli``, ``echo_view.api``).
+READING_MODULES = {
+    "pathlib", "tomllib", "gzip", "bz2", "lzma", "zipfile", "tarfile", "sqlite3", "shutil",
+    "glob", "io", "importlib.resources",
+}  # fmt: skip
+#: Calls that read a file: ``open(...)``, ``path.read_text()``, the project's TOML readers.
+READING_CALLS = {
+    "open", "read_text", "read_bytes", "read_toml", "read_toml_text", "read_toml_doc",
+    "loadtxt", "genfromtxt", "fromfile", "files",
+}  # fmt: skip
+#: ``X.load(...)`` on these reads a file (``json.load``, ``np.load``, ``pickle.load``).
+READING_LOADERS = {"json", "np", "numpy", "pickle", "tomllib", "msgspec"}
+#: The one exception: the simulator's own calibrated constants, shipped inside the package.
+PACKAGE_DATA = {"echo_view/sim/comm/defaults.py": {"importlib.resources", "files", "read_text"}}
+
+
+def file_reading_in_sim(root: Path) -> list[str]:
+    """``file:line what`` for every file-reading import or call under ``echo_view/sim``."""
+    out = []
+    for path in sorted((root / "echo_view" / "sim").glob("**/*.py")):
+        rel = path.relative_to(root).as_posix()
+        allowed = PACKAGE_DATA.get(rel, set())
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            found: list[str] = []
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                )
+                found = [
+                    m for m in modules if m in READING_MODULES or m.split(".")[0] in READING_MODULES
+                ]
+                if isinstance(node, ast.ImportFrom):
+                    found += [a.name for a in node.names if a.name in READING_CALLS]
+            elif isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                loader = (
+                    isinstance(func, ast.Attribute)
+                    and func.attr == "load"
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id in READING_LOADERS
+                )
+                if name in READING_CALLS or loader:
+                    found = [f"{name}()"]
+            out += [
+                f"{rel}:{node.lineno} reads files ({what})"
+                for what in found
+                if what.removesuffix("()") not in allowed
+            ]
+    return out
+
+
+def test_the_simulator_reads_no_files() -> None:
+    found = file_reading_in_sim(ROOT)
+    assert not found, "file reading in echo_view/sim (move it to loading or cli):\n" + "\n".join(
+        found
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("import tomllib\n", "tomllib"),
+        ("from pathlib import Path\n", "pathlib"),
+        ("with open('x.toml') as f:\n    pass\n", "open()"),
+        ("def f(p):\n    return p.read_text()\n", "read_text()"),
+        ("import json\n\ndef f(fh):\n    return json.load(fh)\n", "load()"),
+        ("from echo_view.model.toml_file import read_toml\n", "read_toml"),
+        ("from importlib.resources import files\n", "importlib.resources"),
+    ],
+)
+def test_an_injected_file_read_in_sim_fails(tmp_path: Path, text: str, expected: str) -> None:
+    """Each kind of file reading, put into a scratch simulator module, is caught; the package
+    data exception covers only its own module."""
+    _tree(tmp_path, {"echo_view/sim/ok.py": "import json\nx = json.dumps({})\n"})
+    assert file_reading_in_sim(tmp_path) == [], "the clean tree must pass"
+    _tree(tmp_path, {"echo_view/sim/bad.py": text})
+    found = file_reading_in_sim(tmp_path)
+    assert found and all(f.startswith("echo_view/sim/bad.py:") for f in found), found
+    assert any(f"({expected})" in f for f in found), found

@@ -19,6 +19,7 @@ from echo_view.loading import (
     is_workload_input,
     job_importer,
     read_job,
+    setting_file,
 )
 from echo_view.workers import default_workers
 from importers.kineto import KinetoImporter
@@ -89,3 +90,19 @@ def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error(
         set_max_inflated_bytes(None)
     assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
     assert max_inflated_bytes() is None
+
+
+def test_setting_file_reads_a_named_file_and_never_a_switch_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--set interference=VALUE``: a path is read here (the simulator reads no files); a
+    switch word stays a word even beside a file of that name, and a missing path is left to
+    the simulator's message."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "off").write_text("not TOML [")
+    model = tmp_path / "m.toml"
+    model.write_text('kind = "constant"\n')
+    doc = setting_file(f" {model} ")
+    assert doc is not None and doc.path == model and doc.data == {"kind": "constant"}
+    assert setting_file("off") is None and setting_file("On") is None
+    assert setting_file(None) is None and setting_file("missing.toml") is None

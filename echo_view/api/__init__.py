@@ -18,8 +18,9 @@ from echo_view.analysis.summary import summarize
 from echo_view.api import frames
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
-from echo_view.loading import is_workload_input, load_workload, read_job
+from echo_view.loading import is_workload_input, load_workload, read_job, setting_file
 from echo_view.model import Job as ModelJob
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.runs import predict_workload, replay_job
 
 PathLike = str | os.PathLike[str]
@@ -221,7 +222,8 @@ def simulate(
                 graph,
                 knobs,
                 origin=origin,
-                compute_file=None if compute is None else Path(compute),
+                compute=None if compute is None else read_toml_doc(Path(compute)),
+                interference_file=setting_file(knobs.get("interference")),
                 ranks=ranks,
             )
             return SimResult(run.report, Job(run.job))
@@ -231,7 +233,8 @@ def simulate(
             "compute and ranks apply to workload configs and traced graphs, not to a measured job",
             hint="a replay takes its kernel times from the trace; use compute.scale.* overrides",
         )
-    replay = replay_job(_model(job), knobs, comm)
+    interference = setting_file(knobs.get("interference"))
+    replay = replay_job(_model(job), knobs, comm, interference_file=interference)
     return SimResult(replay.report, Job(replay.predicted), Job(replay.measured))
 
 

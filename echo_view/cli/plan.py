@@ -3,9 +3,10 @@ GPUs, drop those that do not fit in memory, simulate the rest and rank them by s
 
 The search runs on a Dask cluster (:func:`echo_view.workers.dask_client`): a local one of
 ``--workers`` processes by default, an existing one with ``--scheduler``, or none with
-``--serial``. One task per traced graph: the graph is traced (or found beside the config or in
-the cache) on the worker that simulates its layouts, so graphs never travel; results stream
-back as tasks finish. Nothing is printed or written until every task has finished, so Ctrl-C
+``--serial``. One task per group of layouts sharing a chunk key: the task traces the group's
+model chunks once and builds each layout's graph from them (the base layout's graph may be
+found beside the config or in the cache instead), so neither chunks nor graphs travel; results
+stream back as tasks finish. Nothing is printed or written until every task has finished, so Ctrl-C
 (which stops the workers) leaves no partial output.
 
 ``--json`` prints ``counts`` (``enumerated``, ``invalid``, ``out_of_memory``, ``simulated``),
@@ -19,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import graph_for_config, load_config
-from echo_view.model.config import WorkloadConfig
+from echo_view.model.config import WorkloadConfig, tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.schema import json_schema
 from echo_view.sim.plan import (
@@ -41,7 +42,7 @@ from echo_view.sim.plan import (
     Ranked,
     check_memory,
     enumerate_layouts,
-    group_by_graph,
+    group_by_chunks,
     pareto_front,
     parse_dimensions,
     rank,
@@ -83,9 +84,44 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def graph_of(cfg: WorkloadConfig, config_path: Path) -> TracedGraph:
-    """The traced graph of a candidate: beside the base config, cached, or traced."""
-    return graph_for_config(cfg, config_path)[0]
+class PlanGraphs:
+    """The traced graph of each candidate layout of one config.
+
+    The base layout's graph is found as ``simulate`` finds it (beside the config, in the
+    cache, or traced); every other layout's is built from chunks traced once per chunk key in
+    this process (:class:`~echo_view.tracing.chunks.ChunkCache`), not written to the cache
+    (without torch, a cached graph is used or the one-line error says what to install). Pickled
+    (sent to a worker), it carries only the config's path and key: each task starts with an
+    empty chunk cache and traces what its group needs.
+    """
+
+    def __init__(self, config_path: Path, base: WorkloadConfig) -> None:
+        self.config_path = config_path
+        self.base_key = _key_text(base)
+        self._chunks: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config_path": self.config_path, "base_key": self.base_key}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config_path, self.base_key = state["config_path"], state["base_key"]
+        self._chunks = None
+
+    def __call__(self, cfg: WorkloadConfig) -> TracedGraph:
+        if _key_text(cfg) == self.base_key:
+            return graph_for_config(cfg, self.config_path)[0]
+        try:
+            from echo_view.tracing.chunks import ChunkCache
+            from echo_view.tracing.roles import trace_workload
+        except ImportError:  # no torch: a cached graph, or the error naming the extra
+            return graph_for_config(cfg, self.config_path)[0]
+        if self._chunks is None:
+            self._chunks = ChunkCache()
+        return trace_workload(cfg, self._chunks)
+
+
+def _key_text(cfg: WorkloadConfig) -> str:
+    return json.dumps(tracing_key(cfg), sort_keys=True)
 
 
 def run_serial(
@@ -100,9 +136,11 @@ def run_on_dask(
     client: Any, groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> Iterator[list[Ranked]]:
     """Each group's results as its task finishes on ``client``'s workers (one task per group:
-    the graph is traced where it is simulated); leaving early cancels the rest."""
+    its chunks are traced where its layouts are simulated; the largest submitted first, so
+    that the last tasks to finish are short); leaving early cancels the rest."""
     executor = client.get_executor(pure=False)
-    futures = [executor.submit(simulate_group, g, graph_for) for g in groups]
+    largest_first = sorted(groups, key=lambda g: g.work(), reverse=True)
+    futures = [executor.submit(simulate_group, g, graph_for) for g in largest_first]
     try:
         for fut in concurrent.futures.as_completed(futures):
             yield fut.result()
@@ -122,9 +160,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     base = retarget(load_config(args.config), args.gpus, args.gpu)
     valid, total, invalid = enumerate_layouts(base, dims)
     candidates = check_memory(valid)
-    groups = group_by_graph(candidates)
+    groups = group_by_chunks(candidates)
     fitting = sum(len(g.candidates) for g in groups)
-    graph_for = partial(graph_of, config_path=args.config)
+    graph_for = PlanGraphs(args.config, base)
     results: list[Ranked] = []
     with stderr_progress(args) as progress:
 

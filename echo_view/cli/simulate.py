@@ -31,7 +31,7 @@ from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
-from echo_view.loading import is_workload_input
+from echo_view.loading import is_workload_input, setting_file
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
 from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
@@ -125,7 +125,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     t0 = time.perf_counter()
     job = load_job(args.input, registry, args)
     t_import = time.perf_counter()
-    run = replay_job(job, overrides, args.comm)
+    interference = setting_file(overrides.get("interference"))
+    run = replay_job(job, overrides, args.comm, interference_file=interference)
     t_sim = time.perf_counter()
     report = {
         "schema": json_schema("simulate"),

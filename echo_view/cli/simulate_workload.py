@@ -32,8 +32,9 @@ from typing import Any
 
 from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
-from echo_view.loading import beside_graph, cache_dir, load_config, load_workload
+from echo_view.loading import beside_graph, cache_dir, load_config, load_workload, setting_file
 from echo_view.model.schema import json_schema
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
 from echo_view.text import printable
@@ -54,13 +55,15 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         early = load_config(args.input)
         cluster_from_config(early.cluster, early.source)
     cfg, graph, origin, t_graph = load_workload(args.input)
+    compute = getattr(args, "compute", None)
     t0 = time.perf_counter()
     run = predict_workload(
         cfg,
         graph,
         overrides,
         origin=origin,
-        compute_file=getattr(args, "compute", None),
+        compute=None if compute is None else read_toml_doc(compute),
+        interference_file=setting_file(overrides.get("interference")),
         ranks=getattr(args, "ranks", "stages") or "stages",
         all_ranks_job=exporter is not None,
     )

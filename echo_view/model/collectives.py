@@ -66,6 +66,9 @@ class CollectiveInfo:
     #: NCCL reports one rank's share (input of all-gather, output of reduce-scatter); the
     #: payload the model wants is that times the ranks.
     per_rank_payload: bool = False
+    #: PyTorch's ``record_param_comms`` sizes it by its output (``Out msg nelems``): the
+    #: gathered buffer of a gather, the received one of a recv; other kinds by their input.
+    output_sized: bool = False
     #: Timed as another kind (a barrier as a one-element all-reduce); ``assumed`` says the
     #: result is a guess to report (an unknown collective).
     timed_as: CollectiveKind | None = None
@@ -114,6 +117,7 @@ COLLECTIVES: tuple[CollectiveInfo, ...] = (
         tuned=True,
         matched=True,
         per_rank_payload=True,
+        output_sized=True,
         interference_group="all_gather",
     ),
     CollectiveInfo(
@@ -154,12 +158,14 @@ COLLECTIVES: tuple[CollectiveInfo, ...] = (
         _K.REDUCE, "chain", "Reduce", (), ("reduce",), reduces=True, tuned=True, matched=True
     ),
     CollectiveInfo(_K.SEND, "pairwise", "SendRecv", interference_group="send_recv"),
-    CollectiveInfo(_K.RECV, "pairwise", "SendRecv", interference_group="send_recv"),
+    CollectiveInfo(
+        _K.RECV, "pairwise", "SendRecv", output_sized=True, interference_group="send_recv"
+    ),
     CollectiveInfo(
         _K.SEND_RECV, "pairwise", "SendRecv", (), ("sendrecv",), interference_group="send_recv"
     ),
     CollectiveInfo(_K.BARRIER, "sync", matched=True, timed_as=_K.ALL_REDUCE),
-    CollectiveInfo(_K.GATHER, "rooted", "SendRecv", (), ("gather",)),
+    CollectiveInfo(_K.GATHER, "rooted", "SendRecv", (), ("gather",), output_sized=True),
     CollectiveInfo(_K.SCATTER, "rooted", "SendRecv", (), ("scatter",)),
     CollectiveInfo(_K.UNKNOWN, "unknown", timed_as=_K.ALL_REDUCE, assumed=True),
 )

@@ -9,6 +9,7 @@ job; this module validates the decoded mapping.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -590,3 +591,27 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     if cfg.dtype == "fp8":
         key["fp8_recipe"] = cfg.fp8_recipe
     return key
+
+
+#: Settings that decide only how many layers each model chunk holds (``pp``, virtual stages,
+#: uneven first and last stages) or touch only the optimizer phase and the data-parallel
+#: reduction (``dp``, the distributed optimizer, overlapped gradient reduction).
+_NOT_IN_CHUNK = (
+    "pp",
+    "dp",
+    "virtual_stages",
+    "first_stage_layers",
+    "last_stage_layers",
+    "distributed_optimizer",
+    "overlap_grad_reduce",
+)
+
+
+def chunk_key(cfg: WorkloadConfig) -> str:
+    """The parts of ``cfg`` one model chunk's ops depend on, as stable text: the tracing key
+    without the layer count and the settings in :data:`_NOT_IN_CHUNK`. Layouts with the same
+    chunk key run the same transformer layer, embedding and loss ops."""
+    key = tracing_key(cfg)
+    key["model"] = {k: v for k, v in key["model"].items() if k != "layers"}
+    key["parallel"] = {k: v for k, v in key["parallel"].items() if k not in _NOT_IN_CHUNK}
+    return json.dumps(key, sort_keys=True)

@@ -40,6 +40,17 @@ class Param:
         return f"a number from {self.lo:g} to {self.hi:g}{unit}"
 
 
+#: Words of a setting that is on or off (``--set interference=off``), lower case.
+SWITCH_WORDS = {"on": True, "true": True, "1": True, "default": True}
+SWITCH_WORDS |= {"off": False, "false": False, "0": False, "none": False}
+
+
+def switch_value(text: str) -> bool | None:
+    """``True`` / ``False`` for a switch word (:data:`SWITCH_WORDS`, any case, spaces
+    around), ``None`` for anything else (a file name, say)."""
+    return SWITCH_WORDS.get(text.strip().lower())
+
+
 def param(
     default: Any,
     *,

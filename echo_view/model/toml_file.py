@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,20 @@ def parse_toml(text: str, path: str | Path | None = None) -> dict[str, Any]:
 def read_toml(path: Path) -> dict[str, Any]:
     """Read and decode a TOML file (see :func:`read_toml_text`)."""
     return parse_toml(read_toml_text(path), path)
+
+
+@dataclass(frozen=True)
+class TomlDoc:
+    """A decoded TOML file and where it was read from (for messages): what the reading layer
+    hands the simulator, which reads no files."""
+
+    data: dict[str, Any]
+    path: Path
+
+
+def read_toml_doc(path: Path) -> TomlDoc:
+    """:func:`read_toml` with its path kept."""
+    return TomlDoc(read_toml(path), path)
 
 
 def read_toml_text(path: Path) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from echo_view.errors import ConfigError, in_file, known_keys_hint, warn_deprecated
 from echo_view.model.gpus import (
@@ -23,6 +23,7 @@ from echo_view.model.gpus import (
     known_presets,
     match_gpu,
 )
+from echo_view.model.params import ParamSet, param
 
 if TYPE_CHECKING:
     from echo_view.model.config import ClusterConfig
@@ -137,28 +138,65 @@ class Cluster:
         }
 
 
-#: Keys :meth:`Cluster.with_overrides` accepts. Every bandwidth is ``*_gbytes_per_s``: GB/s
-#: (10^9 bytes per second) per GPU and per direction, the unit NVIDIA quotes NVLink and HBM in
-#: and nccl-tests reports; a 400 Gb/s NIC per GPU is ``nic_gbytes_per_s = 50``.
-OVERRIDE_KEYS: tuple[str, ...] = (
-    "gpu",
-    "gpus_per_node",
-    "nodes",
-    "nic_gbytes_per_s",
-    "nvlink_gbytes_per_s",
-    "pcie_gbytes_per_s",
-    "hbm_gbytes_per_s",
-    "fabric",
-    "cpu",
-    "net_latency_us",
-    "memory_gb",
-    "sm_count",
-    "peak_tflops_fp32",
-    "peak_tflops_tf32",
-    "peak_tflops_fp16",
-    "peak_tflops_bf16",
-    "peak_tflops_fp8",
-)
+def _key(default: float, help: str, unit: str, lo: float = 1e-3, *, integer: bool = False) -> Any:
+    # Every value is bounded (in the key's own unit) so that derived times stay finite int64 ns.
+    return param(default, help=help, unit=unit, lo=lo, hi=1e9, integer=integer)
+
+
+_A100 = PRESETS["A100-SXM4-80GB"]
+
+
+def _peak(dtype: str) -> Any:
+    return _key(_A100.peak_flops.get(dtype, 0.0) / TFLOPS, f"the GPU's dense {dtype} peak",
+                "TFLOP/s")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClusterKeys(ParamSet):
+    """The numeric ``cluster.KEY`` values, in the units the keys give them, with their bounds
+    and help (the parameter-set pattern, :mod:`echo_view.model.params`); the defaults are a DGX
+    A100's (its preset; 0: no fp8). :meth:`Cluster.with_overrides` checks a value here and
+    stores it in the cluster or its GPU, converted (:data:`_STORED`). Every bandwidth is GB/s
+    (10^9 bytes per second) per GPU and per direction, the unit NVIDIA quotes NVLink and HBM in
+    and nccl-tests reports; a 400 Gb/s NIC per GPU is ``nic_gbytes_per_s = 50``."""
+
+    NOUN: ClassVar[str] = "cluster key"
+
+    gpus_per_node: int = _key(8, "GPUs per node; rank r runs on node r // gpus_per_node", "GPUs",
+                              1, integer=True)  # fmt: skip
+    nodes: int = _key(1, "nodes", "nodes", 1, integer=True)
+    nic_gbytes_per_s: float = _key(_A100.default_nic_bits_per_s / 8 / GB, "NIC bandwidth per GPU",
+                                   "GB/s")  # fmt: skip
+    nvlink_gbytes_per_s: float = _key(_A100.nvlink_bytes_per_s / GB, "NVLink bandwidth per GPU",
+                                      "GB/s")  # fmt: skip
+    pcie_gbytes_per_s: float = _key(_A100.pcie_bytes_per_s / GB, "PCIe bandwidth per GPU", "GB/s")
+    hbm_gbytes_per_s: float = _key(_A100.hbm_bytes_per_s / GB, "the GPU's memory bandwidth",
+                                   "GB/s")  # fmt: skip
+    net_latency_us: float = _key(0.0, "one-way network latency beyond NCCL's defaults", "µs", 0)
+    memory_gb: float = _key(_A100.memory_bytes / GB, "the GPU's memory", "GB")
+    sm_count: int = _key(_A100.sm_count, "the GPU's streaming multiprocessors", "SMs", 1,
+                         integer=True)  # fmt: skip
+    peak_tflops_fp32: float = _peak("fp32")
+    peak_tflops_tf32: float = _peak("tf32")
+    peak_tflops_fp16: float = _peak("fp16")
+    peak_tflops_bf16: float = _peak("bf16")
+    peak_tflops_fp8: float = _peak("fp8")
+
+
+#: Where a checked :class:`ClusterKeys` value goes: (``Cluster`` field, factor); the GPU's keys
+#: go to its :class:`GpuSpec` (:func:`_apply`).
+_STORED: dict[str, tuple[str, float]] = {
+    "gpus_per_node": ("gpus_per_node", 1),
+    "nodes": ("nodes", 1),
+    "nic_gbytes_per_s": ("nic_bytes_per_s_per_gpu", GB),
+    "nvlink_gbytes_per_s": ("nvlink_bytes_per_s", GB),
+    "pcie_gbytes_per_s": ("pcie_bytes_per_s", GB),
+    "net_latency_us": ("net_latency_s", 1e-6),
+}
+
+#: Keys :meth:`Cluster.with_overrides` accepts: the GPU preset, the fabric, the CPU vendor and
+#: the :class:`ClusterKeys`.
+OVERRIDE_KEYS: tuple[str, ...] = ("gpu", "fabric", "cpu", *ClusterKeys.specs())
 
 #: Old keys in gigabits per second, read for one more release with a warning naming the key
 #: that replaces them (a gigabit key beside gigabyte keys halved NVLink by a factor of 8).
@@ -172,26 +210,11 @@ DEPRECATED_KEYS: dict[str, str] = {
 def _from_gigabits(key: str, raw: Any) -> tuple[str, float]:
     """A deprecated gigabit key's replacement key and value (GB/s), with its warning."""
     new = DEPRECATED_KEYS[key]
-    gbytes = _number(key, raw) / 8
+    gbytes = ClusterKeys.check(new, raw, where=f"cluster.{key}") / 8
     warn_deprecated(
         f"cluster.{key}", f"cluster.{new} in GB/s", f" ({raw} Gb/s was read as {gbytes:g} GB/s)"
     )
     return new, gbytes
-
-
-def _number(key: str, raw: Any, *, integer: bool = False) -> float:
-    if isinstance(raw, bool):
-        raise ConfigError(f"expected a number, got {raw!r}", where=f"cluster.{key}")
-    try:
-        value = int(raw) if integer else float(raw)
-    except (TypeError, ValueError):
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(f"expected {kind}, got {raw!r}", where=f"cluster.{key}") from None
-    # Bounded (in the key's own unit: GB/s, µs, TFLOP/s, GB, count) so that every
-    # derived time stays a finite int64 of ns.
-    if not 1e-3 <= value <= 1e9:
-        raise ConfigError(f"must be positive (0.001 to 1e9), got {raw!r}", where=f"cluster.{key}")
-    return value
 
 
 def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
@@ -199,40 +222,25 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
         if isinstance(raw, GpuSpec):
             return replace(cluster, gpu=raw)
         return replace(cluster, gpu=gpu_preset(str(raw)))
-    if key == "gpus_per_node":
-        return replace(cluster, gpus_per_node=int(_number(key, raw, integer=True)))
-    if key == "nodes":
-        return replace(cluster, nodes=int(_number(key, raw, integer=True)))
-    if key == "nic_gbytes_per_s":
-        return replace(cluster, nic_bytes_per_s_per_gpu=_number(key, raw) * GB)
-    if key == "nvlink_gbytes_per_s":
-        return replace(cluster, nvlink_bytes_per_s=_number(key, raw) * GB)
-    if key == "pcie_gbytes_per_s":
-        return replace(cluster, pcie_bytes_per_s=_number(key, raw) * GB)
-    if key == "fabric":
-        return replace(cluster, fabric=str(raw).strip().lower())
-    if key == "cpu":
-        return replace(cluster, cpu=str(raw).strip().lower())
-    if key == "net_latency_us":
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"expected a number, got {raw!r}", where=f"cluster.{key}") from None
-        if value < 0:
-            raise ConfigError(f"must not be negative, got {raw!r}", where=f"cluster.{key}")
-        return replace(cluster, net_latency_s=value * 1e-6)
+    changes: dict[str, Any] = {}
+    if key in ("fabric", "cpu"):
+        changes[key] = str(raw).strip().lower()
+        return replace(cluster, **changes)
+    value = ClusterKeys.check(key, raw, where=f"cluster.{key}")
+    if key in _STORED:
+        name, factor = _STORED[key]
+        changes[name] = int(value) if factor == 1 else value * factor
+        return replace(cluster, **changes)
     gpu = cluster.gpu
     if key == "hbm_gbytes_per_s":
-        gpu = replace(gpu, hbm_bytes_per_s=_number(key, raw) * GB)
+        gpu = replace(gpu, hbm_bytes_per_s=value * GB)
     elif key == "memory_gb":
-        gpu = replace(gpu, memory_bytes=int(_number(key, raw) * GB))
+        gpu = replace(gpu, memory_bytes=int(value * GB))
     elif key == "sm_count":
-        gpu = replace(gpu, sm_count=int(_number(key, raw, integer=True)))
+        gpu = replace(gpu, sm_count=int(value))
     else:  # peak_tflops_<dtype>
         dtype = key.removeprefix("peak_tflops_")
-        flops = dict(gpu.peak_flops)
-        flops[dtype] = _number(key, raw) * TFLOPS
-        gpu = replace(gpu, peak_flops=flops)
+        gpu = replace(gpu, peak_flops={**gpu.peak_flops, dtype: value * TFLOPS})
     if not gpu.name.endswith(" (modified)"):
         gpu = replace(gpu, name=f"{gpu.name} (modified)")
     return replace(cluster, gpu=gpu)
@@ -245,6 +253,7 @@ __all__ = [
     "OVERRIDE_KEYS",
     "PRESETS",
     "Cluster",
+    "ClusterKeys",
     "GpuSpec",
     "cluster_from_config",
     "gpu_preset",

@@ -8,11 +8,9 @@ calibrate compute`` and ``--set compute.<name>=...`` replace them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from echo_view.errors import ConfigError, InputError
 from echo_view.model.gpus import GENERATIONS, gpu_generation
-from echo_view.model.toml_file import read_toml
+from echo_view.model.toml_file import TomlDoc
 from echo_view.sim.cluster import GpuSpec
 from echo_view.sim.gemm_shape import GemmShapeParams
 from echo_view.sim.kernel_cost import ComputeParams
@@ -73,15 +71,14 @@ def gemm_shape_params_for(gpu: GpuSpec, dtype: str) -> GemmShapeParams | None:
     return _GEMM_SHAPES.get((gpu.arch, dtype))
 
 
-def compute_params_from_toml(
-    path: str | Path, gpu: GpuSpec, base: ComputeParams | None = None
+def compute_params_from_doc(
+    doc: TomlDoc, gpu: GpuSpec, base: ComputeParams | None = None
 ) -> ComputeParams:
-    """The parameters a ``calibrate compute`` file holds for ``gpu``: its ``[gpu."NAME"]``
-    table for the GPU's preset name, else for a GPU of the same generation; values it does not
-    hold keep ``base`` (default: :func:`compute_params_for`)."""
-    file = Path(path)
-    doc = read_toml(file)
-    tables = doc.get("gpu")
+    """The parameters a ``calibrate compute`` file (read by the caller) holds for ``gpu``: its
+    ``[gpu."NAME"]`` table for the GPU's preset name, else for a GPU of the same generation;
+    values it does not hold keep ``base`` (default: :func:`compute_params_for`)."""
+    file = doc.path
+    tables = doc.data.get("gpu")
     if not isinstance(tables, dict) or not tables:
         raise InputError(
             'no [gpu."NAME"] table', path=file, hint="write it with echo-view calibrate compute"

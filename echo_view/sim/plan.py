@@ -6,9 +6,11 @@ Enumeration changes only the searched dimensions (:data:`DIMENSIONS`) of a base 
 data-parallel size follows (``N / (tp * pp * cp)``). A candidate is valid when the config parser
 accepts it (the same rules as a hand-written config: divisibility of layers, heads, batch and
 sequence, interleaving's micro-batch rule, fused attention for context parallelism), and it is
-simulated only when :mod:`echo_view.sim.memory` says it fits. Candidates that share a traced
-graph (same tracing key) form one :class:`Group`: a group is traced and simulated in one place,
-so a graph never travels between processes.
+simulated only when :mod:`echo_view.sim.memory` says it fits. Candidates whose model chunks run
+the same ops (same :func:`~echo_view.model.config.chunk_key`: they differ only in the pipeline
+layout and optimizer sharding) form one :class:`Group`: a group is simulated in one place, where
+its chunks are traced once and every candidate's graph is built from them, so neither chunks nor
+graphs travel between processes.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from echo_view.errors import ConfigError, UsageError
 from echo_view.model.config import (
     LIMITS,
     WorkloadConfig,
+    chunk_key,
     config_to_mapping,
     parse_workload_config,
-    tracing_key,
 )
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
@@ -95,9 +97,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Group:
-    """Fitting candidates that share one traced graph."""
+    """Fitting candidates that share a chunk key (their graphs share traced chunks)."""
 
     candidates: tuple[WorkloadConfig, ...]
+
+    def work(self) -> int:
+        """A relative measure of the group's simulation time: the chunk passes its layouts'
+        stages run per step (stages x virtual stages x micro-batches, summed)."""
+        return sum(
+            c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in self.candidates
+        )
 
 
 @dataclass(frozen=True)
@@ -221,26 +230,22 @@ def check_memory(cfgs: Iterable[WorkloadConfig]) -> list[Candidate]:
     return out
 
 
-def group_by_graph(candidates: Iterable[Candidate]) -> list[Group]:
-    """Fitting candidates grouped by tracing key, in enumeration order."""
-    import json
-
+def group_by_chunks(candidates: Iterable[Candidate]) -> list[Group]:
+    """Fitting candidates grouped by chunk key, in enumeration order."""
     groups: dict[str, list[WorkloadConfig]] = {}
     for c in candidates:
         if c.fits:
-            key = json.dumps(tracing_key(c.cfg), sort_keys=True)
-            groups.setdefault(key, []).append(c.cfg)
+            groups.setdefault(chunk_key(c.cfg), []).append(c.cfg)
     return [Group(tuple(v)) for v in groups.values()]
 
 
 def simulate_group(
     group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> list[Ranked]:
-    """Trace (or find) the group's graph and simulate each of its candidates."""
-    graph = graph_for(group.candidates[0])
+    """Simulate each candidate of the group on its graph from ``graph_for``."""
     out = []
     for cfg in group.candidates:
-        sim = simulate_workload(cfg, graph)
+        sim = simulate_workload(cfg, graph_for(cfg))
         step_s = sim.step_ns / 1e9
         tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
         rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)

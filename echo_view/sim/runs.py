@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 from echo_view.analysis.summary import summarize
@@ -24,6 +23,7 @@ from echo_view.model.config import WorkloadConfig
 from echo_view.model.gpus import gpu_generation
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.toml_file import TomlDoc
 from echo_view.model.workload import OP_CLASS_NAMES
 from echo_view.sim import MeasuredCompute, predicted_job
 from echo_view.sim.bound import step_bound
@@ -37,7 +37,7 @@ from echo_view.sim.cluster import (
 )
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute import MAX_SCALE, SCALE_KEYS
-from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_doc
 from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
 from echo_view.sim.interference import model_from_setting
 from echo_view.sim.interference.features import trace_generation
@@ -55,7 +55,7 @@ REPLAY_KEYS: tuple[str, ...] = (
     "comm.scale",
     "interference",
 )
-_PARAM_KEYS = tuple(f"compute.{f}" for f in ComputeParams.__dataclass_fields__)
+_PARAM_KEYS = tuple(f"compute.{name}" for name in ComputeParams.specs())
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
 #: Knobs of a workload config's prediction.
 WORKLOAD_KEYS: tuple[str, ...] = (
@@ -145,9 +145,17 @@ class ReplayRun:
     report: dict[str, Any]
 
 
-def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -> ReplayRun:
+def replay_job(
+    job: Job,
+    overrides: Mapping[str, str],
+    comm: str = "measured",
+    *,
+    interference_file: TomlDoc | None = None,
+) -> ReplayRun:
     """Rebuild ``job``'s dependency graph and simulate it with ``overrides``; ``comm`` is
-    ``measured`` (collective times from the trace) or ``model`` (the NCCL model)."""
+    ``measured`` (collective times from the trace) or ``model`` (the NCCL model);
+    ``interference_file`` is the model file ``--set interference=FILE`` names, read by the
+    caller (``echo_view.loading.setting_file``)."""
     check_keys(overrides, REPLAY_KEYS, "a measured job")
     if comm not in ("measured", "model"):
         raise ConfigError(f"comm must be measured or model, got {comm!r}", where="--comm")
@@ -170,7 +178,7 @@ def replay_job(job: Job, overrides: Mapping[str, str], comm: str = "measured") -
         timer = default_comm_model()
     workload = workload_from_job(job)
     gen = next((g for t in job.traces if (g := trace_generation(t))), 0)
-    model = model_from_setting(overrides.get("interference", "on"), gen)
+    model = model_from_setting(overrides.get("interference", "on"), gen, interference_file)
     sim = simulate_replay(
         workload, job, cluster, compute=MeasuredCompute(scales), comm=timer,
         comm_scale=comm_scale, interference=model,
@@ -212,18 +220,20 @@ def simulate_workload(
     graph: TracedGraph,
     overrides: Mapping[str, str] | None = None,
     *,
-    compute_file: Path | None = None,
+    compute: TomlDoc | None = None,
+    interference_file: TomlDoc | None = None,
     ranks: str = "stages",
 ) -> ConfigSimulation:
     """One simulated step of ``cfg`` with the kernel, collective and interference models its
-    cluster's GPU calls for, and the ``--set`` knobs ``overrides`` (already checked)."""
+    cluster's GPU calls for, and the ``--set`` knobs ``overrides`` (already checked);
+    ``compute`` and ``interference_file`` are files the caller read (:func:`predict_workload`)."""
     overrides = overrides or {}
     cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
     params = compute_params_for(cluster.gpu)
-    if compute_file is not None:
-        params = compute_params_from_toml(compute_file, cluster.gpu, params)
+    if compute is not None:
+        params = compute_params_from_doc(compute, cluster.gpu, params)
     params = params.with_overrides(
         {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
     )
@@ -242,7 +252,9 @@ def simulate_workload(
         ranks=ranks,
         scales=scales,
         interference=model_from_setting(
-            overrides.get("interference", "on"), gpu_generation(cluster.gpu.name)
+            overrides.get("interference", "on"),
+            gpu_generation(cluster.gpu.name),
+            interference_file,
         ),
     )
 
@@ -263,17 +275,21 @@ def predict_workload(
     overrides: Mapping[str, str],
     *,
     origin: str = "graph",
-    compute_file: Path | None = None,
+    compute: TomlDoc | None = None,
+    interference_file: TomlDoc | None = None,
     ranks: str = "stages",
     all_ranks_job: bool = False,
 ) -> WorkloadRun:
     """Simulate one step of ``cfg`` from its traced ``graph`` (found via ``origin``);
-    ``compute_file`` holds kernel cost parameters from ``echo-view calibrate compute``;
-    ``ranks`` is ``stages`` (one rank per pipeline stage) or ``all``."""
+    ``compute`` holds kernel cost parameters from ``echo-view calibrate compute`` and
+    ``interference_file`` the model ``--set interference=FILE`` names, both read by the caller
+    (``echo_view.loading``); ``ranks`` is ``stages`` (one rank per pipeline stage) or ``all``."""
     check_keys(overrides, WORKLOAD_KEYS, "a workload config")
     if ranks not in ("stages", "all"):
         raise ConfigError(f"ranks must be stages or all, got {ranks!r}", where="--ranks")
-    sim = simulate_workload(cfg, graph, overrides, compute_file=compute_file, ranks=ranks)
+    sim = simulate_workload(
+        cfg, graph, overrides, compute=compute, interference_file=interference_file, ranks=ranks
+    )
     cluster = sim.cluster
     # The breakdown is reported for the slowest simulated rank; the whole predicted job is
     # expanded only when asked for (it is written out).

@@ -6,12 +6,17 @@ holds the embedding) and the last (which holds the output layer and loss) are id
 layout with ``pp`` stages has at most three roles: ``{0}``, ``{1..pp-2}`` and ``{pp-1}``.
 With interleaving (``virtual_stages`` = v) rank stage ``s`` holds model chunks ``s, s+pp, ...,
 s+(v-1)pp``; chunk 0 has the embedding and chunk ``pp*v-1`` the loss.
+
+Each chunk's ops come from a :class:`~echo_view.tracing.chunks.ChunkCache` (a chunk kind traced
+once with one and two layers, its layer block repeated); :func:`trace_whole` traces every
+chunk with all its layers instead and builds the same graph, row for row.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from echo_view.model.config import (
@@ -21,15 +26,16 @@ from echo_view.model.config import (
     stage_layers,
     tracing_key,
 )
-from echo_view.model.graph import OpClass, Role, TracedGraph
+from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
+from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk
 from echo_view.tracing.fp8 import record_cast, record_scale_update
-from echo_view.tracing.gpt import TORCH_DTYPES, GPTChunk, fp8_recipe
-from echo_view.tracing.layers import ColumnParallelLinear, RowParallelLinear
+from echo_view.tracing.gpt import fp8_recipe
 from echo_view.tracing.recorder import Recorder
 
-#: Bytes per gradient element: Megatron accumulates gradients in fp32 (``main_grad``).
-GRAD_BYTES = 4
+#: A chunk's body: ``(cfg, first, last, layers)`` to ops whose string ids refer to a table
+#: of the source's.
+ChunkSource = Callable[[WorkloadConfig, bool, bool, int], ChunkBody]
 
 
 def role_stages(pp: int) -> list[tuple[int, ...]]:
@@ -41,57 +47,9 @@ def role_stages(pp: int) -> list[tuple[int, ...]]:
     return [(0,), tuple(range(1, pp - 1)), (pp - 1,)]
 
 
-def _fp8_weights(module: torch.nn.Module) -> list[int]:
-    """Element counts of the weights of the chunk's FP8 linear layers."""
-    return [
-        int(mod.weight.numel())
-        for mod in module.modules()
-        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)) and mod.fp8 is not None
-    ]
-
-
-def _trace_chunk(
-    rec: Recorder, cfg: WorkloadConfig, chunk_id: int, n_chunks: int, layers: int
-) -> tuple[Any, Any, int, list[int]]:
-    m, p = cfg.model, cfg.parallel
-    first, last = chunk_id == 0, chunk_id == n_chunks - 1
-    module = GPTChunk(rec, cfg, layers, first, last)
-    params = sum(int(t.numel()) for t in module.parameters())
-    fp8_weights = _fp8_weights(module)
-    recipe = fp8_recipe(cfg)
-    for prm in module.parameters():
-        nbytes = int(prm.numel()) * GRAD_BYTES
-        prm.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-            lambda _p, n=nbytes: rec.grad_ready(n)
-        )
-    seq = m.seq_len // p.cp
-    b = cfg.batch.micro
-    dtype = TORCH_DTYPES[cfg.dtype]
-    target = torch.empty(seq, b, dtype=torch.int64, device="meta") if last else None
-    if first:
-        x = torch.empty(seq, b, dtype=torch.int64, device="meta")
-    else:
-        s_local = seq // p.tp if p.sequence_parallel else seq
-        x = torch.empty(s_local, b, m.hidden, dtype=dtype, device="meta", requires_grad=True)
-    rec.begin()
-    out = module(x, target)
-    if recipe is not None:
-        record_scale_update(rec, recipe, len(fp8_weights), forward=True)
-    fwd = rec.end()
-    rec.begin()
-    if last:
-        out.backward()
-    else:
-        out.backward(torch.empty_like(out))
-    if recipe is not None:
-        record_scale_update(rec, recipe, len(fp8_weights), forward=False)
-    bwd = rec.end()
-    return fwd, bwd, params, fp8_weights
-
-
 def _optimizer(
-    rec: Recorder, cfg: WorkloadConfig, params: int, fp8_weights: list[int] | None = None
-) -> Any:
+    rec: Recorder, cfg: WorkloadConfig, params: int, fp8_weights: tuple[int, ...] = ()
+) -> OpTable:
     """The step's optimizer kernels on this rank's parameters (a shard of them with the
     distributed optimizer): gradient-norm reduction, fused Adam, zeroing the gradients; with
     FP8, the once-per-step quantization of the FP8 layers' updated weights."""
@@ -106,36 +64,69 @@ def _optimizer(
     rec.op("fused_adam", OpClass.OPTIMIZER, flops=12.0 * n, nbytes=adam_bytes, dtype="fp32")
     rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=GRAD_BYTES * params, dtype="fp32")
     if recipe is not None:
-        for numel in fp8_weights or []:
+        for numel in fp8_weights:
             record_cast(rec, numel, recipe, "weight")
     return rec.end()
 
 
-def trace_workload(cfg: WorkloadConfig) -> TracedGraph:
-    """Trace all roles of ``cfg`` on the meta device (no GPU, no cluster)."""
+def _phase(
+    rec: Recorder, ops: OpTable, source: StringTable, cfg: WorkloadConfig, gemms: int, forward: bool
+) -> OpTable:
+    """A chunk's ops of one pass in the graph's strings, followed (delayed FP8 scaling) by the
+    pass's scale update, recorded after them as the chunk's trace records it."""
+    (ops,) = copy_strings([ops], source, rec.strings)
+    recipe = fp8_recipe(cfg)
+    if recipe is None:
+        return ops
+    rec.begin()
+    record_scale_update(rec, recipe, gemms, forward=forward)
+    update = rec.end()
+    if not len(update):
+        return ops
+    return OpTable(**{c: np.concatenate([getattr(ops, c), getattr(update, c)]) for c in OP_COLUMNS})
+
+
+def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) -> TracedGraph:
     p = cfg.parallel
     n_chunks = p.pp * p.virtual_stages
-    strings = StringTable()
-    rec = Recorder(strings)
+    rec = Recorder(StringTable())
     roles = []
-    with rec:
-        for stages in role_stages(p.pp):
-            s = stages[0]
-            fwds, bwds, params, fp8_weights = [], [], 0, []
-            for v in range(p.virtual_stages):
-                fwd, bwd, n, w8 = _trace_chunk(
-                    rec, cfg, v * p.pp + s, n_chunks, stage_layers(cfg, s)
-                )
-                fwds.append(fwd)
-                bwds.append(bwd)
-                params += n
-                fp8_weights += w8
-            opt = _optimizer(rec, cfg, params, fp8_weights)
-            roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
+    for stages in role_stages(p.pp):
+        s = stages[0]
+        fwds, bwds, params = [], [], 0
+        fp8_weights: tuple[int, ...] = ()
+        for v in range(p.virtual_stages):
+            chunk = v * p.pp + s
+            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, stage_layers(cfg, s))
+            gemms = len(body.fp8_weights)
+            fwds.append(_phase(rec, body.forward, source, cfg, gemms, forward=True))
+            bwds.append(_phase(rec, body.backward, source, cfg, gemms, forward=False))
+            params += body.params
+            fp8_weights += body.fp8_weights
+        opt = _optimizer(rec, cfg, params, fp8_weights)
+        roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
     meta = {
         "attention": resolve_attention(cfg),
         "layers_per_chunk": {str(st[0]): stage_layers(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
     }
     config = {"config": config_to_mapping(cfg), "key": tracing_key(cfg)}
-    return TracedGraph(strings, tuple(roles), config=config, meta=meta)
+    return TracedGraph(rec.strings, tuple(roles), config=config, meta=meta)
+
+
+def trace_workload(cfg: WorkloadConfig, chunks: ChunkCache | None = None) -> TracedGraph:
+    """Trace all roles of ``cfg`` on the meta device (no GPU, no cluster), each chunk built
+    from ``chunks`` (a new cache when none is given; pass one to share chunk traces between
+    layouts)."""
+    cache = ChunkCache() if chunks is None else chunks
+    return _assemble(cfg, cache.strings, cache.body)
+
+
+def trace_whole(cfg: WorkloadConfig) -> TracedGraph:
+    """:func:`trace_workload` with every chunk traced with all its layers, not repeated."""
+    strings = StringTable()
+
+    def whole(cfg: WorkloadConfig, first: bool, last: bool, layers: int) -> ChunkBody:
+        return trace_chunk(strings, cfg, first, last, layers)
+
+    return _assemble(cfg, strings, whole)

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.trace_rules import parse_flow_id, partial_overlaps
 from echo_view.units import ns_to_us_text
 from echo_view.validate.events import (
     PH,
@@ -44,8 +45,6 @@ from echo_view.validate.events import (
     id_in_range,
     resolve_thread,
 )
-from echo_view.validate.flows import parse_flow_id
-from echo_view.validate.nesting import partial_overlaps
 
 #: Codes ``--fix`` repairs.
 FIXABLE = ("EV104", "EV212", "EV301", "EV305", "EV404", "EV503")

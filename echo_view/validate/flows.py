@@ -3,8 +3,9 @@
 Perfetto's v1 flows (``s``/``t``/``f``) are keyed by (id, cat, name) across the whole file; a
 string id is read as hex; ``s`` and ``t`` bind to the slice open on their thread at their ts, an
 ``f`` with ``"bp": "e"`` to the enclosing slice and without it to the next slice that begins; a
-second ``s`` with a key in use is dropped. v2 flows put ``bind_id`` plus ``flow_out``/``flow_in``
-on the slice itself.
+second ``s`` with a key in use is dropped. v2 flows put ``bind_id`` plus
+``flow_out``/``flow_in`` on the slice itself. The id and binding rules are
+:mod:`echo_view.model.trace_rules`, shared with the importers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.trace_rules import parse_flow_id
 from echo_view.validate.context import FileContext
 from echo_view.validate.events import PH, T_BIG_FLOAT, T_FLOAT, T_INT, T_STRING, UNSET, EventChunk
 from echo_view.validate.findings import Finding, Severity, define
@@ -85,28 +87,6 @@ define(
 _GOOD = np.array([T_INT, T_FLOAT, T_BIG_FLOAT, T_STRING], dtype=np.uint8)
 _S, _T, _F = PH["s"], PH["t"], PH["f"]
 _V2 = -2  # cat/name id used for v2 flow keys
-
-
-def parse_flow_id(value: Any) -> int | None:
-    """A flow id as Perfetto reads it (uint64), or ``None`` when invalid."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value & 0xFFFFFFFFFFFFFFFF
-    if isinstance(value, str):
-        text = value.strip().lower()
-        text = text[2:] if text.startswith("0x") else text
-        try:
-            return int(text, 16) if text else None
-        except ValueError:
-            return None
-    if isinstance(value, dict):
-        for scope in ("global", "local"):
-            if scope in value:
-                inner = parse_flow_id(value[scope])
-                # Keep local and global ids apart.
-                return None if inner is None else inner ^ (1 << 63 if scope == "local" else 0)
-    return None
 
 
 def _ids(values: list[Any]) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:

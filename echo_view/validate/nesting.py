@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.trace_rules import open_at, partial_overlaps
 from echo_view.units import format_duration
 from echo_view.validate.context import FileContext
 from echo_view.validate.events import (
@@ -68,29 +69,6 @@ _END_OPEN = np.iinfo(np.int64).max
 _X, _B = 0, 1
 
 
-def partial_overlaps(starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
-    """``(k, parent)`` for each slice ``k`` that ends after the slice on top of the stack.
-
-    ``starts``/``ends`` are one thread's slices in Perfetto's order (start ascending, longest
-    first at equal start). A flagged slice is not pushed, as Perfetto moves it away.
-    """
-    stack_end: list[int] = []
-    stack_k: list[int] = []
-    out: list[tuple[int, int]] = []
-    push_e = stack_end.append
-    push_k = stack_k.append
-    for k, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        while stack_end and stack_end[-1] <= s:
-            stack_end.pop()
-            stack_k.pop()
-        if stack_end and e > stack_end[-1]:
-            out.append((k, stack_k[-1]))
-        else:
-            push_e(e)
-            push_k(k)
-    return out
-
-
 @dataclass(frozen=True)
 class SliceIndex:
     """All slices of a file sorted by (thread, start): answers "is ts inside a slice?"."""
@@ -104,7 +82,8 @@ class SliceIndex:
     def enclosed(
         self, thread: npt.NDArray[np.int32], ts: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.bool_]:
-        """For each (thread, ts): whether some slice on that thread has start <= ts < end."""
+        """For each (thread, ts): whether a slice on that thread holds it
+        (:func:`echo_view.model.trace_rules.open_at`)."""
         out = np.zeros(len(ts), dtype=bool)
         if not len(ts):
             return out
@@ -113,14 +92,8 @@ class SliceIndex:
             if t < 0 or t >= nthreads:
                 continue
             lo, hi = int(self.offsets[t]), int(self.offsets[t + 1])
-            if lo == hi:
-                continue
             q = np.flatnonzero(thread == t)
-            starts = self.start[lo:hi]
-            pmax = np.maximum.accumulate(self.end[lo:hi])
-            k = np.searchsorted(starts, ts[q], side="right") - 1
-            ok = k >= 0
-            out[q[ok]] = pmax[k[ok]] > ts[q[ok]]
+            out[q] = open_at(self.start[lo:hi], self.end[lo:hi], ts[q])
         return out
 
 

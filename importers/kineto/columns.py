@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from echo_view.errors import InputError
 from echo_view.model import NONE
+from echo_view.model.trace_rules import parse_flow_id
 from echo_view.units import INT_US_LIMIT, TEXT_BAD, TEXT_EMPTY, us_texts_to_ns
 from importers.chrome_json import EventChunk
 from importers.kineto.rows import (
@@ -351,9 +352,10 @@ class Columns:
         out: list[int] = []
         for v in values:
             if isinstance(v, str):
-                try:
-                    out.append(int(v, 16) & (2**63 - 1))
-                except ValueError:
+                hex_id = parse_flow_id(v)
+                if hex_id is not None:
+                    out.append(hex_id & (2**63 - 1))
+                else:
                     out.append(self._string_ids.setdefault(v, 2**62 + len(self._string_ids)))
             else:
                 out.append(v if type(v) is int and -(2**63) <= v < 2**63 else NONE)

@@ -43,10 +43,11 @@ from echo_view.model import (
     collective_kind_from_name,
     parse_comm_kernel_name,
 )
+from echo_view.model.collectives import collective
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
+from importers.event_args import RowDecoder
 from importers.kineto.rows import I32, I64, unique
 
-_OUTPUT_SIZED = frozenset({CollectiveKind.ALL_GATHER, CollectiveKind.GATHER, CollectiveKind.RECV})
 _COMMS_OP = "record_param_comms"
 _INTS = re.compile(r"-?\d+")
 
@@ -98,27 +99,13 @@ class CollArgs(msgspec.Struct, gc=False):
         )
 
 
-_COLL_ARGS = msgspec.json.Decoder(list[CollArgs])
-_COLL_ARG = msgspec.json.Decoder(CollArgs)
+_COLL_ARGS = RowDecoder(CollArgs)
 
 
 def coll_args(ev: EventView, rows: list[int]) -> list[CollArgs]:
     """:class:`CollArgs` of each row, decoded in one call (rows whose args are not an object
     get empty ones)."""
-    raws = [
-        ev.args_blob[int(ev.args_offsets[r]) : int(ev.args_offsets[r + 1])] or b"{}" for r in rows
-    ]
-    try:
-        return _COLL_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
-        pass
-    out = []
-    for raw in raws:
-        try:
-            out.append(_COLL_ARG.decode(raw))
-        except msgspec.ValidationError:
-            out.append(CollArgs())
-    return out
+    return _COLL_ARGS(ev.args_blob, ev.args_offsets, rows)
 
 
 @functools.lru_cache(maxsize=256)
@@ -310,7 +297,7 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
 
 
 def _payload(args: CollArgs, kind: CollectiveKind, dtype: str | None) -> int:
-    n = _int(args.out_nelems if kind in _OUTPUT_SIZED else args.in_nelems)
+    n = _int(args.out_nelems if collective(kind).output_sized else args.in_nelems)
     size = dtype_bytes(dtype)
     return n * size if n is not None and n >= 0 and size is not None else NONE
 

@@ -1,4 +1,5 @@
-"""Flow points -> arrows between event rows, by the trace-event format's rules (formats.md §1).
+"""Flow points -> arrows between event rows, by the trace-event format's rules (formats.md §1,
+:mod:`echo_view.model.trace_rules`).
 
 Flows (v1 ``s``/``t``/``f``, keyed by id, cat and name): the source binds to the deepest slice
 open on its thread at its ts, an end with ``"bp": "e"`` likewise, an end without it to the next
@@ -17,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, FlowTable
+from echo_view.model.trace_rules import bind_points, thread_order
 from importers.kineto.rows import I32, I64, PH_C, PH_S, FileColumns, unique
 
 
@@ -94,62 +96,13 @@ def _bind(
         del on_thread
         if not len(seg):
             continue
-        seg, starts = _by_start(seg, fc.start_ns, dur)
+        seg, starts = thread_order(seg, fc.start_ns, dur)
         points = q_order[q_bounds[i] : q_bounds[i + 1]]
         for lo in range(0, len(points), _POINT_BLOCK):
             q = points[lo : lo + _POINT_BLOCK]
-            out[q] = _bind_points(seg, starts, dur, q_ts[q], enclosing[q])
+            out[q] = bind_points(seg, starts, dur, q_ts[q], enclosing[q])
     return out
 
 
 #: Flow points bound at a time (bounds the per-point temporaries of :func:`_bind`).
 _POINT_BLOCK = 8192
-
-
-def _by_start(seg: I32, start_ns: I64, dur: I64) -> tuple[I32, I64]:
-    """``seg`` (rows in file order) sorted by (start, longest first, file order), and their
-    starts: the deepest slice open at t is then the last one starting at or before t that
-    still runs, or one of its enclosing slices.
-
-    A stable argsort of the starts gives (start, file order); only runs of equal starts are
-    then re-sorted, longest first (one lexsort of all keys held ~1 MB more per 90k rows).
-    """
-    starts = start_ns[seg]
-    order = np.argsort(starts, kind="stable")
-    starts = starts[order]
-    tie = starts[1:] == starts[:-1]
-    if tie.any():
-        # Positions in a run of equal starts, and which run each is in.
-        in_run = np.zeros(len(starts), dtype=np.bool_)
-        in_run[1:] = tie
-        in_run[:-1] |= tie
-        pos = np.flatnonzero(in_run)
-        run = np.cumsum(~tie[pos[1:] - 1]) if len(pos) > 1 else np.zeros(0, np.intp)
-        run_of = np.concatenate(([0], run))
-        sub = np.lexsort((-dur[seg[order[pos]]], run_of))  # stable: file order within ties
-        order[pos] = order[pos[sub]]
-    del tie
-    return seg[order], starts
-
-
-def _bind_points(seg: I32, starts: I64, dur: I64, ts: I64, enc: npt.NDArray[np.bool_]) -> I64:
-    """Rows that points at ``ts`` on one thread bind to (see :func:`_bind`)."""
-    j = np.searchsorted(starts, ts, side="right") - 1
-    jj = np.maximum(j, 0)
-    row = seg[jj]
-    hit = (j >= 0) & ((ts < starts[jj] + dur[row]) | (ts == starts[jj]))
-    res = np.where(hit, jj, -1)
-    for m in np.flatnonzero(enc & ~hit & (j >= 0)).tolist():
-        res[m] = _walk_back(seg, starts, dur, int(j[m]), int(ts[m]))
-    # Next slice: first starting at or after ts.
-    nxt = np.searchsorted(starts, ts, side="left")
-    res = np.where(enc, res, np.where(nxt < len(starts), nxt, -1))
-    return np.where(res >= 0, seg[np.maximum(res, 0)], -1)
-
-
-def _walk_back(seg: I32, starts: I64, dur: I64, j: int, ts: int, limit: int = 4096) -> int:
-    """The nearest earlier slice still open at ``ts`` (an ancestor of slice ``j``), or -1."""
-    for k in range(j - 1, max(-1, j - 1 - limit), -1):
-        if starts[k] <= ts < starts[k] + dur[seg[k]]:
-            return k
-    return -1

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import gpu_preset
-from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_doc
 from tests.conftest import SAMPLES
 
 DLRM = SAMPLES / "dlrm_kineto"
@@ -45,7 +46,7 @@ def test_calibrate_dlrm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert table["fit"]["holdout_split"] == "shape"
     assert "kernel_gap_ns" not in table and "attn_eff_max" not in table
     v100_spec = gpu_preset("V100")
-    params = compute_params_from_toml(out, v100_spec)
+    params = compute_params_from_doc(read_toml_doc(out), v100_spec)
     for name, value in v100["params"].items():
         assert getattr(params, name) == pytest.approx(value, rel=1e-5)
     assert params.kernel_gap_ns == compute_params_for(v100_spec).kernel_gap_ns

@@ -95,7 +95,7 @@ def test_bad_options_are_one_line_errors(
 def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
     pytest.importorskip("distributed", reason="the dask extra is not installed")
     cache, plot = tmp_path / "cache", tmp_path / "pareto.png"
-    argv = [str(KORTHIKANTI), "--gpus", "64", "--workers", "2", "--plot", str(plot)]
+    argv = [str(KORTHIKANTI), "--gpus", "64", "--workers", "2", "--plot", str(plot), "--progress"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "echo_view", "plan", *argv],
         env={**os.environ, "PYTHONPATH": str(ROOT), "ECHO_VIEW_CACHE": str(cache)},
@@ -104,11 +104,11 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 300  # a safety net, not a measurement
-        # A graph in the cache: the workers are tracing and simulating.
-        while not (cache.is_dir() and any(cache.glob("*.json.gz"))):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
+        # A progress line: the workers are tracing and simulating (blocks until one comes;
+        # an empty line if the command ended without one).
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert first.startswith("simulated "), (first, proc.communicate())
         # Worker processes are started from the cluster's threads: every thread's children.
         tasks = Path(f"/proc/{proc.pid}/task").glob("*/children")
         children = [c for t in tasks for c in t.read_text().split()]
@@ -117,7 +117,9 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert out == "" and err.strip() == "echo-view: interrupted", err
+    *progress, last = err.strip().splitlines()
+    assert out == "" and last == "echo-view: interrupted", err
+    assert all(line.startswith("simulated ") for line in progress), err
     assert not plot.exists() and not list(tmp_path.glob(".pareto*"))
     assert children  # the worker processes and multiprocessing's resource tracker
     # The tracker exits when its pipe from the (now ended) command closes: allow it a moment.

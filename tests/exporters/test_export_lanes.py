@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters.lanes import _badly_nested_lexsort, assign_lanes, badly_nested, nesting_order
+from echo_view.model.trace_rules import nesting_order
+from exporters.lanes import _badly_nested_lexsort, assign_lanes, badly_nested
 
 Intervals = tuple[list[int], list[int], list[int]]
 

@@ -80,4 +80,7 @@ def test_properties_the_models_read() -> None:
     assert matched == tuned | {K.BARRIER}
     per_rank = {c.kind for c in COLLECTIVES if c.per_rank_payload}
     assert per_rank == {K.ALL_GATHER, K.REDUCE_SCATTER}
+    # record_param_comms sizes these by their output buffer (the gathered / received data).
+    output_sized = {c.kind for c in COLLECTIVES if c.output_sized}
+    assert output_sized == {K.ALL_GATHER, K.GATHER, K.RECV}
     assert collective(K.UNKNOWN).assumed and collective(K.BARRIER).timed_as is K.ALL_REDUCE

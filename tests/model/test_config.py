@@ -10,6 +10,7 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.model.config import (
+    chunk_key,
     config_to_mapping,
     grad_reduce_bytes,
     parse_workload_config,
@@ -253,6 +254,26 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     assert llama["model"]["activation"] == "swiglu"
     fp8 = parse_workload_config(_with("precision", dtype="fp8", fp8_recipe="blockwise"))
     assert tracing_key(fp8)["fp8_recipe"] == "blockwise"
+
+
+def test_chunk_key_ignores_the_pipeline_and_the_optimizer_only() -> None:
+    """Layouts that differ in how layers are spread over stages, in dp or in the optimizer
+    share a chunk key; the layer's own shape and sharding do not."""
+    base = chunk_key(parse_workload_config(BASE))
+    spread = _with("parallel", pp=4, dp=2, virtual_stages=2, distributed_optimizer=True)
+    uneven = _with("parallel", pp=4, dp=2, virtual_stages=None, first_stage_layers=21)
+    for data in (spread, uneven, _with("model", layers=48)):
+        assert chunk_key(parse_workload_config(data)) == base
+    others = [
+        _with("parallel", tp=4, dp=2),
+        _with("parallel", sequence_parallel=True),
+        _with("parallel", recompute="full"),
+        _with("batch", micro=2),
+        _with("model", hidden=6144),
+        _with("precision", dtype="bf16"),
+    ]
+    keys = {chunk_key(parse_workload_config(data)) for data in others}
+    assert len(keys) == len(others) and base not in keys
 
 
 def test_every_new_key_round_trips() -> None:

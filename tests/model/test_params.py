@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from echo_view.errors import ConfigError, Deprecated
-from echo_view.model.params import ParamSet, param
+from echo_view.model.params import ParamSet, param, switch_value
 from echo_view.sim.comm.alphabeta import alphabeta_from_mapping
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.kernel_cost import ComputeParams
@@ -84,3 +84,9 @@ def test_a_file_may_hold_only_its_parameter_tables_and_the_callers() -> None:
     assert _Toy.from_tables({"speed": {"eff": 0.2}, "notes": {}}, others=("notes",)).eff == 0.2
     with pytest.raises(ConfigError, match=r"unknown table \[notes\]"):
         _Toy.from_tables({"notes": {}}, others=())
+
+
+def test_switch_words() -> None:
+    assert [switch_value(w) for w in ("on", " TRUE ", "1", "default")] == [True] * 4
+    assert [switch_value(w) for w in ("off", "False", "0", "none")] == [False] * 4
+    assert switch_value("model.toml") is None and switch_value("") is None

@@ -13,6 +13,7 @@ from echo_view.model.config import ClusterConfig, parse_workload_config
 from echo_view.sim.cluster import (
     DEPRECATED_KEYS,
     OVERRIDE_KEYS,
+    ClusterKeys,
     cluster_from_config,
     make_cluster,
 )
@@ -62,12 +63,17 @@ def test_overrides() -> None:
     ("key", "value", "message"),
     [
         ("nic_gbs", "1", "unknown cluster key 'nic_gbs'"),
-        ("nic_gbytes_per_s", "-5", "must be positive"),
-        ("gpus_per_node", "eight", "expected an integer"),
+        ("nic_gbytes_per_s", "-5", "must be a number from 0.001 to 1e[+]09 GB/s"),
+        ("gpus_per_node", "eight", "needs a number"),
+        ("nodes", "0", "must be a number from 1 to 1e[+]09 nodes"),
         ("fabric", "ethernet", "unknown fabric"),
         ("cpu", "sparc", "unknown CPU vendor"),
         ("gpu", "Z9", "unknown GPU preset"),
-        ("net_latency_us", "-1", "must not be negative"),
+        ("net_latency_us", "-1", "must be a number from 0 to"),
+        # Not finite: before the keys were declared, these ran into the NCCL model (traceback).
+        ("net_latency_us", "nan", "must be a number from 0 to"),
+        ("net_latency_us", "inf", "must be a number from 0 to"),
+        ("peak_tflops_bf16", True, "needs a number"),
     ],
 )
 def test_bad_overrides(key: str, value: str, message: str) -> None:
@@ -145,3 +151,16 @@ def test_published_runs_with_gigabit_keys_still_load() -> None:
             old = cluster_from_config(cfg.cluster, str(path))
         new_cfg = parse_workload_config(tomllib.loads(shipped.read_text()), str(shipped))
         assert old == cluster_from_config(new_cfg.cluster, str(shipped))
+
+
+def test_numeric_keys_are_a_parameter_set_with_a_dgx_a100s_defaults() -> None:
+    specs = ClusterKeys.specs()
+    assert set(OVERRIDE_KEYS) == {"gpu", "fabric", "cpu", *specs}
+    assert all(s.unit and s.help and s.hi == 1e9 for s in specs.values())
+    described = make_cluster("A100-SXM4-80GB").describe()
+    defaults = ClusterKeys().flat()
+    shared = set(described) & set(defaults)
+    assert len(shared) == 6 and all(described[k] == defaults[k] for k in shared)
+    # Checked values are converted into the cluster's units (bytes/s, s) or its GPU.
+    c = make_cluster("A100").with_overrides({"net_latency_us": "2.5", "memory_gb": 40})
+    assert c.net_latency_s == pytest.approx(2.5e-6) and c.gpu.memory_bytes == 40 * GB

@@ -8,13 +8,13 @@ import pytest
 
 from echo_view.errors import UsageError
 from echo_view.loading import load_config
-from echo_view.model.config import config_to_mapping, parse_workload_config
+from echo_view.model.config import chunk_key, config_to_mapping, parse_workload_config
 from echo_view.sim.plan import (
     DIMENSIONS,
     Ranked,
     check_memory,
     enumerate_layouts,
-    group_by_graph,
+    group_by_chunks,
     pareto_front,
     parse_dimensions,
     rank,
@@ -46,8 +46,16 @@ def test_memory_pruning_and_grouping() -> None:
     assert 0 < len(fits) < len(cands)
     # No recomputation, no distributed optimizer, tp 1: 175B parameters cannot fit in 80 GB.
     assert not any(c.fits for c in cands if c.cfg.parallel.tp * c.cfg.parallel.pp == 1)
-    groups = group_by_graph(cands)
+    groups = group_by_chunks(cands)
     assert sum(len(g.candidates) for g in groups) == len(fits)
+    # One chunk key per group, a different one for each group; a group spans pipelines.
+    keys = [{chunk_key(cfg) for cfg in g.candidates} for g in groups]
+    assert all(len(k) == 1 for k in keys) and len(set.union(*keys)) == len(groups)
+    assert any(len({cfg.parallel.pp for cfg in g.candidates}) > 1 for g in groups)
+    # Work: chunk passes per step, stages x virtual stages x micro-batches, summed.
+    g = max(groups, key=lambda g: len(g.candidates))
+    passes = [c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in g.candidates]
+    assert g.work() == sum(passes) > 0
 
 
 def test_retarget_and_dimensions_are_checked() -> None:

@@ -16,6 +16,9 @@ def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
     assert "unknown knob 'compute.gemm_eff_max' for a measured job" in text
     assert "comm.scale" in text and "\n" not in text
     check_keys({"compute.gemm_eff_max": "0.7"}, WORKLOAD_KEYS, "a workload config")
+    # The parameter sets' class attributes (NOUN) are no knobs.
+    assert not [k for k in WORKLOAD_KEYS if "NOUN" in k]
+    assert {"cluster.net_latency_us", "compute.kernel_gap_ns"} <= set(WORKLOAD_KEYS)
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "fast"])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from echo_view.model import ClockAlignment, CollectiveKind, EventKind, Job, LaneKind, TraceBuilder
+from echo_view.model.trace_rules import parse_flow_id, partial_overlaps
 from echo_view.validate import (
     CODES,
     FileValidator,
@@ -21,8 +22,6 @@ from echo_view.validate import (
     validate_document,
 )
 from echo_view.validate.events import UNSET, decode_events
-from echo_view.validate.flows import parse_flow_id
-from echo_view.validate.nesting import partial_overlaps
 from echo_view.validate.times import (
     T_BIG_FLOAT,
     T_FLOAT,
@@ -192,3 +191,21 @@ def test_step_summary_from_model() -> None:
     (s,) = summaries_from_job(_job(_rank(0, [AR])))[:1]
     assert s.kind == ["all_reduce"] and s.seq.tolist() == [0]
     assert np.array_equal(s.step_number, [1])
+
+
+def test_a_flow_at_the_start_of_a_zero_length_slice_is_inside_it() -> None:
+    """EV405 follows the binding rule the importers use (echo_view.model.trace_rules): a point
+    at the start of a zero-length slice binds to it; one at a slice's end is outside."""
+    slice_ = {"ph": "X", "name": "launch", "ts": 5, "dur": 0, "pid": 1, "tid": 1}
+    end = {"ph": "X", "name": "k", "ts": 9, "dur": 1, "pid": 1, "tid": 2}
+
+    def flows(s_ts: int) -> list[dict[str, object]]:
+        s = {"ph": "s", "id": 1, "cat": "ac2g", "name": "f", "ts": s_ts, "pid": 1, "tid": 1}
+        f = {"ph": "f", "bp": "e", "id": 1, "cat": "ac2g", "name": "f", "ts": 9, "pid": 1}
+        return [s, {**f, "tid": 2}]
+
+    inside, after = Report(), Report()
+    validate_document({"traceEvents": [slice_, end, *flows(5)]}, report=inside)
+    validate_document({"traceEvents": [slice_, end, *flows(6)]}, report=after)
+    assert inside.count("EV405") == 0
+    assert after.count("EV405") == 1

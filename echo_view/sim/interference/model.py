@@ -10,7 +10,7 @@ Models (:class:`InterferenceModel`):
 - **Published defaults per GPU generation** (:func:`default_model`), constant per kernel class,
   used when no calibration is given. Sources are in :data:`PUBLISHED` and docs/interference.md.
 - **Calibrated** (``echo-view calibrate interference``): a constant-per-class or fitted model
-  (:mod:`echo_view.sim.interference.fit`) read from TOML (:func:`load_model`).
+  (:mod:`echo_view.sim.interference.fit`) read from TOML (:func:`model_from_doc`).
 
 Replay (:func:`replay_slowdowns`): a measured kernel's duration already holds the slowdown of
 the overlap it had. With ``N`` ns measured alone and ``O`` overlapped, its solo time is
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,8 @@ from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
 from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.kinds import CollectiveKind
-from echo_view.model.toml_file import dump_toml, read_toml
+from echo_view.model.params import switch_value
+from echo_view.model.toml_file import TomlDoc, dump_toml
 from echo_view.model.workload import CLASS_COLLECTIVE, Workload
 from echo_view.sim.interference.features import (
     comm_features,
@@ -122,7 +122,7 @@ def default_model(generation: int | str) -> InterferenceModel:
 
 
 def model_to_toml(model: InterferenceModel) -> str:
-    """The model as TOML (read back by :func:`load_model`)."""
+    """The model as TOML (read back by :func:`model_from_doc`)."""
     d = model.fit.as_dict()
     doc: dict[str, Any] = {"kind": d["kind"], "source": model.source}
     # Settings of the fitted form sit at the top level, before the first table.
@@ -135,36 +135,38 @@ def model_to_toml(model: InterferenceModel) -> str:
     )
 
 
-def load_model(path: Path) -> InterferenceModel:
-    """Read a model written by ``echo-view calibrate interference``."""
-    data = read_toml(path)
+def model_from_doc(doc: TomlDoc) -> InterferenceModel:
+    """The model in a file written by ``echo-view calibrate interference`` (read by the
+    caller)."""
+    data = doc.data
     try:
         fit = InterferenceFit.from_dict(data)
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(
             f"not an interference model: {exc}",
-            path=path,
+            path=doc.path,
             hint="write one with `echo-view calibrate interference TRACE... -o FILE.toml`",
         ) from exc
-    return InterferenceModel(fit, str(data.get("source", path.name)), data.get("evaluation", {}))
+    source = str(data.get("source", doc.path.name))
+    return InterferenceModel(fit, source, data.get("evaluation", {}))
 
 
-def model_from_setting(value: str, generation: int) -> InterferenceModel | None:
+def model_from_setting(
+    value: str, generation: int, file: TomlDoc | None = None
+) -> InterferenceModel | None:
     """``--set interference=VALUE``: ``on`` (published defaults for ``generation``), ``off``
-    (``None``) or the path of a calibrated model."""
-    v = value.strip()
-    if v.lower() in ("on", "true", "1", "default"):
-        return default_model(generation)
-    if v.lower() in ("off", "false", "0", "none"):
-        return None
-    path = Path(v)
-    if not path.exists():
+    (``None``) or the path of a calibrated model, whose ``file`` the caller has read
+    (``echo_view.loading.setting_file``)."""
+    on = switch_value(value)
+    if on is not None:
+        return default_model(generation) if on else None
+    if file is None:
         raise ConfigError(
             f"interference must be on, off or a model file, got {value!r}",
             where="--set interference",
             hint="write a model with `echo-view calibrate interference TRACE... -o FILE.toml`",
         )
-    return load_model(path)
+    return model_from_doc(file)
 
 
 # -- ops of a workload ------------------------------------------------------------------------
@@ -352,7 +354,7 @@ __all__ = [
     "config_slowdowns",
     "default_model",
     "interference_ops",
-    "load_model",
+    "model_from_doc",
     "model_from_setting",
     "model_to_toml",
     "op_devices",

@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from echo_view.errors import EchoViewError
 from echo_view.model import CollectiveKind
 from echo_view.model.gpus import gpu_preset
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import comm_model_from_mapping
-from echo_view.sim.compute_presets import compute_params_from_toml
-from echo_view.sim.interference import InterferenceModel, load_model, model_to_toml
+from echo_view.sim.compute_presets import compute_params_from_doc
+from echo_view.sim.interference import InterferenceModel, model_from_doc, model_to_toml
 from echo_view.sim.interference.fit import CLASSES, KernelFeatures, fit
 from echo_view.sim.kernel_cost import op_times_ns
 from tests.fuzz_data import ODD_VALUES, SETTINGS
@@ -102,7 +103,7 @@ def test_interference_model_mistakes(picks: list[tuple[tuple[str, ...], Any]]) -
         path = Path(tmp) / "interference.toml"
         path.write_text(_toml(doc), encoding="utf-8")
         try:
-            model = load_model(path)
+            model = model_from_doc(read_toml_doc(path))
         except EchoViewError as err:
             assert "\n" not in str(err) and path.name in str(err), str(err)
             return
@@ -128,7 +129,7 @@ def test_compute_file_mistakes(picks: dict[str, Any]) -> None:
         path = Path(tmp) / "compute.toml"
         path.write_text(_toml_gpu(gpu.name, picks), encoding="utf-8")
         try:
-            params = compute_params_from_toml(path, gpu)
+            params = compute_params_from_doc(read_toml_doc(path), gpu)
         except EchoViewError as err:
             assert "\n" not in str(err) and path.name in str(err), str(err)
             return

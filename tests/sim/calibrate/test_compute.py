@@ -11,6 +11,7 @@ import pytest
 from echo_view.analysis.kernel_fit import KernelSamples, kernel_samples, samples_of_jobs
 from echo_view.errors import ConfigError, InputError
 from echo_view.model.graph import OpClass
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.calibrate.compute import (
     FitData,
     calibrate,
@@ -21,7 +22,7 @@ from echo_view.sim.calibrate.compute import (
 )
 from echo_view.sim.calibrate.optimize import nelder_mead
 from echo_view.sim.cluster import gpu_preset
-from echo_view.sim.compute_presets import compute_params_for, compute_params_from_toml
+from echo_view.sim.compute_presets import compute_params_for, compute_params_from_doc
 from echo_view.sim.kernel_cost import ComputeParams
 from importers.kineto import KinetoImporter
 from tests.conftest import SAMPLES, shared_path
@@ -164,21 +165,21 @@ def test_loader(tmp_path: Path) -> None:
         '[gpu."A100-SXM4-40GB".fit]\nops = 10\n'
         '[gpu."H100-SXM5-80GB"]\nmem_eff_max = 0.6\ngemm_shape_model = 1\n',
     )
-    a40 = compute_params_from_toml(path, gpu_preset("A100-40GB"))
+    a40 = compute_params_from_doc(read_toml_doc(path), gpu_preset("A100-40GB"))
     # A calibrated file is in the FLOP form: GEMM shapes are off unless the file says on.
     assert a40 == compute_params_for(gpu_preset("A100")).with_overrides(
         {"gemm_eff_max": 0.5, "kernel_min_ns": 3000, "gemm_shape_model": 0}
     )
-    assert compute_params_from_toml(path, gpu_preset("H100")).gemm_shape_model == 1.0
+    assert compute_params_from_doc(read_toml_doc(path), gpu_preset("H100")).gemm_shape_model == 1.0
     # Another A100 falls back to the family's table; H100 gets its own.
-    assert compute_params_from_toml(path, A100).gemm_eff_max == 0.5
-    h100 = compute_params_from_toml(path, gpu_preset("H100"))
+    assert compute_params_from_doc(read_toml_doc(path), A100).gemm_eff_max == 0.5
+    h100 = compute_params_from_doc(read_toml_doc(path), gpu_preset("H100"))
     assert (
         h100.mem_eff_max == 0.6
         and h100.gemm_eff_max == compute_params_for(gpu_preset("H100")).gemm_eff_max
     )
     with pytest.raises(ConfigError, match="no parameters for V100-SXM2-32GB"):
-        compute_params_from_toml(path, V100)
+        compute_params_from_doc(read_toml_doc(path), V100)
 
 
 @pytest.mark.parametrize(
@@ -193,7 +194,7 @@ def test_loader(tmp_path: Path) -> None:
 def test_loader_errors(tmp_path: Path, text: str, error: type[Exception], message: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(error, match=message) as info:
-        compute_params_from_toml(path, V100)
+        compute_params_from_doc(read_toml_doc(path), V100)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(InputError, match="cannot read"):
-        compute_params_from_toml(tmp_path / "absent.toml", V100)
+        compute_params_from_doc(read_toml_doc(tmp_path / "absent.toml"), V100)

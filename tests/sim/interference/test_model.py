@@ -12,6 +12,7 @@ from echo_view.errors import ConfigError
 from echo_view.loading import build_registry
 from echo_view.model import Job
 from echo_view.model.gpus import GENERATIONS
+from echo_view.model.toml_file import read_toml_doc
 from echo_view.model.workload import OP_CLASS_NAMES, Workload
 from echo_view.sim import simulate, step_spans
 from echo_view.sim.interference import (
@@ -20,7 +21,7 @@ from echo_view.sim.interference import (
     config_slowdowns,
     default_model,
     interference_ops,
-    load_model,
+    model_from_doc,
     model_from_setting,
     model_to_toml,
     replay_slowdowns,
@@ -59,10 +60,10 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     )
     path = tmp_path / "m.toml"
     path.write_text(model_to_toml(model))
-    back = load_model(path)
+    back = model_from_doc(read_toml_doc(path))
     assert np.allclose(back.fit.coef, coef) and back.source == 'calibrated on "x"'
     assert back.evaluation["job"]["none"]["weighted_abs"] == 0.2
-    assert model_from_setting(str(path), 0) is not None
+    assert model_from_setting(str(path), 0, read_toml_doc(path)) is not None
     assert model_from_setting("off", 3) is None
     on = model_from_setting("on", GENERATIONS.index("hopper"))
     assert on is not None and on.source.startswith("published (hopper)")
@@ -71,7 +72,7 @@ def test_model_file_round_trip(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('kind = "constant"\n[coef]\n"class.nope" = 1.0\n')
     with pytest.raises(ConfigError):
-        load_model(bad)
+        model_from_doc(read_toml_doc(bad))
 
 
 def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
@@ -88,7 +89,7 @@ def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
     )
     path = tmp_path / "fitted.toml"
     path.write_text(model_to_toml(InterferenceModel(fit, "test", {})))
-    back = load_model(path).fit
+    back = model_from_doc(read_toml_doc(path)).fit
     assert back.kind == "fitted" and np.allclose(back.coef, fit.coef)
     assert back.shrink == 0.75 and back.generations == fit.generations
     assert back.solo_scale_ns == 10_000

@@ -1,0 +1,166 @@
+"""Chunks built by repeating a traced layer equal chunks traced whole, row for row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.graph import OpTable
+from echo_view.model.strings import StringTable
+from tests.conftest import TORCH_MISSING
+from tests.tracing.graph_equality import assert_same_graph
+
+pytest.importorskip("torch", reason=TORCH_MISSING)
+
+import echo_view.tracing.chunks as chunks
+from echo_view.tracing.chunks import ChunkCache, block_start, copy_strings, repeat_index
+from echo_view.tracing.roles import trace_whole, trace_workload
+
+LLAMA = {
+    "activation": "swiglu",
+    "normalization": "rmsnorm",
+    "position": "rope",
+    "ffn_hidden": 688,
+    "kv_heads": 2,
+    "tie_embeddings": False,
+}
+#: Layouts of a 12-layer model: pipelines of 1, 2, 3 and 4 stages, interleaved, uneven first
+#: and last stages, each recomputation, FP8 recipes, tied and untied output layers, a
+#: Llama-style layer with context parallelism, no tensor parallelism.
+LAYOUTS: dict[str, dict[str, dict[str, Any]]] = {
+    "pp1 tied": {"parallel": {"pp": 1}},
+    "pp1 untied": {"parallel": {"pp": 1}, "model": {"tie_embeddings": False}},
+    "pp2 full recompute": {"parallel": {"pp": 2, "recompute": "full"}},
+    "pp4 selective": {"parallel": {"pp": 4, "recompute": "selective"}},
+    "pp2 vp2": {"parallel": {"pp": 2, "virtual_stages": 2}},
+    "pp3 uneven": {"parallel": {"pp": 3, "first_stage_layers": 3, "last_stage_layers": 5}},
+    "pp2 vp2 fp8 delayed": {
+        "parallel": {"pp": 2, "virtual_stages": 2},
+        "precision": {"dtype": "fp8", "fp8_recipe": "delayed"},
+    },
+    "pp1 fp8 tensorwise full": {
+        "parallel": {"pp": 1, "recompute": "full"},
+        "precision": {"dtype": "fp8", "fp8_recipe": "tensorwise"},
+    },
+    "pp4 fp8 blockwise": {
+        "parallel": {"pp": 4},
+        "precision": {"dtype": "fp8", "fp8_recipe": "blockwise"},
+    },
+    "llama pp2 cp2": {"parallel": {"pp": 2, "cp": 2}, "model": LLAMA},
+    "tp1 pp3": {"parallel": {"tp": 1, "pp": 3, "sequence_parallel": False}},
+}
+
+
+def _cfg(over: dict[str, dict[str, Any]]) -> WorkloadConfig:
+    data: dict[str, Any] = {
+        "model": {
+            "kind": "gpt",
+            "layers": 12,
+            "hidden": 256,
+            "heads": 8,
+            "seq_len": 128,
+            "vocab": 1000,
+        },
+        "parallel": {"tp": 2, "dp": 1, "sequence_parallel": True},
+        "batch": {"global": 8, "micro": 2},
+        "precision": {"dtype": "bf16"},
+    }
+    for section, values in over.items():
+        data[section] = {**data[section], **values}
+    p = data["parallel"]
+    gpus = p["tp"] * p["pp"] * p.get("cp", 1)
+    data["cluster"] = {"gpu": "H100", "gpus_per_node": gpus, "nodes": 1}
+    return parse_workload_config(data)
+
+
+@pytest.fixture
+def traced_layers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The layer counts of the chunks the cache traces."""
+    seen: list[int] = []
+    real = chunks.trace_chunk
+
+    def spy(strings: StringTable, cfg: WorkloadConfig, first: bool, last: bool, n: int) -> Any:
+        seen.append(n)
+        return real(strings, cfg, first, last, n)
+
+    monkeypatch.setattr(chunks, "trace_chunk", spy)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_repeated_chunks_equal_whole_chunks(name: str, traced_layers: list[int]) -> None:
+    cfg = _cfg(LAYOUTS[name])
+    assert_same_graph(trace_workload(cfg), trace_whole(cfg))
+    # Every chunk of three or more layers was built, not traced.
+    assert traced_layers and max(traced_layers) <= 2
+
+
+def test_one_cache_serves_every_layout_with_the_same_chunk_key(traced_layers: list[int]) -> None:
+    cache = ChunkCache()
+    trace_workload(_cfg({"parallel": {"pp": 2}}), cache)
+    assert len(cache) == 2 and len(traced_layers) == 4  # first and last kinds, 1 and 2 layers
+    # pp4 adds the middle kind; pp3 with uneven stages and pp2 with vp2 add nothing.
+    for parallel in (
+        {"pp": 4, "distributed_optimizer": True},
+        {"pp": 3, "first_stage_layers": 3, "last_stage_layers": 5},
+        {"pp": 2, "virtual_stages": 2},
+    ):
+        cfg = _cfg({"parallel": parallel})
+        assert_same_graph(trace_workload(cfg, cache), trace_whole(cfg))
+    assert len(cache) == 3 and len(traced_layers) == 6
+
+
+def test_a_sequence_that_does_not_repeat_is_traced_whole(
+    monkeypatch: pytest.MonkeyPatch, traced_layers: list[int]
+) -> None:
+    monkeypatch.setattr(chunks, "block_start", lambda one, two: None)
+    cfg = _cfg({"parallel": {"pp": 2}})
+    assert_same_graph(trace_workload(cfg), trace_whole(cfg))
+    assert sorted(set(traced_layers)) == [1, 2, 6]
+
+
+def test_block_start_finds_the_repeated_block() -> None:
+    def seq(*xs: int) -> Any:
+        return np.array(xs)
+
+    # head 9, block (1, 2), tail 7
+    one, two = seq(9, 1, 2, 7), seq(9, 1, 2, 1, 2, 7)
+    assert block_start(one, two) == 1
+    assert one[repeat_index(4, 1, 2, 3)].tolist() == [9, 1, 2, 1, 2, 1, 2, 7]
+    # A block that could start at 0 or 1 (rotations): either repeats to the same sequence.
+    one, two = seq(1, 2, 1), seq(1, 2, 1, 2, 1)
+    p = block_start(one, two)
+    assert p is not None and one[repeat_index(3, p, 2, 3)].tolist() == [1, 2, 1, 2, 1, 2, 1]
+    # Rows compare whole: a two-column row differing in one column is another row.
+    rows_one = np.array([[0, 0], [1, 5], [2, 0]])
+    rows_two = np.array([[0, 0], [1, 5], [1, 6], [2, 0]])
+    assert block_start(rows_one, rows_two) is None
+    assert block_start(seq(1, 2, 3), seq(1, 2, 4, 3, 5)) is None  # no block
+    assert block_start(seq(1, 2), seq(1)) is None  # shorter with more layers
+    assert block_start(seq(), seq()) == 0 and block_start(seq(), seq(1)) is None
+
+
+def test_copy_strings_numbers_strings_in_row_order() -> None:
+    source = StringTable(["b", "a", "fp32", "", "nccl:all_reduce"])
+    columns = {
+        "name": [1, 4, 0],
+        "op_class": [0, 9, 0],
+        "flops": [1.0, 0.0, 2.0],
+        "bytes": [8, 0, 8],
+        "dtype": [2, -1, 2],
+        "shapes": [3, -1, 3],
+        "coll_kind": [-1, 0, -1],
+        "coll_bytes": [0, 64, 0],
+        "axis": [-1, 0, -1],
+        "grad_bytes": [0, 0, 0],
+    }
+    table = OpTable(**{c: np.array(v) for c, v in columns.items()})
+    target = StringTable(["x"])
+    (out,) = copy_strings([table], source, target)
+    assert target.strings == ("x", "a", "fp32", "", "nccl:all_reduce", "b")
+    assert [target[i] for i in out.name] == ["a", "nccl:all_reduce", "b"]
+    assert out.dtype.tolist() == [2, -1, 2] and out.shapes.tolist() == [3, -1, 3]
+    assert out.coll_bytes.tolist() == [0, 64, 0]
