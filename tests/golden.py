@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from echo_view.model import EventFacts
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "samples.json"
 SAMPLES = Path("samples")
@@ -74,6 +76,8 @@ def canonical(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         sha = _digest(value.tobytes())
         return {"dtype": value.dtype.str, "shape": list(value.shape), "sha": sha}
+    if isinstance(value, EventFacts):  # computed on first use: dumped as the tables
+        return {n: canonical(getattr(value, n)) for n in ("launches", "op_inputs", "syncs")}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "strings") and callable(getattr(value, "intern", None)):  # StringTable

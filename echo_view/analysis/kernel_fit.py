@@ -3,7 +3,7 @@
 Each GPU kernel is traced back to the CPU op that launched it — by the op's ``External id``
 where the kernel carries it (PyTorch >= 2.x), otherwise kernel -> runtime launch (same
 ``correlation``) -> innermost CPU op on the launching thread that encloses the launch. The op's
-recorded ``Input Dims`` and ``Input type`` give its FLOPs, bytes and dtype
+recorded ``Input Dims`` and ``Input type`` (:attr:`Trace.op_inputs`) give its FLOPs, bytes and dtype
 (:mod:`echo_view.analysis.kernel_ops`); an fp32 matrix product that ran on a tensor-core kernel
 computed in TF32 and gets dtype ``tf32``. One sample is one op: the summed duration of the
 kernels it launched, which is what the cost model predicts for one op of a traced graph. Ops
@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -26,8 +25,6 @@ from echo_view.model.graph import OpClass
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-
-_ARGS = msgspec.json.Decoder(dict[str, Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,14 +224,15 @@ def _trace_samples(
     rows: dict[str, list[Any]] = {
         k: [] for k in ("op_class", "flops", "nbytes", "dtype", "ns", "kernels", "shape", "dev")
     }
-    for j in np.flatnonzero(keep):
-        args = _ARGS.decode(ev.raw_args(int(ops[j]))) if ev.raw_args(int(ops[j])) else {}
-        dims, types = args.get("Input Dims"), args.get("Input type")
-        if not isinstance(dims, list) or not isinstance(types, list):
+    inputs = trace.op_inputs
+    at = inputs.row_of(ops)
+    for j in np.flatnonzero(keep & (at >= 0)):
+        i = int(at[j])
+        dims, types = inputs.value(int(inputs.dims[i])), inputs.value(int(inputs.types[i]))
+        if dims is None or types is None:
             continue
         name = names[int(ev.name[ops[j]])]
-        concrete = args.get("Concrete Inputs")
-        w = op_work(name, dims, types, concrete if isinstance(concrete, list) else None)
+        w = op_work(name, dims, types, inputs.value(int(inputs.concrete[i])))
         if w is None:
             continue
         dtype = w.dtype
@@ -249,13 +247,13 @@ def _trace_samples(
         rows["dtype"].append(tables.intern("dtype", dtype))
         rows["ns"].append(int(measured[j]))
         rows["kernels"].append(int(count[j]))
-        rows["shape"].append(tables.intern("shape", f"{name} {dims} {types}"))
+        rows["shape"].append(tables.intern("shape", f"{name} {_listed(dims)} {_listed(types)}"))
         rows["dev"].append(tables.intern("device", dev_key))
     stats = ExtractStats(
         kernels=n_kernels,
         linked=int(np.count_nonzero(kind[work] == EventKind.KERNEL)),
         ops=len(ops),
-        ops_with_shapes=_shaped(trace, ops),
+        ops_with_shapes=int(np.count_nonzero(at >= 0)),
         samples=len(rows["ns"]),
     )
     cols: dict[str, npt.NDArray[Any]] = {
@@ -287,10 +285,9 @@ def _tensor_core(trace: Trace, work: I64) -> npt.NDArray[np.bool_]:
     return flag[inv] if len(ids) else np.zeros(0, dtype=bool)
 
 
-def _shaped(trace: Trace, ops: I64) -> int:
-    """How many of ``ops`` recorded ``Input Dims`` (a byte search: no JSON decoding)."""
-    ev = trace.events
-    return sum(1 for o in ops if b'"Input Dims"' in ev.raw_args(int(o)))
+def _listed(value: Any) -> Any:
+    """``value`` with its tuples as lists: shape keys are written as the profiler lists them."""
+    return [_listed(v) for v in value] if isinstance(value, tuple) else value
 
 
 def kernel_samples(job: Job, sources: tuple[str, ...] | None = None) -> KernelSamples:

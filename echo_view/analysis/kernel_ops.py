@@ -121,7 +121,7 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
         known = dtype_info(t)
         if (
             known is None
-            or not isinstance(d, list)
+            or not isinstance(d, list | tuple)
             or not all(isinstance(x, int) and x >= 0 for x in d)
         ):
             out.append(None)

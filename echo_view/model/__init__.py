@@ -4,6 +4,7 @@ enumerations and side tables they use. The model knows no file format."""
 from echo_view.model.builder import TraceBuilder
 from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.comm_kernels import CommKernelInfo, is_comm_kernel, parse_comm_kernel_name
+from echo_view.model.event_info import EventFacts, LaunchTable, OpInputTable, SyncTable
 from echo_view.model.job import ClockAlignment, Job
 from echo_view.model.kinds import (
     GPU_KINDS,
@@ -34,15 +35,19 @@ __all__ = [
     "CollectiveTable",
     "CommKernelInfo",
     "DeviceInfo",
+    "EventFacts",
     "EventKind",
     "EventTable",
     "FlowTable",
     "Job",
     "Lane",
     "LaneKind",
+    "LaunchTable",
+    "OpInputTable",
     "ProcessGroup",
     "StepTable",
     "StringTable",
+    "SyncTable",
     "Trace",
     "TraceBuilder",
     "collective_kind_from_name",

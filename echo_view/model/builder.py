@@ -11,8 +11,19 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from echo_view.model.columns import ColumnBuilder
+from echo_view.model.event_info import (
+    LAUNCH_COLUMNS,
+    OP_INPUT_COLUMNS,
+    SYNC_COLUMNS,
+    Dims,
+    EventFacts,
+    LaunchTable,
+    OpInputTable,
+    SyncTable,
+)
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
@@ -70,6 +81,10 @@ class TraceBuilder:
         )
         self.devices: list[DeviceInfo] = []
         self.metadata: dict[str, Any] = {}
+        self._launches: dict[int, dict[str, int | float]] = {}
+        self._op_inputs: dict[int, dict[str, int]] = {}
+        self._input_values: dict[tuple[Any, ...], int] = {}
+        self._syncs: dict[int, dict[str, int]] = {}
 
     def lane(
         self,
@@ -175,6 +190,60 @@ class TraceBuilder:
             protocol=sid(protocol),
         )
 
+    def launch(
+        self,
+        event: int,
+        *,
+        grid: tuple[int, int, int] | None = None,
+        block: tuple[int, int, int] | None = None,
+        registers: int = NONE,
+        shared_bytes: int = NONE,
+        blocks_per_sm: float = float("nan"),
+        occupancy: float = float("nan"),
+        nbytes: int = NONE,
+    ) -> None:
+        """Record how GPU work ``event`` was launched (``occupancy`` 0..1; ``nbytes`` of a copy)."""
+        gx, gy, gz = grid if grid is not None else (NONE, NONE, NONE)
+        bx, by, bz = block if block is not None else (NONE, NONE, NONE)
+        self._launches[event] = {
+            "event": event, "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx,
+            "block_y": by, "block_z": bz, "registers": registers, "shared_bytes": shared_bytes,
+            "blocks_per_sm": blocks_per_sm, "occupancy": occupancy, "bytes": nbytes,
+        }  # fmt: skip
+
+    def op_inputs(
+        self,
+        event: int,
+        dims: tuple[Dims, ...],
+        types: tuple[str, ...] | None = None,
+        concrete: tuple[str, ...] | None = None,
+    ) -> None:
+        """Record operator ``event``'s inputs: per argument its sizes, type and value text."""
+
+        def vid(value: tuple[Any, ...] | None) -> int:
+            if value is None:
+                return NONE
+            return self._input_values.setdefault(value, len(self._input_values))
+
+        self._op_inputs[event] = {
+            "event": event, "dims": vid(dims), "types": vid(types), "concrete": vid(concrete),
+        }  # fmt: skip
+
+    def sync(
+        self,
+        event: int,
+        *,
+        correlation: int = NONE,
+        stream: int = NONE,
+        wait_on_stream: int = NONE,
+        wait_on_record: int = NONE,
+    ) -> None:
+        """Record what synchronisation ``event`` waited on (see :class:`SyncTable`)."""
+        self._syncs[event] = {
+            "event": event, "correlation": correlation, "stream": stream,
+            "wait_on_stream": wait_on_stream, "wait_on_record": wait_on_record,
+        }  # fmt: skip
+
     def step(self, number: int, start_ns: int, end_ns: int, gpu_end_ns: int = NONE) -> None:
         """Add a training step."""
         self._steps.append(number=number, start_ns=start_ns, end_ns=end_ns, gpu_end_ns=gpu_end_ns)
@@ -203,4 +272,22 @@ class TraceBuilder:
             steps=steps,
             devices=tuple(self.devices),
             metadata=self.metadata,
+            facts=EventFacts(
+                launches=LaunchTable(**_by_event(self._launches, LAUNCH_COLUMNS)),
+                op_inputs=OpInputTable(
+                    **_by_event(self._op_inputs, OP_INPUT_COLUMNS),
+                    values=tuple(self._input_values),
+                ),
+                syncs=SyncTable(**_by_event(self._syncs, SYNC_COLUMNS)),
+            ),
         )
+
+
+def _by_event(
+    rows: Mapping[int, Mapping[str, int | float]], dtypes: Mapping[str, str]
+) -> dict[str, npt.NDArray[Any]]:
+    """Columns of side-table ``rows`` keyed by event, in event order."""
+    cols = ColumnBuilder(dtypes)
+    for event in sorted(rows):
+        cols.append(**rows[event])
+    return cols.columns()

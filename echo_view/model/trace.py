@@ -2,8 +2,9 @@
 
 A :class:`Trace` holds one rank's events as read-only int64-nanosecond numpy columns with
 interned names, plus small side tables: lanes (CPU threads, GPU streams), flows, collectives,
-process groups, steps and devices. It is immutable once built; importers and the simulator
-produce it, everything else reads it.
+process groups, steps, devices, and the typed facts the core reads about single events (kernel
+launches, operator inputs, synchronisations: :mod:`echo_view.model.event_info`). It is
+immutable once built; importers and the simulator produce it, everything else reads it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.columns import check_lengths, frozen
+from echo_view.model.event_info import EventFacts, LaunchTable, OpInputTable, SyncTable
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 
@@ -76,7 +78,9 @@ class EventTable:
     ``start_ns`` is on the trace's own clock (absolute epoch ns where the source gives it).
     ``dur_ns`` is 0 for instants. ``name`` and ``cat`` are ids into the trace's strings.
     ``correlation`` links a launch to its GPU work; ``external_id`` links a CPU op to its launches.
-    ``args`` holds each event's arguments as raw JSON bytes, decoded on demand.
+    ``args`` holds each event's arguments as raw JSON bytes, for display and export only: what
+    the core reads from them is in the trace's typed side tables
+    (:mod:`echo_view.model.event_info`).
     """
 
     kind: U8
@@ -257,6 +261,8 @@ class Trace:
     steps: StepTable = field(default_factory=StepTable.empty)
     devices: tuple[DeviceInfo, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Typed facts about single events (:mod:`echo_view.model.event_info`).
+    facts: EventFacts = field(default_factory=EventFacts)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
@@ -270,9 +276,28 @@ class Trace:
                 raise ValueError(f"{table} refers to an event that does not exist")
         if len(self.collectives) and self.collectives.event.max() >= n:
             raise ValueError("collectives.event refers to an event that does not exist")
+        for table, built in self.facts.built():  # computed ones refer to the events by design
+            col = built.event
+            if len(col) and (col.min() < 0 or col.max() >= n):
+                raise ValueError(f"{table}.event refers to an event that does not exist")
 
     def __len__(self) -> int:
         return len(self.events)
+
+    @property
+    def launches(self) -> LaunchTable:
+        """How GPU work was launched (:class:`~echo_view.model.event_info.LaunchTable`)."""
+        return self.facts.launches
+
+    @property
+    def op_inputs(self) -> OpInputTable:
+        """Operators' recorded inputs (:class:`~echo_view.model.event_info.OpInputTable`)."""
+        return self.facts.op_inputs
+
+    @property
+    def syncs(self) -> SyncTable:
+        """Synchronisation records (:class:`~echo_view.model.event_info.SyncTable`)."""
+        return self.facts.syncs
 
     def name(self, i: int) -> str:
         """Name of event ``i``."""

@@ -7,7 +7,8 @@
   int64 ns times (``baseTimeNanoseconds`` added; see :mod:`importers.kineto.columns`), kinds from
   Kineto's categories (2021 ``Kernel``/``Runtime``/``Operator`` ones too), lanes per GPU stream
   and CPU thread, ``correlation`` and ``External id`` columns, and each event's raw ``args``
-  (:mod:`importers.kineto.timeline`). Rows are in file order.
+  (:mod:`importers.kineto.timeline`). Rows are in file order. What the core reads from the args
+  (launch configurations, operator inputs, sync records) is typed by :mod:`importers.event_args`.
 - Flows (``ac2g``, ``async_cpu_to_gpu``, ``async``, ``fwdbwd``... ``s``/``f`` pairs) as arrows
   between event rows; collectives and process groups (:mod:`importers.kineto.comms`);
   ``ProfilerStep#N`` steps, devices and metadata (:mod:`importers.kineto.meta`).
@@ -39,6 +40,7 @@ from importers.chrome_json import (
     read_container,
     sniff_head,
 )
+from importers.event_args import event_facts
 from importers.kineto.align import align
 from importers.kineto.columns import Columns, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
@@ -227,6 +229,7 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
         steps=steps,
         devices=build_devices(top.get("deviceProperties")),
         metadata=meta,
+        facts=event_facts(events),
     )
 
 

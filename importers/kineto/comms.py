@@ -45,6 +45,7 @@ from echo_view.model import (
 )
 from echo_view.model.collectives import collective
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
+from importers.event_args import RowDecoder
 from importers.kineto.rows import I32, I64, unique
 
 _COMMS_OP = "record_param_comms"
@@ -98,27 +99,13 @@ class CollArgs(msgspec.Struct, gc=False):
         )
 
 
-_COLL_ARGS = msgspec.json.Decoder(list[CollArgs])
-_COLL_ARG = msgspec.json.Decoder(CollArgs)
+_COLL_ARGS = RowDecoder(CollArgs)
 
 
 def coll_args(ev: EventView, rows: list[int]) -> list[CollArgs]:
     """:class:`CollArgs` of each row, decoded in one call (rows whose args are not an object
     get empty ones)."""
-    raws = [
-        ev.args_blob[int(ev.args_offsets[r]) : int(ev.args_offsets[r + 1])] or b"{}" for r in rows
-    ]
-    try:
-        return _COLL_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
-        pass
-    out = []
-    for raw in raws:
-        try:
-            out.append(_COLL_ARG.decode(raw))
-        except msgspec.ValidationError:
-            out.append(CollArgs())
-    return out
+    return _COLL_ARGS(ev.args_blob, ev.args_offsets, rows)
 
 
 @functools.lru_cache(maxsize=256)

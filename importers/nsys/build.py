@@ -21,6 +21,7 @@ from echo_view.model.trace import (
     StepTable,
     Trace,
 )
+from importers.event_args import event_facts
 from importers.nsys.nccl import Collective, Communicator
 from importers.nsys.tables import I64, NO_STREAM, Names, Rows, compact, factorize
 
@@ -247,6 +248,7 @@ def build_trace(
         steps=steps,
         devices=tuple(devices),
         metadata=dict(info.metadata),
+        facts=event_facts(events),
     )
 
 

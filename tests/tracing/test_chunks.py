@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from echo_view.model.config import WorkloadConfig, parse_workload_config
-from echo_view.model.graph import OP_COLUMNS, OpTable, TracedGraph
+from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
 from tests.conftest import TORCH_MISSING
+from tests.tracing.graph_equality import assert_same_graph
 
 pytest.importorskip("torch", reason=TORCH_MISSING)
 
@@ -75,25 +76,6 @@ def _cfg(over: dict[str, dict[str, Any]]) -> WorkloadConfig:
     return parse_workload_config(data)
 
 
-def _assert_same(a: TracedGraph, b: TracedGraph) -> None:
-    assert a.strings.strings == b.strings.strings
-    assert a.config == b.config and a.meta == b.meta
-    assert len(a.roles) == len(b.roles)
-    for ra, rb in zip(a.roles, b.roles, strict=True):
-        assert (ra.stages, ra.params, ra.grad_dtype_bytes) == (
-            rb.stages,
-            rb.params,
-            rb.grad_dtype_bytes,
-        )
-        tables_a = (*ra.forward, *ra.backward, ra.optimizer)
-        tables_b = (*rb.forward, *rb.backward, rb.optimizer)
-        assert len(tables_a) == len(tables_b)
-        for ta, tb in zip(tables_a, tables_b, strict=True):
-            for col in OP_COLUMNS:
-                got, want = getattr(ta, col), getattr(tb, col)
-                assert got.dtype == want.dtype and np.array_equal(got, want), (ra.stages, col)
-
-
 @pytest.fixture
 def traced_layers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The layer counts of the chunks the cache traces."""
@@ -111,7 +93,7 @@ def traced_layers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_repeated_chunks_equal_whole_chunks(name: str, traced_layers: list[int]) -> None:
     cfg = _cfg(LAYOUTS[name])
-    _assert_same(trace_workload(cfg), trace_whole(cfg))
+    assert_same_graph(trace_workload(cfg), trace_whole(cfg))
     # Every chunk of three or more layers was built, not traced.
     assert traced_layers and max(traced_layers) <= 2
 
@@ -127,7 +109,7 @@ def test_one_cache_serves_every_layout_with_the_same_chunk_key(traced_layers: li
         {"pp": 2, "virtual_stages": 2},
     ):
         cfg = _cfg({"parallel": parallel})
-        _assert_same(trace_workload(cfg, cache), trace_whole(cfg))
+        assert_same_graph(trace_workload(cfg, cache), trace_whole(cfg))
     assert len(cache) == 3 and len(traced_layers) == 6
 
 
@@ -136,7 +118,7 @@ def test_a_sequence_that_does_not_repeat_is_traced_whole(
 ) -> None:
     monkeypatch.setattr(chunks, "block_start", lambda one, two: None)
     cfg = _cfg({"parallel": {"pp": 2}})
-    _assert_same(trace_workload(cfg), trace_whole(cfg))
+    assert_same_graph(trace_workload(cfg), trace_whole(cfg))
     assert sorted(set(traced_layers)) == [1, 2, 6]
 
 

@@ -41,6 +41,18 @@ class CommModel(Protocol):
         ...
 
 
+def model_for_library(library: str, base: CommModel) -> CommModel:
+    """The model that times a collective launched by ``library`` (a trace's
+    :class:`~echo_view.model.comm_kernels.CommKernelInfo` ``library``): DeepEP's all-to-all
+    by :class:`~echo_view.sim.comm.deepep.DeepEPModel` (other kinds by ``base``), NCCL's by
+    ``base``."""
+    if library == "deepep":
+        from echo_view.sim.comm.deepep import DeepEPModel
+
+        return DeepEPModel(fallback=base if isinstance(base, NcclModel) else None)
+    return base
+
+
 #: Model kinds a TOML file can declare in ``[model] kind = ...``.
 MODEL_KINDS = ("nccl", "alphabeta")
 
@@ -90,4 +102,5 @@ __all__ = [
     "comm_model_from_mapping",
     "comm_model_from_toml",
     "comm_model_to_toml",
+    "model_for_library",
 ]

@@ -4,7 +4,8 @@ Calibration evaluates the model thousands of times on the same measurements with
 constants; everything that does not depend on the constants (placements, NCCL's candidates and
 their channel counts) is laid out once as columns, one row per (measurement, candidate). The
 equations are those of :func:`echo_view.sim.comm.nccl.time_choice_us`,
-:func:`~echo_view.sim.comm.nccl.p2p_time_us` and the one-rank copy; a test checks that both
+:func:`~echo_view.sim.comm.nccl.p2p_time_us`, :func:`~echo_view.sim.comm.alltoall.rank_time_us`
+and the one-rank copy; a test checks that both
 paths agree.
 """
 
@@ -20,10 +21,11 @@ import numpy.typing as npt
 
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm.alltoall import p2p_channels, p2p_rounds
 from echo_view.sim.comm.nccl import p2p_split
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.comm.placement import PROTOCOLS, Placement
-from echo_view.sim.comm.tuner import NVLS, TREE, TunerChoice, choose
+from echo_view.sim.comm.tuner import NVLS, TREE, TunerChoice, choose, topology
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -50,6 +52,9 @@ class Batch:
     factor: F64
     intra_bytes: F64
     inter_bytes: F64
+    #: All-to-all: point-to-point channels (inf for send/recv) and kernel batches.
+    p2p_channels: F64
+    p2p_rounds: F64
     nvlink_bw: F64
     pcie_bw: F64
     nic_bw: F64
@@ -103,9 +108,12 @@ def build_batch(
                 )
         else:
             intra, inter, proto = p2p_split(kind, nbytes, pl)
+            a2a = kind == CollectiveKind.ALL_TO_ALL
             rows.append(
                 {"row_kind": P2P_ROW, "proto": proto, "channels": 1.0,
-                 "intra_bytes": intra, "inter_bytes": inter}
+                 "intra_bytes": intra, "inter_bytes": inter,
+                 "p2p_channels": float(p2p_channels(topology(pl, cluster))) if a2a else math.inf,
+                 "p2p_rounds": float(p2p_rounds(pl.nranks)) if a2a else 1.0}
             )  # fmt: skip
         for row in rows:
             full = {
@@ -113,6 +121,8 @@ def build_batch(
                 "factor": 0.0,
                 "intra_bytes": 0.0,
                 "inter_bytes": 0.0,
+                "p2p_channels": math.inf,
+                "p2p_rounds": 1.0,
                 "nccl_pick": True,
                 **common,
                 **row,
@@ -162,13 +172,18 @@ def row_times_us(params: CommParams, b: Batch) -> F64:
             + b.nbytes * b.factor / (bus * 1e3)
         )
         nvls = params.nvls_us + b.nbytes / (b.nvlink_bw * params.nvls_eff) * 1e6
-        p2p_seconds = np.maximum(
-            b.intra_bytes / (intra_raw * eff), b.inter_bytes / (b.nic_bw * params.net_eff * eff)
+        cap = b.p2p_channels * np.asarray(params.channel_gbs)[p] * 1e9
+        p2p_seconds = np.maximum.reduce(
+            [
+                b.intra_bytes / np.minimum(intra_raw * eff, cap),
+                b.inter_bytes / np.minimum(b.nic_bw * params.net_eff * eff, cap),
+                (b.intra_bytes + b.inter_bytes) / cap,
+            ]
         )
         p2p_hop = np.where(
             b.inter_bytes > 0, np.asarray(params.net_hop_us)[p] + b.net_latency_us, intra_hop
         )
-        p2p = base + p2p_hop + p2p_seconds * 1e6
+        p2p = base + b.p2p_rounds * p2p_hop + p2p_seconds * 1e6
         local = params.local_copy_us + 2 * b.nbytes / (b.hbm_bw * params.hbm_eff) * 1e6
     out = np.select(
         [b.row_kind == RING_ROW, b.row_kind == TREE_ROW, b.row_kind == NVLS_ROW,

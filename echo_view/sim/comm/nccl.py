@@ -16,7 +16,9 @@ Simple) and how many channels a call uses; this module times that choice:
   reduce-scatter), 2 * S (tree all-reduce), S (broadcast, reduce, NVLS).
 
 Point-to-point collectives (send/recv, all-to-all, gather, scatter) move each peer's share over
-NVLink or the GPU's NIC concurrently. A one-rank group copies its buffer in HBM.
+NVLink or the GPU's NIC concurrently; all-to-all and all-to-allv also pay NCCL's per-batch
+latency and point-to-point channel limits (:mod:`.alltoall`). A one-rank group copies its
+buffer in HBM.
 Equations and sources: docs/comm-model.md.
 """
 
@@ -28,6 +30,14 @@ from collections.abc import Sequence
 from echo_view.model import CollectiveKind
 from echo_view.model.collectives import collective
 from echo_view.sim.cluster import Cluster
+from echo_view.sim.comm.alltoall import (
+    F64,
+    RankTraffic,
+    all_to_allv_us,
+    check_matrix,
+    p2p_channels,
+    rank_time_us,
+)
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.comm.placement import PROTOCOLS, Placement, place
@@ -152,6 +162,30 @@ class NcclModel:
     ) -> int:
         return self.estimate(kind, nbytes, ranks, cluster).time_ns
 
+    def all_to_allv(
+        self, send: Sequence[Sequence[float]] | F64, ranks: Sequence[int], cluster: Cluster
+    ) -> CollectiveEstimate:
+        """An all-to-allv: ``send[i][j]`` bytes from ``ranks[i]`` to ``ranks[j]``. It ends when
+        its slowest rank ends; algbw / busbw are those of the mean per-rank payload."""
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("all-to-allv ranks must be distinct")
+        matrix = check_matrix(send, len(ranks))
+        placement = place(ranks, cluster)
+        n = placement.nranks
+        mean = round(float(matrix.sum()) / n)
+        kind = CollectiveKind.ALL_TO_ALL
+        if mean == 0:
+            return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0)
+        if n == 1:
+            us, algorithm, protocol, channels = predict_us(
+                self.params, kind, mean, placement, cluster, None
+            )
+            return _finish(kind, mean, n, us, algorithm, protocol, channels, None, None)
+        channels = p2p_channels(topology(placement, cluster))
+        nodes = [cluster.node_of(r) for r in ranks]
+        us, protocol, _ = all_to_allv_us(matrix, nodes, placement, cluster, self.params, channels)
+        return _finish(kind, mean, n, us, "p2p", protocol, channels, None, None)
+
 
 def predict_us(
     params: CommParams,
@@ -177,6 +211,14 @@ def predict_us(
             ]
             us, choice = min(timed, key=lambda t: t[0])
         return us, choice.algorithm, choice.protocol, choice.channels
+    if kind == CollectiveKind.ALL_TO_ALL:
+        # Even shares: the busiest node's NVLink traffic and the emptiest node's NIC traffic
+        # bound every rank (the time grows with each), so one rank's formula is exact.
+        intra, inter, _ = p2p_split(kind, nbytes, placement)
+        traffic = RankTraffic(intra, intra, inter, inter, float(nbytes // placement.nranks))
+        channels = p2p_channels(topology(placement, cluster))
+        us, p = rank_time_us(traffic, placement.nranks, placement, cluster, params, channels)
+        return us, "p2p", PROTOCOLS[p], channels
     us, proto = p2p_time_us(kind, nbytes, placement, cluster, params)
     return us, "p2p", proto, 1
 

@@ -3,14 +3,12 @@
 it overlaps (collective, protocol, channels) and the
 GPU generation it ran on.
 
-Launch configurations are read from the raw JSON args of every kernel at once: one regular
-expression pass over the trace's args blob, each match mapped to its event row by
-``searchsorted`` on the args offsets (no per-event decode).
+Launch configurations and operator shapes come from the trace's typed side tables
+(:attr:`Trace.launches`, :attr:`Trace.op_inputs`), filled by the importers.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -27,29 +25,13 @@ F64 = npt.NDArray[np.float64]
 #: NCCL protocols (index = stored code; ``unknown`` is 0).
 PROTOCOLS: tuple[str, ...] = ("unknown", "LL", "LL128", "SIMPLE")
 
-_TRIPLE = rb"\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]"
-_NUMBER = rb"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-_PATTERNS: dict[str, re.Pattern[bytes]] = {
-    "grid": re.compile(rb'"grid"\s*:\s*' + _TRIPLE),
-    "block": re.compile(rb'"block"\s*:\s*' + _TRIPLE),
-    "blocks_per_sm": re.compile(rb'"blocks per SM"\s*:\s*' + _NUMBER),
-    "occupancy": re.compile(rb'"est\. achieved occupancy %"\s*:\s*' + _NUMBER),
-    "bytes": re.compile(rb'"bytes"\s*:\s*' + _NUMBER),
-}
-
-
-def _rows_of(trace: Trace, positions: I64) -> I64:
-    offsets = trace.events.args_offsets
-    assert offsets is not None
-    return np.searchsorted(offsets, positions, side="right").astype(np.int64) - 1
-
 
 def launch_config(trace: Trace) -> dict[str, Any]:
-    """Per event of ``trace`` (all rows, -1 / NaN where the args do not say): ``grid_blocks``
+    """Per event of ``trace`` (all rows, -1 / NaN where the trace does not say): ``grid_blocks``
     (gx*gy*gz), ``grid_x``, ``block_threads`` (bx*by*bz), ``blocks_per_sm`` and
-    ``occupancy`` (Kineto's estimate, 0..1), ``bytes`` (copies)."""
+    ``occupancy`` (the profiler's estimate, 0..1), ``bytes`` (copies)."""
     n = len(trace.events)
-    blob = trace.events.args_blob
+    la = trace.launches
     out: dict[str, Any] = {
         "grid_blocks": np.full(n, NONE, dtype=np.int64),
         "grid_x": np.full(n, NONE, dtype=np.int64),
@@ -58,44 +40,20 @@ def launch_config(trace: Trace) -> dict[str, Any]:
         "occupancy": np.full(n, np.nan),
         "bytes": np.full(n, NONE, dtype=np.int64),
     }
-    if not blob or not n:
-        return out
-    for key in ("grid", "block"):
-        found = [
-            (m.start(), m.group(1), m.group(2), m.group(3)) for m in _PATTERNS[key].finditer(blob)
-        ]
-        if not found:
-            continue
-        # CUDA's limits are far below 2**20 per block dimension and 2**31 per grid one: bigger
-        # values are damage, read as unknown.
-        found = [f for f in found if all(len(d) <= 10 and int(d) < 2**31 for d in f[1:])]
-        if not found:
-            continue
-        pos = np.array([f[0] for f in found], dtype=np.int64)
-        dims = np.array([[int(f[1]), int(f[2]), int(f[3])] for f in found], dtype=np.int64)
-        rows = _rows_of(trace, pos)
-        if key == "grid":
-            out["grid_blocks"][rows] = dims.prod(axis=1)
-            out["grid_x"][rows] = dims[:, 0]
-        else:
-            out["block_threads"][rows] = dims.prod(axis=1)
-    for key, col, scale in (
-        ("blocks_per_sm", "blocks_per_sm", 1.0),
-        ("occupancy", "occupancy", 0.01),
-        ("bytes", "bytes", 1.0),
-    ):
-        found2 = [(m.start(), m.group(1)) for m in _PATTERNS[key].finditer(blob)]
-        if not found2:
-            continue
-        pos = np.array([f[0] for f in found2], dtype=np.int64)
-        vals = np.array([float(f[1]) for f in found2], dtype=np.float64) * scale
-        rows = _rows_of(trace, pos)
-        if col == "bytes":
-            ok = np.isfinite(vals) & (vals >= 0) & (vals < 2.0**62)
-            out[col][rows[ok]] = vals[ok].astype(np.int64)
-        else:
-            out[col][rows] = vals
+    rows = la.event
+    grid = la.grid_x >= 0
+    out["grid_x"][rows[grid]] = la.grid_x[grid]
+    out["grid_blocks"][rows[grid]] = _product(la.grid_x, la.grid_y, la.grid_z)[grid]
+    block = la.block_x >= 0
+    out["block_threads"][rows[block]] = _product(la.block_x, la.block_y, la.block_z)[block]
+    out["blocks_per_sm"][rows] = la.blocks_per_sm
+    out["occupancy"][rows] = la.occupancy
+    out["bytes"][rows] = la.bytes
     return out
+
+
+def _product(x: I64, y: I64, z: I64) -> I64:
+    return x.astype(np.int64) * y.astype(np.int64) * z.astype(np.int64)
 
 
 def launch_shapes(trace: Trace, rows: I64) -> I64:
@@ -103,26 +61,23 @@ def launch_shapes(trace: Trace, rows: I64) -> I64:
     (same operator name, ``Input Dims`` and ``Input type`` -> same id; -1 where the trace
     does not record shapes). The operator is the one whose ``External id`` its launch call
     (matched by correlation id) carries, else the kernel's own ``External id`` (Kineto
-    versions differ in which of the two points to the operator). Only the operators that
-    some row points to are decoded."""
+    versions differ in which of the two points to the operator)."""
     ev = trace.events
     out = np.full(len(rows), NONE, dtype=np.int64)
     ext = _launch_external_ids(trace, rows)
     wanted = np.unique(ext[ext != NONE])
     if not len(wanted):
         return out
-    ops = np.flatnonzero(ev.kind == int(EventKind.CPU_OP))
-    ops = ops[np.isin(ev.external_id[ops], wanted)]
-    ids: dict[tuple[int, str], int] = {}
-    ext_of: list[int] = []
-    shape_of: list[int] = []
-    for r in ops.tolist():
-        if b'"Input Dims"' not in ev.raw_args(r):
-            continue
-        args = ev.args(r)
-        key = (int(ev.name[r]), repr((args.get("Input Dims"), args.get("Input type"))))
-        ext_of.append(int(ev.external_id[r]))
-        shape_of.append(ids.setdefault(key, len(ids)))
+    inputs = trace.op_inputs
+    at = np.flatnonzero(ev.kind[inputs.event] == int(EventKind.CPU_OP))
+    at = at[np.isin(ev.external_id[inputs.event[at]], wanted)]
+    ops = inputs.event[at]
+    ids: dict[tuple[int, int, int], int] = {}
+    ext_of = ev.external_id[ops].astype(np.int64).tolist()
+    shape_of = [
+        ids.setdefault((int(ev.name[r]), int(inputs.dims[i]), int(inputs.types[i])), len(ids))
+        for r, i in zip(ops.tolist(), at.tolist(), strict=True)
+    ]
     if not ext_of:
         return out
     keys = np.asarray(ext_of, dtype=np.int64)

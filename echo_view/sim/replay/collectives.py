@@ -33,6 +33,7 @@ from echo_view.model import (
     EventKind,
     Job,
     ProcessGroup,
+    Trace,
     collective_kind_from_name,
     parse_comm_kernel_name,
 )
@@ -203,18 +204,22 @@ class _Annotations:
         if kind in _GENERIC and named != int(CollectiveKind.UNKNOWN):
             kind = named
         if nbytes < 0:
-            nbytes = _payload(ev.args(r))
+            nbytes = _payload(view.trace, r)
         return kind, nbytes
 
 
-def _payload(args: dict[str, object]) -> int:
-    """Bytes of the first input in an op's ``Input Dims`` / ``Input type`` (-1 unknown)."""
-    dims, types = args.get("Input Dims"), args.get("Input type")
-    if not isinstance(dims, list) or not isinstance(types, list) or not dims or not types:
+def _payload(trace: Trace, row: int) -> int:
+    """Bytes of the first input of event ``row``'s recorded inputs (-1 unknown)."""
+    inputs = trace.op_inputs
+    i = int(inputs.row_of(np.array([row]))[0])
+    if i < 0:
+        return NONE
+    dims, types = inputs.value(int(inputs.dims[i])), inputs.value(int(inputs.types[i]))
+    if not dims or not types:
         return NONE
     shape, dtype = dims[0], types[0]
     size = dtype_bytes(dtype)
-    if size is None or not isinstance(shape, list) or not shape:
+    if size is None or not isinstance(shape, tuple) or not shape:
         return NONE
     count = 1
     for d in shape:

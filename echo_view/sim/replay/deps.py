@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import NONE, EventKind, Trace
+from echo_view.model import NONE, Trace
 from echo_view.model.workload import DepKind, DepMode
 from echo_view.sim.replay.lags import finish_lags
 
@@ -218,20 +218,19 @@ def _thread_launches(
 
 
 def _sync_records(trace: Trace) -> dict[int, dict[str, int]]:
-    """``cuda_sync`` records by the correlation id of the call they describe."""
-    ev = trace.events
+    """Sync records (:attr:`Trace.syncs`) by the correlation id of the call they describe,
+    each with the keys it knows: ``stream``, ``wait_on_stream``,
+    ``wait_on_cuda_event_record_corr_id``."""
+    sy = trace.syncs
     out: dict[int, dict[str, int]] = {}
-    for r in np.flatnonzero(ev.kind == int(EventKind.SYNC)).tolist():
-        args = ev.args(r)
-        corr = args.get("correlation", int(ev.correlation[r]))
-        if not isinstance(corr, int) or corr < 0:
-            continue
-        rec: dict[str, int] = {}
-        for key in ("stream", "wait_on_stream", "wait_on_cuda_event_record_corr_id"):
-            v = args.get(key)
-            if isinstance(v, int) and 0 <= v < 2**31:
-                rec[key] = v
-        out[corr] = rec
+    cols = (
+        ("stream", sy.stream.tolist()),
+        ("wait_on_stream", sy.wait_on_stream.tolist()),
+        ("wait_on_cuda_event_record_corr_id", sy.wait_on_record.tolist()),
+    )
+    for k, corr in enumerate(sy.correlation.tolist()):
+        if corr >= 0:
+            out[corr] = {key: values[k] for key, values in cols if values[k] >= 0}
     return out
 
 

@@ -3,6 +3,8 @@ on the real samples."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -27,8 +29,20 @@ from echo_view.sim.interference.measure import class_table, coverage, measure
 from tests.conftest import SAMPLES
 
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
-GRID = {"grid": [216, 1, 1], "block": [256, 1, 1], "blocks per SM": 2.0,
-        "est. achieved occupancy %": 50}  # fmt: skip
+GRID: dict[str, Any] = {"grid": (216, 1, 1), "block": (256, 1, 1), "blocks_per_sm": 2.0,
+                        "occupancy": 0.5}  # fmt: skip
+
+
+def _kernel(b: TraceBuilder, name: str, t0: int, d: int, lane: int,
+            launch: dict[str, Any] = GRID, **kw: Any) -> int:  # fmt: skip
+    """A kernel with its launch configuration."""
+    row = b.event(EventKind.KERNEL, name, t0, d, lane, **kw)
+    b.launch(row, **launch)
+    return row
+
+
+def _copy(b: TraceBuilder, t0: int, d: int, lane: int, nbytes: int) -> None:
+    b.launch(b.event(EventKind.MEMCPY, "Memcpy DtoD", t0, d, lane), nbytes=nbytes)
 
 
 def _job() -> Job:
@@ -46,13 +60,11 @@ def _job() -> Job:
     s20 = b.gpu_stream(0, 20)
     b.event(EventKind.USER_ANNOTATION, "ProfilerStep#1", 0, 2000, cpu)
     for t0, d in ((0, 100), (200, 100), (400, 120), (1000, 150), (1350, 150)):
-        b.event(EventKind.KERNEL, "gemm_a", t0, d, s7, args=GRID)
-    other = {**GRID, "grid": [8, 1, 1]}
-    b.event(EventKind.KERNEL, "gemm_a", 1160, 140, s7, args=other)
-    b.event(EventKind.MEMCPY, "Memcpy DtoD", 600, 100, s13, args={"bytes": 4096})
-    b.event(EventKind.MEMCPY, "Memcpy DtoD", 1200, 120, s13, args={"bytes": 4096})
-    row = b.event(EventKind.KERNEL, NCCL, 1000, 400, s20, args={"grid": [16, 1, 1],
-                  "block": [544, 1, 1]})  # fmt: skip
+        _kernel(b, "gemm_a", t0, d, s7)
+    _kernel(b, "gemm_a", 1160, 140, s7, {**GRID, "grid": (8, 1, 1)})
+    _copy(b, 600, 100, s13, 4096)
+    _copy(b, 1200, 120, s13, 4096)
+    row = _kernel(b, NCCL, 1000, 400, s20, {"grid": (16, 1, 1), "block": (544, 1, 1)})
     b.collective(row, CollectiveKind.ALL_REDUCE, nbytes=1 << 20)
     t = b.build()
     return Job((t,), ClockAlignment("single-rank", (0,), 0), source="hand")
@@ -73,7 +85,7 @@ def test_measure_by_hand() -> None:
     assert np.allclose(s.slowdown[gemm], 1.5)
     assert sorted(np.round(s.fraction[gemm], 4).tolist()) == [0.3333, 1.0]
     # Collective features of the overlapping kernel: all-reduce, LL, 16 channels; the GPU is
-    # an Ampere with 108 SMs; the launch configuration comes from the args.
+    # an Ampere with 108 SMs; the launch configuration comes from the launch table.
     assert set(c["comm_kind"].tolist()) == {int(CollectiveKind.ALL_REDUCE)}
     assert set(c["comm_protocol"].tolist()) == {PROTOCOLS.index("LL")}
     assert set(c["comm_channels"].tolist()) == {16}
@@ -95,7 +107,7 @@ def test_coverage() -> None:
     assert coverage(us, ue, np.array([0, 10, 15, 20, 55, 100])).tolist() == [0, 0, 5, 10, 15, 20]
 
 
-def test_launch_config_reads_args_without_decoding() -> None:
+def test_launch_config_spreads_the_launch_table_over_events() -> None:
     t = _job().traces[0]
     cfg = launch_config(t)
     k = np.flatnonzero(t.events.kind == int(EventKind.KERNEL))
@@ -118,19 +130,19 @@ def test_launch_shapes_split_one_grid_by_operator_shapes() -> None:
     s7 = b.gpu_stream(0, 7)
     s20 = b.gpu_stream(0, 20)
     b.event(EventKind.USER_ANNOTATION, "ProfilerStep#1", 0, 3000, cpu)
-    small = {"Input Dims": [[64, 128], [128, 64]], "Input type": ["float", "float"]}
-    large = {"Input Dims": [[64, 4096], [4096, 64]], "Input type": ["float", "float"]}
-    b.event(EventKind.CPU_OP, "aten::mm", 0, 10, cpu, external_id=1, args=small)
+    small = (((64, 128), (128, 64)), ("float", "float"))
+    large = (((64, 4096), (4096, 64)), ("float", "float"))
+    b.op_inputs(b.event(EventKind.CPU_OP, "aten::mm", 0, 10, cpu, external_id=1), *small)
     b.event(EventKind.RUNTIME, "cudaLaunchKernel", 1, 5, cpu, correlation=11, external_id=1)
-    b.event(EventKind.CPU_OP, "aten::mm", 20, 10, cpu, external_id=2, args=large)
-    b.event(EventKind.CPU_OP, "aten::mm", 40, 10, cpu, external_id=3, args=small)
+    b.op_inputs(b.event(EventKind.CPU_OP, "aten::mm", 20, 10, cpu, external_id=2), *large)
+    b.op_inputs(b.event(EventKind.CPU_OP, "aten::mm", 40, 10, cpu, external_id=3), *small)
     rows = [
-        b.event(EventKind.KERNEL, "gemm_b", 0, 100, s7, correlation=11, args=GRID),
-        b.event(EventKind.KERNEL, "gemm_b", 200, 700, s7, external_id=2, args=GRID),
-        b.event(EventKind.KERNEL, "gemm_b", 1000, 200, s7, external_id=3, args=GRID),
-        b.event(EventKind.KERNEL, "gemm_b", 1300, 100, s7, args=GRID),
+        _kernel(b, "gemm_b", 0, 100, s7, correlation=11),
+        _kernel(b, "gemm_b", 200, 700, s7, external_id=2),
+        _kernel(b, "gemm_b", 1000, 200, s7, external_id=3),
+        _kernel(b, "gemm_b", 1300, 100, s7),
     ]
-    row = b.event(EventKind.KERNEL, NCCL, 1000, 400, s20, args={"grid": [16, 1, 1]})
+    row = _kernel(b, NCCL, 1000, 400, s20, {"grid": (16, 1, 1)})
     b.collective(row, CollectiveKind.ALL_REDUCE, nbytes=1 << 20)
     t = b.build()
     shapes = launch_shapes(t, np.array(rows, dtype=np.int64)).tolist()

@@ -49,15 +49,8 @@ def _rank(rank: int, gemm_us: int, *, cuda_sync: bool = False) -> Trace:
         call("cudaEventRecord", 19, 1, 20)
     call("cudaStreamWaitEvent", 20, 1, 2)
     if cuda_sync:
-        b.event(
-            EventKind.SYNC,
-            "Stream Wait Event",
-            20 * US,
-            1 * US,
-            s13,
-            correlation=2,
-            args={"stream": 13, "wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 20},
-        )
+        wait = b.event(EventKind.SYNC, "Stream Wait Event", 20 * US, 1 * US, s13, correlation=2)
+        b.sync(wait, correlation=2, stream=13, wait_on_stream=7, wait_on_record=20)
     call("cudaLaunchKernel", 25, 5, 3)
     coll_start = 68  # rank 1's gemm ends at 67: the last arrival
     row = b.event(
