@@ -193,3 +193,23 @@ def test_axis_of_refuses_a_group_of_no_axis() -> None:
 def test_script_spec_parses_file_and_function(tmp_path: Path) -> None:
     assert ScriptSpec.parse("a.py") == ScriptSpec(Path("a.py"), "train_step")
     assert ScriptSpec.parse("a.py:step", tmp_path) == ScriptSpec(tmp_path / "a.py", "step")
+
+
+def test_compose_adds_no_data_parallel_collective_to_a_script_graph() -> None:
+    """The shipped 8B FSDP graph holds its all-gathers and reduce-scatters; simulating its
+    config composes only the graph's passes and optimizer, no gradient reduction or parameter
+    gather of the composer's own (which a Megatron-style config with dp = 8 gets)."""
+    from echo_view.loading import load_workload
+    from echo_view.sim.runs import simulate_workload
+
+    cfg, graph, origin, _ = load_workload(SCRIPTS / "llama3_8b_fsdp_8xh100.toml")
+    assert origin == "beside" and graph.meta["explicit_comm"] is True
+    sim = simulate_workload(cfg, graph, ranks="all")
+    wl = sim.composed.workload
+    names = {wl.strings[int(n)] for n in wl.ops.name}
+    assert not any("(grads" in n or "(params" in n for n in names)
+    # Every rank's collectives are the graph's own: 2 x 32 + 1 all-gathers and 33
+    # reduce-scatters per rank, over the 8 data-parallel ranks.
+    kinds = Counter(int(k) for k in wl.collectives.kind)
+    assert sum(kinds.values()) == 32 + 1 + 32 + 33
+    assert {len(g.ranks) for g in wl.groups} == {WORLD}
