@@ -14,8 +14,9 @@ optimizer: gradient clipping, FSDP2's last reductions); ``optimizer`` from the f
 ``torch.optim`` step on. A second forward outside backward (gradient accumulation inside the
 function) is refused: the function runs one micro-batch; the config's batch repeats it.
 
-Roles: rank 0 and the last rank are traced, at the same time, each in its own process
-(:func:`~echo_view.tracing.script_run.start_rank`); identical programs make one role for every
+Roles: rank 0 and the last rank are traced one after the other, each in a fresh process
+(:func:`~echo_view.tracing.script_run.start_rank`: isolation and a hard time limit, not
+parallelism); identical programs make one role for every
 rank (ranks of a data-, tensor- or context-parallel layout differ only in their index). Scripts
 that pipeline are not supported. Collectives carry their group's parallel axis, found by
 matching the group's ranks with the layout's groups of the traced rank; every collective the
@@ -119,11 +120,12 @@ def trace_script(
     ``config`` is stored in the graph."""
     strings = StringTable()
     ranks = (0,) if world == 1 else (0, world - 1)
-    jobs = [start_rank(spec, offered or {}, required or {}, r, world, timeout_s) for r in ranks]
-    try:
-        programs = [finish_rank(job, strings) for job in jobs]
-    finally:
-        for job in jobs:
+    programs = []
+    for r in ranks:
+        job = start_rank(spec, offered or {}, required or {}, r, world, timeout_s)
+        try:
+            programs.append(finish_rank(job, strings))
+        finally:
             stop_rank(job)
     if len(programs) == 1:
         reason = "one rank"

@@ -376,8 +376,7 @@ def start_rank(
 ) -> RankJob:
     """Start :func:`trace_rank` in a fresh process: nothing one rank's run leaves in torch
     (process groups, device-mesh and DTensor caches, the script's module) reaches another, a
-    step stuck outside Python can be killed, and the memory is returned. Ranks started one
-    after the other run at the same time."""
+    step stuck outside Python can be killed, and the memory is returned."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     args = (spec, dict(offered), dict(required), rank, world, timeout_s)
