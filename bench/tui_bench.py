@@ -6,8 +6,10 @@ The real 8-rank DLRM sample (``samples/dlrm_kineto``) is replicated in time with
 holds at least ``--events`` events, and written as 8 plain Kineto JSON files.
 
 - Baseline: the Kineto importer reading that directory (median of ``--repeat`` runs).
-- Open: the app started headless at ``--size`` on the same directory, from the start of the app
-  to its first timeline frame (import in the loading worker, indexing, layout, first render).
+- Open: what ``echo-view tui`` does, headless at ``--size`` on the same directory, from the
+  start of the command to its first timeline frame: the import (before the app starts, as the
+  command reads its inputs), then the app on the job (indexing in the loading worker, layout,
+  first render).
   Frames are encoded to terminal escape sequences as for a real terminal (headless Textual
   skips that step, so the benchmark does it).
 - Keys: ``--keys`` presses of zoom (w/s) and pan (a/d, arrows) in a fixed pattern over several
@@ -15,6 +17,9 @@ holds at least ``--events`` events, and written as 8 plain Kineto JSON files.
   frame the key caused (the last frame before the app has been quiet for 50 ms). Every frame is
   a cold render: zoom and pan change every row.
   The same pattern runs on the original sample as a small-job reference.
+  While idle the timeline draws the views the next zoom or pan would show; a key that comes
+  before that is done draws its rows cold. With ``--repeat`` >= 2 the second open of the large
+  job runs the keys again with that prefetch off (every frame cold).
 
     python bench/tui_bench.py [--events 1000000] [--repeat 2] [--size 200x50] [--keys 120]
 """
@@ -40,10 +45,11 @@ from textual import events  # noqa: E402
 from textual._compositor import CompositorUpdate  # noqa: E402
 from textual.screen import Screen  # noqa: E402
 
-from echo_view.formats import Progress  # noqa: E402
+from echo_view.formats import Progress, no_progress  # noqa: E402
 from echo_view.model import Job  # noqa: E402
 from echo_view.tui.app import EchoViewApp  # noqa: E402
 from echo_view.tui.screens import TimelineScreen  # noqa: E402
+from echo_view.tui.timeline import TimelineView  # noqa: E402
 
 SAMPLE = ROOT / "samples" / "dlrm_kineto"
 PATTERN = ["w"] * 5 + ["d", "d", "a", "right", "left", "a"] + ["w"] * 4 + ["d", "a", "right"]
@@ -74,10 +80,12 @@ class TimedApp(EchoViewApp):
 
 
 async def _session(
-    path: Path, size: tuple[int, int], keys: int, loader: Any
+    path: Path, size: tuple[int, int], keys: int, loader: Any, prefetch: bool = True
 ) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
-    app = TimedApp([path], loader)
+    TimelineView.prefetch = prefetch
     t0 = time.perf_counter()
+    # As echo-view tui: read first (its stderr progress is silent when not on a terminal).
+    app = TimedApp([loader(path, no_progress)], None)
     lat: list[tuple[str, float]] = []
     async with app.run_test(size=size) as pilot:
         while app.first_timeline is None:
@@ -145,7 +153,10 @@ def main() -> int:
         n = sample_events * copies
         print(f"job: {copies} copies of the sample, about {n:,} events, {size_mb:.0f} MB of JSON")
         # Import and open alternate, so that both see the same machine load.
-        imports, opens, lat_big = [], [], []
+        imports: list[float] = []
+        opens: list[float] = []
+        lat_big: list[tuple[str, float]] = []
+        lat_cold: list[tuple[str, float]] = []
         timings: dict[str, float] = {}
         for r in range(args.repeat):
             gc.collect()
@@ -156,13 +167,13 @@ def main() -> int:
             del job
             gc.collect()
             opened, timings, lat = asyncio.run(
-                _session(d, size, args.keys if r == 0 else 0, loader)  # type: ignore[arg-type]
+                _session(d, size, args.keys if r < 2 else 0, loader, prefetch=r != 1)
             )
             opens.append(opened)
-            lat_big += lat
+            (lat_cold if r == 1 else lat_big).extend(lat)
             ratio = opened / imports[-1]
             print(f"  run {r + 1}: import {imports[-1]:.2f} s, open {opened:.2f} s ({ratio:.2f}x)")
-    _, _, lat_small = asyncio.run(_session(SAMPLE, size, args.keys, loader))  # type: ignore[arg-type]
+    _, _, lat_small = asyncio.run(_session(SAMPLE, size, args.keys, loader))
     t_imp, t_open = statistics.median(imports), statistics.median(opens)
     print(f"terminal {size[0]}x{size[1]}, medians of {args.repeat} runs")
     print(f"import (Kineto importer, baseline)  {t_imp:7.2f} s")
@@ -172,7 +183,10 @@ def main() -> int:
     inner = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(timings.items()))
     print(f"  inside the app (last run): {inner}")
     print(f"\nkey press -> encoded frame ({args.keys} keys per job)")
-    for label, lat in ((f"{n:,} events", lat_big), (f"{sample_events:,} events", lat_small)):
+    cases = [(f"{n:,} events", lat_big), (f"{sample_events:,} events", lat_small)]
+    if lat_cold:
+        cases.append((f"{n:,} cold", lat_cold))
+    for label, lat in cases:
         for kind, keys in (("zoom", ZOOM), ("pan", PAN)):
             print(f"  {label:>16} {kind:5} {_stats([t for k, t in lat if k in keys])}")
     big = statistics.median([t for _, t in lat_big])

@@ -31,7 +31,12 @@ from echo_view.formats import (
     no_progress,
     set_max_inflated_bytes,
 )
-from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
+from echo_view.model.config import (
+    WorkloadConfig,
+    config_to_mapping,
+    parse_workload_config,
+    tracing_key,
+)
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job
 from echo_view.model.params import switch_value
@@ -212,9 +217,33 @@ def load_config(path: Path) -> WorkloadConfig:
     return parse_workload_config(read_toml(path), str(path))
 
 
+def script_file(cfg: WorkloadConfig) -> tuple[Path, str]:
+    """The script file of a config's ``[model] script`` (relative to the config) and its
+    function."""
+    text = cfg.model.script or ""
+    path_text, _, function = text.partition(":")
+    path = Path(path_text)
+    if not path.is_absolute() and cfg.source:
+        path = Path(cfg.source).parent / path
+    return path, function or "train_step"
+
+
+def graph_key(cfg: WorkloadConfig) -> dict[str, Any]:
+    """What a config's traced graph depends on: :func:`tracing_key`, and for a script the
+    digest of its text (an edited script is traced again)."""
+    key = tracing_key(cfg)
+    if cfg.model.script is not None:
+        path, _ = script_file(cfg)
+        try:
+            key["script_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            key["script_sha256"] = ""
+    return key
+
+
 def key_hash(cfg: WorkloadConfig) -> str:
     """A short stable hash of the config parts a traced graph depends on."""
-    text = json.dumps(tracing_key(cfg), sort_keys=True)
+    text = json.dumps(graph_key(cfg), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -225,19 +254,66 @@ def cache_dir() -> Path:
 
 
 def _matches(graph: TracedGraph, cfg: WorkloadConfig) -> bool:
-    return bool(graph.config.get("key") == json.loads(json.dumps(tracing_key(cfg))))
+    return bool(graph.config.get("key") == json.loads(json.dumps(graph_key(cfg))))
+
+
+_NO_TORCH = ConfigError(
+    "tracing a config needs torch, which is not installed",
+    hint="pip install 'echo-view[trace]' (torch==2.13.0), or pass a traced graph",
+)
 
 
 def trace_config(cfg: WorkloadConfig) -> TracedGraph:
-    """Trace ``cfg`` on the meta device; a clear error when torch is missing."""
+    """Trace ``cfg`` on the meta device (its script, for ``[model] script``); a clear error
+    when torch is missing."""
+    if cfg.model.script is not None:
+        graph: TracedGraph = trace_script_config(cfg).graph
+        return graph
     try:
         from echo_view.tracing.roles import trace_workload
     except ImportError as exc:
-        raise ConfigError(
-            "tracing a config needs torch, which is not installed",
-            hint="pip install 'echo-view[trace]' (torch==2.13.0), or pass a traced graph",
-        ) from exc
+        raise _NO_TORCH from exc
     return trace_workload(cfg)
+
+
+def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> Any:
+    """Trace the script of a config's ``[model] script`` with the config's layout; the
+    model's shape keys, ``micro``, the parallel sizes and ``dtype`` are offered to its
+    function. Returns a :class:`~echo_view.tracing.script.ScriptTrace`."""
+    try:
+        from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
+    except ImportError as exc:
+        raise _NO_TORCH from exc
+    path, function = script_file(cfg)
+    if not path.exists():
+        raise ConfigError(f"no such script: {path}", path=cfg.source or None, where="model.script")
+    check_input(path, directory_ok=False)
+    m, p = cfg.model, cfg.parallel
+    offered = {
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv_heads,
+        "ffn_hidden": m.ffn_hidden,
+        "vocab": m.vocab,
+        "seq_len": m.seq_len,
+        "micro": cfg.batch.micro,
+        "dtype": cfg.dtype,
+        "tp": p.tp,
+        "dp": p.dp,
+        "cp": p.cp,
+        "pp": p.pp,
+        "recompute": p.recompute,
+    }
+    config = {"config": config_to_mapping(cfg), "key": graph_key(cfg)}
+    return trace_script(
+        ScriptSpec(path, function),
+        p.world_size,
+        offered=offered,
+        parallel=p,
+        config=config,
+        timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+    )
 
 
 def beside_graph(config: Path) -> Path:

@@ -16,9 +16,13 @@ from echo_view.loading import (
     _read_rank_file,
     build_registry,
     fans_out,
+    graph_key,
     is_workload_input,
     job_importer,
+    key_hash,
+    load_config,
     read_job,
+    script_file,
     setting_file,
 )
 from echo_view.workers import default_workers
@@ -90,6 +94,22 @@ def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error(
         set_max_inflated_bytes(None)
     assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
     assert max_inflated_bytes() is None
+
+
+def test_a_script_config_is_keyed_by_the_script_text(tmp_path: Path) -> None:
+    """A config's ``[model] script`` is found beside the config, and its graph's cache key
+    changes with the script's text (an edited script is traced again)."""
+    script = tmp_path / "step.py"
+    script.write_text("def train_step():\n    pass\n")
+    config = tmp_path / "job.toml"
+    text = (SAMPLES / "scripts" / "llama3_8b_fsdp_8xh100.toml").read_text()
+    config.write_text(text.replace('script = "llama3_fsdp.py"', 'script = "step.py:train_step"'))
+    cfg = load_config(config)
+    assert script_file(cfg) == (script, "train_step")
+    before = key_hash(cfg)
+    script.write_text("def train_step():\n    return None\n")
+    assert key_hash(cfg) != before
+    assert graph_key(cfg)["model"]["script"] == "step.py:train_step"
 
 
 def test_setting_file_reads_a_named_file_and_never_a_switch_word(

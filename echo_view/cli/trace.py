@@ -1,5 +1,9 @@
 """``echo-view trace CONFIG.toml -o GRAPH.json[.gz]``: trace every rank role of a workload
-config on the meta device (no GPU) and write the versioned traced-graph JSON."""
+config on the meta device (no GPU) and write the versioned traced-graph JSON.
+
+``echo-view trace --script FILE.py[:FUNCTION] --world N [--set KEY=VALUE ...] -o GRAPH``
+traces a user's own training step instead (:mod:`echo_view.tracing.script`); ``--set`` values
+are the function's keyword arguments (integers, floats, ``true``/``false`` or text)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from echo_view.errors import UsageError
-from echo_view.formats import Registry
-from echo_view.loading import load_config, trace_config
+from echo_view.cli.simulate import parse_overrides
+from echo_view.errors import ConfigError, UsageError
+from echo_view.formats import Registry, check_input, check_output
+from echo_view.loading import load_config, trace_config, trace_script_config
+from echo_view.model.config import LIMITS
 from exporters.graph import write_graph
 
 
@@ -21,12 +27,43 @@ def register(subparsers: Any) -> None:
         "trace",
         description="Build each pipeline-stage role of a Megatron-style GPT on the meta "
         "device, record one micro-batch's forward and backward and the optimizer step, and "
-        "write the traced graph that `echo-view simulate` accepts. Needs torch (the `trace` "
-        "extra).",
+        "write the traced graph that `echo-view simulate` accepts. With --script (or a "
+        "config's [model] script), run a PyTorch training step on fake tensors and a fake "
+        "process group instead. Needs torch (the `trace` extra).",
     )
-    p.add_argument("config", type=Path, metavar="CONFIG.toml")
+    p.add_argument("config", type=Path, metavar="CONFIG.toml", nargs="?")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="GRAPH.json")
+    p.add_argument(
+        "--script",
+        metavar="FILE.py[:FUNCTION]",
+        help="trace this training step (FUNCTION defaults to train_step) instead of a config",
+    )
+    p.add_argument("--world", type=int, metavar="N", help="ranks of the --script run")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword argument of the --script function (repeatable)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit of one traced rank's step (default 600)",
+    )
     p.set_defaults(func=run)
+
+
+def script_value(text: str) -> Any:
+    """A ``--set`` value as the script gets it: int, float, bool, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -36,13 +73,53 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         raise UsageError(
             f"cannot write a traced graph to {out.name!r}", hint="use .json or .json.gz"
         )
-    cfg = load_config(args.config)
+    if (args.config is None) == (args.script is None):
+        raise UsageError(
+            "give either CONFIG.toml or --script FILE.py[:FUNCTION]",
+            hint="echo-view trace --script train.py --world 8 -o graph.json.gz",
+        )
+    if args.timeout is not None and not 0 < args.timeout <= 86_400:
+        raise UsageError(f"--timeout must be between 0 and 86400 s, got {args.timeout}")
     t0 = time.perf_counter()
-    graph = trace_config(cfg)
+    if args.script is not None:
+        trace = _trace_script(args)
+        graph = trace.graph
+        reason = f": {trace.reason}"
+    else:
+        if args.world is not None or args.set:
+            raise UsageError("--world and --set go with --script (a config sets its own)")
+        cfg = load_config(args.config)
+        if cfg.model.script is not None:
+            trace = trace_script_config(cfg, args.timeout)
+            graph, reason = trace.graph, f": {trace.reason}"
+        else:
+            graph, reason = trace_config(cfg), ""
     write_graph(graph, out)
     print(
-        f"traced {len(graph.roles)} role(s), {graph.op_count()} ops in "
+        f"traced {len(graph.roles)} role(s){reason}; {graph.op_count()} ops in "
         f"{time.perf_counter() - t0:.1f} s -> {out}",
         file=sys.stderr,
     )
     return 0
+
+
+def _trace_script(args: argparse.Namespace) -> Any:
+    try:
+        from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
+    except ImportError as exc:
+        raise ConfigError(
+            "tracing a script needs torch, which is not installed",
+            hint="pip install 'echo-view[trace]' (torch==2.13.0)",
+        ) from exc
+    world = args.world
+    if world is None or not 1 <= world <= LIMITS["gpus"]:
+        raise UsageError(
+            f"--script needs --world N, 1 <= N <= {LIMITS['gpus']:,} (got {world})",
+            hint="the number of ranks the step runs on",
+        )
+    spec = ScriptSpec.parse(args.script)
+    check_input(spec.path, directory_ok=False, wants="a Python script")
+    check_output(args.output, [spec.path])
+    required = {k: script_value(v) for k, v in parse_overrides(args.set).items()}
+    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
+    return trace_script(spec, world, required=required, timeout_s=timeout)

@@ -115,7 +115,19 @@ _COPY = frozenset(
         "contiguous",
     }
 )
-_ATTN = frozenset({"flash_attn", "flash_attn_bwd"})
+#: PyTorch's fused attention kernels (``F.scaled_dot_product_attention``) and their backwards.
+SDPA = frozenset(
+    f"_scaled_dot_product_{impl}{suffix}"
+    for impl in (
+        "flash_attention",
+        "flash_attention_for_cpu",
+        "efficient_attention",
+        "cudnn_attention",
+        "fused_attention_overrideable",
+    )
+    for suffix in ("", "_backward")
+)
+_ATTN = frozenset({"flash_attn", "flash_attn_bwd"}) | SDPA
 
 
 _CLASSES: tuple[tuple[frozenset[str], int], ...] = (

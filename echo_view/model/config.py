@@ -83,6 +83,9 @@ class ModelConfig:
     normalization: str = "layernorm"
     position: str = "learned"
     tie_embeddings: bool = True
+    #: ``FILE.py[:FUNCTION]`` of a training step to trace instead of the built-in GPT
+    #: (relative to the config); the shape keys above are passed to it and size the report.
+    script: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +249,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
             raise ConfigError(f"required table [{key}] is missing", path=source or None)
 
     m = _Section(data["model"], "model", source)
-    kind = m.choice("kind", MODEL_KINDS)
+    script = m.get("script", str)
+    kind = m.choice("kind", MODEL_KINDS, "gpt" if script is not None else None)
     hidden = m.positive("hidden")
     heads = m.positive("heads")
     model = ModelConfig(
@@ -263,6 +267,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         normalization=m.choice("normalization", NORMALIZATIONS, "layernorm"),
         position=m.choice("position", POSITIONS, "learned"),
         tie_embeddings=m.get("tie_embeddings", bool, True),
+        script=script,
     )
     m.finish()
 
@@ -341,6 +346,13 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"= {cfg.cluster.gpus}",
         )
     uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
+    if mod.script is not None and par.pp > 1:
+        raise err("parallel.pp", "a script is traced as one pipeline stage: it needs pp = 1")
+    if mod.script is not None and par.fsdp != "none":
+        raise err(
+            "parallel.fsdp",
+            "a script's graph holds the FSDP collectives it runs: leave fsdp unset",
+        )
     if uneven:
         _check_uneven(cfg, err)
     elif mod.layers % (par.pp * par.virtual_stages):
@@ -534,6 +546,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("normalization", m.normalization, "layernorm"),
                     ("position", m.position, "learned"),
                     ("tie_embeddings", m.tie_embeddings, True),
+                    ("script", m.script, None),
                 )
                 if v != default
             },

@@ -347,7 +347,9 @@ class _Composer:
         # Gradients (and the distributed optimizer's shards) span the data- and
         # context-parallel ranks: context-parallel ranks hold the same weights.
         dp_group = lay.group("dp_cp", rank)
-        grad_ranks = len(dp_group)
+        # A graph traced from a script holds every collective its step runs (DDP, FSDP):
+        # none is added here.
+        grad_ranks = 1 if self.graph.meta.get("explicit_comm") else len(dp_group)
         red_bytes = grad_reduce_bytes(cfg)
         overlap = p.overlap_grad_reduce and grad_ranks > 1
         gather_early = p.distributed_optimizer and p.overlap_param_gather and grad_ranks > 1

@@ -14,16 +14,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.aten_ops import (
     NO_KERNEL,
+    SDPA,
     attention_flops,
     elementwise_flops,
     gemm_dims,
     op_class,
 )
+from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.columns import ColumnBuilder
 from echo_view.model.dtypes import short_dtype
 from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable, shapes_text
@@ -40,6 +42,35 @@ def _nbytes(t: torch.Tensor) -> int:
     return int(t.numel()) * t.element_size()
 
 
+#: Namespaces of the dispatcher ops that run collectives: the process-group ops behind
+#: ``torch.distributed`` (DDP, FSDP2) and the functional collectives (DTensor).
+C10D_NAMESPACES = ("c10d", "_c10d_functional")
+#: Dispatcher collectives that launch no communication kernel.
+C10D_NO_KERNEL = frozenset({"wait_tensor", "barrier", "monitored_barrier_"})
+#: Collectives whose payload is the output (the gathered buffer), not the input.
+_OUTPUT_PAYLOAD = frozenset({CollectiveKind.ALL_GATHER})
+
+
+class UnsupportedCollective(RuntimeError):
+    """A dispatcher collective the catalogue does not know."""
+
+
+def _group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
+    """The global ranks of the process group a c10d / functional collective runs in."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group  # type: ignore[attr-defined]
+
+    for a in args:
+        if isinstance(a, torch.ScriptObject):
+            pg = torch._C._distributed_c10d.ProcessGroup.unbox(a)
+            return tuple(dist.get_process_group_ranks(pg))
+    for a in reversed(args):  # functional collectives name their group last
+        if isinstance(a, str):
+            group = _resolve_process_group(a)  # type: ignore[arg-type]
+            return tuple(dist.get_process_group_ranks(group))
+    return tuple(range(dist.get_world_size()))
+
+
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Collects ops into per-phase :class:`OpTable` columns."""
 
@@ -49,6 +80,9 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._cols: ColumnBuilder | None = None
         self.enabled = True
         self._gemm_dtype: str | None = None
+        #: ``(row, group ranks)`` of each dispatcher collective in the current op sequence,
+        #: for the caller to map groups onto parallel axes (:meth:`end` keeps the last list).
+        self.groups: list[tuple[int, tuple[int, ...]]] = []
 
     @contextmanager
     def gemm_dtype(self, name: str) -> Iterator[None]:
@@ -64,6 +98,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def begin(self) -> None:
         """Start a new op sequence (a phase of one chunk)."""
         self._cols = ColumnBuilder(OP_COLUMNS)
+        self.groups = []
 
     def end(self) -> OpTable:
         """Finish the current op sequence and return it."""
@@ -133,9 +168,18 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
+        if any(is_traceable_wrapper_subclass(a) for a in tree_flatten((args, kwargs))[0]):
+            # A tensor subclass (DTensor): its handler runs the op on its local shards, which
+            # come back through this mode and are recorded with their local shapes.
+            return NotImplemented
         name = func.overloadpacket.__name__
-        if name in NO_KERNEL or self._cols is None or not self.enabled:
+        if func.namespace in C10D_NAMESPACES:
+            # Recorded at launch, before the fake backend runs it (and may refuse it).
+            if name not in C10D_NO_KERNEL and self._cols is not None and self.enabled:
+                self._dispatched_collective(f"{func.namespace}::{name}", args, kwargs or {})
+            return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name in NO_KERNEL or self._cols is None or not self.enabled or func.namespace == "prim":
             return out
         flat_in, _ = tree_flatten((args, kwargs or {}))
         flat_out, _ = tree_flatten(out)
@@ -148,6 +192,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if cls == OpClass.GEMM:
             dims = gemm_dims(name, shapes)
             flops = dims.flops if dims is not None else 0.0
+        elif name in SDPA:
+            flops = _sdpa_flops(func, shapes, args, kwargs or {})
         elif name in ("flash_attn", "flash_attn_bwd"):
             # q, k as [batch, heads, seq, head_dim]; the backward's first argument is dout.
             q, k = shapes[0:2] if name == "flash_attn" else shapes[1:3]
@@ -177,6 +223,52 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             grad_bytes=0,
         )
         return out
+
+    def _dispatched_collective(
+        self, name: str, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> None:
+        """A collective that reached the dispatcher: its kind from the catalogue, its payload
+        (the whole buffer, as :meth:`collective` counts it) from the tensors, its group's
+        ranks kept in :attr:`groups`; the axis is set by the caller."""
+        kind = collective_kind_from_name(name.split("::", 1)[1])
+        if kind == CollectiveKind.UNKNOWN:
+            raise UnsupportedCollective(name)
+        flat, _ = tree_flatten((list(args), kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        if name.startswith("_c10d_functional"):
+            # Functional collectives take the input and return the output.
+            nbytes = sum(_nbytes(t) for t in tensors)
+            if kind in _OUTPUT_PAYLOAD:
+                nbytes *= len(_group_ranks(args))
+        else:
+            # c10d ops take (outputs, inputs) for gathers and scatters, else the buffers.
+            outs = [t for t in tree_flatten(args[0])[0] if isinstance(t, torch.Tensor)]
+            ins = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
+            gather_like = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+            if gather_like and ins:
+                nbytes = sum(_nbytes(t) for t in (outs if kind in _OUTPUT_PAYLOAD else ins))
+            elif kind == CollectiveKind.ALL_TO_ALL and ins:
+                nbytes = sum(_nbytes(t) for t in ins)
+            else:
+                nbytes = sum(_nbytes(t) for t in outs)
+        assert self._cols is not None
+        self.groups.append((len(self._cols), _group_ranks(args)))
+        self.collective(kind, nbytes, "none", name)
+
+
+def _sdpa_flops(
+    func: Any, shapes: list[list[int]], args: Sequence[Any], kwargs: dict[str, Any]
+) -> float:
+    """FLOPs of a ``scaled_dot_product_*attention`` kernel: q, k as [batch, heads, seq, dim]
+    (the backward's first argument is the output gradient); causal from its ``is_causal``."""
+    backward = func.overloadpacket.__name__.endswith("_backward")
+    q, k = shapes[1:3] if backward else shapes[0:2]
+    names = [a.name for a in func._schema.arguments]
+    causal = kwargs.get("is_causal", False)
+    if "is_causal" in names and names.index("is_causal") < len(args):
+        causal = args[names.index("is_causal")]
+    causal = bool(causal)
+    return attention_flops(q[0], q[1], q[2], k[2], q[3], causal=causal, backward=backward)
 
 
 def numel(shape: tuple[int, ...] | list[int]) -> int:

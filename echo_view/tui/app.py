@@ -1,8 +1,9 @@
-"""The echo-view terminal app: loads one or two inputs in a worker thread (with progress), then
-shows the timeline; with two inputs it opens the diff screen on top.
+"""The echo-view terminal app: indexes one or two jobs (reading them first through a ``loader``
+when given paths) in a worker thread with progress, then shows the timeline; with two inputs it
+opens the diff screen on top.
 
-The app reads files only through the ``loader`` it is given (the CLI passes the format
-registry's importers), so the TUI knows no file format.
+The app reads files only through the ``loader`` it is given, so the TUI knows no file format.
+``echo-view tui`` reads its inputs before it starts the app and passes the jobs.
 """
 
 from __future__ import annotations
@@ -90,11 +91,16 @@ class EchoViewApp(App[None]):
         self,
         inputs: Sequence[Path | Job],
         loader: JobLoader | None = None,
+        titles: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if not 1 <= len(inputs) <= 2:
             raise ValueError("echo-view tui takes one or two inputs")
+        if titles is not None and len(titles) != len(inputs):
+            raise ValueError("one title per input")
         self.inputs = list(inputs)
+        self.titles = list(titles) if titles is not None else None
+        """What the header calls each input (default: its path, or the job's source)."""
         self.loader = loader
         self.loaded: Loaded | None = None
         self.error: EchoViewError | None = None
@@ -148,12 +154,14 @@ class EchoViewApp(App[None]):
                 if isinstance(item, Job):
                     jobs.append(item)
                     titles.append(item.source or f"input {i + 1}")
-                    continue
-                if self.loader is None:
-                    raise ValueError("a path was given but no loader")
-                self._progress(f"reading {item}", -1)
-                jobs.append(self.loader(item, self._progress))
-                titles.append(str(item))
+                else:
+                    if self.loader is None:
+                        raise ValueError("a path was given but no loader")
+                    self._progress(f"reading {item}", -1)
+                    jobs.append(self.loader(item, self._progress))
+                    titles.append(str(item))
+                if self.titles is not None:
+                    titles[-1] = self.titles[i]
                 if worker.is_cancelled:
                     return
         except EchoViewError as exc:

@@ -11,6 +11,7 @@ keeps readable on its background.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from rich.style import Style
 from textual.color import Color
@@ -110,6 +111,16 @@ class Palette:
     """The glyph colour of each display class."""
     background: Color | None = None
     """The theme's background (None for ANSI themes: the terminal's own)."""
+
+    @cached_property
+    def truecolor(self) -> bool:
+        """Every colour is an RGB triplet and nothing is dim: Textual's ANSI-to-truecolor
+        filter would leave these styles unchanged."""
+        styles = (*self.styles, self.text, self.muted, self.tick)
+        return all(
+            not s.dim and all(c is None or c.triplet is not None for c in (s.color, s.bgcolor))
+            for s in styles
+        )
 
 
 def _styles(

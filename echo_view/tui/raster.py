@@ -212,10 +212,11 @@ def _runs(glyphs: list[str], sid: npt.NDArray[np.int64], palette: Palette) -> li
     if not glyphs:
         return []
     cuts = np.flatnonzero(np.diff(sid)) + 1
-    starts = [0, *cuts.tolist()]
-    ends = [*cuts.tolist(), len(glyphs)]
-    sids = sid[starts].tolist()
+    bounds = [0, *cuts.tolist(), len(glyphs)]
+    sids = sid[bounds[:-1]].tolist()
     styles = palette.styles
+    # One join, then slices: a join per run costs a list slice and a join each.
+    text = "".join(glyphs)
     return [
-        Segment("".join(glyphs[a:b]), styles[s]) for a, b, s in zip(starts, ends, sids, strict=True)
+        Segment(text[a:b], styles[s]) for a, b, s in zip(bounds[:-1], bounds[1:], sids, strict=True)
     ]

@@ -8,16 +8,19 @@ rest of the app what happened only through its nested messages (:class:`Timeline
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -35,6 +38,18 @@ MIN_NS_PER_CELL = 0.05
 #: The lane-name column: at least this wide, and by default at most a fifth of the terminal.
 MIN_LABEL_WIDTH = 10
 _REVERSE = Style(reverse=True)
+#: Rows drawn per step of the idle-time prefetch: a key that arrives meanwhile waits for at most
+#: one step (about 1 ms).
+PREFETCH_ROWS = 4
+#: The moves whose views are drawn ahead while the app is idle: zoom in, zoom out, pan left,
+#: pan right (as ``w``, ``s``, ``a``, ``d`` do), the last move made first.
+Move = tuple[str, float]
+LIKELY_MOVES: tuple[Move, ...] = (
+    ("zoom", 1 / ZOOM_STEP),
+    ("zoom", ZOOM_STEP),
+    ("pan", -0.25),
+    ("pan", 0.25),
+)
 
 
 def default_label_width(longest: int, width: int) -> int:
@@ -111,6 +126,9 @@ class TimelineView(ScrollView, can_focus=True):
     TimelineView { overflow-x: hidden; overflow-y: auto; }
     """
 
+    prefetch: ClassVar[bool] = True
+    """Draw the likely next views while idle (off: every zoom or pan draws its rows cold)."""
+
     t0: reactive[float] = reactive(0.0, init=False)
     """View time (ns) at the left edge of the first cell."""
     ns_per_cell: reactive[float] = reactive(1000.0, init=False)
@@ -163,6 +181,10 @@ class TimelineView(ScrollView, can_focus=True):
         """The view (t0, ns per cell, cursor, selection) before the last jump or fit."""
         self.depth_limit = 8
         """At most this many rows per stacked lane (deeper calls are not drawn)."""
+        self._last_move: Move | None = None
+        self._prefetch_generation = 0
+        self.prefetched = False
+        """Whether the views of :data:`LIKELY_MOVES` from the current view are all drawn."""
         self.rebuild_rows()
 
     # -- layout ---------------------------------------------------------------------------------
@@ -198,7 +220,7 @@ class TimelineView(ScrollView, can_focus=True):
         self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
         self.cursor = min(self.cursor, max(0, len(rows) - 1))
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def set_index(self, index: TimelineIndex) -> None:
@@ -209,7 +231,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def invalidate(self) -> None:
         """Forget every cached row (after a filter or search change) and redraw."""
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def on_mount(self) -> None:
@@ -221,7 +243,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     def _set_palette(self, palette: Palette) -> None:
         self.palette = palette
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
         self.post_message(self.Restyled())
 
@@ -231,13 +253,13 @@ class TimelineView(ScrollView, can_focus=True):
         if self.label_width == before:
             self.label_extra -= delta  # at a limit: keep the offset from drifting
             return
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
         self.post_message(self.Restyled())
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._cache.clear()
+        self._forget_rows()
 
     def on_resize(self, event: events.Resize) -> None:
         # on_mount runs before layout, so the first real width is only known here.
@@ -246,28 +268,72 @@ class TimelineView(ScrollView, can_focus=True):
         if not self._fitted and self.size.width > self.label_width:
             self.fit(*(self.initial_span or self.index.span))
             self._fitted = True
-        self._cache.clear()
+        self._forget_rows()
 
     # -- drawing ---------------------------------------------------------------------------------
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        filters = super().get_line_filters()
+        if self.palette.truecolor:
+            # Rows are drawn in RGB only, so Textual's ANSI-to-truecolor filter would copy every
+            # segment unchanged, on every frame (a tenth of a zoom frame at 160x48).
+            return [f for f in filters if not isinstance(f, ANSIToTruecolor)]
+        return filters
 
     def render_line(self, y: int) -> Strip:
         row_no = int(self.scroll_offset.y) + y
         width = self._width
         if row_no >= len(self.rows):
             return Strip.blank(width)
+        return self._row(row_no, self.t0, self.ns_per_cell)
+
+    def _row(self, row_no: int, t0: float, ns_per_cell: float) -> Strip:
+        """Row ``row_no`` of the view from ``t0`` at ``ns_per_cell``, from the cache if drawn."""
         ref = self.rows[row_no]
         sel = self._selected_position(ref.track)
         key = (
-            row_no, id(ref.track), self.t0, self.ns_per_cell, width, sel,
+            row_no, id(ref.track), t0, ns_per_cell, self._width, sel,
             row_no == self.cursor and self.has_focus,
             ref.group in self.index.collapsed, self.name_mode, self.palette.name,
             self.label_width,
         )  # fmt: skip
         strip = self._cache.get(key)
         if strip is None:
-            strip = self._render_row(ref, row_no, sel, self.window)
+            strip = self._render_row(ref, row_no, sel, Window(t0, ns_per_cell, self.cells))
             self._cache[key] = strip
         return strip
+
+    def _prefetch(self, generation: int, views: list[tuple[float, float]], row: int) -> None:
+        """Draw the next rows of ``views`` into the cache, a few per call, until the view
+        changes (a new ``generation``): the next zoom or pan then only composes cached rows."""
+        if generation != self._prefetch_generation or not self._width:
+            return
+        if not views:
+            self.prefetched = True
+            return
+        top = int(self.scroll_offset.y)
+        end = min(len(self.rows), top + self.size.height)
+        stop = min(end, top + row + PREFETCH_ROWS)
+        t0, ns_per_cell = views[0]
+        for row_no in range(top + row, stop):
+            self._row(row_no, t0, ns_per_cell)
+        if stop >= end:
+            views, stop = views[1:], top
+        self.call_later(self._prefetch, generation, views, stop - top)
+
+    def _likely_views(self) -> list[tuple[float, float]]:
+        """``(t0, ns per cell)`` after each of :data:`LIKELY_MOVES`, the last move's first."""
+        moves = sorted(LIKELY_MOVES, key=lambda m: m != self._last_move)
+        views = [self._after(m) for m in moves]
+        here = (self.t0, self.ns_per_cell)
+        return [v for i, v in enumerate(views) if v != here and v not in views[:i]]
+
+    def _after(self, move: Move) -> tuple[float, float]:
+        """The view ``(t0, ns per cell)`` that ``move`` would show."""
+        kind, amount = move
+        if kind == "zoom":
+            return self._zoomed(amount, self.focus_time())
+        return self.t0 + amount * self.ns_per_cell * self.cells, self.ns_per_cell
 
     def _label_text(self, ref: RowRef) -> str:
         group = self.index.groups[ref.group]
@@ -307,7 +373,12 @@ class TimelineView(ScrollView, can_focus=True):
                 match_starts=self._match_starts(track),
                 palette=self.palette,
             )
-        return Strip(segs).crop_extend(0, lw + window.width, None)
+        width = lw + window.width
+        # One width query for the whole row instead of one per segment; rows are one cell per
+        # character unless a name holds wide or zero-width characters, which the crop fixes.
+        if cell_len("".join(text for text, _, _ in segs)) == width:
+            return Strip(segs, width)
+        return Strip(segs).crop_extend(0, width, None)
 
     def _match_starts(self, track: Track) -> npt.NDArray[np.int64] | None:
         if track.parent is None:
@@ -369,6 +440,23 @@ class TimelineView(ScrollView, can_focus=True):
     def _view_changed(self) -> None:
         self.refresh()
         self.post_message(self.ViewChanged(self))
+        self._schedule_prefetch()
+
+    def _forget_rows(self) -> None:
+        """Drop every drawn row (the rows' look changed), and draw the likely views again."""
+        self._cache.clear()
+        self._schedule_prefetch()
+
+    def _schedule_prefetch(self) -> None:
+        """Draw the likely next views once this frame is out (dropped if the view moves again)."""
+        self._prefetch_generation += 1
+        self.prefetched = False
+        if self._width and self.prefetch:
+            self.call_after_refresh(self._start_prefetch, self._prefetch_generation)
+
+    def _start_prefetch(self, generation: int) -> None:
+        if generation == self._prefetch_generation:
+            self._prefetch(generation, self._likely_views(), 0)
 
     def remember(self) -> None:
         """Keep the current view for :meth:`action_jump_back`."""
@@ -396,13 +484,17 @@ class TimelineView(ScrollView, can_focus=True):
 
     def zoom(self, factor: float, focus: float | None = None) -> None:
         """Multiply the ns per cell by ``factor`` keeping ``focus`` (view time) in place."""
-        if focus is None:
-            focus = self.focus_time()
+        self._last_move = ("zoom", factor)
+        self.t0, self.ns_per_cell = self._zoomed(
+            factor, self.focus_time() if focus is None else focus
+        )
+
+    def _zoomed(self, factor: float, focus: float) -> tuple[float, float]:
+        """``(t0, ns per cell)`` after :meth:`zoom`."""
         lo, hi = self.index.span
         max_dt = max((hi - lo) * 4.0 / self.cells, MIN_NS_PER_CELL)
         new = min(max(self.ns_per_cell * factor, MIN_NS_PER_CELL), max_dt)
-        self.t0 = focus - (focus - self.t0) * (new / self.ns_per_cell)
-        self.ns_per_cell = new
+        return focus - (focus - self.t0) * (new / self.ns_per_cell), new
 
     def focus_time(self) -> float:
         """The selected event's middle when it is on screen, else the view's centre."""
@@ -433,7 +525,8 @@ class TimelineView(ScrollView, can_focus=True):
         self.zoom(ZOOM_STEP)
 
     def action_pan(self, pages: float) -> None:
-        self.t0 = self.t0 + pages * self.ns_per_cell * self.cells
+        self._last_move = ("pan", pages)
+        self.t0 = self._after(("pan", pages))[0]
 
     def action_reset(self) -> None:
         self.fit(*self.index.span)
@@ -608,9 +701,9 @@ class TimelineView(ScrollView, can_focus=True):
         return self.t0 + max(0, x - self.label_width) * self.ns_per_cell
 
     def on_focus(self) -> None:
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()
 
     def on_blur(self) -> None:
-        self._cache.clear()
+        self._forget_rows()
         self.refresh()

@@ -27,3 +27,94 @@ def test_trace_wants_a_toml(
     assert main(["trace", str(SAMPLES / name), "-o", str(out)]) == 2
     assert capsys.readouterr().err == f"echo-view: error: {SAMPLES / name}: {error}\n"
     assert not out.exists()
+
+
+# -- trace --script: a bad step is one line naming the script and its line, exit 2 ----------
+
+STEP = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def train_step():
+    model = nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters())
+    {body}
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("body", "line", "message", "extra"),
+    [
+        (
+            "raise ValueError('bad shape')",
+            9,
+            "train_step() raised ValueError: bad shape (fix the script; --debug shows the "
+            "traceback)",
+            [],
+        ),
+        (
+            "model(torch.ones(2, 64, device='cuda')).sum().backward()",
+            9,
+            "train_step() raised FakeTensorDeviceMismatchError: Expected all tensors to be on "
+            "the same device",
+            [],
+        ),
+        (
+            "model(torch.ones(2, 64)).sum().backward(); print(model.weight.sum().item())",
+            9,
+            "train_step() raised DataDependentOutputException: aten._local_scalar_dense.default "
+            "(fake tensors hold no values",
+            [],
+        ),
+        (
+            "model(torch.ones(2, 64)); dist.recv(torch.ones(2))",
+            9,
+            "unsupported collective c10d::recv_any_source_",
+            [],
+        ),
+        ("while True: pass", 9, "train_step() did not return within 1 s", ["--timeout", "1"]),
+        (
+            "model(torch.ones(2, 64)).sum().backward(); model(torch.ones(2, 64))",
+            9,
+            "a second forward pass after the backward pass",
+            [],
+        ),
+    ],
+    ids=["raises", "cuda", "item", "collective", "timeout", "accumulation"],
+)
+def test_trace_script_errors_are_one_line_with_the_script_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    body: str,
+    line: int,
+    message: str,
+    extra: list[str],
+) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text(STEP.format(body=body))
+    out = tmp_path / "graph.json.gz"
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(out), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"echo-view: error: {script}: line {line}: {message}")
+    if "device" in message:
+        assert "choose the device with torch.cuda.is_available()" in err
+    assert not out.exists()
+
+
+def test_trace_script_needs_world_and_one_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "graph.json.gz"
+    script = tmp_path / "step.py"
+    script.write_text("def train_step():\n    pass\n")
+    assert main(["trace", "--script", str(script), "-o", str(out)]) == 2
+    assert "--script needs --world N" in capsys.readouterr().err
+    assert main(["trace", "-o", str(out)]) == 2
+    assert "give either CONFIG.toml or --script" in capsys.readouterr().err

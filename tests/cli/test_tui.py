@@ -28,16 +28,16 @@ def test_a_missing_input_is_a_one_line_error(capsys: pytest.CaptureFixture[str])
 def test_a_crash_inside_the_app_exits_non_zero_with_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A bug in the app (here: the importer failing with a non-input error) used to leave
+    """A bug in the app (here: indexing failing with a non-input error) used to leave
     Textual's traceback on the screen and exit 0."""
+    from echo_view.tui import app
     from echo_view.tui.app import EchoViewApp
-    from importers.kineto import KinetoImporter
 
-    def broken(self: KinetoImporter, paths: object, progress: object = None) -> None:
+    def broken(*args: object) -> None:
         raise RuntimeError("index 7 out of range")
 
     run = EchoViewApp.run
-    monkeypatch.setattr(KinetoImporter, "read", broken)
+    monkeypatch.setattr(app, "prepare", broken)
     monkeypatch.setattr(EchoViewApp, "run", lambda self: run(self, headless=True))
     assert main(["tui", "samples/dlrm_kineto"]) == 1
     err = capsys.readouterr().err

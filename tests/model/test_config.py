@@ -318,3 +318,31 @@ def test_gradient_reduction_bytes(dtype: str, fp32: bool | None, expected: int) 
     if fp32 is None:
         del data["parallel"]["grad_reduce_in_fp32"]
     assert grad_reduce_bytes(parse_workload_config(data)) == expected
+
+
+def test_a_script_config_needs_one_stage_and_no_fsdp_key() -> None:
+    """A script is traced as one pipeline stage, and runs its own FSDP (its graph holds the
+    collectives), so ``pp > 1`` and ``fsdp`` are refused with the key named."""
+    base = {
+        "model": {
+            "script": "train.py",
+            "layers": 4,
+            "hidden": 512,
+            "heads": 8,
+            "seq_len": 128,
+            "vocab": 1000,
+        },
+        "parallel": {"tp": 1, "pp": 1, "dp": 8},
+        "batch": {"global": 8, "micro": 1},
+        "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 8, "nodes": 1},
+        "precision": {"dtype": "bf16"},
+    }
+    cfg = parse_workload_config(base)
+    assert cfg.model.script == "train.py" and cfg.model.kind == "gpt"
+    assert config_to_mapping(cfg)["model"]["script"] == "train.py"
+    with pytest.raises(ConfigError, match=r"parallel\.pp: a script is traced as one"):
+        parse_workload_config({**base, "parallel": {"tp": 1, "pp": 2, "dp": 4}})
+    with pytest.raises(ConfigError, match=r"parallel\.fsdp: a script's graph holds"):
+        parse_workload_config(
+            {**base, "parallel": {"tp": 1, "pp": 1, "dp": 8, "fsdp": "full_shard"}}
+        )

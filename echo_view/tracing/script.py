@@ -1,0 +1,160 @@
+"""Trace a user's own PyTorch training step into a :class:`TracedGraph`, ex-situ.
+
+``FILE.py[:FUNCTION]`` (default ``train_step``) builds its model and runs one training step —
+forward, backward, optimizer step — with ordinary ``torch.distributed`` code (DDP, FSDP2's
+``fully_shard``, DTensor tensor parallelism, explicit collectives). It is run once per traced
+rank as that rank of a fake process group, under a fake tensor mode (:mod:`script_env`): no
+GPU, no communication, no weights. The :class:`Recorder` sees every aten op and every
+collective that reaches the dispatcher; ops before the first module forward (building and
+sharding the model, making the batch) are set up, not recorded.
+
+Phases: ``forward`` runs from the first module forward to the first op autograd runs;
+``backward`` from there (everything autograd runs, and what the script does before the
+optimizer: gradient clipping, FSDP2's last reductions); ``optimizer`` from the first
+``torch.optim`` step on. A second forward outside backward (gradient accumulation inside the
+function) is refused: the function runs one micro-batch; the config's batch repeats it.
+
+Roles: rank 0 and the last rank are traced, at the same time, each in its own process
+(:func:`~echo_view.tracing.script_run.start_rank`); identical programs make one role for every
+rank (ranks of a data-, tensor- or context-parallel layout differ only in their index). Scripts
+that pipeline are not supported. Collectives carry their group's parallel axis, found by
+matching the group's ranks with the layout's groups of the traced rank; every collective the
+step needs is in the graph, so the composer adds none (``meta["explicit_comm"]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from echo_view.errors import InputError
+from echo_view.model.config import ParallelConfig
+from echo_view.model.graph import AXES, OpTable, Role, TracedGraph
+from echo_view.model.strings import StringTable
+from echo_view.sim.layout import Layout
+from echo_view.tracing.script_run import (
+    DEFAULT_TIMEOUT_S,
+    RankProgram,
+    ScriptSpec,
+    finish_rank,
+    start_rank,
+    stop_rank,
+)
+
+__all__ = ["DEFAULT_TIMEOUT_S", "ScriptSpec", "ScriptTrace", "trace_script"]
+
+#: Parallel axes a collective's group is matched against, in this order.
+_AXES = ("tp", "dp", "cp", "pp")
+
+
+def infer_layout(programs: list[RankProgram], world: int) -> Layout:
+    """A layout for a script traced without a config: tensor parallel over the smallest
+    group of consecutive ranks smaller than the world (none: tp = 1), data parallel across."""
+    tp = world
+    for prog in programs:
+        for groups in prog.groups.values():
+            for _, ranks in groups:
+                consecutive = list(ranks) == list(range(ranks[0], ranks[0] + len(ranks)))
+                if 1 < len(ranks) < world and consecutive:
+                    tp = min(tp, len(ranks))
+    tp = 1 if tp == world else tp
+    return Layout(tp=tp, pp=1, dp=world // tp)
+
+
+def axis_of(ranks: tuple[int, ...], rank: int, layout: Layout) -> str:
+    """The parallel axis whose group of ``rank`` is exactly ``ranks``."""
+    members = set(ranks)
+    for axis in _AXES:
+        if set(layout.group(axis, rank)) == members:
+            return axis
+    raise ValueError(ranks)
+
+
+def _with_axes(prog: RankProgram, layout: Layout, spec: ScriptSpec) -> dict[str, OpTable]:
+    out = {}
+    for phase, table in prog.tables.items():
+        axis = np.array(table.axis, copy=True)
+        for row, ranks in prog.groups[phase]:
+            try:
+                axis[row] = AXES.index(axis_of(ranks, prog.rank, layout))
+            except ValueError:
+                shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+                raise InputError(
+                    f"rank {prog.rank}'s {phase} runs a collective over ranks [{shown}], no "
+                    f"tp/dp/cp/pp group of the layout tp={layout.tp} dp={layout.dp} "
+                    f"cp={layout.cp} pp={layout.pp}",
+                    path=spec.path,
+                    hint="set [parallel] in the config to the layout the script builds",
+                ) from None
+        out[phase] = replace(table, axis=axis)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class ScriptTrace:
+    """The traced graph and what was traced, for the command to report."""
+
+    graph: TracedGraph
+    ranks: tuple[int, ...]
+    reason: str
+
+
+def trace_script(
+    spec: ScriptSpec,
+    world: int,
+    *,
+    offered: Mapping[str, Any] | None = None,
+    required: Mapping[str, Any] | None = None,
+    parallel: ParallelConfig | None = None,
+    config: dict[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> ScriptTrace:
+    """Trace the rank roles of ``spec`` run on ``world`` ranks (module docstring): the
+    function gets ``required`` (all must be its parameters) and those of ``offered`` it takes;
+    collectives are matched with the groups of ``parallel`` (default: :func:`infer_layout`);
+    ``config`` is stored in the graph."""
+    strings = StringTable()
+    ranks = (0,) if world == 1 else (0, world - 1)
+    jobs = [start_rank(spec, offered or {}, required or {}, r, world, timeout_s) for r in ranks]
+    try:
+        programs = [finish_rank(job, strings) for job in jobs]
+    finally:
+        for job in jobs:
+            stop_rank(job)
+    if len(programs) == 1:
+        reason = "one rank"
+    elif programs[0].same_as(programs[1]):
+        reason = f"ranks 0 and {world - 1} run identical programs: one role for all ranks"
+    else:
+        reason = (
+            f"ranks 0 and {world - 1} differ; rank 0 stands for every rank (scripts are traced "
+            "as one pipeline stage)"
+        )
+    lay = Layout.of(parallel) if parallel is not None else infer_layout(programs, world)
+    first = programs[0]
+    tables = _with_axes(first, lay, spec)
+    for prog in programs[1:]:
+        _with_axes(prog, lay, spec)  # every traced rank's groups must fit the layout
+    role = Role(
+        (0,),
+        (tables["forward"],),
+        (tables["backward"],),
+        tables["optimizer"],
+        first.params,
+        first.grad_dtype_bytes,
+    )
+    meta = {
+        "script": spec.path.name,
+        "function": spec.function,
+        "explicit_comm": True,
+        "traced_ranks": list(ranks),
+        "roles_reason": reason,
+        "layout": {"tp": lay.tp, "dp": lay.dp, "cp": lay.cp, "pp": lay.pp},
+        "torch": str(torch.__version__),
+    }
+    graph = TracedGraph(strings, (role,), config=config or {}, meta=meta)
+    return ScriptTrace(graph, ranks, reason)

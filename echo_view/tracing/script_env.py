@@ -1,0 +1,132 @@
+"""The world a user's training script runs in when it is traced: one rank of a fake process
+group, fake tensors, and the few adaptations PyTorch's distributed code needs to run on them.
+
+Fake tensors hold shapes and dtypes, no values, so code that reads values on the host cannot
+run on them. Three places in ``torch.distributed`` do, and are adapted while a script is
+traced (and restored afterwards):
+
+- a :class:`~torch.distributed.device_mesh.DeviceMesh` keeps its rank layout in a small host
+  tensor and computes coordinates from it: its methods (and ``init_device_mesh``) run with the
+  fake mode suspended, on real tensors;
+- DTensor derives an op's output shape by running the op on fake tensors of the global
+  shapes: that run happens with the tracer's modes suspended, so that only the op on the local
+  shards (what a GPU runs) is recorded;
+- DDP compares parameter shapes across ranks by reading a tensor of sizes: the check is
+  skipped (every fake rank builds the same model);
+- DDP's built-in all-reduce hook returns the fake backend's empty result: it is replaced by a
+  hook that all-reduces each gradient bucket (averaged, as DDP's default) through
+  ``torch.distributed.all_reduce``, the same collective on the same bucket.
+
+``torch.distributed.init_process_group`` called by the script is a no-op (the fake group is up).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+from torch.distributed.tensor._sharding_prop import ShardingPropagator
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+def _within(context: Callable[[], Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run inside ``context()`` (suspending the fake mode, or every mode)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with context():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _unfaked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return _within(unset_fake_temporarily, fn)
+
+
+def _ddp_bucket_hook(process_group: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    """DDP's default: all-reduce the bucket and average it over the group."""
+    buf = bucket.buffer()
+    buf.div_(dist.get_world_size(process_group))
+    dist.all_reduce(buf, group=process_group, async_op=True)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+# DDP checks a hook's annotations as objects (this module's are postponed strings).
+_ddp_bucket_hook.__annotations__ = {
+    "process_group": Any,
+    "bucket": dist.GradBucket,  # type: ignore[attr-defined]
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
+@contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    # A class's own attribute as stored (a staticmethod object, not the bare function).
+    old = vars(obj)[name] if isinstance(obj, type) else getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+@contextmanager
+def _adapted_torch() -> Iterator[None]:
+    import torch.distributed.device_mesh as device_mesh
+    import torch.nn.parallel.distributed as ddp
+
+    with ExitStack() as stack:
+        mesh_cls = device_mesh.DeviceMesh
+        for name, attr in list(vars(mesh_cls).items()):
+            if isinstance(attr, (staticmethod, classmethod)):
+                wrapped = type(attr)(_unfaked(attr.__func__))
+                stack.enter_context(_patched(mesh_cls, name, wrapped))
+            elif callable(attr) and not isinstance(attr, type):
+                stack.enter_context(_patched(mesh_cls, name, _unfaked(attr)))
+        stack.enter_context(
+            _patched(device_mesh, "init_device_mesh", _unfaked(device_mesh.init_device_mesh))
+        )
+        stack.enter_context(
+            _patched(ddp, "_verify_param_shape_across_processes", lambda *a, **k: None)
+        )
+        prop = ShardingPropagator._propagate_tensor_meta_non_cached
+        stack.enter_context(
+            _patched(
+                ShardingPropagator,
+                "_propagate_tensor_meta_non_cached",
+                _within(_disable_current_modes, prop),
+            )
+        )
+        ddp_init = ddp.DistributedDataParallel.__init__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            ddp_init(self, *args, **kwargs)
+            self.register_comm_hook(self.process_group, _ddp_bucket_hook)
+
+        stack.enter_context(_patched(ddp.DistributedDataParallel, "__init__", init))
+        stack.enter_context(_patched(dist, "init_process_group", lambda *a, **k: None))
+        yield
+
+
+@contextmanager
+def fake_rank(rank: int, world: int) -> Iterator[FakeTensorMode]:
+    """Run as ``rank`` of ``world`` fake ranks: a fake process group, a fake tensor mode (the
+    caller enters it), torch adapted as the module docstring says; all undone on exit."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        with _adapted_torch():
+            yield FakeTensorMode(allow_non_fake_inputs=True)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,215 @@
+"""Tracing users' training scripts: the samples' FLOPs and collectives against their analytic
+values, the GPT sample against the built-in GPT, and how groups map to parallel axes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from echo_view.loading import trace_config
+from echo_view.model.aten_ops import attention_flops
+from echo_view.model.config import parse_workload_config
+from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
+from echo_view.sim.layout import Layout
+from tests.conftest import SAMPLES, TORCH_MISSING
+
+pytest.importorskip("torch", reason=TORCH_MISSING)
+
+from echo_view.tracing.script import ScriptSpec, axis_of, trace_script
+
+SCRIPTS = SAMPLES / "scripts"
+#: A small Llama-3-shaped model: 2 layers, GQA 8 heads / 2 KV heads, SwiGLU.
+LLAMA = {
+    "layers": 2,
+    "hidden": 1024,
+    "heads": 8,
+    "kv_heads": 2,
+    "ffn_hidden": 2816,
+    "vocab": 4096,
+    "seq_len": 512,
+    "micro": 2,
+}
+WORLD = 8
+
+
+def _collectives(table: OpTable) -> Counter[tuple[str, int, str]]:
+    return Counter(
+        (table.coll(i).label, int(table.coll_bytes[i]), AXES[int(table.axis[i])])
+        for i in table.collective_rows()
+    )
+
+
+def _matrix_flops(graph: TracedGraph) -> float:
+    role = graph.roles[0]
+    total = 0.0
+    for t in (role.forward[0], role.backward[0], role.optimizer):
+        mat = np.isin(t.op_class, [OpClass.GEMM, OpClass.ATTENTION])
+        total += float(t.flops[mat].sum())
+    return total
+
+
+def _all_flops(graph: TracedGraph) -> float:
+    role = graph.roles[0]
+    return sum(float(t.flops.sum()) for t in (role.forward[0], role.backward[0]))
+
+
+@pytest.fixture(scope="module")
+def llama() -> TracedGraph:
+    spec = ScriptSpec(SCRIPTS / "llama3_fsdp.py")
+    return trace_script(spec, WORLD, required=LLAMA).graph
+
+
+def _analytic_flops(m: dict[str, int], tp: int = 1) -> float:
+    """6 N T plus causal attention for one rank: the blocks' matrices and heads split over
+    ``tp`` ranks, the output layer whole (the sample does not shard it)."""
+    head_dim = m["hidden"] // m["heads"]
+    per_layer = (
+        2 * m["hidden"] * m["hidden"]  # wq, wo
+        + 2 * m["hidden"] * m["kv_heads"] * head_dim  # wk, wv
+        + 3 * m["hidden"] * m["ffn_hidden"]  # w1, w2, w3
+    )
+    n = m["layers"] * per_layer // tp + m["hidden"] * m["vocab"]
+    s = m["seq_len"]
+    attn = m["layers"] * sum(
+        attention_flops(m["micro"], m["heads"] // tp, s, s, head_dim, causal=True, backward=bwd)
+        for bwd in (False, True)
+    )
+    return 6 * n * m["micro"] * s + attn
+
+
+@pytest.mark.slow
+def test_llama_flops_are_6nt_plus_attention(llama: TracedGraph) -> None:
+    analytic = _analytic_flops(LLAMA)
+    # Matrix products exactly; with every other op (one FLOP per output element) within 2%.
+    assert _matrix_flops(llama) == pytest.approx(analytic, rel=1e-12)
+    assert _all_flops(llama) == pytest.approx(analytic, rel=0.02)
+
+
+@pytest.mark.slow
+def test_llama_fsdp_collectives_are_the_sharded_sizes(llama: TracedGraph) -> None:
+    """FSDP2 with bf16 parameters and fp32 reduction: each block (and the root: embedding,
+    final norm, output layer) all-gathers its parameters in bf16 before its forward, each
+    block again before its backward (resharded after forward; the root is not), and each
+    reduce-scatters its gradients in fp32; all over the data-parallel group (no padding:
+    every dim 0 divides by 8)."""
+    m = LLAMA
+    head_dim = m["hidden"] // m["heads"]
+    block = (
+        2 * m["hidden"] * m["hidden"]
+        + 2 * m["hidden"] * m["kv_heads"] * head_dim
+        + 3 * m["hidden"] * m["ffn_hidden"]
+        + 2 * m["hidden"]  # two RMSNorm weights
+    )
+    root = 2 * m["vocab"] * m["hidden"] + m["hidden"]
+    layers = m["layers"]
+    role = llama.roles[0]
+    assert _collectives(role.forward[0]) == Counter(
+        {("all_gather", 2 * root, "dp"): 1, ("all_gather", 2 * block, "dp"): layers}
+    )
+    assert _collectives(role.backward[0]) == Counter(
+        {
+            ("all_gather", 2 * block, "dp"): layers,
+            ("reduce_scatter", 4 * block, "dp"): layers,
+            ("reduce_scatter", 4 * root, "dp"): 1,
+        }
+    )
+    assert _collectives(role.optimizer) == Counter()
+    # This rank's shard of the parameters, which the optimizer steps.
+    assert role.params == (layers * block + root) // WORLD
+    assert llama.meta["explicit_comm"] is True
+    assert llama.meta["traced_ranks"] == [0, WORLD - 1]
+
+
+@pytest.mark.slow
+def test_llama_tensor_parallel_groups_map_to_tp_and_dp() -> None:
+    spec = ScriptSpec(SCRIPTS / "llama3_fsdp.py")
+    small = {**LLAMA, "layers": 1, "tp": 2}
+    graph = trace_script(spec, WORLD, required=small).graph
+    assert graph.meta["layout"] == {"tp": 2, "dp": 4, "cp": 1, "pp": 1}
+    fwd = _collectives(graph.roles[0].forward[0])
+    # Row-parallel outputs (attention wo, feed-forward w2) all-reduce the bf16 activations.
+    act = small["micro"] * small["seq_len"] * small["hidden"] * 2
+    assert fwd[("all_reduce", act, "tp")] == 2
+    assert {axis for _, _, axis in fwd} == {"tp", "dp"}
+    # Each rank multiplies its shards only (DTensor's global-shape shape propagation is not
+    # recorded), and its optimizer steps its shard of every parameter.
+    assert _matrix_flops(graph) == pytest.approx(_analytic_flops(small, tp=2), rel=1e-12)
+    adam = graph.roles[0].optimizer
+    names = [graph.strings[int(i)] for i in adam.name]
+    fused = int(adam.bytes[names.index("aten::_fused_adamw_")])
+    # fp32 parameter, gradient and two moments of each local element, one step counter per
+    # tensor (12 tensors).
+    assert fused == 16 * graph.roles[0].params + 4 * 12
+
+
+@pytest.mark.slow
+def test_builtin_gpt_and_the_gpt_script_agree(tmp_path: Path) -> None:
+    """The same GPT built in and as a DDP script: the same matrix FLOPs and parameters, and the
+    script's DDP buckets all-reduce exactly the gradient bytes the composer adds for the
+    built-in model (fp32 gradients of every parameter)."""
+    base = {
+        "model": {"kind": "gpt", "layers": 2, "hidden": 1024, "heads": 8},
+        "parallel": {"tp": 1, "pp": 1, "dp": 4},
+        "batch": {"global": 4, "micro": 1},
+        "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 4, "nodes": 1},
+        "precision": {"dtype": "bf16"},
+    }
+    base["model"] |= {"seq_len": 512, "vocab": 4096}
+    builtin = trace_config(parse_workload_config(base))
+    script_model = {**base["model"], "script": str(SCRIPTS / "gpt_ddp.py")}
+    del script_model["kind"]
+    script_cfg = parse_workload_config({**base, "model": script_model}, str(tmp_path / "c.toml"))
+    script = trace_config(script_cfg)
+    assert script.roles[0].params == builtin.roles[0].params
+    assert _matrix_flops(script) == pytest.approx(_matrix_flops(builtin), rel=1e-4)
+    reduced = sum(int(t.coll_bytes.sum()) for t in script.roles[0].backward)
+    assert reduced == builtin.roles[0].params * 4
+    bwd = script.roles[0].backward[0]
+    kinds = {bwd.coll(i).label for i in bwd.collective_rows()}
+    assert kinds == {"all_reduce"}
+
+
+@pytest.mark.parametrize(
+    ("ranks", "rank", "axis"),
+    [
+        ((0, 1), 0, "tp"),
+        ((0, 2, 4, 6), 0, "dp"),
+        ((1, 3, 5, 7), 7, "dp"),
+        ((6, 7), 7, "tp"),
+    ],
+)
+def test_axis_of_matches_the_layout_group(ranks: tuple[int, ...], rank: int, axis: str) -> None:
+    assert axis_of(ranks, rank, Layout(tp=2, pp=1, dp=4)) == axis
+
+
+def test_axis_of_refuses_a_group_of_no_axis() -> None:
+    with pytest.raises(ValueError):
+        axis_of((0, 3), 0, Layout(tp=2, pp=1, dp=4))
+
+
+def test_script_spec_parses_file_and_function(tmp_path: Path) -> None:
+    assert ScriptSpec.parse("a.py") == ScriptSpec(Path("a.py"), "train_step")
+    assert ScriptSpec.parse("a.py:step", tmp_path) == ScriptSpec(tmp_path / "a.py", "step")
+
+
+def test_compose_adds_no_data_parallel_collective_to_a_script_graph() -> None:
+    """The shipped 8B FSDP graph holds its all-gathers and reduce-scatters; simulating its
+    config composes only the graph's passes and optimizer, no gradient reduction or parameter
+    gather of the composer's own (which a Megatron-style config with dp = 8 gets)."""
+    from echo_view.loading import load_workload
+    from echo_view.sim.runs import simulate_workload
+
+    cfg, graph, origin, _ = load_workload(SCRIPTS / "llama3_8b_fsdp_8xh100.toml")
+    assert origin == "beside" and graph.meta["explicit_comm"] is True
+    sim = simulate_workload(cfg, graph, ranks="all")
+    wl = sim.composed.workload
+    names = {wl.strings[int(n)] for n in wl.ops.name}
+    assert not any("(grads" in n or "(params" in n for n in names)
+    # Every rank's collectives are the graph's own: 2 x 32 + 1 all-gathers and 33
+    # reduce-scatters per rank, over the 8 data-parallel ranks.
+    kinds = Counter(int(k) for k in wl.collectives.kind)
+    assert sum(kinds.values()) == 32 + 1 + 32 + 33
+    assert {len(g.ranks) for g in wl.groups} == {WORLD}
