@@ -29,8 +29,8 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from importers import nsys_pages  # noqa: E402
 from importers.nsys import NsysImporter  # noqa: E402
+from importers.nsys import pages as nsys_pages  # noqa: E402
 
 DEFAULT = ROOT / "samples" / "nsys" / "mfu_2gpu_before.sqlite.gz"
 RUNS = 5
