@@ -28,12 +28,12 @@ from rich.table import Table
 from echo_view import __version__
 from echo_view.cli.comm import (
     add_cluster_options,
-    console,
     format_bytes,
     nic_option,
     parse_collective,
     parse_sets,
 )
+from echo_view.cli.console import console
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from echo_view import __version__
 from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
-from echo_view.cli.comm import console
+from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Registry, atomic_output, json_text

@@ -19,6 +19,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from echo_view.cli.console import console
 from echo_view.errors import ConfigError, UsageError, warn_deprecated
 from echo_view.formats import Registry, json_text
 from echo_view.model import CollectiveKind, collective_kind_from_name
@@ -260,12 +261,6 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         return 0
     render(kind, rows, cluster, model, console())
     return 0
-
-
-def console(width: int = 160) -> Console:
-    """A console that does not squeeze tables when output is piped (``width`` columns then)."""
-    out = Console(highlight=False)
-    return out if out.is_terminal else Console(highlight=False, width=width)
 
 
 def format_bytes(n: int) -> str:

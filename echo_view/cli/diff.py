@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
-from echo_view.cli.comm import console
+from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress

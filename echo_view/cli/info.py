@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
-from echo_view.cli.comm import console
+from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError

@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, no_progress
-from echo_view.loading import Parallel
-from echo_view.loading import read_job as load_job
-from echo_view.model import Job
 from echo_view.workers import check_workers
+
+if TYPE_CHECKING:
+    from echo_view.loading import Parallel
+    from echo_view.model import Job
 
 
 def add_parallel_options(parser: Any) -> None:
@@ -50,6 +51,8 @@ def parallel_of(args: argparse.Namespace) -> Parallel:
         )
     if workers is not None:
         check_workers(workers)
+    from echo_view.loading import Parallel  # not at import: `--help` needs none of it
+
     return Parallel(workers=workers, scheduler=scheduler)
 
 
@@ -60,4 +63,6 @@ def read_job(
     progress: Progress = no_progress,
 ) -> Job:
     """The job ``paths`` hold, read where ``args`` says."""
+    from echo_view.loading import read_job as load_job
+
     return load_job(paths, registry, progress, parallel_of(args))

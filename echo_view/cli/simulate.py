@@ -24,19 +24,16 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from echo_view.cli.export import report_written
 from echo_view.cli.parallel import add_parallel_options, read_job
-from echo_view.cli.simulate_workload import run_workload
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
-from echo_view.loading import is_workload_input, setting_file
-from echo_view.model import Job
-from echo_view.model.schema import json_schema
-from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
 from echo_view.text import printable
 from echo_view.units import format_duration
+
+if TYPE_CHECKING:
+    from echo_view.model import Job
 
 
 def register(subparsers: Any) -> None:
@@ -108,6 +105,13 @@ def load_job(path: Path, registry: Registry, args: argparse.Namespace) -> Job:
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
     """Import, reconstruct, simulate, report (and export)."""
+    # Imported here, not at the top: `simulate --help` needs none of the simulator.
+    from echo_view.cli.export import report_written
+    from echo_view.cli.simulate_workload import run_workload
+    from echo_view.loading import is_workload_input, setting_file
+    from echo_view.model.schema import json_schema
+    from echo_view.sim.runs import REPLAY_KEYS, check_keys, replay_job
+
     if is_workload_input(args.input):
         return run_workload(args, registry, parse_overrides(args.overrides))
     for option, given in (
