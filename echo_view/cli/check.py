@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
@@ -19,7 +19,6 @@ from rich.console import Console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import Importer, Registry, atomic_output, check_output, not_a_trace
-from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -35,6 +34,9 @@ from echo_view.validate.imported import check_imported_job
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
+
+if TYPE_CHECKING:
+    from echo_view.loading import Parallel
 
 DESCRIPTION = (
     "Validate Chrome/Perfetto JSON traces (object or array form, gzip or not), Kineto job "
@@ -229,13 +231,14 @@ def check_paths(
     report: Report,
     as_job: bool = False,
     registry: Registry | None = None,
-    parallel: Parallel = SERIAL,
+    parallel: Parallel | None = None,
 ) -> None:
-    """Check every file and every job (files other importers read: where ``parallel`` says);
-    findings go to ``report``."""
-    if registry is None:
-        from echo_view.loading import build_registry
+    """Check every file and every job (files other importers read: where ``parallel`` says,
+    in this process by default); findings go to ``report``."""
+    # The loader is imported here, not at the top: a single-file check does not need it.
+    from echo_view.loading import SERIAL, build_registry, read_job
 
+    if registry is None:
         registry = build_registry()
     for job in expand(paths, as_job):
         summaries: list[RankSummary] = []
@@ -251,7 +254,9 @@ def check_paths(
             check_job(summaries, report, job.name)
         # Imported files of one format form one job (their ranks are checked together).
         for _imp, files in imported.values():
-            check_imported_job(read_job(files, registry, parallel=parallel), report, job.name)
+            check_imported_job(
+                read_job(files, registry, parallel=parallel or SERIAL), report, job.name
+            )
 
 
 def _fix_input(paths: list[Path]) -> Path:
