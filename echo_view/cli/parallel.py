@@ -2,22 +2,25 @@
 
 Every command that reads a job takes both, through :func:`add_parallel_options`, and reads
 through :func:`read_job` here, which hands :class:`~echo_view.loading.Parallel` to the one loader
-(:func:`echo_view.loading.read_job`). The rule for when a cluster is started is
-:func:`echo_view.loading.fans_out`; the job is byte for byte the same either way.
+(:func:`echo_view.loading.read_job`); a command that needs only per-rank results reads through
+:func:`read_ranks` (:func:`echo_view.loading.read_ranks`), which never holds the whole job. The
+rule for when a cluster is started is :func:`echo_view.loading.fans_out`; the job is byte for
+byte the same either way.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, no_progress
 from echo_view.loading import Parallel
 from echo_view.loading import read_job as load_job
-from echo_view.model import Job
+from echo_view.loading import read_ranks as load_ranks
+from echo_view.model import Job, JobHead, Trace
 from echo_view.workers import check_workers
 
 
@@ -61,3 +64,18 @@ def read_job(
 ) -> Job:
     """The job ``paths`` hold, read where ``args`` says."""
     return load_job(paths, registry, progress, parallel_of(args))
+
+
+R = TypeVar("R")
+
+
+def read_ranks(
+    args: argparse.Namespace,
+    registry: Registry,
+    paths: Sequence[Path],
+    digest: Callable[[Trace], R],
+    progress: Progress = no_progress,
+) -> tuple[JobHead, list[R]]:
+    """The job ``paths`` hold without its events, and ``digest`` of each rank, computed
+    where ``args`` says the rank files are read."""
+    return load_ranks(paths, digest, registry, progress, parallel_of(args))
