@@ -110,7 +110,7 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
             remote = _run(argv, tmp_path / f"many{name}-dask", ["--scheduler", address], capfd)
             assert serial[0] == remote[0] == 0, (serial[2], remote[2])
             assert serial[1:] == remote[1:], argv
-        assert serial[1].startswith(b"many\nranks 0-63 (64 of world size 64)")
+        assert b"/many\nranks 0-63 (64 of world size 64)" in serial[1]
         json_run = _run(["info", str(many), "--json"], tmp_path / "many-again", [], capfd)
         assert json_run[1] == whole
     # --workers N starts its own local cluster of N processes.
