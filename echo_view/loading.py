@@ -176,10 +176,13 @@ def read_ranks(
     whole job; ``digest`` must be a module-level function for the workers to receive it."""
     reg = registry if registry is not None else build_registry()
     importer = job_importer(reg, paths)
-    if not isinstance(importer, RankDigester):
+    files, many = (
+        importer.rank_files(paths) if isinstance(importer, RankDigester) else (list(paths), False)
+    )
+    if not isinstance(importer, RankDigester) or len(files) == 1:
+        # Read whole (with the reader's own progress): one file holds no more than the job.
         job = importer.read(list(paths), progress)
         return job.head, [digest(t) for t in job.traces]
-    files, many = importer.rank_files(paths)
     parts = importer.job_parts(paths, files, many)
     for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel, digest)):
         parts.add(part)
