@@ -17,10 +17,10 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
 - ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
   multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
 - ``info``: ``echo-view info DIR --json --workers N``, the client's peak RSS, on the job and on
-  one of its rank files.
+  one of its rank files, for N = 1 (serial) and ``--workers``; ``--info-only`` skips the rest.
 
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
-                                 [--hta-python .venv-hta/bin/python]
+                                 [--hta-python .venv-hta/bin/python] [--info-only]
 """
 
 from __future__ import annotations
@@ -198,6 +198,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--hta-ranks", type=int, default=64, help="run HTA on jobs up to this size")
     ap.add_argument("--hta-python", help="a Python with HTA (default: as import_bench.py)")
+    ap.add_argument("--info-only", action="store_true", help="measure only info's client RSS")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -211,8 +212,10 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs}")
     for ranks in args.ranks:
         folder = generate(ranks, args.copies)
-        bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
-        bench_info(folder, args.workers, args.runs)
+        if not args.info_only:
+            bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
+        for workers in sorted({1, args.workers}):
+            bench_info(folder, workers, args.runs)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from echo_view.errors import ConfigError, EchoViewError, InputError, UsageError
 from echo_view.formats import (
@@ -38,9 +38,10 @@ from echo_view.model.config import (
     tracing_key,
 )
 from echo_view.model.graph import TracedGraph
-from echo_view.model.job import Job
+from echo_view.model.job import Job, JobHead
 from echo_view.model.params import switch_value
 from echo_view.model.toml_file import TomlDoc, read_toml, read_toml_doc
+from echo_view.model.trace import Trace
 from echo_view.workers import dask_client, default_workers
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
@@ -113,6 +114,14 @@ class RankFileReader(Protocol):
     def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> Any: ...
 
 
+@runtime_checkable
+class RankDigester(RankFileReader, Protocol):
+    """A :class:`RankFileReader` that can also turn a file's traces into per-rank results
+    (``digest_part``) which its job parts join without the events (``finish_digests``)."""
+
+    def digest_part(self, part: Any, digest: Callable[[Trace], Any]) -> Any: ...
+
+
 def fans_out(files: Sequence[Path], parallel: Parallel) -> bool:
     """Whether ``files`` are read on a cluster: with ``--scheduler``, or ``--workers N`` (N>1),
     whenever there are two or more; by default only when they also hold at least
@@ -147,37 +156,104 @@ def read_job(
     if not fans_out(files, parallel):
         return importer.read(list(paths), progress)
     parts = importer.job_parts(paths, files, many)
+    for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel)):
+        parts.add(part)
+        del part
+        progress(f"{path.name}: read", (i + 1) / len(files))
+    result: Job = parts.finish()
+    return result
+
+
+R = TypeVar("R")
+
+
+def read_ranks(
+    paths: Sequence[Path],
+    digest: Callable[[Trace], R],
+    registry: Registry | None = None,
+    progress: Progress = no_progress,
+    parallel: Parallel = SERIAL,
+) -> tuple[JobHead, list[R]]:
+    """The job ``paths`` hold, without its events, and ``digest`` of each of its traces, in
+    rank order: for a command that needs only per-rank results. Each rank file is digested
+    where it is read (in this process one file at a time, or on the workers as
+    :func:`read_job` would read it) and its events dropped, so this process never holds the
+    whole job; ``digest`` must be a module-level function for the workers to receive it."""
+    reg = registry if registry is not None else build_registry()
+    importer = job_importer(reg, paths)
+    files, many = (
+        importer.rank_files(paths) if isinstance(importer, RankDigester) else (list(paths), False)
+    )
+    if not isinstance(importer, RankDigester) or len(files) == 1:
+        # Read whole (with the reader's own progress): one file holds no more than the job.
+        job = importer.read(list(paths), progress)
+        return job.head, [digest(t) for t in job.traces]
+    parts = importer.job_parts(paths, files, many)
+    for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel, digest)):
+        parts.add(part)
+        del part
+        progress(f"{path.name}: read", (i + 1) / len(files))
+    head, results = parts.finish_digests()
+    return head, results
+
+
+def _file_parts(
+    importer: RankFileReader,
+    files: Sequence[Path],
+    many: bool,
+    parallel: Parallel,
+    digest: Callable[[Trace], Any] | None = None,
+) -> Iterator[tuple[Path, Any]]:
+    """Each file's part (its digest with ``digest``), in file order, read where ``parallel``
+    says (:func:`fans_out`): the same first error, the same parts, wherever they are read."""
+    cap = max_inflated_bytes()
+    if not fans_out(files, parallel):
+        for path in files:
+            part = _read_rank_file(
+                path, importer=importer, many=many, inflation_cap=cap, digest=digest
+            )
+            if isinstance(part, EchoViewError):
+                raise part
+            yield path, part
+            del part  # before the next file is read
+        return
     with dask_client(parallel.scheduler, parallel.workers) as client:
         futures = client.map(
             _read_rank_file,
             files,
             importer=importer,
             many=many,
-            inflation_cap=max_inflated_bytes(),
+            inflation_cap=cap,
+            digest=digest,
             pure=False,
         )
-        # Joined in file order, as a serial read does: the same first error, the same job.
-        for i, (path, future) in enumerate(zip(files, futures, strict=True)):
+        for path, future in zip(files, futures, strict=True):
             part = future.result()
             future.release()
             if isinstance(part, EchoViewError):
                 raise part
-            parts.add(part)
+            yield path, part
             del part
-            progress(f"{path.name}: read", (i + 1) / len(files))
-    result: Job = parts.finish()
-    return result
 
 
 def _read_rank_file(
-    path: Path, *, importer: RankFileReader, many: bool, inflation_cap: int | None
+    path: Path,
+    *,
+    importer: RankFileReader,
+    many: bool,
+    inflation_cap: int | None,
+    digest: Callable[[Trace], Any] | None = None,
 ) -> Any:
-    """One rank file, read in a worker process under the client's input limits; a bad file's
-    error is returned, for the client to raise in file order (a raised one would also be
-    logged by the worker, with its traceback, on the command's stderr)."""
+    """One rank file, read (and digested, with ``digest``) in a worker process under the
+    client's input limits; a bad file's error is returned, for the client to raise in file
+    order (a raised one would also be logged by the worker, with its traceback, on the
+    command's stderr)."""
     set_max_inflated_bytes(inflation_cap)
     try:
-        return importer.read_rank_file(path, many)
+        part = importer.read_rank_file(path, many)
+        if digest is not None and isinstance(importer, RankDigester):
+            return importer.digest_part(part, digest)
+        return part
     except EchoViewError as exc:
         return exc
 

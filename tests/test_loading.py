@@ -22,9 +22,11 @@ from echo_view.loading import (
     key_hash,
     load_config,
     read_job,
+    read_ranks,
     script_file,
     setting_file,
 )
+from echo_view.model import Trace
 from echo_view.workers import default_workers
 from importers.kineto import KinetoImporter
 
@@ -126,3 +128,51 @@ def test_setting_file_reads_a_named_file_and_never_a_switch_word(
     assert doc is not None and doc.path == model and doc.data == {"kind": "constant"}
     assert setting_file("off") is None and setting_file("On") is None
     assert setting_file(None) is None and setting_file("missing.toml") is None
+
+
+def _rank_and_events(trace: Trace) -> tuple[int, int]:
+    return trace.rank, len(trace)
+
+
+def test_ranks_read_one_file_at_a_time_give_the_job_without_its_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    job = read_job(files)
+    steps: list[str] = []
+    read_file = KinetoImporter.read_rank_file
+
+    def logged_read(self: KinetoImporter, path: Path, many: bool) -> object:
+        steps.append("read")
+        return read_file(self, path, many)
+
+    def digest(trace: Trace) -> tuple[int, int]:
+        steps.append("digest")
+        return _rank_and_events(trace)
+
+    monkeypatch.setattr(KinetoImporter, "read_rank_file", logged_read)
+    head, results = read_ranks(files[::-1], digest)  # the job's rank order, whatever the paths'
+    # Each file is digested before the next is read: one rank's events held at a time.
+    assert steps == ["read", "digest"] * 8
+    assert results == [(t.rank, len(t)) for t in job.traces]
+    assert head.ranks == job.ranks and head.events == job.event_count()
+    assert (head.alignment, head.world_size, head.predicted) == (
+        job.alignment,
+        job.world_size,
+        job.predicted,
+    )
+    assert head.source == ", ".join(map(str, files[::-1]))
+    folder = [SAMPLES / "dlrm_kineto"]
+    assert read_ranks(folder, digest)[0].source == read_job(folder).source == str(folder[0])
+
+
+def test_ranks_read_apart_keep_the_job_checks() -> None:
+    files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    with pytest.raises(InputError, match="two files claim rank 1"):
+        read_ranks([files[0], files[1], files[1]], _rank_and_events)
+    # A format read whole (not rank file by rank file) is digested after the read.
+    nsys = SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz"
+    job = read_job([nsys])
+    head, results = read_ranks([nsys], _rank_and_events)
+    assert results == [(t.rank, len(t)) for t in job.traces]
+    assert head.ranks == job.ranks and head.alignment == job.alignment

@@ -49,6 +49,7 @@ from echo_view.model import (
     CollectiveKind,
     EventKind,
     Job,
+    JobHead,
     StepTable,
     Trace,
     parse_comm_kernel_name,
@@ -97,9 +98,9 @@ class TopItem:
 class JobSummary:
     """Everything ``echo-view info`` shows about a job."""
 
-    job: Job
+    job: JobHead
     rows: list[RankRow]
-    breakdowns: list[StepBreakdown]
+    device_list: list[dict[str, Any]]
     top_kernels: list[TopItem]
     top_collectives: list[TopItem]
     collectives_by_kind: dict[str, int] = field(default_factory=dict)
@@ -112,11 +113,7 @@ class JobSummary:
 
     def devices(self) -> list[dict[str, Any]]:
         """The GPUs that ran work, with their names where the trace gives them."""
-        out: list[dict[str, Any]] = []
-        for trace, bd in zip(self.job.traces, self.breakdowns, strict=True):
-            names = {d.index: d.name for d in trace.devices}
-            out.extend({"rank": trace.rank, "index": d, "name": names.get(d)} for d in bd.devices)
-        return out
+        return self.device_list
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON object described in the module docstring."""
@@ -130,7 +127,7 @@ class JobSummary:
                 "ranks": list(job.ranks),
                 "world_size": job.world_size,
                 "predicted": job.predicted,
-                "events": job.event_count(),
+                "events": job.events,
                 "devices": self.devices(),
                 "clock_alignment": {
                     "method": al.method,
@@ -314,12 +311,64 @@ def _nccl_kind(name: str) -> int:
     return -1 if info is None else int(info.collective)
 
 
+@dataclass(frozen=True, eq=False)
+class RankSummary:
+    """One rank's share of the :class:`JobSummary`, without its events (O(steps + distinct
+    kernel names)): computed where the rank is read, joined by :func:`summarize_ranks`."""
+
+    rank: int
+    rows: list[RankRow]
+    devices: list[dict[str, Any]]
+    #: kernel name -> (count, total ns, how many of the rank's string ids carry the name)
+    kernels: dict[str, tuple[int, int, int]]
+    #: per :class:`CollectiveKind`: count, GPU ns, known bytes, whether some size is unknown
+    coll_count: I64
+    coll_total: I64
+    coll_bytes: I64
+    coll_unknown: npt.NDArray[np.bool_]
+
+
+def rank_summary(trace: Trace) -> RankSummary:
+    """The :class:`RankSummary` of ``trace``."""
+    found = find_steps(trace)
+    bd = breakdown(trace, found)
+    names = {d.index: d.name for d in trace.devices}
+    kernels: dict[str, tuple[int, int, int]] = {}
+    uniq, counts, totals = _kernel_totals(trace)
+    for i, c, t in zip(uniq.tolist(), counts.tolist(), totals.tolist(), strict=True):
+        name = trace.strings[i]
+        c0, t0, n0 = kernels.get(name, (0, 0, 0))
+        kernels[name] = (c0 + c, t0 + t, n0 + 1)
+    n_kinds = len(CollectiveKind)
+    colls = collective_events(trace)
+    kinds, times, nbytes = colls.kind, colls.gpu_ns, colls.bytes
+    coll_total = np.zeros(n_kinds, dtype=np.int64)
+    coll_bytes = np.zeros(n_kinds, dtype=np.int64)
+    coll_unknown = np.zeros(n_kinds, dtype=bool)
+    np.add.at(coll_total, kinds, times)
+    np.add.at(coll_bytes, kinds, np.maximum(nbytes, 0))
+    # One unknown size makes the kind's byte total unknown: -1, never a partial sum.
+    coll_unknown[kinds[nbytes < 0]] = True
+    return RankSummary(
+        rank=trace.rank,
+        rows=rank_rows(bd, found),
+        devices=[{"rank": trace.rank, "index": d, "name": names.get(d)} for d in bd.devices],
+        kernels=kernels,
+        coll_count=np.bincount(kinds, minlength=n_kinds).astype(np.int64),
+        coll_total=coll_total,
+        coll_bytes=coll_bytes,
+        coll_unknown=coll_unknown,
+    )
+
+
 def summarize(job: Job, top: int = 10) -> JobSummary:
     """Breakdowns of every rank and the job-wide summary."""
-    found = [find_steps(t) for t in job.traces]
-    bds = [breakdown(t, f) for t, f in zip(job.traces, found, strict=True)]
-    rows = [row for bd, f in zip(bds, found, strict=True) for row in rank_rows(bd, f)]
+    return summarize_ranks(job.head, [rank_summary(t) for t in job.traces], top)
 
+
+def summarize_ranks(head: JobHead, ranks: list[RankSummary], top: int = 10) -> JobSummary:
+    """The job-wide summary from its ranks' :class:`RankSummary` (in rank order) and ``head``:
+    what :func:`summarize` gives for the whole job."""
     kernel_count: Counter[str] = Counter()
     kernel_total: Counter[str] = Counter()
     kernel_ranks: Counter[str] = Counter()
@@ -328,20 +377,15 @@ def summarize(job: Job, top: int = 10) -> JobSummary:
     coll_total = np.zeros(n_kinds, dtype=np.int64)
     coll_bytes = np.zeros(n_kinds, dtype=np.int64)
     coll_unknown = np.zeros(n_kinds, dtype=bool)
-    for trace in job.traces:
-        uniq, counts, totals = _kernel_totals(trace)
-        for i, c, s in zip(uniq.tolist(), counts.tolist(), totals.tolist(), strict=True):
-            name = trace.strings[i]
-            kernel_count[name] += c
-            kernel_total[name] += s
-            kernel_ranks[name] += 1
-        colls = collective_events(trace)
-        kinds, times, nbytes = colls.kind, colls.gpu_ns, colls.bytes
-        coll_count += np.bincount(kinds, minlength=n_kinds)
-        np.add.at(coll_total, kinds, times)
-        np.add.at(coll_bytes, kinds, np.maximum(nbytes, 0))
-        # One unknown size makes the kind's byte total unknown: -1, never a partial sum.
-        coll_unknown[kinds[nbytes < 0]] = True
+    for rs in ranks:
+        for name, (count, total, ids) in rs.kernels.items():
+            kernel_count[name] += count
+            kernel_total[name] += total
+            kernel_ranks[name] += ids
+        coll_count += rs.coll_count
+        coll_total += rs.coll_total
+        coll_bytes += rs.coll_bytes
+        coll_unknown |= rs.coll_unknown
 
     names = sorted(kernel_total, key=lambda n: (-kernel_total[n], n))[:top]
     top_kernels = [TopItem(n, kernel_count[n], kernel_total[n], kernel_ranks[n]) for n in names]
@@ -357,4 +401,6 @@ def summarize(job: Job, top: int = 10) -> JobSummary:
         for k in present[:top]
     ]
     by_kind = {k.label: int(coll_count[k]) for k in sorted(present, key=lambda k: k.label)}
-    return JobSummary(job, rows, bds, top_kernels, top_colls, by_kind)
+    rows = [row for rs in ranks for row in rs.rows]
+    devices = [d for rs in ranks for d in rs.devices]
+    return JobSummary(head, rows, devices, top_kernels, top_colls, by_kind)

@@ -19,9 +19,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from echo_view.analysis.summary import CATEGORIES, JobSummary, RankRow, summarize
+from echo_view.analysis.summary import (
+    CATEGORIES,
+    JobSummary,
+    RankRow,
+    rank_summary,
+    summarize_ranks,
+)
 from echo_view.cli.console import console
-from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.parallel import add_parallel_options, read_ranks
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
@@ -61,8 +67,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
     with stderr_progress(args) as progress:
-        job = read_job(args, registry, paths, progress)
-    summary = summarize(job, top=args.top)
+        # Each rank summarised where it is read: the job's events are never held at once.
+        head, ranks = read_ranks(args, registry, paths, rank_summary, progress)
+    summary = summarize_ranks(head, ranks, top=args.top)
     if args.json:
         sys.stdout.write(json_text(summary.to_json()))
     else:
@@ -117,7 +124,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     names = sorted({markup_safe(d["name"] or f"GPU {d['index']}") for d in summary.devices()})
     console.print(printable(title or job.source or "job"), style="bold", markup=False)
     console.print(
-        f"ranks {_ranks_text(job.ranks)} ({len(job)} of world size "
+        f"ranks {_ranks_text(job.ranks)} ({len(job.ranks)} of world size "
         f"{job.world_size if job.world_size is not None else 'unknown'}); "
         f"{_count(len(summary.devices()), 'GPU')} with work: {', '.join(names) or 'none'}"
     )
@@ -127,7 +134,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     )
     colls = summary.collectives_by_kind
     kinds = ", ".join(f"{k} {n}" for k, n in colls.items()) or "none"
-    console.print(f"events {job.event_count():,}; collectives {sum(colls.values())}: {kinds}")
+    console.print(f"events {job.events:,}; collectives {sum(colls.values())}: {kinds}")
     rules = sorted({(r.step_rule, r.steps_detected) for r in summary.rows})
     console.print(
         "steps: "

@@ -2,16 +2,18 @@
 
 Every command that reads a job takes both, through :func:`add_parallel_options`, and reads
 through :func:`read_job` here, which hands :class:`~echo_view.loading.Parallel` to the one loader
-(:func:`echo_view.loading.read_job`). The rule for when a cluster is started is
-:func:`echo_view.loading.fans_out`; the job is byte for byte the same either way.
+(:func:`echo_view.loading.read_job`); a command that needs only per-rank results reads through
+:func:`read_ranks` (:func:`echo_view.loading.read_ranks`), which never holds the whole job. The
+rule for when a cluster is started is :func:`echo_view.loading.fans_out`; the job is byte for
+byte the same either way.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, no_progress
@@ -19,7 +21,7 @@ from echo_view.workers import check_workers
 
 if TYPE_CHECKING:
     from echo_view.loading import Parallel
-    from echo_view.model import Job
+    from echo_view.model import Job, JobHead, Trace
 
 
 def add_parallel_options(parser: Any) -> None:
@@ -66,3 +68,20 @@ def read_job(
     from echo_view.loading import read_job as load_job
 
     return load_job(paths, registry, progress, parallel_of(args))
+
+
+R = TypeVar("R")
+
+
+def read_ranks(
+    args: argparse.Namespace,
+    registry: Registry,
+    paths: Sequence[Path],
+    digest: Callable[[Trace], R],
+    progress: Progress = no_progress,
+) -> tuple[JobHead, list[R]]:
+    """The job ``paths`` hold without its events, and ``digest`` of each rank, computed
+    where ``args`` says the rank files are read."""
+    from echo_view.loading import read_ranks as load_ranks
+
+    return load_ranks(paths, digest, registry, progress, parallel_of(args))

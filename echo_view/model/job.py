@@ -39,6 +39,20 @@ class ClockAlignment:
 
 
 @dataclass(frozen=True, eq=False)
+class JobHead:
+    """What a :class:`Job` says besides its traces' events: enough to report on a job read
+    one rank at a time, each rank's events dropped once its own results are taken."""
+
+    ranks: tuple[int, ...]
+    alignment: ClockAlignment
+    world_size: int | None
+    source: str
+    predicted: bool
+    events: int
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
 class Job:
     """All ranks of one training run (measured or predicted)."""
 
@@ -104,6 +118,19 @@ class Job:
             if len(t)
         ]
         return min(starts) if starts else 0
+
+    @property
+    def head(self) -> JobHead:
+        """This job without its events."""
+        return JobHead(
+            self.ranks,
+            self.alignment,
+            self.world_size,
+            self.source,
+            self.predicted,
+            self.event_count(),
+            self.meta,
+        )
 
     def event_count(self) -> int:
         """Total events over all ranks."""

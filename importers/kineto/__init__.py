@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from echo_view.errors import InputError
-from echo_view.model import ClockAlignment, EventTable, Job, StringTable, Trace
+from echo_view.model import ClockAlignment, EventTable, Job, JobHead, StringTable, Trace
 from echo_view.model.job import rank_problem
 from importers.chrome_json import (
     DEFAULT_CHUNK_BYTES,
@@ -41,7 +41,7 @@ from importers.chrome_json import (
     sniff_head,
 )
 from importers.event_args import event_facts
-from importers.kineto.align import align
+from importers.kineto.align import ClockFacts, align_ranks, clock_facts
 from importers.kineto.columns import Columns, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
 from importers.kineto.meta import build_devices, build_steps, rank_from_name, trace_metadata
@@ -345,6 +345,26 @@ class KinetoImporter:
         """What joins the :meth:`read_rank_file` results of ``files`` into the job."""
         return JobParts(paths, files, many)
 
+    def digest_part(self, part: FilePart, digest: Callable[[Trace], Any]) -> FilePart:
+        """``part`` with each trace replaced by its :class:`RankDigest` (``digest`` of it and
+        what joining needs), so that the events can go: :meth:`JobParts.finish_digests`."""
+        digests = [
+            RankDigest(t.rank, t.world_size, len(t), clock_facts(t), digest(t)) for t in part.traces
+        ]
+        return FilePart(part.path, [], part.alignment, part.meta, digests)
+
+
+@dataclass(frozen=True, eq=False)
+class RankDigest:
+    """One rank's trace without its events: what joining it needs (rank, world size, event
+    count, clock facts) and the caller's per-rank ``result``."""
+
+    rank: int
+    world_size: int | None
+    events: int
+    clock: ClockFacts
+    result: Any
+
 
 @dataclass
 class FilePart:
@@ -355,6 +375,8 @@ class FilePart:
     #: An echo-view export's own clock alignment and job metadata, restored.
     alignment: ClockAlignment | None = None
     meta: dict[str, object] = field(default_factory=dict)
+    #: The traces as :class:`RankDigest` instead (:meth:`KinetoImporter.digest_part`).
+    digests: list[RankDigest] = field(default_factory=list)
 
 
 def read_part(
@@ -390,31 +412,63 @@ class JobParts:
         self.files = list(files)
         self.many = many
         self.traces: list[Trace] = []
+        self.digests: list[RankDigest] = []
+        self.key_ids: dict[object, int] = {}
         self.owner: dict[int, Path] = {}
         self.world: dict[int, Path] = {}
         self.restored: ClockAlignment | None = None
         self.meta: dict[str, object] = {}
 
     def add(self, part: FilePart) -> None:
-        """Take the next file's traces (raises when a rank is claimed twice)."""
+        """Take the next file's traces or digests (raises when a rank is claimed twice)."""
         if part.alignment is not None:
             self.restored = part.alignment
         self.meta.update(part.meta)
-        for trace in part.traces:
-            if trace.rank in self.owner:
+        claims = [(t.rank, t.world_size) for t in part.traces]
+        claims += [(d.rank, d.world_size) for d in part.digests]
+        for rank, ws in claims:
+            if rank in self.owner:
                 raise InputError(
-                    f"two files claim rank {trace.rank}: {self.owner[trace.rank]} and {part.path}",
+                    f"two files claim rank {rank}: {self.owner[rank]} and {part.path}",
                     path=part.path,
                     hint="read the files of one job only, each rank once",
                 )
-            self.owner[trace.rank] = part.path
-            ws = trace.world_size
+            self.owner[rank] = part.path
             if ws is not None:
                 self.world.setdefault(ws, part.path)
-            self.traces.append(trace)
+        self.traces.extend(part.traces)
+        # Collective keys held once for the job, not once per rank.
+        self.digests.extend(
+            RankDigest(d.rank, d.world_size, d.events, d.clock.interned(self.key_ids), d.result)
+            for d in part.digests
+        )
 
     def finish(self) -> Job:
         """The job (ranks sorted, clocks aligned)."""
+        traces = sorted(self.traces, key=lambda t: t.rank)
+        ranks, events = [t.rank for t in traces], sum(len(t) for t in traces)
+        head = self._head(ranks, lambda: [clock_facts(t) for t in traces], events)
+        return Job(
+            traces=tuple(traces),
+            alignment=head.alignment,
+            world_size=head.world_size,
+            source=head.source,
+            predicted=head.predicted,
+            meta=head.meta,
+        )
+
+    def finish_digests(self) -> tuple[JobHead, list[Any]]:
+        """The job's head and the digests' results, by rank, as :meth:`finish` would give
+        (joined from :class:`RankDigest` parts only)."""
+        digests = sorted(self.digests, key=lambda d: d.rank)
+        events = sum(d.events for d in digests)
+        head = self._head([d.rank for d in digests], lambda: [d.clock for d in digests], events)
+        return head, [d.result for d in digests]
+
+    def _head(
+        self, ranks: list[int], clocks: Callable[[], list[ClockFacts]], events: int
+    ) -> JobHead:
+        """Checks across files, the clock alignment and the job's metadata."""
         world, files, paths = self.world, self.files, self.paths
         if len(world) > 1:
             (a, pa), (b, pb) = list(world.items())[:2]
@@ -423,16 +477,16 @@ class JobParts:
                 path=pb,
                 hint="read the rank files of one job together",
             )
-        traces = sorted(self.traces, key=lambda t: t.rank)
         restored = self.restored
-        alignment = restored if restored is not None and len(files) == 1 else align(traces)
+        alignment = restored if restored is not None and len(files) == 1 else align_ranks(clocks())
         source = str(files[0].parent if self.many and len(paths) == 1 else files[0])
         meta = dict(self.meta)
-        return Job(
-            traces=tuple(traces),
+        return JobHead(
+            ranks=tuple(ranks),
             alignment=alignment,
             world_size=next(iter(world), None),
             source=source if len(paths) == 1 else ", ".join(str(p) for p in paths),
             predicted=bool(meta.pop("predicted", False)),
+            events=events,
             meta=meta,
         )

@@ -21,7 +21,10 @@ unknown group by their position among such collectives on each rank. Both must a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
+import numpy.typing as npt
 
 from echo_view.model import NONE, ClockAlignment, Trace
 from importers.kineto.rows import unique
@@ -33,6 +36,40 @@ _EPOCH_MIN_NS = 946_684_800 * 10**9  # 2000-01-01
 _EPOCH_MAX_NS = 4_102_444_800 * 10**9  # 2100-01-01
 
 Key = tuple[object, ...]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class ClockFacts:
+    """What the alignment needs of one rank, O(collectives) and no events: whether it is on
+    epoch time, each collective key's kind and end (first occurrence, in start order), and the
+    kind and end of every collective."""
+
+    epoch: bool
+    keys: tuple[object, ...]
+    key_kind: I64
+    key_end: I64
+    kind: I64
+    end: I64
+
+    def interned(self, ids: dict[object, int]) -> ClockFacts:
+        """The same facts with each key replaced by its number in ``ids`` (shared by the
+        job's ranks, extended here): a key's text is then held once per job, not per rank."""
+        return replace(self, keys=tuple(ids.setdefault(k, len(ids)) for k in self.keys))
+
+
+def clock_facts(trace: Trace) -> ClockFacts:
+    """The :class:`ClockFacts` of ``trace``."""
+    ends = collective_ends(trace)
+    col = trace.collectives
+    return ClockFacts(
+        epoch=_is_epoch(trace),
+        keys=tuple(ends),
+        key_kind=np.array([k for k, _ in ends.values()], dtype=np.int64),
+        key_end=np.array([e for _, e in ends.values()], dtype=np.int64),
+        kind=np.asarray(col.kind, dtype=np.int64),
+        end=np.asarray(trace.events.end_ns[col.event], dtype=np.int64),
+    )
 
 
 def collective_ends(trace: Trace) -> dict[Key, tuple[int, int]]:
@@ -54,17 +91,29 @@ def collective_ends(trace: Trace) -> dict[Key, tuple[int, int]]:
     return out
 
 
-def _common(traces: list[Trace]) -> list[tuple[Key, list[int]]]:
-    """Collectives present on every rank with one kind: ``(key, ends)``, in end order."""
-    per = [collective_ends(t) for t in traces]
-    keys = set(per[0])
-    for p in per[1:]:
-        keys &= set(p)
-    out = []
-    for k in keys:
-        kinds = {p[k][0] for p in per}
-        if len(kinds) == 1:
-            out.append((k, [p[k][1] for p in per]))
+def _common(ranks: list[ClockFacts]) -> list[tuple[object, list[int]]]:
+    """Collectives present on every rank with one kind: ``(key, ends)``, in end order (ties in
+    the lowest rank's start order)."""
+    first = ranks[0]
+    keys = set(first.keys)
+    for f in ranks[1:]:
+        keys.intersection_update(f.keys)
+    # Gathered one rank at a time: only the common keys' ends are kept for every rank.
+    kinds: dict[object, int] = {}
+    ends: dict[object, list[int]] = {}
+    for k, kind, end in zip(
+        first.keys, first.key_kind.tolist(), first.key_end.tolist(), strict=True
+    ):
+        if k in keys:
+            kinds[k], ends[k] = kind, [end]
+    mixed: set[object] = set()
+    for f in ranks[1:]:
+        for k, kind, end in zip(f.keys, f.key_kind.tolist(), f.key_end.tolist(), strict=True):
+            if k in ends:
+                ends[k].append(end)
+                if kind != kinds[k]:
+                    mixed.add(k)
+    out = [(k, e) for k, e in ends.items() if k not in mixed]
     out.sort(key=lambda item: item[1][0])
     return out
 
@@ -76,7 +125,7 @@ def _is_epoch(trace: Trace) -> bool:
     return _EPOCH_MIN_NS <= start < _EPOCH_MAX_NS
 
 
-def _near_shared(traces: list[Trace]) -> int | None:
+def _near_shared(ranks: list[ClockFacts]) -> int | None:
     """End spread of the first collective of the lowest rank that every other rank ends, in
     the same kind, within :data:`SHARED_CLOCK_LIMIT_NS` of it (None when there is none).
 
@@ -84,10 +133,8 @@ def _near_shared(traces: list[Trace]) -> int | None:
     agree already, and it is robust to profiling windows that start at different collectives.
     """
     per = []
-    for t in traces:
-        col = t.collectives
-        ends = t.events.end_ns[col.event]
-        per.append({k: np.sort(ends[col.kind == k]) for k in unique(col.kind).tolist()})
+    for f in ranks:
+        per.append({k: np.sort(f.end[f.kind == k]) for k in unique(f.kind).tolist()})
     ref = per[0]
     candidates = sorted((int(e), k) for k, ends in ref.items() for e in ends.tolist())
     for end, kind in candidates:
@@ -109,11 +156,16 @@ def _near_shared(traces: list[Trace]) -> int | None:
 
 def align(traces: list[Trace]) -> ClockAlignment:
     """The clock alignment of ``traces`` (in the order given)."""
-    n = len(traces)
+    return align_ranks([clock_facts(t) for t in traces])
+
+
+def align_ranks(ranks: list[ClockFacts]) -> ClockAlignment:
+    """The clock alignment of ranks given by their :class:`ClockFacts` (in the order given)."""
+    n = len(ranks)
     if n == 1:
         return ClockAlignment("single-rank", (0,), 0)
-    if all(_is_epoch(t) for t in traces):
-        if not all(len(t.collectives) for t in traces):
+    if all(f.epoch for f in ranks):
+        if not all(len(f.kind) for f in ranks):
             return ClockAlignment(
                 "shared-host-clock",
                 (0,) * n,
@@ -121,7 +173,7 @@ def align(traces: list[Trace]) -> ClockAlignment:
                 "every rank is on absolute epoch time; some rank has no collective to check "
                 "how well the clocks agree",
             )
-        spread = _near_shared(traces)
+        spread = _near_shared(ranks)
         if spread is not None:
             return ClockAlignment(
                 "shared-host-clock",
@@ -130,7 +182,7 @@ def align(traces: list[Trace]) -> ClockAlignment:
                 f"every rank is on absolute epoch time; the first collective common to all "
                 f"ranks ends within {spread} ns across them",
             )
-    common = _common(traces)
+    common = _common(ranks)
     if not common:
         return ClockAlignment(
             "none", (0,) * n, NONE, "no collective common to all ranks; clocks left as recorded"

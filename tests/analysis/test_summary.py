@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from echo_view.analysis.summary import summarize
+import pickle
+from dataclasses import replace
+
+import numpy as np
+
+from echo_view.analysis.summary import rank_summary, summarize, summarize_ranks
 from echo_view.model import (
     ClockAlignment,
     CollectiveKind,
     EventKind,
     Job,
+    JobHead,
     LaneKind,
     Trace,
     TraceBuilder,
@@ -59,3 +65,39 @@ def test_summary_rows_collectives_and_top() -> None:
     doc = s.to_json()
     assert doc["slowest_rank"] == {"rank": 1, "device": None, "step_ns": 5000}
     assert doc["ranks"][1]["per_step"][0]["compute_ns"] is None
+
+
+def test_ranks_summarised_apart_join_into_the_job_summary() -> None:
+    """Per-rank summaries (as a worker sends them: pickled) reduce to the whole job's."""
+    gpu, cpu = _gpu_rank(), _cpu_rank()
+    job = Job((gpu, cpu), ClockAlignment("none", (0, 0), 0), world_size=2)
+    parts = [pickle.loads(pickle.dumps(rank_summary(t))) for t in job.traces]
+    assert summarize_ranks(job.head, parts, top=3).to_json() == summarize(job, top=3).to_json()
+    # Only what is needed travels: the rank's rows, devices, kernel totals by name and
+    # collective totals by kind.
+    r0 = parts[0]
+    assert r0.kernels["gemm"] == (1, 400, 1) and len(r0.kernels) == 4
+    assert int(r0.coll_count.sum()) == 3 and parts[1].kernels == {}
+
+
+def test_kernel_and_collective_totals_add_up_across_ranks() -> None:
+    r0 = rank_summary(_gpu_rank())
+    # A second rank like rank 0 whose every collective size is known, and a third whose
+    # all-gathers ran twice as long.
+    r1 = replace(r0, rank=1, coll_unknown=np.zeros_like(r0.coll_unknown))
+    r2 = replace(r0, rank=2, coll_total=2 * r0.coll_total)
+    head = JobHead((0, 1, 2), ClockAlignment("none", (0, 0, 0), -1), 3, "job", False, 30)
+    s = summarize_ranks(head, [r0, r1, r2], top=10)
+    ag = "ncclDevKernel_AllGather_RING_LL(x)"
+    kernels = {k.name: (k.count, k.total_ns, k.extra) for k in s.top_kernels}
+    assert kernels[ag] == (6, 1500, 3) and kernels["gemm"] == (3, 1200, 3)
+    coll = {c.name: (c.count, c.total_ns, c.extra) for c in s.top_collectives}
+    # one rank's unknown size makes the kind's byte total unknown
+    assert coll["all_gather"] == (6, 500 + 500 + 1000, -1)
+    assert s.collectives_by_kind == {"all_gather": 6, "send_recv": 3}
+    assert len(s.rows) == 3 and len(s.devices()) == 3
+    doc = s.to_json()
+    assert doc["job"]["events"] == 30 and doc["job"]["ranks"] == [0, 1, 2]
+    only_known = summarize_ranks(head, [r1, r1], top=10)
+    known = {c.name: c.extra for c in only_known.top_collectives}
+    assert known["all_gather"] == 2 * 512

@@ -231,3 +231,26 @@ def test_main_json_on_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["job"]["ranks"] == list(range(8))
     _check_consistent(doc)
+
+
+@pytest.mark.parametrize("sample", ["dlrm_kineto", "hta_nccl", "hta_sampled_128"])
+def test_rank_by_rank_prints_what_the_whole_job_gives(
+    sample: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``info`` summarises each rank as it is read and drops its events; the text and JSON are
+    byte for byte those of summarising the whole job read at once."""
+    from echo_view.analysis.summary import summarize
+    from echo_view.cli import main
+    from echo_view.cli.comm import console
+    from echo_view.formats import json_text
+    from echo_view.loading import read_job
+
+    paths = sorted((SAMPLES / sample).glob("*.json.gz"))
+    whole = summarize(read_job(paths))
+    assert main(["info", *map(str, paths), "--json", "--workers", "1"]) == 0
+    assert capsys.readouterr().out == json_text(whole.to_json())
+    assert main(["info", *map(str, paths), "--workers", "1"]) == 0
+    printed = capsys.readouterr().out
+    info.render(whole, console(), title=info._title(paths))
+    assert printed == capsys.readouterr().out
+    assert f"ranks {info._ranks_text(whole.job.ranks)}" in printed

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from echo_view.analysis.summary import summarize
 from echo_view.cli import main
 from echo_view.cli.parallel import parallel_of
 from echo_view.errors import UsageError
-from echo_view.loading import Parallel
+from echo_view.formats import json_text
+from echo_view.loading import SERIAL, Parallel, read_job
 from tests.cli.hostile_io import SAMPLES
 
 DLRM = SAMPLES / "dlrm_kineto"
@@ -32,6 +34,21 @@ COMMANDS = {
     "calibrate-compute": ["calibrate", "compute", str(DLRM), "-o", "{out}/c.toml", "--json"],
     "calibrate-interference": ["calibrate", "interference", str(DLRM), "-o", "{out}/i.toml"],
 }  # fmt: skip
+
+
+def _many_ranks(folder: Path, ranks: int) -> Path:
+    """A ``ranks``-rank job: rank ``r`` is DLRM rank ``r % 8``, its ``distributedInfo`` saying
+    rank ``r`` of ``ranks`` (the shape of bench/ingest_bench.py's jobs, without the repeats)."""
+    folder.mkdir()
+    texts = [gzip.decompress(f.read_bytes()) for f in sorted(DLRM.glob("*.json.gz"))]
+    key = b'"distributedInfo": '
+    for r in range(ranks):
+        text = texts[r % len(texts)]
+        at = text.rindex(key) + len(key)
+        end = text.index(b"}", at) + 1
+        dist = {**json.loads(text[at:end]), "rank": r, "world_size": ranks}
+        (folder / f"rank{r}.json").write_bytes(text[:at] + json.dumps(dist).encode() + text[end:])
+    return folder
 
 
 def _run(
@@ -83,6 +100,19 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
             lambda dask_scheduler: sorted(dask_scheduler.task_prefixes)
         )
         assert "read_rank_file" in prefixes  # (dask drops the leading underscore)
+        # 64 ranks: info, summarised rank by rank where each is read, prints what summarising
+        # the whole job prints.
+        many = _many_ranks(tmp_path / "many", 64)
+        whole = json_text(summarize(read_job([many], parallel=SERIAL)).to_json()).encode()
+        for argv in (["info", str(many), "--json"], ["info", str(many)]):
+            name = "-".join(argv[2:]) or "text"
+            serial = _run(argv, tmp_path / f"many{name}-serial", ["--workers", "1"], capfd)
+            remote = _run(argv, tmp_path / f"many{name}-dask", ["--scheduler", address], capfd)
+            assert serial[0] == remote[0] == 0, (serial[2], remote[2])
+            assert serial[1:] == remote[1:], argv
+        assert b"/many\nranks 0-63 (64 of world size 64)" in serial[1]
+        json_run = _run(["info", str(many), "--json"], tmp_path / "many-again", [], capfd)
+        assert json_run[1] == whole
     # --workers N starts its own local cluster of N processes.
     local = _run(COMMANDS["info"], tmp_path / "info-local", ["--workers", "2"], capfd)
     serial = _run(COMMANDS["info"], tmp_path / "info-serial-2", ["--workers", "1"], capfd)
