@@ -241,9 +241,13 @@ def _typed(what: str, value: list[Any]) -> tuple[Any, ...]:
     return tuple(t if isinstance(t, str) else "" for t in value)
 
 
-def _op_input_table(blob: bytes, offsets: Ints) -> OpInputTable:
+def _op_input_table(blob: bytes, offsets: Ints, only: Sequence[int] | None = None) -> OpInputTable:
+    """The table of every event that recorded ``Input Dims`` (of ``only``, ascending rows,
+    when given: a few rows are decoded without scanning the whole text)."""
     rows: list[int] = []
-    if b'"Input Dims"' in blob:
+    if only is not None:
+        rows = [int(r) for r in only]
+    elif b'"Input Dims"' in blob:
         pos = np.fromiter((m.start() for m in _INPUT_DIMS.finditer(blob)), dtype=np.int64)
         rows = np.unique(np.searchsorted(offsets, pos, side="right") - 1).tolist()
     args = _INPUT_ARGS(blob, offsets, rows)
@@ -301,5 +305,6 @@ def event_facts(events: EventTable) -> EventFacts:
     return EventFacts(
         launches=partial(_launch_table, kind, blob, offsets),
         op_inputs=partial(_op_input_table, blob, offsets),
+        op_inputs_of=partial(_op_input_table, blob, offsets),
         syncs=partial(_sync_table, kind, events.correlation, blob, offsets),
     )

@@ -16,7 +16,7 @@ pay for reading the args); a built trace gives the tables themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +141,13 @@ class OpInputTable:
         """The record with id ``vid`` (``None`` for -1)."""
         return self.values[vid] if vid >= 0 else None
 
+    def restricted(self, rows: Sequence[int]) -> OpInputTable:
+        """The rows of this table whose event is one of ``rows`` (the records kept whole)."""
+        keep = np.isin(self.event, np.asarray(rows, dtype=np.int64))
+        return OpInputTable(
+            self.event[keep], self.dims[keep], self.types[keep], self.concrete[keep], self.values
+        )
+
     def row_of(self, events: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int64]:
         """For each event row, its row in this table (-1 when it recorded no inputs)."""
         events = np.asarray(events, dtype=np.int64)
@@ -181,16 +188,20 @@ class EventFacts:
     """A trace's typed side tables, each computed at most once, on first use: each is given
     as the table, or as a function (picklable, e.g. a ``functools.partial``) computing it."""
 
-    __slots__ = ("_launches", "_op_inputs", "_syncs")
+    __slots__ = ("_launches", "_op_inputs", "_op_inputs_of", "_syncs")
 
     def __init__(
         self,
         launches: LaunchTable | Callable[[], LaunchTable] = LaunchTable.empty,
         op_inputs: OpInputTable | Callable[[], OpInputTable] = OpInputTable.empty,
         syncs: SyncTable | Callable[[], SyncTable] = SyncTable.empty,
+        op_inputs_of: Callable[[Sequence[int]], OpInputTable] | None = None,
     ) -> None:
+        """``op_inputs_of`` (optional) reads the operator inputs of chosen event rows only, for
+        a caller that needs a few of them before anything has built the whole table."""
         self._launches = launches
         self._op_inputs = op_inputs
+        self._op_inputs_of = op_inputs_of
         self._syncs = syncs
 
     @property
@@ -205,6 +216,13 @@ class EventFacts:
             self._op_inputs = self._op_inputs()
         return self._op_inputs
 
+    def op_inputs_of(self, rows: Sequence[int]) -> OpInputTable:
+        """The operator inputs of event ``rows`` (ascending) only; the whole table is not built
+        for them (equal to the whole table's rows for them)."""
+        if isinstance(self._op_inputs, OpInputTable) or self._op_inputs_of is None:
+            return self.op_inputs.restricted(rows)
+        return self._op_inputs_of(rows)
+
     @property
     def syncs(self) -> SyncTable:
         if not isinstance(self._syncs, SyncTable):
@@ -217,8 +235,8 @@ class EventFacts:
                 ("syncs", self._syncs))  # fmt: skip
         return [(n, t) for n, t in have if isinstance(t, LaunchTable | OpInputTable | SyncTable)]
 
-    def __getstate__(self) -> tuple[Any, Any, Any]:
-        return (self._launches, self._op_inputs, self._syncs)
+    def __getstate__(self) -> tuple[Any, Any, Any, Any]:
+        return (self._launches, self._op_inputs, self._syncs, self._op_inputs_of)
 
-    def __setstate__(self, state: tuple[Any, Any, Any]) -> None:
-        self._launches, self._op_inputs, self._syncs = state
+    def __setstate__(self, state: tuple[Any, Any, Any, Any]) -> None:
+        self._launches, self._op_inputs, self._syncs, self._op_inputs_of = state

@@ -194,3 +194,23 @@ def test_tables_are_read_on_first_use_and_survive_pickling() -> None:
     again = pickle.loads(pickle.dumps(trace.facts))
     assert [name for name, _ in again.built()] == ["launches"]
     assert again.op_inputs.values == trace.op_inputs.values
+
+
+def test_op_inputs_of_chosen_rows_equal_the_whole_tables_rows() -> None:
+    whole = read_job([DLRM0]).traces[0].op_inputs
+    fresh = read_job([DLRM0]).traces[0]
+    with_inputs = whole.event.tolist()
+    chosen = sorted({*with_inputs[:5], *with_inputs[-3:], 0, 1})  # rows 0, 1: no inputs
+    part = fresh.facts.op_inputs_of(chosen)
+    assert part.event.tolist() == [r for r in chosen if r in set(with_inputs)]
+    for j, r in enumerate(part.event.tolist()):
+        i = with_inputs.index(r)
+        for col in ("dims", "types", "concrete"):
+            assert part.value(int(getattr(part, col)[j])) == whole.value(
+                int(getattr(whole, col)[i])
+            )
+    assert "op_inputs" not in dict(fresh.facts.built())  # the whole table was not built
+    # Once the whole table is built, the same rows come from it.
+    assert len(fresh.op_inputs) == len(whole)
+    again = fresh.facts.op_inputs_of(chosen)
+    assert again.event.tolist() == part.event.tolist()

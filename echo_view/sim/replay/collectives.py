@@ -210,7 +210,7 @@ class _Annotations:
 
 def _payload(trace: Trace, row: int) -> int:
     """Bytes of the first input of event ``row``'s recorded inputs (-1 unknown)."""
-    inputs = trace.op_inputs
+    inputs = trace.facts.op_inputs_of([row])  # one row: the whole table is not built for it
     i = int(inputs.row_of(np.array([row]))[0])
     if i < 0:
         return NONE
