@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from echo_view.model.config import parse_workload_config
@@ -19,6 +18,7 @@ from echo_view.sim.config_sim import ConfigSimulation, simulate_config
 from echo_view.sim.fsdp import fsdp_plan, spread
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.memory import layer_params
+from tests.sim.test_compose import _table as compose_table
 
 LAYERS, DP = 4, 4
 MODEL = {"kind": "gpt", "layers": LAYERS, "hidden": 4096, "heads": 32, "seq_len": 2048}
@@ -45,18 +45,7 @@ def _cfg(micro_batches: int, **parallel: Any) -> Any:
 def _table(
     strings: StringTable, name: str, n: int, flops: float, cls: int = OpClass.GEMM, nbytes: int = 0
 ) -> OpTable:
-    return OpTable(
-        name=np.full(n, strings.intern(name)),
-        op_class=np.full(n, cls),
-        flops=np.full(n, flops),
-        bytes=np.full(n, nbytes, dtype=np.int64),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, strings.intern("")),
-        coll_kind=np.full(n, -1),
-        coll_bytes=np.zeros(n, dtype=np.int64),
-        axis=np.full(n, -1),
-        grad_bytes=np.zeros(n, dtype=np.int64),
-    )
+    return compose_table(strings, [(name, cls, flops, nbytes)] * n)
 
 
 def _graph(cfg: Any) -> tuple[TracedGraph, int, int]:
