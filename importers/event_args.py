@@ -305,6 +305,5 @@ def event_facts(events: EventTable) -> EventFacts:
     return EventFacts(
         launches=partial(_launch_table, kind, blob, offsets),
         op_inputs=partial(_op_input_table, blob, offsets),
-        op_inputs_of=partial(_op_input_table, blob, offsets),
         syncs=partial(_sync_table, kind, events.correlation, blob, offsets),
     )

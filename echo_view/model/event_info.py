@@ -184,24 +184,27 @@ class SyncTable:
         return cls(**_empty(SYNC_COLUMNS))
 
 
+def _no_op_inputs(rows: Sequence[int] | None = None) -> OpInputTable:
+    del rows
+    return OpInputTable.empty()
+
+
 class EventFacts:
     """A trace's typed side tables, each computed at most once, on first use: each is given
-    as the table, or as a function (picklable, e.g. a ``functools.partial``) computing it."""
+    as the table, or as a function (picklable, e.g. a ``functools.partial``) computing it.
+    The operator-input function takes the event rows to read (``None``: every row), so that a
+    caller needing a few rows does not build the whole table (:meth:`op_inputs_of`)."""
 
-    __slots__ = ("_launches", "_op_inputs", "_op_inputs_of", "_syncs")
+    __slots__ = ("_launches", "_op_inputs", "_syncs")
 
     def __init__(
         self,
         launches: LaunchTable | Callable[[], LaunchTable] = LaunchTable.empty,
-        op_inputs: OpInputTable | Callable[[], OpInputTable] = OpInputTable.empty,
+        op_inputs: OpInputTable | Callable[[Sequence[int] | None], OpInputTable] = _no_op_inputs,
         syncs: SyncTable | Callable[[], SyncTable] = SyncTable.empty,
-        op_inputs_of: Callable[[Sequence[int]], OpInputTable] | None = None,
     ) -> None:
-        """``op_inputs_of`` (optional) reads the operator inputs of chosen event rows only, for
-        a caller that needs a few of them before anything has built the whole table."""
         self._launches = launches
         self._op_inputs = op_inputs
-        self._op_inputs_of = op_inputs_of
         self._syncs = syncs
 
     @property
@@ -213,15 +216,15 @@ class EventFacts:
     @property
     def op_inputs(self) -> OpInputTable:
         if not isinstance(self._op_inputs, OpInputTable):
-            self._op_inputs = self._op_inputs()
+            self._op_inputs = self._op_inputs(None)
         return self._op_inputs
 
     def op_inputs_of(self, rows: Sequence[int]) -> OpInputTable:
-        """The operator inputs of event ``rows`` (ascending) only; the whole table is not built
-        for them (equal to the whole table's rows for them)."""
-        if isinstance(self._op_inputs, OpInputTable) or self._op_inputs_of is None:
-            return self.op_inputs.restricted(rows)
-        return self._op_inputs_of(rows)
+        """The operator inputs of event ``rows`` (ascending) only, equal to the whole table's
+        rows for them; the whole table is not built for them."""
+        if isinstance(self._op_inputs, OpInputTable):
+            return self._op_inputs.restricted(rows)
+        return self._op_inputs(rows)
 
     @property
     def syncs(self) -> SyncTable:
@@ -235,8 +238,8 @@ class EventFacts:
                 ("syncs", self._syncs))  # fmt: skip
         return [(n, t) for n, t in have if isinstance(t, LaunchTable | OpInputTable | SyncTable)]
 
-    def __getstate__(self) -> tuple[Any, Any, Any, Any]:
-        return (self._launches, self._op_inputs, self._syncs, self._op_inputs_of)
+    def __getstate__(self) -> tuple[Any, Any, Any]:
+        return (self._launches, self._op_inputs, self._syncs)
 
-    def __setstate__(self, state: tuple[Any, Any, Any, Any]) -> None:
-        self._launches, self._op_inputs, self._syncs, self._op_inputs_of = state
+    def __setstate__(self, state: tuple[Any, Any, Any]) -> None:
+        self._launches, self._op_inputs, self._syncs = state
