@@ -97,3 +97,12 @@ def test_other_traces_end_in_one_line(capsys: pytest.CaptureFixture[str], tmp_pa
     assert DM.main([str(SAMPLES / "hta_nccl" / "nccl_data.json.gz")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "no such file" in err[0] and "annotations" in err[1]
+
+
+def test_docs_quote_todays_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/accuracy.md holds the script's tables as it prints them now."""
+    assert DM.main([str(shared_path("data", "deepseek-profile-data", "train.json.gz"))]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    doc = (DM.ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 1 + 10 + 1 + 8 + 1 + 32
+    assert [r for r in rows if r not in doc] == []
