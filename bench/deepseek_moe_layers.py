@@ -47,6 +47,7 @@ sensitivity rows are labelled as such.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from collections.abc import Sequence
@@ -120,7 +121,7 @@ class Role:
 
 
 _FC1 = 2 * FFN  # gate and up projections, fused
-#: The GEMMs of each annotation, in launch order.
+#: The GEMMs of each annotation, in launch order (the others have none).
 ROLES: dict[str, tuple[Role, ...]] = {
     "attn(F)": (
         Role("q_a", "fp8", (1, T, Q_LORA, H), "MLA"),
@@ -168,6 +169,9 @@ ROLES: dict[str, tuple[Role, ...]] = {
     ),
 }
 GROUPS = ("MLA", "router", "shared expert", "routed experts")
+#: The steps of a forward and of a backward layer, in execution order.
+FWD = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)")
+BWD = ("combine(B)", "mlp(B)", "dispatch(B)", "mlp(W)", "attn(B)", "attn(W)")
 
 
 class SegmentationError(ValueError):
@@ -269,7 +273,7 @@ def phases(trace: Trace) -> list[tuple[str, int, int]]:
 def match_roles(phase: str, gemms: Sequence[Kernel], where: str) -> list[tuple[Role, Kernel]]:
     """Pair an annotation's GEMM kernels with its expected roles, or raise
     :class:`SegmentationError` when the kernel families differ from :data:`ROLES`."""
-    roles = ROLES[phase]
+    roles = ROLES.get(phase, ())
     got = [k.family for k in gemms]
     want = [r.family for r in roles]
     if got != want:
@@ -285,6 +289,8 @@ def segment(trace: Trace) -> list[LayerPass]:
     if not ann:
         raise SegmentationError("no attn/mlp/dispatch/combine(F|B|W) annotations")
     starts = np.array([a[1] for a in ann], dtype=np.int64)
+    if any(nxt[1] < cur[2] for cur, nxt in itertools.pairwise(ann)):
+        raise SegmentationError("layer annotations overlap (expected one thread's sequence)")
     passes: dict[tuple[str, int], LayerPass] = {}
     count = {"fwd": 0, "bwd": 0}
     owner: list[LayerPass] = []
@@ -311,10 +317,15 @@ def segment(trace: Trace) -> list[LayerPass]:
             owner[i].phases[ann[i][0]].append(k)
     out = sorted(passes.values(), key=lambda p: (p.direction != "fwd", p.layer))
     for lp in out:
+        want = FWD if lp.direction == "fwd" else BWD
+        if sorted(lp.phases) != sorted(want):
+            raise SegmentationError(f"layer {lp.label}: steps {list(lp.phases)}, expected {want}")
         for name, ks in lp.phases.items():
             gemms = [k for k in ks if k.family is not None]
-            if name in ROLES:
-                lp.gemms += match_roles(name, gemms, f"layer {lp.label}")
+            lp.gemms += match_roles(name, gemms, f"layer {lp.label}")
+        ops = [len(lp.comm(op)) for op in ("dispatch", "combine")]
+        if ops != [1, 1]:
+            raise SegmentationError(f"layer {lp.label}: {ops[0]} dispatch, {ops[1]} combine")
     return out
 
 

@@ -9,12 +9,10 @@ from typing import Any
 import pytest
 
 from echo_view.loading import read_job
-from echo_view.model import Trace
+from echo_view.model import EventKind, LaneKind, Trace, TraceBuilder
 from tests.conftest import SAMPLES, bench_module, shared_path
 
 DM = bench_module("deepseek_moe_layers")
-FWD = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)")
-BWD = ("combine(B)", "mlp(B)", "dispatch(B)", "mlp(W)", "attn(B)", "attn(W)")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +29,7 @@ def test_four_moe_layers_per_chunk_each_way(profile: tuple[Trace, list[Any]]) ->
         *(("bwd", i) for i in range(1, 5)),
     ]
     for p in passes:
-        assert tuple(p.phases) == (FWD if p.direction == "fwd" else BWD)
+        assert tuple(p.phases) == (DM.FWD if p.direction == "fwd" else DM.BWD)
 
 
 def test_each_layer_has_one_dispatch_and_one_combine(profile: tuple[Trace, list[Any]]) -> None:
@@ -90,6 +88,18 @@ def test_unexpected_gemms_are_refused() -> None:
     k = DM.Kernel(0, "k", 0, 1, 112, None, "fp8")
     with pytest.raises(DM.SegmentationError, match=r"layer fwd 1 mlp\(F\): GEMM kernels"):
         DM.match_roles("mlp(F)", [k, k, k, k], "layer fwd 1")
+    with pytest.raises(DM.SegmentationError, match=r"dispatch\(F\): GEMM kernels \['fp8'\]"):
+        DM.match_roles("dispatch(F)", [k], "layer fwd 1")
+    assert DM.match_roles("dispatch(F)", [], "layer fwd 1") == []
+
+
+def test_a_cut_profile_is_refused() -> None:
+    """A profile whose forward layer lacks its dispatch, combine and MLP steps."""
+    b = TraceBuilder(0, source="cut")
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    b.event(EventKind.USER_ANNOTATION, "attn(F)", 0, 1_000, cpu)
+    with pytest.raises(DM.SegmentationError, match=r"layer fwd 1: steps \['attn\(F\)'\]"):
+        DM.segment(b.build())
 
 
 def test_other_traces_end_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
