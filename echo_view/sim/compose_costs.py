@@ -61,7 +61,7 @@ class CollectiveCache:
         self.cluster = cluster
         self.scale = scale
         self._memo: dict[tuple[int, int, tuple[int, ...]], int] = {}
-        self._routed: dict[tuple[str, int, tuple[int, ...]], int] = {}
+        self._routed: dict[tuple[str, int, tuple[int, ...], int, float], int] = {}
 
     def routed_ns(self, name: str, nbytes: int, ranks: tuple[int, ...], moe: MoEConfig) -> int:
         """An MoE dispatch or combine (graph op ``name``, :data:`~echo_view.sim.moe.A2A_PHASES`)
@@ -70,7 +70,7 @@ class CollectiveCache:
         config's imbalance, so that it ends with the slowest rank; by DeepEP's model for the
         ``deepep`` dispatcher. A model without an all-to-allv (alpha-beta) times an even
         all-to-all of what the slowest rank receives."""
-        key = (name, int(nbytes), ranks)
+        key = (name, int(nbytes), ranks, moe.experts, moe.imbalance)
         t = self._routed.get(key)
         if t is None:
             library, phase = A2A_PHASES[name]

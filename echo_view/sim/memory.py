@@ -31,6 +31,9 @@ forward passes waiting for their backward):
   gathered parameters and gradients of two layers (current and prefetched; FSDP's rate
   limiter keeps at most two units gathered); with ``shard_grad_op`` the unsharded gradients of
   two layers (the one being computed and the one being reduce-scattered).
+- **MoE layers** hold all ``experts / ep`` local experts (each split over ``etp``), whose
+  optimizer states the distributed optimizer shards over the expert data-parallel ranks; their
+  activations are the busiest expert-parallel rank's (:func:`layer_activation_bytes`).
 
 The allocator margin: PyTorch's caching allocator reserves more than the tensors it hands out
 (fragmentation, rounding to blocks); a stage fits when ``peak * (1 + ALLOCATOR_MARGIN) +
@@ -155,7 +158,7 @@ def layer_activation_bytes(
 
     An MoE layer (``moe``) keeps, instead of the MLP's activations, the shared experts' (as a
     dense MLP of ``shared_ffn_hidden``), the router's scores, and on the busiest rank the
-    permuted tokens, the grouped GEMMs' inputs and activation output for its received tokens
+    grouped GEMMs' inputs and activation output for its received tokens
     (:func:`~echo_view.sim.moe.expert_tokens`) and the combined copies before the weighted sum.
     """
     m, p = cfg.model, cfg.parallel
@@ -187,8 +190,9 @@ def layer_activation_bytes(
 
 def _routed_activation_bytes(cfg: WorkloadConfig, e: int) -> int:
     """What an MoE layer's routed part stores on the busiest rank (see
-    :func:`layer_activation_bytes`): router scores (fp32), the permuted and the received
-    tokens, the grouped GEMMs' inputs and activation output, and the combined copies."""
+    :func:`layer_activation_bytes`): the router's scores (fp32), the received tokens (the
+    first grouped GEMM's input), that GEMM's output and the activation's (the second GEMM's
+    input), and the combined copies (weighted by the probabilities in the unpermutation)."""
     m, p = cfg.model, cfg.parallel
     moe = m.moe
     assert moe is not None
@@ -197,7 +201,7 @@ def _routed_activation_bytes(cfg: WorkloadConfig, e: int) -> int:
     f = moe.moe_ffn_hidden // p.expert_tp
     gated = 2 if m.activation == "swiglu" else 1
     router = 4 * local_tokens(cfg) * moe.experts
-    tokens = e * m.hidden * (2 * tok.routed + rows)
+    tokens = e * m.hidden * (tok.routed + rows)
     return router + tokens + e * rows * (gated + 1) * f
 
 
