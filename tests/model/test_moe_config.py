@@ -88,6 +88,8 @@ def test_dense_layers_lie_in_the_first_chunk() -> None:
         ({"dispatcher": "deepep"}, {"etp": 2, "sequence_parallel": True}, "model.dispatcher",
          "etp = 1"),
         ({"dispatcher": "ring"}, {}, "model.dispatcher", "alltoall, allgather, deepep"),
+        ({}, {"tp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True},
+         "parallel.tp_comm_overlap", "not modelled with MoE"),
     ],
 )  # fmt: skip
 def test_layout_errors_name_the_key(
