@@ -90,6 +90,13 @@ def test_ep8_stays_in_a_node_and_ep64_spans_eight() -> None:
     ep64 = Layout(tp=1, pp=16, dp=128, ep=64).group("ep", 0)
     assert place(ep8, cluster).nodes == 1
     assert place(ep64, cluster).nodes == 8
+    # the same 8-rank dispatch is slower over the NICs than over NVLink
+    colls = CollectiveCache(default_comm_model(), cluster)
+    spread = tuple(range(0, 64, 8))  # one GPU in each of 8 nodes
+    moe = MoEConfig(64)
+    assert colls.routed_ns("moe_dispatch", 1 << 26, ep8, moe) < colls.routed_ns(
+        "moe_dispatch", 1 << 26, spread, moe
+    )
 
 
 def test_imbalance_slows_the_dispatch_through_the_busiest_rank() -> None:
