@@ -39,7 +39,8 @@ OP_COLUMNS: dict[str, str] = {
     "axis": "i1",
     "grad_bytes": "i8",
 }
-AXES = ("tp", "dp", "pp", "cp", "none")
+#: Parallel axes a collective's group can run over (stored by index: new ones go at the end).
+AXES = ("tp", "dp", "pp", "cp", "none", "ep", "etp", "edp")
 
 
 class OpClass:
