@@ -59,6 +59,7 @@ def sample(groups: list[Any], n_groups: int, fitting: int) -> None:
     chosen = groups[::step][:n_groups]
     n = sum(len(g.candidates) for g in chosen)
     t_trace = t_build = t_sim = 0.0
+    cpu0 = _cpu_s()
     for g in chosen:
         cache = ChunkCache()  # one per group, as a plan task has
         for cfg in g.candidates:
@@ -74,10 +75,11 @@ def sample(groups: list[Any], n_groups: int, fitting: int) -> None:
             simulate_workload(cfg, graph)
             t_sim += time.perf_counter() - t
     total = t_trace + t_build + t_sim
+    cpu = _cpu_s() - cpu0
     print(
         f"in-process, {len(chosen)} groups ({n:,} layouts): trace chunks {t_trace:.1f} s, "
         f"build graphs {t_build:.1f} s, simulate {t_sim:.1f} s; {total:.1f} s, "
-        f"{1000 * total / n:.0f} ms per layout"
+        f"{1000 * total / n:.0f} ms per layout; {1000 * cpu / n:.0f} ms CPU per layout"
     )
     print(
         f"EXTRAPOLATED to all {fitting:,} layouts ({len(groups):,} groups) from the sample: "
