@@ -25,7 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from echo_view.model.config import config_to_mapping
 from echo_view.model.moe_config import KEYS
 from echo_view.model.toml_file import dump_toml, read_toml
 
@@ -80,8 +79,7 @@ def main() -> int:
             report = runs[0][2]
             rows.append((label, wall, cpu, report))
     print(
-        "| config | GPUs | simulated ranks | wall s (median) | CPU s (median) "
-        "| predicted step s |"
+        "| config | GPUs | simulated ranks | wall s (median) | CPU s (median) | predicted step s |"
     )
     print("|---|---|---|---|---|---|")
     for label, wall, cpu, rep in rows:

@@ -150,6 +150,12 @@ def check_moe_layout(cfg: Any, err: Any) -> None:
         raise err("model.experts", "MoE layers are built-in: a script traces its own model")
     if par.fsdp != "none":
         raise err("parallel.fsdp", "FSDP with MoE layers is not modelled: leave fsdp unset")
+    if par.tp_comm_overlap:
+        raise err(
+            "parallel.tp_comm_overlap",
+            "is not modelled with MoE layers (their expert-parallel gathers would be taken for "
+            "tensor-parallel ones): drop it",
+        )
     if par.overlap_param_gather:
         raise err(
             "parallel.overlap_param_gather",

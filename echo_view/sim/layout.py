@@ -32,7 +32,7 @@ class Layout:
 
     @classmethod
     def of(cls, p: ParallelConfig) -> Layout:
-        return cls(p.tp, p.pp, p.dp, p.cp, p.ep, p.expert_tp if p.ep > 1 else 1)
+        return cls(p.tp, p.pp, p.dp, p.cp, p.ep, p.expert_tp)
 
     @property
     def world(self) -> int:

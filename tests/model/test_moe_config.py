@@ -16,34 +16,25 @@ from echo_view.model.config import (
     parse_workload_config,
     tracing_key,
 )
+from tests.moe_data import moe_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _data(model: dict[str, Any] | None = None, **par: Any) -> dict[str, Any]:
-    return {
-        "model": {
-            "kind": "gpt",
-            "layers": 4,
-            "hidden": 256,
-            "heads": 4,
-            "seq_len": 128,
-            "vocab": 1024,
-            "experts": 8,
-            **(model or {}),
-        },
-        "parallel": {"tp": 1, "pp": 2, "dp": 8, "ep": 4, **par},
-        "batch": {"global": 16, "micro": 1},
-        "cluster": {"gpu": "H100", "gpus_per_node": 8, "nodes": 2},
-        "precision": {"dtype": "bf16"},
-    }
+    shape = {"layers": 4, "hidden": 256, "seq_len": 128, "vocab": 1024, "ffn_hidden": 1024}
+    data = moe_data({**shape, "activation": "gelu", **(model or {})}, {"pp": 2, **par}, nodes=2)
+    for key in ("top_k", "moe_ffn_hidden"):
+        if key not in (model or {}):
+            del data["model"][key]
+    return data
 
 
 def test_defaults_follow_megatron_core() -> None:
     cfg = parse_workload_config(_data())
     moe = cfg.model.moe
     assert moe is not None
-    assert (moe.top_k, moe.moe_ffn_hidden, moe.shared_ffn_hidden) == (2, 4 * 256, 0)
+    assert (moe.top_k, moe.moe_ffn_hidden, moe.shared_ffn_hidden) == (2, 1024, 0)
     assert (moe.router, moe.dispatcher, moe.capacity_factor) == ("softmax", "alltoall", None)
     assert moe.routing_imbalance == moe.imbalance == 1.0
     # etp defaults to tp; the stage's 8 ranks fold into etp 1 x ep 4 x edp 2
@@ -97,6 +88,8 @@ def test_dense_layers_lie_in_the_first_chunk() -> None:
         ({"dispatcher": "deepep"}, {"etp": 2, "sequence_parallel": True}, "model.dispatcher",
          "etp = 1"),
         ({"dispatcher": "ring"}, {}, "model.dispatcher", "alltoall, allgather, deepep"),
+        ({}, {"tp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True},
+         "parallel.tp_comm_overlap", "not modelled with MoE"),
     ],
 )  # fmt: skip
 def test_layout_errors_name_the_key(

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from echo_view.model import is_comm_kernel
 from echo_view.model.config import WorkloadConfig, parse_workload_config
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.moe_config import MoEConfig
@@ -20,33 +21,13 @@ from echo_view.sim.memory import stage_expert_params, stage_memory, stage_params
 from echo_view.sim.moe import busiest_rank_share, expert_tokens, moe_report
 from echo_view.sim.throughput import matmul_params
 from tests.conftest import TORCH_MISSING
+from tests.moe_data import moe_data
 
 
 def _cfg(model: dict[str, Any] | None = None, **par: Any) -> WorkloadConfig:
-    return parse_workload_config(
-        {
-            "model": {
-                "kind": "gpt",
-                "layers": 2,
-                "hidden": 8,
-                "heads": 2,
-                "seq_len": 16,
-                "vocab": 32,
-                "ffn_hidden": 16,
-                "activation": "swiglu",
-                "experts": 4,
-                "top_k": 2,
-                "moe_ffn_hidden": 4,
-                "shared_experts": 1,
-                "first_dense_layers": 1,
-                **(model or {}),
-            },
-            "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 4, **par},
-            "batch": {"global": 8, "micro": 1},
-            "cluster": {"gpu": "H100", "gpus_per_node": 8, "nodes": 1},
-            "precision": {"dtype": "bf16"},
-        }
-    )
+    tiny = {"hidden": 8, "heads": 2, "seq_len": 16, "vocab": 32, "ffn_hidden": 16, "experts": 4}
+    extra = {"moe_ffn_hidden": 4, "shared_experts": 1, "first_dense_layers": 1}
+    return parse_workload_config(moe_data({**tiny, **extra, **(model or {})}, par))
 
 
 def test_parameters_count_all_experts_for_memory_and_active_ones_for_flops() -> None:
@@ -109,6 +90,13 @@ def test_ep8_stays_in_a_node_and_ep64_spans_eight() -> None:
     ep64 = Layout(tp=1, pp=16, dp=128, ep=64).group("ep", 0)
     assert place(ep8, cluster).nodes == 1
     assert place(ep64, cluster).nodes == 8
+    # the same 8-rank dispatch is slower over the NICs than over NVLink
+    colls = CollectiveCache(default_comm_model(), cluster)
+    spread = tuple(range(0, 64, 8))  # one GPU in each of 8 nodes
+    moe = MoEConfig(64)
+    assert colls.routed_ns("moe_dispatch", 1 << 26, ep8, moe) < colls.routed_ns(
+        "moe_dispatch", 1 << 26, spread, moe
+    )
 
 
 def test_imbalance_slows_the_dispatch_through_the_busiest_rank() -> None:
@@ -182,6 +170,8 @@ def test_the_breakdown_counts_dispatch_and_combine_as_communication() -> None:
         sim = _simulate(_cfg({**BIG, "dispatcher": dispatcher}))
         trace = predicted_config_job(sim).traces[0]
         names = [trace.strings[int(n)] for n in trace.events.name]
-        # one MoE layer: dispatch and combine forward, and both again in backward
-        assert sum(n.startswith(kernel) for n in names) == 4
+        # one MoE layer: dispatch and combine forward, both again in backward, per micro-batch
+        a2a = [n for n in names if n.startswith(kernel)]
+        assert len(a2a) == 4 * sim.composed.microbatches
+        assert all(is_comm_kernel(n) for n in a2a)
     assert "deep_ep::intranode::dispatch" in names

@@ -12,6 +12,7 @@ from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.memory import stage_expert_params, stage_params
 from tests.conftest import TORCH_MISSING
+from tests.moe_data import moe_data
 from tests.tracing.graph_equality import assert_same_graph
 
 pytest.importorskip("torch", reason=TORCH_MISSING)
@@ -24,30 +25,8 @@ ROUTED_BYTES = 128 * 2 * 64 * 2
 
 
 def _cfg(model: dict[str, Any] | None = None, **par: Any) -> WorkloadConfig:
-    return parse_workload_config(
-        {
-            "model": {
-                "kind": "gpt",
-                "layers": 3,
-                "hidden": 64,
-                "heads": 4,
-                "seq_len": 64,
-                "vocab": 256,
-                "ffn_hidden": 128,
-                "activation": "swiglu",
-                "normalization": "rmsnorm",
-                "position": "rope",
-                "experts": 8,
-                "top_k": 2,
-                "moe_ffn_hidden": 32,
-                **(model or {}),
-            },
-            "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 4, **par},
-            "batch": {"global": 16, "micro": 2},
-            "cluster": {"gpu": "H100", "gpus_per_node": 8, "nodes": 1},
-            "precision": {"dtype": "bf16"},
-        }
-    )
+    rope = {"layers": 3, "normalization": "rmsnorm", "position": "rope"}
+    return parse_workload_config(moe_data({**rope, **(model or {})}, par, micro=2))
 
 
 def _colls(graph: TracedGraph, table: OpTable) -> list[tuple[str, str, str, int]]:
