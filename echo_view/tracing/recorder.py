@@ -55,7 +55,7 @@ class UnsupportedCollective(RuntimeError):
     """A dispatcher collective the catalogue does not know."""
 
 
-def _group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
+def group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
     """The global ranks of the process group a c10d / functional collective runs in."""
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _resolve_process_group  # type: ignore[attr-defined]
@@ -110,7 +110,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def _row(self, **row: float) -> None:
         if self._cols is not None and self.enabled:
-            self._cols.append(**row)
+            # One stream (the built-in tracer's programs): streams are the composer's.
+            self._cols.append(**row, stream=0, wait=-1)
 
     # -- explicit records -----------------------------------------------------------------
     def collective(self, kind: CollectiveKind, nbytes: int, axis: str, name: str = "") -> None:
@@ -239,7 +240,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # Functional collectives take the input and return the output.
             nbytes = sum(_nbytes(t) for t in tensors)
             if kind in _OUTPUT_PAYLOAD:
-                nbytes *= len(_group_ranks(args))
+                nbytes *= len(group_ranks(args))
         else:
             # c10d ops take (outputs, inputs) for gathers and scatters, else the buffers.
             outs = [t for t in tree_flatten(args[0])[0] if isinstance(t, torch.Tensor)]
@@ -252,7 +253,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             else:
                 nbytes = sum(_nbytes(t) for t in outs)
         assert self._cols is not None
-        self.groups.append((len(self._cols), _group_ranks(args)))
+        self.groups.append((len(self._cols), group_ranks(args)))
         self.collective(kind, nbytes, "none", name)
 
 
