@@ -48,7 +48,11 @@ class StreamRank:
         role = comp.graph.roles[role_idx]
         tables = (role.forward[0], role.backward[0], role.optimizer)
         sizes = np.cumsum([0] + [len(t) for t in tables])
-        self.offset = {"forward": int(sizes[0]), "backward": int(sizes[1]), "optimizer": int(sizes[2])}
+        self.offset = {
+            "forward": int(sizes[0]),
+            "backward": int(sizes[1]),
+            "optimizer": int(sizes[2]),
+        }
         waits = np.concatenate([t.wait for t in tables])
         #: Step-wide rows some wait refers to: each ends the op it is in.
         self.awaited = frozenset(waits[waits >= 0].tolist())

@@ -86,7 +86,7 @@ class RankProgram:
         return self.params == other.params
 
 
-class _PhaseRecorder(StreamRecorder):
+class _PhaseRecorder(StreamRecorder):  # type: ignore[no-untyped-call]
     """A :class:`StreamRecorder` that cuts the step into its phases (module docstring)."""
 
     def __init__(self, strings: StringTable) -> None:

@@ -228,7 +228,9 @@ def cpu_streams(rec: StreamRecorder) -> Iterator[None]:
             return None
 
     default = TracedStream(number=0)
-    saved = {n: getattr(cpu, n) for n in ("Stream", "Event", "_default_cpu_stream", "_current_stream")}
+    saved = {
+        n: getattr(cpu, n) for n in ("Stream", "Event", "_default_cpu_stream", "_current_stream")
+    }
     cpu.Stream, cpu.Event = TracedStream, TracedEvent  # type: ignore[misc, assignment]
     cpu._default_cpu_stream = cpu._current_stream = default  # type: ignore[assignment]
     rec._stream_now = cpu.current_stream

@@ -64,7 +64,14 @@ OPTIMIZER: list[Row] = [("adam", OpClass.OPTIMIZER, 0.0, 1 << 30, None, 0, -1)]
 def _cfg() -> object:
     return parse_workload_config(
         {
-            "model": {"kind": "gpt", "layers": 2, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 100},
+            "model": {
+                "kind": "gpt",
+                "layers": 2,
+                "hidden": 64,
+                "heads": 4,
+                "seq_len": 16,
+                "vocab": 100,
+            },
             "parallel": {"tp": 1, "pp": 1, "dp": 2},
             "batch": {"global": 2, "micro": 1},
             "cluster": {"gpu": "H100", "gpus_per_node": 2, "nodes": 1},
@@ -77,7 +84,7 @@ def _graph(streams: bool) -> TracedGraph:
     strings = StringTable()
     phases = [FORWARD, BACKWARD, OPTIMIZER]
     if not streams:  # the same ops in program order on the compute stream
-        phases = [[r[:5] + (0, -1) for r in p if r[6] < 0] for p in phases]
+        phases = [[(*r[:5], 0, -1) for r in p if r[6] < 0] for p in phases]
     fwd, bwd, opt = (_table(strings, p) for p in phases)
     role = Role((0,), (fwd,), (bwd,), opt, params=1000)
     return TracedGraph(strings, (role,), meta={"explicit_comm": True})
@@ -105,12 +112,7 @@ def test_collectives_overlap_compute_as_the_waits_allow(ranks: str) -> None:
     # copy-in, then the all-gather, then the forward GEMM and the first backward GEMM; the
     # reduce-scatter runs beside the second backward GEMM; then the optimizer.
     expected = (
-        t["copy_in"]
-        + ag
-        + t["fwd_gemm"]
-        + t["bwd_gemm_a"]
-        + max(rs, t["bwd_gemm_b"])
-        + t["adam"]
+        t["copy_in"] + ag + t["fwd_gemm"] + t["bwd_gemm_a"] + max(rs, t["bwd_gemm_b"]) + t["adam"]
     )
     assert sim.step_ns == expected
     # The same ops on one stream: every collective exposed.
