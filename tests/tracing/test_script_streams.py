@@ -63,7 +63,7 @@ def test_fsdp2_collectives_run_on_the_group_stream_issued_from_their_own_streams
     # Each collective waits for the stream that issued it: all-gathers for the all-gather
     # stream, which waited for the copy-in stream (fsdp::all_gather_copy_in); reduce-scatters
     # for the reduce-scatter stream, which waited for the compute stream (the gradients).
-    issuing = {}
+    issuing: dict[str, set[int]] = {}
     for c in colls.tolist():
         before = c - 1
         assert s["name"][before] == WAIT_NAME and s["stream"][before] == comm
