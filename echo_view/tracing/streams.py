@@ -1,21 +1,25 @@
 """The GPU streams of a traced training step and the waits between them.
 
-PyTorch's distributed code overlaps communication with compute through streams and events:
-FSDP2 (``torch.distributed.fsdp.fully_shard``) copies parameters into its all-gather buffer
-on an all-gather copy-in stream, all-gathers on an all-gather stream, and divides and
-reduce-scatters gradients on a reduce-scatter stream, each ordered against the compute
-stream with ``wait_stream`` / ``record_event`` / ``wait_event``
+PyTorch's distributed code overlaps communication with compute through streams and events.
+FSDP2 (``torch.distributed.fsdp.fully_shard``) copies a unit's parameters into its
+all-gather input on an all-gather copy-in stream, all-gathers from an all-gather stream, and
+divides and reduce-scatters gradients from a reduce-scatter stream, each ordered against the
+compute stream with ``wait_stream`` / ``record_event`` / ``wait_event``
 (``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``, ``FSDPCommContext``;
-``_fsdp_collectives.py``, ``foreach_all_gather`` and ``foreach_reduce``). Traced on the CPU,
-that code talks to ``torch.cpu``'s stand-in ``Stream`` and ``Event``, which do nothing;
-:func:`cpu_streams` replaces them while a step is traced with ones that tell a
+``_fsdp_collectives.py``, ``foreach_all_gather`` and ``foreach_reduce``). In forward the
+next unit's all-gather overlaps the current unit's compute because it is issued on its own
+stream (implicit prefetching, PyTorch's "FSDP Notes", "FSDP Prefetch Nuances"); in backward
+the next unit is prefetched in reverse post-forward order (pytorch/pytorch#128884). Traced on
+the CPU, that code talks to ``torch.cpu``'s stand-in ``Stream`` and ``Event``, which do
+nothing; :func:`cpu_streams` replaces them while a step is traced with ones that tell a
 :class:`StreamRecorder` which stream each op is issued on and what each stream waits for.
 (FSDP2 then takes the path it takes on a GPU: a stream's ``record_event`` returns an event.)
 
-Collectives run as ``ProcessGroupNCCL`` runs them: on the communication stream of their
-process group (one per group; collectives of one group run one after another in issue
-order), after everything issued before on the stream that launches them
-(``ProcessGroupNCCL``'s ``syncStream``). The launching stream then waits for the collective's
+Collectives run as ``ProcessGroupNCCL`` runs them (``torch/csrc/distributed/c10d/
+ProcessGroupNCCL.hpp``: each NCCL call runs on a stream other than the current one, which must
+wait for it through the work's ``wait``): on the communication stream of their process group
+(one per group; collectives of one group run one after another in issue order), after
+everything issued before on the stream that launches them. The launching stream then waits for the collective's
 end when it is waited for: at once for a synchronous collective (``async_op=False``: the
 work's ``wait`` is called before the call returns); for a functional collective (DTensor)
 where ``wait_tensor`` reaches the dispatcher; and for an asynchronous one whose work is
