@@ -117,18 +117,31 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def collective(self, kind: CollectiveKind, nbytes: int, axis: str, name: str = "") -> None:
         """Record a collective over parallel ``axis`` moving ``nbytes`` per rank."""
         label = name or f"nccl:{kind.label}"
-        self._row(
-            name=self.strings.intern(label),
-            op_class=OpClass.COLLECTIVE,
-            flops=0.0,
-            bytes=0,
-            dtype=-1,
-            shapes=-1,
+        self.no_kernel_row(
+            label,
+            OpClass.COLLECTIVE,
             coll_kind=int(kind),
             coll_bytes=int(nbytes),
             axis=AXES.index(axis),
-            grad_bytes=0,
         )
+
+    def no_kernel_row(self, name: str, cls: int, **columns: float) -> None:
+        """Record a row of no compute (no FLOPs, bytes, dtype or shapes): ``columns`` give
+        the rest (a collective's kind, payload and axis; a stream wait's row)."""
+        row: dict[str, float] = {
+            "name": self.strings.intern(name),
+            "op_class": cls,
+            "flops": 0.0,
+            "bytes": 0,
+            "dtype": -1,
+            "shapes": -1,
+            "coll_kind": -1,
+            "coll_bytes": 0,
+            "axis": -1,
+            "grad_bytes": 0,
+        }
+        row.update(columns)
+        self._row(**row)
 
     def op(
         self,

@@ -19,12 +19,12 @@ Collectives run as ``ProcessGroupNCCL`` runs them (``torch/csrc/distributed/c10d
 ProcessGroupNCCL.hpp``: each NCCL call runs on a stream other than the current one, which must
 wait for it through the work's ``wait``): on the communication stream of their process group
 (one per group; collectives of one group run one after another in issue order), after
-everything issued before on the stream that launches them. The launching stream then waits for the collective's
-end when it is waited for: at once for a synchronous collective (``async_op=False``: the
-work's ``wait`` is called before the call returns); for a functional collective (DTensor)
-where ``wait_tensor`` reaches the dispatcher; and for an asynchronous one whose work is
-waited in C++ (DDP's gradient buckets, waited by its reducer when the backward pass ends)
-by the compute stream at the end of the backward pass.
+everything issued before on the stream that launches them. The launching stream then waits for
+the collective's end when it is waited for: at once for a synchronous collective
+(``async_op=False``: the work's ``wait`` is called before the call returns); for a functional
+collective (DTensor) where ``wait_tensor`` reaches the dispatcher; and for an asynchronous one
+whose work is waited in C++ (DDP's gradient buckets, waited by its reducer when the backward
+pass ends) by the compute stream at the end of the backward pass.
 
 A wait is recorded as a row of its own on the waiting stream (the graph's ``wait`` column),
 so an op may wait for several streams and a wait may refer to a row of an earlier phase.
@@ -93,19 +93,7 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
         self._waited[(stream, src)] = row
         self._placed = stream
         try:
-            self._row(
-                name=self.strings.intern(WAIT_NAME),
-                op_class=OpClass.OTHER,
-                flops=0.0,
-                bytes=0,
-                dtype=-1,
-                shapes=-1,
-                coll_kind=-1,
-                coll_bytes=0,
-                axis=-1,
-                grad_bytes=0,
-                wait=row,
-            )
+            self.no_kernel_row(WAIT_NAME, OpClass.OTHER, wait=row)
         finally:
             self._placed = None
 

@@ -3,6 +3,8 @@ compute waiting only where the graph says, against a hand-computed step time."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
+from tests.sim.test_compose import _table as compose_table
 
 AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
 #: (name, class, flops, bytes, collective kind or None, stream, wait) per row.
@@ -23,18 +26,13 @@ COLL_BYTES = 64 << 20
 
 
 def _table(strings: StringTable, rows: list[Row]) -> OpTable:
-    n = len(rows)
-    return OpTable(
-        name=np.array([strings.intern(r[0]) for r in rows]),
-        op_class=np.array([r[1] for r in rows]),
-        flops=np.array([r[2] for r in rows]),
-        bytes=np.array([r[3] for r in rows]),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, -1),
+    coll = [r[4] is not None for r in rows]
+    return replace(
+        compose_table(strings, [r[:4] for r in rows]),
+        shapes=np.full(len(rows), -1),
         coll_kind=np.array([-1 if r[4] is None else int(r[4]) for r in rows]),
-        coll_bytes=np.array([0 if r[4] is None else COLL_BYTES for r in rows]),
-        axis=np.array([-1 if r[4] is None else AXES.index("dp") for r in rows]),
-        grad_bytes=np.zeros(n, dtype=np.int64),
+        coll_bytes=np.where(coll, COLL_BYTES, 0),
+        axis=np.where(coll, AXES.index("dp"), -1),
         stream=np.array([r[5] for r in rows]),
         wait=np.array([r[6] for r in rows]),
     )
