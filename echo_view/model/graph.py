@@ -43,7 +43,8 @@ OP_COLUMNS: dict[str, str] = {
 }
 #: Columns a stored graph may omit, with the value every op then has (graphs of one stream).
 OPTIONAL_COLUMNS: dict[str, int] = {"stream": 0, "wait": -1}
-AXES = ("tp", "dp", "pp", "cp", "none")
+#: Parallel axes a collective's group can run over (stored by index: new ones go at the end).
+AXES = ("tp", "dp", "pp", "cp", "none", "ep", "etp", "edp")
 
 
 class OpClass:
@@ -107,7 +108,7 @@ class OpTable:
     completed at that op), which drives data-parallel bucketing; 0 elsewhere.
 
     ``stream`` is the GPU stream an op runs on: 0 the compute (default) stream, 1, 2, ... the
-    other streams of the traced step in order of first use (a collective's is its process
+    other streams of the traced step in order of creation (a collective's is its process
     group's communication stream). A row whose ``wait`` is set is no kernel but a stream wait
     (``cudaStreamWaitEvent``): the ops after it on its stream start after op ``wait`` has
     ended, ``wait`` being a step-wide index (the forward's rows, then the backward's, then the
