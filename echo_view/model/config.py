@@ -17,7 +17,12 @@ from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.job import MAX_RANKS
-from echo_view.model.moe_config import MoEConfig, check_moe_layout, parse_moe
+from echo_view.model.moe_config import (
+    SIMULATION_ONLY_KEYS,
+    MoEConfig,
+    check_moe_layout,
+    parse_moe,
+)
 
 #: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
 #: ~10^2 layers, hidden ~10^4, vocab ~10^5, 10^3-10^4 micro-batches), so that a typo or a
@@ -633,8 +638,9 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     do not change a rank's ops), used to find a cached graph."""
     full = config_to_mapping(cfg)
     parallel = {k: v for k, v in full["parallel"].items() if k not in SIMULATION_ONLY}
+    model = {k: v for k, v in full["model"].items() if k not in SIMULATION_ONLY_KEYS}
     key = {
-        "model": full["model"],
+        "model": model,
         "parallel": parallel,
         "micro": cfg.batch.micro,
         "dtype": cfg.dtype,
