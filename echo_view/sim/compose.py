@@ -24,7 +24,9 @@ Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). Wi
 ``[parallel] fsdp`` a rank runs PyTorch FSDP's program instead (:mod:`echo_view.sim.fsdp`).
 With tied embeddings and pp > 1 the word-embedding gradient is all-reduced between the first
 and the last stage after the data-parallel reduction, before the optimizer (Megatron-LM's
-``_allreduce_word_embedding_grads``). With the interleaved schedule and ``overlap_p2p_comm``
+``_allreduce_word_embedding_grads``). A graph traced from a script that runs on several
+streams (FSDP2, DDP) keeps its own streams and waits (:mod:`echo_view.sim.streams`). With the
+interleaved schedule and ``overlap_p2p_comm``
 off, a stage's send blocks it: the transfer starts when the receiver has finished its previous
 pass and the sender's next pass waits for the transfer's end.
 """
@@ -60,6 +62,7 @@ from echo_view.sim.fsdp import FsdpRank
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.schedule import schedule
+from echo_view.sim.streams import StreamRank, uses_streams
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
@@ -357,6 +360,10 @@ class _Composer:
         self.step_markers.append((rank, marker))
         if p.fsdp != "none":  # its own program: per-unit gathers and reduce-scatters
             FsdpRank(self, rank, role_idx, (comp, dpl)).run(m)
+            return
+        if uses_streams((*role.forward, *role.backward, role.optimizer)):
+            # A traced script's streams and waits (its collectives are all in the graph).
+            StreamRank(self, rank, role_idx, comp).run(m)
             return
         n_chunks = p.pp * p.virtual_stages
         # Gradients (and the distributed optimizer's shards) span the data- and

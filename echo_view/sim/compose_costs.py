@@ -179,6 +179,7 @@ def table_cost(
         for cls, k in scales.items():
             factor[table.op_class == cls] = k
         dur = np.rint(dur * factor).astype(np.int64)
+    dur[table.wait >= 0] = 0  # a stream wait runs no kernel
     is_coll = table.op_class == OpClass.COLLECTIVE
     moe = cfg.model.moe
     for i in np.flatnonzero(is_coll).tolist():

@@ -27,7 +27,7 @@ from echo_view.model.workload import Workload
 from echo_view.sim import engine
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
-from echo_view.sim.compose import NCCL_KERNEL, Composed, compose
+from echo_view.sim.compose import COMPUTE_STREAM, NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.interference import InterferenceModel
 from echo_view.sim.interference.simulate import config_rate_hook
@@ -79,7 +79,8 @@ class ConfigSimulation:
         compute stream between the step's start and the last pass's end, averaged over stages."""
         p = self.cfg.parallel
         wl, res = self.composed.workload, self.result
-        passes = np.array(
+        on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
+        passes = on_compute[wl.ops.lane] & np.array(
             [wl.strings[int(n)].startswith(("forward", "backward")) for n in wl.ops.name],
             dtype=bool,
         )
