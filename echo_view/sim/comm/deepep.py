@@ -135,23 +135,18 @@ class DeepEPModel:
         if float(m.sum()) == 0:
             return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0)
         nvl, rdma = self.bandwidths(ranks, cluster, phase)
-        per_rank, per_node = (
-            (1.0, 1.0)
-            if fanout is None
-            else (
-                fanout.ranks / fanout.top_k,
-                fanout.nodes / fanout.top_k,
-            )
-        )
+        f = fanout if fanout is not None else Fanout(1, 1.0, 1.0)
         out, into = m.sum(axis=1), m.sum(axis=0)
-        seconds = per_rank * np.maximum(out, into) / nvl
+        seconds = f.ranks / f.top_k * np.maximum(out, into) / nvl
         if not math.isinf(rdma):
+            # A node's RDMA traffic goes through the GPU of the peer's index: spread over all
+            # of the node's NICs, whichever of its ranks holds the experts.
             _, node, gpus = np.unique(
                 [cluster.node_of(r) for r in ranks], return_inverse=True, return_counts=True
             )
             node_out = np.bincount(node, weights=out)
             node_in = np.bincount(node, weights=into)
-            tier = per_node * np.maximum(node_out, node_in) / gpus
+            tier = f.nodes / f.top_k * np.maximum(node_out, node_in) / gpus
             seconds = np.maximum(seconds, tier[node] / rdma)
         us = self.params.latency_us + float(seconds.max()) * 1e6
         time_ns = max(1, round(us * 1e3))
@@ -165,7 +160,8 @@ class DeepEPModel:
     def estimate(
         self, kind: CollectiveKind, nbytes: int, ranks: Sequence[int], cluster: Cluster
     ) -> CollectiveEstimate:
-        """An even dispatch of ``nbytes`` per rank (all-to-all); others by the fallback."""
+        """An even dispatch of ``nbytes`` per rank, counted once per destination (all-to-all);
+        others by the fallback."""
         if kind != CollectiveKind.ALL_TO_ALL:
             return self.fallback.estimate(kind, nbytes, ranks, cluster)
         group = sorted(set(ranks))
