@@ -23,6 +23,8 @@ forward passes waiting for their backward):
   activations of the forward passes its schedule runs before their backward (Megatron-LM's
   order, :mod:`echo_view.sim.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the paper's
   ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
+  Each model chunk's forwards hold that chunk's layers
+  (:func:`~echo_view.model.config.chunk_layers`: chunks differ with uneven stages).
   The first stage keeps the embedding's dropout mask per micro-batch, the last the final norm's
   and output layer's inputs and the fp32 logits for the cross-entropy (``4sbh/t (1 + V/h)``).
 - **transient** memory: the larger of the bf16 logits (last stage) and the activations being
@@ -46,9 +48,9 @@ from echo_view.errors import ConfigError
 from echo_view.model.config import (
     ModelConfig,
     WorkloadConfig,
+    chunk_layers,
     grad_reduce_bytes,
     resolve_attention,
-    stage_layers,
 )
 
 MiB = 1 << 20
@@ -91,7 +93,7 @@ def stage_params(cfg: WorkloadConfig, stage: int) -> int:
     position) embedding on the first stage, the final norm and output layer on the last (a copy
     of the tied word embedding when the pipeline has more than one stage)."""
     m, p = cfg.model, cfg.parallel
-    n = layer_params(m, p.tp) * stage_layers(cfg, stage) * p.virtual_stages
+    n = layer_params(m, p.tp) * sum(chunk_layers(cfg, stage))
     word = m.vocab * m.hidden // p.tp
     if stage == 0:
         n += word + (m.seq_len * m.hidden if m.position == "learned" else 0)
@@ -240,8 +242,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     shard = t if p.sequence_parallel else 1
     held = inflight(cfg, stage)
     per_layer = layer_activation_bytes(cfg)
-    layers = stage_layers(cfg, stage)
-    act = per_layer * layers * sum(held)
+    act = per_layer * sum(n * k for n, k in zip(chunk_layers(cfg, stage), held, strict=True))
     last = stage == p.pp - 1
     if stage == 0:
         act += s * b * h // shard * held[0]  # the embedding's dropout mask

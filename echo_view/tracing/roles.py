@@ -5,7 +5,9 @@ on same-sized shards, so one rank per pipeline stage is enough; stages between t
 holds the embedding) and the last (which holds the output layer and loss) are identical, so a
 layout with ``pp`` stages has at most three roles: ``{0}``, ``{1..pp-2}`` and ``{pp-1}``.
 With interleaving (``virtual_stages`` = v) rank stage ``s`` holds model chunks ``s, s+pp, ...,
-s+(v-1)pp``; chunk 0 has the embedding and chunk ``pp*v-1`` the loss.
+s+(v-1)pp``; chunk 0 has the embedding and chunk ``pp*v-1`` the loss. Each chunk's layer count
+comes from :func:`~echo_view.model.config.chunk_layers` (uneven first and last stages or
+chunks keep the middle stages identical, so the three roles still cover every stage).
 
 Each chunk's ops come from a :class:`~echo_view.tracing.chunks.ChunkCache` (a chunk kind traced
 once with one and two layers, its layer block repeated); :func:`trace_whole` traces every
@@ -21,9 +23,9 @@ import torch
 
 from echo_view.model.config import (
     WorkloadConfig,
+    chunk_layers,
     config_to_mapping,
     resolve_attention,
-    stage_layers,
     tracing_key,
 )
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
@@ -86,6 +88,13 @@ def _phase(
     return OpTable(**{c: np.concatenate([getattr(ops, c), getattr(update, c)]) for c in OP_COLUMNS})
 
 
+def _layers_meta(cfg: WorkloadConfig, stage: int) -> int | list[int]:
+    """A role's layers per chunk for the graph's ``meta``: one number when its chunks are
+    equal, else one per local chunk."""
+    counts = chunk_layers(cfg, stage)
+    return counts[0] if len(set(counts)) == 1 else list(counts)
+
+
 def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) -> TracedGraph:
     p = cfg.parallel
     n_chunks = p.pp * p.virtual_stages
@@ -95,9 +104,9 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
         s = stages[0]
         fwds, bwds, params = [], [], 0
         fp8_weights: tuple[int, ...] = ()
-        for v in range(p.virtual_stages):
+        for v, layers in enumerate(chunk_layers(cfg, s)):
             chunk = v * p.pp + s
-            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, stage_layers(cfg, s))
+            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, layers)
             gemms = len(body.fp8_weights)
             fwds.append(_phase(rec, body.forward, source, cfg, gemms, forward=True))
             bwds.append(_phase(rec, body.backward, source, cfg, gemms, forward=False))
@@ -107,7 +116,7 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
         roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
     meta = {
         "attention": resolve_attention(cfg),
-        "layers_per_chunk": {str(st[0]): stage_layers(cfg, st[0]) for st in role_stages(p.pp)},
+        "layers_per_chunk": {str(st[0]): _layers_meta(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
     }
     config = {"config": config_to_mapping(cfg), "key": tracing_key(cfg)}
