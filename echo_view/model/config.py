@@ -508,13 +508,13 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
             raise err(
                 "model.layers",
                 f"{layers} layers + {emb + loss} (embedding/loss) = {slots} do not split evenly "
-                f"over pp = {pp} stages",
+                f"over pp = {pp} stages: pick a pp that divides them",
             )
         if (slots // pp) % v:
             raise err(
                 "parallel.virtual_stages",
                 f"{slots // pp} layers per stage (embedding/loss counted) do not split into "
-                f"virtual_stages = {v} equal chunks",
+                f"virtual_stages = {v} equal chunks: pick a virtual_stages that divides them",
             )
         return
     if emb or loss:
@@ -531,7 +531,8 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
         if value is not None and value % v:
             raise err(
                 f"parallel.{key}",
-                f"{value} layers do not split into virtual_stages = {v} equal chunks",
+                f"{value} layers do not split into virtual_stages = {v} equal chunks (Megatron-"
+                "Core splits each stage's layers evenly over its chunks)",
             )
     middle_stages = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
@@ -549,7 +550,8 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
         raise err(
             "parallel.virtual_stages",
             f"the other stages' {rest // middle_stages} layers each do not split into "
-            f"virtual_stages = {v} equal chunks",
+            f"virtual_stages = {v} equal chunks: change first/last_stage_layers or "
+            "virtual_stages",
         )
 
 
