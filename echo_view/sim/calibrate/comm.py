@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -278,7 +278,7 @@ def fit_nccl(
 ) -> FitResult:
     """Calibrate :class:`NcclModel` to ``measurements``."""
     per_channel = ("channel_us", "proxy_us.LL", "proxy_us.LL128", "proxy_us.SIMPLE")
-    return _calibrate(
+    result = _calibrate(
         measurements,
         start if start is not None else CommParams(),
         NCCL_CANDIDATES,
@@ -290,6 +290,18 @@ def fit_nccl(
         source=source,
         balance=balance,
     )
+    return replace(result, params=replace(result.params, **measured_hardware(measurements)))
+
+
+def measured_hardware(measurements: Sequence[Measurement]) -> dict[str, Any]:
+    """The GPU architecture and NIC line rate (GB/s per GPU) the measurements share, as
+    :class:`CommParams` records them; a field the measurements disagree on stays unstated."""
+    archs = {m.cluster.gpu.arch for m in measurements}
+    nics = {m.cluster.nic_bytes_per_s_per_gpu / 1e9 for m in measurements}
+    return {
+        "arch": archs.pop() if len(archs) == 1 else "",
+        "nic_gbytes_per_s": nics.pop() if len(nics) == 1 else 0.0,
+    }
 
 
 def fit_alphabeta(

@@ -39,6 +39,7 @@ from echo_view.sim.comm.alltoall import (
     rank_time_us,
 )
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
+from echo_view.sim.comm.hardware import params_for
 from echo_view.sim.comm.params import CommParams
 from echo_view.sim.comm.placement import PROTOCOLS, Placement, place
 from echo_view.sim.comm.tuner import (
@@ -114,6 +115,14 @@ class NcclModel:
             tuple[CollectiveKind, Placement, Cluster],
             tuple[Topology, dict[tuple[str, str], tuple[float, float]]],
         ] = {}
+        self._on: dict[Cluster, CommParams] = {}
+
+    def params_on(self, cluster: Cluster) -> CommParams:
+        """The constants as they hold on ``cluster`` (:func:`.hardware.params_for`, cached)."""
+        hit = self._on.get(cluster)
+        if hit is None:
+            hit = self._on[cluster] = params_for(self.params, cluster)
+        return hit
 
     def tuner(
         self, kind: CollectiveKind, placement: Placement, cluster: Cluster
@@ -152,7 +161,7 @@ class NcclModel:
         if n > 1 and collective(kind).tuned:
             options = self.options(kind, nbytes, placement, cluster)
         us, algorithm, protocol, channels = predict_us(
-            self.params, kind, nbytes, placement, cluster, options
+            self.params_on(cluster), kind, nbytes, placement, cluster, options
         )
         nccl_us = choose(options).time_us if options is not None else None
         return _finish(kind, nbytes, n, us, algorithm, protocol, channels, nccl_us, assumed)
@@ -178,12 +187,13 @@ class NcclModel:
             return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0)
         if n == 1:
             us, algorithm, protocol, channels = predict_us(
-                self.params, kind, mean, placement, cluster, None
+                self.params_on(cluster), kind, mean, placement, cluster, None
             )
             return _finish(kind, mean, n, us, algorithm, protocol, channels, None, None)
         channels = p2p_channels(topology(placement, cluster))
         nodes = [cluster.node_of(r) for r in ranks]
-        us, protocol, _ = all_to_allv_us(matrix, nodes, placement, cluster, self.params, channels)
+        params = self.params_on(cluster)
+        us, protocol, _ = all_to_allv_us(matrix, nodes, placement, cluster, params, channels)
         return _finish(kind, mean, n, us, "p2p", protocol, channels, None, None)
 
 

@@ -96,6 +96,11 @@ class CommParams(ParamSet):
     launch_us: float = _launch()
     selection: str = "fastest"
     source: str = "defaults from NCCL 2.22.3 tuning.cc and the GPU datasheets"
+    #: The hardware the constants were measured on (``[model] arch``, ``nic_gbytes_per_s``):
+    #: a GPU architecture and a NIC line rate per GPU, GB/s. Empty / 0: not stated, and the
+    #: constants apply to every cluster as they are (:mod:`echo_view.sim.comm.hardware`).
+    arch: str = ""
+    nic_gbytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.selection not in SELECTIONS:
@@ -110,7 +115,13 @@ def comm_params_to_toml(params: CommParams, fit: Mapping[str, Any] | None = None
     """The TOML text ``echo-view calibrate comm`` writes and ``--model`` reads. ``fit`` adds an
     informational ``[fit]`` table (ignored when loading)."""
     doc: dict[str, Any] = {
-        "model": {"kind": "nccl", "selection": params.selection, "source": params.source},
+        "model": {
+            "kind": "nccl",
+            "selection": params.selection,
+            "source": params.source,
+            **({"arch": params.arch} if params.arch else {}),
+            **({"nic_gbytes_per_s": params.nic_gbytes_per_s} if params.nic_gbytes_per_s else {}),
+        },
         **significant(params.to_tables()),
     }
     if fit:
@@ -123,5 +134,18 @@ def comm_params_from_mapping(data: Mapping[str, Any], path: str | None = None) -
     Missing keys keep their defaults; unknown tables and keys are errors."""
     model = data.get("model", {})
     source = str(model.get("source", f"calibrated ({path})" if path else "calibrated"))
-    base = CommParams(selection=str(model.get("selection", "fastest")), source=source)
+    nic = model.get("nic_gbytes_per_s", 0.0)
+    if isinstance(nic, bool) or not isinstance(nic, int | float) or not 0 <= nic < 1e6:
+        raise ConfigError(
+            f"nic_gbytes_per_s must be a number of GB/s >= 0, not {nic!r}",
+            path=path,
+            where="model.nic_gbytes_per_s",
+            hint="the NIC line rate per GPU of the measured system, e.g. 25 for 200 Gb/s",
+        )
+    base = CommParams(
+        selection=str(model.get("selection", "fastest")),
+        source=source,
+        arch=str(model.get("arch", "")),
+        nic_gbytes_per_s=float(nic),
+    )
     return CommParams.from_tables(data, path=path, base=base, others=("model", "fit"))

@@ -77,6 +77,23 @@ MAX_CHANNELS = 32
 NVLS_CHANNELS = 16
 _MAX_THREADS = {LL: 512, LL128: 640, SIMPLE: 512}
 _THREAD_THRESHOLD = {LL: 8, LL128: 8, SIMPLE: 64}
+
+
+def channel_rate_ratio(arch: str, measured_on: str) -> tuple[float, float, float] | None:
+    """How much faster one channel runs on ``arch`` than on ``measured_on``, per protocol (LL,
+    LL128, Simple), by NCCL's own per-architecture per-channel maxima: one-node LL
+    (``llMaxBws``), ring LL128 (``perChMaxRingLL128Bws``) and one-node Simple tree
+    (``perChMaxTreeBws``; NCCL has no ring Simple cap, its tree channel moves data the same
+    way). None when NCCL's tables lack either architecture."""
+    if arch not in _PER_CH_RING_LL128 or measured_on not in _PER_CH_RING_LL128:
+        return None
+    return (
+        _LL_MAX[arch][0] / _LL_MAX[measured_on][0],
+        _PER_CH_RING_LL128[arch] / _PER_CH_RING_LL128[measured_on],
+        _PER_CH_TREE[arch][0] / _PER_CH_TREE[measured_on][0],
+    )
+
+
 #: nccl-tests / NCCL minimum per-thread P2P size below which LL is used.
 P2P_LL_THRESHOLD = 16384
 

@@ -62,7 +62,7 @@ def test_multi_node_busbw_tends_to_n_over_n_minus_1_nics(nodes: int) -> None:
     n = 8 * nodes
     est = model.estimate(A2A, 1 << 33, range(n), cluster)
     assert isinstance(model, NcclModel)
-    nic = cluster.nic_bytes_per_s_per_gpu * model.params.net_eff
+    nic = cluster.nic_bytes_per_s_per_gpu * model.params_on(cluster).net_eff
     assert est.busbw_bytes_per_s / nic == pytest.approx((n - 1) / (n - 8), rel=0.01)
 
 
