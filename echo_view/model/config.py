@@ -493,8 +493,9 @@ def grad_reduce_bytes(cfg: WorkloadConfig) -> int:
 
 
 def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
-    """The layer counts :func:`chunk_layers` reads are whole and positive, under Megatron-Core's
-    rules (``TransformerConfig`` checks in ``megatron/core/transformer/transformer_config.py``)."""
+    """The layer counts :func:`chunk_layers` reads are whole, under Megatron-Core's rules
+    (``TransformerConfig`` checks in ``megatron/core/transformer/transformer_config.py``), and
+    positive but for the model's first / last chunk when the embedding / loss is counted."""
     par, layers = cfg.parallel, cfg.model.layers
     pp, v = par.pp, par.virtual_stages
     first, last = par.first_stage_layers, par.last_stage_layers
