@@ -3,8 +3,9 @@
 Definitions (per rank, per step, per GPU device; all times int64 ns):
 
 - **GPU work** is every kernel, memcpy and memset on the device's streams. It is labelled
-  *communication* when it is an NCCL/RCCL kernel (its name follows NCCL's kernel naming, or the
-  trace's collective table points at it), *memory* when it is a memcpy or memset, and
+  *communication* when it is an NCCL/RCCL or DeepEP kernel
+  (:func:`~echo_view.model.comm_kernels.is_comm_kernel`, or the trace's collective table points
+  at it), *memory* when it is a memcpy or memset, and
   *compute* otherwise (every other kernel).
 - **Union semantics.** A label is *active* at time ``t`` when at least one of its events, on any
   stream of the device, covers ``t``. Two kernels of one label running concurrently on two
@@ -62,7 +63,8 @@ class GpuWork:
 
 
 def nccl_name_ids(trace: Trace) -> npt.NDArray[np.int32]:
-    """String ids of the kernel names that are NCCL/RCCL kernels (one check per distinct name)."""
+    """String ids of the kernel names that are communication kernels (NCCL/RCCL, DeepEP; one
+    check per distinct name)."""
     kernels = trace.mask(EventKind.KERNEL)
     ids = np.unique(trace.events.name[kernels])
     return np.array([i for i in ids if is_comm_kernel(trace.strings[int(i)])], dtype=np.int32)

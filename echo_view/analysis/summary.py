@@ -274,8 +274,9 @@ def _kernel_totals(trace: Trace) -> tuple[I64, I64, I64]:
 
 @dataclass(frozen=True, eq=False)
 class CollectiveEvents:
-    """Every collective of a trace: the collective table's rows, then the NCCL kernels the table
-    does not list (kind from the kernel name, bytes unknown, ``table_row`` -1)."""
+    """Every collective of a trace: the collective table's rows, then the communication kernels
+    (NCCL, DeepEP) the table does not list (kind from the kernel name, bytes unknown,
+    ``table_row`` -1)."""
 
     event: I64
     kind: I64

@@ -135,7 +135,7 @@ def kernels_frame(job: Job) -> DataFrame:
 
 def collectives_frame(job: Job) -> DataFrame:
     """One row per collective (:func:`~echo_view.analysis.summary.collective_events`: the
-    collective table, then NCCL kernels it does not list): the event's columns plus
+    collective table, then communication kernels it does not list): the event's columns plus
     ``collective`` (kind), ``bytes`` (payload per rank), ``gpu_dur_ns`` (the GPU time
     ``echo-view info`` counts), ``msg_dtype``, ``process_group_name``, ``process_group_desc``,
     ``group_size``, ``process_group_ranks``, ``seq``, ``algorithm``, ``protocol``."""

@@ -37,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "tui": "browse timelines in the terminal; with two inputs, diff them",
     "comm": "predict one NCCL collective: time, algorithm, protocol, bandwidth",
     "calibrate": "fit a model's constants to measurements (comm, compute, interference)",
-    "interference": "measure how much compute kernels slow down beside NCCL kernels",
+    "interference": "measure how much compute kernels slow down beside communication kernels",
 }
 
 

@@ -1,5 +1,5 @@
 """``echo-view interference PATH... [--json] [--holdout SPLIT]``: how much slower compute kernels
-ran while NCCL kernels ran beside them on the same GPU.
+ran while communication kernels (NCCL, DeepEP) ran beside them on the same GPU.
 
 Each PATH is a measured job (a trace file, or a directory of rank files). For every kernel class
 the table gives the overlapped kernels that have a solo reference (the same kernel, by name and
@@ -158,7 +158,8 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 def render(rep: dict[str, Any], console: Console) -> None:
     """The report as tables."""
-    table = Table(box=box.SIMPLE_HEAD, title="slowdown of compute kernels overlapped by NCCL")
+    title = "slowdown of compute kernels overlapped by communication kernels"
+    table = Table(box=box.SIMPLE_HEAD, title=title)
     for col in ("class", "kernels", "alone", "median", "p90", "overlap", "s", "collectives"):
         table.add_column(
             col,

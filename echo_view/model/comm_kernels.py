@@ -56,7 +56,9 @@ _DEEPEP_PATHS = {"intranode": "intranode", "internode": "internode", "internode_
 class CommKernelInfo:
     """What a communication kernel's name tells. ``library`` is ``nccl`` (NCCL and RCCL) or
     ``deepep``; for DeepEP ``algorithm`` is its path (``intranode``, ``internode``,
-    ``low_latency``)."""
+    ``low_latency``) and ``operation`` the kernel's part of the exchange (``dispatch``,
+    ``combine``, or a count exchange: ``notify_dispatch``, ``notify_combine``,
+    ``cached_notify``...)."""
 
     collective: CollectiveKind
     library: str = "nccl"
@@ -64,6 +66,7 @@ class CommKernelInfo:
     protocol: str | None = None
     reduction: str | None = None
     dtype: str | None = None
+    operation: str | None = None
 
 
 def is_comm_kernel(name: str) -> bool:
@@ -78,7 +81,8 @@ def parse_comm_kernel_name(name: str) -> CommKernelInfo | None:
         d = _DEEPEP.match(name)
         if d is None:
             return None
-        return CommKernelInfo(CollectiveKind.ALL_TO_ALL, "deepep", _DEEPEP_PATHS[d.group(1)])
+        path, op = _DEEPEP_PATHS[d.group(1)], d.group(2)
+        return CommKernelInfo(CollectiveKind.ALL_TO_ALL, "deepep", path, operation=op)
     tokens = m.group(2).split("_")
     op = tokens[0]
     rest = tokens[1:]

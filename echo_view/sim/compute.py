@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import ConfigError, known_keys_hint
+from echo_view.model.comm_kernels import is_comm_kernel
 from echo_view.model.workload import (
     CLASS_ATTENTION,
     CLASS_COLLECTIVE,
@@ -68,10 +69,12 @@ _RULES: tuple[tuple[int, tuple[str, ...]], ...] = (
 
 @functools.lru_cache(maxsize=65536)
 def classify_kernel(name: str) -> int:
-    """The op class of a GPU kernel, from its name (``other`` when nothing matches)."""
-    low = name.lower()
-    if low.startswith(("nccl", "void nccl", "rccl")):
+    """The op class of a GPU kernel, from its name (``other`` when nothing matches).
+    Communication kernels (NCCL, RCCL, DeepEP) are those of
+    :func:`~echo_view.model.comm_kernels.is_comm_kernel`."""
+    if is_comm_kernel(name):
         return CLASS_COLLECTIVE
+    low = name.lower()
     for cls, words in _RULES:
         if any(w in low for w in words):
             return cls

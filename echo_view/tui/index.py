@@ -29,10 +29,10 @@ def display_classes(trace: Trace) -> npt.NDArray[np.uint8]:
     ev = trace.events
     cls = ev.kind.astype(np.uint8, copy=True)
     kernel = ev.kind == int(EventKind.KERNEL)
-    nccl_names = np.array(
+    comm_names = np.array(
         [i for i, s in enumerate(trace.strings.strings) if is_comm_kernel(s)], dtype=np.int32
     )
-    comm = kernel & np.isin(ev.name, nccl_names)
+    comm = kernel & np.isin(ev.name, comm_names)
     if len(trace.collectives):
         coll_rows = trace.collectives.event
         comm[coll_rows[ev.kind[coll_rows] == int(EventKind.KERNEL)]] = True

@@ -22,8 +22,9 @@ from echo_view.model import EventKind, LaneKind
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-#: Display class of an event: its :class:`EventKind` value, except NCCL kernels, which get
-#: :data:`COMM` so that communication stands apart from compute on the GPU rows.
+#: Display class of an event: its :class:`EventKind` value, except communication kernels (NCCL,
+#: DeepEP), which get :data:`COMM` so that communication stands apart from compute on the GPU
+#: rows.
 COMM = len(EventKind)
 N_CLASSES = COMM + 1
 ANNOTATION_CLASSES = frozenset({int(EventKind.USER_ANNOTATION), int(EventKind.GPU_ANNOTATION)})

@@ -96,7 +96,7 @@ _STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # an int64 step number
 _GOOD = np.array([T_INT, T_FLOAT, T_BIG_FLOAT, T_STRING], dtype=np.uint8)
 
 # Classes of interned strings (bit flags), computed once per distinct string.
-_C_GPU, _C_RUNTIME, _C_LAUNCH, _C_NCCL, _C_RPC, _C_STEP, _C_GPU_ANN, _C_TRACE, _C_CPU = (
+_C_GPU, _C_RUNTIME, _C_LAUNCH, _C_COMM, _C_RPC, _C_STEP, _C_GPU_ANN, _C_TRACE, _C_CPU = (
     1,
     2,
     4,
@@ -148,8 +148,8 @@ class KinetoRule:
                 c |= _C_TRACE
             if is_launch_name(s):
                 c |= _C_LAUNCH
-            if s.startswith(("nccl", "void nccl")) and parse_comm_kernel_name(s) is not None:
-                c |= _C_NCCL
+            if parse_comm_kernel_name(s) is not None:
+                c |= _C_COMM
             if s == "record_param_comms":
                 c |= _C_RPC
             m = _STEP.match(s)
@@ -198,8 +198,8 @@ class KinetoRule:
                 thread=chunk.thread[rt],
                 launch=(name_c[rt] & _C_LAUNCH) != 0,
             )
-        nccl = (name_c[gpu] & _C_NCCL) != 0
-        for j in np.flatnonzero(nccl).tolist():
+        comm = (name_c[gpu] & _C_COMM) != 0
+        for j in np.flatnonzero(comm).tolist():
             r = int(gpu[j])
             self.coll_gpu.append(self._coll(ctx, chunk, r, args[j], start[r], end[r]))
         for j, r in enumerate(rpc.tolist()):

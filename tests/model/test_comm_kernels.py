@@ -100,34 +100,46 @@ def test_non_nccl_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "path"),
+    ("name", "path", "operation"),
     [
         # From DeepSeek's published DeepSeek-V3 training profile (deepseek-ai/profile-data).
         (
             "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*)",
             "internode",
+            "dispatch",
         ),
         (
             "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*)",
             "internode",
+            "combine",
         ),
         (
             "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*, long*, int)",
             "internode",
+            "notify_dispatch",
         ),
-        ("void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)", "internode"),
+        (
+            "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)",
+            "internode",
+            "cached_notify",
+        ),
         # Upstream DeepEP's namespaces.
-        ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)", "intranode"),
-        ("void deep_ep::internode_ll::combine<7168, 9>(void*, void const*)", "low_latency"),
+        ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)", "intranode", "dispatch"),
+        (
+            "void deep_ep::internode_ll::combine<7168, 9>(void*, void const*)",
+            "low_latency",
+            "combine",
+        ),
     ],
 )
-def test_deepep_kernels_are_all_to_all_communication(name: str, path: str) -> None:
+def test_deepep_kernels_are_all_to_all_communication(name: str, path: str, operation: str) -> None:
     info = parse_comm_kernel_name(name)
     assert info is not None and is_comm_kernel(name)
-    assert (info.collective, info.library, info.algorithm) == (
+    assert (info.collective, info.library, info.algorithm, info.operation) == (
         CollectiveKind.ALL_TO_ALL,
         "deepep",
         path,
+        operation,
     )
 
 

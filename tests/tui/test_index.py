@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from echo_view.loading import read_job
 from echo_view.model import EventKind, Job, LaneKind
-from echo_view.tui.index import Source, TimelineIndex
+from echo_view.tui.index import Source, TimelineIndex, display_classes
 from echo_view.tui.raster import GLYPHS, Window, cells, display_name, render_row, short_name
 from echo_view.tui.ruler import format_tick, nice_step, ruler_text
 from echo_view.tui.tracks import COMM, Coverage, Track
+from tests.conftest import shared_path
 
 
 def _random_track(seed: int, n: int = 600, nested: bool = True) -> Track:
@@ -171,3 +173,18 @@ def test_ruler_steps_and_labels() -> None:
     # The last tick's label would run past the edge: it is written before the tick instead.
     end = ruler_text(Window(0, 300e6 / 58, 60), 12, "time").plain
     assert end.endswith("0.3s╵ ") and "╵0.2s" in end and len(end) == 72
+
+
+def test_deepep_kernels_show_as_communication() -> None:
+    """DeepSeek's DeepSeek-V3 training profile: the timeline draws its 32 DeepEP kernels
+    (8 dispatch, 8 combine, 16 token-count exchanges) as communication, and nothing else."""
+    path = shared_path("data", "deepseek-profile-data", "train.json.gz")
+    trace = read_job([path]).traces[0]
+    comm = np.flatnonzero(display_classes(trace) == COMM)
+    names = [trace.name(int(r)) for r in comm]
+    assert len(names) == 32
+    assert all(n.startswith("void dpsk::ep::internode::") for n in names)
+    assert sum("::dispatch<" in n for n in names) == sum("::combine<" in n for n in names) == 8
+    # Its layout kernel is local work, drawn as a kernel.
+    layout = [i for i in range(len(trace.events)) if "get_dispatch_layout" in trace.name(i)]
+    assert len(layout) == 4 and (display_classes(trace)[layout] == int(EventKind.KERNEL)).all()

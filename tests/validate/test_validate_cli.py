@@ -156,3 +156,33 @@ def test_info_and_check_word_an_empty_directory_alike(
     for err in (info, check):
         assert err.startswith(f"echo-view: error: {tmp_path}: no trace files in this directory (")
         assert err.count("\n") == 1
+
+
+def _deepep_rank(rank: int, kernels: list[str]) -> dict[str, object]:
+    """One rank of a DeepEP job as the profiler writes it: launches and their kernels."""
+    events: list[dict[str, object]] = []
+    for i, op in enumerate(kernels):
+        corr, ts = 100 + i, 10.0 + 100 * i
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
+             "tid": 100, "ts": ts, "dur": 2, "args": {"correlation": corr}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": f"void dpsk::ep::internode::{op}<false, 8>(int4*)",
+             "pid": 0, "tid": 7, "ts": ts + 5, "dur": 20,
+             "args": {"correlation": corr, "device": 0, "stream": 7}}
+        )  # fmt: skip
+    return {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "traceEvents": events}  # fmt: skip
+
+
+def test_deepep_kernels_are_the_collectives_ranks_are_compared_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """DeepEP's dispatch / combine are communication for the cross-rank rules too: a rank that
+    skips a combine is reported like one that skips an NCCL collective."""
+    for rank, ops in enumerate((["dispatch", "combine"], ["dispatch"])):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(_deepep_rank(rank, ops)))
+    _, out, _ = _run(capsys, str(tmp_path), "--json")
+    (ev703,) = [f for f in json.loads(out)["findings"] if f["code"] == "EV703"]
+    assert ev703["count"] == 1

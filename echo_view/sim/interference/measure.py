@@ -3,7 +3,7 @@ beside them on the same GPU.
 
 Per trace and GPU device:
 
-- **Communication** is every NCCL/RCCL kernel (the labelling of
+- **Communication** is every NCCL/RCCL and DeepEP kernel (the labelling of
   :func:`~echo_view.analysis.breakdown.gpu_work`); their union is the time the device
   communicates.
 - **Compute** is every other kernel, plus copies and sets (class ``copy``). A compute kernel's
