@@ -13,7 +13,8 @@ Format (``docs/traced-graph.md`` documents every field)::
 
 A TABLE is columnar: ``{"name": [...], "op_class": [...], "flops": [...], "bytes": [...],
 "dtype": [...], "shapes": [...], "coll_kind": [...], "coll_bytes": [...], "axis": [...],
-"grad_bytes": [...]}``, one entry per op in program order. Gzip when the path ends in ``.gz``.
+"grad_bytes": [...]}``, one entry per op in program order, plus ``"stream"`` and ``"wait"`` in
+a graph whose ops use more than the compute stream. Gzip when the path ends in ``.gz``.
 """
 
 from __future__ import annotations
@@ -25,17 +26,27 @@ from typing import Any
 import msgspec
 
 from echo_view.formats import atomic_output
-from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, TracedGraph
+from echo_view.model.graph import (
+    GRAPH_SCHEMA_VERSION,
+    OP_COLUMNS,
+    OPTIONAL_COLUMNS,
+    OpTable,
+    TracedGraph,
+)
 
 FORMAT_NAME = "echo-view.traced-graph"
 
 
-def _table(t: OpTable) -> dict[str, list[Any]]:
-    return {c: getattr(t, c).tolist() for c in OP_COLUMNS}
+def _table(t: OpTable, streams: bool) -> dict[str, list[Any]]:
+    return {c: getattr(t, c).tolist() for c in OP_COLUMNS if streams or c not in OPTIONAL_COLUMNS}
 
 
 def graph_document(graph: TracedGraph) -> dict[str, Any]:
-    """The JSON document of ``graph`` as plain Python data."""
+    """The JSON document of ``graph`` as plain Python data (the optional stream columns only
+    when some op uses them: a graph of one stream is written as before)."""
+    streams = any(
+        t.streams_used for r in graph.roles for t in (*r.forward, *r.backward, r.optimizer)
+    )
     return {
         "format": FORMAT_NAME,
         "version": GRAPH_SCHEMA_VERSION,
@@ -48,9 +59,9 @@ def graph_document(graph: TracedGraph) -> dict[str, Any]:
                 "stages": list(r.stages),
                 "params": r.params,
                 "grad_dtype_bytes": r.grad_dtype_bytes,
-                "forward": [_table(t) for t in r.forward],
-                "backward": [_table(t) for t in r.backward],
-                "optimizer": _table(r.optimizer),
+                "forward": [_table(t, streams) for t in r.forward],
+                "backward": [_table(t, streams) for t in r.backward],
+                "optimizer": _table(r.optimizer, streams),
             }
             for r in graph.roles
         ],

@@ -12,7 +12,14 @@ import msgspec
 import numpy as np
 
 from echo_view.errors import InputError
-from echo_view.model.graph import GRAPH_SCHEMA_VERSION, OP_COLUMNS, OpTable, Role, TracedGraph
+from echo_view.model.graph import (
+    GRAPH_SCHEMA_VERSION,
+    OP_COLUMNS,
+    OPTIONAL_COLUMNS,
+    OpTable,
+    Role,
+    TracedGraph,
+)
 from echo_view.model.strings import StringTable
 from importers.chrome_json_text import HINT_DEEP, TOO_DEEP, file_blocks, line_col, too_deep_at
 
@@ -35,11 +42,13 @@ def _load(path: Path) -> Any:
 def _table(data: Any, path: Path, where: str) -> OpTable:
     if not isinstance(data, dict):
         raise InputError("an op table must be an object", path=path, where=where)
-    missing = [c for c in OP_COLUMNS if c not in data]
+    missing = [c for c in OP_COLUMNS if c not in data and c not in OPTIONAL_COLUMNS]
     if missing:
         raise InputError(f"op table lacks column {missing[0]!r}", path=path, where=where)
     cols = {}
     for c, dtype in OP_COLUMNS.items():
+        if c not in data:  # an optional column: OpTable fills its default
+            continue
         values = data[c]
         try:
             col = np.asarray(values) if isinstance(values, list) else None

@@ -109,6 +109,14 @@ def _render(r: dict[str, Any]) -> str:
         f"MFU {100 * t['mfu']:.1f}% ({t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
         f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU)"
     )
+    if "moe" in r:
+        e = r["moe"]
+        lines.append(
+            f"MoE: {e['experts']} experts, top-{e['top_k']}, {e['moe_layers']} MoE layers; "
+            f"matmul parameters {e['matmul_params_total'] / 1e9:,.2f} B, "
+            f"{e['matmul_params_active'] / 1e9:,.2f} B active; EP {e['ep']} "
+            f"({e['dispatcher']}), {e['tokens_per_local_expert']:,} tokens per local expert"
+        )
     mem = r["memory"]
     lines.append(
         f"memory: peak {mem['peak_bytes'] / GB:.1f} GB on stage {mem['peak_stage']}, needs "

@@ -17,6 +17,7 @@ from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.job import MAX_RANKS
+from echo_view.model.moe_config import MoEConfig, check_moe_layout, parse_moe
 
 #: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
 #: ~10^2 layers, hidden ~10^4, vocab ~10^5, 10^3-10^4 micro-batches), so that a typo or a
@@ -86,6 +87,8 @@ class ModelConfig:
     #: ``FILE.py[:FUNCTION]`` of a training step to trace instead of the built-in GPT
     #: (relative to the config); the shape keys above are passed to it and size the report.
     script: str | None = None
+    #: The MoE layers (:mod:`echo_view.model.moe_config`); ``None`` for a dense model.
+    moe: MoEConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,8 @@ class ParallelConfig:
     the interleaved schedule, as in Megatron-LM, which turns it off otherwise. ``fsdp``
     is PyTorch FSDP's sharding strategy over the data- and context-parallel ranks
     (:mod:`echo_view.sim.fsdp`); it implies the sharded optimizer (``distributed_optimizer``).
+    ``ep`` and ``etp`` are the MoE layers' expert- and expert-tensor-parallel sizes
+    (``etp`` ``None``: ``tp``, as in Megatron-Core), folded onto a stage's ranks.
     """
 
     tp: int
@@ -117,10 +122,22 @@ class ParallelConfig:
     grad_reduce_in_fp32: bool | None = None
     overlap_p2p_comm: bool = True
     fsdp: str = "none"
+    ep: int = 1
+    etp: int | None = None
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism (``etp``, or ``tp`` when unset)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data parallelism: a stage's ``tp * cp * dp`` ranks over ``etp * ep``."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +272,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     kind = m.choice("kind", MODEL_KINDS, "gpt" if script is not None else None)
     hidden = m.positive("hidden")
     heads = m.positive("heads")
+    ffn_hidden = m.positive("ffn_hidden", 4 * hidden)
     model = ModelConfig(
         kind=kind,
         layers=m.positive("layers"),
@@ -262,7 +280,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         heads=heads,
         seq_len=m.positive("seq_len"),
         vocab=m.positive("vocab"),
-        ffn_hidden=m.positive("ffn_hidden", 4 * hidden),
+        ffn_hidden=ffn_hidden,
         kv_heads=m.positive("kv_heads", heads),
         attention=m.choice("attention", ATTENTION, "auto"),
         activation=m.choice("activation", ACTIVATIONS, "gelu"),
@@ -270,6 +288,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         position=m.choice("position", POSITIONS, "learned"),
         tie_embeddings=m.get("tie_embeddings", bool, True),
         script=script,
+        moe=parse_moe(m, ffn_hidden),
     )
     m.finish()
 
@@ -297,6 +316,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
         fsdp=fsdp,
+        ep=p.positive("ep", 1),
+        etp=p.positive("etp", 1) if "etp" in p.data else None,
     )
     p.finish()
 
@@ -437,6 +458,15 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) to be "
             f"a multiple of pp = {par.pp}",
         )
+    check_moe_layout(cfg, err)
+    dense = mod.moe.first_dense_layers if mod.moe is not None else 0
+    first_chunk = chunk_layers(cfg, 0)[0]
+    if dense > first_chunk:
+        raise err(
+            "model.first_dense_layers",
+            f"{dense} dense layers must fit in the first model chunk ({first_chunk} "
+            "layers): raise parallel.first_stage_layers or use fewer pipeline stages",
+        )
 
 
 def _check_fsdp(par: ParallelConfig, err: Any) -> None:
@@ -556,6 +586,13 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
         )
 
 
+def moe_dense_prefix(cfg: WorkloadConfig, chunk: int) -> int:
+    """How many of global model ``chunk``'s first layers are dense in an MoE model (its
+    ``first_dense_layers`` lie in chunk 0); 0 for a dense model, whose layers all are."""
+    moe = cfg.model.moe
+    return moe.first_dense_layers if moe is not None and chunk == 0 else 0
+
+
 def chunk_layers(cfg: WorkloadConfig, stage: int) -> tuple[int, ...]:
     """Transformer layers of each model chunk of pipeline ``stage``, local chunk ``c`` (global
     chunk ``c * pp + stage``) at index ``c``; the model's layers in order fill global chunk 0,
@@ -619,6 +656,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                 )
                 if v != default
             },
+            **(m.moe.to_mapping() if m.moe is not None else {}),
         },
         "parallel": {
             "tp": p.tp,
@@ -650,6 +688,8 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),
                     ("fsdp", p.fsdp, "none"),
+                    ("ep", p.ep, 1),
+                    ("etp", p.etp, None),
                 )
                 if v != default
             },

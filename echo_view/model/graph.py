@@ -38,8 +38,13 @@ OP_COLUMNS: dict[str, str] = {
     "coll_bytes": "i8",
     "axis": "i1",
     "grad_bytes": "i8",
+    "stream": "i1",
+    "wait": "i8",
 }
-AXES = ("tp", "dp", "pp", "cp", "none")
+#: Columns a stored graph may omit, with the value every op then has (graphs of one stream).
+OPTIONAL_COLUMNS: dict[str, int] = {"stream": 0, "wait": -1}
+#: Parallel axes a collective's group can run over (stored by index: new ones go at the end).
+AXES = ("tp", "dp", "pp", "cp", "none", "ep", "etp", "edp")
 
 
 class OpClass:
@@ -101,6 +106,14 @@ class OpTable:
     per-rank payload and ``axis`` an index into :data:`AXES`; elsewhere they are -1.
     ``grad_bytes`` marks where parameter gradients become ready in backward (bytes of gradients
     completed at that op), which drives data-parallel bucketing; 0 elsewhere.
+
+    ``stream`` is the GPU stream an op runs on: 0 the compute (default) stream, 1, 2, ... the
+    other streams of the traced step in order of creation (a collective's is its process
+    group's communication stream). A row whose ``wait`` is set is no kernel but a stream wait
+    (``cudaStreamWaitEvent``): the ops after it on its stream start after op ``wait`` has
+    ended, ``wait`` being a step-wide index (the forward's rows, then the backward's, then the
+    optimizer's; the latest run of that op when passes repeat). Graphs whose ops all run on one
+    stream (the built-in tracer's) have ``stream`` 0 and ``wait`` -1 everywhere.
     """
 
     name: npt.NDArray[np.integer[Any]]
@@ -113,8 +126,14 @@ class OpTable:
     coll_bytes: npt.NDArray[np.integer[Any]]
     axis: npt.NDArray[np.integer[Any]]
     grad_bytes: npt.NDArray[np.integer[Any]]
+    # Optional (OPTIONAL_COLUMNS): None gives every op the column's default.
+    stream: npt.NDArray[np.integer[Any]] = None  # type: ignore[assignment]
+    wait: npt.NDArray[np.integer[Any]] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        for name, value in OPTIONAL_COLUMNS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(len(self.name), value))
         cols = {name: frozen(getattr(self, name), dt) for name, dt in OP_COLUMNS.items()}
         check_lengths("ops", cols)
         for name, col in cols.items():
@@ -122,6 +141,11 @@ class OpTable:
 
     def __len__(self) -> int:
         return len(self.name)
+
+    @property
+    def streams_used(self) -> bool:
+        """Whether any op runs off the compute stream or waits for another stream."""
+        return bool(len(self)) and bool(self.stream.any() or (self.wait >= 0).any())
 
     def collective_rows(self) -> npt.NDArray[np.intp]:
         """Rows that are collectives."""

@@ -24,7 +24,9 @@ Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). Wi
 ``[parallel] fsdp`` a rank runs PyTorch FSDP's program instead (:mod:`echo_view.sim.fsdp`).
 With tied embeddings and pp > 1 the word-embedding gradient is all-reduced between the first
 and the last stage after the data-parallel reduction, before the optimizer (Megatron-LM's
-``_allreduce_word_embedding_grads``). With the interleaved schedule and ``overlap_p2p_comm``
+``_allreduce_word_embedding_grads``). A graph traced from a script that runs on several
+streams (FSDP2, DDP) keeps its own streams and waits (:mod:`echo_view.sim.streams`). With the
+interleaved schedule and ``overlap_p2p_comm``
 off, a stage's send blocks it: the transfer starts when the receiver has finished its previous
 pass and the sender's next pass waits for the transfer's end.
 """
@@ -58,7 +60,9 @@ from echo_view.model.workload import (
 from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
 from echo_view.sim.fsdp import FsdpRank
 from echo_view.sim.layout import Layout
+from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.schedule import schedule
+from echo_view.sim.streams import StreamRank, uses_streams
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
@@ -95,13 +99,25 @@ class _Cols:
 
 @dataclass(frozen=True)
 class _DpPlan:
-    """How one rank reduces its gradients over the data- and context-parallel ranks."""
+    """How one rank reduces its gradients over the data- and context-parallel ranks; an MoE
+    model's expert gradients (``expert_share`` of each bucket, with ``expert_group`` the
+    expert data-parallel ranks) go over the expert data-parallel group instead."""
 
     group: tuple[int, ...]
     red_kind: CollectiveKind
     red_bytes: int
     overlap: bool
     bucket_params: int
+    expert_group: tuple[int, ...] = ()
+    expert_share: float = 0.0
+
+    def reductions(self, params: int) -> list[tuple[int, tuple[int, ...], str]]:
+        """``(parameters, group, label)`` of the reductions of ``params`` gradients: the
+        dense part over the data-parallel group, the expert part over the expert
+        data-parallel group (none over a group of one rank)."""
+        expert = round(params * self.expert_share)
+        out = [(params - expert, self.group, "grads"), (expert, self.expert_group, "expert grads")]
+        return [(n, g, label) for n, g, label in out if n > 0 and len(g) > 1]
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,6 +168,7 @@ class _Composer:
         self.blocking = cfg.parallel.virtual_stages > 1 and not cfg.parallel.overlap_p2p_comm
         self.dp = _DpPlan((), CollectiveKind.ALL_REDUCE, 2, False, 1)  # set per rank
         self.dp_pending: list[int] = []
+        self.deepep = deepep_kernels(cfg, colls.cluster)
 
     # -- helpers ---------------------------------------------------------------------------
     def lane(self, rank: int, stream: int, name: str) -> int:
@@ -237,7 +254,7 @@ class _Composer:
             name = self.graph.strings[int(t.name[i])]
             coll = NONE
             if tc.coll[i]:
-                name = NCCL_KERNEL.get(t.coll(i), name)
+                name = self.deepep.get(name) or NCCL_KERNEL.get(t.coll(i), name)
                 axis = AXES[int(t.axis[i])]
                 ranks = self.layout.group(axis, rank)
                 coll = self.collective(
@@ -323,11 +340,12 @@ class _Composer:
             lo = hi
             if not dp.overlap or grads == 0:
                 continue
-            dur = self.colls.time_ns(dp.red_kind, grads * dp.red_bytes, dp.group)
-            name = f"{NCCL_KERNEL[dp.red_kind]} (grads chunk {g})"
-            op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
-            self.edges.append((end, op))
-            self.dp_pending.append(op)
+            for n, group, what in dp.reductions(grads):
+                dur = self.colls.time_ns(dp.red_kind, n * dp.red_bytes, group)
+                name = f"{NCCL_KERNEL[dp.red_kind]} ({what} chunk {g})"
+                op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
+                self.edges.append((end, op))
+                self.dp_pending.append(op)
         return end
 
     def rank_program(self, rank: int, m: int) -> None:
@@ -343,13 +361,23 @@ class _Composer:
         if p.fsdp != "none":  # its own program: per-unit gathers and reduce-scatters
             FsdpRank(self, rank, role_idx, (comp, dpl)).run(m)
             return
+        if uses_streams((*role.forward, *role.backward, role.optimizer)):
+            # A traced script's streams and waits (its collectives are all in the graph).
+            StreamRank(self, rank, role_idx, comp).run(m)
+            return
         n_chunks = p.pp * p.virtual_stages
         # Gradients (and the distributed optimizer's shards) span the data- and
         # context-parallel ranks: context-parallel ranks hold the same weights.
         dp_group = lay.group("dp_cp", rank)
+        # MoE experts: their gradients and optimizer shards span the expert data-parallel
+        # ranks (Megatron-Core's expert_data_parallel_group).
+        experts = int(self.graph.meta.get("expert_params", {}).get(str(role.stages[0]), 0))
+        edp_group = lay.group("edp", rank) if experts else ()
         # A graph traced from a script holds every collective its step runs (DDP, FSDP):
         # none is added here.
-        grad_ranks = 1 if self.graph.meta.get("explicit_comm") else len(dp_group)
+        grad_ranks = (
+            1 if self.graph.meta.get("explicit_comm") else max(len(dp_group), len(edp_group))
+        )
         red_bytes = grad_reduce_bytes(cfg)
         overlap = p.overlap_grad_reduce and grad_ranks > 1
         gather_early = p.distributed_optimizer and p.overlap_param_gather and grad_ranks > 1
@@ -358,7 +386,8 @@ class _Composer:
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )
-        self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params)
+        share = experts / role.params if role.params else 0.0
+        self.dp = _DpPlan(dp_group, red_kind, red_bytes, overlap, bucket_params, edp_group, share)
         # Activations and parameters travel in 16 bits when GEMMs run in fp8.
         elem_bytes = dtype_bytes("bf16" if cfg.dtype == "fp8" else cfg.dtype) or 2
         act_bytes = (
@@ -411,8 +440,8 @@ class _Composer:
         if prev_key is not None:
             self.next_op[prev_key] = len(self.c.rank)
         if grad_ranks > 1 and not overlap:
-            nbytes = role.params * red_bytes
-            dp_ops.append(self.comm_op(rank, comp, red_kind, nbytes, dp_group, "grads"))
+            for n, group, what in self.dp.reductions(role.params):
+                dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
         first_opt = len(self.c.rank)
@@ -421,8 +450,9 @@ class _Composer:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, tied if tied >= 0 else first_opt))
         if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
-            nbytes = role.params * elem_bytes
-            self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, nbytes, dp_group, "params")
+            for n, group, what in self.dp.reductions(role.params):
+                what = what.replace("grads", "params")
+                self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, n * elem_bytes, group, what)
 
     def tied_embedding_reduce(self, rank: int, comp: int, stage: int, red_bytes: int) -> int:
         """The all-reduce of the tied word-embedding gradient between the first and the last

@@ -14,12 +14,16 @@ from echo_view.model.aten_ops import gemm_dims
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
 from echo_view.model.kinds import CollectiveKind
+from echo_view.model.moe_config import MoEConfig
 from echo_view.sim.cluster import Cluster
-from echo_view.sim.comm import CommModel
+from echo_view.sim.comm import CommModel, NcclModel, model_for_library
+from echo_view.sim.comm.deepep import DeepEPModel
+from echo_view.sim.comm.routing import routed_time_ns
 from echo_view.sim.compute_presets import gemm_shape_params_for
 from echo_view.sim.gemm_shape import gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
+from echo_view.sim.moe import A2A_PHASES, busiest_rank_share
 from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
 
 I64 = npt.NDArray[np.int64]
@@ -57,6 +61,32 @@ class CollectiveCache:
         self.cluster = cluster
         self.scale = scale
         self._memo: dict[tuple[int, int, tuple[int, ...]], int] = {}
+        self._routed: dict[tuple[str, int, tuple[int, ...], int, float], int] = {}
+
+    def routed_ns(self, name: str, nbytes: int, ranks: tuple[int, ...], moe: MoEConfig) -> int:
+        """An MoE dispatch or combine (graph op ``name``, :data:`~echo_view.sim.moe.A2A_PHASES`)
+        of ``nbytes`` routed token copies per rank over the EP group ``ranks``: the all-to-allv
+        of :func:`~echo_view.sim.comm.routing.routed_time_ns` with the busiest expert at the
+        config's imbalance, so that it ends with the slowest rank; by DeepEP's model for the
+        ``deepep`` dispatcher. A model without an all-to-allv (alpha-beta) times an even
+        all-to-all of what the slowest rank receives."""
+        key = (name, int(nbytes), ranks, moe.experts, moe.imbalance)
+        t = self._routed.get(key)
+        if t is None:
+            library, phase = A2A_PHASES[name]
+            model = model_for_library(library, self.comm)
+            if isinstance(model, (NcclModel, DeepEPModel)):
+                raw = routed_time_ns(
+                    model, nbytes, ranks, self.cluster, moe.experts, moe.imbalance, phase
+                )
+            else:
+                share = busiest_rank_share(moe.experts, len(ranks), moe.imbalance)
+                received = round(nbytes * len(ranks) * share)
+                raw = model.collective_time_ns(
+                    CollectiveKind.ALL_TO_ALL, received, ranks, self.cluster
+                )
+            t = self._routed[key] = round(raw * self.scale)
+        return t
 
     def time_ns(self, kind: CollectiveKind, nbytes: int, ranks: tuple[int, ...]) -> int:
         key = (int(kind), int(nbytes), ranks)
@@ -140,11 +170,17 @@ def table_cost(
         for cls, k in scales.items():
             factor[table.op_class == cls] = k
         dur = np.rint(dur * factor).astype(np.int64)
+    dur[table.wait >= 0] = 0  # a stream wait runs no kernel
     is_coll = table.op_class == OpClass.COLLECTIVE
+    moe = cfg.model.moe
     for i in np.flatnonzero(is_coll).tolist():
         axis = AXES[int(table.axis[i])]
         ranks = layout.group(axis, rank) if axis != "none" else (rank,)
-        dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
+        name = graph.strings[int(table.name[i])]
+        if moe is not None and name in A2A_PHASES:
+            dur[i] = colls.routed_ns(name, int(table.coll_bytes[i]), ranks, moe)
+        else:
+            dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
     p = cfg.parallel
     if p.tp_comm_overlap and p.tp > 1:
         tp_ranks = layout.group("tp", rank)

@@ -27,12 +27,13 @@ from echo_view.model.workload import Workload
 from echo_view.sim import engine
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
-from echo_view.sim.compose import NCCL_KERNEL, Composed, compose
+from echo_view.sim.compose import COMPUTE_STREAM, NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.interference import InterferenceModel
 from echo_view.sim.interference.simulate import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.layout import Layout
+from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.result import SimResult
 from echo_view.sim.schedule import bubble_fraction
 
@@ -78,7 +79,8 @@ class ConfigSimulation:
         compute stream between the step's start and the last pass's end, averaged over stages."""
         p = self.cfg.parallel
         wl, res = self.composed.workload, self.result
-        passes = np.array(
+        on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
+        passes = on_compute[wl.ops.lane] & np.array(
             [wl.strings[int(n)].startswith(("forward", "backward")) for n in wl.ops.name],
             dtype=bool,
         )
@@ -190,8 +192,12 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     all_bytes = np.concatenate([t.table.coll_bytes for t in tables]) if tables else all_dur
     all_kind = np.concatenate([t.table.coll_kind for t in tables]) if tables else all_dur
     strings = StringTable(wl.strings.strings)
-    # Fine names: graph names, collectives renamed to NCCL kernels.
+    # Fine names: graph names, collectives renamed to NCCL kernels (DeepEP's, for its ops).
     coll_name = {int(k): strings.intern(v) for k, v in NCCL_KERNEL.items()}
+    deepep = {
+        strings.intern(op): strings.intern(kernel)
+        for op, kernel in deepep_kernels(sim.cfg, sim.cluster).items()
+    }
     all_name = (
         np.concatenate([t.table.name for t in tables]).astype(np.int64) if tables else all_dur
     )
@@ -199,7 +205,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     if is_coll_fine.any():
         all_name = all_name.copy()
         all_name[is_coll_fine] = [
-            coll_name.get(int(k), int(n))
+            deepep.get(int(n)) or coll_name.get(int(k), int(n))
             for k, n in zip(all_kind[is_coll_fine], all_name[is_coll_fine], strict=True)
         ]
     expanded = comp.src_table >= 0

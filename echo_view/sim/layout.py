@@ -4,6 +4,12 @@ Ranks are laid out in Megatron-LM's default order ``tp-cp-dp-pp`` (tensor-parall
 ``rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i``. Tensor-parallel groups are therefore
 consecutive ranks (inside a node when ``tp <= gpus_per_node``), data-parallel groups stride by
 ``tp * cp``, and pipeline neighbours by ``tp * cp * dp``.
+
+MoE layers fold a stage's ``tp * cp * dp`` ranks into expert tensor, expert and expert data
+parallel groups in Megatron-Core's order ``etp-ep-edp`` (its expert rank generator, order
+``tp-cp-ep-dp-pp`` with ``cp = 1``; :mod:`echo_view.model.moe_config`): stage-local rank
+``(edp_i * ep + ep_i) * etp + etp_i``. So EP8 with ``etp = 1`` is eight consecutive ranks
+(one node of eight GPUs) and EP64 spans eight such nodes.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ class Layout:
     pp: int
     dp: int
     cp: int = 1
+    ep: int = 1
+    etp: int = 1
 
     @classmethod
     def of(cls, p: ParallelConfig) -> Layout:
-        return cls(p.tp, p.pp, p.dp, p.cp)
+        return cls(p.tp, p.pp, p.dp, p.cp, p.ep, p.expert_tp)
 
     @property
     def world(self) -> int:
@@ -43,8 +51,11 @@ class Layout:
         return rest // self.dp, rest % self.dp, cp_i, tp_i
 
     def group(self, axis: str, rank: int) -> tuple[int, ...]:
-        """The ranks of ``rank``'s group along ``axis`` (``tp``, ``dp``, ``cp``, ``pp``, or
-        ``dp_cp``: the data- and context-parallel ranks together)."""
+        """The ranks of ``rank``'s group along ``axis`` (``tp``, ``dp``, ``cp``, ``pp``,
+        ``dp_cp``: the data- and context-parallel ranks together; ``ep``, ``etp``, ``edp``:
+        the expert groups of the MoE layers)."""
+        if axis in ("ep", "etp", "edp"):
+            return self.expert_group(axis, rank)
         pp_i, dp_i, cp_i, tp_i = self.coords(rank)
         if axis == "tp":
             return tuple(self.rank(pp_i, dp_i, cp_i, t) for t in range(self.tp))
@@ -59,3 +70,22 @@ class Layout:
                 self.rank(pp_i, d, c, tp_i) for d in range(self.dp) for c in range(self.cp)
             )
         raise ValueError(f"unknown parallel axis {axis!r}")
+
+    def expert_group(self, axis: str, rank: int) -> tuple[int, ...]:
+        """``rank``'s expert tensor (``etp``), expert (``ep``) or expert data (``edp``)
+        parallel group (see the module docstring)."""
+        stage_size = self.tp * self.cp * self.dp
+        base = rank - rank % stage_size
+        local = rank % stage_size
+        etp_i, rest = local % self.etp, local // self.etp
+        ep_i, edp_i = rest % self.ep, rest // self.ep
+        edp = stage_size // (self.etp * self.ep)
+
+        def at(t: int, e: int, d: int) -> int:
+            return base + (d * self.ep + e) * self.etp + t
+
+        if axis == "etp":
+            return tuple(at(t, ep_i, edp_i) for t in range(self.etp))
+        if axis == "ep":
+            return tuple(at(etp_i, e, edp_i) for e in range(self.ep))
+        return tuple(at(etp_i, ep_i, d) for d in range(edp))

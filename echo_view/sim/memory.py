@@ -33,6 +33,9 @@ forward passes waiting for their backward):
   gathered parameters and gradients of two layers (current and prefetched; FSDP's rate
   limiter keeps at most two units gathered); with ``shard_grad_op`` the unsharded gradients of
   two layers (the one being computed and the one being reduce-scattered).
+- **MoE layers** hold all ``experts / ep`` local experts (each split over ``etp``), whose
+  optimizer states the distributed optimizer shards over the expert data-parallel ranks; their
+  activations are the busiest expert-parallel rank's (:func:`layer_activation_bytes`).
 
 The allocator margin: PyTorch's caching allocator reserves more than the tensors it hands out
 (fragmentation, rounding to blocks); a stage fits when ``peak * (1 + ALLOCATOR_MARGIN) +
@@ -52,6 +55,7 @@ from echo_view.model.config import (
     grad_reduce_bytes,
     resolve_attention,
 )
+from echo_view.sim.moe import expert_tokens, local_tokens, routed_expert_params
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -75,17 +79,49 @@ def sharding_of(cfg: WorkloadConfig) -> str:
     return "optimizer" if p.distributed_optimizer else "none"
 
 
-def layer_params(model: ModelConfig, tp: int) -> int:
+def _mlp_params(model: ModelConfig, ffn: int, tp: int) -> int:
+    """A tensor-parallel MLP of ``ffn`` hidden units on one rank (biases included)."""
+    h = model.hidden
+    up = (2 if model.activation == "swiglu" else 1) * ffn
+    return up * (h + 1) // tp + ffn * h // tp + h
+
+
+def layer_params(model: ModelConfig, tp: int, mlp: bool = True) -> int:
     """Parameters of one transformer layer on one tensor-parallel rank (biases included, as in
-    Megatron-LM's GPT; norms replicated)."""
-    h, f = model.hidden, model.ffn_hidden
+    Megatron-LM's GPT; norms replicated); without its MLP when ``mlp`` is false."""
+    h = model.hidden
     kv = model.kv_heads * (h // model.heads)
     qkv = (h + 2 * kv) * (h + 1) // tp
     proj = h * h // tp + h
-    up = (2 if model.activation == "swiglu" else 1) * f
-    mlp = up * (h + 1) // tp + f * h // tp + h
     norms = 2 * (2 * h if model.normalization == "layernorm" else h)
-    return qkv + proj + mlp + norms
+    return qkv + proj + norms + (_mlp_params(model, model.ffn_hidden, tp) if mlp else 0)
+
+
+def moe_layer_params(cfg: WorkloadConfig) -> tuple[int, int]:
+    """``(all, experts)``: parameters of one MoE layer on one rank, and how many of them are
+    its ``experts / ep`` routed experts (each split over ``etp``); the router is replicated,
+    the shared experts split over ``tp`` like a dense MLP."""
+    m, p = cfg.model, cfg.parallel
+    moe = m.moe
+    assert moe is not None
+    experts = moe.experts // p.ep * routed_expert_params(m) // p.expert_tp
+    shared = _mlp_params(m, moe.shared_ffn_hidden, p.tp) if moe.shared_ffn_hidden else 0
+    return layer_params(m, p.tp, mlp=False) + moe.experts * m.hidden + shared + experts, experts
+
+
+def stage_moe_layers(cfg: WorkloadConfig, stage: int) -> int:
+    """MoE layers one GPU of pipeline ``stage`` holds (over its virtual stages)."""
+    if cfg.model.moe is None:
+        return 0
+    dense = cfg.model.moe.first_dense_layers if stage == 0 else 0
+    return sum(chunk_layers(cfg, stage)) - dense
+
+
+def stage_expert_params(cfg: WorkloadConfig, stage: int) -> int:
+    """Routed-expert parameters one GPU of ``stage`` holds (sharded over expert data parallel
+    ranks by the distributed optimizer instead of the data-parallel ones)."""
+    moe_layers = stage_moe_layers(cfg, stage)
+    return moe_layers * moe_layer_params(cfg)[1] if moe_layers else 0
 
 
 def stage_params(cfg: WorkloadConfig, stage: int) -> int:
@@ -93,7 +129,11 @@ def stage_params(cfg: WorkloadConfig, stage: int) -> int:
     position) embedding on the first stage, the final norm and output layer on the last (a copy
     of the tied word embedding when the pipeline has more than one stage)."""
     m, p = cfg.model, cfg.parallel
-    n = layer_params(m, p.tp) * sum(chunk_layers(cfg, stage))
+    moe_layers = stage_moe_layers(cfg, stage)
+    dense_layers = sum(chunk_layers(cfg, stage)) - moe_layers
+    n = layer_params(m, p.tp) * dense_layers
+    if moe_layers:
+        n += moe_layer_params(cfg)[0] * moe_layers
     word = m.vocab * m.hidden // p.tp
     if stage == 0:
         n += word + (m.seq_len * m.hidden if m.position == "learned" else 0)
@@ -108,13 +148,20 @@ def _act_bytes(cfg: WorkloadConfig) -> int:
     return 4 if cfg.dtype == "fp32" else 2
 
 
-def layer_activation_bytes(cfg: WorkloadConfig, recompute: str | None = None) -> int:
+def layer_activation_bytes(
+    cfg: WorkloadConfig, recompute: str | None = None, moe: bool = False
+) -> int:
     """Bytes one transformer layer stores for its backward, per micro-batch, on one GPU.
 
     With 16-bit activations, unfused attention and no GQA or SwiGLU this is Korthikanti et al.'s
     Table 2: ``sbh(10 + 24/t + 5as/(ht))`` with tensor parallelism, ``sbh(34/t + 5as/(ht))``
     adding sequence parallelism, without the ``5as`` term under selective recomputation, and
     ``2sbh`` (``/t`` with sequence parallelism) under full recomputation.
+
+    An MoE layer (``moe``) keeps, instead of the MLP's activations, the shared experts' (as a
+    dense MLP of ``shared_ffn_hidden``), the router's scores, and on the busiest rank the
+    grouped GEMMs' inputs and activation output for its received tokens
+    (:func:`~echo_view.sim.moe.expert_tokens`) and the combined copies before the weighted sum.
     """
     m, p = cfg.model, cfg.parallel
     rec = p.recompute if recompute is None else recompute
@@ -131,14 +178,33 @@ def layer_activation_bytes(cfg: WorkloadConfig, recompute: str | None = None) ->
     replicated = (4 * e + 2) * sbh
     # Split over t: Q, K, V, the output projection's input, the MLP activation's input and
     # output: 24 sbh / t for 16-bit GPT.
-    split = e * (sbh + 2 * kv + sbh) + e * (gated + 1) * s * b * m.ffn_hidden
+    ffn = m.moe.shared_ffn_hidden if moe and m.moe is not None else m.ffn_hidden
+    split = e * (sbh + 2 * kv + sbh) + e * (gated + 1) * s * b * ffn
     # Core attention: flash keeps its fp32 log-sum-exp per head and token; unfused attention
     # the softmax output, its dropout mask and the dropout output (s x s per head).
     flash = resolve_attention(cfg) == "flash"
     core = 4 * a * s * b if flash else (2 * e + 1) * a * s * s * b
     if rec != "none":
         core = 0
-    return replicated // shard + split // t + core // t
+    routed = _routed_activation_bytes(cfg, e) if moe else 0
+    return replicated // shard + split // t + core // t + routed
+
+
+def _routed_activation_bytes(cfg: WorkloadConfig, e: int) -> int:
+    """What an MoE layer's routed part stores on the busiest rank (see
+    :func:`layer_activation_bytes`): the router's scores (fp32), the received tokens (the
+    first grouped GEMM's input), that GEMM's output and the activation's (the second GEMM's
+    input), and the combined copies (weighted by the probabilities in the unpermutation)."""
+    m, p = cfg.model, cfg.parallel
+    moe = m.moe
+    assert moe is not None
+    tok = expert_tokens(cfg)
+    rows = tok.per_expert * tok.local_experts  # after the etp all-gather
+    f = moe.moe_ffn_hidden // p.expert_tp
+    gated = 2 if m.activation == "swiglu" else 1
+    router = 4 * local_tokens(cfg) * moe.experts
+    tokens = e * m.hidden * (tok.routed + rows)
+    return router + tokens + e * rows * (gated + 1) * f
 
 
 def inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
@@ -229,10 +295,11 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     m, p = cfg.model, cfg.parallel
     d = p.dp * p.cp  # Megatron shards optimizer states over data- and context-parallel ranks
     n = stage_params(cfg, stage)
+    experts = stage_expert_params(cfg, stage)
     wb, gb, ob = _state_bytes(cfg)
     weights, grads, optimizer = n * wb, n * gb, n * ob
-    if shard_mode != "none":
-        optimizer = -(-optimizer // d)
+    if shard_mode != "none":  # expert states over the expert data-parallel ranks
+        optimizer = -(-(n - experts) * ob // d) + -(-experts * ob // p.expert_dp)
     if shard_mode in ("full", "grad_op"):
         grads = -(-grads // d)
     if shard_mode == "full":
@@ -242,7 +309,15 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     shard = t if p.sequence_parallel else 1
     held = inflight(cfg, stage)
     per_layer = layer_activation_bytes(cfg)
-    act = per_layer * sum(n * k for n, k in zip(chunk_layers(cfg, stage), held, strict=True))
+    # Each chunk's forwards hold that chunk's layers.
+    held_layers = sum(n * k for n, k in zip(chunk_layers(cfg, stage), held, strict=True))
+    act = per_layer * held_layers
+    if m.moe is not None and p.recompute != "full":
+        # A chunk's MoE layers hold the MoE layer's activations instead (chunk 0 of stage 0
+        # starts with the dense layers).
+        dense = m.moe.first_dense_layers if stage == 0 else 0
+        moe_held = held_layers - dense * held[0]
+        act += (layer_activation_bytes(cfg, moe=True) - per_layer) * moe_held
     last = stage == p.pp - 1
     if stage == 0:
         act += s * b * h // shard * held[0]  # the embedding's dropout mask

@@ -44,6 +44,7 @@ from echo_view.sim.interference.features import trace_generation
 from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.memory import memory_report
+from echo_view.sim.moe import moe_report
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
 from echo_view.sim.throughput import throughput
@@ -300,6 +301,8 @@ def predict_workload(
     peak = cluster.gpu.peak(cfg.dtype)
     report["throughput"] = throughput(cfg, sim.step_ns / 1e9, peak).to_json()
     report["memory"] = memory_report(cfg, cluster.gpu.memory_bytes).to_json()
+    if cfg.model.moe is not None:
+        report["moe"] = moe_report(cfg)
     return WorkloadRun(sim, job, report)
 
 

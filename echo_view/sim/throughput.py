@@ -11,7 +11,9 @@ halve the attention term (PaLM's convention).
 ``N`` here is the weights a token is multiplied by: per layer the query, key, value and output
 projections and the MLP matrices (two, three with SwiGLU's gate), plus the output layer
 (``hidden * vocab``). The input embedding is a lookup, not a matmul; biases and norms are
-negligible and left out.
+negligible and left out. In an MoE layer a token is multiplied by the router, its ``top_k``
+routed experts and the shared experts only: the active parameters, not all experts
+(:func:`~echo_view.sim.moe.moe_mlp_params`).
 """
 
 from __future__ import annotations
@@ -19,15 +21,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from echo_view.model.config import ModelConfig, WorkloadConfig
+from echo_view.sim.moe import moe_layers, moe_mlp_params
 
 
-def matmul_params(model: ModelConfig) -> int:
-    """``N``: the weights each token is multiplied by (see the module docstring)."""
+def matmul_params(model: ModelConfig, active: bool = True) -> int:
+    """``N``: the weights each token is multiplied by (see the module docstring); with
+    ``active`` false, every weight matrix (all experts of an MoE model)."""
     h = model.hidden
     head_dim = h // model.heads
     attention = 2 * h * h + 2 * h * model.kv_heads * head_dim  # Q and output; K and V (GQA)
     mlp = (3 if model.activation == "swiglu" else 2) * h * model.ffn_hidden  # gate, up, down
-    return model.layers * (attention + mlp) + h * model.vocab
+    moe = moe_layers(model)
+    experts = moe * moe_mlp_params(model, active) if moe else 0
+    return model.layers * attention + (model.layers - moe) * mlp + experts + h * model.vocab
 
 
 def model_flops_per_token(model: ModelConfig) -> int:

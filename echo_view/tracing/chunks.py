@@ -28,6 +28,7 @@ from echo_view.model.graph import OP_COLUMNS, OpTable
 from echo_view.model.strings import StringTable
 from echo_view.tracing.gpt import TORCH_DTYPES, GPTChunk
 from echo_view.tracing.layers import ColumnParallelLinear, RowParallelLinear
+from echo_view.tracing.moe import GroupedMLP
 from echo_view.tracing.recorder import Recorder
 
 #: Bytes per gradient element: Megatron accumulates gradients in fp32 (``main_grad``).
@@ -37,33 +38,46 @@ GRAD_BYTES = 4
 @dataclass(frozen=True, eq=False)
 class ChunkBody:
     """One micro-batch of one model chunk: its forward and backward ops (string ids into the
-    table they were traced with), its parameter count and its FP8 weights' element counts."""
+    table they were traced with), its parameter count (``expert_params`` of them in MoE
+    experts, reduced over the expert data-parallel group) and its FP8 weights' element
+    counts."""
 
     forward: OpTable
     backward: OpTable
     params: int
     fp8_weights: tuple[int, ...]
+    expert_params: int = 0
 
 
 def _fp8_weights(module: torch.nn.Module) -> tuple[int, ...]:
-    """Element counts of the weights of the chunk's FP8 linear layers, in module order."""
-    return tuple(
-        int(mod.weight.numel())
-        for mod in module.modules()
-        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)) and mod.fp8 is not None
-    )
+    """Element counts of the weights of the chunk's FP8 linear layers and grouped expert
+    GEMMs, in module order."""
+    out: list[int] = []
+    for mod in module.modules():
+        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)) and mod.fp8 is not None:
+            out.append(int(mod.weight.numel()))
+        elif isinstance(mod, GroupedMLP):
+            out.extend(mod.fp8_weights())
+    return tuple(out)
 
 
 def trace_chunk(
-    strings: StringTable, cfg: WorkloadConfig, first: bool, last: bool, layers: int
+    strings: StringTable,
+    cfg: WorkloadConfig,
+    first: bool,
+    last: bool,
+    layers: int,
+    dense: int = 0,
 ) -> ChunkBody:
     """Trace one micro-batch of a chunk of ``layers`` layers (with the embedding when
-    ``first``, the output layer and loss when ``last``) on the meta device."""
+    ``first``, the output layer and loss when ``last``; in an MoE model the first ``dense``
+    layers dense) on the meta device."""
     m, p = cfg.model, cfg.parallel
     rec = Recorder(strings)
     with rec:
-        module = GPTChunk(rec, cfg, layers, first, last)
+        module = GPTChunk(rec, cfg, layers, first, last, dense)
         params = sum(int(t.numel()) for t in module.parameters())
+        experts = sum(int(t.numel()) for t in module.parameters() if getattr(t, "expert", False))
         for prm in module.parameters():
             nbytes = int(prm.numel()) * GRAD_BYTES
             prm.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
@@ -87,7 +101,7 @@ def trace_chunk(
         else:
             out.backward(torch.empty_like(out))
         bwd = rec.end()
-    return ChunkBody(fwd, bwd, params, _fp8_weights(module))
+    return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts)
 
 
 def _rows(table: OpTable) -> npt.NDArray[np.int64]:
@@ -175,6 +189,7 @@ class _Repeatable:
             _take(one.backward, index(self.backward, len(one.backward), len(two.backward))),
             one.params + (layers - 1) * (two.params - one.params),
             tuple(int(n) for n in fp8),
+            one.expert_params + (layers - 1) * (two.expert_params - one.expert_params),
         )
 
 
@@ -189,8 +204,14 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._kinds)
 
-    def body(self, cfg: WorkloadConfig, first: bool, last: bool, layers: int) -> ChunkBody:
-        """A chunk of ``layers`` layers of ``cfg``'s model (see :func:`trace_chunk`)."""
+    def body(
+        self, cfg: WorkloadConfig, first: bool, last: bool, layers: int, dense: int = 0
+    ) -> ChunkBody:
+        """A chunk of ``layers`` layers of ``cfg``'s model (see :func:`trace_chunk`). A chunk
+        that mixes an MoE model's dense layers with MoE layers (only the first) is traced
+        whole."""
+        if cfg.model.moe is not None and dense > 0:
+            return trace_chunk(self.strings, cfg, first, last, layers, dense)
         key = (chunk_key(cfg), first, last)
         kind = self._kinds.get(key)
         if kind is None:

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
+from echo_view.tracing.fp8 import fp8_recipe
 from echo_view.tracing.fused import RMSNorm, rope, swiglu
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
@@ -21,6 +22,7 @@ from echo_view.tracing.layers import (
     VocabParallelEmbedding,
     context_gather,
 )
+from echo_view.tracing.moe import MoELayer
 from echo_view.tracing.recorder import Recorder
 
 TORCH_DTYPES = {
@@ -40,17 +42,13 @@ def norm(cfg: WorkloadConfig, dtype: torch.dtype) -> nn.Module:
     return nn.LayerNorm(cfg.model.hidden, device="meta", dtype=dtype)
 
 
-def fp8_recipe(cfg: WorkloadConfig) -> str | None:
-    """The FP8 recipe the transformer layers' linear layers use, or None without FP8."""
-    return cfg.fp8_recipe if cfg.dtype == "fp8" else None
-
-
 class TransformerLayer(nn.Module):
     """Pre-norm transformer layer: attention block then MLP block, each residual. With
     ``swiglu`` the first MLP projection computes the gate and the up projection together
-    (``2 * ffn_hidden`` outputs, Megatron's layout), so the MLP has three weight matrices."""
+    (``2 * ffn_hidden`` outputs, Megatron's layout), so the MLP has three weight matrices.
+    With ``moe`` an MoE layer (:mod:`echo_view.tracing.moe`) replaces the MLP."""
 
-    def __init__(self, rec: Recorder, cfg: WorkloadConfig) -> None:
+    def __init__(self, rec: Recorder, cfg: WorkloadConfig, moe: bool = False) -> None:
         super().__init__()
         m, p = cfg.model, cfg.parallel
         tp, sp = p.tp, p.sequence_parallel
@@ -70,8 +68,10 @@ class TransformerLayer(nn.Module):
         self.ln2 = norm(cfg, dtype)
         self.swiglu = m.activation == "swiglu"
         fc1_out = 2 * m.ffn_hidden if self.swiglu else m.ffn_hidden
-        self.fc1 = ColumnParallelLinear(rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8)
-        self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8)
+        self.moe = MoELayer(rec, cfg, dtype) if moe else None
+        if self.moe is None:
+            self.fc1 = ColumnParallelLinear(rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8)
+            self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8)
         self.rope = m.position == "rope"
         self.dropout = 0.1 if self.attention == "unfused" else 0.0
         self.rec, self.cp = rec, p.cp
@@ -104,6 +104,8 @@ class TransformerLayer(nn.Module):
         ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, self.heads * d)
         x = residual + F.dropout(self.proj(ctx), p=0.1, training=True)
         residual = x
+        if self.moe is not None:
+            return residual + F.dropout(self.moe(self.ln2(x)), p=0.1, training=True)
         up = self.fc1(self.ln2(x))
         h = swiglu(up) if self.swiglu else F.gelu(up)
         return residual + F.dropout(self.fc2(h), p=0.1, training=True)
@@ -111,10 +113,17 @@ class TransformerLayer(nn.Module):
 
 class GPTChunk(nn.Module):
     """One model chunk: consecutive layers, plus the embedding on the first chunk of the
-    model and the final norm, output layer and loss on the last."""
+    model and the final norm, output layer and loss on the last. In an MoE model the layers
+    after the first ``dense`` are MoE layers."""
 
     def __init__(
-        self, rec: Recorder, cfg: WorkloadConfig, layers: int, first: bool, last: bool
+        self,
+        rec: Recorder,
+        cfg: WorkloadConfig,
+        layers: int,
+        first: bool,
+        last: bool,
+        dense: int = 0,
     ) -> None:
         super().__init__()
         m, p = cfg.model, cfg.parallel
@@ -134,7 +143,10 @@ class GPTChunk(nn.Module):
             if first
             else None
         )
-        self.layers = nn.ModuleList(TransformerLayer(rec, cfg) for _ in range(layers))
+        moe = m.moe is not None
+        self.layers = nn.ModuleList(
+            TransformerLayer(rec, cfg, moe and i >= dense) for i in range(layers)
+        )
         if last:
             self.final_ln = norm(cfg, dtype)
             self.output = ColumnParallelLinear(

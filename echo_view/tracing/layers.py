@@ -37,13 +37,15 @@ class _Comm(torch.autograd.Function):
         bwd: CollectiveKind | None,
         tp: int,
         wire_bytes: int | None,
+        axis: str,
     ) -> torch.Tensor:
-        ctx.rec, ctx.bwd, ctx.tp = rec, bwd, tp
-        return _apply(rec, fwd, x, tp, wire_bytes)
+        ctx.rec, ctx.bwd, ctx.tp, ctx.axis = rec, bwd, tp, axis
+        return _apply(rec, fwd, x, tp, wire_bytes, axis)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return _apply(ctx.rec, ctx.bwd, grad, ctx.tp), None, None, None, None, None
+        out = _apply(ctx.rec, ctx.bwd, grad, ctx.tp, axis=ctx.axis)
+        return out, None, None, None, None, None, None
 
 
 def _apply(
@@ -52,18 +54,19 @@ def _apply(
     x: torch.Tensor,
     tp: int,
     wire_bytes: int | None = None,
+    axis: str = "tp",
 ) -> torch.Tensor:
     if kind is None or tp == 1:
         return x
     size = x.numel() * (wire_bytes or x.element_size())
     if kind == CollectiveKind.ALL_REDUCE:
-        rec.collective(kind, size, "tp")
+        rec.collective(kind, size, axis)
         return x.clone()
     if kind == CollectiveKind.ALL_GATHER:
-        rec.collective(kind, size * tp, "tp")
+        rec.collective(kind, size * tp, axis)
         return x.new_empty((x.shape[0] * tp, *x.shape[1:]))
     if kind == CollectiveKind.REDUCE_SCATTER:
-        rec.collective(kind, size, "tp")
+        rec.collective(kind, size, axis)
         return x.new_empty((x.shape[0] // tp, *x.shape[1:]))
     raise ValueError(f"unsupported tensor-parallel collective {kind}")
 
@@ -75,10 +78,12 @@ def comm(
     bwd: CollectiveKind | None,
     tp: int,
     wire_bytes: int | None = None,
+    axis: str = "tp",
 ) -> torch.Tensor:
-    """Insert a recorded collective pair (forward kind, backward kind) on ``x``; the forward
-    one moves ``wire_bytes`` per element when given (an FP8 copy of a bf16 tensor)."""
-    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp, wire_bytes)  # type: ignore[no-untyped-call]
+    """Insert a recorded collective pair (forward kind, backward kind) over ``tp`` ranks of
+    ``axis`` on ``x``; the forward one moves ``wire_bytes`` per element when given (an FP8
+    copy of a bf16 tensor)."""
+    out: torch.Tensor = _Comm.apply(x, rec, fwd, bwd, tp, wire_bytes, axis)  # type: ignore[no-untyped-call]
     return out
 
 

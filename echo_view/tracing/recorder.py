@@ -55,7 +55,7 @@ class UnsupportedCollective(RuntimeError):
     """A dispatcher collective the catalogue does not know."""
 
 
-def _group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
+def group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
     """The global ranks of the process group a c10d / functional collective runs in."""
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _resolve_process_group  # type: ignore[attr-defined]
@@ -110,24 +110,38 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def _row(self, **row: float) -> None:
         if self._cols is not None and self.enabled:
-            self._cols.append(**row)
+            # One stream (the built-in tracer's programs): streams are the composer's.
+            self._cols.append(**row, stream=0, wait=-1)
 
     # -- explicit records -----------------------------------------------------------------
     def collective(self, kind: CollectiveKind, nbytes: int, axis: str, name: str = "") -> None:
         """Record a collective over parallel ``axis`` moving ``nbytes`` per rank."""
         label = name or f"nccl:{kind.label}"
-        self._row(
-            name=self.strings.intern(label),
-            op_class=OpClass.COLLECTIVE,
-            flops=0.0,
-            bytes=0,
-            dtype=-1,
-            shapes=-1,
+        self.no_kernel_row(
+            label,
+            OpClass.COLLECTIVE,
             coll_kind=int(kind),
             coll_bytes=int(nbytes),
             axis=AXES.index(axis),
-            grad_bytes=0,
         )
+
+    def no_kernel_row(self, name: str, cls: int, **columns: float) -> None:
+        """Record a row of no compute (no FLOPs, bytes, dtype or shapes): ``columns`` give
+        the rest (a collective's kind, payload and axis; a stream wait's row)."""
+        row: dict[str, float] = {
+            "name": self.strings.intern(name),
+            "op_class": cls,
+            "flops": 0.0,
+            "bytes": 0,
+            "dtype": -1,
+            "shapes": -1,
+            "coll_kind": -1,
+            "coll_bytes": 0,
+            "axis": -1,
+            "grad_bytes": 0,
+        }
+        row.update(columns)
+        self._row(**row)
 
     def op(
         self,
@@ -239,7 +253,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             # Functional collectives take the input and return the output.
             nbytes = sum(_nbytes(t) for t in tensors)
             if kind in _OUTPUT_PAYLOAD:
-                nbytes *= len(_group_ranks(args))
+                nbytes *= len(group_ranks(args))
         else:
             # c10d ops take (outputs, inputs) for gathers and scatters, else the buffers.
             outs = [t for t in tree_flatten(args[0])[0] if isinstance(t, torch.Tensor)]
@@ -252,7 +266,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             else:
                 nbytes = sum(_nbytes(t) for t in outs)
         assert self._cols is not None
-        self.groups.append((len(self._cols), _group_ranks(args)))
+        self.groups.append((len(self._cols), group_ranks(args)))
         self.collective(kind, nbytes, "none", name)
 
 

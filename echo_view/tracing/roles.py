@@ -17,6 +17,7 @@ chunk with all its layers instead and builds the same graph, row for row.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,19 +26,19 @@ from echo_view.model.config import (
     WorkloadConfig,
     chunk_layers,
     config_to_mapping,
+    moe_dense_prefix,
     resolve_attention,
     tracing_key,
 )
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk
-from echo_view.tracing.fp8 import record_cast, record_scale_update
-from echo_view.tracing.gpt import fp8_recipe
+from echo_view.tracing.fp8 import fp8_recipe, record_cast, record_scale_update
 from echo_view.tracing.recorder import Recorder
 
-#: A chunk's body: ``(cfg, first, last, layers)`` to ops whose string ids refer to a table
-#: of the source's.
-ChunkSource = Callable[[WorkloadConfig, bool, bool, int], ChunkBody]
+#: A chunk's body: ``(cfg, first, last, layers, dense)`` to ops whose string ids refer to a
+#: table of the source's (``dense``: an MoE model's dense layers at the chunk's start).
+ChunkSource = Callable[[WorkloadConfig, bool, bool, int, int], ChunkBody]
 
 
 def role_stages(pp: int) -> list[tuple[int, ...]]:
@@ -50,12 +51,20 @@ def role_stages(pp: int) -> list[tuple[int, ...]]:
 
 
 def _optimizer(
-    rec: Recorder, cfg: WorkloadConfig, params: int, fp8_weights: tuple[int, ...] = ()
+    rec: Recorder,
+    cfg: WorkloadConfig,
+    params: int,
+    fp8_weights: tuple[int, ...] = (),
+    expert_params: int = 0,
 ) -> OpTable:
     """The step's optimizer kernels on this rank's parameters (a shard of them with the
-    distributed optimizer): gradient-norm reduction, fused Adam, zeroing the gradients; with
+    distributed optimizer: ``dp`` ways, an MoE model's expert parameters over the expert
+    data-parallel ranks): gradient-norm reduction, fused Adam, zeroing the gradients; with
     FP8, the once-per-step quantization of the FP8 layers' updated weights."""
-    n = params // cfg.parallel.dp if cfg.parallel.distributed_optimizer else params
+    p = cfg.parallel
+    n = params
+    if p.distributed_optimizer:
+        n = (params - expert_params) // p.dp + expert_params // p.expert_dp
     half = cfg.dtype != "fp32"
     recipe = fp8_recipe(cfg)
     rec.begin()
@@ -100,25 +109,31 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
     n_chunks = p.pp * p.virtual_stages
     rec = Recorder(StringTable())
     roles = []
+    expert_params: dict[str, int] = {}
     for stages in role_stages(p.pp):
         s = stages[0]
-        fwds, bwds, params = [], [], 0
+        fwds, bwds, params, experts = [], [], 0, 0
         fp8_weights: tuple[int, ...] = ()
         for v, layers in enumerate(chunk_layers(cfg, s)):
             chunk = v * p.pp + s
-            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, layers)
+            dense = moe_dense_prefix(cfg, chunk)
+            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, layers, dense)
             gemms = len(body.fp8_weights)
             fwds.append(_phase(rec, body.forward, source, cfg, gemms, forward=True))
             bwds.append(_phase(rec, body.backward, source, cfg, gemms, forward=False))
             params += body.params
+            experts += body.expert_params
             fp8_weights += body.fp8_weights
-        opt = _optimizer(rec, cfg, params, fp8_weights)
+        opt = _optimizer(rec, cfg, params, fp8_weights, experts)
         roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
-    meta = {
+        expert_params[str(s)] = experts
+    meta: dict[str, Any] = {
         "attention": resolve_attention(cfg),
         "layers_per_chunk": {str(st[0]): _layers_meta(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
     }
+    if cfg.model.moe is not None:  # parameters reduced over the expert data-parallel group
+        meta["expert_params"] = expert_params
     config = {"config": config_to_mapping(cfg), "key": tracing_key(cfg)}
     return TracedGraph(rec.strings, tuple(roles), config=config, meta=meta)
 
@@ -135,7 +150,7 @@ def trace_whole(cfg: WorkloadConfig) -> TracedGraph:
     """:func:`trace_workload` with every chunk traced with all its layers, not repeated."""
     strings = StringTable()
 
-    def whole(cfg: WorkloadConfig, first: bool, last: bool, layers: int) -> ChunkBody:
-        return trace_chunk(strings, cfg, first, last, layers)
+    def whole(cfg: WorkloadConfig, first: bool, last: bool, layers: int, dense: int) -> ChunkBody:
+        return trace_chunk(strings, cfg, first, last, layers, dense)
 
     return _assemble(cfg, strings, whole)

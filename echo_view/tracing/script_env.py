@@ -14,8 +14,14 @@ traced (and restored afterwards):
 - DDP compares parameter shapes across ranks by reading a tensor of sizes: the check is
   skipped (every fake rank builds the same model);
 - DDP's built-in all-reduce hook returns the fake backend's empty result: it is replaced by a
-  hook that all-reduces each gradient bucket (averaged, as DDP's default) through
-  ``torch.distributed.all_reduce``, the same collective on the same bucket.
+  hook that all-reduces each gradient bucket through ``torch.distributed.all_reduce``, the
+  same collective on the same bucket. (Without a hook DDP divides each gradient while it
+  copies it into its bucket, ``mul_out``, and the hook path copies it, ``copy_``: one kernel
+  of the same bytes either way, so the hook divides nothing.)
+- DDP puts every gradient in one bucket for its first iteration and rebuilds its buckets
+  after it (``DistributedDataParallel._ddp_init_helper``, ``compute_bucket_size_limits``):
+  the traced step, which stands for every step, gets the buckets of the later steps (a 1 MiB
+  first bucket, then ``bucket_cap_mb``), in reverse parameter order as DDP first assigns them.
 
 ``torch.distributed.init_process_group`` called by the script is a no-op (the fake group is up).
 """
@@ -50,9 +56,8 @@ def _unfaked(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _ddp_bucket_hook(process_group: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default: all-reduce the bucket and average it over the group."""
+    """DDP's default: all-reduce the bucket (module docstring: the division is elsewhere)."""
     buf = bucket.buffer()
-    buf.div_(dist.get_world_size(process_group))
     dist.all_reduce(buf, group=process_group, async_op=True)
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buf)
@@ -112,6 +117,15 @@ def _adapted_torch() -> Iterator[None]:
             self.register_comm_hook(self.process_group, _ddp_bucket_hook)
 
         stack.enter_context(_patched(ddp.DistributedDataParallel, "__init__", init))
+        limits = ddp._BucketCapacityConfig.compute_bucket_size_limits
+
+        def steady_buckets(self: Any, static_graph: bool, find_unused_parameters: bool) -> Any:
+            del static_graph, find_unused_parameters
+            return limits(self, static_graph=False, find_unused_parameters=True)
+
+        stack.enter_context(
+            _patched(ddp._BucketCapacityConfig, "compute_bucket_size_limits", steady_buckets)
+        )
         stack.enter_context(_patched(dist, "init_process_group", lambda *a, **k: None))
         yield
 

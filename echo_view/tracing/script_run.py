@@ -25,8 +25,9 @@ import torch
 from echo_view.errors import ConfigError, EchoViewError, InputError
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
-from echo_view.tracing.recorder import Recorder, UnsupportedCollective
+from echo_view.tracing.recorder import UnsupportedCollective
 from echo_view.tracing.script_env import fake_rank
+from echo_view.tracing.streams import StreamRecorder, cpu_streams
 
 DEFAULT_FUNCTION = "train_step"
 #: Seconds one rank's step may take to trace (Llama-3 70B, 80 layers: about a minute).
@@ -85,8 +86,8 @@ class RankProgram:
         return self.params == other.params
 
 
-class _PhaseRecorder(Recorder):  # type: ignore[no-untyped-call]
-    """A :class:`Recorder` that cuts the step into its phases (module docstring)."""
+class _PhaseRecorder(StreamRecorder):  # type: ignore[no-untyped-call]
+    """A :class:`StreamRecorder` that cuts the step into its phases (module docstring)."""
 
     def __init__(self, strings: StringTable) -> None:
         super().__init__(strings)
@@ -98,6 +99,7 @@ class _PhaseRecorder(Recorder):  # type: ignore[no-untyped-call]
 
     def switch(self, phase: str) -> None:
         if self._cols is not None:
+            self.wait_unwaited()
             self.tables[self.phase] = self.end()
             self.phase_groups[self.phase] = self.groups
         self.phase = phase
@@ -130,6 +132,8 @@ class _PhaseRecorder(Recorder):  # type: ignore[no-untyped-call]
             raise _ScriptShape("an optimizer step before any backward pass")
         if self.phase == "backward":
             self.switch("optimizer")
+        if not optimizer.state:
+            _skip_state_init(self, optimizer)
         params = [p for g in optimizer.param_groups for p in g["params"]]
         self.params += sum(int(_local(p).numel()) for p in params)
         grads = [p.grad for p in params if p.grad is not None]
@@ -142,6 +146,24 @@ class _PhaseRecorder(Recorder):  # type: ignore[no-untyped-call]
         if self.phase == "forward" and torch._C._current_autograd_node() is not None:
             self.switch("backward")
         return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _skip_state_init(rec: _PhaseRecorder, optimizer: Any) -> None:
+    """Record nothing of ``optimizer``'s ``_init_group``: on the traced (first) step it
+    creates the optimizer's state (Adam's moments and step counters: ``zeros_like`` and
+    ``zeros`` kernels), which later steps, the ones a step time stands for, do not run."""
+    init = getattr(optimizer, "_init_group", None)
+    if init is None:
+        return
+
+    def unrecorded(*args: Any, **kwargs: Any) -> Any:
+        enabled, rec.enabled = rec.enabled, False
+        try:
+            return init(*args, **kwargs)
+        finally:
+            rec.enabled = enabled
+
+    optimizer._init_group = unrecorded
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -305,7 +327,7 @@ def trace_rank(
             register_optimizer_step_pre_hook(rec.on_optimizer),
         ]
         try:
-            with _time_limit(timeout_s), fake, rec:
+            with _time_limit(timeout_s), fake, rec, cpu_streams(rec):
                 fn(**args)
             rec.finish()
         except EchoViewError:

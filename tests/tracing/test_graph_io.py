@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from echo_view.errors import InputError
 from echo_view.model.config import parse_workload_config
+from echo_view.model.graph import OP_COLUMNS, OPTIONAL_COLUMNS, TracedGraph
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
 from tests.conftest import TORCH_MISSING
@@ -59,6 +61,28 @@ def test_round_trip_keeps_every_column(tmp_path: Path, suffix: str) -> None:
                 "shapes",
             ):
                 assert np.array_equal(getattr(t0, col), getattr(t1, col)), col
+
+
+def test_stream_columns_are_written_only_when_used(tmp_path: Path) -> None:
+    """A graph of one stream is written without ``stream`` / ``wait`` (as before they existed)
+    and read back with their defaults; a graph that uses them keeps them exactly."""
+    graph = trace_workload(parse_workload_config(CFG))
+    plain = tmp_path / "plain.json"
+    write_graph(graph, plain)
+    table = json.loads(plain.read_text())["roles"][0]["forward"][0]
+    assert set(table) == set(OP_COLUMNS) - set(OPTIONAL_COLUMNS)
+    fwd = read_graph(plain).roles[0].forward[0]
+    assert not fwd.stream.any() and (fwd.wait == -1).all()
+    role = graph.roles[0]
+    t = role.forward[0]
+    n = len(t)
+    stream = np.arange(n) % 3
+    wait = np.where(np.arange(n) % 5 == 4, np.arange(n) - 2, -1)
+    streams = replace(t, stream=stream, wait=wait)
+    used = TracedGraph(graph.strings, (replace(role, forward=(streams, *role.forward[1:])),))
+    write_graph(used, tmp_path / "streams.json")
+    back = read_graph(tmp_path / "streams.json").roles[0].forward[0]
+    assert np.array_equal(back.stream, stream) and np.array_equal(back.wait, wait)
 
 
 def _write(path: Path, doc: Any) -> Path:

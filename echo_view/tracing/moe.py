@@ -1,0 +1,184 @@
+"""The MoE layer of Megatron-Core (``MoELayer``), for one rank, on the meta device.
+
+In place of the dense MLP: the router (a ``hidden x experts`` GEMM, softmax or sigmoid scores,
+top-k), the permutation of each token's ``top_k`` copies into expert order (a gather; its
+backward a scatter-add), the token dispatch over the expert-parallel group, the local experts
+as one grouped GEMM per projection (a batched GEMM of ``experts / ep`` groups), the combine back,
+and the unpermutation weighted by the routing probabilities (a multiply and a sum over the
+``top_k`` copies). Shared experts run beside the routed ones as a dense tensor-parallel MLP.
+
+Dispatchers (``model.dispatcher``, Megatron-Core's ``--moe-token-dispatcher-type``):
+
+- ``alltoall``: an all-to-all(v) over the EP group each way, forward and backward (NCCL's
+  grouped send/recv); with expert tensor parallelism the received tokens are then all-gathered
+  over the ``etp`` group and the experts' output reduce-scattered back;
+- ``deepep``: the same traffic through DeepEP's dispatch and combine kernels;
+- ``allgather``: every rank's tokens all-gathered over the EP group, each rank keeping those
+  routed to its experts, and the output reduce-scattered back.
+
+The busiest rank's token count sizes the GEMMs (:func:`~echo_view.sim.moe.expert_tokens`):
+with routing imbalance the traced rank is the slowest one, as the step is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.kinds import CollectiveKind
+from echo_view.sim.moe import a2a_name, expert_tokens
+from echo_view.tracing.fp8 import fp8_bmm, fp8_recipe
+from echo_view.tracing.fused import swiglu
+from echo_view.tracing.layers import AG, RS, ColumnParallelLinear, RowParallelLinear, comm
+from echo_view.tracing.recorder import Recorder
+
+A2A = CollectiveKind.ALL_TO_ALL
+
+
+class _AllToAll(torch.autograd.Function):
+    """A token all-to-all over the EP group: ``rows`` token rows out, ``ctx``-kept rows back
+    in backward (the transposed traffic, recorded under the other phase's name)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, rec: Recorder, names: tuple[str, str], rows: int, wire: int
+    ) -> torch.Tensor:
+        # The per-rank payload is the routed copies (T * top_k rows) either way: the routed
+        # model times a combine as the dispatch's transpose.
+        routed = x.shape[0] if names[0].endswith("dispatch") else rows
+        ctx.rec, ctx.name, ctx.rows, ctx.routed = rec, names[1], x.shape[0], routed
+        rec.collective(A2A, routed * x.shape[1] * wire, "ep", names[0])
+        return x.new_empty((rows, x.shape[1]))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        nbytes = ctx.routed * grad.shape[1] * grad.element_size()
+        ctx.rec.collective(A2A, nbytes, "ep", ctx.name)
+        return grad.new_empty((ctx.rows, grad.shape[1])), None, None, None, None
+
+
+def all_to_all(
+    x: torch.Tensor, rec: Recorder, names: tuple[str, str], rows: int, wire: int
+) -> torch.Tensor:
+    """``x`` sent over the EP group, ``rows`` rows received; ``names``: the forward and the
+    backward op's name; ``wire``: bytes per element on the wire."""
+    out: torch.Tensor = _AllToAll.apply(x, rec, names, rows, wire)  # type: ignore[no-untyped-call]
+    return out
+
+
+class GroupedMLP(nn.Module):
+    """This rank's ``experts / ep`` experts, each ``hidden -> moe_ffn_hidden / etp -> hidden``,
+    as batched GEMMs over ``per_expert`` token rows (Transformer Engine's grouped GEMM)."""
+
+    def __init__(self, cfg: WorkloadConfig, dtype: torch.dtype, local: int) -> None:
+        super().__init__()
+        moe, h = cfg.model.moe, cfg.model.hidden
+        assert moe is not None
+        f = moe.moe_ffn_hidden // cfg.parallel.expert_tp
+        self.swiglu = cfg.model.activation == "swiglu"
+        up = 2 * f if self.swiglu else f
+        self.fc1 = nn.Parameter(torch.empty(local, h, up, device="meta", dtype=dtype))
+        self.fc2 = nn.Parameter(torch.empty(local, f, h, device="meta", dtype=dtype))
+        for w in (self.fc1, self.fc2):
+            w.expert = True  # type: ignore[attr-defined]  # reduced over expert data parallel
+        self.fp8 = fp8_recipe(cfg)
+        # DeepEP's FP8 dispatch delivers the tokens already quantized.
+        self.cast_input = moe.dispatcher != "deepep"
+
+    def forward(self, x: torch.Tensor, rec: Recorder) -> torch.Tensor:
+        local = self.fc1.shape[0]
+        x = x.reshape(local, x.shape[0] // local, x.shape[1])
+        if self.fp8 is None:
+            up = torch.bmm(x, self.fc1)
+        else:
+            up = fp8_bmm(x, self.fc1, rec, self.fp8, cast_input=self.cast_input)
+        act = swiglu(up) if self.swiglu else F.gelu(up)
+        out = (
+            torch.bmm(act, self.fc2) if self.fp8 is None else fp8_bmm(act, self.fc2, rec, self.fp8)
+        )
+        return out.reshape(-1, out.shape[-1])
+
+    def fp8_weights(self) -> tuple[int, ...]:
+        """Element counts of the FP8 weights TE quantizes once per step (none without FP8)."""
+        return () if self.fp8 is None else (int(self.fc1.numel()), int(self.fc2.numel()))
+
+
+class MoELayer(nn.Module):
+    """Router, dispatch, local experts, combine and shared experts (module docstring)."""
+
+    def __init__(self, rec: Recorder, cfg: WorkloadConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        moe, p, h = cfg.model.moe, cfg.parallel, cfg.model.hidden
+        assert moe is not None
+        self.rec, self.moe, self.ep, self.etp = rec, moe, p.ep, p.expert_tp
+        self.tokens = expert_tokens(cfg)
+        self.router = nn.Parameter(torch.empty(moe.experts, h, device="meta", dtype=dtype))
+        self.experts = GroupedMLP(cfg, dtype, self.tokens.local_experts)
+        # DeepEP dispatches FP8 tokens in FP8 training (DeepSeek-V3), combines in BF16.
+        self.dispatch_wire = 1 if moe.dispatcher == "deepep" and cfg.dtype == "fp8" else None
+        self.shared: tuple[ColumnParallelLinear, RowParallelLinear] | None = None
+        if moe.shared_ffn_hidden:
+            gated = cfg.model.activation == "swiglu"
+            up = 2 * moe.shared_ffn_hidden if gated else moe.shared_ffn_hidden
+            sp = p.sequence_parallel
+            fp8 = fp8_recipe(cfg)
+            self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype, fp8=fp8)
+            self.shared_fc2 = RowParallelLinear(
+                rec, moe.shared_ffn_hidden, h, p.tp, sp, dtype, fp8=fp8
+            )
+            self.shared = (self.shared_fc1, self.shared_fc2)
+        self.gated = cfg.model.activation == "swiglu"
+
+    def _route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = F.linear(tokens, self.router)
+        scores = logits.softmax(-1) if self.moe.router == "softmax" else logits.sigmoid()
+        probs, index = torch.topk(scores, self.moe.top_k, dim=-1)
+        return probs, index.reshape(-1)
+
+    def _local(self, x: torch.Tensor) -> torch.Tensor:
+        """The local experts on their received rows, gathered over expert tensor parallel
+        ranks before and reduce-scattered after."""
+        x = comm(x, self.rec, AG, RS, self.etp, axis="etp")
+        return comm(self.experts(x, self.rec), self.rec, RS, AG, self.etp, axis="etp")
+
+    def _alltoall(self, tokens: torch.Tensor, probs: torch.Tensor, index: torch.Tensor) -> Any:
+        """Permute, dispatch, experts, combine, unpermute: ``[T, h]`` in and out."""
+        t, rec, k = self.tokens, self.rec, self.moe.top_k
+        permuted = tokens.index_select(0, index)  # top_k copies of each token in expert order
+        dispatch, combine = a2a_name(self.moe, "dispatch"), a2a_name(self.moe, "combine")
+        elem = permuted.element_size()
+        x = all_to_all(permuted, rec, (dispatch, combine), t.received, self.dispatch_wire or elem)
+        y = all_to_all(self._local(x), rec, (combine, dispatch), t.routed, elem)
+        # Unpermute: each token's copies weighted by their probabilities and summed.
+        return (y.reshape(-1, k, y.shape[-1]) * probs.to(y.dtype).unsqueeze(-1)).sum(1)
+
+    def _allgather(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        """Megatron-Core's all-gather dispatcher: the EP group's tokens gathered, this rank's
+        experts' copies permuted out of them, the weighted output scattered back into the
+        gathered rows and reduce-scattered."""
+        rec, received = self.rec, self.tokens.received
+        gathered = comm(tokens, rec, AG, RS, self.ep, axis="ep")
+        weights = comm(probs.to(tokens.dtype), rec, AG, RS, self.ep, axis="ep").reshape(-1)
+        keep = torch.empty(received, dtype=torch.int64, device="meta")
+        y = self._local(gathered.index_select(0, keep))
+        y = y * weights.index_select(0, keep).unsqueeze(-1)
+        back = gathered.new_zeros(gathered.shape).index_add(0, keep, y)
+        return comm(back, rec, RS, AG, self.ep, axis="ep")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s, b, h = x.shape
+        tokens = x.reshape(s * b, h)
+        probs, index = self._route(tokens)
+        if self.moe.dispatcher == "allgather":
+            y = self._allgather(tokens, probs)
+        else:
+            y = self._alltoall(tokens, probs, index)
+        if self.shared is not None:
+            up = self.shared_fc1(x)
+            act = swiglu(up) if self.gated else F.gelu(up)
+            y = y + self.shared_fc2(act).reshape(s * b, h)
+        return y.reshape(s, b, h)

@@ -1,0 +1,184 @@
+"""The traced MoE layer: its collectives per layer (number, kind, group, bytes), its GEMM rows,
+and parameters that agree with the memory model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
+from echo_view.model.kinds import CollectiveKind
+from echo_view.sim.memory import stage_expert_params, stage_params
+from tests.conftest import TORCH_MISSING
+from tests.moe_data import moe_data
+from tests.tracing.graph_equality import assert_same_graph
+
+pytest.importorskip("torch", reason=TORCH_MISSING)
+
+from echo_view.tracing.roles import trace_whole, trace_workload
+
+A2A, AG, RS = CollectiveKind.ALL_TO_ALL, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+#: Tokens per rank: seq 64 x micro 2 = 128; top-2 = 256 routed copies of hidden 64 in bf16.
+ROUTED_BYTES = 128 * 2 * 64 * 2
+
+
+def _cfg(model: dict[str, Any] | None = None, **par: Any) -> WorkloadConfig:
+    rope = {"layers": 3, "normalization": "rmsnorm", "position": "rope"}
+    return parse_workload_config(moe_data({**rope, **(model or {})}, par, micro=2))
+
+
+def _colls(graph: TracedGraph, table: OpTable) -> list[tuple[str, str, str, int]]:
+    """(name, kind, axis, bytes) of each collective in ``table``."""
+    out = []
+    for i in range(len(table)):
+        if table.op_class[i] == OpClass.COLLECTIVE:
+            name = graph.strings[int(table.name[i])]
+            axis = AXES[int(table.axis[i])]
+            out.append((name, table.coll(i).label, axis, int(table.coll_bytes[i])))
+    return out
+
+
+def test_alltoall_dispatcher_one_dispatch_and_one_combine_each_way() -> None:
+    cfg = _cfg({"layers": 1})
+    graph = trace_workload(cfg)
+    role = graph.roles[0]
+    a2a = A2A.label
+    assert _colls(graph, role.forward[0]) == [
+        ("moe_dispatch", a2a, "ep", ROUTED_BYTES),
+        ("moe_combine", a2a, "ep", ROUTED_BYTES),
+    ]
+    # backward: the combine's gradient travels as a dispatch, the dispatch's as a combine
+    assert _colls(graph, role.backward[0]) == [
+        ("moe_dispatch", a2a, "ep", ROUTED_BYTES),
+        ("moe_combine", a2a, "ep", ROUTED_BYTES),
+    ]
+
+
+def test_grouped_gemm_rows_are_the_busiest_ranks_tokens_per_expert() -> None:
+    """EP 4, 2 local experts; balanced: 4 ranks x 256 copies / 8 experts = 128 rows each. With
+    the busiest expert at 2x the mean the busiest rank (experts 0 and 1) gets 2/8 + 6/56 of all
+    1,024 copies = 365.7, rounded up to 183 rows for each of its 2 experts."""
+    for imbalance, rows in ((1.0, 128), (2.0, 183)):
+        graph = trace_workload(_cfg({"layers": 1, "routing_imbalance": imbalance}))
+        fwd = graph.roles[0].forward[0]
+        bmm = [
+            graph.strings[int(fwd.shapes[i])]
+            for i in range(len(fwd))
+            if graph.strings[int(fwd.name[i])] == "aten::bmm"
+        ]
+        assert bmm == [f"[2,{rows},64]x[2,64,64]", f"[2,{rows},32]x[2,32,64]"]
+
+
+def test_allgather_dispatcher_gathers_over_the_ep_group() -> None:
+    graph = trace_workload(_cfg({"layers": 1, "dispatcher": "allgather"}))
+    tokens = 128 * 64 * 2  # the rank's tokens, not their copies
+    probs = 128 * 2 * 2  # top-2 probabilities in bf16
+    assert _colls(graph, graph.roles[0].forward[0]) == [
+        ("nccl:all_gather", AG.label, "ep", 4 * tokens),
+        ("nccl:all_gather", AG.label, "ep", 4 * probs),
+        ("nccl:reduce_scatter", RS.label, "ep", 4 * tokens),
+    ]
+
+
+def test_expert_tensor_parallel_gathers_received_tokens() -> None:
+    """tp = etp = 2 with sequence parallelism: each rank routes its 32-token shard of the
+    sequence; received rows are all-gathered over the 2 etp ranks before the experts."""
+    cfg = _cfg({"layers": 1}, tp=2, dp=4, ep=2, sequence_parallel=True)
+    graph = trace_workload(cfg)
+    fwd = _colls(graph, graph.roles[0].forward[0])
+    assert [(n, axis) for n, _, axis, _ in fwd if axis != "tp"] == [
+        ("moe_dispatch", "ep"),
+        ("nccl:all_gather", "etp"),
+        ("nccl:reduce_scatter", "etp"),
+        ("moe_combine", "ep"),
+    ]
+    # 32 tokens x micro-batch 2 x top-2 copies of hidden 64 in bf16
+    assert [b for n, _, _, b in fwd if n == "moe_dispatch"] == [32 * 2 * 2 * 64 * 2]
+
+
+def test_deepep_ops_and_fp8_dispatch() -> None:
+    cfg = _cfg({"layers": 1, "dispatcher": "deepep"})
+    graph = trace_workload(cfg)
+    assert [c[0] for c in _colls(graph, graph.roles[0].forward[0])] == [
+        "deepep_dispatch",
+        "deepep_combine",
+    ]
+    fp8 = parse_workload_config(
+        {**_cfg_data({"layers": 1, "dispatcher": "deepep"}), "precision": {"dtype": "fp8"}}
+    )
+    graph = trace_workload(fp8)
+    # FP8 dispatch moves one byte per element, the combine stays 16-bit
+    assert [c[3] for c in _colls(graph, graph.roles[0].forward[0])] == [
+        ROUTED_BYTES // 2,
+        ROUTED_BYTES,
+    ]
+
+
+def _names(graph: TracedGraph, table: OpTable) -> list[str]:
+    return [graph.strings[int(i)] for i in table.name]
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
+def test_fp8_expert_gemms_run_in_fp8_in_every_pass(dispatcher: str) -> None:
+    """Transformer Engine's grouped GEMM runs forward, dgrad and wgrad in FP8, as its linear
+    layers do; so do the shared experts. One MoE layer, EP 4 (2 local experts, 128 rows each):
+    forward 2 grouped GEMMs, backward 4, each with its inputs cast (the tokens' cast skipped
+    when DeepEP dispatches them in FP8), and the expert weights cast once per step."""
+    model = {"layers": 1, "shared_experts": 1, "dispatcher": dispatcher}
+    cfg = parse_workload_config({**_cfg_data(model), "precision": {"dtype": "fp8"}})
+    graph = trace_workload(cfg)
+    role = graph.roles[0]
+    fwd, bwd, opt = role.forward[0], role.backward[0], role.optimizer
+    fp8 = graph.strings.intern("fp8")
+    for table, n in ((fwd, 2), (bwd, 4)):
+        bmm = [i for i, name in enumerate(_names(graph, table)) if name == "aten::bmm"]
+        assert len(bmm) == n
+        assert all(int(table.dtype[i]) == fp8 for i in bmm)
+    # FP8 GEMMs per layer: QKV, projection, shared FC1 and FC2 (the router and output stay bf16)
+    gemm = fwd.op_class == OpClass.GEMM
+    assert int((gemm & (fwd.dtype == fp8)).sum()) == 4 + 2
+    assert int(((bwd.op_class == OpClass.GEMM) & (bwd.dtype == fp8)).sum()) == 8 + 4
+    # Input casts: QKV, projection, shared FC1, shared FC2, expert FC2; expert FC1 unless DeepEP
+    casts = _names(graph, fwd).count("te::cast_transpose (input)")
+    assert casts == (5 if dispatcher == "deepep" else 6)
+    assert _names(graph, bwd).count("te::cast_transpose (grad output)") == 6
+    # Expert weights once per step: FC1 2 x 64 x 64 (gate and up), FC2 2 x 32 x 64 elements;
+    # the cast reads 2 bytes and writes 2 (the FP8 copy and its transpose) per element.
+    weights = [
+        int(opt.bytes[i])
+        for i, name in enumerate(_names(graph, opt))
+        if name == "te::cast_transpose (weight)"
+    ]
+    assert 4 * 2 * 64 * 64 in weights and 4 * 2 * 32 * 64 in weights
+    assert len(weights) == 4 + 2
+
+
+def _cfg_data(model: dict[str, Any]) -> dict[str, Any]:
+    from echo_view.model.config import config_to_mapping
+
+    return config_to_mapping(_cfg(model))
+
+
+def test_traced_parameters_match_the_memory_model() -> None:
+    cfg = _cfg({"first_dense_layers": 1, "shared_experts": 1})
+    graph = trace_workload(cfg)
+    role = graph.roles[0]
+    assert role.params == stage_params(cfg, 0)
+    assert graph.meta["expert_params"] == {"0": stage_expert_params(cfg, 0)}
+    # 2 MoE layers x 2 local experts x (64 x 64 + 32 x 64)
+    assert stage_expert_params(cfg, 0) == 2 * 2 * (64 * 64 + 32 * 64)
+
+
+@pytest.mark.parametrize(
+    "par",
+    [{}, {"pp": 3, "dp": 8, "first_stage_layers": 1, "last_stage_layers": 1}],
+)
+def test_repeated_moe_chunks_equal_whole_chunks(par: dict[str, Any]) -> None:
+    cluster = {"nodes": 3} if "pp" in par else {}
+    data = _cfg_data({"layers": 5, "first_dense_layers": 1})
+    data["parallel"].update(par)
+    data["cluster"].update(cluster)
+    cfg = parse_workload_config(data)
+    assert_same_graph(trace_workload(cfg), trace_whole(cfg))
