@@ -143,3 +143,12 @@ def test_the_compute_floor_bounds_the_simulated_step() -> None:
     assert [r[0] for r in order] == sorted(r[0] for r in order)
     assert len(order) == sum(len(g.candidates) for g in groups) > 5
     assert any(cfg.parallel.fsdp != "none" for _, _, cfg in order)
+
+
+def test_interleaving_is_searched_for_uneven_stages() -> None:
+    # Llama 3 405B: 126 layers + embedding + loss = 8 slots per stage on pp 16, so the config
+    # rules accept V = 1, 2, 4, 8 of the candidates 1..8 (Megatron-Core: V divides 8).
+    llama = load_config(SAMPLES / "configs" / "validation" / "llama3-405b-8192.toml")
+    valid, total, invalid = enumerate_layouts(llama, ("vp",))
+    assert sorted(c.parallel.virtual_stages for c in valid) == [1, 2, 4, 8]
+    assert (total, invalid) == (8, 4)
