@@ -10,7 +10,7 @@ from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
-from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.cluster import Cluster, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
@@ -61,6 +61,14 @@ def _cfg(
     )
 
 
+def _bf16_time_ns(table: OpTable, cluster: Cluster, params: ComputeParams) -> int:
+    """The kernel time of ``table``'s ops at the GPU's bf16 peak, summed (free transfers)."""
+    peak = np.full(len(table), cluster.gpu.peak_flops["bf16"])
+    return int(
+        op_times_ns(table.op_class, table.flops, table.bytes, peak, cluster.gpu, params).sum()
+    )
+
+
 def test_two_stage_1f1b_step_equals_the_hand_computed_makespan() -> None:
     strings = StringTable()
     fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])
@@ -73,10 +81,7 @@ def test_two_stage_1f1b_step_equals_the_hand_computed_makespan() -> None:
     sim = simulate_config(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
 
     def t(table: OpTable) -> int:
-        peak = np.full(len(table), cluster.gpu.peak_flops["bf16"])
-        return int(
-            op_times_ns(table.op_class, table.flops, table.bytes, peak, cluster.gpu, params).sum()
-        )
+        return _bf16_time_ns(table, cluster, params)
 
     tf, tb, topt = t(fwd), t(bwd), t(opt)
     # 1F1B with p=2 equal stages and free transfers: the last backward of stage 0 ends after
@@ -276,10 +281,7 @@ def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> N
     sim = simulate_config(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
 
     def t(table: OpTable) -> int:
-        peak = np.full(len(table), cluster.gpu.peak_flops["bf16"])
-        return int(
-            op_times_ns(table.op_class, table.flops, table.bytes, peak, cluster.gpu, params).sum()
-        )
+        return _bf16_time_ns(table, cluster, params)
 
     f, b, topt = t(fwd1), t(bwd1), t(opt)
     assert t(fwd2) == 2 * f and t(bwd2) == 2 * b
