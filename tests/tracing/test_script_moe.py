@@ -220,3 +220,18 @@ def test_axis_of_finds_the_expert_groups(
     from echo_view.tracing.script import axis_of
 
     assert axis_of(ranks, rank, layout, kind) == axis
+
+
+@pytest.mark.slow
+def test_without_a_config_the_layout_takes_ep_from_the_all_to_alls() -> None:
+    """``trace --script`` without a config: the all-to-alls' groups (2 consecutive ranks of
+    4) make the EP axis, the expert gradients' groups (ranks strided by 2) the EDP axis."""
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    from echo_view.tracing.script import ScriptSpec, trace_script
+
+    keys = ("layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "experts", "top_k")
+    args = {k: MODEL[k] for k in keys} | {"moe_ffn_hidden": 512, "micro": MICRO, "ep": 2}
+    graph = trace_script(ScriptSpec(SCRIPTS / "moe_ep.py"), 4, required=args).graph
+    assert graph.meta["layout"] == {"tp": 1, "dp": 4, "cp": 1, "pp": 1, "ep": 2, "etp": 1}
+    axes = Counter(_collectives(graph, graph.roles[0].backward[0]))
+    assert {k[3] for k in axes} == {"ep", "edp", "dp"}
