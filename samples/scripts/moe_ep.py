@@ -127,10 +127,11 @@ class MoE(nn.Module):
         flat = chosen.reshape(-1)
         onehot = F.one_hot(flat, e)
         pos = (onehot.cumsum(0) * onehot).sum(-1) - 1
-        kept = (pos < capacity).to(probs.dtype) * probs.reshape(-1)
+        fits = pos < capacity
+        kept = fits.to(probs.dtype) * probs.reshape(-1)
         slot = flat * capacity + pos.clamp(max=capacity - 1)
         copies = tokens.to(torch.bfloat16).repeat_interleave(k, dim=0)
-        keep = (pos < capacity).to(copies.dtype).unsqueeze(-1)
+        keep = fits.to(copies.dtype).unsqueeze(-1)
         slots = copies.new_zeros(e * capacity, h).index_add(0, slot, copies * keep)
         # Dispatch: expert slots in expert order, experts / ep of them per destination rank.
         received = ExchangeTokens.apply(slots, self.group)
@@ -168,11 +169,12 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, layers: int, dim: int, heads: int, kv_heads: int, vocab: int, seq: int,
-                 make_moe: Any) -> None:  # fmt: skip
+    def __init__(
+        self, layers: int, dim: int, heads: int, kv_heads: int, vocab: int, seq: int, moe: Any
+    ) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(Block(dim, heads, kv_heads, make_moe()) for _ in range(layers))
+        self.layers = nn.ModuleList(Block(dim, heads, kv_heads, moe()) for _ in range(layers))
         self.norm = nn.RMSNorm(dim, eps=1e-5)
         self.output = nn.Linear(dim, vocab, bias=False)
         self.rope = rope_tables(dim // heads, seq)  # a constant: no buffer for DDP to sync
