@@ -28,6 +28,7 @@ from echo_view.model.graph import OP_COLUMNS, OpTable
 from echo_view.model.strings import StringTable
 from echo_view.tracing.gpt import TORCH_DTYPES, GPTChunk
 from echo_view.tracing.layers import ColumnParallelLinear, RowParallelLinear
+from echo_view.tracing.moe import GroupedMLP
 from echo_view.tracing.recorder import Recorder
 
 #: Bytes per gradient element: Megatron accumulates gradients in fp32 (``main_grad``).
@@ -49,12 +50,15 @@ class ChunkBody:
 
 
 def _fp8_weights(module: torch.nn.Module) -> tuple[int, ...]:
-    """Element counts of the weights of the chunk's FP8 linear layers, in module order."""
-    return tuple(
-        int(mod.weight.numel())
-        for mod in module.modules()
-        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)) and mod.fp8 is not None
-    )
+    """Element counts of the weights of the chunk's FP8 linear layers and grouped expert
+    GEMMs, in module order."""
+    out: list[int] = []
+    for mod in module.modules():
+        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)) and mod.fp8 is not None:
+            out.append(int(mod.weight.numel()))
+        elif isinstance(mod, GroupedMLP):
+            out.extend(mod.fp8_weights())
+    return tuple(out)
 
 
 def trace_chunk(

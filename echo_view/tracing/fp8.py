@@ -17,6 +17,10 @@ Before each FP8 GEMM its bf16 inputs are quantized. Per tensor of ``n`` elements
 - ``blockwise`` (one scale per 1x128 tile, DeepSeek-V3 style): one cast-transpose kernel that
   also writes an fp32 scale per 128 elements for both copies (``2 * 4n/128`` bytes more).
 
+The grouped GEMMs of an MoE layer's local experts (Transformer Engine's ``GroupedLinear``)
+run the same three GEMMs in FP8 with the same casts (:func:`fp8_bmm`), the shared experts as
+FP8 linear layers.
+
 Activations and output gradients are quantized in every pass; weights once per step (TE
 caches the FP8 weight across the micro-batches of a step), which the optimizer phase records.
 With sequence parallelism the input of a column-parallel layer is quantized on the local
@@ -30,11 +34,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import OpClass
 from echo_view.tracing.recorder import Recorder
 
 #: Elements per blockwise scale (1x128 tiles).
 BLOCK = 128
+
+
+def fp8_recipe(cfg: WorkloadConfig) -> str | None:
+    """The FP8 recipe the transformer layers' linear layers use, or None without FP8."""
+    return cfg.fp8_recipe if cfg.dtype == "fp8" else None
 
 
 def cast_bytes(numel: int, recipe: str) -> int:
@@ -121,4 +131,44 @@ def fp8_linear(
     out: torch.Tensor = _Fp8Linear.apply(  # type: ignore[no-untyped-call]
         x, weight, bias, rec, recipe, cast_input
     )
+    return out
+
+
+class _Fp8Bmm(torch.autograd.Function):
+    """``y = bmm(x, w)`` (one GEMM per local expert) with forward, dgrad and wgrad in FP8 and
+    their input casts recorded, as :class:`_Fp8Linear`."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        rec: Recorder,
+        recipe: str,
+        cast_input: bool,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.rec, ctx.recipe = rec, recipe
+        if cast_input:
+            record_cast(rec, int(x.numel()), recipe, "input")
+        with rec.gemm_dtype("fp8"):
+            return torch.bmm(x, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        rec: Recorder = ctx.rec
+        record_cast(rec, int(grad.numel()), ctx.recipe, "grad output")
+        with rec.gemm_dtype("fp8"):
+            dx = torch.bmm(grad, weight.transpose(1, 2))
+            dw = torch.bmm(x.transpose(1, 2), grad)
+        return dx, dw, None, None, None
+
+
+def fp8_bmm(
+    x: torch.Tensor, weight: torch.Tensor, rec: Recorder, recipe: str, *, cast_input: bool = True
+) -> torch.Tensor:
+    """:class:`_Fp8Bmm` applied; ``cast_input`` False when the tokens arrive already in FP8
+    (DeepEP's FP8 dispatch)."""
+    out: torch.Tensor = _Fp8Bmm.apply(x, weight, rec, recipe, cast_input)  # type: ignore[no-untyped-call]
     return out

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
+from echo_view.tracing.fp8 import fp8_recipe
 from echo_view.tracing.fused import RMSNorm, rope, swiglu
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
@@ -39,11 +40,6 @@ def norm(cfg: WorkloadConfig, dtype: torch.dtype) -> nn.Module:
     if cfg.model.normalization == "rmsnorm":
         return RMSNorm(cfg.model.hidden, dtype)
     return nn.LayerNorm(cfg.model.hidden, device="meta", dtype=dtype)
-
-
-def fp8_recipe(cfg: WorkloadConfig) -> str | None:
-    """The FP8 recipe the transformer layers' linear layers use, or None without FP8."""
-    return cfg.fp8_recipe if cfg.dtype == "fp8" else None
 
 
 class TransformerLayer(nn.Module):

@@ -22,7 +22,6 @@ with routing imbalance the traced rank is the slowest one, as the step is.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -32,6 +31,7 @@ from torch import nn
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.moe import a2a_name, expert_tokens
+from echo_view.tracing.fp8 import fp8_bmm, fp8_recipe
 from echo_view.tracing.fused import swiglu
 from echo_view.tracing.layers import AG, RS, ColumnParallelLinear, RowParallelLinear, comm
 from echo_view.tracing.recorder import Recorder
@@ -85,17 +85,26 @@ class GroupedMLP(nn.Module):
         self.fc2 = nn.Parameter(torch.empty(local, f, h, device="meta", dtype=dtype))
         for w in (self.fc1, self.fc2):
             w.expert = True  # type: ignore[attr-defined]  # reduced over expert data parallel
-        self.fp8 = cfg.dtype == "fp8"
+        self.fp8 = fp8_recipe(cfg)
+        # DeepEP's FP8 dispatch delivers the tokens already quantized.
+        self.cast_input = moe.dispatcher != "deepep"
 
     def forward(self, x: torch.Tensor, rec: Recorder) -> torch.Tensor:
         local = self.fc1.shape[0]
         x = x.reshape(local, x.shape[0] // local, x.shape[1])
-        with rec.gemm_dtype("fp8") if self.fp8 else nullcontext():
+        if self.fp8 is None:
             up = torch.bmm(x, self.fc1)
+        else:
+            up = fp8_bmm(x, self.fc1, rec, self.fp8, cast_input=self.cast_input)
         act = swiglu(up) if self.swiglu else F.gelu(up)
-        with rec.gemm_dtype("fp8") if self.fp8 else nullcontext():
-            out = torch.bmm(act, self.fc2)
+        out = (
+            torch.bmm(act, self.fc2) if self.fp8 is None else fp8_bmm(act, self.fc2, rec, self.fp8)
+        )
         return out.reshape(-1, out.shape[-1])
+
+    def fp8_weights(self) -> tuple[int, ...]:
+        """Element counts of the FP8 weights TE quantizes once per step (none without FP8)."""
+        return () if self.fp8 is None else (int(self.fc1.numel()), int(self.fc2.numel()))
 
 
 class MoELayer(nn.Module):
@@ -116,8 +125,11 @@ class MoELayer(nn.Module):
             gated = cfg.model.activation == "swiglu"
             up = 2 * moe.shared_ffn_hidden if gated else moe.shared_ffn_hidden
             sp = p.sequence_parallel
-            self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype)
-            self.shared_fc2 = RowParallelLinear(rec, moe.shared_ffn_hidden, h, p.tp, sp, dtype)
+            fp8 = fp8_recipe(cfg)
+            self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype, fp8=fp8)
+            self.shared_fc2 = RowParallelLinear(
+                rec, moe.shared_ffn_hidden, h, p.tp, sp, dtype, fp8=fp8
+            )
             self.shared = (self.shared_fc1, self.shared_fc2)
         self.gated = cfg.model.activation == "swiglu"
 

@@ -31,8 +31,7 @@ from echo_view.model.config import (
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk
-from echo_view.tracing.fp8 import record_cast, record_scale_update
-from echo_view.tracing.gpt import fp8_recipe
+from echo_view.tracing.fp8 import fp8_recipe, record_cast, record_scale_update
 from echo_view.tracing.recorder import Recorder
 
 #: A chunk's body: ``(cfg, first, last, layers, dense)`` to ops whose string ids refer to a

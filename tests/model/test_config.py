@@ -82,9 +82,11 @@ def test_every_published_run_parses(path: Path) -> None:
 
 
 def test_published_runs_are_all_there() -> None:
-    """47 shipped runs (docs/accuracy.md), every one of ../shared/validation/runs among them."""
+    """62 shipped runs (docs/accuracy.md: 47 dense, 15 MoE), every one of
+    ../shared/validation/runs among them."""
     names = {p.name for p in _published_runs()}
-    assert len(names) == 47
+    assert len(names) == 62
+    assert len({n for n in names if n.startswith("moe-")}) == 15
     shared = {p.name for p in (SHARED / "validation" / "runs").glob("*.toml")}
     assert shared <= names
 

@@ -116,6 +116,45 @@ def test_deepep_ops_and_fp8_dispatch() -> None:
     ]
 
 
+def _names(graph: TracedGraph, table: OpTable) -> list[str]:
+    return [graph.strings[int(i)] for i in table.name]
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
+def test_fp8_expert_gemms_run_in_fp8_in_every_pass(dispatcher: str) -> None:
+    """Transformer Engine's grouped GEMM runs forward, dgrad and wgrad in FP8, as its linear
+    layers do; so do the shared experts. One MoE layer, EP 4 (2 local experts, 128 rows each):
+    forward 2 grouped GEMMs, backward 4, each with its inputs cast (the tokens' cast skipped
+    when DeepEP dispatches them in FP8), and the expert weights cast once per step."""
+    model = {"layers": 1, "shared_experts": 1, "dispatcher": dispatcher}
+    cfg = parse_workload_config({**_cfg_data(model), "precision": {"dtype": "fp8"}})
+    graph = trace_workload(cfg)
+    role = graph.roles[0]
+    fwd, bwd, opt = role.forward[0], role.backward[0], role.optimizer
+    fp8 = graph.strings.intern("fp8")
+    for table, n in ((fwd, 2), (bwd, 4)):
+        bmm = [i for i, name in enumerate(_names(graph, table)) if name == "aten::bmm"]
+        assert len(bmm) == n
+        assert all(int(table.dtype[i]) == fp8 for i in bmm)
+    # FP8 GEMMs per layer: QKV, projection, shared FC1 and FC2 (the router and output stay bf16)
+    gemm = fwd.op_class == OpClass.GEMM
+    assert int((gemm & (fwd.dtype == fp8)).sum()) == 4 + 2
+    assert int(((bwd.op_class == OpClass.GEMM) & (bwd.dtype == fp8)).sum()) == 8 + 4
+    # Input casts: QKV, projection, shared FC1, shared FC2, expert FC2; expert FC1 unless DeepEP
+    casts = _names(graph, fwd).count("te::cast_transpose (input)")
+    assert casts == (5 if dispatcher == "deepep" else 6)
+    assert _names(graph, bwd).count("te::cast_transpose (grad output)") == 6
+    # Expert weights once per step: FC1 2 x 64 x 64 (gate and up), FC2 2 x 32 x 64 elements;
+    # the cast reads 2 bytes and writes 2 (the FP8 copy and its transpose) per element.
+    weights = [
+        int(opt.bytes[i])
+        for i, name in enumerate(_names(graph, opt))
+        if name == "te::cast_transpose (weight)"
+    ]
+    assert 4 * 2 * 64 * 64 in weights and 4 * 2 * 32 * 64 in weights
+    assert len(weights) == 4 + 2
+
+
 def _cfg_data(model: dict[str, Any]) -> dict[str, Any]:
     from echo_view.model.config import config_to_mapping
 
