@@ -17,9 +17,9 @@ per-size nccl-tests table of 8 x H100 was found):
   should achieve up to 48-49GB/s per NIC" (large sizes, no table).
 
 Then DeepEP's published normal-kernel bandwidths (deepseek-ai/DeepEP docs/legacy.md, H800) as
-the DeepEP model gives them back (its constants: a consistency check, not a validation), and
-the effect of routing imbalance (max / mean tokens per expert) on an EP64 dispatch, simulated
-through the slowest rank's bytes.
+the DeepEP model gives them back on DeepEP's setting, bytes counted as DeepEP's tests count them
+(its constants: a consistency check, not a validation), and the effect of routing imbalance
+(max / mean tokens per expert) on an EP64 dispatch, simulated through the slowest rank's bytes.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from collections.abc import Sequence
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import NcclModel
-from echo_view.sim.comm.alltoall import routed_matrix
+from echo_view.sim.comm.alltoall import routed_matrix, token_fanout
 from echo_view.sim.comm.deepep import DeepEPModel
 from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.comm.routing import routed_time_ns
 
 A2A = CollectiveKind.ALL_TO_ALL
 GB = 1e9
@@ -72,48 +73,69 @@ def nccl_rows(model: NcclModel) -> None:
         )
 
 
+#: DeepSeek-V3 pre-training, DeepEP's benchmark setting: tokens per rank, hidden (one FP8 byte
+#: each), experts, top-k, node limit (top-4 groups).
+TOKENS, HIDDEN, EXPERTS, TOPK, NODE_LIMIT = 4096, 7168, 256, 8, 4
+COPIES = TOKENS * TOPK * HIDDEN  # routed copies per rank, bytes
+
+
+def deepep_ns(nodes: int, phase: str, imbalance: float = 1.0) -> int:
+    """DeepEP model's EP(8 x nodes) dispatch or combine on H800, as MoE layers are timed."""
+    n = 8 * nodes
+    cluster = make_cluster(H800, nodes=nodes)
+    return routed_time_ns(
+        DeepEPModel(),
+        COPIES,
+        range(n),
+        cluster,
+        EXPERTS,
+        imbalance,
+        phase,
+        top_k=TOPK,
+        node_limit=NODE_LIMIT,
+    )
+
+
 def deepep_rows() -> None:
-    model = DeepEPModel()
-    size = 4096 * 8 * 7168  # DeepSeek-V3 pre-training dispatch per rank: FP8, top-8
-    print("\n| DeepEP path | EP | published dispatch / combine | model dispatch / combine |")
-    print("|---|---:|---|---|")
+    print(
+        "\n| DeepEP path | EP | rows a token (distinct ranks or nodes) "
+        "| published dispatch / combine | model dispatch / combine |"
+    )
+    print("|---|---:|---:|---|---|")
     for nodes, pub in ((1, (153, 158)), (2, (43, 43)), (4, (58, 57)), (8, (51, 50))):
-        n = 8 * nodes
-        cluster = make_cluster(H800, nodes=nodes)
-        got = [
-            model.all_to_allv(routed_matrix(size, n, 256, 1.0), range(n), cluster, phase)
-            for phase in ("dispatch", "combine")
-        ]
-        path = got[0].algorithm
+        fan = token_fanout(EXPERTS, [8] * nodes, TOPK, NODE_LIMIT)
+        rows = fan.ranks if nodes == 1 else fan.nodes  # DeepEP's count: NVLink rows or RDMA
+        size = TOKENS * rows * HIDDEN
+        got = [deepep_ns(nodes, phase) for phase in ("dispatch", "combine")]
         print(
-            f"| {path} | {n} | {pub[0]} / {pub[1]} GB/s | "
-            + " / ".join(f"{size / (g.time_ns * 1e-9) / GB:.1f}" for g in got)
+            f"| {'intranode' if nodes == 1 else 'internode'} | {8 * nodes} | {rows:.3f} | "
+            f"{pub[0]} / {pub[1]} GB/s | "
+            + " / ".join(f"{size / (t * 1e-9) / GB:.1f}" for t in got)
             + " GB/s |"
         )
 
 
 def imbalance_rows(nccl: NcclModel) -> None:
-    deepep = DeepEPModel()
-    size = 4096 * 8 * 7168
     cluster = make_cluster(H800, nodes=8)
-    ranks = range(64)
+    ranks = list(range(64))
     print(
-        "\n| max/mean tokens per expert | hot rank's bytes / mean | DeepEP dispatch "
-        "| NCCL all-to-allv |"
+        "\n| max/mean tokens per expert | hot rank's bytes / mean | hot node's bytes / mean "
+        "| DeepEP dispatch | NCCL all-to-allv |"
     )
-    print("|---:|---:|---|---|")
+    print("|---:|---:|---:|---|---|")
     base: list[float] = []
     for ratio in (1.0, 1.25, 1.5, 2.0, 4.0):
-        m = routed_matrix(size, 64, 256, ratio)
-        share = m[0, 0] / size * 64
+        m = routed_matrix(COPIES, 64, EXPERTS, ratio)
+        rank = m[0, 0] / COPIES * 64
+        node = m[0, :8].sum() / COPIES * 8
         times = [
-            deepep.all_to_allv(m, ranks, cluster).time_ns / 1e6,
-            nccl.all_to_allv(m, list(ranks), cluster).time_ns / 1e6,
+            deepep_ns(8, "dispatch", ratio) / 1e6,
+            nccl.all_to_allv(m, ranks, cluster).time_ns / 1e6,
         ]
         if not base:
             base = times
         cells = [f"{t:.3f} ms (x{t / b:.3f})" for t, b in zip(times, base, strict=True)]
-        print(f"| {ratio} | {share:.3f} | " + " | ".join(cells) + " |")
+        print(f"| {ratio} | {rank:.3f} | {node:.3f} | " + " | ".join(cells) + " |")
 
 
 def main(argv: Sequence[str]) -> int:

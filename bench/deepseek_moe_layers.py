@@ -41,8 +41,9 @@ rate rule (:func:`~echo_view.sim.interference.measured_rates.finish_times`) to e
 started at its measured start through the GPU's measured DeepEP activity. Dispatch / combine:
 :class:`echo_view.sim.comm.deepep.DeepEPModel` on 8 x 8 H800 with the SM budget the kernels
 ran with (their grid), 4096 x 8 routed token copies per rank, FP8 + scales for dispatch
-(7,168 + 56 x 4 B per token) and BF16 for combine (14,336 B). Nothing is fitted on this trace;
-sensitivity rows are labelled as such.
+(7,168 + 56 x 4 B per token) and BF16 for combine (14,336 B), each token sent once per
+destination node (at most 4: node-limited routing) and rank, as DeepEP sends and counts it.
+Nothing is fitted on this trace; sensitivity rows are labelled as such.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ from echo_view.model import EventKind, Trace, parse_comm_kernel_name  # noqa: E4
 from echo_view.model.comm_kernels import CommKernelInfo  # noqa: E402
 from echo_view.model.gpus import gpu_preset  # noqa: E402
 from echo_view.sim.cluster import make_cluster  # noqa: E402
-from echo_view.sim.comm.alltoall import routed_matrix  # noqa: E402
 from echo_view.sim.comm.deepep import DeepEPModel, DeepEPParams  # noqa: E402
+from echo_view.sim.comm.routing import routed_time_ns  # noqa: E402
 from echo_view.sim.compute_presets import gemm_shape_params_for  # noqa: E402
 from echo_view.sim.gemm_shape import gemm_times_ns  # noqa: E402
 from echo_view.sim.interference import default_model  # noqa: E402
@@ -86,7 +87,7 @@ Q_LORA, KV_LORA = 1536, 512
 EXPERTS, TOPK, FFN = 256, 8, 2048
 EP, NODES = 64, 8
 #: At most 4 nodes per token (DeepSeek-V3's node-limited routing, M = 4).
-NODES_PER_TOKEN = 4
+NODE_LIMIT = 4
 LOCAL = EXPERTS // EP
 ROWS = T * TOPK * EP // EXPERTS  # token rows per expert under balanced routing
 QD = HEADS * (D_NOPE + D_ROPE)  # q_b output
@@ -348,13 +349,26 @@ def gemm_slowdown() -> float:
     return default_model("hopper").fit.class_factors()["gemm"]
 
 
-def predict_deepep_ns(operation: str, sms: int, copies_per_token: int = TOPK) -> float:
-    """DeepEP model's dispatch or combine of an EP64 layer on 8 x 8 H800."""
+def predict_deepep_ns(operation: str, sms: int) -> float:
+    """DeepEP model's dispatch or combine of an EP64 layer on 8 x 8 H800, through the path the
+    simulator's MoE layers take (a token once per destination rank and node, at most
+    :data:`NODE_LIMIT` nodes)."""
     model = DeepEPModel(DeepEPParams(sms=sms))
-    nbytes = T * copies_per_token * TOKEN_BYTES[operation]
-    m = routed_matrix(nbytes, EP, EXPERTS, 1.0)
+    nbytes = T * TOPK * TOKEN_BYTES[operation]
     cluster = make_cluster(GPU, nodes=NODES)
-    return float(model.all_to_allv(m, range(EP), cluster, operation).time_ns)
+    return float(
+        routed_time_ns(
+            model,
+            nbytes,
+            range(EP),
+            cluster,
+            EXPERTS,
+            1.0,
+            operation,
+            top_k=TOPK,
+            node_limit=NODE_LIMIT,
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -467,7 +481,6 @@ def report(trace: Trace) -> None:
     sms = deepep_sms(passes)
     gemm_sms = sorted({k.ctas for lp in passes for r, k in lp.gemms if r.family != "bf16"})
     pred = {op: predict_deepep_ns(op, sms) for op in ("dispatch", "combine")}
-    rdma = {op: predict_deepep_ns(op, sms, NODES_PER_TOKEN) for op in pred}
     print(
         f"{len(passes)} MoE layer passes; DeepEP kernels on {sms} CTAs (SM budget {sms}); FP8 "
         f"GEMMs on {gemm_sms} CTAs; published Hopper GEMM interference {gemm_slowdown():.3f}"
@@ -484,11 +497,6 @@ def report(trace: Trace) -> None:
     total = LayerRow(*(sum(getattr(r, f) for r in rows) for f in LayerRow.__dataclass_fields__))
     n = len(passes)
     print(f"| **total** | {_cells(total, n * pred['dispatch'], n * pred['combine'])} |")
-    cut = _cells(total, n * rdma["dispatch"], n * rdma["combine"]).split(" | ")
-    print(
-        f"| sensitivity: DeepEP bytes as DeepEP's benchmark counts them ({NODES_PER_TOKEN} node "
-        f"copies per token, not {TOPK}) | | | | | | | " + " | ".join(cut[6:12]) + " | | |"
-    )
     groups_table(passes, act, gemm_sms)
     roles_table(passes)
 

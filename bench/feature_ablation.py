@@ -109,6 +109,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         "",
     ),
     (
+        "validation/llama3-405b-8192.toml",
+        "interleaving, uneven stages (off = virtual_stages 1)",
+        {"parallel.virtual_stages": (1, 8)},
+        None,
+        "",
+    ),
+    (
+        "validation/llama3-405b-16384.toml",
+        "interleaving, uneven stages (off = virtual_stages 1)",
+        {"parallel.virtual_stages": (1, 8)},
+        None,
+        "",
+    ),
+    (
         "megatron-ci-small/tp1-pp4-vp.toml",
         "overlap_p2p_comm",
         {"parallel.overlap_p2p_comm": (False, True)},

@@ -76,12 +76,12 @@ def test_recovered_sm_budgets_and_measured_rows(profile: tuple[Trace, list[Any]]
         assert 0 < row.comm_overlapped <= row.comm_busy
 
 
-def test_deepep_bytes_are_the_models_convention() -> None:
-    """Dispatch: 4096 tokens x 8 copies of FP8 + scales, combine BF16, over DeepEP's EP64 RDMA
-    bandwidth (51 / 50 GB/s) on 8 x 8 H800."""
-    assert DM.predict_deepep_ns("dispatch", 20) == pytest.approx(4096 * 8 * 7392 / 51e9 * 1e9)
-    assert DM.predict_deepep_ns("combine", 20) == pytest.approx(4096 * 8 * 14336 / 50e9 * 1e9)
-    assert DM.predict_deepep_ns("combine", 20, 4) == pytest.approx(4096 * 4 * 14336 / 50e9 * 1e9)
+def test_deepep_bytes_are_counted_as_deepep_sends_them() -> None:
+    """Dispatch: 4096 tokens of FP8 + scales, combine BF16, each sent once per destination
+    node: 4 (the node limit; 5.29 expected without it) over DeepEP's EP64 RDMA bandwidth
+    (51 / 50 GB/s) on 8 x 8 H800, not once per routed copy (8)."""
+    assert DM.predict_deepep_ns("dispatch", 20) == pytest.approx(4096 * 4 * 7392 / 51e9 * 1e9)
+    assert DM.predict_deepep_ns("combine", 20) == pytest.approx(4096 * 4 * 14336 / 50e9 * 1e9)
 
 
 def test_unexpected_gemms_are_refused() -> None:
@@ -114,5 +114,5 @@ def test_docs_quote_todays_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert DM.main([str(shared_path("data", "deepseek-profile-data", "train.json.gz"))]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     doc = (DM.ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8").splitlines()
-    assert len(rows) == 1 + 10 + 1 + 8 + 1 + 32
+    assert len(rows) == 1 + 9 + 1 + 8 + 1 + 32
     assert [r for r in rows if r not in doc] == []

@@ -17,7 +17,12 @@ from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.job import MAX_RANKS
-from echo_view.model.moe_config import MoEConfig, check_moe_layout, parse_moe
+from echo_view.model.moe_config import (
+    SIMULATION_ONLY_KEYS,
+    MoEConfig,
+    check_moe_layout,
+    parse_moe,
+)
 
 #: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
 #: ~10^2 layers, hidden ~10^4, vocab ~10^5, 10^3-10^4 micro-batches), so that a typo or a
@@ -115,6 +120,8 @@ class ParallelConfig:
     overlap_grad_reduce: bool = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     tp_comm_overlap: bool = False
     overlap_param_gather: bool = False
     grad_reduce_in_fp32: bool | None = None
@@ -305,6 +312,10 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
         first_stage_layers=p.get("first_stage_layers", int),
         last_stage_layers=p.get("last_stage_layers", int),
+        account_for_embedding_in_pipeline_split=p.get(
+            "account_for_embedding_in_pipeline_split", bool, False
+        ),
+        account_for_loss_in_pipeline_split=p.get("account_for_loss_in_pipeline_split", bool, False),
         tp_comm_overlap=p.get("tp_comm_overlap", bool, False),
         overlap_param_gather=p.get("overlap_param_gather", bool, False),
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
@@ -366,7 +377,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"cluster has gpus_per_node*nodes = {cfg.cluster.gpus_per_node}*{cfg.cluster.nodes} "
             f"= {cfg.cluster.gpus}",
         )
-    uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
+    uneven = (
+        par.first_stage_layers is not None
+        or par.last_stage_layers is not None
+        or par.account_for_embedding_in_pipeline_split
+        or par.account_for_loss_in_pipeline_split
+    )
     if mod.script is not None and par.pp > 1:
         raise err("parallel.pp", "a script is traced as one pipeline stage: it needs pp = 1")
     if mod.script is not None and par.fsdp != "none":
@@ -449,10 +465,11 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         )
     check_moe_layout(cfg, err)
     dense = mod.moe.first_dense_layers if mod.moe is not None else 0
-    if dense > stage_layers(cfg, 0):
+    first_chunk = chunk_layers(cfg, 0)[0]
+    if dense > first_chunk:
         raise err(
             "model.first_dense_layers",
-            f"{dense} dense layers must fit in the first model chunk ({stage_layers(cfg, 0)} "
+            f"{dense} dense layers must fit in the first model chunk ({first_chunk} "
             "layers): raise parallel.first_stage_layers or use fewer pipeline stages",
         )
 
@@ -511,19 +528,49 @@ def grad_reduce_bytes(cfg: WorkloadConfig) -> int:
 
 
 def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
-    """Megatron's uneven pipeline: the first and/or last stage hold a given number of layers
-    (``--decoder-first/last-pipeline-num-layers``), the other stages split the rest evenly."""
+    """The layer counts :func:`chunk_layers` reads are whole, under Megatron-Core's rules
+    (``TransformerConfig`` checks in ``megatron/core/transformer/transformer_config.py``), and
+    positive but for the model's first / last chunk when the embedding / loss is counted."""
     par, layers = cfg.parallel, cfg.model.layers
-    if par.virtual_stages > 1:
-        raise err("parallel.first_stage_layers", "uneven stages need virtual_stages = 1")
-    if par.pp < 2:
+    pp, v = par.pp, par.virtual_stages
+    first, last = par.first_stage_layers, par.last_stage_layers
+    emb = par.account_for_embedding_in_pipeline_split
+    loss = par.account_for_loss_in_pipeline_split
+    if first is None and last is None:
+        # The embedding and/or the loss count as one layer each in an even split; a chunk
+        # then holds at least one slot, so the first (last) chunk at least zero layers.
+        slots = layers + emb + loss
+        if slots % pp:
+            raise err(
+                "model.layers",
+                f"{layers} layers + {emb + loss} (embedding/loss) = {slots} do not split evenly "
+                f"over pp = {pp} stages: pick a pp that divides them",
+            )
+        if (slots // pp) % v:
+            raise err(
+                "parallel.virtual_stages",
+                f"{slots // pp} layers per stage (embedding/loss counted) do not split into "
+                f"virtual_stages = {v} equal chunks: pick a virtual_stages that divides them",
+            )
+        return
+    if emb or loss:
+        raise err(
+            "parallel.first_stage_layers",
+            "cannot be combined with account_for_embedding/loss_in_pipeline_split (as in "
+            "Megatron-Core): use one or the other",
+        )
+    if pp < 2:
         raise err("parallel.first_stage_layers", "uneven stages need pp >= 2")
-    first = par.first_stage_layers
-    last = par.last_stage_layers
     for key, value in (("first_stage_layers", first), ("last_stage_layers", last)):
         if value is not None and value < 1:
             raise err(f"parallel.{key}", f"must be a positive integer, got {value}")
-    middle_stages = par.pp - (first is not None) - (last is not None)
+        if value is not None and value % v:
+            raise err(
+                f"parallel.{key}",
+                f"{value} layers do not split into virtual_stages = {v} equal chunks (Megatron-"
+                "Core splits each stage's layers evenly over its chunks)",
+            )
+    middle_stages = pp - (first is not None) - (last is not None)
     rest = layers - (first or 0) - (last or 0)
     if middle_stages == 0:
         if rest != 0:
@@ -535,6 +582,13 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
             f"the {rest} layers left after the first/last stages do not split evenly over "
             f"the other {middle_stages} stages",
         )
+    if (rest // middle_stages) % v:
+        raise err(
+            "parallel.virtual_stages",
+            f"the other stages' {rest // middle_stages} layers each do not split into "
+            f"virtual_stages = {v} equal chunks: change first/last_stage_layers or "
+            "virtual_stages",
+        )
 
 
 def moe_dense_prefix(cfg: WorkloadConfig, chunk: int) -> int:
@@ -544,18 +598,39 @@ def moe_dense_prefix(cfg: WorkloadConfig, chunk: int) -> int:
     return moe.first_dense_layers if moe is not None and chunk == 0 else 0
 
 
-def stage_layers(cfg: WorkloadConfig, stage: int) -> int:
-    """Layers per model chunk on pipeline ``stage``."""
+def chunk_layers(cfg: WorkloadConfig, stage: int) -> tuple[int, ...]:
+    """Transformer layers of each model chunk of pipeline ``stage``, local chunk ``c`` (global
+    chunk ``c * pp + stage``) at index ``c``; the model's layers in order fill global chunk 0,
+    1, ... (Megatron-Core's ``get_num_layers_to_build`` and ``get_transformer_layer_offset``).
+
+    - Even: ``layers / (pp * v)`` per chunk.
+    - ``first_stage_layers`` / ``last_stage_layers`` (``--decoder-first/last-pipeline-num-
+      layers``): that many on the first / last stage, the rest split evenly over the other
+      stages; with interleaving each stage's count is split evenly over its ``v`` chunks.
+    - ``account_for_embedding_in_pipeline_split`` / ``..._loss_...``: the embedding (loss)
+      counts as one layer in an even split of ``layers + 1 (+ 1)`` slots, so the model's first
+      (last) chunk holds one transformer layer fewer, possibly none.
+    """
     par, layers = cfg.parallel, cfg.model.layers
+    pp, v = par.pp, par.virtual_stages
     first, last = par.first_stage_layers, par.last_stage_layers
-    if first is None and last is None:
-        return layers // (par.pp * par.virtual_stages)
-    if stage == 0 and first is not None:
-        return first
-    if stage == par.pp - 1 and last is not None:
-        return last
-    middle_stages = par.pp - (first is not None) - (last is not None)
-    return (layers - (first or 0) - (last or 0)) // middle_stages
+    if first is not None or last is not None:
+        middle_stages = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        per_stage = rest // middle_stages if middle_stages else 0
+        if stage == 0 and first is not None:
+            per_stage = first
+        elif stage == pp - 1 and last is not None:
+            per_stage = last
+        return (per_stage // v,) * v
+    emb = par.account_for_embedding_in_pipeline_split
+    loss = par.account_for_loss_in_pipeline_split
+    counts = [(layers + emb + loss) // (pp * v)] * v
+    if emb and stage == 0:
+        counts[0] -= 1
+    if loss and stage == pp - 1:
+        counts[-1] -= 1
+    return tuple(counts)
 
 
 def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
@@ -603,6 +678,16 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             **{
                 k: v
                 for k, v, default in (
+                    (
+                        "account_for_embedding_in_pipeline_split",
+                        p.account_for_embedding_in_pipeline_split,
+                        False,
+                    ),
+                    (
+                        "account_for_loss_in_pipeline_split",
+                        p.account_for_loss_in_pipeline_split,
+                        False,
+                    ),
                     ("tp_comm_overlap", p.tp_comm_overlap, False),
                     ("overlap_param_gather", p.overlap_param_gather, False),
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
@@ -633,8 +718,9 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     do not change a rank's ops), used to find a cached graph."""
     full = config_to_mapping(cfg)
     parallel = {k: v for k, v in full["parallel"].items() if k not in SIMULATION_ONLY}
+    model = {k: v for k, v in full["model"].items() if k not in SIMULATION_ONLY_KEYS}
     key = {
-        "model": full["model"],
+        "model": model,
         "parallel": parallel,
         "micro": cfg.batch.micro,
         "dtype": cfg.dtype,
@@ -654,6 +740,8 @@ _NOT_IN_CHUNK = (
     "virtual_stages",
     "first_stage_layers",
     "last_stage_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
     "distributed_optimizer",
     "overlap_grad_reduce",
 )

@@ -36,7 +36,10 @@ KEYS = (
     "router",
     "routing_imbalance",
     "dispatcher",
+    "moe_node_limit",
 )
+#: Keys that change only how the MoE communication is timed, never a rank's ops.
+SIMULATION_ONLY_KEYS = ("moe_node_limit",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,9 @@ class MoEConfig:
     size), run as one dense MLP beside the routed experts. ``capacity_factor`` ``None`` is
     dropless; with a factor ``C`` an expert keeps at most ``C`` times the mean tokens.
     ``routing_imbalance`` is the busiest expert's tokens over the mean (1.0: balanced).
+    ``moe_node_limit`` is node-limited routing: each token's experts lie on at most that many
+    nodes (DeepSeek-V3: 4, arXiv 2412.19437 sections 2.1.2 and 3.2; Megatron-Core's
+    ``--moe-router-group-topk`` with one group per node); ``None``: no limit.
     """
 
     experts: int
@@ -60,6 +66,7 @@ class MoEConfig:
     router: str = "softmax"
     routing_imbalance: float = 1.0
     dispatcher: str = "alltoall"
+    moe_node_limit: int | None = None
 
     @property
     def imbalance(self) -> float:
@@ -80,6 +87,7 @@ class MoEConfig:
             ("router", self.router, "softmax"),
             ("routing_imbalance", self.routing_imbalance, 1.0),
             ("dispatcher", self.dispatcher, "alltoall"),
+            ("moe_node_limit", self.moe_node_limit, None),
         )
         out.update({k: v for k, v, d in defaults if v != d})
         return out
@@ -124,6 +132,9 @@ def parse_moe(section: Any, ffn_hidden: int) -> MoEConfig | None:
         router=section.choice("router", ROUTERS, "softmax"),
         routing_imbalance=imbalance,
         dispatcher=section.choice("dispatcher", DISPATCHERS, "alltoall"),
+        moe_node_limit=(
+            _int(section, "moe_node_limit", None, 1, experts) if "moe_node_limit" in data else None
+        ),
     )
 
 

@@ -61,23 +61,32 @@ class CollectiveCache:
         self.cluster = cluster
         self.scale = scale
         self._memo: dict[tuple[int, int, tuple[int, ...]], int] = {}
-        self._routed: dict[tuple[str, int, tuple[int, ...], int, float], int] = {}
+        self._routed: dict[tuple[str, int, tuple[int, ...], MoEConfig], int] = {}
 
     def routed_ns(self, name: str, nbytes: int, ranks: tuple[int, ...], moe: MoEConfig) -> int:
         """An MoE dispatch or combine (graph op ``name``, :data:`~echo_view.sim.moe.A2A_PHASES`)
         of ``nbytes`` routed token copies per rank over the EP group ``ranks``: the all-to-allv
         of :func:`~echo_view.sim.comm.routing.routed_time_ns` with the busiest expert at the
         config's imbalance, so that it ends with the slowest rank; by DeepEP's model for the
-        ``deepep`` dispatcher. A model without an all-to-allv (alpha-beta) times an even
-        all-to-all of what the slowest rank receives."""
-        key = (name, int(nbytes), ranks, moe.experts, moe.imbalance)
+        ``deepep`` dispatcher (a token once per destination rank and node, from ``top_k`` and
+        the node limit). A model without an all-to-allv (alpha-beta) times an even all-to-all
+        of what the slowest rank receives."""
+        key = (name, int(nbytes), ranks, moe)
         t = self._routed.get(key)
         if t is None:
             library, phase = A2A_PHASES[name]
             model = model_for_library(library, self.comm)
             if isinstance(model, (NcclModel, DeepEPModel)):
                 raw = routed_time_ns(
-                    model, nbytes, ranks, self.cluster, moe.experts, moe.imbalance, phase
+                    model,
+                    nbytes,
+                    ranks,
+                    self.cluster,
+                    moe.experts,
+                    moe.imbalance,
+                    phase,
+                    top_k=moe.top_k,
+                    node_limit=moe.moe_node_limit,
                 )
             else:
                 share = busiest_rank_share(moe.experts, len(ranks), moe.imbalance)

@@ -23,6 +23,8 @@ forward passes waiting for their backward):
   activations of the forward passes its schedule runs before their backward (Megatron-LM's
   order, :mod:`echo_view.sim.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the paper's
   ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
+  Each model chunk's forwards hold that chunk's layers
+  (:func:`~echo_view.model.config.chunk_layers`: chunks differ with uneven stages).
   The first stage keeps the embedding's dropout mask per micro-batch, the last the final norm's
   and output layer's inputs and the fp32 logits for the cross-entropy (``4sbh/t (1 + V/h)``).
 - **transient** memory: the larger of the bf16 logits (last stage) and the activations being
@@ -49,9 +51,9 @@ from echo_view.errors import ConfigError
 from echo_view.model.config import (
     ModelConfig,
     WorkloadConfig,
+    chunk_layers,
     grad_reduce_bytes,
     resolve_attention,
-    stage_layers,
 )
 from echo_view.sim.moe import expert_tokens, local_tokens, routed_expert_params
 
@@ -112,7 +114,7 @@ def stage_moe_layers(cfg: WorkloadConfig, stage: int) -> int:
     if cfg.model.moe is None:
         return 0
     dense = cfg.model.moe.first_dense_layers if stage == 0 else 0
-    return stage_layers(cfg, stage) * cfg.parallel.virtual_stages - dense
+    return sum(chunk_layers(cfg, stage)) - dense
 
 
 def stage_expert_params(cfg: WorkloadConfig, stage: int) -> int:
@@ -128,7 +130,7 @@ def stage_params(cfg: WorkloadConfig, stage: int) -> int:
     of the tied word embedding when the pipeline has more than one stage)."""
     m, p = cfg.model, cfg.parallel
     moe_layers = stage_moe_layers(cfg, stage)
-    dense_layers = stage_layers(cfg, stage) * p.virtual_stages - moe_layers
+    dense_layers = sum(chunk_layers(cfg, stage)) - moe_layers
     n = layer_params(m, p.tp) * dense_layers
     if moe_layers:
         n += moe_layer_params(cfg)[0] * moe_layers
@@ -307,13 +309,14 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     shard = t if p.sequence_parallel else 1
     held = inflight(cfg, stage)
     per_layer = layer_activation_bytes(cfg)
-    layers = stage_layers(cfg, stage)
-    act = per_layer * layers * sum(held)
+    # Each chunk's forwards hold that chunk's layers.
+    held_layers = sum(n * k for n, k in zip(chunk_layers(cfg, stage), held, strict=True))
+    act = per_layer * held_layers
     if m.moe is not None and p.recompute != "full":
         # A chunk's MoE layers hold the MoE layer's activations instead (chunk 0 of stage 0
         # starts with the dense layers).
         dense = m.moe.first_dense_layers if stage == 0 else 0
-        moe_held = sum(held) * layers - dense * held[0]
+        moe_held = held_layers - dense * held[0]
         act += (layer_activation_bytes(cfg, moe=True) - per_layer) * moe_held
     last = stage == p.pp - 1
     if stage == 0:

@@ -175,7 +175,10 @@ def _vps(base: WorkloadConfig, pp: int, dims: Sequence[str]) -> list[int]:
         return [base.parallel.virtual_stages]
     if pp == 1:
         return [1]
-    return _divisors(base.model.layers // pp) if base.model.layers % pp == 0 else [1]
+    if base.model.layers % pp == 0:
+        return _divisors(base.model.layers // pp)
+    # Uneven stages: V must divide every stage's layers; the config rules refuse the rest.
+    return list(range(1, base.model.layers // pp + 2))
 
 
 def enumerate_layouts(
@@ -207,7 +210,7 @@ def enumerate_layouts(
                 par.pop("tp_comm_overlap", None)
             if not dist:
                 par.pop("overlap_param_gather", None)
-            if pp == 1 or vp > 1:
+            if pp == 1:
                 par.pop("first_stage_layers", None)
                 par.pop("last_stage_layers", None)
             if vp == 1:

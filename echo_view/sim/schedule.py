@@ -11,7 +11,9 @@ micro-batch through one of the stage's model chunks), exactly as Megatron-LM ord
 
 ``global chunk`` ``g = chunk * p + stage`` is the chunk's position in the whole model: the forward
 of ``g`` needs the forward of ``g - 1`` (on another stage) for the same micro-batch, and the
-backward of ``g`` needs the backward of ``g + 1``.
+backward of ``g`` needs the backward of ``g + 1``. The order does not depend on how many layers
+each chunk holds (Megatron-Core runs the same order with uneven chunks,
+:func:`~echo_view.model.config.chunk_layers`); only the passes' durations do.
 """
 
 from __future__ import annotations
@@ -76,5 +78,5 @@ def schedule(stage: int, stages: int, microbatches: int, chunks: int = 1) -> lis
 
 def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
     """The ideal pipeline bubble, ``(p - 1) / (v * m)`` of the compute time (Narayanan et al.,
-    SC'21), for equal forward and backward times per chunk."""
+    SC'21), for equal forward and backward times per chunk (with uneven chunks, an estimate)."""
     return (stages - 1) / (chunks * microbatches)

@@ -5,7 +5,9 @@ on same-sized shards, so one rank per pipeline stage is enough; stages between t
 holds the embedding) and the last (which holds the output layer and loss) are identical, so a
 layout with ``pp`` stages has at most three roles: ``{0}``, ``{1..pp-2}`` and ``{pp-1}``.
 With interleaving (``virtual_stages`` = v) rank stage ``s`` holds model chunks ``s, s+pp, ...,
-s+(v-1)pp``; chunk 0 has the embedding and chunk ``pp*v-1`` the loss.
+s+(v-1)pp``; chunk 0 has the embedding and chunk ``pp*v-1`` the loss. Each chunk's layer count
+comes from :func:`~echo_view.model.config.chunk_layers` (uneven first and last stages or
+chunks keep the middle stages identical, so the three roles still cover every stage).
 
 Each chunk's ops come from a :class:`~echo_view.tracing.chunks.ChunkCache` (a chunk kind traced
 once with one and two layers, its layer block repeated); :func:`trace_whole` traces every
@@ -22,10 +24,10 @@ import torch
 
 from echo_view.model.config import (
     WorkloadConfig,
+    chunk_layers,
     config_to_mapping,
     moe_dense_prefix,
     resolve_attention,
-    stage_layers,
     tracing_key,
 )
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
@@ -95,6 +97,13 @@ def _phase(
     return OpTable(**{c: np.concatenate([getattr(ops, c), getattr(update, c)]) for c in OP_COLUMNS})
 
 
+def _layers_meta(cfg: WorkloadConfig, stage: int) -> int | list[int]:
+    """A role's layers per chunk for the graph's ``meta``: one number when its chunks are
+    equal, else one per local chunk."""
+    counts = chunk_layers(cfg, stage)
+    return counts[0] if len(set(counts)) == 1 else list(counts)
+
+
 def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) -> TracedGraph:
     p = cfg.parallel
     n_chunks = p.pp * p.virtual_stages
@@ -105,10 +114,10 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
         s = stages[0]
         fwds, bwds, params, experts = [], [], 0, 0
         fp8_weights: tuple[int, ...] = ()
-        for v in range(p.virtual_stages):
+        for v, layers in enumerate(chunk_layers(cfg, s)):
             chunk = v * p.pp + s
             dense = moe_dense_prefix(cfg, chunk)
-            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, stage_layers(cfg, s), dense)
+            body = body_of(cfg, chunk == 0, chunk == n_chunks - 1, layers, dense)
             gemms = len(body.fp8_weights)
             fwds.append(_phase(rec, body.forward, source, cfg, gemms, forward=True))
             bwds.append(_phase(rec, body.backward, source, cfg, gemms, forward=False))
@@ -120,7 +129,7 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
         expert_params[str(s)] = experts
     meta: dict[str, Any] = {
         "attention": resolve_attention(cfg),
-        "layers_per_chunk": {str(st[0]): stage_layers(cfg, st[0]) for st in role_stages(p.pp)},
+        "layers_per_chunk": {str(st[0]): _layers_meta(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
     }
     if cfg.model.moe is not None:  # parameters reduced over the expert data-parallel group

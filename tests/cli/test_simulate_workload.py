@@ -90,6 +90,13 @@ def test_simulate_writes_a_predicted_trace(
             "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
             "parallel.fsdp: needs pp = 1 (got pp = 2)",
         ),
+        (
+            "[model]\nkind='gpt'\nlayers=7\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"
+            "[parallel]\ntp=1\npp=2\ndp=1\nvirtual_stages=2\nfirst_stage_layers=3\n"
+            "[batch]\nglobal=2\nmicro=1\n"
+            "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
+            "parallel.first_stage_layers: 3 layers do not split into virtual_stages = 2",
+        ),
     ],
 )
 def test_bad_configs_are_one_line_errors(

@@ -10,7 +10,9 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.model.config import (
+    WorkloadConfig,
     chunk_key,
+    chunk_layers,
     config_to_mapping,
     grad_reduce_bytes,
     parse_workload_config,
@@ -122,6 +124,46 @@ def test_published_runs_are_all_there() -> None:
             _with("parallel", overlap_param_gather=True),
             "parallel.overlap_param_gather",
             "distributed_optimizer",
+        ),
+        (
+            _with("parallel", first_stage_layers=10, last_stage_layers=14),
+            "parallel.first_stage_layers",
+            "10 layers do not split into virtual_stages = 3",
+        ),
+        (
+            _with("parallel", last_stage_layers=5),
+            "parallel.last_stage_layers",
+            "5 layers do not split into virtual_stages = 3",
+        ),
+        (
+            _with("parallel", first_stage_layers=6, last_stage_layers=6),
+            "parallel.virtual_stages",
+            "the other stages' 14 layers each do not split into virtual_stages = 3",
+        ),
+        (
+            _with("parallel", first_stage_layers=12, account_for_loss_in_pipeline_split=True),
+            "parallel.first_stage_layers",
+            "cannot be combined with account_for_embedding/loss_in_pipeline_split",
+        ),
+        (
+            _with("parallel", account_for_embedding_in_pipeline_split=True),
+            "model.layers",
+            "96 layers + 1 (embedding/loss) = 97 do not split evenly over pp = 8",
+        ),
+        (
+            _with(
+                "model",
+                layers=102,
+            )
+            | {
+                "parallel": {
+                    **BASE["parallel"],
+                    "account_for_embedding_in_pipeline_split": True,
+                    "account_for_loss_in_pipeline_split": True,
+                }
+            },
+            "parallel.virtual_stages",
+            "13 layers per stage (embedding/loss counted) do not split into virtual_stages = 3",
         ),
         (_with("parallel", fsdp="zero3"), "parallel.fsdp", "none, full_shard, shard_grad_op"),
         (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
@@ -258,6 +300,42 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     assert tracing_key(fp8)["fp8_recipe"] == "blockwise"
 
 
+def _parallel(layers: int, **parallel: Any) -> WorkloadConfig:
+    data = _with("model", layers=layers)
+    data["parallel"] = {"tp": 8, "dp": 1, "recompute": "selective", **parallel}
+    data["cluster"]["nodes"] = parallel["pp"]
+    return parse_workload_config(data)
+
+
+def test_chunk_layers_follow_megatron_core() -> None:
+    """Layers per (stage, local chunk), worked out by hand from Megatron-Core's rules."""
+    # Even (get_num_layers_to_build's own example: 8 layers, 2 stages, vp 4 and vp 2).
+    assert chunk_layers(_parallel(8, pp=2, virtual_stages=4), 1) == (1, 1, 1, 1)
+    assert chunk_layers(_parallel(8, pp=2, virtual_stages=2), 0) == (2, 2)
+    # --decoder-first/last-pipeline-num-layers 9 / 15 of 96 on pp 8, vp 3: each stage's count
+    # is split over its 3 chunks; the other 6 stages hold (96 - 24) / 6 = 12, 4 per chunk.
+    cfg = _parallel(96, pp=8, virtual_stages=3, first_stage_layers=9, last_stage_layers=15)
+    assert [chunk_layers(cfg, s) for s in (0, 1, 6, 7)] == [(3,) * 3, (4,) * 3, (4,) * 3, (5,) * 3]
+    assert sum(sum(chunk_layers(cfg, s)) for s in range(8)) == 96
+    # Llama 3 405B: 126 layers on pp 16, the embedding and the loss each counted as a layer:
+    # 128 / 16 = 8 per stage. vp 8: 1 per chunk, so the model's first chunk holds only the
+    # embedding and its last only the output layer and loss (Dubey et al. 2024, sec. 3.3.2).
+    both = {"account_for_embedding_in_pipeline_split": True}
+    both["account_for_loss_in_pipeline_split"] = True
+    llama = _parallel(126, pp=16, virtual_stages=8, **both)
+    assert chunk_layers(llama, 0) == (0, 1, 1, 1, 1, 1, 1, 1)
+    assert chunk_layers(llama, 7) == (1,) * 8
+    assert chunk_layers(llama, 15) == (1, 1, 1, 1, 1, 1, 1, 0)
+    assert chunk_layers(_parallel(126, pp=16, virtual_stages=2, **both), 0) == (3, 4)
+    # Without interleaving both spellings give 7 + 14 x 8 + 7.
+    plain = _parallel(126, pp=16, **both)
+    firstlast = _parallel(126, pp=16, first_stage_layers=7, last_stage_layers=7)
+    assert [chunk_layers(plain, s) for s in range(16)] == [
+        chunk_layers(firstlast, s) for s in range(16)
+    ]
+    assert chunk_layers(plain, 0) == (7,) and chunk_layers(plain, 1) == (8,)
+
+
 def test_chunk_key_ignores_the_pipeline_and_the_optimizer_only() -> None:
     """Layouts that differ in how layers are spread over stages, in dp or in the optimizer
     share a chunk key; the layer's own shape and sharding do not."""
@@ -295,6 +373,17 @@ def test_every_new_key_round_trips() -> None:
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
     cfg = parse_workload_config(data)
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    counted = _with("model", layers=94)
+    counted["parallel"] = {
+        **counted["parallel"],
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    cfg = parse_workload_config(counted)
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    # They change the layers per chunk: in the tracing key, not in the chunk key.
+    assert tracing_key(cfg)["parallel"]["account_for_loss_in_pipeline_split"] is True
+    assert chunk_key(cfg) == chunk_key(parse_workload_config(BASE))
     fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, fsdp="shard_grad_op")
     cfg = parse_workload_config(fsdp)
     # FSDP implies the sharded optimizer; the mapping says so explicitly and reads back.

@@ -27,7 +27,9 @@ BASE: dict[str, Any] = {
 KEYS = [(sec, key) for sec, table in BASE.items() for key in table] + [
     ("model", "ffn_hidden"), ("model", "kv_heads"), ("parallel", "cp"),
     ("parallel", "distributed_optimizer"), ("parallel", "first_stage_layers"),
-    ("parallel", "last_stage_layers"), ("cluster", "topology"), ("model", "bogus"),
+    ("parallel", "last_stage_layers"), ("parallel", "account_for_embedding_in_pipeline_split"),
+    ("parallel", "account_for_loss_in_pipeline_split"), ("cluster", "topology"),
+    ("model", "bogus"),
 ]  # fmt: skip
 VALUES = st.one_of(st.just("<delete>"), ODD_VALUES, st.integers(-2, 64))
 

@@ -63,6 +63,19 @@ def test_round_trip_and_dense_configs_keep_their_key() -> None:
     assert "experts" not in key["model"] and "ep" not in key["parallel"]
 
 
+def test_node_limit_round_trips_and_leaves_the_traced_graph_alone() -> None:
+    """The node limit changes only how DeepEP's traffic is timed, not a rank's ops."""
+    data = _data({"dispatcher": "deepep", "moe_node_limit": 1}, etp=1)
+    cfg = parse_workload_config(data)
+    assert cfg.model.moe is not None and cfg.model.moe.moe_node_limit == 1
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    del data["model"]["moe_node_limit"]
+    free = parse_workload_config(data)
+    assert free.model.moe is not None and free.model.moe.moe_node_limit is None
+    assert tracing_key(cfg) == tracing_key(free)
+    assert "moe_node_limit" not in config_to_mapping(free)["model"]
+
+
 def test_dense_layers_lie_in_the_first_chunk() -> None:
     cfg = parse_workload_config(_data({"first_dense_layers": 2}))
     assert [moe_dense_prefix(cfg, c) for c in range(2)] == [2, 0]
@@ -88,6 +101,9 @@ def test_dense_layers_lie_in_the_first_chunk() -> None:
         ({"dispatcher": "deepep"}, {"etp": 2, "sequence_parallel": True}, "model.dispatcher",
          "etp = 1"),
         ({"dispatcher": "ring"}, {}, "model.dispatcher", "alltoall, allgather, deepep"),
+        ({"moe_node_limit": 0}, {}, "model.moe_node_limit", "from 1 to 8"),
+        ({"experts": None, "moe_node_limit": 2}, {"ep": 1}, "model.moe_node_limit",
+         "needs model.experts"),
         ({}, {"tp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True},
          "parallel.tp_comm_overlap", "not modelled with MoE"),
     ],

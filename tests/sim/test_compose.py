@@ -247,3 +247,59 @@ def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
     extra = len(d.composed.workload.deps.src) - len(c.composed.workload.deps.src)
     assert transfers < extra <= 2 * transfers
     assert d.step_ns > c.step_ns
+
+
+def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> None:
+    """6 layers on pp 2, vp 2 with the embedding and the loss counted as layers (8 slots, 2
+    per chunk): global chunks g0..g3 hold 1, 2, 2, 1 layers (stage 0: g0, g2; stage 1: g1,
+    g3). With m = p = 2 Megatron's interleaved schedule runs all four forwards, then all four
+    backwards; f and b are one layer's forward and backward, transfers are free."""
+    strings = StringTable()
+    one_f = [("fwd_gemm", OpClass.GEMM, 4e11, 0)]
+    one_b = [("bwd_gemm", OpClass.GEMM, 8e11, 0)]
+    fwd1, fwd2 = _table(strings, one_f), _table(strings, one_f * 2)
+    bwd1, bwd2 = _table(strings, one_b), _table(strings, one_b * 2)
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    roles = (
+        Role((0,), (fwd1, fwd2), (bwd1, bwd2), opt, params=1000),
+        Role((1,), (fwd2, fwd1), (bwd2, bwd1), opt, params=1000),
+    )
+    graph = TracedGraph(strings, roles)
+    counted = {
+        "virtual_stages": 2,
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    cfg = _cfg(pp=2, dp=1, micro_batches=2, model={"layers": 6}, parallel=counted)
+    cluster = cluster_from_config(cfg.cluster)
+    params = ComputeParams()
+    sim = simulate_config(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
+
+    def t(table: OpTable) -> int:
+        peak = np.full(len(table), cluster.gpu.peak_flops["bf16"])
+        return int(
+            op_times_ns(table.op_class, table.flops, table.bytes, peak, cluster.gpu, params).sum()
+        )
+
+    f, b, topt = t(fwd1), t(bwd1), t(opt)
+    assert t(fwd2) == 2 * f and t(bwd2) == 2 * b
+    # Stage 0: F g0 mb0 [0, f], mb1 [f, 2f]. Stage 1: F g1 mb0 [f, 3f], mb1 [3f, 5f].
+    # Stage 0: F g2 mb0 [3f, 5f], mb1 [5f, 7f]. Stage 1: F g3 mb0 [5f, 6f], mb1 [7f, 8f],
+    # B g3 mb0 [8f, 8f+b], mb1 [8f+b, 8f+2b]. Stage 0: B g2 mb0 [8f+b, 8f+3b], mb1 [.., 8f+5b].
+    # Stage 1: B g1 mb0 [8f+3b, 8f+5b], mb1 [8f+5b, 8f+7b]. Stage 0: B g0 mb0 [8f+5b, 8f+6b],
+    # mb1 [8f+7b, 8f+8b]; then each stage's optimizer.
+    assert sim.stage_ns() == {0: 8 * f + 8 * b + topt, 1: 8 * f + 7 * b + topt}
+    assert sim.step_ns == 8 * f + 8 * b + topt
+    # The same layers without interleaving (3 per stage, 1F1B): (m + p - 1) (3f + 3b).
+    plain = _cfg(
+        pp=2, dp=1, micro_batches=2, model={"layers": 6}, parallel={**counted, "virtual_stages": 1}
+    )
+    fwd3, bwd3 = _table(strings, one_f * 3), _table(strings, one_b * 3)
+    roles1 = (
+        Role((0,), (fwd3,), (bwd3,), opt, params=1000),
+        Role((1,), (fwd3,), (bwd3,), opt, params=1000),
+    )
+    sim1 = simulate_config(
+        TracedGraph(strings, roles1), plain, cluster, default_comm_model(), params, comm_scale=0.0
+    )
+    assert sim1.step_ns == 3 * (3 * f + 3 * b) + topt

@@ -205,3 +205,24 @@ def test_in_flight_passes_follow_the_schedule(pp: int, vp: int, m: int) -> None:
                 break
             held[step.chunk] += 1
         assert inflight(cfg, stage) == held, stage
+
+
+def test_uneven_interleaved_chunks_hold_their_own_layers() -> None:
+    # 30 layers on pp 4, vp 2 with the embedding and the loss counted as layers: 32 slots,
+    # 4 per chunk, so stage 0 holds chunks of 3 and 4 layers, stage 3 of 4 and 3. With m = 8
+    # stage 0's warm-up is (p - 1) * 2 + (v - 1) * p = 10 forwards, and its peak (the 11th)
+    # holds micro-batches 0-3 and 8-10 of chunk 0 (7) and 0-3 of chunk 1 (4).
+    even = _cfg(layers=32, pp=4, vp=2, sp=True, recompute="selective", global_batch=8)
+    counted = replace(
+        even.parallel,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    cfg = replace(even, model=replace(even.model, layers=30), parallel=counted)
+    assert inflight(cfg, 0) == [7, 4]
+    per_layer = layer_activation_bytes(cfg)
+    mask = 2048 * 12288 // 8 * 7  # the embedding's dropout mask, per chunk-0 micro-batch
+    assert stage_memory(cfg, 0).activations == per_layer * (3 * 7 + 4 * 4) + mask
+    assert stage_memory(even, 0).activations == per_layer * (4 * 7 + 4 * 4) + mask
+    assert stage_params(cfg, 0) == stage_params(even, 0) - layer_params(cfg.model, 8)
+    assert stage_params(cfg, 1) == stage_params(even, 1) == 8 * layer_params(cfg.model, 8)

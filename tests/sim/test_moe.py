@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from math import comb
 from typing import Any
 
 import pytest
@@ -114,6 +116,25 @@ def test_imbalance_slows_the_dispatch_through_the_busiest_rank() -> None:
     }
     for r in (1.5, 2.0):
         assert r - 0.05 < time[r] / time[1.0] <= r
+
+
+def test_deepeps_dispatch_counts_a_token_once_per_node_and_rank() -> None:
+    """EP64 over 8 H800 nodes, 256 experts, top-8, DeepEP: 4 node copies a token under a node
+    limit of 4, 5.29 without (8 x (1 - C(224, 8) / C(256, 8))), against the 8 expert copies the
+    NCCL path moves: the RDMA-bound dispatch scales with the node copies."""
+    cluster = make_cluster("H800-SXM5-80GB", gpus_per_node=8, nodes=8)
+    colls = CollectiveCache(default_comm_model(), cluster)
+    ranks = tuple(range(64))
+    nbytes = 4096 * 8 * 7168
+    moe = MoEConfig(256, top_k=8, dispatcher="deepep")
+    free = colls.routed_ns("deepep_dispatch", nbytes, ranks, moe)
+    limited = colls.routed_ns("deepep_dispatch", nbytes, ranks, replace(moe, moe_node_limit=4))
+    assert limited == round(4096 * 4 * 7168 / 51)
+    assert free == round(4096 * 8 * (1 - comb(224, 8) / comb(256, 8)) * 7168 / 51)
+    # The same config's NCCL all-to-allv moves every copy and does not see the limit.
+    nccl = colls.routed_ns("moe_dispatch", nbytes, ranks, moe)
+    assert nccl == colls.routed_ns("moe_dispatch", nbytes, ranks, replace(moe, moe_node_limit=4))
+    assert nccl > free > limited
 
 
 def _simulate(cfg: WorkloadConfig, ranks: str = "stages") -> Any:

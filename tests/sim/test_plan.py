@@ -85,3 +85,12 @@ def test_the_base_layout_is_always_a_candidate() -> None:
     bloom = load_config(SAMPLES / "configs" / "validation" / "bloom-176b-384.toml")
     valid, _, _ = enumerate_layouts(retarget(bloom, 384, None), ("tp", "pp"))
     assert replace(bloom, reference=None, source=valid[0].source) in valid
+
+
+def test_interleaving_is_searched_for_uneven_stages() -> None:
+    # Llama 3 405B: 126 layers + embedding + loss = 8 slots per stage on pp 16, so the config
+    # rules accept V = 1, 2, 4, 8 of the candidates 1..8 (Megatron-Core: V divides 8).
+    llama = load_config(SAMPLES / "configs" / "validation" / "llama3-405b-8192.toml")
+    valid, total, invalid = enumerate_layouts(llama, ("vp",))
+    assert sorted(c.parallel.virtual_stages for c in valid) == [1, 2, 4, 8]
+    assert (total, invalid) == (8, 4)

@@ -28,8 +28,9 @@ LLAMA = {
     "tie_embeddings": False,
 }
 #: Layouts of a 12-layer model: pipelines of 1, 2, 3 and 4 stages, interleaved, uneven first
-#: and last stages, each recomputation, FP8 recipes, tied and untied output layers, a
-#: Llama-style layer with context parallelism, no tensor parallelism.
+#: and last stages (also interleaved, and with chunks of no layer), each recomputation, FP8
+#: recipes, tied and untied output layers, a Llama-style layer with context parallelism, no
+#: tensor parallelism.
 LAYOUTS: dict[str, dict[str, dict[str, Any]]] = {
     "pp1 tied": {"parallel": {"pp": 1}},
     "pp1 untied": {"parallel": {"pp": 1}, "model": {"tie_embeddings": False}},
@@ -37,6 +38,20 @@ LAYOUTS: dict[str, dict[str, dict[str, Any]]] = {
     "pp4 selective": {"parallel": {"pp": 4, "recompute": "selective"}},
     "pp2 vp2": {"parallel": {"pp": 2, "virtual_stages": 2}},
     "pp3 uneven": {"parallel": {"pp": 3, "first_stage_layers": 3, "last_stage_layers": 5}},
+    "pp3 vp2 uneven": {
+        "parallel": {"pp": 3, "virtual_stages": 2, "first_stage_layers": 2, "last_stage_layers": 4},
+        "batch": {"global": 6},
+    },
+    # 14 slots on 2 stages of 7 chunks: the first chunk is the embedding alone, the last the
+    # output layer and loss alone.
+    "pp2 vp7 embedding and loss counted": {
+        "parallel": {
+            "pp": 2,
+            "virtual_stages": 7,
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
+    },
     "pp2 vp2 fp8 delayed": {
         "parallel": {"pp": 2, "virtual_stages": 2},
         "precision": {"dtype": "fp8", "fp8_recipe": "delayed"},

@@ -76,6 +76,33 @@ def test_gemm_flops_match_the_closed_form() -> None:
     assert gemm + attn == pytest.approx(expected_layers + output_layer, rel=2e-3)
 
 
+def test_interleaved_uneven_chunks_hold_their_layers() -> None:
+    """6 layers on pp 2, vp 2 with the embedding and the loss counted as layers: 8 slots, 2 per
+    chunk, so stage 0 holds (1, 2) layers and stage 1 (2, 1). Each chunk's FLOPs are its
+    layers' (the output layer on global chunk 3 only)."""
+    counted = {
+        "virtual_stages": 2,
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    g = trace_workload(_cfg(model={"layers": 6}, parallel=counted))
+    h, s, b, tp, v = 1024, 512, 2, 4, 32000
+    attention = 4.0 * b * s * s * h * 0.5 / tp
+    output_layer = 2.0 * s * b * h * (v // tp)
+    for stage, layers in ((0, (1, 2)), (1, (2, 1))):
+        role = g.role_for_stage(stage)
+        for chunk, n in enumerate(layers):
+            fwd = role.forward[chunk]
+            attn = fwd.flops[fwd.op_class == OpClass.ATTENTION].sum()
+            assert attn == pytest.approx(n * attention, rel=1e-9), (stage, chunk)
+            gemm = fwd.flops[fwd.op_class == OpClass.GEMM].sum()
+            per_layer = _layer_fwd_flops(h, s, b, tp, causal_attention=True) - attention
+            last = stage == 1 and chunk == 1
+            expected = n * per_layer + (output_layer if last else 0.0)
+            assert gemm == pytest.approx(expected, rel=2e-3), (stage, chunk)
+    assert g.meta["layers_per_chunk"] == {"0": [1, 2], "1": [2, 1]}
+
+
 def test_backward_is_twice_forward_and_full_recompute_adds_a_forward() -> None:
     base = trace_workload(_cfg()).role_for_stage(0)
     full = trace_workload(_cfg(parallel={"recompute": "full"})).role_for_stage(0)

@@ -20,12 +20,15 @@ What decides the time is mechanism, not a bus factor:
 
 ``routed_matrix`` builds the traffic of an MoE dispatch whose experts are unevenly loaded
 (max / mean tokens per expert), so that imbalance is simulated through the slowest rank's bytes
-rather than applied as a factor.
+rather than applied as a factor. ``token_fanout`` says on how many distinct ranks and nodes a
+token's ``top_k`` experts land: a dispatcher that sends a token once per destination rank or
+node (DeepEP) moves that many copies, not ``top_k``.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -138,6 +141,57 @@ def routed_matrix(nbytes: int, nranks: int, num_experts: int, imbalance: float) 
         raise ValueError(f"{num_experts} experts do not divide over {nranks} ranks")
     per_rank = expert_loads(num_experts, imbalance).reshape(nranks, -1).sum(axis=1)
     return np.tile(per_rank * nbytes, (nranks, 1))
+
+
+def expected_distinct(sizes: Sequence[int], k: int) -> float:
+    """Expected number of groups hit when ``k`` of ``sum(sizes)`` items (group ``g`` holding
+    ``sizes[g]``) are drawn uniformly without replacement: the sum over groups of one minus the
+    hypergeometric chance of drawing none of the group's items,
+    ``prod_{i<k} (n - s_g - i) / (n - i)``."""
+    n = sum(sizes)
+    if not 1 <= k <= n or min(sizes, default=0) < 1:
+        raise ValueError(f"cannot draw {k} of {n} items over groups of sizes {list(sizes)}")
+    hit = 0.0
+    for s, count in Counter(sizes).items():  # groups of one size share their chance
+        i = np.arange(k, dtype=np.float64)
+        miss = float(np.prod((n - s - i) / (n - i))) if k <= n - s else 0.0
+        hit += count * (1.0 - miss)
+    return hit
+
+
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """Where one token's ``top_k`` expert copies go, on average: ``ranks`` distinct ranks of
+    the expert-parallel group and ``nodes`` distinct nodes."""
+
+    top_k: int
+    ranks: float
+    nodes: float
+
+
+def token_fanout(
+    num_experts: int, node_ranks: Sequence[int], top_k: int, node_limit: int | None = None
+) -> Fanout:
+    """The distinct ranks and nodes a token's ``top_k`` experts fall on under uniform routing
+    over ``num_experts`` experts, ``num_experts / R`` per rank, ``node_ranks[i]`` of the R ranks
+    on node i (:func:`expected_distinct`).
+
+    With node-limited routing (``node_limit`` M: DeepSeek-V3's router sends a token to at most
+    M nodes, chosen by their best experts' scores, arXiv 2412.19437 sections 2.1.2 and 3.2) the
+    nodes are capped at M, and the token's experts are drawn from the ranks of M nodes only."""
+    nranks = sum(node_ranks)
+    if nranks < 1 or num_experts % nranks:
+        raise ValueError(f"{num_experts} experts do not divide over {nranks} ranks")
+    if node_limit is not None and node_limit < 1:
+        raise ValueError(f"a node limit must be at least 1, got {node_limit}")
+    per_rank = num_experts // nranks
+    nodes = expected_distinct([per_rank * r for r in node_ranks], top_k)
+    reach = nranks
+    if node_limit is not None and node_limit < len(node_ranks):
+        nodes = min(nodes, float(node_limit))
+        # Ranks of M average nodes, enough to hold the top_k experts.
+        reach = max(round(nranks * node_limit / len(node_ranks)), -(-top_k // per_rank))
+    return Fanout(top_k, expected_distinct([per_rank] * reach, top_k), nodes)
 
 
 def rank_time_us(

@@ -1,22 +1,34 @@
 """DeepEP's dispatch and combine (normal kernels): the expert-parallel all-to-all of MoE models.
 
 DeepEP moves tokens with its own kernels instead of NCCL's send/recv. Within a node
-(``intranode``) a rank writes each token straight into its destination GPUs' buffers over
-NVLink; across nodes (``internode``) a token crosses the network once per destination node,
-over RDMA to the GPU of the same index, which forwards it over NVLink to the experts' GPUs.
-The kernels run on a configurable number of SMs, which caps their throughput.
+(``intranode``) a rank writes each token once into every destination GPU's buffer over NVLink,
+however many of the token's experts that GPU holds; across nodes (``internode``) a token crosses
+the network once per destination node, over RDMA to the GPU of the same index, which forwards it
+over NVLink to the experts' GPUs. The kernels run on a configurable number of SMs, which caps
+their throughput.
 
-Model: a rank's dispatch (or combine) takes ``max(bytes / bandwidth)`` over the tiers it uses
-and the collective ends with the slowest rank (:meth:`DeepEPModel.all_to_allv`), where
+Model (:meth:`DeepEPModel.all_to_allv`): a rank's dispatch (or combine) takes the larger of its
+NVLink time and its RDMA time, each that tier's bytes over the tier's bandwidth, and the
+collective ends with the slowest rank, where
 
-- bandwidth per tier = DeepEP's published "bottleneck bandwidth", scaled by the cluster's link
-  to the link DeepEP measured on, and capped by ``sms * per_sm_gbs``;
-- bytes are DeepEP's "logical" bytes, as its tests count them: everything a rank receives,
-  its own share included.
+- bytes are DeepEP's, as its benchmarks count them (deepseek-ai/DeepEP ``tests/test_intranode.py``,
+  ``dispatch_bf16_nvl_recv_bytes = recv_x.numel() * 2``: one row per token and destination rank;
+  ``tests/test_internode.py``, ``num_rdma_token_sent``: tokens de-duplicated per destination node,
+  the rank's own node included): the routed copies scaled by the token's distinct destination
+  ranks (NVLink) or nodes (RDMA) over its ``top_k``
+  (:func:`~echo_view.sim.comm.alltoall.token_fanout`); NVLink bytes are a rank's, RDMA bytes its
+  node's spread over the node's GPUs (the forwarding GPU is the one of the peer's index), each
+  the larger of what is sent and received (full duplex), the rank's own share included;
+- bandwidth per tier = DeepEP's published "bottleneck bandwidth" (NVLink: the intranode one;
+  RDMA: the internode one), scaled by the cluster's link to the link DeepEP measured on, and
+  capped by ``sms * per_sm_gbs``. On DeepEP's own internode settings the NVLink tier does not
+  bind, as DeepEP's table says (RDMA is the bottleneck): per token, EP16 moves 6.52 rank rows
+  at 153 GB/s against 1.99 node rows at 43 GB/s, EP64 7.36 against 4 at 51 GB/s.
 
 Constants (DeepEP README, docs/legacy.md "Performance", V1 normal kernels on H800 with NVLink
 ~160 GB/s measured, 200 GB/s nominal per direction, and one CX7 400 Gb/s NIC per GPU;
-DeepSeek-V3 pre-training shapes: 4096 tokens, hidden 7168, top-8, FP8 dispatch, BF16 combine):
+DeepSeek-V3 pre-training shapes: 4096 tokens, hidden 7168, top-8 of 256 experts, top-4 groups
+(nodes), FP8 dispatch, BF16 combine):
 
 - intranode EP8: dispatch 153 GB/s, combine 158 GB/s (NVLink);
 - internode EP16 / EP32 / EP64: dispatch 43 / 58 / 51 GB/s, combine 43 / 57 / 50 GB/s (RDMA).
@@ -34,9 +46,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import Cluster
-from echo_view.sim.comm.alltoall import F64, check_matrix, uniform_matrix
+from echo_view.sim.comm.alltoall import F64, Fanout, check_matrix, uniform_matrix
 from echo_view.sim.comm.estimate import CollectiveEstimate, bus_factor
 from echo_view.sim.comm.nccl import NcclModel
 from echo_view.sim.comm.placement import place
@@ -108,24 +122,35 @@ class DeepEPModel:
         ranks: Sequence[int],
         cluster: Cluster,
         phase: str = "dispatch",
+        fanout: Fanout | None = None,
     ) -> CollectiveEstimate:
-        """Dispatch (or combine) with ``send[i][j]`` bytes from ``ranks[i]`` to ``ranks[j]``:
-        each rank takes its received bytes (its own share included) over the published
-        bandwidth of its path; the slowest rank ends the collective."""
+        """Dispatch (or combine) with ``send[i][j]`` bytes of routed token copies from
+        ``ranks[i]`` to ``ranks[j]`` (own share included). ``fanout``: where a token's copies go,
+        so that a token moves once per destination rank and node; ``None``: the bytes are
+        already counted so (one copy per destination)."""
         n = len(ranks)
         if len(set(ranks)) != n:
             raise ValueError("DeepEP ranks must be distinct")
         m = check_matrix(send, n)
-        nvl, rdma = self.bandwidths(ranks, cluster, phase)
-        received = m.sum(axis=0)
-        bw = min(nvl, rdma)
-        slowest = float(received.max(initial=0.0))
-        mean = round(float(m.sum()) / n)
-        if mean == 0:
+        if float(m.sum()) == 0:
             return CollectiveEstimate(0, "none", "none", 0, 0.0, 0.0)
-        us = self.params.latency_us + slowest / bw * 1e6
+        nvl, rdma = self.bandwidths(ranks, cluster, phase)
+        f = fanout if fanout is not None else Fanout(1, 1.0, 1.0)
+        out, into = m.sum(axis=1), m.sum(axis=0)
+        seconds = f.ranks / f.top_k * np.maximum(out, into) / nvl
+        if not math.isinf(rdma):
+            # A node's RDMA traffic goes through the GPU of the peer's index: spread over all
+            # of the node's NICs, whichever of its ranks holds the experts.
+            _, node, gpus = np.unique(
+                [cluster.node_of(r) for r in ranks], return_inverse=True, return_counts=True
+            )
+            node_out = np.bincount(node, weights=out)
+            node_in = np.bincount(node, weights=into)
+            tier = f.nodes / f.top_k * np.maximum(node_out, node_in) / gpus
+            seconds = np.maximum(seconds, tier[node] / rdma)
+        us = self.params.latency_us + float(seconds.max()) * 1e6
         time_ns = max(1, round(us * 1e3))
-        algbw = mean / (time_ns * 1e-9)
+        algbw = float(m.sum()) / n / (time_ns * 1e-9)
         path = "intranode" if math.isinf(rdma) else "internode"
         kind = CollectiveKind.ALL_TO_ALL
         return CollectiveEstimate(
@@ -135,7 +160,8 @@ class DeepEPModel:
     def estimate(
         self, kind: CollectiveKind, nbytes: int, ranks: Sequence[int], cluster: Cluster
     ) -> CollectiveEstimate:
-        """An even dispatch of ``nbytes`` per rank (all-to-all); others by the fallback."""
+        """An even dispatch of ``nbytes`` per rank, counted once per destination (all-to-all);
+        others by the fallback."""
         if kind != CollectiveKind.ALL_TO_ALL:
             return self.fallback.estimate(kind, nbytes, ranks, cluster)
         group = sorted(set(ranks))

@@ -9,7 +9,14 @@ import pytest
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import CommParams, NcclModel
-from echo_view.sim.comm.alltoall import expert_loads, p2p_rounds, routed_matrix, uniform_matrix
+from echo_view.sim.comm.alltoall import (
+    expected_distinct,
+    expert_loads,
+    p2p_rounds,
+    routed_matrix,
+    token_fanout,
+    uniform_matrix,
+)
 from echo_view.sim.comm.defaults import default_comm_model
 
 A2A = CollectiveKind.ALL_TO_ALL
@@ -113,9 +120,35 @@ def test_imbalance_across_nodes_loads_the_hot_ranks_nic() -> None:
     assert est.time_ns == round((10 + 2 * 3 + 128_000) * 1e3)
 
 
+def test_token_fanout_by_hand() -> None:
+    # 8 experts, 2 a rank on 4 ranks, 2 ranks a node; top-2. Of the C(8, 2) = 28 expert pairs,
+    # 4 share a rank and 12 a node: 1 x 4/28 + 2 x 24/28 = 13/7 ranks, 1 x 12/28 + 2 x 16/28
+    # = 11/7 nodes.
+    f = token_fanout(8, [2, 2], 2)
+    assert (f.top_k, f.ranks, f.nodes) == (2, pytest.approx(13 / 7), pytest.approx(11 / 7))
+    assert expected_distinct([2, 2, 2, 2], 2) == pytest.approx(13 / 7)
+    # Node limit 1: one node, its 4 experts on 2 ranks: 2 of the 6 pairs share a rank, so
+    # 1 x 2/6 + 2 x 4/6 = 5/3 ranks.
+    f = token_fanout(8, [2, 2], 2, node_limit=1)
+    assert (f.ranks, f.nodes) == (pytest.approx(5 / 3), 1.0)
+    # A limit at or above the nodes changes nothing; top-1 goes to one rank and one node.
+    assert token_fanout(8, [2, 2], 2, node_limit=2) == token_fanout(8, [2, 2], 2)
+    f = token_fanout(8, [2, 2], 1)
+    assert (f.ranks, f.nodes) == (pytest.approx(1.0), pytest.approx(1.0))
+    # Every expert picked: every rank and node is hit.
+    f = token_fanout(8, [1, 3], 8)
+    assert (f.ranks, f.nodes) == (pytest.approx(4.0), pytest.approx(2.0))
+    # Nodes of 1 and 3 ranks (2 and 6 experts), top-2: node 0 missed with C(6, 2)/28 = 15/28,
+    # node 1 with C(2, 2)/28 = 1/28, so 13/28 + 27/28 = 10/7 nodes.
+    assert token_fanout(8, [1, 3], 2).nodes == pytest.approx(10 / 7)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
+        (lambda: token_fanout(8, [3], 2), "do not divide"),
+        (lambda: token_fanout(8, [2, 2], 2, node_limit=0), "node limit"),
+        (lambda: expected_distinct([2, 2], 5), "cannot draw"),
         (lambda: expert_loads(8, 9.0), "imbalance"),
         (lambda: expert_loads(8, 0.5), "imbalance"),
         (lambda: routed_matrix(100, 3, 8, 1.0), "do not divide"),

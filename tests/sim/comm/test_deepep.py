@@ -1,5 +1,6 @@
 """DeepEP dispatch / combine model: DeepEP's published H800 bandwidths reproduced, scaled to
-other links, capped by the SM budget, and imbalance through the slowest rank's bytes."""
+other links, capped by the SM budget, a token counted once per destination rank (NVLink) and
+node (RDMA), and imbalance through the slowest rank's bytes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import NcclModel, model_for_library
-from echo_view.sim.comm.alltoall import routed_matrix
+from echo_view.sim.comm.alltoall import Fanout, routed_matrix
 from echo_view.sim.comm.deepep import DeepEPModel, DeepEPParams
 
 A2A = CollectiveKind.ALL_TO_ALL
@@ -46,13 +47,35 @@ def test_other_links_scale_and_the_sm_budget_caps() -> None:
     assert few.collective_time_ns(A2A, S, range(8), make_cluster(H800)) == round(S / 153)
 
 
-def test_imbalance_loads_the_hot_rank() -> None:
-    # 64 ranks, 256 experts (4 each), expert 0 at 2x the mean: rank 0 receives
-    # (2 + 3 x 254/255) / 256 of every rank's bytes, x 64 ranks, over 51 GB/s.
+def test_imbalance_loads_the_hot_node_over_rdma_and_the_hot_rank_over_nvlink() -> None:
+    # 64 ranks on 8 nodes, 256 experts (4 a rank, 32 a node), expert 0 at 2x the mean, bytes
+    # already one per destination. Rank 0 receives 64 x (2 + 3 x 254/255) / 256 x S over
+    # NVLink (153 GB/s); node 0 receives 64 x (2 + 31 x 254/255) / 256 x S over its 8 NICs
+    # (51 GB/s each): the RDMA tier is the slower one, 1.027x the balanced time, not 1.247x.
     cluster = make_cluster(H800, nodes=8)
     est = DeepEPModel().all_to_allv(routed_matrix(S, 64, 256, 2.0), range(64), cluster)
-    share = (2 + 3 * 254 / 255) / 256
-    assert est.time_ns == round(64 * share * S / 51)
+    rank = 64 * (2 + 3 * 254 / 255) / 256 * S / 153
+    node = 64 * (2 + 31 * 254 / 255) / 256 * S / 8 / 51
+    assert node > rank
+    assert est.time_ns == round(node)
+    # Within one node the hot rank's NVLink ends the dispatch: 8 ranks, 4 experts each.
+    one = make_cluster(H800)
+    est = DeepEPModel().all_to_allv(routed_matrix(S, 8, 32, 2.0), range(8), one)
+    assert est.time_ns == round(8 * (2 + 3 * 30 / 31) / 32 * S / 153)
+    # The combine sends the same bytes back: the hot rank is the busiest sender.
+    est = DeepEPModel().all_to_allv(routed_matrix(S, 8, 32, 2.0).T, range(8), one, "combine")
+    assert est.time_ns == round(8 * (2 + 3 * 30 / 31) / 32 * S / 158)
+
+
+def test_fanout_counts_a_token_once_per_rank_and_node() -> None:
+    # 16 ranks on 2 nodes, balanced: a fanout of 6 ranks and 1.5 nodes of top-8 sends
+    # 6/8 of the copies over NVLink (153 GB/s) and 1.5/8 over RDMA (43 GB/s).
+    cluster = make_cluster(H800, nodes=2)
+    m = routed_matrix(S, 16, 32, 1.0)
+    est = DeepEPModel().all_to_allv(m, range(16), cluster, fanout=Fanout(8, 6.0, 1.5))
+    assert est.time_ns == round(max(6 / 8 * S / 153, 1.5 / 8 * S / 43))
+    est = DeepEPModel().all_to_allv(m, range(16), cluster, fanout=Fanout(8, 7.5, 0.5))
+    assert est.time_ns == round(7.5 / 8 * S / 153)  # NVLink binds
 
 
 def test_latency_adds_and_library_selects_the_model() -> None:
