@@ -13,7 +13,10 @@ Each row is a published run or figure: its model, layout and what the source mea
 - ZeRO (Rajbhandari et al. 2020, arXiv 1910.02054), Figure 1: model states (weights, gradients,
   Adam states) of a 7.5B-parameter model per GPU on 64 GPUs, fp16 mixed precision: 120 GB
   unsharded, 31.4 GB with optimizer sharding, 1.9 GB fully sharded. Compared with the model's
-  weights + gradients + optimizer states.
+  weights + gradients + optimizer states; the fully sharded stage as ``fsdp = "full_shard"``
+  (PyTorch FSDP's ``FULL_SHARD`` is ZeRO-3), the other two with the sharding given directly
+  (Megatron-LM's accounting: no configuration describes DeepSpeed's).
+- torchtitan's runs as ``fsdp = "full_shard"`` (FSDP2, every state sharded).
 - Megatron-LM CI golden values (NVIDIA/Megatron-LM @ d98e8a64,
   ``tests/functional_tests/test_cases/gpt/<case>/golden_values_dev_dgx_h100.json``, copies in
   ``../shared/data/megatron-lm-functional-tests``): ``mem-max-allocated-bytes`` (the most over
@@ -50,6 +53,9 @@ LLAMA31_8B = {
     "vocab": 128256, "activation": "swiglu", "normalization": "rmsnorm", "position": "rope",
     "tie_embeddings": False,
 }  # fmt: skip
+#: PyTorch FSDP with every state sharded (``FULL_SHARD``, ZeRO-3): torchtitan's FSDP2 runs and
+#: ZeRO's fully sharded stage, which FSDP implements.
+FSDP = {"fsdp": "full_shard"}
 #: A GPT with 7.5 billion parameters (36 layers of 12 h^2 with h = 4096, plus embeddings).
 GPT_7B5 = {"kind": "gpt", "layers": 36, "hidden": 4096, "heads": 32, "vocab": 51200}
 
@@ -93,8 +99,8 @@ def points() -> list[Point]:
     out = [
         Point(
             "torchtitan Table 1", "Llama 3.1 8B, 8 H100, FSDP 8, mb 2, seq 8192, selective AC",
-            _cfg(LLAMA31_8B, 8192, {"dp": 8, "recompute": "selective"}, 2, "bf16"),
-            "full", "reserved", 82.4 * GiB, "GiB",
+            _cfg(LLAMA31_8B, 8192, {"dp": 8, "recompute": "selective", **FSDP}, 2, "bf16"),
+            None, "reserved", 82.4 * GiB, "GiB",
         ),
     ]  # fmt: skip
     for dp, cp, seq, gib in ((8, 1, 32768, 83.9), (4, 2, 65536, 84.2), (2, 4, 131072, 84.0)):
@@ -102,8 +108,8 @@ def points() -> list[Point]:
             Point(
                 "torchtitan Table 2",
                 f"Llama 3.1 8B, 8 H100, FSDP {dp} CP {cp}, seq {seq}, full AC, fp8",
-                _cfg(LLAMA31_8B, seq, {"dp": dp, "cp": cp, "recompute": "full"}, 1, "fp8"),
-                "full",
+                _cfg(LLAMA31_8B, seq, {"dp": dp, "cp": cp, "recompute": "full", **FSDP}, 1, "fp8"),
+                None,
                 "reserved",
                 gib * GiB,
                 "GiB",
@@ -116,13 +122,15 @@ def points() -> list[Point]:
         out.append(Point("Megatron-LM CI", run, cfg, None, "allocated", max_alloc, "GiB"))
         out.append(Point("Megatron-LM CI", run, cfg, None, "states", alloc, "GiB"))
     zero = _cfg(GPT_7B5, 1024, {"dp": 64}, 1, "fp16")
-    for sharding, gb, name in (("none", 120, "baseline"), ("optimizer", 31.4, "P_os"),
-                               ("full", 1.9, "P_os+g+p")):  # fmt: skip
+    zero3 = _cfg(GPT_7B5, 1024, {"dp": 64, **FSDP}, 1, "fp16")
+    for cfg, sharding, gb, name in ((zero, "none", 120, "baseline"),
+                                    (zero, "optimizer", 31.4, "P_os"),
+                                    (zero3, None, 1.9, "P_os+g+p")):  # fmt: skip
         out.append(
             Point(
                 "ZeRO Figure 1",
                 f"7.5B, 64 GPUs, fp16, {name}",
-                zero,
+                cfg,
                 sharding,
                 "states",
                 gb * GB,

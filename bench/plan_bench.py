@@ -1,28 +1,35 @@
 """Speed of ``echo-view plan`` on GPT-175B on 1,024 H100 (samples/configs/gpt175b-1024xH100.toml),
 every dimension searched.
 
-    python bench/plan_bench.py [--sample N | --full]
+    python bench/plan_bench.py [--sample N]          # every layout of N groups, in this process
+    python bench/plan_bench.py --search [--workers 1,2] [--top K]
 
-Times (1) enumerating every layout and checking its memory, then (2) tracing and simulating
-the layouts that fit, grouped by chunk key as ``plan`` runs them: every group with ``--full``,
-else every k-th group (N groups, all their layouts). Three ways: in this process (with the
-split between tracing chunks, building graphs from them and simulating), then on a local Dask
-cluster of 1 worker and of 2 workers in the same run (``echo_view.workers.dask_client``, the
-tasks of ``plan``). A sample's time for all the layouts that fit is extrapolated by layouts
-(sample wall time x all layouts / sampled layouts) and printed as an extrapolation.
+``--sample N`` (the mode older trees have too, so the same command compares them): enumerating
+every layout and checking its memory, then tracing and simulating every layout of every k-th
+chunk-key group (N groups), in this process, with the split between tracing chunks, building
+graphs from them and simulating; the time for all the layouts that fit is extrapolated by
+layouts (sample time x all layouts / sampled layouts) and printed as an extrapolation.
+
+``--search``: the whole search as ``plan`` runs it (compute floors of every group, then the
+layouts that can reach the ``--top`` fastest, in ascending floor order) on a local Dask cluster
+of each worker count given (``echo_view.workers.dask_client``), one after the other: wall time,
+the CPU time the workers and this process used, how many layouts were simulated and ruled out,
+and whether every run ranked the same top layouts.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.cli.plan import PlanGraphs, run_on_dask  # noqa: E402
+from echo_view.cli.plan import PlanGraphs, run_pruned  # noqa: E402
 from echo_view.loading import load_config  # noqa: E402
 from echo_view.sim.plan import (  # noqa: E402
     DIMENSIONS,
@@ -33,34 +40,27 @@ from echo_view.sim.plan import (  # noqa: E402
     retarget,
 )
 from echo_view.sim.runs import simulate_workload  # noqa: E402
-from echo_view.tracing.chunks import ChunkCache  # noqa: E402
-from echo_view.tracing.roles import trace_workload  # noqa: E402
 from echo_view.workers import dask_client  # noqa: E402
 
 CONFIG = ROOT / "samples" / "configs" / "gpt175b-1024xH100.toml"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sample", type=int, default=16, help="groups to time (every k-th)")
-    ap.add_argument("--full", action="store_true", help="every group")
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    base = retarget(load_config(CONFIG), 1024, None)
-    valid, total, invalid = enumerate_layouts(base, DIMENSIONS)
-    groups = group_by_chunks(check_memory(valid))
-    t_enum = time.perf_counter() - t0
-    fitting = sum(len(g.candidates) for g in groups)
-    print(
-        f"enumerated {total:,}, invalid {invalid:,}, valid {len(valid):,}, fit {fitting:,} "
-        f"in {len(groups):,} chunk-key groups: {t_enum:.2f} s"
-    )
-    step = 1 if args.full else max(1, len(groups) // args.sample)
-    sample = groups if args.full else groups[::step][: args.sample]
-    n = sum(len(g.candidates) for g in sample)
+def _cpu_s() -> float:
+    """CPU time of the calling process (user + system)."""
+    t = os.times()
+    return t.user + t.system
 
+
+def sample(groups: list[Any], n_groups: int, fitting: int) -> None:
+    from echo_view.tracing.chunks import ChunkCache
+    from echo_view.tracing.roles import trace_workload
+
+    step = max(1, len(groups) // n_groups)
+    chosen = groups[::step][:n_groups]
+    n = sum(len(g.candidates) for g in chosen)
     t_trace = t_build = t_sim = 0.0
-    for g in sample:
+    cpu0 = _cpu_s()
+    for g in chosen:
         cache = ChunkCache()  # one per group, as a plan task has
         for cfg in g.candidates:
             kinds = len(cache)
@@ -74,34 +74,71 @@ def main() -> int:
             t = time.perf_counter()
             simulate_workload(cfg, graph)
             t_sim += time.perf_counter() - t
-    inproc = t_trace + t_build + t_sim
+    total = t_trace + t_build + t_sim
+    cpu = _cpu_s() - cpu0
     print(
-        f"in-process, {len(sample)} groups ({n:,} layouts): trace chunks {t_trace:.1f} s, "
-        f"build graphs {t_build:.1f} s, simulate {t_sim:.1f} s; {inproc:.1f} s, "
-        f"{1000 * inproc / n:.0f} ms per layout"
+        f"in-process, {len(chosen)} groups ({n:,} layouts): trace chunks {t_trace:.1f} s, "
+        f"build graphs {t_build:.1f} s, simulate {t_sim:.1f} s; {total:.1f} s, "
+        f"{1000 * total / n:.0f} ms per layout; {1000 * cpu / n:.0f} ms CPU per layout"
     )
-    walls: dict[int, float] = {}
-    best: dict[int, str] = {}
-    graphs = PlanGraphs(CONFIG, base)
-    for workers in (1, 2):
-        with dask_client(None, workers) as client:
+    print(
+        f"EXTRAPOLATED to all {fitting:,} layouts ({len(groups):,} groups) from the sample: "
+        f"{total * fitting / n / 60:.1f} min in-process"
+    )
+
+
+def search(base: Any, groups: list[Any], workers: list[int], top: int) -> None:
+    tops: dict[int, list[str]] = {}
+    for w in workers:
+        with dask_client(None, w) as client:
+            client.run(lambda: None)  # the workers are up before the clock starts
+            cpu0 = sum(client.run(_cpu_s).values()) + _cpu_s()
             t = time.perf_counter()
-            out = [r for part in run_on_dask(client, sample, graphs) for r in part]
-            walls[workers] = time.perf_counter() - t
-        best[workers] = rank(out)[0].layout
+            graphs = PlanGraphs(CONFIG, base)
+            executor = client.get_executor(pure=False)
+            simulated = ruled_out = 0
+            reported: list[Any] = []
+            for part, skipped, _ in run_pruned(executor, 2 * w, groups, graphs, top, False):
+                if skipped < 0:
+                    reported = part
+                    break
+                simulated += len(part)
+                ruled_out += skipped
+            wall = time.perf_counter() - t
+            cpu = sum(client.run(_cpu_s).values()) + _cpu_s() - cpu0
+        ranked = rank(reported)
+        tops[w] = [r.layout for r in ranked[:top]]
         print(
-            f"dask, {workers} worker(s): {walls[workers]:.1f} s for {len(out):,} layouts "
-            f"({1000 * walls[workers] / n:.0f} ms per layout); best {best[workers]}"
+            f"dask, {w} worker(s): {wall:.1f} s wall, {cpu:.1f} s CPU; {simulated:,} layouts "
+            f"simulated, {ruled_out:,} ruled out; load {os.getloadavg()[0]:.1f}; "
+            f"best {tops[w][0]} ({ranked[0].step_time_s:.3f} s)"
         )
-    assert best[1] == best[2]
-    print(f"2 workers vs 1: {walls[1] / walls[2]:.2f}x")
-    if not args.full:
-        scale = fitting / n
-        print(
-            f"EXTRAPOLATED to all {fitting:,} layouts ({len(groups):,} groups) from the "
-            f"sample: {walls[2] * scale / 60:.1f} min with 2 workers, "
-            f"{walls[1] * scale / 60:.1f} min with 1, {inproc * scale / 60:.1f} min in-process"
-        )
+    same = all(v == tops[workers[0]] for v in tops.values())
+    print(f"same top {top} with every worker count: {same}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample", type=int, default=16, help="groups to time in-process")
+    ap.add_argument("--search", action="store_true", help="the whole search on Dask")
+    ap.add_argument("--workers", default="1,2", help="worker counts for --search (1,2)")
+    ap.add_argument("--top", type=int, default=10, help="layouts ranked exactly (10)")
+    args = ap.parse_args()
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
+    t0 = time.perf_counter()
+    base = retarget(load_config(CONFIG), 1024, None)
+    valid, total, invalid = enumerate_layouts(base, DIMENSIONS)
+    groups = group_by_chunks(check_memory(valid))
+    fitting = sum(len(g.candidates) for g in groups)
+    print(
+        f"enumerated {total:,}, invalid {invalid:,}, valid {len(valid):,}, fit {fitting:,} "
+        f"in {len(groups):,} chunk-key groups: {time.perf_counter() - t0:.2f} s"
+    )
+    if args.search:
+        search(base, groups, [int(w) for w in args.workers.split(",")], args.top)
+    else:
+        sample(groups, args.sample, fitting)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     return 0
 
 

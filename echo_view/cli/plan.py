@@ -3,15 +3,23 @@ GPUs, drop those that do not fit in memory, simulate the rest and rank them by s
 
 The search runs on a Dask cluster (:func:`echo_view.workers.dask_client`): a local one of
 ``--workers`` processes by default, an existing one with ``--scheduler``, or none with
-``--serial``. One task per group of layouts sharing a chunk key: the task traces the group's
-model chunks once and builds each layout's graph from them (the base layout's graph may be
-found beside the config or in the cache instead), so neither chunks nor graphs travel; results
-stream back as tasks finish. Nothing is printed or written until every task has finished, so Ctrl-C
-(which stops the workers) leaves no partial output.
+``--serial``. Each group of layouts sharing a chunk key has its model chunks traced once per
+process (the base layout's graph may be found beside the config or in the cache instead) and
+each layout's graph built from them, so neither chunks nor graphs travel. First one task per
+group computes its layouts' compute floors (:func:`~echo_view.sim.plan.compute_floor_ns`);
+then one task per layout, in ascending floor order, a few per worker at a time, skipping the
+layouts the results so far rule out of the ``--top`` fastest and of the Pareto front
+(:class:`~echo_view.sim.plan.Frontier`; the text table needs only the ``--top`` fastest, whose
+Pareto marks follow from them; ``--json`` reports the whole Pareto front too). ``--all``
+(implied by ``--plot``) simulates every layout that fits instead, one task per group. Results
+stream back as tasks finish. Nothing is printed or written until every task has finished, so
+Ctrl-C (which stops the workers) leaves no partial output.
 
-``--json`` prints ``counts`` (``enumerated``, ``invalid``, ``out_of_memory``, ``simulated``),
-``ranked`` (every simulated layout, fastest first: ``layout``, ``step_time_s``,
-``tokens_per_s_per_gpu``, ``mfu``, ``peak_bytes``, ``needed_bytes``, ``parallel``),
+``--json`` prints ``counts`` (``enumerated``, ``invalid``, ``out_of_memory``, ``simulated``,
+``pruned``: fitting layouts whose compute floor rules them out of the ``--top`` fastest and of
+the Pareto front, left out even when simulated on the way so that every run reports the same
+layouts; 0 with ``--all``), ``ranked`` (every reported layout, fastest first: ``layout``,
+``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``peak_bytes``, ``needed_bytes``, ``parallel``),
 ``pareto`` (the layout names on the step-time / peak-memory Pareto front), ``gpus``, ``gpu``,
 ``search``, ``seconds``.
 """
@@ -23,6 +31,7 @@ import concurrent.futures
 import json
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,16 +47,21 @@ from echo_view.model.schema import json_schema
 from echo_view.sim.plan import (
     DIMENSIONS,
     Counts,
+    Frontier,
     Group,
     Ranked,
     check_memory,
     enumerate_layouts,
+    floor_group,
+    floor_order,
     group_by_chunks,
+    layout_name,
     pareto_front,
     parse_dimensions,
     rank,
     retarget,
     simulate_group,
+    simulate_one,
 )
 from echo_view.text import printable
 from echo_view.workers import dask_client
@@ -74,6 +88,12 @@ def register(subparsers: Any) -> None:
         help=f"dimensions to vary (default: {','.join(DIMENSIONS)}); others stay as in CONFIG",
     )
     p.add_argument("--top", type=int, default=10, metavar="K", help="rows in the table (10)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="simulate every layout that fits (default: skip those whose compute alone rules "
+        "them out of the --top fastest and of the Pareto front; implied by --plot)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="step time vs memory, Pareto")
     where = p.add_mutually_exclusive_group()
@@ -84,28 +104,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+#: The chunk cache of the search this process last worked for, by (config path, base key):
+#: a worker keeps it across the tasks of one search (one search's chunks: a few MB).
+_CHUNKS: dict[tuple[str, str], Any] = {}
+
+
 class PlanGraphs:
     """The traced graph of each candidate layout of one config.
 
     The base layout's graph is found as ``simulate`` finds it (beside the config, in the
     cache, or traced); every other layout's is built from chunks traced once per chunk key in
-    this process (:class:`~echo_view.tracing.chunks.ChunkCache`), not written to the cache
-    (without torch, a cached graph is used or the one-line error says what to install). Pickled
-    (sent to a worker), it carries only the config's path and key: each task starts with an
-    empty chunk cache and traces what its group needs.
+    this process (:class:`~echo_view.tracing.chunks.ChunkCache`, kept for the search's later
+    tasks in the same process), not written to the cache (without torch, a cached graph is
+    used or the one-line error says what to install). Pickled (sent to a worker), it carries
+    only the config's path and key.
     """
 
     def __init__(self, config_path: Path, base: WorkloadConfig) -> None:
         self.config_path = config_path
         self.base_key = _key_text(base)
-        self._chunks: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"config_path": self.config_path, "base_key": self.base_key}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.config_path, self.base_key = state["config_path"], state["base_key"]
-        self._chunks = None
 
     def __call__(self, cfg: WorkloadConfig) -> TracedGraph:
         if _key_text(cfg) == self.base_key:
@@ -115,9 +132,11 @@ class PlanGraphs:
             from echo_view.tracing.roles import trace_workload
         except ImportError:  # no torch: a cached graph, or the error naming the extra
             return graph_for_config(cfg, self.config_path)[0]
-        if self._chunks is None:
-            self._chunks = ChunkCache()
-        return trace_workload(cfg, self._chunks)
+        key = (str(self.config_path), self.base_key)
+        if key not in _CHUNKS:
+            _CHUNKS.clear()  # another search's chunks
+            _CHUNKS[key] = ChunkCache()
+        return trace_workload(cfg, _CHUNKS[key])
 
 
 def _key_text(cfg: WorkloadConfig) -> str:
@@ -149,6 +168,66 @@ def run_on_dask(
             fut.cancel()
 
 
+class _InProcess:
+    """An executor that runs each call when it is submitted (``--serial``)."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut.set_result(fn(*args))
+        return fut
+
+
+def run_pruned(
+    executor: Any,
+    slots: int,
+    groups: list[Group],
+    graph_for: Callable[[WorkloadConfig], TracedGraph],
+    top: int,
+    keep_front: bool = True,
+) -> Iterator[tuple[list[Ranked], int, int]]:
+    """The layouts that can be among the ``top`` fastest or (``keep_front``) on the Pareto
+    front, simulated on ``executor`` (``submit`` returning
+    :class:`concurrent.futures.Future`) with at most ``slots`` layouts in flight. Yields
+    ``(results, ruled out, groups)``: an empty batch as each group's floors arrive (the groups
+    done so far), then each batch of results with the layouts ruled out since the last one;
+    the last item is every result to report (those the final frontier does not rule out: the
+    same whatever the order results came in) and ``-1``. Leaving early cancels the rest."""
+    largest_first = sorted(range(len(groups)), key=lambda i: groups[i].work(), reverse=True)
+    floors: list[list[int]] = [[] for _ in groups]
+    running: set[concurrent.futures.Future[Any]] = set()
+    try:
+        by_group = {executor.submit(floor_group, groups[i], graph_for): i for i in largest_first}
+        running = set(by_group)
+        for k, fut in enumerate(concurrent.futures.as_completed(by_group), 1):
+            floors[by_group[fut]] = fut.result()
+            running.discard(fut)
+            yield [], 0, k
+        pending = deque(floor_order(groups, floors))
+        floor_of = {layout_name(cfg): f for f, _, cfg in pending}
+        frontier = Frontier(top, keep_front)
+        results: list[Ranked] = []
+        while pending or running:
+            skipped = 0
+            while pending and len(running) < slots:
+                floor, peak, cfg = pending.popleft()
+                if frontier.excludes(floor, peak):
+                    skipped += 1
+                else:
+                    running.add(executor.submit(simulate_one, cfg, graph_for))
+            done, running = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            batch = [f.result() for f in done]
+            for r in batch:
+                frontier.add(r)
+            results += batch
+            yield batch, skipped, len(groups)
+        yield [r for r in results if not frontier.excludes(floor_of[r.layout], r.peak_bytes)], -1, 0
+    finally:
+        for fut in running:
+            fut.cancel()
+
+
 def run(args: argparse.Namespace, registry: Registry) -> int:
     del registry
     if args.top < 1:
@@ -163,6 +242,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     groups = group_by_chunks(candidates)
     fitting = sum(len(g.candidates) for g in groups)
     graph_for = PlanGraphs(args.config, base)
+    exhaustive = args.all or args.plot is not None
     results: list[Ranked] = []
     with stderr_progress(args) as progress:
 
@@ -172,15 +252,45 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 done = len(results)
                 progress(f"simulated {done:,} of {fitting:,} layouts", done / fitting)
 
+        def collect_pruned(stream: Iterator[tuple[list[Ranked], int, int]]) -> None:
+            simulated = ruled_out = 0
+            for part, skipped, floored in stream:
+                if skipped < 0:  # the end: what is reported
+                    results.extend(part)
+                    break
+                if floored < len(groups):
+                    progress(
+                        f"timed the compute of {floored:,} of {len(groups):,} layout groups",
+                        floored / len(groups),
+                    )
+                    continue
+                simulated += len(part)
+                ruled_out += skipped
+                done = simulated + ruled_out
+                progress(
+                    f"simulated {simulated:,} of {fitting:,} layouts, {ruled_out:,} ruled out",
+                    done / fitting,
+                )
+
         if not groups:
             pass
         elif args.serial:
-            collect(run_serial(groups, graph_for))
+            if exhaustive:
+                collect(run_serial(groups, graph_for))
+            else:
+                collect_pruned(run_pruned(_InProcess(), 1, groups, graph_for, args.top, args.json))
         else:
             with dask_client(args.scheduler, args.workers) as client:
-                collect(run_on_dask(client, groups, graph_for))
+                if exhaustive:
+                    collect(run_on_dask(client, groups, graph_for))
+                else:
+                    slots = 2 * max(1, len(client.scheduler_info()["workers"]))
+                    executor = client.get_executor(pure=False)
+                    collect_pruned(
+                        run_pruned(executor, slots, groups, graph_for, args.top, args.json)
+                    )
     ranked = rank(results)
-    counts = Counts(total, invalid, len(candidates) - fitting, len(ranked))
+    counts = Counts(total, invalid, len(candidates) - fitting, len(ranked), fitting - len(ranked))
     front = pareto_front(ranked)
     if args.plot is not None:
         write_plot(ranked, front, args.plot)
@@ -208,6 +318,11 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
         f"enumerated, {c['invalid']:,} invalid, {c['out_of_memory']:,} out of memory, "
         f"{c['simulated']:,} simulated ({report['seconds']:.1f} s)",
     ]
+    if c["pruned"]:
+        lines.append(
+            f"{c['pruned']:,} more fit but their compute alone rules them out of the "
+            f"{top:,} fastest (--all simulates them)"
+        )
     if not ranked:
         if c["invalid"] == c["enumerated"]:
             # Nothing passed the config rules (a GPU count no tp x pp x cp divides, say).

@@ -246,7 +246,7 @@ class _Composer:
         """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the last op emitted."""
         tid = self.table_id(tc)
         if not self.fine:
-            total = int(tc.dur_ns[lo:hi].sum())
+            total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())
             return self.op(rank, lane, label, total, src=(tid, lo, hi))
         t = tc.table
         last = -1
@@ -396,6 +396,8 @@ class _Composer:
         dp_ops: list[int] = []
         last_bwd_mb = m - 1
         prev_key: tuple[int, bool, int, int] | None = None
+        others = lay.coords(rank)[1:]
+        xfer_ns: dict[int, int] = {}  # by peer rank: every transfer has the same size
         for ps in schedule(stage, p.pp, m, p.virtual_stages):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -404,8 +406,12 @@ class _Composer:
             peer_g = g - 1 if ps.forward else g + 1
             xfer = None
             if 0 <= peer_g < n_chunks and peer_g % p.pp != stage:
-                peer_rank = lay.rank(peer_g % p.pp, *lay.coords(rank)[1:])
-                t = self.colls.time_ns(CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank))
+                peer_rank = lay.rank(peer_g % p.pp, *others)
+                t = xfer_ns.get(peer_rank, -1)
+                if t < 0:
+                    t = xfer_ns[peer_rank] = self.colls.time_ns(
+                        CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank)
+                    )
                 xfer = self.op(
                     rank,
                     pipe,
@@ -487,24 +493,18 @@ class _Composer:
                 self.edges.append((dst, self.next_op[key]))
 
 
-def compose(
+def role_costs(
     graph: TracedGraph,
     cfg: WorkloadConfig,
     colls: CollectiveCache,
     compute_params: Any,
-    *,
-    ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
-) -> Composed:
-    """Build the workload of one training step of ``cfg`` (see the module docstring)."""
-    p = cfg.parallel
-    if ranks not in ("stages", "all"):
-        raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
-    layout = Layout.of(p)
+) -> dict[tuple[int, str, int], TableCost]:
+    """Durations of every op table of ``graph`` on ``cfg``'s layout, keyed ``(role, phase,
+    chunk)`` (phase ``forward``, ``backward`` or ``optimizer``, chunk 0), each timed for the
+    role's first stage's rank."""
+    layout = Layout.of(cfg.parallel)
     cluster = colls.cluster
-    sim_ranks = (
-        tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
-    )
     costs: dict[tuple[int, str, int], TableCost] = {}
     for ri, role in enumerate(graph.roles):
         rep = layout.rank(role.stages[0])
@@ -525,6 +525,27 @@ def compose(
         costs[(ri, "optimizer", 0)] = table_cost(
             graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep, scales
         )
+    return costs
+
+
+def compose(
+    graph: TracedGraph,
+    cfg: WorkloadConfig,
+    colls: CollectiveCache,
+    compute_params: Any,
+    *,
+    ranks: str = "stages",
+    scales: Mapping[int, float] | None = None,
+) -> Composed:
+    """Build the workload of one training step of ``cfg`` (see the module docstring)."""
+    p = cfg.parallel
+    if ranks not in ("stages", "all"):
+        raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
+    layout = Layout.of(p)
+    sim_ranks = (
+        tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
+    )
+    costs = role_costs(graph, cfg, colls, compute_params, scales)
     if ranks == "all":
         per_step = sum(
             (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,9 @@ class TableCost:
     dur_ns: I64
     coll: npt.NDArray[np.bool_]
 
-    @property
+    @cached_property
     def total_ns(self) -> int:
+        """The sum of the durations (computed once: a composer reads it for every pass)."""
         return int(self.dur_ns.sum())
 
 
@@ -125,9 +127,17 @@ def _gemm_math_one(graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows
     (M) split ``rows`` ways; NaN when its shape or the GPU/dtype constants are unknown."""
     names = graph.strings
     dtype = names[key[2]] if key[2] >= 0 else "fp32"
+    shapes = names[key[1]] if key[1] >= 0 else None
+    return _gemm_math_text(gpu, names[key[0]], shapes, dtype, rows)
+
+
+@lru_cache(maxsize=4096)
+def _gemm_math_text(gpu: Any, name: str, shapes_text: str | None, dtype: str, rows: int) -> float:
+    """:func:`_gemm_math_one` by the GEMM's strings: the layouts of a search repeat the same
+    few GEMMs, each worked out once per process."""
     params = gemm_shape_params_for(gpu, dtype)
-    shapes = parse_shapes_text(names[key[1]]) if key[1] >= 0 else None
-    dims = gemm_dims(names[key[0]], shapes) if shapes is not None else None
+    shapes = parse_shapes_text(shapes_text) if shapes_text is not None else None
+    dims = gemm_dims(name, shapes) if shapes is not None else None
     if params is None or dims is None:
         return float("nan")
     b, m, n, k = dims.batch, dims.m, dims.n, dims.k

@@ -10,8 +10,14 @@ forward passes waiting for their backward):
   training 12 bytes of optimizer state (fp32 master copy, Adam's two moments) plus 4 more when
   gradients are 16-bit (their fp32 copy): 18 bytes per parameter for bf16, 20 for fp16, 16 for
   fp32. The distributed optimizer shards the optimizer states over the data- and
-  context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3, FSDP ``full_shard``)
-  shards all three, FSDP ``shard_grad_op`` (ZeRO-2) gradients and optimizer states.
+  context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3) shards all three,
+  ``grad_op`` (ZeRO-2) gradients and optimizer states. With ``[parallel] fsdp`` the accounting
+  is PyTorch FSDP's mixed precision instead (``torch.distributed.fsdp.MixedPrecision``: the
+  sharded parameters stay in their fp32 dtype and the reduced gradients are cast to it; FSDP2's
+  ``MixedPrecisionPolicy`` likewise): an fp32 shard of the parameters, of their gradients and
+  Adam's two moments, ``16/d`` bytes per parameter, with no extra master copy; ``full_shard``
+  gathers the 16-bit parameters per unit (transient, below), ``shard_grad_op`` keeps them
+  gathered from the forward to the end of the backward (``2 + 16/d``).
 - **activations** of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   Transformer Models", arXiv 2205.05198, section 4): per layer and micro-batch ``sbh(34 +
   5as/h)`` bytes with 16-bit activations, 1-byte dropout masks and unfused attention, its terms
@@ -280,11 +286,28 @@ class MemoryReport:
 
 
 def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int]:
-    """Bytes per parameter of weights, gradients and optimizer states (unsharded)."""
+    """Bytes per parameter of weights, gradients and optimizer states (unsharded), in
+    Megatron-LM's accounting: 16-bit weights, the main-gradient buffer, and the fp32 master
+    copy and Adam's moments (plus an fp32 copy of 16-bit gradients)."""
     grad = grad_reduce_bytes(cfg)
     if cfg.dtype == "fp32":
         return 4, grad, 8
     return 2, grad, 12 + (4 if grad == 2 else 0)
+
+
+def _compute_bytes(cfg: WorkloadConfig) -> int:
+    """Bytes per parameter of the copy the GEMMs read (bf16 parameters for fp8 training)."""
+    return 4 if cfg.dtype == "fp32" else 2
+
+
+def _fsdp_states(cfg: WorkloadConfig, n: int, d: int, shard_mode: str) -> tuple[int, int, int]:
+    """PyTorch FSDP's weights, gradients and optimizer states of ``n`` parameters sharded
+    ``d`` ways: fp32 shards of the parameters and gradients, Adam's fp32 moments; with
+    ``grad_op`` also the gathered compute-dtype parameters, kept through the backward."""
+    weights = -(-4 * n // d)
+    if shard_mode == "grad_op":
+        weights += _compute_bytes(cfg) * n
+    return weights, -(-4 * n // d), -(-8 * n // d)
 
 
 def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -> StageMemory:
@@ -297,13 +320,18 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     n = stage_params(cfg, stage)
     experts = stage_expert_params(cfg, stage)
     wb, gb, ob = _state_bytes(cfg)
-    weights, grads, optimizer = n * wb, n * gb, n * ob
-    if shard_mode != "none":  # expert states over the expert data-parallel ranks
-        optimizer = -(-(n - experts) * ob // d) + -(-experts * ob // p.expert_dp)
-    if shard_mode in ("full", "grad_op"):
-        grads = -(-grads // d)
-    if shard_mode == "full":
-        weights = -(-weights // d)
+    fsdp = p.fsdp != "none" and shard_mode in ("full", "grad_op")
+    if fsdp:  # PyTorch FSDP's mixed precision: what it gathers is in the compute dtype
+        wb = _compute_bytes(cfg)
+        weights, grads, optimizer = _fsdp_states(cfg, n, d, shard_mode)
+    else:
+        weights, grads, optimizer = n * wb, n * gb, n * ob
+        if shard_mode != "none":  # expert states over the expert data-parallel ranks
+            optimizer = -(-(n - experts) * ob // d) + -(-experts * ob // p.expert_dp)
+        if shard_mode in ("full", "grad_op"):
+            grads = -(-grads // d)
+        if shard_mode == "full":
+            weights = -(-weights // d)
     e, t = _act_bytes(cfg), p.tp
     s, b, h = m.seq_len // p.cp, cfg.batch.micro, m.hidden
     shard = t if p.sequence_parallel else 1

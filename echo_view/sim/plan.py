@@ -11,10 +11,21 @@ the same ops (same :func:`~echo_view.model.config.chunk_key`: they differ only i
 layout and optimizer sharding) form one :class:`Group`: a group is simulated in one place, where
 its chunks are traced once and every candidate's graph is built from them, so neither chunks nor
 graphs travel between processes.
+
+Pruning (:class:`Frontier`): a layout's step is at least its *compute floor*
+(:func:`compute_floor_ns`), the op time its busiest pipeline stage runs on its compute stream
+(every forward and backward pass of every micro-batch, and the optimizer), because that stream
+runs one op at a time from the step's start and interference only slows ops down. A layout
+whose floor is above the step of ``K`` simulated layouts cannot be among the ``K`` fastest, and
+one whose floor is above the step of a simulated layout that needs no more memory cannot be on
+the step-time / memory Pareto front; one excluded both ways (or, when only the ``K`` fastest are
+wanted, the first way) is not simulated. Simulating in ascending floor order, the ``K`` fastest
+layouts (and the Pareto front) are those of the exhaustive search, with the same numbers.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,6 +41,10 @@ from echo_view.model.config import (
 )
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.compose import role_costs
+from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.memory import memory_report
 from echo_view.sim.runs import simulate_workload
 from echo_view.sim.throughput import throughput
@@ -75,6 +90,8 @@ class Counts:
     invalid: int = 0
     out_of_memory: int = 0
     simulated: int = 0
+    #: Fitting layouts not simulated: neither among the fastest nor on the Pareto front.
+    pruned: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -82,6 +99,7 @@ class Counts:
             "invalid": self.invalid,
             "out_of_memory": self.out_of_memory,
             "simulated": self.simulated,
+            "pruned": self.pruned,
         }
 
 
@@ -100,6 +118,8 @@ class Group:
     """Fitting candidates that share a chunk key (their graphs share traced chunks)."""
 
     candidates: tuple[WorkloadConfig, ...]
+    #: Each candidate's peak memory (bytes), in the same order.
+    peaks: tuple[int, ...] = ()
 
     def work(self) -> int:
         """A relative measure of the group's simulation time: the chunk passes its layouts'
@@ -235,36 +255,107 @@ def check_memory(cfgs: Iterable[WorkloadConfig]) -> list[Candidate]:
 
 def group_by_chunks(candidates: Iterable[Candidate]) -> list[Group]:
     """Fitting candidates grouped by chunk key, in enumeration order."""
-    groups: dict[str, list[WorkloadConfig]] = {}
+    groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         if c.fits:
-            groups.setdefault(chunk_key(c.cfg), []).append(c.cfg)
-    return [Group(tuple(v)) for v in groups.values()]
+            groups.setdefault(chunk_key(c.cfg), []).append(c)
+    return [Group(tuple(c.cfg for c in v), tuple(c.peak_bytes for c in v)) for v in groups.values()]
+
+
+def simulate_one(cfg: WorkloadConfig, graph_for: Callable[[WorkloadConfig], TracedGraph]) -> Ranked:
+    """Simulate one candidate on its graph from ``graph_for``."""
+    sim = simulate_workload(cfg, graph_for(cfg))
+    step_s = sim.step_ns / 1e9
+    tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
+    rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)
+    layout = config_to_mapping(cfg)["parallel"] | {"micro": cfg.batch.micro}
+    return Ranked(
+        layout_name(cfg),
+        step_s,
+        tp.tokens_per_s_per_gpu,
+        tp.mfu,
+        rep.peak.peak,
+        rep.needed_bytes,
+        layout,
+    )
 
 
 def simulate_group(
     group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]
 ) -> list[Ranked]:
     """Simulate each candidate of the group on its graph from ``graph_for``."""
-    out = []
-    for cfg in group.candidates:
-        sim = simulate_workload(cfg, graph_for(cfg))
-        step_s = sim.step_ns / 1e9
-        tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
-        rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)
-        layout = config_to_mapping(cfg)["parallel"] | {"micro": cfg.batch.micro}
-        out.append(
-            Ranked(
-                layout_name(cfg),
-                step_s,
-                tp.tokens_per_s_per_gpu,
-                tp.mfu,
-                rep.peak.peak,
-                rep.needed_bytes,
-                layout,
-            )
-        )
-    return out
+    return [simulate_one(cfg, graph_for) for cfg in group.candidates]
+
+
+def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
+    """A lower bound on ``cfg``'s simulated step (see the module docstring): the largest, over
+    the graph's roles, of every micro-batch's forward and backward passes of every model chunk
+    and the optimizer, timed as :func:`~echo_view.sim.runs.simulate_workload` times them."""
+    cluster = cluster_from_config(cfg.cluster, cfg.source)
+    colls = CollectiveCache(default_comm_model(), cluster)
+    costs = role_costs(graph, cfg, colls, compute_params_for(cluster.gpu))
+    per_role: dict[int, int] = {}
+    for (role, phase, _), tc in costs.items():
+        times = 1 if phase == "optimizer" else cfg.micro_batches
+        per_role[role] = per_role.get(role, 0) + times * tc.total_ns
+    return max(per_role.values(), default=0)
+
+
+def floor_group(group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]) -> list[int]:
+    """:func:`compute_floor_ns` of each candidate of the group, in its order."""
+    return [compute_floor_ns(cfg, graph_for(cfg)) for cfg in group.candidates]
+
+
+def floor_order(
+    groups: Sequence[Group], floors: Sequence[Sequence[int]]
+) -> list[tuple[int, int, WorkloadConfig]]:
+    """Every candidate as ``(compute floor, peak bytes, config)``, ascending floor (ties by
+    layout name); ``floors`` holds :func:`floor_group` of each group."""
+    rows = [
+        (f, peak, cfg)
+        for g, fl in zip(groups, floors, strict=True)
+        for f, peak, cfg in zip(fl, g.peaks, g.candidates, strict=True)
+    ]
+    return sorted(rows, key=lambda r: (r[0], layout_name(r[2])))
+
+
+class Frontier:
+    """What the layouts simulated so far rule out (see the module docstring): the ``top``
+    fastest steps, and the step-time / memory Pareto front (ascending step, descending
+    peak). With ``keep_front`` false only the ``top`` fastest are kept exact: the Pareto
+    marks of those (the layouts faster than one of them are among them) stay exact too,
+    the rest of the front does not."""
+
+    def __init__(self, top: int, keep_front: bool = True) -> None:
+        if top < 1:
+            raise ValueError(f"top must be at least 1, got {top}")
+        self.top = top
+        self.keep_front = keep_front
+        self._fastest: list[float] = []
+        self._front: list[tuple[float, int]] = []
+
+    def add(self, r: Ranked) -> None:
+        """Count a simulated layout."""
+        bisect.insort(self._fastest, r.step_time_s)
+        del self._fastest[self.top :]
+        # Keep the front: drop the points the new one dominates, add it unless dominated.
+        if any(s <= r.step_time_s and m <= r.peak_bytes for s, m in self._front):
+            return
+        kept = [(s, m) for s, m in self._front if not (r.step_time_s <= s and r.peak_bytes <= m)]
+        bisect.insort(kept, (r.step_time_s, r.peak_bytes))
+        self._front = kept
+
+    def excludes(self, floor_ns: int, peak_bytes: int) -> bool:
+        """Whether a layout with this compute floor and peak can be neither among the ``top``
+        fastest nor on the Pareto front, whatever its simulated step."""
+        floor_s = floor_ns / 1e9
+        if len(self._fastest) < self.top or self._fastest[-1] >= floor_s:
+            return False
+        if not self.keep_front:
+            return True
+        # Front points faster than the floor: the last of them is the lightest.
+        i = bisect.bisect_left(self._front, (floor_s, -1))
+        return i > 0 and self._front[i - 1][1] <= peak_bytes
 
 
 def rank(results: Iterable[Ranked]) -> list[Ranked]:

@@ -33,7 +33,9 @@ def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFix
     assert out["schema"] == "echo-view.plan/1"
     counts = out["counts"]
     assert isinstance(counts, dict)
-    assert counts["enumerated"] == counts["invalid"] + counts["out_of_memory"] + counts["simulated"]
+    assert counts["enumerated"] == sum(
+        counts[k] for k in ("invalid", "out_of_memory", "simulated", "pruned")
+    )
     ranked = out["ranked"]
     assert isinstance(ranked, list) and ranked
     best = ranked[0]
@@ -70,6 +72,37 @@ def test_a_local_dask_cluster_ranks_like_a_serial_run(
     assert serial["counts"] == dask["counts"]
     assert len(serial["ranked"]) >= 6  # type: ignore[arg-type]
     assert serial["ranked"] == dask["ranked"]
+
+
+@needs_torch
+def test_pruning_keeps_the_top_and_the_pareto_front_of_the_exhaustive_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    args = [str(SMALL), "--gpus", "8", "--search", "micro,recompute", "--serial", "--top", "2"]
+    every = _plan(capsys, *args, "--all")
+    pruned = _plan(capsys, *args)
+    c_all, c_pruned = every["counts"], pruned["counts"]
+    assert isinstance(c_all, dict) and isinstance(c_pruned, dict)
+    assert c_all["pruned"] == 0 and c_pruned["pruned"] > 0
+    assert c_pruned["simulated"] + c_pruned["pruned"] == c_all["simulated"]
+    ranked_all, ranked_pruned = every["ranked"], pruned["ranked"]
+    assert isinstance(ranked_all, list) and isinstance(ranked_pruned, list)
+    assert ranked_pruned[:2] == ranked_all[:2]  # same layouts, same numbers
+    assert pruned["pareto"] == every["pareto"]
+    # Every reported layout is reported as the exhaustive search reports it.
+    assert all(r in ranked_all for r in ranked_pruned)
+    # The text table needs only the top 2 (and their Pareto marks): fewer layouts still.
+    assert main(["plan", *args]) == 0
+    text = capsys.readouterr().out
+    assert main(["plan", *args, "--all"]) == 0
+    text_all = capsys.readouterr().out
+
+    def rows(out: str) -> list[str]:
+        return [line for line in out.splitlines() if line[:3].strip().isdigit() and line[3] in " *"]
+
+    assert len(rows(text)) == 2 and rows(text) == rows(text_all)
+    assert "fit but their compute alone rules them out of the 2 fastest" in text
 
 
 def test_bad_options_are_one_line_errors(

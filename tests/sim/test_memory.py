@@ -145,10 +145,11 @@ def test_bytes_per_parameter_follow_megatron() -> None:
 
 
 def test_the_fsdp_key_sets_the_sharding() -> None:
-    """``[parallel] fsdp`` reaches the memory model: ``full_shard`` (ZeRO-3) shards weights,
-    gradients and optimizer states over the data-parallel ranks and holds two gathered
-    layers; ``shard_grad_op`` (ZeRO-2) keeps the weights whole, shards the rest and holds
-    two layers' unsharded gradients."""
+    """``[parallel] fsdp`` reaches the memory model, in PyTorch FSDP's mixed-precision
+    accounting (fp32 shards of parameters and gradients, Adam's two moments: 16 bytes per
+    parameter over the data-parallel ranks, no master copy): ``full_shard`` (ZeRO-3) holds
+    two gathered layers; ``shard_grad_op`` (ZeRO-2) keeps the bf16 weights gathered through
+    the backward and holds two layers' unsharded gradients."""
     base = _cfg(dtype="bf16", dp=8, tp=1)
     n, per_layer = stage_params(base, 0), layer_params(base.model, 1)
     dist = replace(base.parallel, distributed_optimizer=True)
@@ -157,16 +158,21 @@ def test_the_fsdp_key_sets_the_sharding() -> None:
     assert report.sharding == "full"
     full = report.stages[0]
     assert (full.weights, full.grads, full.optimizer) == (
-        -(-2 * n // 8),
         -(-4 * n // 8),
-        -(-12 * n // 8),
+        -(-4 * n // 8),
+        -(-8 * n // 8),
     )
+    assert full.weights + full.grads + full.optimizer == pytest.approx(16 * n / 8, abs=3)
     plain = stage_memory(replace(base, parallel=dist), 0)
     assert full.transient - plain.transient == 2 * per_layer * (2 + 4)
     zero2_cfg = replace(base, parallel=replace(dist, fsdp="shard_grad_op"))
     zero2 = stage_memory(zero2_cfg, 0)
     assert memory_report(zero2_cfg, 80 << 30).sharding == "grad_op"
-    assert (zero2.weights, zero2.grads, zero2.optimizer) == (2 * n, -(-4 * n // 8), -(-12 * n // 8))
+    assert (zero2.weights, zero2.grads, zero2.optimizer) == (
+        2 * n + -(-4 * n // 8),
+        -(-4 * n // 8),
+        -(-8 * n // 8),
+    )
     assert zero2.transient - plain.transient == 2 * per_layer * 4
 
 

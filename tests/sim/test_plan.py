@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import pytest
@@ -11,16 +12,20 @@ from echo_view.loading import load_config
 from echo_view.model.config import chunk_key, config_to_mapping, parse_workload_config
 from echo_view.sim.plan import (
     DIMENSIONS,
+    Frontier,
     Ranked,
     check_memory,
+    compute_floor_ns,
     enumerate_layouts,
+    floor_order,
     group_by_chunks,
     pareto_front,
     parse_dimensions,
     rank,
     retarget,
 )
-from tests.conftest import SAMPLES
+from echo_view.sim.runs import simulate_workload
+from tests.conftest import SAMPLES, TORCH_MISSING
 
 KORTHIKANTI = SAMPLES / "configs" / "validation" / "korthikanti-175b-selective.toml"
 
@@ -85,6 +90,59 @@ def test_the_base_layout_is_always_a_candidate() -> None:
     bloom = load_config(SAMPLES / "configs" / "validation" / "bloom-176b-384.toml")
     valid, _, _ = enumerate_layouts(retarget(bloom, 384, None), ("tp", "pp"))
     assert replace(bloom, reference=None, source=valid[0].source) in valid
+
+
+def test_the_frontier_rules_out_what_cannot_reach_the_top_or_the_front() -> None:
+    f = Frontier(2)
+    f.add(_r("a", 1.0, 50))
+    assert not f.excludes(5 * 10**9, 100)  # one result: the top 2 is still open
+    f.add(_r("b", 2.0, 30))
+    # Two results faster than the floor, and one of them lighter: out.
+    assert f.excludes(3 * 10**9, 30) and f.excludes(3 * 10**9, 60)
+    # Lighter than every faster result: it could be on the front.
+    assert not f.excludes(3 * 10**9, 29)
+    # A floor not above the 2nd fastest (ties included) could still be in the top 2.
+    assert not f.excludes(2 * 10**9, 100) and not f.excludes(1_500_000_000, 100)
+    # Only b (2.0 s) is faster than a 2.5 s floor and lighter than 40; a (1.0 s) is faster
+    # than 1.5 s but heavier than 40.
+    assert f.excludes(2_500_000_000, 40) and not f.excludes(1_500_000_001, 40)
+    top_only = Frontier(2, keep_front=False)
+    for r in (_r("a", 1.0, 50), _r("b", 2.0, 30)):
+        top_only.add(r)
+    assert top_only.excludes(3 * 10**9, 1) and not top_only.excludes(2 * 10**9, 1)
+    with pytest.raises(ValueError, match="at least 1"):
+        Frontier(0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=TORCH_MISSING)
+def test_the_compute_floor_bounds_the_simulated_step() -> None:
+    """Over pipelines, interleaving, recomputation, micro-batches, the distributed optimizer
+    and FSDP, the floor is at most the step and the ascending-floor order holds every layout."""
+    from echo_view.tracing.chunks import ChunkCache
+    from echo_view.tracing.roles import trace_workload
+
+    small = load_config(SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml")
+    base = retarget(small, 8, None)
+    valid, _, _ = enumerate_layouts(base, ("tp", "pp", "vp", "micro", "recompute", "dist_opt"))
+    mapping = config_to_mapping(base)
+    mapping["parallel"] |= {"pp": 1, "dp": 8, "fsdp": "full_shard", "distributed_optimizer": True}
+    fsdp = parse_workload_config(mapping)
+    cfgs = [*valid[:: max(1, len(valid) // 10)], fsdp]
+    groups = group_by_chunks(check_memory(cfgs))
+    cache = ChunkCache()
+    floors = []
+    for g in groups:
+        floors.append([])
+        for cfg in g.candidates:
+            graph = trace_workload(cfg, cache)
+            floor, step = compute_floor_ns(cfg, graph), simulate_workload(cfg, graph).step_ns
+            assert 0 < floor <= step, cfg
+            assert step < 2 * floor  # a floor, not a guess: the compute is most of the step
+            floors[-1].append(floor)
+    order = floor_order(groups, floors)
+    assert [r[0] for r in order] == sorted(r[0] for r in order)
+    assert len(order) == sum(len(g.candidates) for g in groups) > 5
+    assert any(cfg.parallel.fsdp != "none" for _, _, cfg in order)
 
 
 def test_interleaving_is_searched_for_uneven_stages() -> None:
