@@ -5,7 +5,14 @@ all-reduce from the composer, overlapped with the backward pass in buckets
 (``overlap_grad_reduce``, as DDP overlaps its own); the script's graph holds DDP's bucket
 all-reduces on their communication stream.
 
+With ``--moe CONFIG``: an MoE config with ``[model] script`` (its graph beside it) against the
+built-in MoE layer of the same shape and layout (the script key dropped, ``overlap_grad_reduce``
+on): step time, compute and communication, and the time of one MoE layer's dispatch and combine
+all-to-alls each way (the routed model both take, and the NCCL all-to-all model for the
+script's bytes).
+
     python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8]
+    python bench/script_vs_builtin.py --moe samples/scripts/moe_ep_mixtral_16xh100.toml
 """
 
 from __future__ import annotations
@@ -20,10 +27,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from echo_view.loading import trace_config  # noqa: E402
-from echo_view.model.config import parse_workload_config  # noqa: E402
-from echo_view.model.graph import OpClass, TracedGraph  # noqa: E402
-from echo_view.sim.runs import predict_workload  # noqa: E402
+from echo_view.loading import load_workload, trace_config  # noqa: E402
+from echo_view.model.config import config_to_mapping, parse_workload_config  # noqa: E402
+from echo_view.model.graph import AXES, OpClass, TracedGraph  # noqa: E402
+from echo_view.model.kinds import CollectiveKind  # noqa: E402
+from echo_view.sim.cluster import cluster_from_config  # noqa: E402
+from echo_view.sim.comm import model_for_library  # noqa: E402
+from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
+from echo_view.sim.layout import Layout  # noqa: E402
+from echo_view.sim.moe import A2A_PHASES  # noqa: E402
+from echo_view.sim.runs import WorkloadRun, predict_workload  # noqa: E402
 
 
 def _row(graph: TracedGraph) -> dict[str, float]:
@@ -39,12 +52,71 @@ def _row(graph: TracedGraph) -> dict[str, float]:
     }
 
 
+def _collective_counts(graph: TracedGraph) -> dict[tuple[str, str, int], int]:
+    """(kind, axis, bytes) -> how many, over one micro-batch's passes."""
+    out: dict[tuple[str, str, int], int] = {}
+    role = graph.roles[0]
+    for t in (*role.forward, *role.backward):
+        for i in t.collective_rows().tolist():
+            key = (t.coll(i).label, AXES[int(t.axis[i])], int(t.coll_bytes[i]))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _a2a_ms(run: WorkloadRun) -> str:
+    """The modelled time of the MoE all-to-alls of one micro-batch's passes (the composer's
+    per-op costs of the graph's tables), by graph name."""
+    graph = run.sim.graph
+    times: dict[str, list[int]] = {}
+    for tc in run.sim.composed.tables:
+        for i in tc.table.collective_rows().tolist():
+            name = graph.strings[int(tc.table.name[i])]
+            if name in A2A_PHASES:
+                times.setdefault(name, []).append(int(tc.dur_ns[i]))
+    return ", ".join(f"{len(t)} x {n} {np.mean(t) / 1e6:.3f} ms" for n, t in sorted(times.items()))
+
+
+def compare_moe(path: Path) -> None:
+    """The ``--moe`` comparison (module docstring)."""
+    cfg, graph, _, _ = load_workload(path)
+    data = config_to_mapping(cfg)
+    model = {k: v for k, v in data["model"].items() if k != "script"} | {"kind": "gpt"}
+    parallel = {**data["parallel"], "overlap_grad_reduce": True}
+    builtin_cfg = parse_workload_config({**data, "model": model, "parallel": parallel}, str(path))
+    builtin = trace_config(builtin_cfg)
+    for name, c, g in (("script", cfg, graph), ("built-in", builtin_cfg, builtin)):
+        run = predict_workload(c, g, {})
+        row, b = _row(g), run.report["breakdown"]
+        print(
+            f"{name:8s}: step {run.report['step_time_s'] * 1e3:.1f} ms (compute "
+            f"{b['compute_s'] * 1e3:.1f} ms, comm {b['comm_s'] * 1e3:.1f} ms), matrix "
+            f"{row['matrix_tflop']:.3f} TFLOP/micro-batch, params {row['params']:,.0f}, "
+            f"{_a2a_ms(run)}"
+        )
+        for (kind, axis, nbytes), n in sorted(_collective_counts(g).items()):
+            print(f"          {n:4d} x {kind} over {axis}: {nbytes:,} B")
+    # The script's dispatch bytes timed as a plain NCCL all-to-all, for comparison.
+    table = graph.roles[0].forward[0]
+    row_i = next(i for i in table.collective_rows().tolist() if table.coll(i).label == "all_to_all")
+    ranks = Layout.of(cfg.parallel).group("ep", 0)
+    cluster = cluster_from_config(cfg.cluster, cfg.source)
+    nccl = model_for_library("nccl", default_comm_model())
+    t = nccl.collective_time_ns(
+        CollectiveKind.ALL_TO_ALL, int(table.coll_bytes[row_i]), ranks, cluster
+    )
+    print(f"NCCL all-to-all model, same bytes over {ranks}: {t / 1e6:.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--moe", type=Path, metavar="CONFIG")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--dp", type=int, default=8)
     args = parser.parse_args()
+    if args.moe is not None:
+        compare_moe(args.moe)
+        return
     model: dict[str, Any] = {
         "layers": args.layers,
         "hidden": args.hidden,

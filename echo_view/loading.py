@@ -354,8 +354,9 @@ def trace_config(cfg: WorkloadConfig) -> TracedGraph:
 
 def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> Any:
     """Trace the script of a config's ``[model] script`` with the config's layout; the
-    model's shape keys, ``micro``, the parallel sizes and ``dtype`` are offered to its
-    function. Returns a :class:`~echo_view.tracing.script.ScriptTrace`."""
+    model's shape keys (with an MoE model's expert keys, ``ep`` and ``etp``), ``micro``, the
+    parallel sizes and ``dtype`` are offered to its function. Returns a
+    :class:`~echo_view.tracing.script.ScriptTrace`."""
     try:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:
@@ -381,6 +382,16 @@ def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> 
         "pp": p.pp,
         "recompute": p.recompute,
     }
+    if m.moe is not None:
+        offered |= {
+            "experts": m.moe.experts,
+            "top_k": m.moe.top_k,
+            "moe_ffn_hidden": m.moe.moe_ffn_hidden,
+            "shared_ffn_hidden": m.moe.shared_ffn_hidden,
+            "first_dense_layers": m.moe.first_dense_layers,
+            "ep": p.ep,
+            "etp": p.expert_tp,
+        }
     config = {"config": config_to_mapping(cfg), "key": graph_key(cfg)}
     return trace_script(
         ScriptSpec(path, function),

@@ -158,7 +158,7 @@ def check_moe_layout(cfg: Any, err: Any) -> None:
             raise err(f"parallel.{key}", "expert parallelism needs an MoE model (model.experts)")
         return
     if mod.script is not None:
-        raise err("model.experts", "MoE layers are built-in: a script traces its own model")
+        _check_script_moe(moe, err)
     if par.fsdp != "none":
         raise err("parallel.fsdp", "FSDP with MoE layers is not modelled: leave fsdp unset")
     if par.tp_comm_overlap:
@@ -200,4 +200,23 @@ def check_moe_layout(cfg: Any, err: Any) -> None:
         raise err(
             "model.first_dense_layers",
             f"{moe.first_dense_layers} dense layers leave no MoE layer of {mod.layers}",
+        )
+
+
+def _check_script_moe(moe: MoEConfig, err: Any) -> None:
+    """A traced script's MoE layer routes as its code does: the keys that shape the built-in
+    layer's routing (imbalance, capacity, dispatcher) would describe a layer that was not
+    traced. Its all-to-alls are timed as balanced, the only routing the meta device can run."""
+    if moe.routing_imbalance != 1.0:
+        raise err(
+            "model.routing_imbalance",
+            "a script's routing is traced balanced (fake tensors hold no routing decisions): "
+            "drop it, or use the built-in MoE layer",
+        )
+    if moe.capacity_factor is not None:
+        raise err("model.capacity_factor", "a script drops tokens as its code does: drop it")
+    if moe.dispatcher != "alltoall":
+        raise err(
+            "model.dispatcher",
+            f"a script's {moe.dispatcher} dispatch is not traced (its all-to-alls are): drop it",
         )

@@ -19,8 +19,16 @@ Roles: rank 0 and the last rank are traced one after the other, each in a fresh 
 parallelism); identical programs make one role for every
 rank (ranks of a data-, tensor- or context-parallel layout differ only in their index). Scripts
 that pipeline are not supported. Collectives carry their group's parallel axis, found by
-matching the group's ranks with the layout's groups of the traced rank; every collective the
-step needs is in the graph, so the composer adds none (``meta["explicit_comm"]``).
+matching the group's ranks with the layout's groups of the traced rank (an MoE layout's
+expert groups too: ``ep``, ``edp``, ``etp``, :class:`~echo_view.sim.layout.Layout`); every
+collective the step needs is in the graph, so the composer adds none (``meta["explicit_comm"]``).
+
+MoE: an all-to-all over the expert-parallel group is a token dispatch or combine. In each
+pass they alternate, dispatch first (forward: dispatch, combine per layer; backward: the
+combine's gradient travels as a dispatch does, then the dispatch's as a combine), and are
+named as the built-in MoE layer names them (:data:`~echo_view.sim.moe.A2A_PHASES`), so that
+the composer times them by the same routed all-to-all model. A script's routing is traced
+balanced: the meta device cannot compute the split sizes of an all-to-all-v.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import torch
 from echo_view.errors import InputError
 from echo_view.model.config import ParallelConfig
 from echo_view.model.graph import AXES, OpTable, Role, TracedGraph
+from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.layout import Layout
 from echo_view.tracing.script_run import (
@@ -48,50 +57,86 @@ from echo_view.tracing.script_run import (
 
 __all__ = ["DEFAULT_TIMEOUT_S", "ScriptSpec", "ScriptTrace", "trace_script"]
 
-#: Parallel axes a collective's group is matched against, in this order.
-_AXES = ("tp", "dp", "cp", "pp")
+#: Parallel axes a collective's group is matched against, in this order (the expert axes of
+#: an MoE layout last: a group that is both, such as ``edp`` when ``ep = 1``, is ``dp``).
+_AXES = ("tp", "dp", "cp", "pp", "ep", "edp", "etp")
+#: The order for an all-to-all: token dispatch and combine run over the expert-parallel group
+#: (which is the data-parallel group when ``ep`` spans a whole stage).
+_A2A_AXES = ("ep", *(a for a in _AXES if a != "ep"))
+#: Graph names of an expert-parallel all-to-all, by its place in a pass (first, second).
+_A2A_NAMES = ("moe_dispatch", "moe_combine")
+
+
+def _all_to_all_groups(prog: RankProgram) -> list[tuple[int, ...]]:
+    return [
+        ranks
+        for phase, groups in prog.groups.items()
+        for row, ranks in groups
+        if prog.tables[phase].coll(row) == CollectiveKind.ALL_TO_ALL
+    ]
 
 
 def infer_layout(programs: list[RankProgram], world: int) -> Layout:
     """A layout for a script traced without a config: tensor parallel over the smallest
-    group of consecutive ranks smaller than the world (none: tp = 1), data parallel across."""
+    group of consecutive ranks smaller than the world (none: tp = 1), data parallel across;
+    expert parallel over the groups of its all-to-alls (consecutive data-parallel ranks)."""
     tp = world
+    ep = 1
     for prog in programs:
+        a2a = set(_all_to_all_groups(prog))
         for groups in prog.groups.values():
             for _, ranks in groups:
                 consecutive = list(ranks) == list(range(ranks[0], ranks[0] + len(ranks)))
-                if 1 < len(ranks) < world and consecutive:
+                if ranks in a2a:
+                    ep = max(ep, len(ranks))
+                elif 1 < len(ranks) < world and consecutive:
                     tp = min(tp, len(ranks))
     tp = 1 if tp == world else tp
-    return Layout(tp=tp, pp=1, dp=world // tp)
+    dp = world // tp
+    return Layout(tp=tp, pp=1, dp=dp, ep=ep if dp % ep == 0 else 1)
 
 
-def axis_of(ranks: tuple[int, ...], rank: int, layout: Layout) -> str:
-    """The parallel axis whose group of ``rank`` is exactly ``ranks``."""
+def axis_of(
+    ranks: tuple[int, ...], rank: int, layout: Layout, kind: CollectiveKind | None = None
+) -> str:
+    """The parallel axis whose group of ``rank`` is exactly ``ranks`` (an all-to-all's
+    ``kind``: the expert-parallel group first)."""
     members = set(ranks)
-    for axis in _AXES:
+    for axis in _A2A_AXES if kind == CollectiveKind.ALL_TO_ALL else _AXES:
         if set(layout.group(axis, rank)) == members:
             return axis
     raise ValueError(ranks)
 
 
-def _with_axes(prog: RankProgram, layout: Layout, spec: ScriptSpec) -> dict[str, OpTable]:
+def _with_axes(
+    prog: RankProgram, layout: Layout, spec: ScriptSpec, strings: StringTable
+) -> dict[str, OpTable]:
+    """``prog``'s tables with each collective's axis set; the all-to-alls over the EP group
+    named as MoE dispatch and combine (module docstring)."""
     out = {}
+    a2a_names = [strings.intern(n) for n in _A2A_NAMES]
     for phase, table in prog.tables.items():
         axis = np.array(table.axis, copy=True)
+        name = np.array(table.name, copy=True)
+        ep_a2a = 0
         for row, ranks in prog.groups[phase]:
+            kind = table.coll(row)
             try:
-                axis[row] = AXES.index(axis_of(ranks, prog.rank, layout))
+                axis[row] = AXES.index(axis_of(ranks, prog.rank, layout, kind))
             except ValueError:
                 shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
                 raise InputError(
                     f"rank {prog.rank}'s {phase} runs a collective over ranks [{shown}], no "
-                    f"tp/dp/cp/pp group of the layout tp={layout.tp} dp={layout.dp} "
-                    f"cp={layout.cp} pp={layout.pp}",
+                    f"tp/dp/cp/pp/ep/edp/etp group of the layout tp={layout.tp} "
+                    f"dp={layout.dp} cp={layout.cp} pp={layout.pp} ep={layout.ep} "
+                    f"etp={layout.etp}",
                     path=spec.path,
                     hint="set [parallel] in the config to the layout the script builds",
                 ) from None
-        out[phase] = replace(table, axis=axis)
+            if kind == CollectiveKind.ALL_TO_ALL and AXES[axis[row]] == "ep":
+                name[row] = a2a_names[ep_a2a % 2]
+                ep_a2a += 1
+        out[phase] = replace(table, axis=axis, name=name)
     return out
 
 
@@ -138,9 +183,9 @@ def trace_script(
         )
     lay = Layout.of(parallel) if parallel is not None else infer_layout(programs, world)
     first = programs[0]
-    tables = _with_axes(first, lay, spec)
+    tables = _with_axes(first, lay, spec, strings)
     for prog in programs[1:]:
-        _with_axes(prog, lay, spec)  # every traced rank's groups must fit the layout
+        _with_axes(prog, lay, spec, strings)  # every traced rank's groups must fit the layout
     role = Role(
         (0,),
         (tables["forward"],),
@@ -155,7 +200,8 @@ def trace_script(
         "explicit_comm": True,
         "traced_ranks": list(ranks),
         "roles_reason": reason,
-        "layout": {"tp": lay.tp, "dp": lay.dp, "cp": lay.cp, "pp": lay.pp},
+        "layout": {"tp": lay.tp, "dp": lay.dp, "cp": lay.cp, "pp": lay.pp}
+        | ({"ep": lay.ep, "etp": lay.etp} if lay.ep * lay.etp > 1 else {}),
         "torch": str(torch.__version__),
     }
     graph = TracedGraph(strings, (role,), config=config or {}, meta=meta)
