@@ -95,6 +95,12 @@ class ModelConfig:
     #: The MoE layers (:mod:`echo_view.model.moe_config`); ``None`` for a dense model.
     moe: MoEConfig | None = None
 
+    @property
+    def up_projections(self) -> int:
+        """Input-side matrices of one MLP (or expert): SwiGLU's gate and up, else one up; the
+        MLP has these and one down projection."""
+        return 2 if self.activation == "swiglu" else 1
+
 
 @dataclass(frozen=True, slots=True)
 class ParallelConfig:

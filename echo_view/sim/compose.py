@@ -111,12 +111,15 @@ class _DpPlan:
     expert_group: tuple[int, ...] = ()
     expert_share: float = 0.0
 
-    def reductions(self, params: int) -> list[tuple[int, tuple[int, ...], str]]:
-        """``(parameters, group, label)`` of the reductions of ``params`` gradients: the
-        dense part over the data-parallel group, the expert part over the expert
-        data-parallel group (none over a group of one rank)."""
+    def reductions(
+        self, params: int, what: str = "grads"
+    ) -> list[tuple[int, tuple[int, ...], str]]:
+        """``(parameters, group, label)`` of the collectives over ``params`` parameters'
+        ``what`` (gradients, or the distributed optimizer's gathered parameters): the dense
+        part over the data-parallel group, the expert part over the expert data-parallel group
+        (none over a group of one rank)."""
         expert = round(params * self.expert_share)
-        out = [(params - expert, self.group, "grads"), (expert, self.expert_group, "expert grads")]
+        out = [(params - expert, self.group, what), (expert, self.expert_group, f"expert {what}")]
         return [(n, g, label) for n, g, label in out if n > 0 and len(g) > 1]
 
 
@@ -251,25 +254,37 @@ class _Composer:
         t = tc.table
         last = -1
         for i in range(lo, hi):
-            name = self.graph.strings[int(t.name[i])]
-            coll = NONE
             if tc.coll[i]:
-                name = self.deepep.get(name) or NCCL_KERNEL.get(t.coll(i), name)
-                axis = AXES[int(t.axis[i])]
-                ranks = self.layout.group(axis, rank)
-                coll = self.collective(
-                    rank, t.coll(i), int(t.coll_bytes[i]), ranks, int(tc.dur_ns[i])
-                )
+                last = self.collective_row(rank, lane, tc, tid, i)
+                continue
             last = self.op(
                 rank,
                 lane,
-                name,
+                self.graph.strings[int(t.name[i])],
                 int(tc.dur_ns[i]),
                 cls=int(t.op_class[i]),
-                coll=coll,
                 src=(tid, i, i + 1),
             )
         return last
+
+    def collective_row(self, rank: int, lane: int, tc: TableCost, tid: int, i: int) -> int:
+        """Row ``i`` of ``tc``, a collective, as one op named as its kernel (NCCL's, or
+        DeepEP's), matched across ranks when every rank is simulated; returns its id."""
+        t = tc.table
+        name = self.graph.strings[int(t.name[i])]
+        coll = NONE
+        if self.fine:
+            ranks = self.layout.group(AXES[int(t.axis[i])], rank)
+            coll = self.collective(rank, t.coll(i), int(t.coll_bytes[i]), ranks, int(tc.dur_ns[i]))
+        return self.op(
+            rank,
+            lane,
+            self.deepep.get(name) or NCCL_KERNEL.get(t.coll(i), name),
+            int(tc.dur_ns[i]),
+            cls=OpClass.COLLECTIVE,
+            coll=coll,
+            src=(tid, i, i + 1),
+        )
 
     def bucket_cuts(self, tc: TableCost, bucket_bytes: int) -> list[int]:
         """Op indices after which a gradient bucket is complete (ascending, last = len)."""
@@ -397,7 +412,6 @@ class _Composer:
         last_bwd_mb = m - 1
         prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
-        xfer_ns: dict[int, int] = {}  # by peer rank: every transfer has the same size
         for ps in schedule(stage, p.pp, m, p.virtual_stages):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -407,11 +421,7 @@ class _Composer:
             xfer = None
             if 0 <= peer_g < n_chunks and peer_g % p.pp != stage:
                 peer_rank = lay.rank(peer_g % p.pp, *others)
-                t = xfer_ns.get(peer_rank, -1)
-                if t < 0:
-                    t = xfer_ns[peer_rank] = self.colls.time_ns(
-                        CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank)
-                    )
+                t = self.colls.time_ns(CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank))
                 xfer = self.op(
                     rank,
                     pipe,
@@ -456,8 +466,7 @@ class _Composer:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, tied if tied >= 0 else first_opt))
         if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
-            for n, group, what in self.dp.reductions(role.params):
-                what = what.replace("grads", "params")
+            for n, group, what in self.dp.reductions(role.params, "params"):
                 self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, n * elem_bytes, group, what)
 
     def tied_embedding_reduce(self, rank: int, comp: int, stage: int, red_bytes: int) -> int:

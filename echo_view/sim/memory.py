@@ -88,7 +88,7 @@ def sharding_of(cfg: WorkloadConfig) -> str:
 def _mlp_params(model: ModelConfig, ffn: int, tp: int) -> int:
     """A tensor-parallel MLP of ``ffn`` hidden units on one rank (biases included)."""
     h = model.hidden
-    up = (2 if model.activation == "swiglu" else 1) * ffn
+    up = model.up_projections * ffn
     return up * (h + 1) // tp + ffn * h // tp + h
 
 
@@ -178,7 +178,7 @@ def layer_activation_bytes(
     if rec == "full":
         return e * sbh // shard
     kv = s * b * m.kv_heads * (h // m.heads)
-    gated = 2 if m.activation == "swiglu" else 1
+    gated = m.up_projections
     # Replicated without sequence parallelism: two norm inputs, the QKV and first MLP linear
     # inputs (e each), two dropout masks (1 byte each): 10 sbh for 16-bit.
     replicated = (4 * e + 2) * sbh
@@ -207,7 +207,7 @@ def _routed_activation_bytes(cfg: WorkloadConfig, e: int) -> int:
     tok = expert_tokens(cfg)
     rows = tok.per_expert * tok.local_experts  # after the etp all-gather
     f = moe.moe_ffn_hidden // p.expert_tp
-    gated = 2 if m.activation == "swiglu" else 1
+    gated = m.up_projections
     router = 4 * local_tokens(cfg) * moe.experts
     tokens = e * m.hidden * (tok.routed + rows)
     return router + tokens + e * rows * (gated + 1) * f

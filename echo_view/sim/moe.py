@@ -93,14 +93,10 @@ def expert_tokens(cfg: WorkloadConfig) -> ExpertTokens:
     return ExpertTokens(routed, per_expert * local, per_expert * p.expert_tp, local)
 
 
-def _gated(model: ModelConfig) -> int:
-    return 3 if model.activation == "swiglu" else 2
-
-
 def routed_expert_params(model: ModelConfig) -> int:
     """Weights of one routed expert (no biases: Megatron-Core's grouped experts)."""
     assert model.moe is not None
-    return _gated(model) * model.hidden * model.moe.moe_ffn_hidden
+    return (model.up_projections + 1) * model.hidden * model.moe.moe_ffn_hidden
 
 
 def moe_mlp_params(model: ModelConfig, active: bool) -> int:
@@ -110,7 +106,7 @@ def moe_mlp_params(model: ModelConfig, active: bool) -> int:
     assert moe is not None
     h = model.hidden
     routed = (moe.top_k if active else moe.experts) * routed_expert_params(model)
-    return moe.experts * h + routed + _gated(model) * h * moe.shared_ffn_hidden
+    return moe.experts * h + routed + (model.up_projections + 1) * h * moe.shared_ffn_hidden
 
 
 def moe_layers(model: ModelConfig) -> int:

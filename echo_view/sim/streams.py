@@ -22,7 +22,6 @@ import numpy as np
 
 from echo_view.model.graph import AXES, OpClass, OpTable
 from echo_view.model.kinds import EventKind
-from echo_view.model.trace import NONE
 from echo_view.sim.compose_costs import TableCost
 from echo_view.sim.schedule import schedule
 
@@ -94,7 +93,7 @@ class StreamRank:
                 i += 1
                 continue
             if coll[i]:
-                self.op_of[base + i] = self._collective(tc, tid, lane, i)
+                self.op_of[base + i] = comp.collective_row(self.rank, lane, tc, tid, i)
                 i += 1
                 continue
             # A run: this stream's rows up to the next row of another stream, wait or
@@ -121,26 +120,6 @@ class StreamRank:
             for r in range(i, hi):
                 self.op_of[base + r] = op
             i = hi
-
-    def _collective(self, tc: TableCost, tid: int, lane: int, i: int) -> int:
-        """Row ``i``, a collective, as one op (matched across ranks with ``ranks="all"``)."""
-        from echo_view.sim.compose import NCCL_KERNEL
-
-        comp, t = self.comp, tc.table
-        kind = t.coll(i)
-        coll = NONE
-        if comp.fine:
-            ranks = comp.layout.group(AXES[int(t.axis[i])], self.rank)
-            coll = comp.collective(self.rank, kind, int(t.coll_bytes[i]), ranks, int(tc.dur_ns[i]))
-        return comp.op(
-            self.rank,
-            lane,
-            NCCL_KERNEL.get(kind, comp.graph.strings[int(t.name[i])]),
-            int(tc.dur_ns[i]),
-            cls=OpClass.COLLECTIVE,
-            coll=coll,
-            src=(tid, i, i + 1),
-        )
 
     def run(self, microbatches: int) -> None:
         """Every micro-batch's forward and backward, then the optimizer."""

@@ -30,7 +30,7 @@ def matmul_params(model: ModelConfig, active: bool = True) -> int:
     h = model.hidden
     head_dim = h // model.heads
     attention = 2 * h * h + 2 * h * model.kv_heads * head_dim  # Q and output; K and V (GQA)
-    mlp = (3 if model.activation == "swiglu" else 2) * h * model.ffn_hidden  # gate, up, down
+    mlp = (model.up_projections + 1) * h * model.ffn_hidden  # (gate,) up, down
     moe = moe_layers(model)
     experts = moe * moe_mlp_params(model, active) if moe else 0
     return model.layers * attention + (model.layers - moe) * mlp + experts + h * model.vocab
