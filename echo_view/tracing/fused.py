@@ -133,3 +133,12 @@ def _swiglu_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
 
 
 swiglu.register_autograd(_swiglu_backward, setup_context=_swiglu_setup)
+
+
+def mlp_activation(x: torch.Tensor, gated: bool) -> torch.Tensor:
+    """An MLP's activation on its first projection's output: SwiGLU over the fused gate and up
+    halves when ``gated``, else GELU."""
+    if gated:
+        out: torch.Tensor = swiglu(x)
+        return out
+    return torch.nn.functional.gelu(x)

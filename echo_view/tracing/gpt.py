@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
 from echo_view.tracing.fp8 import fp8_recipe
-from echo_view.tracing.fused import RMSNorm, rope, swiglu
+from echo_view.tracing.fused import RMSNorm, mlp_activation, rope
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -66,8 +66,8 @@ class TransformerLayer(nn.Module):
             rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8=fp8
         )
         self.ln2 = norm(cfg, dtype)
-        self.swiglu = m.activation == "swiglu"
-        fc1_out = 2 * m.ffn_hidden if self.swiglu else m.ffn_hidden
+        self.gated = m.activation == "swiglu"
+        fc1_out = m.up_projections * m.ffn_hidden
         self.moe = MoELayer(rec, cfg, dtype) if moe else None
         if self.moe is None:
             self.fc1 = ColumnParallelLinear(rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8)
@@ -107,7 +107,7 @@ class TransformerLayer(nn.Module):
         if self.moe is not None:
             return residual + F.dropout(self.moe(self.ln2(x)), p=0.1, training=True)
         up = self.fc1(self.ln2(x))
-        h = swiglu(up) if self.swiglu else F.gelu(up)
+        h = mlp_activation(up, self.gated)
         return residual + F.dropout(self.fc2(h), p=0.1, training=True)
 
 

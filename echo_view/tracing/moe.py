@@ -32,7 +32,7 @@ from echo_view.model.config import WorkloadConfig
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.moe import a2a_name, expert_tokens
 from echo_view.tracing.fp8 import fp8_bmm, fp8_recipe
-from echo_view.tracing.fused import swiglu
+from echo_view.tracing.fused import mlp_activation
 from echo_view.tracing.layers import AG, RS, ColumnParallelLinear, RowParallelLinear, comm
 from echo_view.tracing.recorder import Recorder
 
@@ -79,8 +79,8 @@ class GroupedMLP(nn.Module):
         moe, h = cfg.model.moe, cfg.model.hidden
         assert moe is not None
         f = moe.moe_ffn_hidden // cfg.parallel.expert_tp
-        self.swiglu = cfg.model.activation == "swiglu"
-        up = 2 * f if self.swiglu else f
+        self.gated = cfg.model.activation == "swiglu"
+        up = cfg.model.up_projections * f
         self.fc1 = nn.Parameter(torch.empty(local, h, up, device="meta", dtype=dtype))
         self.fc2 = nn.Parameter(torch.empty(local, f, h, device="meta", dtype=dtype))
         for w in (self.fc1, self.fc2):
@@ -96,7 +96,7 @@ class GroupedMLP(nn.Module):
             up = torch.bmm(x, self.fc1)
         else:
             up = fp8_bmm(x, self.fc1, rec, self.fp8, cast_input=self.cast_input)
-        act = swiglu(up) if self.swiglu else F.gelu(up)
+        act = mlp_activation(up, self.gated)
         out = (
             torch.bmm(act, self.fc2) if self.fp8 is None else fp8_bmm(act, self.fc2, rec, self.fp8)
         )
@@ -122,8 +122,7 @@ class MoELayer(nn.Module):
         self.dispatch_wire = 1 if moe.dispatcher == "deepep" and cfg.dtype == "fp8" else None
         self.shared: tuple[ColumnParallelLinear, RowParallelLinear] | None = None
         if moe.shared_ffn_hidden:
-            gated = cfg.model.activation == "swiglu"
-            up = 2 * moe.shared_ffn_hidden if gated else moe.shared_ffn_hidden
+            up = cfg.model.up_projections * moe.shared_ffn_hidden
             sp = p.sequence_parallel
             fp8 = fp8_recipe(cfg)
             self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype, fp8=fp8)
@@ -179,6 +178,6 @@ class MoELayer(nn.Module):
             y = self._alltoall(tokens, probs, index)
         if self.shared is not None:
             up = self.shared_fc1(x)
-            act = swiglu(up) if self.gated else F.gelu(up)
+            act = mlp_activation(up, self.gated)
             y = y + self.shared_fc2(act).reshape(s * b, h)
         return y.reshape(s, b, h)
