@@ -150,7 +150,9 @@ def stage_params(cfg: WorkloadConfig, stage: int) -> int:
     return n
 
 
-def _act_bytes(cfg: WorkloadConfig) -> int:
+def _elem_bytes(cfg: WorkloadConfig) -> int:
+    """Bytes per element of what the GEMMs read and write: activations and the compute copy
+    of the parameters (16-bit; bf16 for fp8 training; 4 bytes for fp32)."""
     return 4 if cfg.dtype == "fp32" else 2
 
 
@@ -171,7 +173,7 @@ def layer_activation_bytes(
     """
     m, p = cfg.model, cfg.parallel
     rec = p.recompute if recompute is None else recompute
-    e, t = _act_bytes(cfg), p.tp
+    e, t = _elem_bytes(cfg), p.tp
     s, b, h, a = m.seq_len // p.cp, cfg.batch.micro, m.hidden, m.heads
     sbh = s * b * h
     shard = t if p.sequence_parallel else 1  # what sequence parallelism splits over t
@@ -295,18 +297,13 @@ def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int]:
     return 2, grad, 12 + (4 if grad == 2 else 0)
 
 
-def _compute_bytes(cfg: WorkloadConfig) -> int:
-    """Bytes per parameter of the copy the GEMMs read (bf16 parameters for fp8 training)."""
-    return 4 if cfg.dtype == "fp32" else 2
-
-
 def _fsdp_states(cfg: WorkloadConfig, n: int, d: int, shard_mode: str) -> tuple[int, int, int]:
     """PyTorch FSDP's weights, gradients and optimizer states of ``n`` parameters sharded
     ``d`` ways: fp32 shards of the parameters and gradients, Adam's fp32 moments; with
     ``grad_op`` also the gathered compute-dtype parameters, kept through the backward."""
     weights = -(-4 * n // d)
     if shard_mode == "grad_op":
-        weights += _compute_bytes(cfg) * n
+        weights += _elem_bytes(cfg) * n
     return weights, -(-4 * n // d), -(-8 * n // d)
 
 
@@ -322,7 +319,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     wb, gb, ob = _state_bytes(cfg)
     fsdp = p.fsdp != "none" and shard_mode in ("full", "grad_op")
     if fsdp:  # PyTorch FSDP's mixed precision: what it gathers is in the compute dtype
-        wb = _compute_bytes(cfg)
+        wb = _elem_bytes(cfg)
         weights, grads, optimizer = _fsdp_states(cfg, n, d, shard_mode)
     else:
         weights, grads, optimizer = n * wb, n * gb, n * ob
@@ -332,7 +329,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
             grads = -(-grads // d)
         if shard_mode == "full":
             weights = -(-weights // d)
-    e, t = _act_bytes(cfg), p.tp
+    e, t = _elem_bytes(cfg), p.tp
     s, b, h = m.seq_len // p.cp, cfg.batch.micro, m.hidden
     shard = t if p.sequence_parallel else 1
     held = inflight(cfg, stage)
