@@ -36,9 +36,15 @@ A2A_PHASES: dict[str, tuple[str, str]] = {
 }
 
 
+def a2a_op(library: str, phase: str) -> str:
+    """The graph op name of ``phase`` ("dispatch" or "combine") run by ``library`` ("nccl" or
+    "deepep"), as :data:`A2A_PHASES` names it."""
+    return next(name for name, lp in A2A_PHASES.items() if lp == (library, phase))
+
+
 def a2a_name(moe: MoEConfig, phase: str) -> str:
     """The graph op name of ``phase`` ("dispatch" or "combine") for ``moe``'s dispatcher."""
-    return f"{'deepep' if moe.dispatcher == 'deepep' else 'moe'}_{phase}"
+    return a2a_op("deepep" if moe.dispatcher == "deepep" else "nccl", phase)
 
 
 def deepep_kernels(cfg: WorkloadConfig, cluster: Cluster) -> dict[str, str]:

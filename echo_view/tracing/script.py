@@ -46,6 +46,7 @@ from echo_view.model.graph import AXES, OpTable, Role, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.layout import Layout
+from echo_view.sim.moe import a2a_op
 from echo_view.tracing.script_run import (
     DEFAULT_TIMEOUT_S,
     RankProgram,
@@ -64,7 +65,7 @@ _AXES = ("tp", "dp", "cp", "pp", "ep", "edp", "etp")
 #: (which is the data-parallel group when ``ep`` spans a whole stage).
 _A2A_AXES = ("ep", *(a for a in _AXES if a != "ep"))
 #: Graph names of an expert-parallel all-to-all, by its place in a pass (first, second).
-_A2A_NAMES = ("moe_dispatch", "moe_combine")
+_A2A_NAMES = (a2a_op("nccl", "dispatch"), a2a_op("nccl", "combine"))
 
 
 def _all_to_all_groups(prog: RankProgram) -> list[tuple[int, ...]]:
