@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+#: DDP's default ``bucket_cap_mb`` (25 MiB) of fp32 gradients, in parameters.
+DDP_BUCKET_PARAMS = 25 * 2**20 // 4
 sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import load_workload, trace_config  # noqa: E402
@@ -125,24 +127,43 @@ def main() -> None:
         "vocab": 51200,
     }
     base = {
-        "parallel": {"tp": 1, "pp": 1, "dp": args.dp, "overlap_grad_reduce": True},
+        # DDP's buckets (bucket_cap_mb = 25 MiB of fp32 gradients) as Megatron's bucket size.
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": args.dp,
+            "overlap_grad_reduce": True,
+            "ddp_bucket_size": DDP_BUCKET_PARAMS,
+        },
         "batch": {"global": args.dp, "micro": 1},
         "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": args.dp, "nodes": 1},
         "precision": {"dtype": "bf16"},
     }
     script = str(ROOT / "samples" / "scripts" / "gpt_ddp.py")
+    classes: dict[str, dict[str, int]] = {}
     for name, mod in (("built-in", {"kind": "gpt"}), ("script", {"script": script})):
         cfg = parse_workload_config({**base, "model": {**model, **mod}}, str(ROOT / "x.toml"))
         graph = trace_config(cfg)
         run = predict_workload(cfg, graph, {})
         row = _row(graph)
         b = run.report["breakdown"]
+        classes[name] = run.sim.class_ns(b["rank"])
         print(
             f"{name:8s}: matrix {row['matrix_tflop']:.4f} TFLOP, params {row['params']:,.0f}, "
             f"collective bytes in the graph {row['traced_coll_bytes']:,.0f}, step "
             f"{run.report['step_time_s'] * 1e3:.2f} ms (compute {b['compute_s'] * 1e3:.2f} ms, "
             f"comm {b['comm_s'] * 1e3:.2f} ms)"
         )
+    _print_classes(classes["built-in"], classes["script"])
+
+
+def _print_classes(builtin: dict[str, int], script: dict[str, int]) -> None:
+    """The step by op class (``ConfigSimulation.class_ns``), built-in against script, ms."""
+    print("| time (ms) | built-in | script | script - built-in |")
+    print("|---|---:|---:|---:|")
+    for k, v in builtin.items():
+        if v or script[k]:
+            print(f"| {k} | {v / 1e6:.3f} | {script[k] / 1e6:.3f} | {(script[k] - v) / 1e6:+.3f} |")
 
 
 if __name__ == "__main__":

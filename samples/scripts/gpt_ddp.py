@@ -65,12 +65,19 @@ def train_step(
     vocab: int = 51200,
     seq_len: int = 2048,
     micro: int = 1,
+    bucket_view: bool = True,
 ) -> None:
-    """Build the model on this rank and run one training step (forward, backward, Adam)."""
+    """Build the model on this rank and run one training step (forward, backward, gradient
+    clipping, Adam); ``bucket_view`` is DDP's ``gradient_as_bucket_view``."""
     device = torch.device("cuda", dist.get_rank() % 8) if torch.cuda.is_available() else None
     # Built on its device rather than moved there with .to(), which fake tensors cannot follow.
     with torch.device(device or "cpu"):
-        model = DistributedDataParallel(GPT(layers, hidden, heads, ffn_hidden, vocab, seq_len))
+        # Gradients as views of DDP's buckets (not copied back out of them after the
+        # all-reduce), as Megatron-LM's live in the buffer it reduces.
+        model = DistributedDataParallel(
+            GPT(layers, hidden, heads, ffn_hidden, vocab, seq_len),
+            gradient_as_bucket_view=bucket_view,
+        )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, vocab, (micro, seq_len), device=device)
     labels = torch.randint(0, vocab, (micro, seq_len), device=device)
@@ -78,5 +85,6 @@ def train_step(
         logits = model(tokens)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # Megatron-LM's --clip-grad default
     optimizer.step()
     optimizer.zero_grad()
