@@ -2,7 +2,9 @@
 word embedding: the GPT-2/GPT-3 family's shape, as Megatron-LM builds it) trained for one step
 with ``DistributedDataParallel`` and automatic mixed precision: fp32 parameters, gradients
 and Adam states, bf16 matrix products (``torch.autocast``), gradients all-reduced in fp32 in
-DDP's buckets, as Megatron-LM reduces them for bf16 by default.
+DDP's buckets, as Megatron-LM reduces them for bf16 by default, and kept there
+(``gradient_as_bucket_view``, as Megatron keeps them in the buffer it reduces), clipped to norm
+1.0 (Megatron-LM's ``--clip-grad`` default) before the step.
 
 Plain PyTorch: runs under ``torchrun`` on GPUs as it is traced by ``echo-view trace`` on a CPU.
 The function takes the shape keys of an echo-view workload config, so a config with
