@@ -79,8 +79,9 @@ class ConfigSimulation:
         durations, kernel gaps included; ``collective`` on every stream, hidden or not),
         ``interference`` (how much longer the compute stream's kernels ran beside
         communication than alone) and ``exposed`` (the step's time with the compute stream
-        idle: communication and waits that compute does not hide). The classes of the compute
-        stream's kernels plus those two add up to the step."""
+        idle: communication and waits that compute does not hide). The compute stream's kernels
+        plus those two add up to the step (kernels of other streams, FSDP2's copy-in, count in
+        their class too)."""
         comp, res, wl = self.composed, self.result, self.composed.workload
         on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
         mine = wl.ops.rank == rank
