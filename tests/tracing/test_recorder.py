@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
+import pytest
 
 from echo_view.model.strings import StringTable
+from tests.conftest import TORCH_MISSING
+
+pytest.importorskip("torch", reason=TORCH_MISSING)
+
+import torch
+
 from echo_view.tracing.recorder import Recorder
 
 N = 1000  # elements of the fp32 test tensors: 4,000 bytes each
@@ -101,8 +107,9 @@ def test_indexed_ops_move_the_selected_elements() -> None:
         ("aten::gather", rows * 8 + 2 * rows * 4)
     ]
     # x[rows, cols] = values writes 64 elements; accumulating reads them first.
-    put = lambda acc: x.index_put_((rows_i, cols_i), values, accumulate=acc)  # noqa: E731
-    assert _recorded(lambda: put(False)) == [("aten::index_put_", idx_bytes + rows * 4 + rows * 4)]
-    assert _recorded(lambda: put(True)) == [
-        ("aten::index_put_", idx_bytes + rows * 4 + 2 * rows * 4)
-    ]
+    for accumulate, touched in ((False, rows * 4), (True, 2 * rows * 4)):
+
+        def put(acc: bool = accumulate) -> torch.Tensor:
+            return x.index_put_((rows_i, cols_i), values, accumulate=acc)
+
+        assert _recorded(put) == [("aten::index_put_", idx_bytes + rows * 4 + touched)]

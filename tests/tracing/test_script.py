@@ -142,9 +142,9 @@ def test_llama_tensor_parallel_groups_map_to_tp_and_dp() -> None:
     adam = graph.roles[0].optimizer
     names = [graph.strings[int(i)] for i in adam.name]
     fused = int(adam.bytes[names.index("aten::_fused_adamw_")])
-    # fp32 parameter, gradient and two moments of each local element, one step counter per
-    # tensor (12 tensors).
-    assert fused == 16 * graph.roles[0].params + 4 * 12
+    # fp32 parameter, gradient and two moments of each local element read, the parameter and
+    # moments written back (28 bytes), one step counter per tensor read (12 tensors).
+    assert fused == 28 * graph.roles[0].params + 4 * 12
 
 
 #: DDP's default ``bucket_cap_mb`` (25 MiB) of fp32 gradients, as Megatron's bucket size.
