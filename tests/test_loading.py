@@ -3,6 +3,7 @@ are not one job."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from echo_view.loading import (
     FAN_OUT_BYTES,
     SERIAL,
     Parallel,
+    _on_worker,
     _read_rank_file,
     build_registry,
     fans_out,
@@ -88,10 +90,11 @@ def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error() -> None:
     path = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[0]
     imp = KinetoImporter()
-    part = _read_rank_file(path, importer=imp, many=True, inflation_cap=None)
+    read = partial(_read_rank_file, importer=imp, many=True)
+    part = _on_worker(path, work=read, inflation_cap=None)
     assert [t.rank for t in part.traces] == [0]
     try:
-        error = _read_rank_file(path, importer=imp, many=True, inflation_cap=1 << 10)
+        error = _on_worker(path, work=read, inflation_cap=1 << 10)
     finally:
         set_max_inflated_bytes(None)
     assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
