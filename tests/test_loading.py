@@ -23,6 +23,7 @@ from echo_view.loading import (
     job_importer,
     key_hash,
     load_config,
+    map_files,
     read_job,
     read_ranks,
     script_file,
@@ -179,3 +180,22 @@ def test_ranks_read_apart_keep_the_job_checks() -> None:
     head, results = read_ranks([nsys], _rank_and_events)
     assert results == [(t.rank, len(t)) for t in job.traces]
     assert head.ranks == job.ranks and head.alignment == job.alignment
+
+
+def _size_or_error(path: Path) -> int:
+    if path.name == "bad":
+        raise InputError("damaged", path=path)
+    return path.stat().st_size
+
+
+def test_files_are_worked_on_one_at_a_time_in_order_until_the_first_error(
+    tmp_path: Path,
+) -> None:
+    files = [tmp_path / n for n in ("a", "bad", "c")]
+    for i, f in enumerate(files):
+        f.write_bytes(b"x" * i)
+    done = map_files(files, _size_or_error, SERIAL)
+    assert next(done) == (files[0], 0)  # the next file is not read before this one is taken
+    with pytest.raises(InputError, match="damaged"):
+        next(done)
+    assert list(map_files(files[::2], _size_or_error, SERIAL)) == [(files[0], 0), (files[2], 2)]
