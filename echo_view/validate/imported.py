@@ -11,7 +11,7 @@ importer records it) with the row's correlation id and start time, not a ``trace
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
 from echo_view.validate.findings import FileFacts, Finding, Location, Report, Selection
 from echo_view.validate.kineto import is_launch_name, match_launches
-from echo_view.validate.summary import RankSummary, summary_from_trace
+from echo_view.validate.summary import RankSummary, on_job_clock, summary_from_trace
 
 _GPU_WORK = np.array([int(k) for k in GPU_WORK_KINDS])
 _API = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)])
@@ -83,25 +83,13 @@ def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report,
         scratch = Report(report.selection, report.keep)
         offsets = head.alignment.offsets_ns
         summaries = [
-            _on_job_clock(c.summary, off, head.world_size)
+            on_job_clock(c.summary, off, head.world_size)
             for c, off in zip(checks, offsets, strict=True)
         ]
         check_job(summaries, scratch, name)
         by_rank = {(c.source, c.rank): c.rows for c in checks}
         for tally in scratch:
             report.add_many(tally.code, tally.count, (_relocate(f, by_rank) for f in tally.first))
-
-
-def _on_job_clock(s: RankSummary, offset_ns: int, world_size: int | None) -> RankSummary:
-    """``s`` with its times on the job clock (``+ offset_ns``) and the job's world size."""
-    return replace(
-        s,
-        world_size=world_size if world_size is not None else s.world_size,
-        start_ns=s.start_ns + offset_ns,
-        end_ns=s.end_ns + offset_ns,
-        step_start_ns=s.step_start_ns + offset_ns,
-        step_end_ns=s.step_end_ns + offset_ns,
-    )
 
 
 def row_location(trace: Trace, row: int) -> Location:
