@@ -149,7 +149,7 @@ INDEXED_WRITES = frozenset(
 #: ``accumulate`` flag is set).
 ACCUMULATES = frozenset({"scatter_add_", "scatter_reduce_", "index_add_"})
 #: Ops that read only the elements their index selects from their first argument: as many as
-#: they write.
+#: they write, at most the whole argument.
 INDEXED_READS = frozenset({"gather", "index", "index_select", "take"})
 #: PyTorch's fused optimizer kernels write their ``grads`` back only when given a
 #: ``grad_scale`` (they unscale them in place; ``aten/src/ATen/native/cuda/fused_adam_utils.cuh``

@@ -305,11 +305,15 @@ def op_bytes(
     """Bytes a memory-bound kernel of ``func`` moves: every tensor it reads plus every tensor
     it writes. A tensor updated in place is read and written (twice), unless the op only
     overwrites it (:data:`OVERWRITES`: once); indexed reads and writes move only the selected
-    elements (:data:`INDEXED_READS`, :data:`INDEXED_WRITES`); ``out=`` tensors are written."""
+    elements (:data:`INDEXED_READS`: at most the whole source; :data:`INDEXED_WRITES`);
+    ``out=`` tensors are written."""
     name = func.overloadpacket.__name__
     fresh = [t for t in outs if not any(t is i for i in ins)]
     if name in INDEXED_READS and ins:
-        return sum(_nbytes(t) for t in ins[1:]) + 2 * sum(_nbytes(t) for t in fresh)
+        # The selected elements are read, but no more than the source holds (a gather that
+        # repeats rows, like a top-k permutation, reads the repeats from cache).
+        out_bytes = sum(_nbytes(t) for t in fresh)
+        return sum(_nbytes(t) for t in ins[1:]) + min(_nbytes(ins[0]), out_bytes) + out_bytes
     values = _arguments(func, args, kwargs)
     written = _written_in_place(func, values)
     if name in INDEXED_WRITES and written:

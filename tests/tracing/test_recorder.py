@@ -106,6 +106,11 @@ def test_indexed_ops_move_the_selected_elements() -> None:
     assert _recorded(lambda: torch.gather(x, 1, cols_i[:, None])) == [
         ("aten::gather", rows * 8 + 2 * rows * 4)
     ]
+    # 128 rows picked from a table of 64 (each twice): the table read once, 128 rows written.
+    table, twice = _meta(rows, 16), torch.zeros(2 * rows, dtype=torch.long, device="meta")
+    assert _recorded(lambda: table.index_select(0, twice)) == [
+        ("aten::index_select", 2 * rows * 8 + rows * 16 * 4 + 2 * rows * 16 * 4)
+    ]
     # x[rows, cols] = values writes 64 elements; accumulating reads them first.
     for accumulate, touched in ((False, rows * 4), (True, 2 * rows * 4)):
 
