@@ -29,6 +29,7 @@ from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
 from echo_view.sim.compose import COMPUTE_STREAM, NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.host import HostParams
 from echo_view.sim.interference import InterferenceModel
 from echo_view.sim.interference.simulate import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
@@ -109,11 +110,13 @@ def simulate_config(
     ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
     interference: InterferenceModel | None = None,
+    host: HostParams | None = None,
 ) -> ConfigSimulation:
     """Compose and run one step of ``cfg``; ``interference`` slows compute beside
-    communication (:mod:`echo_view.sim.interference`)."""
+    communication (:mod:`echo_view.sim.interference`), ``host`` times the host path
+    (:mod:`echo_view.sim.host`; default :class:`HostParams` ())."""
     colls = CollectiveCache(comm, cluster, comm_scale)
-    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales)
+    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales, host=host)
     hook = config_rate_hook(composed, interference, cluster.gpu.name)
     result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns, rates=hook)
     return ConfigSimulation(cfg, graph, cluster, params, composed, result)
