@@ -74,6 +74,9 @@ from echo_view.sim.streams import StreamRank, uses_streams
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
 #: Name of a simulated rank's host thread and of its synchronising call.
 HOST_THREAD, HOST_SYNC = "host (dispatch)", "cudaDeviceSynchronize"
+#: A zero-length op after a coarse op whose last kernel the host issues late (see
+#: ``_Composer.issue``).
+HOST_TAIL = "host-bound tail"
 #: Kernel launches per gradient tensor of Megatron's ``count_zeros_fp32``
 #: (``megatron/core/optimizer/clip_grads.py``): ``count_nonzero``, ``numel -``, ``+=``.
 COUNT_ZEROS_LAUNCHES = 3
@@ -208,25 +211,33 @@ class _Composer:
         self.lane_rank.append(rank)
         self.host_lane[rank] = len(self.lanes) - 1
 
-    def issue(self, rank: int, first: int, last: int, dur: npt.NDArray[np.int64]) -> None:
+    def issue(self, rank: int, first: int, last: int, dur: npt.NDArray[np.int64]) -> int:
         """The host issuing GPU ops ``first..last`` (ids, one stream), which run kernels of
         GPU times ``dur`` in order: one host op of ``len(dur)`` launches; each fine op starts
-        after its kernel's issue, a coarse op (``first == last``, several kernels) also ends
-        no earlier than the host path allows (:func:`~echo_view.sim.host.issue_span_ns`)."""
+        after its kernel's issue. A coarse op (``first == last``, several kernels) starts
+        after its first kernel's issue and is followed on its stream by a zero-length
+        :data:`HOST_TAIL` op that ends where the host path lets its last kernel end
+        (:func:`~echo_view.sim.host.issue_span_ns`; a hold on the op's own end would keep
+        interference from rating it). Returns the op that ends the run."""
         lane = self.host_lane.get(rank)
         k = len(dur)
         if lane is None or k == 0:
-            return
+            return last
         c = self.host_ns
         h = self.op(rank, lane, "dispatch", k * c, kind=EventKind.CPU_OP, issue=False)
-        start, to_end = int(DepMode.START_TO_START), int(DepMode.END_TO_END)
-        if first == last:
-            self.host_edges.append((h, first, start, c))
-            if k > 1:
-                self.host_edges.append((h, first, to_end, issue_span_ns(dur, c) - k * c))
-            return
-        for j, op in enumerate(range(first, last + 1)):
-            self.host_edges.append((h, op, start, (j + 1) * c))
+        start = int(DepMode.START_TO_START)
+        if first != last:
+            for j, op in enumerate(range(first, last + 1)):
+                self.host_edges.append((h, op, start, (j + 1) * c))
+            return last
+        self.host_edges.append((h, first, start, c))
+        if k == 1:
+            return last
+        gpu_lane = self.c.lane[first]
+        tail = self.op(rank, gpu_lane, HOST_TAIL, 0, kind=EventKind.GPU_ANNOTATION, issue=False)
+        lag = issue_span_ns(dur, c) - k * c
+        self.host_edges.append((h, tail, int(DepMode.END_TO_START), lag))
+        return tail
 
     def count_zeros(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
         """Megatron's ``count_zeros_fp32`` on the host: per gradient tensor the rank holds
@@ -282,7 +293,7 @@ class _Composer:
         c.src_lo.append(src[1])
         c.src_hi.append(src[2])
         i = len(c.rank) - 1
-        if self.lanes[lane].kind == LaneKind.GPU_STREAM and kind != EventKind.GPU_ANNOTATION:
+        if self.lanes[lane].kind == LaneKind.GPU_STREAM:
             self.lane_last[lane] = i
             if issue and kind == EventKind.KERNEL:
                 self.issue(rank, i, i, np.array([dur], dtype=np.int64))
@@ -329,13 +340,13 @@ class _Composer:
 
     # -- passes ----------------------------------------------------------------------------
     def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
-        """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the last op emitted."""
+        """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the op that ends them (the
+        last, or its host-bound tail: :meth:`issue`)."""
         tid = self.table_id(tc)
         if not self.fine:
             total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())
             op = self.op(rank, lane, label, total, src=(tid, lo, hi), issue=False)
-            self.issue(rank, op, op, tc.dur_ns[lo:hi])
-            return op
+            return self.issue(rank, op, op, tc.dur_ns[lo:hi])
         t = tc.table
         first, last = len(self.c.rank), -1
         for i in range(lo, hi):
@@ -351,8 +362,7 @@ class _Composer:
                 src=(tid, i, i + 1),
                 issue=False,
             )
-        self.issue(rank, first, last, tc.dur_ns[lo:hi])
-        return last
+        return self.issue(rank, first, last, tc.dur_ns[lo:hi])
 
     def collective_row(
         self, rank: int, lane: int, tc: TableCost, tid: int, i: int, *, issue: bool = True
