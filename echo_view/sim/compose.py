@@ -170,6 +170,8 @@ class _Composer:
         # Per rank: its host thread's lane; per GPU lane: its last op (what a sync waits for).
         self.host_lane: dict[int, int] = {}
         self.lane_last: dict[int, int] = {}
+        self.gpu_lanes: dict[int, list[int]] = {}
+        self.spans: dict[tuple[int, int, int], int] = {}
         # Host-path edges: (src, dst, mode, lag).
         self.host_edges: list[tuple[int, int, int, int]] = []
         self.strings = StringTable(graph.strings.strings)
@@ -200,6 +202,7 @@ class _Composer:
         device = rank % self.colls.cluster.gpus_per_node
         self.lanes.append(Lane(LaneKind.GPU_STREAM, device, stream, name, device, stream))
         self.lane_rank.append(rank)
+        self.gpu_lanes.setdefault(rank, []).append(len(self.lanes) - 1)
         return len(self.lanes) - 1
 
     def host_thread(self, rank: int) -> None:
@@ -211,16 +214,30 @@ class _Composer:
         self.lane_rank.append(rank)
         self.host_lane[rank] = len(self.lanes) - 1
 
-    def issue(self, rank: int, first: int, last: int, dur: npt.NDArray[np.int64]) -> int:
-        """The host issuing GPU ops ``first..last`` (ids, one stream), which run kernels of
-        GPU times ``dur`` in order: one host op of ``len(dur)`` launches; each fine op starts
-        after its kernel's issue. A coarse op (``first == last``, several kernels) starts
-        after its first kernel's issue and is followed on its stream by a zero-length
-        :data:`HOST_TAIL` op that ends where the host path lets its last kernel end
-        (:func:`~echo_view.sim.host.issue_span_ns`; a hold on the op's own end would keep
-        interference from rating it). Returns the op that ends the run."""
+    def tail_lag(self, tid: int, tc: TableCost, lo: int, hi: int) -> int:
+        """For ops ``lo:hi`` of table ``tid`` as one coarse op: how long after the host has
+        issued them all their last kernel ends at the earliest (their
+        :func:`~echo_view.sim.host.issue_span_ns` less the issue time), or -1 when the host
+        path cannot end them later than their first issue and GPU time do (memoised: a step
+        runs the same passes many times)."""
+        key = (tid, lo, hi)
+        lag = self.spans.get(key)
+        if lag is None:
+            dur, c = tc.dur_ns[lo:hi], self.host_ns
+            span = issue_span_ns(dur, c)
+            lag = span - (hi - lo) * c if span > c + int(dur.sum()) else -1
+            self.spans[key] = lag
+        return lag
+
+    def issue(self, rank: int, first: int, last: int, k: int, tail_lag: int = -1) -> int:
+        """The host issuing GPU ops ``first..last`` (ids, one stream), which run ``k`` kernels
+        in order: one host op of ``k`` launches; each fine op starts after its kernel's issue.
+        A coarse op (``first == last``) starts after its first kernel's issue; when the host
+        path ends its kernels later than that and their GPU time (``tail_lag`` >= 0, from
+        :meth:`tail_lag`), it is followed on its stream by a zero-length :data:`HOST_TAIL` op
+        that ends there (a hold on the op's own end would keep interference from rating it).
+        Returns the op that ends the run."""
         lane = self.host_lane.get(rank)
-        k = len(dur)
         if lane is None or k == 0:
             return last
         c = self.host_ns
@@ -231,12 +248,11 @@ class _Composer:
                 self.host_edges.append((h, op, start, (j + 1) * c))
             return last
         self.host_edges.append((h, first, start, c))
-        if k == 1:
+        if tail_lag < 0:
             return last
         gpu_lane = self.c.lane[first]
         tail = self.op(rank, gpu_lane, HOST_TAIL, 0, kind=EventKind.GPU_ANNOTATION, issue=False)
-        lag = issue_span_ns(dur, c) - k * c
-        self.host_edges.append((h, tail, int(DepMode.END_TO_START), lag))
+        self.host_edges.append((h, tail, int(DepMode.END_TO_START), tail_lag))
         return tail
 
     def count_zeros(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
@@ -263,8 +279,9 @@ class _Composer:
         if lane is None:
             return
         sync = self.op(rank, lane, HOST_SYNC, 0, kind=EventKind.RUNTIME, issue=False)
-        for gpu_lane, last in self.lane_last.items():
-            if self.lane_rank[gpu_lane] == rank:
+        for gpu_lane in self.gpu_lanes[rank]:
+            last = self.lane_last.get(gpu_lane)
+            if last is not None:
                 self.edges.append((last, sync))
 
     def op(
@@ -296,7 +313,7 @@ class _Composer:
         if self.lanes[lane].kind == LaneKind.GPU_STREAM:
             self.lane_last[lane] = i
             if issue and kind == EventKind.KERNEL:
-                self.issue(rank, i, i, np.array([dur], dtype=np.int64))
+                self.issue(rank, i, i, 1)
         return i
 
     def table_id(self, tc: TableCost) -> int:
@@ -346,7 +363,7 @@ class _Composer:
         if not self.fine:
             total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())
             op = self.op(rank, lane, label, total, src=(tid, lo, hi), issue=False)
-            return self.issue(rank, op, op, tc.dur_ns[lo:hi])
+            return self.issue(rank, op, op, hi - lo, self.tail_lag(tid, tc, lo, hi))
         t = tc.table
         first, last = len(self.c.rank), -1
         for i in range(lo, hi):
@@ -362,7 +379,7 @@ class _Composer:
                 src=(tid, i, i + 1),
                 issue=False,
             )
-        return self.issue(rank, first, last, tc.dur_ns[lo:hi])
+        return self.issue(rank, first, last, hi - lo)
 
     def collective_row(
         self, rank: int, lane: int, tc: TableCost, tid: int, i: int, *, issue: bool = True

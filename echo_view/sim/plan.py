@@ -310,8 +310,8 @@ def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
 def host_floor_ns(
     cfg: WorkloadConfig, graph: TracedGraph, costs: dict[tuple[int, str, int], TableCost]
 ) -> int:
-    """A lower bound from the host path with the default :class:`HostParams`: per stage, its
-    passes in schedule order and then the optimizer, folded into issue spans
+    """A lower bound from the host path with the default :class:`HostParams`: per role, its
+    first stage's passes in schedule order and then the optimizer, folded into issue spans
     (:class:`~echo_view.sim.host.IssueFold`) and cut where a pipeline transfer or the
     optimizer's gradient statistics sync the host with the GPU (a sync only delays what
     follows it, so leaving one out keeps a bound)."""
@@ -325,7 +325,7 @@ def host_floor_ns(
     }
     best = 0
     for ri, role in enumerate(graph.roles):
-        for stage in role.stages:
+        for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
             total, fold, sends = 0, IssueFold(c), False
             for ps in schedule(stage, p.pp, cfg.micro_batches, p.virtual_stages):
                 g = ps.chunk * p.pp + stage
