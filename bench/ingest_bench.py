@@ -16,11 +16,14 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
   processes (``--scheduler ADDRESS``), cluster start not included;
 - ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
   multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
-- ``info``: ``echo-view info DIR --json --workers N``, the client's peak RSS, on the job and on
-  one of its rank files, for N = 1 (serial) and ``--workers``; ``--info-only`` skips the rest.
+- ``info``, ``check``, ``interference``: ``echo-view COMMAND DIR --json --workers N``, the
+  client's peak RSS, on the job and on one of its rank files, for N = 1 (serial) and
+  ``--workers``; ``--commands`` picks them, ``--client-only`` (or ``--info-only``) skips the
+  rest.
 
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
-                                 [--hta-python .venv-hta/bin/python] [--info-only]
+                                 [--hta-python .venv-hta/bin/python] [--client-only]
+                                 [--commands info check interference]
 """
 
 from __future__ import annotations
@@ -101,17 +104,21 @@ def worker(method: str, path: str, workers: int) -> None:
         return
     from echo_view.loading import SERIAL, Parallel, read_job
 
-    if method == "info":
+    if method in CLIENT_COMMANDS:
         import contextlib
         import io
 
         from echo_view.cli import main
 
         t0 = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()) as out:
-            code = main(["info", path, "--json", "--workers", str(workers)])
+        out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # check writes bytes
+        with contextlib.redirect_stdout(out):
+            code = main([method, path, "--json", "--workers", str(workers)])
         seconds = time.perf_counter() - t0
-        ranks = len(json.loads(out.getvalue())["ranks"]) if code == 0 else -1
+        out.flush()
+        # Ranks in the output (check exits 1 when it finds errors; that is a result too).
+        doc = json.loads(out.buffer.getvalue()) if code in (0, 1) else {}
+        ranks = len(doc.get(CLIENT_COMMANDS[method], ()))
         print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": ranks}))
         return
     if method == "dask":
@@ -131,6 +138,8 @@ def worker(method: str, path: str, workers: int) -> None:
 
 
 HTA_PYTHON: str | None = None  # --hta-python
+#: The commands whose client RSS is measured, and the key of their JSON listing one item a rank.
+CLIENT_COMMANDS = {"info": "ranks", "check": "files", "interference": "traces"}
 
 
 def run(method: str, path: Path, workers: int) -> dict[str, float]:
@@ -177,14 +186,14 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
             print(f"  serial / {m}: {x:.2f}x")
 
 
-def bench_info(folder: Path, workers: int, runs: int) -> None:
+def bench_client(command: str, folder: Path, workers: int, runs: int) -> None:
     one = sorted(folder.glob("rank*.json"))[0]
-    job = [run("info", folder, workers) for _ in range(runs)]
-    single = [run("info", one, workers) for _ in range(runs)]
+    job = [run(command, folder, workers) for _ in range(runs)]
+    single = [run(command, one, workers) for _ in range(runs)]
     rj = statistics.median(r["rss"] for r in job)
     r1 = statistics.median(r["rss"] for r in single)
     print(
-        f"  info --workers {workers}: client peak RSS {rj / 1e6:.0f} MB for "
+        f"  {command} --workers {workers}: client peak RSS {rj / 1e6:.0f} MB for "
         f"{int(job[0]['ranks'])} ranks, {r1 / 1e6:.0f} MB for one rank file ({rj / r1:.2f}x); "
         f"{statistics.median(r['seconds'] for r in job):.2f} s"
     )
@@ -198,7 +207,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--hta-ranks", type=int, default=64, help="run HTA on jobs up to this size")
     ap.add_argument("--hta-python", help="a Python with HTA (default: as import_bench.py)")
-    ap.add_argument("--info-only", action="store_true", help="measure only info's client RSS")
+    ap.add_argument(
+        "--client-only",
+        "--info-only",
+        action="store_true",
+        help="measure only the commands' client RSS",
+    )
+    ap.add_argument(
+        "--commands",
+        nargs="+",
+        choices=sorted(CLIENT_COMMANDS),
+        default=list(CLIENT_COMMANDS),
+        help="commands whose client RSS is measured",
+    )
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -212,10 +233,11 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs}")
     for ranks in args.ranks:
         folder = generate(ranks, args.copies)
-        if not args.info_only:
+        if not args.client_only:
             bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
-        for workers in sorted({1, args.workers}):
-            bench_info(folder, workers, args.runs)
+        for command in args.commands:
+            for workers in sorted({1, args.workers}):
+                bench_client(command, folder, workers, args.runs)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -205,35 +206,52 @@ def _file_parts(
     digest: Callable[[Trace], Any] | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """Each file's part (its digest with ``digest``), in file order, read where ``parallel``
-    says (:func:`fans_out`): the same first error, the same parts, wherever they are read."""
-    cap = max_inflated_bytes()
+    says (:func:`map_files`)."""
+    read = partial(_read_rank_file, importer=importer, many=many, digest=digest)
+    yield from map_files(files, read, parallel)
+
+
+W = TypeVar("W")
+
+
+def map_files(
+    files: Sequence[Path], work: Callable[[Path], W], parallel: Parallel
+) -> Generator[tuple[Path, W], None, None]:
+    """``work`` of each of ``files``, in file order, done where ``parallel`` says
+    (:func:`fans_out`): in this process one file at a time (its result yielded before the next
+    file is read), or on the cluster's workers under this process's input limits. A file's
+    :class:`EchoViewError` is raised here, in file order: the same first error and the same
+    results wherever the files are read. ``work`` must be a module-level function (or a
+    ``functools.partial`` of one) for the workers to receive it. Close the iterator (or run
+    it out) to stop the cluster it started."""
     if not fans_out(files, parallel):
         for path in files:
-            part = _read_rank_file(
-                path, importer=importer, many=many, inflation_cap=cap, digest=digest
-            )
-            if isinstance(part, EchoViewError):
-                raise part
-            yield path, part
-            del part  # before the next file is read
+            result = work(path)
+            yield path, result
+            del result  # before the next file is read
         return
+    cap = max_inflated_bytes()
+    name = getattr(work, "func", work).__name__.strip("_")  # the tasks' name on the cluster
     with dask_client(parallel.scheduler, parallel.workers) as client:
-        futures = client.map(
-            _read_rank_file,
-            files,
-            importer=importer,
-            many=many,
-            inflation_cap=cap,
-            digest=digest,
-            pure=False,
-        )
+        futures = client.map(_on_worker, files, work=work, inflation_cap=cap, key=name, pure=False)
         for path, future in zip(files, futures, strict=True):
-            part = future.result()
+            result = future.result()
             future.release()
-            if isinstance(part, EchoViewError):
-                raise part
-            yield path, part
-            del part
+            if isinstance(result, EchoViewError):
+                raise result
+            yield path, result
+            del result
+
+
+def _on_worker(path: Path, *, work: Callable[[Path], W], inflation_cap: int | None) -> Any:
+    """``work(path)`` in a worker process under the client's input limits; a bad file's
+    error is returned, for the client to raise in file order (a raised one would also be
+    logged by the worker, with its traceback, on the command's stderr)."""
+    set_max_inflated_bytes(inflation_cap)
+    try:
+        return work(path)
+    except EchoViewError as exc:
+        return exc
 
 
 def _read_rank_file(
@@ -241,21 +259,13 @@ def _read_rank_file(
     *,
     importer: RankFileReader,
     many: bool,
-    inflation_cap: int | None,
     digest: Callable[[Trace], Any] | None = None,
 ) -> Any:
-    """One rank file, read (and digested, with ``digest``) in a worker process under the
-    client's input limits; a bad file's error is returned, for the client to raise in file
-    order (a raised one would also be logged by the worker, with its traceback, on the
-    command's stderr)."""
-    set_max_inflated_bytes(inflation_cap)
-    try:
-        part = importer.read_rank_file(path, many)
-        if digest is not None and isinstance(importer, RankDigester):
-            return importer.digest_part(part, digest)
-        return part
-    except EchoViewError as exc:
-        return exc
+    """One rank file read (and digested, with ``digest``), in any process."""
+    part = importer.read_rank_file(path, many)
+    if digest is not None and isinstance(importer, RankDigester):
+        return importer.digest_part(part, digest)
+    return part
 
 
 def setting_file(value: str | None) -> TomlDoc | None:

@@ -3,6 +3,7 @@ are not one job."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from echo_view.loading import (
     FAN_OUT_BYTES,
     SERIAL,
     Parallel,
+    _on_worker,
     _read_rank_file,
     build_registry,
     fans_out,
@@ -21,6 +23,7 @@ from echo_view.loading import (
     job_importer,
     key_hash,
     load_config,
+    map_files,
     read_job,
     read_ranks,
     script_file,
@@ -88,10 +91,11 @@ def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error() -> None:
     path = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[0]
     imp = KinetoImporter()
-    part = _read_rank_file(path, importer=imp, many=True, inflation_cap=None)
+    read = partial(_read_rank_file, importer=imp, many=True)
+    part = _on_worker(path, work=read, inflation_cap=None)
     assert [t.rank for t in part.traces] == [0]
     try:
-        error = _read_rank_file(path, importer=imp, many=True, inflation_cap=1 << 10)
+        error = _on_worker(path, work=read, inflation_cap=1 << 10)
     finally:
         set_max_inflated_bytes(None)
     assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
@@ -176,3 +180,22 @@ def test_ranks_read_apart_keep_the_job_checks() -> None:
     head, results = read_ranks([nsys], _rank_and_events)
     assert results == [(t.rank, len(t)) for t in job.traces]
     assert head.ranks == job.ranks and head.alignment == job.alignment
+
+
+def _size_or_error(path: Path) -> int:
+    if path.name == "bad":
+        raise InputError("damaged", path=path)
+    return path.stat().st_size
+
+
+def test_files_are_worked_on_one_at_a_time_in_order_until_the_first_error(
+    tmp_path: Path,
+) -> None:
+    files = [tmp_path / n for n in ("a", "bad", "c")]
+    for i, f in enumerate(files):
+        f.write_bytes(b"x" * i)
+    done = map_files(files, _size_or_error, SERIAL)
+    assert next(done) == (files[0], 0)  # the next file is not read before this one is taken
+    with pytest.raises(InputError, match="damaged"):
+        next(done)
+    assert list(map_files(files[::2], _size_or_error, SERIAL)) == [(files[0], 0), (files[2], 2)]

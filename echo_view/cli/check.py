@@ -9,7 +9,9 @@ import argparse
 import gzip
 import os
 import sys
+from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,7 @@ from echo_view.validate import (
 )
 from echo_view.validate.events import FLOAT_HOOK, RawEvent, events_from_objects
 from echo_view.validate.fix import repair
-from echo_view.validate.imported import check_imported_job
+from echo_view.validate.imported import check_rank, join_rank_checks
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
@@ -226,6 +228,13 @@ def importer_for_other(path: Path, registry: Registry) -> Importer | None:
     return next((imp for imp in registry.importers if imp.sniff(path)), None)
 
 
+def check_file(path: Path, *, selection: Selection, keep: int) -> tuple[Report, RankSummary]:
+    """One JSON trace checked on its own, in any process: a report of its findings only (for
+    :meth:`Report.merge`) and its rank summary."""
+    report = Report(selection, keep)
+    return report, check_json_file(path, report)
+
+
 def check_paths(
     paths: list[Path],
     report: Report,
@@ -233,30 +242,50 @@ def check_paths(
     registry: Registry | None = None,
     parallel: Parallel | None = None,
 ) -> None:
-    """Check every file and every job (files other importers read: where ``parallel`` says,
-    in this process by default); findings go to ``report``."""
+    """Check every file and every job, the files read where ``parallel`` says (in this
+    process by default); findings go to ``report``. Each JSON file is checked where it is
+    read and sends back its findings and rank summary; each imported rank is checked where
+    it is read (:func:`~echo_view.loading.read_ranks`): the job's events are never held at
+    once."""
     # The loader is imported here, not at the top: a single-file check does not need it.
-    from echo_view.loading import SERIAL, build_registry, read_job
+    from echo_view.loading import SERIAL, build_registry, map_files, read_ranks
 
     if registry is None:
         registry = build_registry()
-    for job in expand(paths, as_job):
-        summaries: list[RankSummary] = []
-        imported: dict[int, tuple[Importer, list[Path]]] = {}
-        for path in job.files:
-            if path.name.endswith(_PROTO_SUFFIXES):
-                check_pftrace(path.read_bytes(), str(path), report)
-            elif (imp := importer_for_other(path, registry)) is not None:
-                imported.setdefault(id(imp), (imp, []))[1].append(path)
-            else:
-                summaries.append(check_json_file(path, report))
-        if len(summaries) > 1:
-            check_job(summaries, report, job.name)
-        # Imported files of one format form one job (their ranks are checked together).
-        for _imp, files in imported.values():
-            check_imported_job(
-                read_job(files, registry, parallel=parallel or SERIAL), report, job.name
-            )
+    where = parallel or SERIAL
+    jobs = expand(paths, as_job)
+    kinds = [[(path, _kind(path, registry)) for path in job.files] for job in jobs]
+    json_files = [path for files in kinds for path, kind in files if kind == "json"]
+    work = partial(check_file, selection=report.selection, keep=report.keep)
+    with closing(map_files(json_files, work, where)) as checked:
+        for job, files in zip(jobs, kinds, strict=True):
+            summaries: list[RankSummary] = []
+            imported: dict[int, tuple[Importer, list[Path]]] = {}
+            for path, kind in files:
+                if kind == "proto":
+                    check_pftrace(path.read_bytes(), str(path), report)
+                elif isinstance(kind, str):
+                    found, summary = next(checked)[1]
+                    report.merge(found)
+                    summaries.append(summary)
+                else:
+                    imported.setdefault(id(kind), (kind, []))[1].append(path)
+            if len(summaries) > 1:
+                check_job(summaries, report, job.name)
+            # Imported files of one format form one job (their ranks are checked together).
+            for _imp, group in imported.values():
+                rank = partial(check_rank, selection=report.selection, keep=report.keep)
+                head, ranks = read_ranks(group, rank, registry, parallel=where)
+                join_rank_checks(head, ranks, report, job.name)
+
+
+def _kind(path: Path, registry: Registry) -> Importer | str:
+    """How ``path`` is checked: ``"proto"`` (Perfetto protobuf), ``"json"`` (streamed
+    through the file rules) or the importer that reads it."""
+    if path.name.endswith(_PROTO_SUFFIXES):
+        return "proto"
+    imp = importer_for_other(path, registry)
+    return "json" if imp is None else imp
 
 
 def _fix_input(paths: list[Path]) -> Path:

@@ -22,6 +22,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,12 @@ from rich.table import Table
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
-from echo_view.loading import SERIAL, Parallel, read_job
+from echo_view.loading import SERIAL, Parallel, read_ranks
 from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
 from echo_view.sim.interference.evaluate import MODELS, Errors, holdout
 from echo_view.sim.interference.fit import fit
-from echo_view.sim.interference.measure import OverlapSamples, class_table, samples_from_jobs
+from echo_view.sim.interference.measure import OverlapSamples, class_table, measure_trace
 
 SPLITS = ("job", "trace", "step")
 
@@ -64,16 +65,17 @@ def register(subparsers: Any) -> None:
 def load_samples(
     paths: Sequence[Path], registry: Registry, parallel: Parallel = SERIAL
 ) -> OverlapSamples:
-    """Import every PATH (its rank files where ``parallel`` says) and measure its overlapped
-    kernels."""
+    """Measure the overlapped kernels of every PATH, each rank where its file is read (as
+    ``parallel`` says): only its samples come back, never the job's events."""
     names: set[str] = set()
-    jobs = []
+    parts = []
     for path in paths:
         if str(path) in names:
             raise UsageError(f"{path} is given twice")
         names.add(str(path))
-        jobs.append((str(path), read_job([path], registry, parallel=parallel)))
-    return samples_from_jobs(jobs, classify_kernel)
+        digest = partial(measure_trace, classify=classify_kernel, job_name=str(path))
+        parts.extend(read_ranks([path], digest, registry, parallel=parallel)[1])
+    return OverlapSamples.concat(parts)
 
 
 def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from echo_view.errors import ConfigError, known_keys_hint
+from echo_view.model.attention_kernels import KERNELS as ATTENTION_KERNELS
 from echo_view.model.job import MAX_RANKS
 from echo_view.model.moe_config import (
     SIMULATION_ONLY_KEYS,
@@ -63,6 +64,8 @@ SIMULATION_ONLY = (
     "batch_p2p_sync",
     "fsdp",
 )
+#: Model options the simulator alone reads (the traced ops are the same for every value).
+MODEL_SIMULATION_ONLY = (*SIMULATION_ONLY_KEYS, "attention_kernel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,9 @@ class ModelConfig:
 
     ``attention`` picks the core-attention kernels: ``flash`` (one fused kernel forward, one
     backward), ``unfused`` (batched GEMMs around a softmax, as Megatron-LM ran before fused
-    attention), or ``auto`` (see :func:`resolve_attention`). ``activation`` ``swiglu`` has a gate
+    attention), or ``auto`` (see :func:`resolve_attention`). ``attention_kernel`` names the fused
+    kernel that times it (:mod:`echo_view.model.attention_kernels`; ``auto``: Transformer
+    Engine's choice for the GPU). ``activation`` ``swiglu`` has a gate
     and an up projection of ``ffn_hidden`` each (Llama); ``normalization``, ``position`` and
     ``tie_embeddings`` default to Megatron-LM's GPT defaults (LayerNorm, learned absolute
     positions, output layer sharing the word embedding).
@@ -86,6 +91,7 @@ class ModelConfig:
     ffn_hidden: int
     kv_heads: int
     attention: str = "auto"
+    attention_kernel: str = "auto"
     activation: str = "gelu"
     normalization: str = "layernorm"
     position: str = "learned"
@@ -313,6 +319,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ffn_hidden=ffn_hidden,
         kv_heads=m.positive("kv_heads", heads),
         attention=m.choice("attention", ATTENTION, "auto"),
+        attention_kernel=m.choice("attention_kernel", ATTENTION_KERNELS, "auto"),
         activation=m.choice("activation", ACTIVATIONS, "gelu"),
         normalization=m.choice("normalization", NORMALIZATIONS, "layernorm"),
         position=m.choice("position", POSITIONS, "learned"),
@@ -693,6 +700,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("position", m.position, "learned"),
                     ("tie_embeddings", m.tie_embeddings, True),
                     ("script", m.script, None),
+                    ("attention_kernel", m.attention_kernel, "auto"),
                 )
                 if v != default
             },
@@ -765,7 +773,7 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     do not change a rank's ops), used to find a cached graph."""
     full = config_to_mapping(cfg)
     parallel = {k: v for k, v in full["parallel"].items() if k not in SIMULATION_ONLY}
-    model = {k: v for k, v in full["model"].items() if k not in SIMULATION_ONLY_KEYS}
+    model = {k: v for k, v in full["model"].items() if k not in MODEL_SIMULATION_ONLY}
     key = {
         "model": model,
         "parallel": parallel,

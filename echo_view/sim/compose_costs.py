@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.aten_ops import gemm_dims
+from echo_view.model.aten_ops import attention_flops, gemm_dims
+from echo_view.model.attention_kernels import efficiency, resolve_kernel
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
 from echo_view.model.kinds import CollectiveKind
@@ -163,6 +164,56 @@ def _gemm_math_ns(graph: TracedGraph, table: OpTable, cluster: Cluster) -> npt.N
     return out
 
 
+#: Tensor dtypes the attention kernel tables were measured in (fp8 training keeps attention
+#: in bf16; a recorded fp8 attention runs no faster in this model).
+_ATTN_DTYPES = frozenset({"fp16", "bf16", "fp8"})
+
+
+@lru_cache(maxsize=4096)
+def _attn_math_text(
+    gpu: Any, kernel: str, name: str, shapes_text: str | None, dtype: str, flops: float
+) -> float:
+    """Math time (ns) of one fused attention op from the measured speed of ``kernel`` on the
+    GPU's architecture; NaN when its shapes or a measured series are missing. The op's
+    arguments are ``[batch, heads, seq, head_dim]`` tensors, q and k first (after the output
+    gradient in a backward); the mask is causal when the recorded FLOPs are half the full
+    ``q x k`` product's; the series is read at the key length (the kernel's inner loop)."""
+    shapes = parse_shapes_text(shapes_text) if shapes_text is not None else None
+    backward = name.endswith(("_bwd", "_backward"))
+    qk = (shapes[1:3] if backward else shapes[0:2]) if shapes is not None else []
+    if dtype not in _ATTN_DTYPES or len(qk) < 2 or any(len(t) != 4 for t in qk):
+        return float("nan")
+    (b, h, s_q, d), s_k = qk[0], qk[1][2]
+    full = attention_flops(b, h, s_q, s_k, d, causal=False, backward=backward)
+    if full <= 0 or flops <= 0:
+        return float("nan")
+    causal = flops < 0.75 * full
+    eff = efficiency(gpu.arch, kernel, backward=backward, causal=causal, head_dim=d, seq=s_k)
+    if eff is None:
+        return float("nan")
+    return flops / (eff * peak_for(gpu, "bf16")) * 1e9
+
+
+def _attn_math_ns(
+    graph: TracedGraph, table: OpTable, cluster: Cluster, kernel: str
+) -> npt.NDArray[np.float64]:
+    """Measured-kernel math time of each fused attention op (NaN elsewhere and where the GPU's
+    architecture has no measured series: those keep the FLOP form)."""
+    out = np.full(len(table), np.nan)
+    names = graph.strings
+    for i in np.flatnonzero(table.op_class == OpClass.ATTENTION).tolist():
+        sid, did = int(table.shapes[i]), int(table.dtype[i])
+        out[i] = _attn_math_text(
+            cluster.gpu,
+            kernel,
+            names[int(table.name[i])],
+            names[sid] if sid >= 0 else None,
+            names[did] if did >= 0 else "fp32",
+            float(table.flops[i]),
+        )
+    return out
+
+
 def table_cost(
     graph: TracedGraph,
     table: OpTable,
@@ -183,6 +234,10 @@ def table_cost(
     peaks = _peaks(graph, table, cluster)
     shape_model = bool(params.gemm_shape_model)
     math = _gemm_math_ns(graph, table, cluster) if shape_model else None
+    if params.attn_kernel_model:
+        kernel = resolve_kernel(cfg.model.attention_kernel, cluster.gpu.arch)
+        attn = _attn_math_ns(graph, table, cluster, kernel)
+        math = attn if math is None else np.where(np.isfinite(attn), attn, math)
     dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params, math)
     if scales:
         factor = np.ones(len(dur))

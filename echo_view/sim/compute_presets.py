@@ -98,9 +98,10 @@ def compute_params_from_doc(
     if not isinstance(table, dict):
         raise InputError("not a table", path=file, where=f'gpu."{key}"')
     values = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    # A calibrated file describes GEMMs with the FLOP form it was fitted in, unless it says
-    # otherwise.
+    # A calibrated file describes GEMMs and attention with the FLOP form it was fitted in,
+    # unless it says otherwise.
     values.setdefault("gemm_shape_model", 0)
+    values.setdefault("attn_kernel_model", 0)
     try:
         return (base or compute_params_for(gpu)).with_overrides(values)
     except ConfigError as exc:

@@ -15,7 +15,10 @@ meaning and a default; ``echo-view calibrate compute`` fits them to measured ker
 
 Where the caller knows a GEMM's shape and the GPU has measured shape-model constants, its math
 time comes from :mod:`echo_view.sim.gemm_shape` instead (tiles, waves, small K); the FLOP form
-above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that off.
+above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that off. Likewise a
+fused attention kernel's math time comes from the measured speed of the kernel on the GPU's
+architecture (:mod:`echo_view.model.attention_kernels`) where there is one;
+``attn_kernel_model = 0`` turns that off.
 """
 
 from __future__ import annotations
@@ -81,6 +84,14 @@ class ComputeParams(ParamSet):
         hi=1.0,
         switch=True,
     )
+    attn_kernel_model: float = param(
+        1.0,
+        help="1: fused attention from the kernels' measured speed; 0: from the FLOP form",
+        unit="",
+        lo=0.0,
+        hi=1.0,
+        switch=True,
+    )
 
 
 def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray[np.float64]:
@@ -107,10 +118,11 @@ def op_times_ns(
     peak_flops: npt.NDArray[Any],
     gpu: GpuPeaks,
     params: ComputeParams,
-    gemm_math_ns: npt.NDArray[np.float64] | None = None,
+    math_ns: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.int64]:
     """GPU time of each op (int64 ns), vectorised. ``peak_flops`` is per op (its dtype's peak).
-    ``gemm_math_ns`` (NaN where unknown) replaces the FLOP form's math time of GEMMs.
+    ``math_ns`` (NaN where unknown) replaces the FLOP form's math time of GEMMs and attention
+    ops (from the GEMM shape model and the attention kernel tables).
     Collectives get 0: their time comes from the communication model."""
     f = np.asarray(flops, dtype=np.float64)
     b = np.asarray(nbytes, dtype=np.float64)
@@ -128,9 +140,9 @@ def op_times_ns(
         t_mem = b / (gpu.hbm_bytes_per_s * _sat(b, params.mem_eff_max, params.mem_half_bytes))
     t_mem = np.nan_to_num(t_mem)
     t_math = np.nan_to_num(t_math)
-    if gemm_math_ns is not None:
-        known = is_gemm & np.isfinite(gemm_math_ns)
-        t_math = np.where(known, np.nan_to_num(gemm_math_ns) * 1e-9, t_math)
+    if math_ns is not None:
+        known = (is_gemm | is_attn) & np.isfinite(math_ns)
+        t_math = np.where(known, np.nan_to_num(math_ns) * 1e-9, t_math)
     t = np.maximum(np.maximum(t_math, t_mem) * 1e9, params.kernel_min_ns) + params.kernel_gap_ns
     out: npt.NDArray[np.int64] = np.rint(t).astype(np.int64)
     out[cls == COLLECTIVE] = 0

@@ -4,14 +4,17 @@ In place of the dense MLP: the router (a ``hidden x experts`` GEMM, softmax or s
 top-k), the permutation of each token's ``top_k`` copies into expert order (a gather; its
 backward a scatter-add), the token dispatch over the expert-parallel group, the local experts
 as one grouped GEMM per projection (a batched GEMM of ``experts / ep`` groups), the combine back,
-and the unpermutation weighted by the routing probabilities (a multiply and a sum over the
-``top_k`` copies). Shared experts run beside the routed ones as a dense tensor-parallel MLP.
+and the unpermutation: a scatter of the copies back into token order, weighted by the routing
+probabilities (a multiply and a sum over the ``top_k`` copies). Shared experts run beside the
+routed ones as a dense tensor-parallel MLP.
 
 Dispatchers (``model.dispatcher``, Megatron-Core's ``--moe-token-dispatcher-type``):
 
 - ``alltoall``: an all-to-all(v) over the EP group each way, forward and backward (NCCL's
   grouped send/recv); with expert tensor parallelism the received tokens are then all-gathered
-  over the ``etp`` group and the experts' output reduce-scattered back;
+  over the ``etp`` group and the experts' output reduce-scattered back. With several local
+  experts the received rows, which arrive ordered by source rank, are regrouped by local expert
+  before the experts and back after them (:func:`regroup_chunks`);
 - ``deepep``: the same traffic through DeepEP's dispatch and combine kernels;
 - ``allgather``: every rank's tokens all-gathered over the EP group, each rank keeping those
   routed to its experts, and the output reduce-scattered back.
@@ -59,6 +62,17 @@ class _AllToAll(torch.autograd.Function):
         nbytes = ctx.routed * grad.shape[1] * grad.element_size()
         ctx.rec.collective(A2A, nbytes, "ep", ctx.name)
         return grad.new_empty((ctx.rows, grad.shape[1])), None, None, None, None
+
+
+def regroup_chunks(x: torch.Tensor, outer: int, inner: int) -> torch.Tensor:
+    """``x``'s rows as ``outer x inner`` chunks, ``outer``-major, copied out ``inner``-major:
+    Megatron-LM's ``sort_chunks_by_idxs`` (``torch.split`` and one ``torch.cat``), which puts the
+    alltoall dispatcher's received rows (source rank-major) into local-expert order and back.
+    One copy of all rows forward, one in backward (the split's gradient is a ``cat``)."""
+    n = outer * inner
+    rows, extra = divmod(x.shape[0], n)
+    chunks = x.split_with_sizes([rows + (i < extra) for i in range(n)])
+    return torch.cat([chunks[o * inner + i] for i in range(inner) for o in range(outer)])
 
 
 def all_to_all(
@@ -138,11 +152,19 @@ class MoELayer(nn.Module):
         probs, index = torch.topk(scores, self.moe.top_k, dim=-1)
         return probs, index.reshape(-1)
 
-    def _local(self, x: torch.Tensor) -> torch.Tensor:
+    def _local(self, x: torch.Tensor, regroup: bool = False) -> torch.Tensor:
         """The local experts on their received rows, gathered over expert tensor parallel
-        ranks before and reduce-scattered after."""
+        ranks before and reduce-scattered after; ``regroup``: the gathered rows arrive ordered
+        by source rank (``ep * etp`` of them) and are regrouped by local expert and back."""
         x = comm(x, self.rec, AG, RS, self.etp, axis="etp")
-        return comm(self.experts(x, self.rec), self.rec, RS, AG, self.etp, axis="etp")
+        local, sources = self.tokens.local_experts, self.ep * self.etp
+        regroup = regroup and local > 1
+        if regroup:
+            x = regroup_chunks(x, sources, local)
+        y = self.experts(x, self.rec)
+        if regroup:
+            y = regroup_chunks(y, local, sources)
+        return comm(y, self.rec, RS, AG, self.etp, axis="etp")
 
     def _alltoall(self, tokens: torch.Tensor, probs: torch.Tensor, index: torch.Tensor) -> Any:
         """Permute, dispatch, experts, combine, unpermute: ``[T, h]`` in and out."""
@@ -151,8 +173,13 @@ class MoELayer(nn.Module):
         dispatch, combine = a2a_name(self.moe, "dispatch"), a2a_name(self.moe, "combine")
         elem = permuted.element_size()
         x = all_to_all(permuted, rec, (dispatch, combine), t.received, self.dispatch_wire or elem)
-        y = all_to_all(self._local(x), rec, (combine, dispatch), t.routed, elem)
-        # Unpermute: each token's copies weighted by their probabilities and summed.
+        nccl = self.moe.dispatcher == "alltoall"
+        y = all_to_all(self._local(x, regroup=nccl), rec, (combine, dispatch), t.routed, elem)
+        if nccl:
+            # Megatron-LM's unpermute scatters the copies back into token order (``moe_scatter``,
+            # a gather in backward) before weighting them.
+            y = y.index_select(0, index)
+        # Each token's copies weighted by their probabilities and summed.
         return (y.reshape(-1, k, y.shape[-1]) * probs.to(y.dtype).unsqueeze(-1)).sum(1)
 
     def _allgather(self, tokens: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:

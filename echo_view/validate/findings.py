@@ -254,6 +254,13 @@ class Report:
                 if room == 0:
                     break
 
+    def merge(self, other: Report) -> None:
+        """Take ``other``'s files and findings after this report's own, as if its rules had
+        reported here (a file checked in another process reports into a report of its own)."""
+        self.files.extend(other.files)
+        for tally in other.tallies.values():
+            self.add_many(tally.code, tally.count, tally.first)
+
     def wants(self, code: str) -> bool:
         """True when findings of ``code`` will be recorded (rules may skip work otherwise)."""
         return self.selection.wants(code)

@@ -10,48 +10,84 @@ importer records it) with the row's correlation id and start time, not a ``trace
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import GPU_WORK_KINDS, EventKind, Job, LaneKind, Trace
+from echo_view.model import GPU_WORK_KINDS, EventKind, Job, JobHead, LaneKind, Trace
 from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
-from echo_view.validate.findings import FileFacts, Finding, Location, Report
+from echo_view.validate.findings import FileFacts, Finding, Location, Report, Selection
 from echo_view.validate.kineto import is_launch_name, match_launches
-from echo_view.validate.summary import summaries_from_job
+from echo_view.validate.summary import RankSummary, on_job_clock, summary_from_trace
 
 _GPU_WORK = np.array([int(k) for k in GPU_WORK_KINDS])
 _API = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)])
 
 
+@dataclass(frozen=True, eq=False)
+class RankCheck:
+    """One rank of an imported job, checked where it was read: the findings of the per-rank
+    rules, its :class:`RankSummary` for the cross-rank rules (times on its own clock) and
+    where each of the summary's collectives came from (row -> source location)."""
+
+    source: str
+    rank: int
+    events: int
+    findings: Report
+    summary: RankSummary
+    rows: dict[int, Location]
+
+
+def check_rank(trace: Trace, selection: Selection, keep: int) -> RankCheck:
+    """EV601-EV603 and EV605 on one rank, and what the cross-rank rules need of it."""
+    report = Report(selection, keep)
+    _launch_rules(trace, report)
+    _step_rule(trace, report)
+    summary = summary_from_trace(trace)
+    rows = {r: row_location(trace, r) for r in summary.index.tolist()}
+    return RankCheck(trace.source, trace.rank, len(trace.events), report, summary, rows)
+
+
 def check_imported_job(job: Job, report: Report, name: str) -> None:
     """Record each source file of ``job`` in ``report``, run EV601-EV603 and EV605 on every
     rank and the EV7xx rules across its ranks (``name`` locates job-wide findings)."""
-    form = str(job.meta.get("format", "model"))
-    by_source: dict[str, list[Trace]] = {}
-    for t in job.traces:
-        by_source.setdefault(t.source, []).append(t)
-    for source, traces in by_source.items():
+    checks = [check_rank(t, report.selection, report.keep) for t in job.traces]
+    join_rank_checks(job.head, checks, report, name)
+
+
+def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report, name: str) -> None:
+    """:func:`check_imported_job` from its ranks' :func:`check_rank` (in rank order) and the
+    job's head: the job's events are not needed."""
+    form = str(head.meta.get("format", "model"))
+    by_source: dict[str, list[RankCheck]] = {}
+    for c in checks:
+        by_source.setdefault(c.source, []).append(c)
+    for source, ranks in by_source.items():
         report.files.append(
             FileFacts(
                 path=source,
                 form=form,
-                events=sum(len(t.events) for t in traces),
-                rank=traces[0].rank if len(traces) == 1 else None,
-                world_size=job.world_size,
+                events=sum(c.events for c in ranks),
+                rank=ranks[0].rank if len(ranks) == 1 else None,
+                world_size=head.world_size,
             )
         )
-    for t in job.traces:
-        _launch_rules(t, report)
-        _step_rule(t, report)
-    if len(job.traces) > 1:
+    for c in checks:
+        report.merge(c.findings)
+    if len(checks) > 1:
         # The cross-rank rules locate collectives by row; rewrite those rows as source rows.
         scratch = Report(report.selection, report.keep)
-        check_job(summaries_from_job(job), scratch, name)
-        by_rank = {(t.source, t.rank): t for t in job.traces}
+        offsets = head.alignment.offsets_ns
+        summaries = [
+            on_job_clock(c.summary, off, head.world_size)
+            for c, off in zip(checks, offsets, strict=True)
+        ]
+        check_job(summaries, scratch, name)
+        by_rank = {(c.source, c.rank): c.rows for c in checks}
         for tally in scratch:
             report.add_many(tally.code, tally.count, (_relocate(f, by_rank) for f in tally.first))
 
@@ -80,12 +116,12 @@ def row_location(trace: Trace, row: int) -> Location:
     return Location(file=trace.source, rank=trace.rank, where=f"{where}, {lane.name}{on}", ts=ts)
 
 
-def _relocate(f: Finding, by_rank: dict[tuple[str, int], Trace]) -> Finding:
+def _relocate(f: Finding, by_rank: dict[tuple[str, int], dict[int, Location]]) -> Finding:
     loc = f.location
-    trace = by_rank.get((loc.file or "", -1 if loc.rank is None else loc.rank))
-    if trace is None or loc.index is None or not 0 <= loc.index < len(trace.events):
+    rows = by_rank.get((loc.file or "", -1 if loc.rank is None else loc.rank))
+    if rows is None or loc.index is None or loc.index not in rows:
         return f
-    return Finding(f.code, f.message, row_location(trace, loc.index))
+    return Finding(f.code, f.message, rows[loc.index])
 
 
 def _lane_pids(trace: Trace) -> npt.NDArray[np.int64]:

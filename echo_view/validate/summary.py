@@ -7,7 +7,7 @@ imported or simulated :class:`~echo_view.model.Job` (:func:`summaries_from_job`)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -59,17 +59,29 @@ class RankSummary:
 
 
 def summaries_from_job(job: Job) -> list[RankSummary]:
-    """One summary per trace of an imported (or simulated) job."""
+    """One summary per trace of an imported (or simulated) job, on the job's clock."""
     return [
-        summary_from_trace(t, off, job.world_size)
+        on_job_clock(summary_from_trace(t), off, job.world_size)
         for t, off in zip(job.traces, job.alignment.offsets_ns, strict=True)
     ]
 
 
-def summary_from_trace(
-    trace: Trace, offset_ns: int = 0, world_size: int | None = None
-) -> RankSummary:
-    """A :class:`RankSummary` of one model trace (sizes in bytes, times + ``offset_ns``)."""
+def on_job_clock(s: RankSummary, offset_ns: int, world_size: int | None) -> RankSummary:
+    """``s`` (of one trace, on its own clock) with its times on the job clock (``+ offset_ns``,
+    the trace's clock offset) and the job's world size, when the job knows it."""
+    return replace(
+        s,
+        world_size=world_size if world_size is not None else s.world_size,
+        start_ns=s.start_ns + offset_ns,
+        end_ns=s.end_ns + offset_ns,
+        step_start_ns=s.step_start_ns + offset_ns,
+        step_end_ns=s.step_end_ns + offset_ns,
+    )
+
+
+def summary_from_trace(trace: Trace) -> RankSummary:
+    """A :class:`RankSummary` of one model trace (sizes in bytes, times on the trace's own
+    clock: :func:`on_job_clock` puts them on the job's)."""
     c = trace.collectives
     ev = trace.events
     order = np.argsort(ev.start_ns[c.event], kind="stable") if len(c) else np.zeros(0, np.intp)
@@ -83,7 +95,7 @@ def summary_from_trace(
     return RankSummary(
         source=trace.source,
         rank=trace.rank,
-        world_size=world_size if world_size is not None else trace.world_size,
+        world_size=trace.world_size,
         groups=groups,
         group=[trace.groups[g].name if g >= 0 else UNKNOWN_GROUP for g in c.group[order].tolist()],
         kind=[CollectiveKind(k).label for k in c.kind[order].tolist()],
@@ -91,10 +103,10 @@ def summary_from_trace(
         in_size=np.asarray(c.bytes[order], np.int64),
         out_size=np.full(len(order), -1, np.int64),
         seq=np.asarray(c.seq[order], np.int64),
-        start_ns=np.asarray(ev.start_ns[rows], np.int64) + offset_ns,
-        end_ns=np.asarray(ev.end_ns[rows], np.int64) + offset_ns,
+        start_ns=np.asarray(ev.start_ns[rows], np.int64),
+        end_ns=np.asarray(ev.end_ns[rows], np.int64),
         index=np.asarray(rows, np.int64),
         step_number=np.asarray(trace.steps.number, np.int64),
-        step_start_ns=np.asarray(trace.steps.start_ns, np.int64) + offset_ns,
-        step_end_ns=np.asarray(trace.steps.end_ns, np.int64) + offset_ns,
+        step_start_ns=np.asarray(trace.steps.start_ns, np.int64),
+        step_end_ns=np.asarray(trace.steps.end_ns, np.int64),
     )

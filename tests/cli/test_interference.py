@@ -90,3 +90,28 @@ def test_calibrate_on_a_job_with_too_few_samples_to_evaluate_writes_a_model(
     assert main(["calibrate", "interference", str(SAMPLES / "dlrm_kineto"), "-o", str(out)]) == 0
     capsys.readouterr()
     assert model_from_doc(read_toml_doc(out)).fit.kind == "constant"
+
+
+def test_ranks_measured_where_read_report_what_the_whole_jobs_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank is measured where its file is read (the job's events never held at once):
+    the report is byte for byte that of measuring the jobs read whole."""
+    from echo_view.cli.interference import load_samples, report
+    from echo_view.formats import json_text
+    from echo_view.loading import SERIAL, build_registry, read_job
+    from echo_view.sim.compute import classify_kernel
+    from echo_view.sim.interference.measure import samples_from_jobs
+    from tests.cli.many_ranks import many_ranks
+
+    paths = [Path(DLRM), many_ranks(tmp_path / "many", 12), Path(HTA)]
+    whole = samples_from_jobs([(str(p), read_job([p])) for p in paths], classify_kernel)
+
+    def no_whole_job(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a whole job was read")
+
+    monkeypatch.setattr("echo_view.loading.read_job", no_whole_job)
+    apart = load_samples(paths, build_registry(), SERIAL)
+    assert len(apart) == len(whole) > 0 and len(apart.sources) == 8 + 12 + 1
+    for split in (None, "job"):
+        assert json_text(report(apart, split)) == json_text(report(whole, split))

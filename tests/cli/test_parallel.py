@@ -17,9 +17,7 @@ from echo_view.cli.parallel import parallel_of
 from echo_view.errors import UsageError
 from echo_view.formats import json_text
 from echo_view.loading import SERIAL, Parallel, read_job
-from tests.cli.hostile_io import SAMPLES
-
-DLRM = SAMPLES / "dlrm_kineto"
+from tests.cli.many_ranks import DLRM, many_ranks
 
 #: Every command that reads a measured job, on the 8-rank DLRM sample; ``{out}`` is a folder
 #: for the files a command writes.
@@ -34,21 +32,6 @@ COMMANDS = {
     "calibrate-compute": ["calibrate", "compute", str(DLRM), "-o", "{out}/c.toml", "--json"],
     "calibrate-interference": ["calibrate", "interference", str(DLRM), "-o", "{out}/i.toml"],
 }  # fmt: skip
-
-
-def _many_ranks(folder: Path, ranks: int) -> Path:
-    """A ``ranks``-rank job: rank ``r`` is DLRM rank ``r % 8``, its ``distributedInfo`` saying
-    rank ``r`` of ``ranks`` (the shape of bench/ingest_bench.py's jobs, without the repeats)."""
-    folder.mkdir()
-    texts = [gzip.decompress(f.read_bytes()) for f in sorted(DLRM.glob("*.json.gz"))]
-    key = b'"distributedInfo": '
-    for r in range(ranks):
-        text = texts[r % len(texts)]
-        at = text.rindex(key) + len(key)
-        end = text.index(b"}", at) + 1
-        dist = {**json.loads(text[at:end]), "rank": r, "world_size": ranks}
-        (folder / f"rank{r}.json").write_bytes(text[:at] + json.dumps(dist).encode() + text[end:])
-    return folder
 
 
 def _run(
@@ -89,28 +72,57 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
         text = gzip.decompress(sorted(DLRM.iterdir())[3].read_bytes())
         at = text.index(b'"ts": ') + 6
         (bad / "rank3.json").write_bytes(text[:at] + b'"soon"' + text[text.index(b",", at) :])
-        argv = ["info", str(bad)]
-        serial = _run(argv, tmp_path / "bad-serial", ["--workers", "1"], capfd)
-        remote = _run(argv, tmp_path / "bad-dask", ["--scheduler", address], capfd)
-        assert serial[0] == remote[0] == 2
-        assert serial[2] == remote[2] and serial[2].count("\n") == 1
-        assert "rank3.json: traceEvents[" in serial[2]
-        # The rank files were read by the cluster's workers (8 per job read above).
+        for argv in (["info", str(bad)], ["interference", str(bad)]):
+            serial = _run(argv, tmp_path / f"bad-{argv[0]}-serial", ["--workers", "1"], capfd)
+            remote = _run(argv, tmp_path / f"bad-{argv[0]}-dask", ["--scheduler", address], capfd)
+            assert serial[0] == remote[0] == 2
+            assert serial[2] == remote[2] and serial[2].count("\n") == 1
+            assert "rank3.json: traceEvents[" in serial[2]
+        # check reports the damaged file (an error finding, exit 1) the same wherever it is
+        # read; a file over the inflation limit stops it with the same one line (exit 2).
+        for name, argv, code in (
+            ("bad-check", ["check", str(bad), "--json"], 1),
+            ("limit-check", ["--max-inflated-bytes", "4096", "check", str(DLRM)], 2),
+        ):
+            serial = _run(argv, tmp_path / f"{name}-serial", ["--workers", "1"], capfd)
+            remote = _run(argv, tmp_path / f"{name}-dask", ["--scheduler", address], capfd)
+            assert serial[0] == remote[0] == code, (name, serial[2])
+            assert serial[1:] == remote[1:], name
+            if code == 1:
+                assert b'"path":"' + str(bad / "rank3.json").encode() in serial[1]
+                assert b'"EV2' in serial[1] and not serial[2]
+            else:
+                assert serial[2].count("\n") == 1 and "--max-inflated-bytes" in serial[2]
+                assert "worker0_step_12" in serial[2]  # the first file, named
+        # The rank files were read (and checked) by the cluster's workers.
         prefixes = client.run_on_scheduler(
             lambda dask_scheduler: sorted(dask_scheduler.task_prefixes)
         )
-        assert "read_rank_file" in prefixes  # (dask drops the leading underscore)
+        assert {"read_rank_file", "check_file"} <= set(prefixes)  # (no leading underscore)
         # 64 ranks: info, summarised rank by rank where each is read, prints what summarising
-        # the whole job prints.
-        many = _many_ranks(tmp_path / "many", 64)
+        # the whole job prints; check (each file's rules run where it is read) and
+        # interference (each rank measured there) print the same on the cluster as serially
+        # (and serially what the whole input gives: tests/cli/test_check.py,
+        # test_interference.py).
+        many = many_ranks(tmp_path / "many", 64)
         whole = json_text(summarize(read_job([many], parallel=SERIAL)).to_json()).encode()
-        for argv in (["info", str(many), "--json"], ["info", str(many)]):
-            name = "-".join(argv[2:]) or "text"
+        printed = {}
+        for argv in (
+            ["info", str(many), "--json"],
+            ["info", str(many)],
+            ["check", str(many), "--json"],
+            ["check", str(many)],
+            ["interference", str(many), "--json"],
+        ):
+            name = argv[0] + "".join(argv[2:])  # info, info--json, ...
             serial = _run(argv, tmp_path / f"many{name}-serial", ["--workers", "1"], capfd)
             remote = _run(argv, tmp_path / f"many{name}-dask", ["--scheduler", address], capfd)
             assert serial[0] == remote[0] == 0, (serial[2], remote[2])
             assert serial[1:] == remote[1:], argv
-        assert b"/many\nranks 0-63 (64 of world size 64)" in serial[1]
+            printed[name] = serial[1]
+        assert b"/many\nranks 0-63 (64 of world size 64)" in printed["info"]
+        assert printed["check--json"].count(b'"usable":true') == 64
+        assert b'"samples":' in printed["interference--json"]
         json_run = _run(["info", str(many), "--json"], tmp_path / "many-again", [], capfd)
         assert json_run[1] == whole
     # --workers N starts its own local cluster of N processes.

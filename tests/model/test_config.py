@@ -445,3 +445,17 @@ def test_a_script_config_needs_one_stage_and_no_fsdp_key() -> None:
         parse_workload_config(
             {**base, "parallel": {"tp": 1, "pp": 1, "dp": 8, "fsdp": "full_shard"}}
         )
+
+
+def test_attention_kernel_is_read_round_trips_and_leaves_the_tracing_key_alone() -> None:
+    assert parse_workload_config(BASE).model.attention_kernel == "auto"
+    cfg = parse_workload_config(_with("model", attention_kernel="fa3"))
+    assert cfg.model.attention_kernel == "fa3"
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert "attention_kernel" not in config_to_mapping(parse_workload_config(BASE))["model"]
+    assert tracing_key(cfg) == tracing_key(parse_workload_config(BASE))
+
+
+def test_an_unknown_attention_kernel_names_the_key_and_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"attention_kernel.*fa2, fa3, cudnn, triton.*'flash3'"):
+        parse_workload_config(_with("model", attention_kernel="flash3"), "x.toml")

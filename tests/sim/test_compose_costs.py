@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from echo_view.model.graph import OpClass, OpTable, TracedGraph
@@ -42,3 +44,69 @@ def test_an_fp8_gemm_takes_half_the_bf16_time_on_hopper() -> None:
     peaks = cluster.gpu.peak_flops
     assert abs(fp8 - bf16 * peaks["bf16"] / peaks["fp8"]) <= 1
     assert abs(fp8 / bf16 - 0.5) < 1e-4
+
+
+def _attention_table(strings: StringTable, rows: list[tuple[str, str, float]]) -> OpTable:
+    """Fused attention ops ``(name, shapes text, FLOPs)`` in bf16, moving 1 MB each."""
+    n = len(rows)
+    return OpTable(
+        name=np.array([strings.intern(r[0]) for r in rows]),
+        op_class=np.array([OpClass.ATTENTION] * n),
+        flops=np.array([r[2] for r in rows]),
+        bytes=np.full(n, 10**6),
+        dtype=np.array([strings.intern("bf16")] * n),
+        shapes=np.array([strings.intern(r[1]) for r in rows]),
+        coll_kind=np.full(n, -1),
+        coll_bytes=np.zeros(n, dtype=np.int64),
+        axis=np.full(n, -1),
+        grad_bytes=np.zeros(n, dtype=np.int64),
+    )
+
+
+def _attention_ns(
+    kernel: str, gpu: str, rows: list[tuple[str, str, float]], **params: float
+) -> list[int]:
+    strings = StringTable()
+    table = _attention_table(strings, rows)
+    cfg = _cfg(pp=1, dp=1, micro_batches=1, model={"attention_kernel": kernel})
+    cfg = replace(cfg, cluster=replace(cfg.cluster, gpu=gpu))
+    cluster = cluster_from_config(cfg.cluster)
+    p = ComputeParams(**params)
+    colls = CollectiveCache(default_comm_model(), cluster)
+    cost = table_cost(
+        TracedGraph(strings, ()), table, cfg, cluster, p, colls, Layout.of(cfg.parallel), 0
+    )
+    return [int(d) - p.kernel_gap_ns for d in cost.dur_ns]
+
+
+# One micro-batch of 2 x 8k tokens, 16 heads of 128 (q, k, v as [batch, heads, seq, head_dim]).
+_QKV = "x".join(["[2,16,8192,128]"] * 3)
+_FWD = 4.0 * 2 * 16 * 8192 * 8192 * 128
+
+
+def test_fused_attention_runs_at_the_kernels_measured_speed_on_hopper() -> None:
+    rows = [
+        ("echo_view::flash_attn", _QKV, _FWD / 2),  # causal: half the FLOPs
+        ("echo_view::flash_attn", _QKV, _FWD),  # no mask
+        ("echo_view::flash_attn_bwd", "[2,16,8192,128]x" + _QKV, 2.5 * _FWD / 2),
+    ]
+    fwd_c, fwd_n, bwd_c = _attention_ns("fa3", "H100", rows)
+    # FA3 paper Fig. 5/6 at head dim 128, 8k: 602 (causal) and 646 TFLOP/s forward, 559 backward
+    # without mask, x 602 / 646 with it.
+    assert fwd_c == round(_FWD / 2 / 602e12 * 1e9)
+    assert fwd_n == round(_FWD / 646e12 * 1e9)
+    assert bwd_c == round(2.5 * _FWD / 2 / (559e12 * 602 / 646) * 1e9)
+    # auto on Hopper is cuDNN (529 TFLOP/s causal forward); H800 has H100's compute.
+    assert _attention_ns("auto", "H800", rows[:1]) == [round(_FWD / 2 / 529e12 * 1e9)]
+
+
+def test_without_a_measured_table_attention_keeps_the_flop_form() -> None:
+    rows = [("echo_view::flash_attn", _QKV, _FWD / 2)]
+    generic = _attention_ns("fa3", "A100-80GB", rows, attn_kernel_model=0.0)
+    assert _attention_ns("fa3", "A100-80GB", rows) == generic
+    # The switch turns the tables off on Hopper too: 0.55 of 989.4 TFLOP/s, saturating.
+    f = _FWD / 2
+    eff = 0.55 * f / (f + 4.0e9)
+    assert _attention_ns("fa3", "H100", rows, attn_kernel_model=0.0) == [
+        round(f / (989.4e12 * eff) * 1e9)
+    ]

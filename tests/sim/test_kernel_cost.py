@@ -76,6 +76,22 @@ def test_attention_uses_its_own_efficiency_and_collectives_cost_nothing_here() -
     assert int(t[1]) == 0
 
 
+def test_known_math_time_replaces_the_flop_form_of_gemms_and_attention_only() -> None:
+    # 1e12 FLOPs of GEMM, attention and an elementwise op; known math times 400 us, 700 us and
+    # 1 ms (the last ignored: not a math kernel), NaN keeps the FLOP form.
+    t = op_times_ns(
+        np.array([GEMM, ATTENTION, 2, ATTENTION]),
+        np.full(4, 1e12),
+        np.zeros(4),
+        np.full(4, 1000e12),
+        GPU,
+        P,
+        np.array([400e3, 700e3, 1e6, np.nan]),
+    )
+    flop_form = 1e12 / (1000e12 * 0.5 * 1e12 / (1e12 + 1e9)) * 1e9
+    assert t.tolist() == [401_000, 701_000, 3_000, round(flop_form + 1_000)]
+
+
 def test_small_gemms_are_slower_per_flop() -> None:
     f = np.array([1e8, 1e12])
     t = op_times_ns(

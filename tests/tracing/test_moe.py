@@ -98,6 +98,62 @@ def test_expert_tensor_parallel_gathers_received_tokens() -> None:
     assert [b for n, _, _, b in fwd if n == "moe_dispatch"] == [32 * 2 * 2 * 64 * 2]
 
 
+def _rows(graph: TracedGraph, table: OpTable, name: str) -> list[tuple[str, int]]:
+    """(shapes, bytes) of each ``name`` op in ``table``."""
+    return [
+        (graph.strings[int(table.shapes[i])], int(table.bytes[i]))
+        for i in range(len(table))
+        if graph.strings[int(table.name[i])] == name
+    ]
+
+
+@pytest.mark.parametrize(
+    ("par", "chunks", "rows"),
+    [
+        # EP 4: 2 local experts x 128 rows = 256 received rows from 4 source ranks, in 8 chunks
+        ({}, 8, 256),
+        # EP 2 x ETP 2 (tp 1, folded): 4 local experts; 2 ranks x 256 copies / 8 experts = 64
+        # rows each, x 2 after the etp gather = 128: 512 rows from 2 x 2 sources in 16 chunks
+        ({"ep": 2, "etp": 2, "sequence_parallel": True}, 16, 512),
+    ],
+)
+def test_alltoall_dispatcher_regroups_received_rows_by_local_expert(
+    par: dict[str, Any], chunks: int, rows: int
+) -> None:
+    """Megatron-LM's ``sort_chunks_by_idxs``: the received rows (source rank-major) copied into
+    local-expert order before the experts and back after them, one ``cat`` of every received
+    row each way in forward and again in backward; each reads and writes rows x 64 in bf16."""
+    graph = trace_workload(_cfg({"layers": 1}, **par))
+    role = graph.roles[0]
+    size = rows // chunks
+    cat = ("x".join([f"[{size},64]"] * chunks), 2 * rows * 64 * 2)
+    assert _rows(graph, role.forward[0], "aten::cat") == [cat, cat]
+    assert _rows(graph, role.backward[0], "aten::cat").count(cat) == 2
+
+
+@pytest.mark.parametrize(
+    ("model", "par"),
+    [({}, {"ep": 8}), ({"dispatcher": "allgather"}, {}), ({"dispatcher": "deepep"}, {})],
+)
+def test_no_regrouping_with_one_local_expert_or_another_dispatcher(
+    model: dict[str, Any], par: dict[str, Any]
+) -> None:
+    graph = trace_workload(_cfg({"layers": 1, **model}, **par))
+    assert _rows(graph, graph.roles[0].forward[0], "aten::cat") == []
+
+
+def test_alltoall_unpermutation_scatters_the_copies_back() -> None:
+    """Forward: the permutation gathers the 128 tokens' 256 copies, the unpermutation scatters
+    the 256 combined copies back into token order (Megatron-LM's ``moe_scatter``), both priced
+    as row gathers: 256 rows of 64 in bf16 written, the index (256 int64) and the source read."""
+    graph = trace_workload(_cfg({"layers": 1}))
+    copies, index = 256 * 64 * 2, 256 * 8
+    assert _rows(graph, graph.roles[0].forward[0], "aten::index_select") == [
+        ("[128,64]x[256]", 128 * 64 * 2 + index + copies),
+        ("[256,64]x[256]", copies + index + copies),
+    ]
+
+
 def test_deepep_ops_and_fp8_dispatch() -> None:
     cfg = _cfg({"layers": 1, "dispatcher": "deepep"})
     graph = trace_workload(cfg)

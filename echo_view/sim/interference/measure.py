@@ -152,9 +152,15 @@ def measure(job: Job, classify: Classifier, source: str = "") -> OverlapSamples:
     """The overlapped samples of every trace of ``job`` (see the module docstring); trace
     ``i`` of the samples is ``job.traces[i]``."""
     name = source or job.source
-    return OverlapSamples.concat(
-        [_measure_trace(t, classify, f"{name}#rank{t.rank}") for t in job.traces]
-    )
+    return OverlapSamples.concat([measure_trace(t, classify, name) for t in job.traces])
+
+
+def measure_trace(trace: Trace, classify: Classifier, job_name: str) -> OverlapSamples:
+    """The overlapped samples of one trace of the job named ``job_name`` (its only trace,
+    index 0, named ``job_name#rankR``): a trace's samples need no other rank, so they can be
+    measured where its file is read; :meth:`OverlapSamples.concat` joins them in rank order
+    as :func:`measure` does."""
+    return _measure_trace(trace, classify, f"{job_name}#rank{trace.rank}")
 
 
 def _kernel_keys(trace: Trace, rows: I64, cfg: dict[str, Any], shapes: I64) -> I64:
@@ -377,5 +383,6 @@ __all__ = [
     "coverage",
     "longest_overlap",
     "measure",
+    "measure_trace",
     "samples_from_jobs",
 ]

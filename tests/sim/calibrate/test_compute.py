@@ -166,9 +166,10 @@ def test_loader(tmp_path: Path) -> None:
         '[gpu."H100-SXM5-80GB"]\nmem_eff_max = 0.6\ngemm_shape_model = 1\n',
     )
     a40 = compute_params_from_doc(read_toml_doc(path), gpu_preset("A100-40GB"))
-    # A calibrated file is in the FLOP form: GEMM shapes are off unless the file says on.
+    # A calibrated file is in the FLOP form: GEMM shapes and the measured attention kernels
+    # are off unless the file says on.
     assert a40 == compute_params_for(gpu_preset("A100")).with_overrides(
-        {"gemm_eff_max": 0.5, "kernel_min_ns": 3000, "gemm_shape_model": 0}
+        {"gemm_eff_max": 0.5, "kernel_min_ns": 3000, "gemm_shape_model": 0, "attn_kernel_model": 0}
     )
     assert compute_params_from_doc(read_toml_doc(path), gpu_preset("H100")).gemm_shape_model == 1.0
     # Another A100 falls back to the family's table; H100 gets its own.

@@ -1,0 +1,108 @@
+"""``echo_view.cli.check``: each file checked where it is read (its findings in a report of its
+own, merged in file order; an imported job's ranks checked one by one) reports byte for byte
+what running every rule into one report over the whole input does; a damaged rank file among
+many keeps its finding or its one-line error."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from echo_view.cli import main
+from echo_view.cli.check import _ENCODER, check_json_file, check_paths, expand
+from echo_view.loading import SERIAL, read_job
+from echo_view.validate import Report, check_job
+from echo_view.validate.imported import check_imported_job
+from echo_view.validate.render import render_report
+from tests.cli.hostile_io import SAMPLES, refused
+from tests.cli.many_ranks import DLRM, many_ranks
+
+NSYS = SAMPLES / "nsys"
+
+
+def _printed(report: Report) -> tuple[bytes, str]:
+    """What ``check --json`` and ``check`` print of ``report``."""
+    console = Console(file=io.StringIO(), width=120, highlight=False, soft_wrap=True)
+    console.print(render_report(report, 3, []))
+    return _ENCODER.encode(report.to_json()), console.file.getvalue()
+
+
+def _whole(paths: list[Path], as_job: bool = False) -> Report:
+    """Every rule into one report: each job's JSON files one after another then (for two or
+    more) the cross-rank rules, or the imported job read whole."""
+    report = Report()
+    for job in expand(paths, as_job):
+        if all(p.name.endswith((".json", ".json.gz")) for p in job.files):
+            summaries = [check_json_file(p, report) for p in job.files]
+            if len(summaries) > 1:
+                check_job(summaries, report, job.name)
+        else:
+            check_imported_job(read_job(job.files), report, job.name)
+    return report
+
+
+@pytest.mark.parametrize(
+    "name", ["dlrm_kineto", "hta_sampled_128", "hta_nccl", "many", "nsys", "nsys-job"]
+)
+def test_files_checked_apart_report_what_the_whole_input_does(name: str, tmp_path: Path) -> None:
+    if name == "many":
+        paths, as_job = [many_ranks(tmp_path / "many", 24)], False
+    elif name == "nsys":
+        paths, as_job = [NSYS / "h100_2gpu_1s.sqlite.gz"], False
+    elif name == "nsys-job":
+        paths = [NSYS / "mfu_2gpu_before.sqlite.gz", NSYS / "mfu_2gpu_after.sqlite.gz"]
+        as_job = True
+    else:
+        paths, as_job = [SAMPLES / name], False
+    apart = Report()
+    check_paths(paths, apart, as_job, parallel=SERIAL)
+    assert _printed(apart) == _printed(_whole(paths, as_job))
+    assert apart.files and len(apart.files) == len(_whole(paths, as_job).files)
+
+
+def test_each_file_is_merged_before_the_next_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps: list[str] = []
+    check_file = check_json_file
+    merge = Report.merge
+
+    def logged_check(path: Path, report: Report) -> object:
+        steps.append("check")
+        return check_file(path, report)
+
+    def logged_merge(self: Report, other: Report) -> None:
+        steps.append("merge")
+        merge(self, other)
+
+    monkeypatch.setattr("echo_view.cli.check.check_json_file", logged_check)
+    monkeypatch.setattr(Report, "merge", logged_merge)
+    report = Report()
+    check_paths([DLRM], report, parallel=SERIAL)
+    assert steps == ["check", "merge"] * 8
+    assert [f.rank for f in report.files] == list(range(8))
+
+
+def test_a_damaged_rank_file_among_many(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = many_ranks(tmp_path / "job", 12)
+    text = (job / "rank5.json").read_bytes()
+    (job / "rank5.json").write_bytes(text[: len(text) // 2])  # cut off mid-event
+    assert main(["check", str(job), "--json", "--workers", "1"]) == 2
+    out = capsys.readouterr().out
+    assert f'"path":"{job}/rank5.json","form":"object"' in out and '"usable":false' in out
+    assert out.count('"usable":false') == 1
+    # An input over the inflation limit stops the check with one line naming the file.
+    gz = tmp_path / "gz"
+    gz.mkdir()
+    for i in range(3):
+        (gz / f"rank{i}.json.gz").write_bytes(gzip.compress((job / f"rank{i}.json").read_bytes()))
+    err = refused(
+        ["--max-inflated-bytes", "4096", "check", str(gz), "--workers", "1"],
+        capsys,
+        tmp_path,
+        [gz],
+        f"{gz}/rank0.json.gz",
+    )
+    assert "--max-inflated-bytes" in err
