@@ -1,11 +1,24 @@
-"""How fast the host issues GPU work in real PyTorch traces, and what that would cost the small
-Megatron-LM CI cases: the measurement behind the host-dispatch analysis in docs/accuracy.md.
+"""How fast the host issues GPU work in real PyTorch traces, and what the host path makes of
+the small Megatron-LM CI cases: the measurements behind ``host.kernel_us`` (docs/accuracy.md,
+"How fast a host issues kernels, measured").
 
 Per CPU thread with at least 50 kernel launches (``cudaLaunchKernel`` and its CUDA/HIP
-variants): the interval between consecutive launch starts (median and 25th percentile), and the
-same over the launches the GPU waited for (the kernel started within 20 µs of its launch call's
-end, so the CPU, not the GPU, set the pace). Then, per small CI config, the ops of one
-micro-batch in its traced graph.
+variants):
+
+- the interval between consecutive launch starts (median and 25th percentile), and the median
+  over the launches the GPU waited for (the kernel started within 20 µs of its launch call's
+  end, so the CPU, not the GPU, set the pace);
+- **host time per kernel**: the mean interval between consecutive launches over the intervals
+  in which the thread was issuing work, i.e. with no synchronising call (``cuda*Synchronize``,
+  a blocking ``cudaMemcpy``) between them and shorter than 1 ms (longer ones are data loading,
+  logging or waiting, not dispatch). It is the whole host time per launched kernel on that
+  thread: the Python, dispatcher and launch call of every op, not just the launch call.
+
+Then the CPU span of each ``Optimizer.step`` annotation with the launches inside it and the
+parameter tensors it updated (FusedAdam bumps one step counter per tensor: its ``aten::add_``
+calls). Last, per small CI config: the step predicted with and without the host path, the
+kernels its slowest simulated rank issues per step, and the host time per kernel that would
+explain the measured step if it were all dispatch.
 
     python bench/launch_intervals.py            # samples/ and ../shared traces when present
 """
@@ -22,10 +35,18 @@ sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import load_workload, read_job  # noqa: E402
 from echo_view.model import EventKind, Trace  # noqa: E402
+from echo_view.model.kinds import LaneKind  # noqa: E402
+from echo_view.sim.host import HostParams  # noqa: E402
+from echo_view.sim.runs import simulate_workload  # noqa: E402
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel")
+#: Calls that block the thread until the GPU has done something (``cudaMemcpyAsync`` to
+#: pageable host memory blocks too).
+SYNCS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 #: A kernel that starts this soon after its launch returned found the GPU idle.
 STARVED_NS = 20_000
+#: A longer interval between two launches is not dispatch (data loading, logging, waiting).
+DISPATCH_GAP_NS = 1_000_000
 SHARED = ROOT.parent / "shared" / "data"
 TRACES = [
     ROOT / "samples" / "hta_nccl" / "nccl_data.json.gz",
@@ -37,15 +58,24 @@ TRACES = [
     SHARED / "hta-tests" / "df_index_resolver" / "df_index_resolver.json.gz",
     SHARED / "kineto-tb-plugin-samples" / "resnet50_num_workers_0",
     SHARED / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    SHARED / "tracelens" / "b200" / "eager_trace.json.gz",
 ]
+CI = ROOT / "samples" / "configs" / "megatron-ci-small"
 
 
-def thread_rows(trace: Trace) -> list[tuple[int, int, float, float, float]]:
-    """``(lane, launches, median µs, p25 µs, median µs where the GPU waited)`` per thread."""
-    ev = trace.events
+def _names(trace: Trace) -> np.ndarray:
     names = trace.strings.strings
-    runtime = np.flatnonzero(ev.kind == int(EventKind.RUNTIME))
-    launch = np.array([r for r in runtime if names[int(ev.name[r])].startswith(LAUNCHES)], int)
+    return np.array([names[int(i)] for i in trace.events.name], dtype=object)
+
+
+def thread_rows(trace: Trace) -> list[tuple[int, int, float, float, float, float]]:
+    """``(lane, launches, median µs, p25 µs, median µs where the GPU waited, host µs per
+    kernel)`` per thread."""
+    ev = trace.events
+    names = _names(trace)
+    runtime = ev.kind == int(EventKind.RUNTIME)
+    launch = np.flatnonzero(runtime & np.array([n.startswith(LAUNCHES) for n in names]))
+    sync = runtime & np.array([n.startswith(SYNCS) for n in names])
     if not len(launch):
         return []
     kernels = np.flatnonzero(ev.kind == int(EventKind.KERNEL))
@@ -58,39 +88,107 @@ def thread_rows(trace: Trace) -> list[tuple[int, int, float, float, float]]:
         rows = rows[np.argsort(ev.start_ns[rows], kind="stable")]
         if len(rows) < 50:
             continue
-        gaps = np.diff(ev.start_ns[rows]) / 1e3
-        end = ev.start_ns[rows] + ev.dur_ns[rows]
+        t = ev.start_ns[rows]
+        gaps_ns = np.diff(t)
+        gaps = gaps_ns / 1e3
+        end = t + ev.dur_ns[rows]
         k_start = np.array([start_of.get(int(c), -1) for c in ev.correlation[rows]])
         waited = (k_start >= 0) & (k_start - end < STARVED_NS)
         starved = gaps[waited[1:]]
         med_starved = float(np.median(starved)) if len(starved) else float("nan")
+        # Intervals with a synchronising call of this thread inside are waits, not dispatch.
+        sync_t = np.append(np.sort(ev.start_ns[sync & (ev.lane == lane)]), np.iinfo(np.int64).max)
+        blocked = sync_t[np.searchsorted(sync_t, t[:-1], side="right")] < t[1:]
+        dispatch = ~blocked & (gaps_ns < DISPATCH_GAP_NS)
+        per_kernel = float(gaps[dispatch].mean()) if dispatch.any() else float("nan")
         out.append(
-            (lane, len(rows), float(np.median(gaps)), float(np.percentile(gaps, 25)), med_starved)
+            (
+                lane,
+                len(rows),
+                float(np.median(gaps)),
+                float(np.percentile(gaps, 25)),
+                med_starved,
+                per_kernel,
+            )
         )
     return out
 
 
+def optimizer_rows(trace: Trace) -> list[tuple[str, float, int, int]]:
+    """``(name, CPU span µs, launches inside, aten::add_ inside)`` per ``Optimizer.step``."""
+    ev = trace.events
+    names = _names(trace)
+    launch = (ev.kind == int(EventKind.RUNTIME)) & np.array([n.startswith(LAUNCHES) for n in names])
+    adds = names == "aten::add_"
+    out = []
+    for i in np.flatnonzero(np.array([n.startswith("Optimizer.step") for n in names])).tolist():
+        s, e = ev.start_ns[i], ev.start_ns[i] + ev.dur_ns[i]
+        inside = (ev.lane == ev.lane[i]) & (ev.start_ns >= s) & (ev.start_ns <= e)
+        out.append(
+            (
+                str(names[i]),
+                ev.dur_ns[i] / 1e3,
+                int((inside & launch).sum()),
+                int((inside & adds).sum()),
+            )
+        )
+    return out
+
+
+def _label(path: Path) -> str:
+    if path.is_relative_to(ROOT):
+        return path.relative_to(ROOT).as_posix()
+    return "../" + path.relative_to(ROOT.parent).as_posix()
+
+
 def main() -> int:
-    print("| trace | GPU | thread | launches | interval median (µs) | p25 (µs) | GPU waited (µs) |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print(
+        "| trace | GPU | thread | launches | interval median (µs) | p25 (µs) | GPU waited (µs) "
+        "| host per kernel (µs) |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    optimizer: list[tuple[str, str, float, int, int]] = []
     for path in TRACES:
         if not path.exists():
             continue
         for trace in read_job([path]).traces[:1]:
             gpu = trace.devices[0].name if trace.devices else "?"
-            for lane, n, med, p25, starved in thread_rows(trace):
-                label = path.relative_to(ROOT.parent).as_posix().removeprefix("main/")
-                print(f"| {label} | {gpu} | {lane} | {n} | {med:.1f} | {p25:.1f} | {starved:.1f} |")
+            for lane, n, med, p25, starved, per_kernel in thread_rows(trace):
+                print(
+                    f"| {_label(path)} | {gpu} | {lane} | {n} | {med:.1f} | {p25:.1f} "
+                    f"| {starved:.1f} | {per_kernel:.1f} |"
+                )
+            # One step of each optimizer (the first is often warm-up of a different shape).
+            rows = optimizer_rows(trace)
+            if rows:
+                optimizer.append((_label(path), *rows[len(rows) // 2]))
     print()
-    print("| CI config | forward ops | backward ops | optimizer ops | micro-batches per step |")
-    print("|---|---:|---:|---:|---:|")
-    for cfg_path in sorted((ROOT / "samples" / "configs" / "megatron-ci-small").glob("*.toml")):
+    print("| trace | optimizer step | CPU span (µs) | launches | parameter tensors (add_) |")
+    print("|---|---|---:|---:|---:|")
+    for label, name, span, launches, adds in optimizer:
+        print(f"| {label} | {name} | {span:.0f} | {launches} | {adds} |")
+    print()
+    c_us = HostParams().kernel_us
+    print(
+        "| CI config | measured (s) | GPU path (s) | with host path (s) | kernels issued "
+        f"| host per kernel to explain the measurement (µs; model: {c_us:g}) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for cfg_path in sorted(CI.glob("*.toml")):
         cfg, graph, _, _ = load_workload(cfg_path)
-        role = graph.roles[0]
-        fwd = sum(len(t) for t in role.forward)
-        bwd = sum(len(t) for t in role.backward)
-        micro = cfg.micro_batches
-        print(f"| {cfg_path.stem} | {fwd} | {bwd} | {len(role.optimizer)} | {micro} |")
+        gpu = simulate_workload(cfg, graph, {"host.kernel_us": "0"}).step_ns / 1e9
+        sim = simulate_workload(cfg, graph)
+        wl = sim.composed.workload
+        ends = sim.rank_end_ns()
+        slowest = max(ends, key=lambda r: ends[r])
+        host = np.array([wl.lanes[int(x)].kind == LaneKind.CPU_THREAD for x in wl.ops.lane])
+        busy = int(wl.ops.dur_ns[host & (wl.ops.rank == slowest)].sum())
+        kernels = round(busy / HostParams().kernel_ns)
+        ref = cfg.reference.step_time_s if cfg.reference else float("nan")
+        print(
+            f"| {cfg_path.stem} | {ref:.3f} | {gpu:.3f} | {sim.step_ns / 1e9:.3f} | {kernels:,} "
+            f"| {ref / kernels * 1e6:.0f} |"
+        )
     return 0
 
 

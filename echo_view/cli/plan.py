@@ -91,8 +91,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--all",
         action="store_true",
-        help="simulate every layout that fits (default: skip those whose compute alone rules "
-        "them out of the --top fastest and of the Pareto front; implied by --plot)",
+        help="simulate every layout that fits (default: skip those whose compute or kernel "
+        "dispatch alone rules them out of the --top fastest and of the Pareto front; implied "
+        "by --plot)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="step time vs memory, Pareto")
@@ -320,7 +321,8 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
     ]
     if c["pruned"]:
         lines.append(
-            f"{c['pruned']:,} more fit but their compute alone rules them out of the "
+            f"{c['pruned']:,} more fit but their compute or kernel dispatch alone rules them "
+            f"out of the "
             f"{top:,} fastest (--all simulates them)"
         )
     if not ranked:

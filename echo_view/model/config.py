@@ -64,6 +64,7 @@ SIMULATION_ONLY = (
     "ddp_bucket_size",
     "grad_reduce_in_fp32",
     "overlap_p2p_comm",
+    "batch_p2p_sync",
     "fsdp",
 )
 #: Model options the simulator alone reads (the traced ops are the same for every value).
@@ -144,6 +145,7 @@ class ParallelConfig:
     ddp_bucket_size: int | None = None
     grad_reduce_in_fp32: bool | None = None
     overlap_p2p_comm: bool = True
+    batch_p2p_sync: bool = True
     fsdp: str = "none"
     ep: int = 1
     etp: int | None = None
@@ -198,6 +200,22 @@ class Reference:
 
 
 @dataclass(frozen=True, slots=True)
+class TrainingConfig:
+    """Megatron-LM training options that make the host wait for the GPU once per step
+    (:mod:`echo_view.sim.host`): ``clip_grad`` (``--clip-grad``, Megatron's default 1.0; 0 is
+    no clipping) and ``log_num_zeros_in_grad`` (``--log-num-zeros-in-grad``)."""
+
+    clip_grad: float = 1.0
+    log_num_zeros_in_grad: bool = False
+
+    @property
+    def optimizer_sync(self) -> bool:
+        """Whether the optimizer step reads a gradient statistic on the host (``.item()``)
+        before it updates the parameters."""
+        return self.clip_grad > 0 or self.log_num_zeros_in_grad
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadConfig:
     """A whole ``simulate`` / ``trace`` input."""
 
@@ -209,6 +227,7 @@ class WorkloadConfig:
     reference: Reference | None = None
     source: str = ""
     fp8_recipe: str = "delayed"
+    training: TrainingConfig = TrainingConfig()
 
     @property
     def micro_batches(self) -> int:
@@ -274,7 +293,7 @@ class _Section:
             raise err
 
 
-_SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference")
+_SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference", "training")
 
 
 def parse_workload_config(data: Mapping[str, Any], source: str = "") -> WorkloadConfig:
@@ -340,6 +359,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ddp_bucket_size=p.positive("ddp_bucket_size") if "ddp_bucket_size" in p.data else None,
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
+        batch_p2p_sync=p.get("batch_p2p_sync", bool, True),
         fsdp=fsdp,
         ep=p.positive("ep", 1),
         etp=p.positive("etp", 1) if "etp" in p.data else None,
@@ -372,7 +392,16 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         reference = Reference(step, r.get("source", str, ""), r.get("source_id", str, ""))
         r.finish()
 
-    cfg = WorkloadConfig(model, parallel, batch, cluster, dtype, reference, source, recipe)
+    t = _Section(data.get("training", {}), "training", source)
+    clip = t.get("clip_grad", float, 1.0)
+    if not 0 <= clip < float("inf"):
+        raise t._err("clip_grad", f"must be a number >= 0, got {clip!r}")
+    training = TrainingConfig(clip, t.get("log_num_zeros_in_grad", bool, False))
+    t.finish()
+
+    cfg = WorkloadConfig(
+        model, parallel, batch, cluster, dtype, reference, source, recipe, training
+    )
     _check_consistency(cfg)
     return cfg
 
@@ -724,6 +753,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("ddp_bucket_size", p.ddp_bucket_size, None),
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),
+                    ("batch_p2p_sync", p.batch_p2p_sync, True),
                     ("fsdp", p.fsdp, "none"),
                     ("ep", p.ep, 1),
                     ("etp", p.etp, None),
@@ -742,6 +772,17 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             "source": cfg.reference.source,
             **({"source_id": cfg.reference.source_id} if cfg.reference.source_id else {}),
         }
+    tr, default = cfg.training, TrainingConfig()
+    training = {
+        k: v
+        for k, v, d in (
+            ("clip_grad", tr.clip_grad, default.clip_grad),
+            ("log_num_zeros_in_grad", tr.log_num_zeros_in_grad, default.log_num_zeros_in_grad),
+        )
+        if v != d
+    }
+    if training:
+        out["training"] = training
     return out
 
 

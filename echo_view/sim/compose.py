@@ -30,6 +30,12 @@ streams (FSDP2, DDP) keeps its own streams and waits (:mod:`echo_view.sim.stream
 interleaved schedule and ``overlap_p2p_comm``
 off, a stage's send blocks it: the transfer starts when the receiver has finished its previous
 pass and the sender's next pass waits for the transfer's end.
+
+Host path (:mod:`echo_view.sim.host`): each simulated rank has a host thread that issues its
+kernels, ``host.kernel_us`` apiece, in program order; a kernel starts no earlier than its
+issue. The host waits for its GPU to drain after each batched pipeline transfer
+(``batch_p2p_sync``) and before the optimizer update when the optimizer reads a gradient
+statistic on the host (``[training]``). With ``kernel_us`` 0 there is no host path.
 """
 
 from __future__ import annotations
@@ -60,12 +66,21 @@ from echo_view.model.workload import (
 )
 from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
 from echo_view.sim.fsdp import FsdpRank
+from echo_view.sim.host import HostParams, crosses_stage, issue_span_ns, p2p_synced
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.schedule import schedule
 from echo_view.sim.streams import StreamRank, uses_streams
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
+#: Name of a simulated rank's host thread and of its synchronising call.
+HOST_THREAD, HOST_SYNC = "host (dispatch)", "cudaDeviceSynchronize"
+#: A zero-length op after a coarse op whose last kernel the host issues late (see
+#: ``_Composer.issue``).
+HOST_TAIL = "host-bound tail"
+#: Kernel launches per gradient tensor of Megatron's ``count_zeros_fp32``
+#: (``megatron/core/optimizer/clip_grads.py``): ``count_nonzero``, ``numel -``, ``+=``.
+COUNT_ZEROS_LAUNCHES = 3
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
@@ -148,9 +163,18 @@ class _Composer:
         colls: CollectiveCache,
         layout: Layout,
         fine: bool,
+        host: HostParams,
     ) -> None:
         self.graph, self.cfg, self.costs, self.colls = graph, cfg, costs, colls
         self.layout, self.fine = layout, fine
+        self.host_ns = host.kernel_ns
+        # Per rank: its host thread's lane; per GPU lane: its last op (what a sync waits for).
+        self.host_lane: dict[int, int] = {}
+        self.lane_last: dict[int, int] = {}
+        self.gpu_lanes: dict[int, list[int]] = {}
+        self.spans: dict[tuple[int, int, int], int] = {}
+        # Host-path edges: (src, dst, mode, lag).
+        self.host_edges: list[tuple[int, int, int, int]] = []
         self.strings = StringTable(graph.strings.strings)
         self.c = _Cols()
         self.lanes: list[Lane] = []
@@ -179,7 +203,87 @@ class _Composer:
         device = rank % self.colls.cluster.gpus_per_node
         self.lanes.append(Lane(LaneKind.GPU_STREAM, device, stream, name, device, stream))
         self.lane_rank.append(rank)
+        self.gpu_lanes.setdefault(rank, []).append(len(self.lanes) - 1)
         return len(self.lanes) - 1
+
+    def host_thread(self, rank: int) -> None:
+        """Give ``rank`` a host thread (when there is a host path)."""
+        if not self.host_ns:
+            return
+        device = rank % self.colls.cluster.gpus_per_node
+        self.lanes.append(Lane(LaneKind.CPU_THREAD, device, 0, HOST_THREAD, device))
+        self.lane_rank.append(rank)
+        self.host_lane[rank] = len(self.lanes) - 1
+
+    def tail_lag(self, tid: int, tc: TableCost, lo: int, hi: int) -> int:
+        """For ops ``lo:hi`` of table ``tid`` as one coarse op: how long after the host has
+        issued them all their last kernel ends at the earliest (their
+        :func:`~echo_view.sim.host.issue_span_ns` less the issue time), or -1 when the host
+        path cannot end them later than their first issue and GPU time do (memoised: a step
+        runs the same passes many times)."""
+        key = (tid, lo, hi)
+        lag = self.spans.get(key)
+        if lag is None:
+            dur, c = tc.dur_ns[lo:hi], self.host_ns
+            span = issue_span_ns(dur, c)
+            lag = span - (hi - lo) * c if span > c + int(dur.sum()) else -1
+            self.spans[key] = lag
+        return lag
+
+    def issue(self, rank: int, first: int, last: int, k: int, tail_lag: int = -1) -> int:
+        """The host issuing GPU ops ``first..last`` (ids, one stream), which run ``k`` kernels
+        in order: one host op of ``k`` launches; each fine op starts after its kernel's issue.
+        A coarse op (``first == last``) starts after its first kernel's issue; when the host
+        path ends its kernels later than that and their GPU time (``tail_lag`` >= 0, from
+        :meth:`tail_lag`), it is followed on its stream by a zero-length :data:`HOST_TAIL` op
+        that ends there (a hold on the op's own end would keep interference from rating it).
+        Returns the op that ends the run."""
+        lane = self.host_lane.get(rank)
+        if lane is None or k == 0:
+            return last
+        c = self.host_ns
+        h = self.op(rank, lane, "dispatch", k * c, kind=EventKind.CPU_OP, issue=False)
+        start = int(DepMode.START_TO_START)
+        if first != last:
+            for j, op in enumerate(range(first, last + 1)):
+                self.host_edges.append((h, op, start, (j + 1) * c))
+            return last
+        self.host_edges.append((h, first, start, c))
+        if tail_lag < 0:
+            return last
+        gpu_lane = self.c.lane[first]
+        tail = self.op(rank, gpu_lane, HOST_TAIL, 0, kind=EventKind.GPU_ANNOTATION, issue=False)
+        self.host_edges.append((h, tail, int(DepMode.END_TO_START), tail_lag))
+        return tail
+
+    def count_zeros(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
+        """Megatron's ``count_zeros_fp32`` on the host: per gradient tensor the rank holds
+        (its shard of them with the distributed optimizer) a ``count_nonzero``, a subtraction
+        from the element count and an accumulation, three launches of tiny kernels, then a
+        ``.item()``. Tensors are counted as the backward rows where gradients complete (tensors
+        completing at the same kernel count once)."""
+        lane = self.host_lane.get(rank)
+        if lane is None:
+            return
+        role = self.graph.roles[role_idx]
+        tensors = sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
+        tensors = -(-tensors // max(1, len(shard_group)))
+        if tensors:
+            launches = COUNT_ZEROS_LAUNCHES * tensors
+            name = f"count_zeros_fp32 ({launches} launches)"
+            self.op(rank, lane, name, launches * self.host_ns, kind=EventKind.CPU_OP, issue=False)
+            self.host_sync(rank)
+
+    def host_sync(self, rank: int) -> None:
+        """The host waits until every GPU stream of ``rank`` has drained."""
+        lane = self.host_lane.get(rank)
+        if lane is None:
+            return
+        sync = self.op(rank, lane, HOST_SYNC, 0, kind=EventKind.RUNTIME, issue=False)
+        for gpu_lane in self.gpu_lanes[rank]:
+            last = self.lane_last.get(gpu_lane)
+            if last is not None:
+                self.edges.append((last, sync))
 
     def op(
         self,
@@ -192,7 +296,9 @@ class _Composer:
         kind: EventKind = EventKind.KERNEL,
         coll: int = NONE,
         src: tuple[int, int, int] = (-1, 0, 0),
+        issue: bool = True,
     ) -> int:
+        """Append one op; a kernel the host issues (``issue``) gets its host op after it."""
         c = self.c
         c.rank.append(rank)
         c.lane.append(lane)
@@ -204,7 +310,12 @@ class _Composer:
         c.src_table.append(src[0])
         c.src_lo.append(src[1])
         c.src_hi.append(src[2])
-        return len(c.rank) - 1
+        i = len(c.rank) - 1
+        if self.lanes[lane].kind == LaneKind.GPU_STREAM:
+            self.lane_last[lane] = i
+            if issue and kind == EventKind.KERNEL:
+                self.issue(rank, i, i, 1)
+        return i
 
     def table_id(self, tc: TableCost) -> int:
         key = id(tc)
@@ -247,16 +358,18 @@ class _Composer:
 
     # -- passes ----------------------------------------------------------------------------
     def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
-        """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the last op emitted."""
+        """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the op that ends them (the
+        last, or its host-bound tail: :meth:`issue`)."""
         tid = self.table_id(tc)
         if not self.fine:
             total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())
-            return self.op(rank, lane, label, total, src=(tid, lo, hi))
+            op = self.op(rank, lane, label, total, src=(tid, lo, hi), issue=False)
+            return self.issue(rank, op, op, hi - lo, self.tail_lag(tid, tc, lo, hi))
         t = tc.table
-        last = -1
+        first, last = len(self.c.rank), -1
         for i in range(lo, hi):
             if tc.coll[i]:
-                last = self.collective_row(rank, lane, tc, tid, i)
+                last = self.collective_row(rank, lane, tc, tid, i, issue=False)
                 continue
             last = self.op(
                 rank,
@@ -265,10 +378,13 @@ class _Composer:
                 int(tc.dur_ns[i]),
                 cls=int(t.op_class[i]),
                 src=(tid, i, i + 1),
+                issue=False,
             )
-        return last
+        return self.issue(rank, first, last, hi - lo)
 
-    def collective_row(self, rank: int, lane: int, tc: TableCost, tid: int, i: int) -> int:
+    def collective_row(
+        self, rank: int, lane: int, tc: TableCost, tid: int, i: int, *, issue: bool = True
+    ) -> int:
         """Row ``i`` of ``tc``, a collective, as one op named as its kernel (NCCL's, or
         DeepEP's), matched across ranks when every rank is simulated; returns its id."""
         t = tc.table
@@ -285,6 +401,7 @@ class _Composer:
             cls=OpClass.COLLECTIVE,
             coll=coll,
             src=(tid, i, i + 1),
+            issue=issue,
         )
 
     def bucket_cuts(self, tc: TableCost, bucket_bytes: int) -> list[int]:
@@ -372,6 +489,7 @@ class _Composer:
         comp = self.lane(rank, COMPUTE_STREAM, f"stream {COMPUTE_STREAM} (compute)")
         pipe = self.lane(rank, PIPE_STREAM, f"stream {PIPE_STREAM} (pipeline)")
         dpl = self.lane(rank, DP_STREAM, f"stream {DP_STREAM} (data parallel)")
+        self.host_thread(rank)
         marker = self.op(rank, comp, "ProfilerStep#0", 0, kind=EventKind.GPU_ANNOTATION)
         self.step_markers.append((rank, marker))
         if p.fsdp != "none":  # its own program: per-unit gathers and reduce-scatters
@@ -381,7 +499,6 @@ class _Composer:
             # A traced script's streams and waits (its collectives are all in the graph).
             StreamRank(self, rank, role_idx, comp).run(m)
             return
-        n_chunks = p.pp * p.virtual_stages
         # Gradients (and the distributed optimizer's shards) span the data- and
         # context-parallel ranks: context-parallel ranks hold the same weights.
         dp_group = lay.group("dp_cp", rank)
@@ -413,6 +530,8 @@ class _Composer:
         last_bwd_mb = m - 1
         prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
+        p2p_sync = p2p_synced(p)
+        sends = False  # whether the previous pass sends its output to another stage
         for ps in schedule(stage, p.pp, m, p.virtual_stages):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -420,7 +539,7 @@ class _Composer:
             # The activation (forward) or its gradient (backward) from the neighbouring stage.
             peer_g = g - 1 if ps.forward else g + 1
             xfer = None
-            if 0 <= peer_g < n_chunks and peer_g % p.pp != stage:
+            if crosses_stage(g, peer_g - g, stage, p):
                 peer_rank = lay.rank(peer_g % p.pp, *others)
                 t = self.colls.time_ns(CollectiveKind.SEND_RECV, act_bytes, (peer_rank, rank))
                 xfer = self.op(
@@ -431,6 +550,9 @@ class _Composer:
                     cls=OpClass.COLLECTIVE,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
+            if p2p_sync and (xfer is not None or sends):
+                self.host_sync(rank)
+            sends = crosses_stage(g, 1 if ps.forward else -1, stage, p)
             first_op = len(self.c.rank)
             if self.blocking and xfer is not None and prev_key is not None:
                 # Rendezvous: the receiver posts its receive after its previous pass.
@@ -456,11 +578,17 @@ class _Composer:
             self.pass_end[prev_key] = end
         if prev_key is not None:
             self.next_op[prev_key] = len(self.c.rank)
+        if p2p_sync and sends:
+            self.host_sync(rank)
         if grad_ranks > 1 and not overlap:
             for n, group, what in self.dp.reductions(role.params):
                 dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
+        if cfg.training.optimizer_sync:  # the gradient norm / zero count read by .item()
+            self.host_sync(rank)
+            if cfg.training.log_num_zeros_in_grad:
+                self.count_zeros(rank, role_idx, dp_group if p.distributed_optimizer else ())
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
         for op in dp_ops:
@@ -546,8 +674,10 @@ def compose(
     *,
     ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
+    host: HostParams | None = None,
 ) -> Composed:
-    """Build the workload of one training step of ``cfg`` (see the module docstring)."""
+    """Build the workload of one training step of ``cfg`` (see the module docstring);
+    ``host`` (default: :class:`HostParams` ()) times the host path."""
     p = cfg.parallel
     if ranks not in ("stages", "all"):
         raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
@@ -569,18 +699,17 @@ def compose(
                 hint=f"use --ranks stages (exact for this layout), or a config under "
                 f"{MAX_ALL_RANK_OPS:,} ops",
             )
-    comp = _Composer(graph, cfg, costs, colls, layout, fine=ranks == "all")
+    comp = _Composer(graph, cfg, costs, colls, layout, ranks == "all", host or HostParams())
     m = cfg.micro_batches
     for r in sim_ranks:
         comp.rank_program(r, m)
     comp.resolve()
     c = comp.c
     n = len(c.rank)
-    src = np.array([e[0] for e in comp.edges], dtype=np.int64)
-    dst = np.array([e[1] for e in comp.edges], dtype=np.int64)
-    zeros = np.zeros(len(src), dtype=np.int64)
+    edges = [(a, b, int(DepMode.END_TO_START), 0) for a, b in comp.edges] + comp.host_edges
+    cols = np.array(edges, dtype=np.int64).reshape(-1, 4)
     deps = DepTable.from_edges(
-        n, src, dst, zeros + int(DepMode.END_TO_START), zeros, zeros + int(DepKind.DATA)
+        n, cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3], np.full(len(cols), int(DepKind.DATA))
     )
     none = np.full(n, NONE, dtype=np.int64)
     ops = OpTable(

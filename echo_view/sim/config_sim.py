@@ -27,8 +27,9 @@ from echo_view.model.workload import Workload
 from echo_view.sim import engine
 from echo_view.sim.cluster import Cluster
 from echo_view.sim.comm import CommModel
-from echo_view.sim.compose import COMPUTE_STREAM, NCCL_KERNEL, Composed, compose
+from echo_view.sim.compose import COMPUTE_STREAM, HOST_TAIL, NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.host import HostParams
 from echo_view.sim.interference import InterferenceModel
 from echo_view.sim.interference.simulate import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
@@ -81,7 +82,7 @@ class ConfigSimulation:
         communication than alone) and ``exposed`` (the step's time with the compute stream
         idle: communication and waits that compute does not hide). The compute stream's kernels
         plus those two add up to the step (kernels of other streams, FSDP2's copy-in, count in
-        their class too)."""
+        their class too; the host path's CPU time counts in ``other``, beside the step)."""
         comp, res, wl = self.composed, self.result, self.composed.workload
         on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
         mine = wl.ops.rank == rank
@@ -140,11 +141,13 @@ def simulate_config(
     ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
     interference: InterferenceModel | None = None,
+    host: HostParams | None = None,
 ) -> ConfigSimulation:
     """Compose and run one step of ``cfg``; ``interference`` slows compute beside
-    communication (:mod:`echo_view.sim.interference`)."""
+    communication (:mod:`echo_view.sim.interference`), ``host`` times the host path
+    (:mod:`echo_view.sim.host`; default :class:`HostParams` ())."""
     colls = CollectiveCache(comm, cluster, comm_scale)
-    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales)
+    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales, host=host)
     hook = config_rate_hook(composed, interference, cluster.gpu.name)
     result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns, rates=hook)
     return ConfigSimulation(cfg, graph, cluster, params, composed, result)
@@ -211,7 +214,9 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
     ran back to back on the compute stream, so their times follow exactly from the pass's
     start; a pass slowed by interference stretches them evenly to its simulated end), the
-    kernel-to-kernel gap shown as idle time."""
+    kernel-to-kernel gap shown as idle time. A pass the host issued more slowly than the GPU
+    ran it shows its kernels back to back from its start and the stream idle until its
+    host-bound end (the zero-length tail ops that hold the stream are left out)."""
     comp, res, wl = sim.composed, sim.result, sim.composed.workload
     tables = comp.tables
     gap = sim.params.kernel_gap_ns
@@ -240,6 +245,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
             for k, n in zip(all_kind[is_coll_fine], all_name[is_coll_fine], strict=True)
         ]
     expanded = comp.src_table >= 0
+    tail = strings.intern(HOST_TAIL)
     traces = []
     lanes_of: dict[int, list[int]] = {}
     for li, r in enumerate(wl.lane_rank.tolist()):
@@ -250,8 +256,8 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         name_kind[sid] = _coll_kind_of(text)
     for r in comp.simulated_ranks if ranks is None else ranks:
         mine = wl.ops.rank == r
-        # Coarse ops kept as they are (transfers, bucket reductions, markers).
-        keep = np.flatnonzero(mine & ~expanded)
+        # Coarse ops kept as they are (transfers, bucket reductions, markers, the host).
+        keep = np.flatnonzero(mine & ~expanded & (wl.ops.name != tail))
         # Coarse ops expanded into fine kernels.
         ex = np.flatnonzero(mine & expanded & (comp.src_hi > comp.src_lo))
         lo, hi = comp.src_lo[ex], comp.src_hi[ex]

@@ -15,7 +15,9 @@ graphs travel between processes.
 Pruning (:class:`Frontier`): a layout's step is at least its *compute floor*
 (:func:`compute_floor_ns`), the op time its busiest pipeline stage runs on its compute stream
 (every forward and backward pass of every micro-batch, and the optimizer), because that stream
-runs one op at a time from the step's start and interference only slows ops down. A layout
+runs one op at a time from the step's start and interference only slows ops down; and at least
+the host path of those kernels (:mod:`echo_view.sim.host`): issued one after another in the
+stage's order, each run between two pipeline syncs ending no earlier than its issue span. A layout
 whose floor is above the step of ``K`` simulated layouts cannot be among the ``K`` fastest, and
 one whose floor is above the step of a simulated layout that needs no more memory cannot be on
 the step-time / memory Pareto front; one excluded both ways (or, when only the ``K`` fastest are
@@ -43,10 +45,12 @@ from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose import role_costs
-from echo_view.sim.compose_costs import CollectiveCache
+from echo_view.sim.compose_costs import CollectiveCache, TableCost
 from echo_view.sim.compute_presets import compute_params_for
+from echo_view.sim.host import HostParams, IssueFold, crosses_stage, issue_span_ns, p2p_synced
 from echo_view.sim.memory import memory_report
 from echo_view.sim.runs import simulate_workload
+from echo_view.sim.schedule import schedule
 from echo_view.sim.throughput import throughput
 
 DIMENSIONS = ("tp", "pp", "vp", "cp", "micro", "recompute", "dist_opt")
@@ -290,7 +294,8 @@ def simulate_group(
 def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
     """A lower bound on ``cfg``'s simulated step (see the module docstring): the largest, over
     the graph's roles, of every micro-batch's forward and backward passes of every model chunk
-    and the optimizer, timed as :func:`~echo_view.sim.runs.simulate_workload` times them."""
+    and the optimizer, timed as :func:`~echo_view.sim.runs.simulate_workload` times them, or
+    their host path (:func:`host_floor_ns`), whichever is longer."""
     cluster = cluster_from_config(cfg.cluster, cfg.source)
     colls = CollectiveCache(default_comm_model(), cluster)
     costs = role_costs(graph, cfg, colls, compute_params_for(cluster.gpu))
@@ -298,7 +303,42 @@ def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
     for (role, phase, _), tc in costs.items():
         times = 1 if phase == "optimizer" else cfg.micro_batches
         per_role[role] = per_role.get(role, 0) + times * tc.total_ns
-    return max(per_role.values(), default=0)
+    compute = max(per_role.values(), default=0)
+    return max(compute, host_floor_ns(cfg, graph, costs))
+
+
+def host_floor_ns(
+    cfg: WorkloadConfig, graph: TracedGraph, costs: dict[tuple[int, str, int], TableCost]
+) -> int:
+    """A lower bound from the host path with the default :class:`HostParams`: per role, its
+    first stage's passes in schedule order and then the optimizer, folded into issue spans
+    (:class:`~echo_view.sim.host.IssueFold`) and cut where a pipeline transfer or the
+    optimizer's gradient statistics sync the host with the GPU (a sync only delays what
+    follows it, so leaving one out keeps a bound)."""
+    p = cfg.parallel
+    c = HostParams().kernel_ns
+    if not c:
+        return 0
+    synced = p2p_synced(p) and p.fsdp == "none"
+    spans: dict[tuple[int, str, int], tuple[int, int, int]] = {
+        key: (issue_span_ns(tc.dur_ns, c), tc.total_ns, len(tc.dur_ns)) for key, tc in costs.items()
+    }
+    best = 0
+    for ri, role in enumerate(graph.roles):
+        for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
+            total, fold, sends = 0, IssueFold(c), False
+            for ps in schedule(stage, p.pp, cfg.micro_batches, p.virtual_stages):
+                g = ps.chunk * p.pp + stage
+                gets = crosses_stage(g, -1 if ps.forward else 1, stage, p)
+                if synced and (gets or sends):
+                    total, fold = total + fold.span_ns, IssueFold(c)
+                sends = crosses_stage(g, 1 if ps.forward else -1, stage, p)
+                fold.add(*spans[(ri, "forward" if ps.forward else "backward", ps.chunk)])
+            if cfg.training.optimizer_sync and p.fsdp == "none":
+                total, fold = total + fold.span_ns, IssueFold(c)
+            fold.add(*spans[(ri, "optimizer", 0)])
+            best = max(best, total + fold.span_ns)
+    return best
 
 
 def floor_group(group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]) -> list[int]:

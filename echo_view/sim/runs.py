@@ -39,6 +39,7 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute import MAX_SCALE, SCALE_KEYS
 from echo_view.sim.compute_presets import compute_params_for, compute_params_from_doc
 from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
+from echo_view.sim.host import HostParams
 from echo_view.sim.interference import model_from_setting
 from echo_view.sim.interference.features import trace_generation
 from echo_view.sim.interference.simulate import simulate_replay
@@ -57,11 +58,12 @@ REPLAY_KEYS: tuple[str, ...] = (
     "interference",
 )
 _PARAM_KEYS = tuple(f"compute.{name}" for name in ComputeParams.specs())
+_HOST_KEYS = tuple(f"host.{name}" for name in HostParams.specs())
 _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
 #: Knobs of a workload config's prediction.
 WORKLOAD_KEYS: tuple[str, ...] = (
     *(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale",
-    "interference",
+    "interference", *_HOST_KEYS,
 )  # fmt: skip
 
 
@@ -256,6 +258,9 @@ def simulate_workload(
             overrides.get("interference", "on"),
             gpu_generation(cluster.gpu.name),
             interference_file,
+        ),
+        host=HostParams().with_overrides(
+            {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS}
         ),
     )
 

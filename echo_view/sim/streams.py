@@ -116,7 +116,9 @@ class StreamRank:
                 int(tc.dur_ns[i:hi].sum()),
                 cls=int(t.op_class[i]) if comp.fine else OpClass.OTHER,
                 src=(tid, i, hi),
+                issue=False,
             )
+            op = comp.issue(self.rank, op, op, hi - i, comp.tail_lag(tid, tc, i, hi))
             for r in range(i, hi):
                 self.op_of[base + r] = op
             i = hi

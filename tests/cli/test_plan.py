@@ -84,7 +84,9 @@ def test_pruning_keeps_the_top_and_the_pareto_front_of_the_exhaustive_search(
     pruned = _plan(capsys, *args)
     c_all, c_pruned = every["counts"], pruned["counts"]
     assert isinstance(c_all, dict) and isinstance(c_pruned, dict)
-    assert c_all["pruned"] == 0 and c_pruned["pruned"] > 0
+    # With --json the Pareto front is kept too: on this small, host-bound model every layout
+    # outside the top 2 is on it or not ruled out by its floor; the text run below prunes.
+    assert c_all["pruned"] == 0
     assert c_pruned["simulated"] + c_pruned["pruned"] == c_all["simulated"]
     ranked_all, ranked_pruned = every["ranked"], pruned["ranked"]
     assert isinstance(ranked_all, list) and isinstance(ranked_pruned, list)
@@ -102,7 +104,7 @@ def test_pruning_keeps_the_top_and_the_pareto_front_of_the_exhaustive_search(
         return [line for line in out.splitlines() if line[:3].strip().isdigit() and line[3] in " *"]
 
     assert len(rows(text)) == 2 and rows(text) == rows(text_all)
-    assert "fit but their compute alone rules them out of the 2 fastest" in text
+    assert "fit but their compute or kernel dispatch alone rules them out of the 2 fastest" in text
 
 
 def test_bad_options_are_one_line_errors(

@@ -167,6 +167,8 @@ def test_published_runs_are_all_there() -> None:
             "13 layers per stage (embedding/loss counted) do not split into virtual_stages = 3",
         ),
         (_with("parallel", fsdp="zero3"), "parallel.fsdp", "none, full_shard, shard_grad_op"),
+        (BASE | {"training": {"clip_grad": -1.0}}, "training.clip_grad", "a number >= 0"),
+        (BASE | {"training": {"log_params_norm": True}}, "training.log_params_norm", "unknown"),
         (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
         (
             _with(
@@ -261,7 +263,9 @@ def test_new_keys_default_to_megatron_gpt_and_leave_the_tracing_key_alone() -> N
         False,
         None,
     )
-    assert p.overlap_p2p_comm is True
+    assert p.overlap_p2p_comm is True and p.batch_p2p_sync is True
+    assert (cfg.training.clip_grad, cfg.training.log_num_zeros_in_grad) == (1.0, False)
+    assert "training" not in config_to_mapping(cfg)
     # The key of a config that sets none of them is the key graphs were shipped with.
     assert set(tracing_key(cfg)["model"]) == {
         "kind",
@@ -286,7 +290,8 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         sequence_parallel=True,
         tp_comm_overlap=True,
         ddp_bucket_size=1_000_000,
-    )
+        batch_p2p_sync=False,
+    ) | {"training": {"clip_grad": 0.0, "log_num_zeros_in_grad": True}}
     fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, distributed_optimizer=True)
     fsdp_cfg = parse_workload_config(
         {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "full_shard"}}
@@ -372,10 +377,13 @@ def test_every_new_key_round_trips() -> None:
         "grad_reduce_in_fp32": False,
         "overlap_p2p_comm": False,
         "ddp_bucket_size": 6_553_600,
+        "batch_p2p_sync": False,
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
+    data["training"] = {"clip_grad": 0.0, "log_num_zeros_in_grad": True}
     cfg = parse_workload_config(data)
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert not cfg.parallel.batch_p2p_sync and cfg.training.optimizer_sync
     counted = _with("model", layers=94)
     counted["parallel"] = {
         **counted["parallel"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,12 @@ from echo_view.sim.cluster import Cluster, cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
+from echo_view.sim.host import HostParams
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
+
+#: The GPU path alone (these expectations are computed without the host path, which
+#: tests/sim/test_host.py checks).
+simulate_gpu = partial(simulate_config, host=HostParams(kernel_us=0))
 
 
 def _table(strings: StringTable, ops: list[tuple[str, int, float, int]]) -> OpTable:
@@ -78,7 +84,7 @@ def test_two_stage_1f1b_step_equals_the_hand_computed_makespan() -> None:
     cfg = _cfg(pp=2, dp=1, micro_batches=4)
     cluster = cluster_from_config(cfg.cluster)
     params = ComputeParams()
-    sim = simulate_config(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
+    sim = simulate_gpu(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
 
     def t(table: OpTable) -> int:
         return _bf16_time_ns(table, cluster, params)
@@ -120,10 +126,8 @@ def test_data_parallel_gradients_are_reduced_before_the_optimizer() -> None:
     graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=2 * 10**8),))
     cfg = _cfg(pp=1, dp=2, micro_batches=2)
     cluster = cluster_from_config(cfg.cluster)
-    base = simulate_config(graph, cfg, cluster, default_comm_model(), ComputeParams())
-    free = simulate_config(
-        graph, cfg, cluster, default_comm_model(), ComputeParams(), comm_scale=0.0
-    )
+    base = simulate_gpu(graph, cfg, cluster, default_comm_model(), ComputeParams())
+    free = simulate_gpu(graph, cfg, cluster, default_comm_model(), ComputeParams(), comm_scale=0.0)
     wl = base.composed.workload
     names = [wl.strings[int(n)] for n in wl.ops.name]
     reduce_ops = [i for i, n in enumerate(names) if n.startswith("ncclDevKernel_AllReduce")]
@@ -160,7 +164,8 @@ def test_ddp_bucket_size_sets_the_gradient_buckets() -> None:
         names = [wl.strings[int(n)] for n in wl.ops.name]
         buckets[size] = sum(n.startswith("ncclDevKernel_AllReduce") for n in names)
         parts = sim.class_ns(0)
-        compute = sum(v for k, v in parts.items() if k not in ("collective",))
+        # ``other``: the host path's CPU time, on the host's lane beside the streams.
+        compute = sum(v for k, v in parts.items() if k not in ("collective", "other"))
         assert compute == sim.step_ns
         assert parts["gemm"] == sum(
             int(tc.dur_ns.sum()) for tc in sim.composed.tables if tc.table is not opt
@@ -182,8 +187,8 @@ def test_tied_embedding_gradient_all_reduce_between_first_and_last_stage() -> No
     untied = _cfg(pp=2, dp=1, micro_batches=4)
     tied = _cfg(pp=2, dp=1, micro_batches=4, model={"tie_embeddings": True})
     cluster = cluster_from_config(tied.cluster)
-    a = simulate_config(graph, untied, cluster, comm, ComputeParams())
-    b = simulate_config(graph, tied, cluster, comm, ComputeParams())
+    a = simulate_gpu(graph, untied, cluster, comm, ComputeParams())
+    b = simulate_gpu(graph, tied, cluster, comm, ComputeParams())
     # vocab / tp * hidden = 100 * 64 gradient elements, in fp32 (bf16 trains with fp32 main
     # gradients), one all-reduce over the 2-rank group of stage 0 (rank 0) and stage 1 (rank 1).
     nbytes = 100 * 64 * 4
@@ -209,8 +214,8 @@ def test_gradients_are_reduced_in_fp32_for_bf16_unless_told_otherwise() -> None:
     fp32 = _cfg(pp=1, dp=2, micro_batches=2)
     half = _cfg(pp=1, dp=2, micro_batches=2, parallel={"grad_reduce_in_fp32": False})
     cluster = cluster_from_config(fp32.cluster)
-    a = simulate_config(graph, fp32, cluster, comm, ComputeParams())
-    b = simulate_config(graph, half, cluster, comm, ComputeParams())
+    a = simulate_gpu(graph, fp32, cluster, comm, ComputeParams())
+    b = simulate_gpu(graph, half, cluster, comm, ComputeParams())
     colls = CollectiveCache(comm, cluster)
     ar = CollectiveKind.ALL_REDUCE
     # One all-reduce of all 2e8 gradients after the last backward: 4 bytes against 2 each.
@@ -234,8 +239,8 @@ def test_overlapped_param_gather_exposes_only_the_first_bucket() -> None:
     on = _cfg(pp=1, dp=2, micro_batches=1, parallel={**dist, "overlap_param_gather": True})
     comm = default_comm_model()
     cluster = cluster_from_config(off.cluster)
-    a = simulate_config(graph, off, cluster, comm, ComputeParams())
-    b = simulate_config(graph, on, cluster, comm, ComputeParams())
+    a = simulate_gpu(graph, off, cluster, comm, ComputeParams())
+    b = simulate_gpu(graph, on, cluster, comm, ComputeParams())
     colls = CollectiveCache(comm, cluster)
     ag = CollectiveKind.ALL_GATHER
     t_all = colls.time_ns(ag, 3 * bucket * 2, (0, 1))  # bf16 parameters, after the optimizer
@@ -248,8 +253,8 @@ def test_overlapped_param_gather_exposes_only_the_first_bucket() -> None:
     one = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=bucket),))
     bwd_one = _with_grads(bwd, [4 * bucket // 3] * 3)
     one = TracedGraph(strings, (Role((0,), (fwd,), (bwd_one,), opt, params=bucket),))
-    c = simulate_config(one, off, cluster, comm, ComputeParams())
-    d = simulate_config(one, on, cluster, comm, ComputeParams())
+    c = simulate_gpu(one, off, cluster, comm, ComputeParams())
+    d = simulate_gpu(one, on, cluster, comm, ComputeParams())
     assert c.step_ns == d.step_ns
 
 
@@ -259,8 +264,8 @@ def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
     plain = _cfg(pp=2, dp=1, micro_batches=4)
     cluster = cluster_from_config(plain.cluster)
     blocking = _cfg(pp=2, dp=1, micro_batches=4, parallel={"overlap_p2p_comm": False})
-    a = simulate_config(graph_1f1b, plain, cluster, comm, ComputeParams())
-    b = simulate_config(graph_1f1b, blocking, cluster, comm, ComputeParams())
+    a = simulate_gpu(graph_1f1b, plain, cluster, comm, ComputeParams())
+    b = simulate_gpu(graph_1f1b, blocking, cluster, comm, ComputeParams())
     assert a.step_ns == b.step_ns  # Megatron-LM has no overlapped non-interleaved form
     strings = StringTable()
     fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])
@@ -273,8 +278,8 @@ def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
     over = _cfg(pp=4, dp=1, micro_batches=4, parallel=inter)
     block = _cfg(pp=4, dp=1, micro_batches=4, parallel={**inter, "overlap_p2p_comm": False})
     cluster4 = cluster_from_config(over.cluster)
-    c = simulate_config(graph, over, cluster4, comm, ComputeParams())
-    d = simulate_config(graph, block, cluster4, comm, ComputeParams())
+    c = simulate_gpu(graph, over, cluster4, comm, ComputeParams())
+    d = simulate_gpu(graph, block, cluster4, comm, ComputeParams())
     # Each transfer gains two edges: the receiver's previous pass -> transfer (rendezvous) and
     # transfer -> the sender's next pass; 7 chunk boundaries x 4 micro-batches x 2 directions.
     transfers = 7 * 4 * 2
@@ -307,7 +312,7 @@ def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> N
     cfg = _cfg(pp=2, dp=1, micro_batches=2, model={"layers": 6}, parallel=counted)
     cluster = cluster_from_config(cfg.cluster)
     params = ComputeParams()
-    sim = simulate_config(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
+    sim = simulate_gpu(graph, cfg, cluster, default_comm_model(), params, comm_scale=0.0)
 
     def t(table: OpTable) -> int:
         return _bf16_time_ns(table, cluster, params)
@@ -330,7 +335,7 @@ def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> N
         Role((0,), (fwd3,), (bwd3,), opt, params=1000),
         Role((1,), (fwd3,), (bwd3,), opt, params=1000),
     )
-    sim1 = simulate_config(
+    sim1 = simulate_gpu(
         TracedGraph(strings, roles1), plain, cluster, default_comm_model(), params, comm_scale=0.0
     )
     assert sim1.step_ns == 3 * (3 * f + 3 * b) + topt

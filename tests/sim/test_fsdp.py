@@ -3,6 +3,7 @@ overlap compute, and the step time they give, against hand-computed expectations
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import ConfigSimulation, simulate_config
 from echo_view.sim.fsdp import fsdp_plan, spread
+from echo_view.sim.host import HostParams
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.memory import layer_params
 from tests.sim.test_compose import _table as compose_table
@@ -23,6 +25,11 @@ from tests.sim.test_compose import _table as compose_table
 LAYERS, DP = 4, 4
 MODEL = {"kind": "gpt", "layers": LAYERS, "hidden": 4096, "heads": 32, "seq_len": 2048}
 AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+#: The GPU path alone (these expectations are computed without the host path, which
+#: tests/sim/test_host.py checks).
+simulate_gpu = partial(simulate_config, host=HostParams(kernel_us=0))
 
 
 def _cfg(micro_batches: int, **parallel: Any) -> Any:
@@ -64,7 +71,7 @@ def _graph(cfg: Any) -> tuple[TracedGraph, int, int]:
 def _sim(cfg: Any, **kw: Any) -> ConfigSimulation:
     graph, _, _ = _graph(cfg)
     cluster = cluster_from_config(cfg.cluster)
-    return simulate_config(graph, cfg, cluster, default_comm_model(), ComputeParams(), **kw)
+    return simulate_gpu(graph, cfg, cluster, default_comm_model(), ComputeParams(), **kw)
 
 
 def _ops(sim: ConfigSimulation) -> list[tuple[str, int, int, int, int]]:

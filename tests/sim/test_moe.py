@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from math import comb
 from typing import Any
 
@@ -18,12 +19,17 @@ from echo_view.sim.comm.placement import place
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.config_sim import predicted_config_job, simulate_config
+from echo_view.sim.host import HostParams
 from echo_view.sim.layout import Layout
 from echo_view.sim.memory import stage_expert_params, stage_memory, stage_params
 from echo_view.sim.moe import busiest_rank_share, expert_tokens, moe_report
 from echo_view.sim.throughput import matmul_params
 from tests.conftest import TORCH_MISSING
 from tests.moe_data import moe_data
+
+#: The GPU path alone (these expectations are computed without the host path, which
+#: tests/sim/test_host.py checks).
+simulate_gpu = partial(simulate_config, host=HostParams(kernel_us=0))
 
 
 def _cfg(model: dict[str, Any] | None = None, **par: Any) -> WorkloadConfig:
@@ -144,7 +150,7 @@ def _simulate(cfg: WorkloadConfig, ranks: str = "stages") -> Any:
     cluster = cluster_from_config(cfg.cluster)
     graph = trace_workload(cfg)
     params = compute_params_for(cluster.gpu)
-    return simulate_config(graph, cfg, cluster, default_comm_model(), params, ranks=ranks)
+    return simulate_gpu(graph, cfg, cluster, default_comm_model(), params, ranks=ranks)
 
 
 BIG = {"hidden": 512, "heads": 8, "seq_len": 1024, "ffn_hidden": 1024, "moe_ffn_hidden": 512}

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.sim.runs import REPLAY_KEYS, WORKLOAD_KEYS, check_keys, scale_value
+from echo_view.loading import load_workload
+from echo_view.sim.runs import (
+    REPLAY_KEYS,
+    WORKLOAD_KEYS,
+    check_keys,
+    scale_value,
+    simulate_workload,
+)
 
 
 def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
@@ -26,3 +35,15 @@ def test_scale_values_are_finite_and_not_negative(value: str) -> None:
     with pytest.raises(ConfigError, match=r"comm\.scale"):
         scale_value("comm.scale", value)
     assert scale_value("comm.scale", "0.5") == 0.5
+
+
+def test_host_knobs_reach_the_host_path() -> None:
+    assert "host.kernel_us" in WORKLOAD_KEYS
+    path = Path(__file__).resolve().parents[2] / "samples/configs/megatron-ci-small/tp1-pp2.toml"
+    cfg, graph, _, _ = load_workload(path)
+    on = simulate_workload(cfg, graph).step_ns
+    off = simulate_workload(cfg, graph, {"host.kernel_us": "0"}).step_ns
+    slow = simulate_workload(cfg, graph, {"host.kernel_us": "100"}).step_ns
+    assert off < on < slow
+    with pytest.raises(ConfigError, match="kernel_us"):
+        simulate_workload(cfg, graph, {"host.kernel_us": "-5"})

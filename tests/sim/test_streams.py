@@ -4,6 +4,7 @@ compute waiting only where the graph says, against a hand-computed step time."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
+from echo_view.sim.host import HostParams
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
 from tests.sim.test_compose import _table as compose_table
 
@@ -23,6 +25,11 @@ AG, RS = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
 #: (name, class, flops, bytes, collective kind or None, stream, wait) per row.
 Row = tuple[str, int, float, int, CollectiveKind | None, int, int]
 COLL_BYTES = 64 << 20
+
+
+#: The GPU path alone (these expectations are computed without the host path, which
+#: tests/sim/test_host.py checks).
+simulate_gpu = partial(simulate_config, host=HostParams(kernel_us=0))
 
 
 def _table(strings: StringTable, rows: list[Row]) -> OpTable:
@@ -101,7 +108,7 @@ def test_collectives_overlap_compute_as_the_waits_allow(ranks: str) -> None:
     cfg = _cfg()
     cluster = cluster_from_config(cfg.cluster)  # type: ignore[attr-defined]
     comm = default_comm_model()
-    sim = simulate_config(_graph(True), cfg, cluster, comm, ComputeParams(), ranks=ranks)  # type: ignore[arg-type]
+    sim = simulate_gpu(_graph(True), cfg, cluster, comm, ComputeParams(), ranks=ranks)  # type: ignore[arg-type]
     t = _time(FORWARD + BACKWARD + OPTIMIZER, cluster)
     colls = CollectiveCache(comm, cluster)
     ag = colls.time_ns(AG, COLL_BYTES, (0, 1))
@@ -114,7 +121,7 @@ def test_collectives_overlap_compute_as_the_waits_allow(ranks: str) -> None:
     )
     assert sim.step_ns == expected
     # The same ops on one stream: every collective exposed.
-    serial = simulate_config(_graph(False), cfg, cluster, comm, ComputeParams(), ranks=ranks)  # type: ignore[arg-type]
+    serial = simulate_gpu(_graph(False), cfg, cluster, comm, ComputeParams(), ranks=ranks)  # type: ignore[arg-type]
     assert serial.step_ns == sum(t.values()) + ag + rs
     # Lanes: compute, the composer's pipeline and data-parallel lanes, then the traced side
     # stream and the group's communication stream; collectives only on the latter.

@@ -1,0 +1,107 @@
+"""The host path of a simulated rank: the CPU thread that issues its GPU work.
+
+Every kernel costs the launching thread ``kernel_us`` of host time before it may start, so a
+kernel starts at ``max(its stream is free, the host has issued it)``. The host runs ahead of
+the GPU (it waits for nothing but its own issue time) until a synchronising point, where it
+waits until every stream of its GPU has drained. A step is then bound by the slower of the GPU
+path and the host path, as it is in a real run.
+
+A run of ``k`` kernels with GPU times ``d_0..d_{k-1}`` issued from host time ``h`` on, kernel
+``j`` issued at ``h + (j + 1) c``, ends no earlier than ``h + A`` with
+
+    A = max_j ((j + 1) c + d_j + ... + d_{k-1})
+
+and no earlier than its stream allows; the host is free again at ``h + k c``. That is exact
+for a run that no other work interleaves with on its stream, which is what lets a coarse op
+(a whole pass) carry its host path as two dependencies (:func:`issue_span_ns`).
+
+The synchronising points of Megatron-LM (:mod:`echo_view.sim.compose`):
+
+* ``batch_p2p_sync``: with batched pipeline transfers (``batch_p2p_comm``, Megatron's setting
+  unless the interleaved schedule overlaps them, ``overlap_p2p_comm``) every pipeline
+  send/receive is followed by ``torch.cuda.synchronize()``
+  (``megatron/core/pipeline_parallel/p2p_communication.py``, ``_communicate``);
+* the optimizer's gradient statistics: ``get_grad_norm_fp32`` (with ``clip_grad`` > 0) and
+  ``count_zeros_fp32`` (``log_num_zeros_in_grad``) read their all-reduced result with
+  ``.item()`` before the update (``megatron/core/optimizer/clip_grads.py``).
+
+``kernel_us`` is measured on the CPU timelines of real Kineto traces
+(``bench/launch_intervals.py``, ``docs/accuracy.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from echo_view.model.config import ParallelConfig
+from echo_view.model.params import ParamSet, param
+
+
+@dataclass(frozen=True)
+class HostParams(ParamSet):
+    """Host-side costs of issuing GPU work (``--set host.NAME=VALUE``)."""
+
+    NOUN: ClassVar[str] = "host parameter"
+
+    kernel_us: float = param(
+        31.5,
+        help="host time per launched kernel on the launching thread (0: no host path); "
+        "measured on the H100 Kineto trace's CPU timeline",
+        unit="µs",
+        lo=0.0,
+        hi=100_000.0,
+    )
+
+    @property
+    def kernel_ns(self) -> int:
+        """``kernel_us`` in whole nanoseconds."""
+        return round(self.kernel_us * 1000)
+
+
+def issue_span_ns(dur_ns: npt.NDArray[np.int64], c_ns: int) -> int:
+    """``A`` of the module docstring: how long after the host starts issuing the kernels
+    ``dur_ns`` (``c_ns`` apart, in order, on one stream) the last of them ends at the
+    earliest."""
+    k = len(dur_ns)
+    if k == 0:
+        return 0
+    suffix = np.cumsum(np.asarray(dur_ns, dtype=np.int64)[::-1])[::-1]
+    return int((np.arange(1, k + 1, dtype=np.int64) * c_ns + suffix).max())
+
+
+def p2p_synced(p: ParallelConfig) -> bool:
+    """Whether pipeline transfers end in a device sync: ``batch_p2p_sync`` with batched
+    transfers, which Megatron-LM uses unless the interleaved schedule overlaps them
+    (``batch_p2p_comm = not overlap_p2p_comm``, and ``overlap_p2p_comm`` is off outside it)."""
+    return p.pp > 1 and p.batch_p2p_sync and not (p.virtual_stages > 1 and p.overlap_p2p_comm)
+
+
+def crosses_stage(g: int, step: int, stage: int, p: ParallelConfig) -> bool:
+    """Whether global chunk ``g``'s neighbour ``g + step`` (+1 downstream, -1 upstream) exists
+    and lives on another pipeline stage than ``stage``: a pass of ``g`` then receives from it
+    (forward: -1, backward: +1) or sends to it (forward: +1, backward: -1)."""
+    other = g + step
+    return 0 <= other < p.pp * p.virtual_stages and other % p.pp != stage
+
+
+@dataclass
+class IssueFold:
+    """The host path of kernel runs issued back to back without a sync between them, folded
+    run by run: after runs with ``kernels`` kernels in all, the last ends no earlier than
+    ``span_ns`` after the host started issuing the first (``issue_span_ns`` of them all)."""
+
+    c_ns: int
+    span_ns: int = 0
+    kernels: int = 0
+
+    def add(self, span_ns: int, gpu_ns: int, kernels: int) -> None:
+        """Append a run with its own ``issue_span_ns``, GPU time and kernel count."""
+        self.span_ns = max(self.span_ns + gpu_ns, self.kernels * self.c_ns + span_ns)
+        self.kernels += kernels
+
+
+__all__ = ["HostParams", "IssueFold", "crosses_stage", "issue_span_ns", "p2p_synced"]

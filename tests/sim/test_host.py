@@ -1,0 +1,134 @@
+"""The host path: kernels wait for their issue, syncs make host and GPU time add up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import parse_workload_config
+from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
+from echo_view.model.kinds import LaneKind
+from echo_view.model.strings import StringTable
+from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.config_sim import ConfigSimulation, simulate_config
+from echo_view.sim.host import HostParams, IssueFold, issue_span_ns
+from echo_view.sim.kernel_cost import ComputeParams
+
+C = 31_500  # the default host time per kernel, ns
+SMALL = 3_500  # a kernel with no work: kernel_min_ns + kernel_gap_ns of ComputeParams()
+BIG_FLOPS = 4e11  # a GEMM of about 0.5 ms at the H100 bf16 peak
+
+
+def _table(strings: StringTable, name: str, flops: list[float]) -> OpTable:
+    n = len(flops)
+    return OpTable(
+        name=np.array([strings.intern(f"{name}{i}") for i in range(n)]),
+        op_class=np.full(n, OpClass.GEMM if any(flops) else OpClass.ELEMENTWISE),
+        flops=np.array(flops),
+        bytes=np.zeros(n, dtype=np.int64),
+        dtype=np.full(n, strings.intern("bf16")),
+        shapes=np.full(n, strings.intern("")),
+        coll_kind=np.full(n, -1),
+        coll_bytes=np.zeros(n, dtype=np.int64),
+        axis=np.full(n, -1),
+        grad_bytes=np.zeros(n, dtype=np.int64),
+    )
+
+
+def _sim(
+    kernels: tuple[int, int, int],
+    flops: float,
+    training: dict[str, Any] | None = None,
+    host: HostParams | None = None,
+) -> ConfigSimulation:
+    """One rank (no pipeline, no data parallelism): forward, backward and optimizer tables of
+    ``kernels`` kernels of ``flops`` each."""
+    strings = StringTable()
+    fwd, bwd, opt = (
+        _table(strings, name, [flops] * k) for name, k in zip(("f", "b", "o"), kernels, strict=True)
+    )
+    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=1000),))
+    cfg = parse_workload_config(
+        {
+            "model": {
+                "kind": "gpt",
+                "layers": 2,
+                "hidden": 64,
+                "heads": 4,
+                "seq_len": 16,
+                "vocab": 100,
+            },
+            "parallel": {"tp": 1, "pp": 1, "dp": 1},
+            "batch": {"global": 1, "micro": 1},
+            "cluster": {"gpu": "H100", "gpus_per_node": 1, "nodes": 1},
+            "precision": {"dtype": "bf16"},
+            **({"training": training} if training is not None else {}),
+        }
+    )
+    cluster = cluster_from_config(cfg.cluster)
+    return simulate_config(
+        graph, cfg, cluster, default_comm_model(), ComputeParams(), comm_scale=0.0, host=host
+    )
+
+
+def test_issue_span_by_hand() -> None:
+    # GPU-bound: the first kernel's issue, then all the GPU work.
+    assert issue_span_ns(np.array([10, 1, 1]), 5) == 5 + 12
+    # Host-bound: every issue, then the last kernel.
+    assert issue_span_ns(np.array([1, 1, 1]), 5) == 15 + 1
+    assert issue_span_ns(np.array([], dtype=np.int64), 5) == 0
+    # Folding runs is the span of their concatenation.
+    runs = [np.array([10, 1]), np.array([1, 1, 1]), np.array([7])]
+    fold = IssueFold(5)
+    for d in runs:
+        fold.add(issue_span_ns(d, 5), int(d.sum()), len(d))
+    assert fold.span_ns == issue_span_ns(np.concatenate(runs), 5)
+    assert fold.kernels == 6
+
+
+def test_a_host_bound_step_is_every_issue_plus_the_kernels_after_each_sync() -> None:
+    kf, kb, ko = 40, 80, 3
+    sim = _sim((kf, kb, ko), 0.0)
+    # The forward and backward kernels run as soon as they are issued (each is shorter than an
+    # issue); the optimizer's gradient-norm .item() (clip_grad 1.0) waits for the last backward
+    # kernel, then the optimizer is issued.
+    assert sim.step_ns == (kf + kb) * C + SMALL + ko * C + SMALL
+    # Without the sync the optimizer is issued right after the backward.
+    no_sync = _sim((kf, kb, ko), 0.0, training={"clip_grad": 0.0})
+    assert no_sync.step_ns == (kf + kb + ko) * C + SMALL
+    # No host path: the kernels back to back.
+    gpu = _sim((kf, kb, ko), 0.0, host=HostParams(kernel_us=0))
+    assert gpu.step_ns == (kf + kb + ko) * SMALL
+
+
+def test_a_gpu_bound_step_pays_one_issue_per_sync() -> None:
+    sim = _sim((2, 4, 1), BIG_FLOPS)
+    t = sim.composed.tables  # forward, backward, optimizer
+    g_f, g_b, g_o = (tc.total_ns for tc in t)
+    assert min(tc.dur_ns.min() for tc in t) > C  # each kernel outlasts an issue
+    # The host runs ahead: only the first kernel waits for its issue; after the sync before
+    # the optimizer the host and the GPU add up once more.
+    assert sim.step_ns == C + g_f + g_b + C + g_o
+    assert _sim((2, 4, 1), BIG_FLOPS, host=HostParams(kernel_us=0)).step_ns == g_f + g_b + g_o
+
+
+def test_the_host_thread_and_its_syncs_are_in_the_workload() -> None:
+    sim = _sim((2, 3, 1), 0.0, training={"log_num_zeros_in_grad": True})
+    wl = sim.composed.workload
+    host = [i for i, lane in enumerate(wl.lanes) if lane.kind == LaneKind.CPU_THREAD]
+    assert len(host) == 1
+    names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
+    # count_zeros_fp32: three launches per gradient tensor; this graph completes none.
+    assert names == ["dispatch", "dispatch", "cudaDeviceSynchronize", "dispatch"]
+
+
+def test_host_parameters_are_checked() -> None:
+    assert HostParams().with_overrides({"kernel_us": "12.5"}).kernel_ns == 12_500
+    with pytest.raises(ConfigError, match="host parameter 'kernel_us' must be"):
+        HostParams().with_overrides({"kernel_us": "-1"})
+    with pytest.raises(ConfigError, match="unknown host parameter"):
+        HostParams().with_overrides({"launch_us": "1"})
