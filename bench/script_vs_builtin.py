@@ -1,9 +1,10 @@
 """The built-in GPT and the same GPT written as a script (samples/scripts/gpt_ddp.py, DDP with
 automatic mixed precision), traced and simulated on one config: matrix FLOPs, parameters,
-data-parallel gradient bytes and step time of each. The built-in graph gets its gradient
-all-reduce from the composer, overlapped with the backward pass in buckets
-(``overlap_grad_reduce``, as DDP overlaps its own); the script's graph holds DDP's bucket
-all-reduces on their communication stream.
+data-parallel gradient bytes and step time of each, and the step split by op class
+(``ConfigSimulation.class_ns``); ``--ops`` adds the op groups whose time differs. The built-in
+graph gets its gradient all-reduce from the composer, overlapped with the backward pass in
+buckets of DDP's size (``overlap_grad_reduce``, ``ddp_bucket_size``); the script's graph holds
+DDP's bucket all-reduces on their communication stream.
 
 With ``--moe CONFIG``: an MoE config with ``[model] script`` (its graph beside it) against the
 built-in MoE layer of the same shape and layout (the script key dropped, ``overlap_grad_reduce``
@@ -11,7 +12,7 @@ on): step time, compute and communication, and the time of one MoE layer's dispa
 all-to-alls each way (the routed model both take, and the NCCL all-to-all model for the
 script's bytes).
 
-    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8]
+    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8] [--ops]
     python bench/script_vs_builtin.py --moe samples/scripts/moe_ep_mixtral_16xh100.toml
 """
 
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+#: DDP's default ``bucket_cap_mb`` (25 MiB) of fp32 gradients, in parameters.
+DDP_BUCKET_PARAMS = 25 * 2**20 // 4
 sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import load_workload, trace_config  # noqa: E402
@@ -113,6 +116,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--dp", type=int, default=8)
+    parser.add_argument("--ops", action="store_true", help="also the time of each op by pass")
     args = parser.parse_args()
     if args.moe is not None:
         compare_moe(args.moe)
@@ -125,24 +129,81 @@ def main() -> None:
         "vocab": 51200,
     }
     base = {
-        "parallel": {"tp": 1, "pp": 1, "dp": args.dp, "overlap_grad_reduce": True},
+        # DDP's buckets (bucket_cap_mb = 25 MiB of fp32 gradients) as Megatron's bucket size.
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": args.dp,
+            "overlap_grad_reduce": True,
+            "ddp_bucket_size": DDP_BUCKET_PARAMS,
+        },
         "batch": {"global": args.dp, "micro": 1},
         "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": args.dp, "nodes": 1},
         "precision": {"dtype": "bf16"},
     }
     script = str(ROOT / "samples" / "scripts" / "gpt_ddp.py")
+    classes: dict[str, dict[str, int]] = {}
+    ops: dict[str, dict[tuple[str, str, str, str], int]] = {}
     for name, mod in (("built-in", {"kind": "gpt"}), ("script", {"script": script})):
         cfg = parse_workload_config({**base, "model": {**model, **mod}}, str(ROOT / "x.toml"))
         graph = trace_config(cfg)
         run = predict_workload(cfg, graph, {})
         row = _row(graph)
         b = run.report["breakdown"]
+        classes[name] = run.sim.class_ns(b["rank"])
+        ops[name] = _op_ns(run)
         print(
             f"{name:8s}: matrix {row['matrix_tflop']:.4f} TFLOP, params {row['params']:,.0f}, "
             f"collective bytes in the graph {row['traced_coll_bytes']:,.0f}, step "
             f"{run.report['step_time_s'] * 1e3:.2f} ms (compute {b['compute_s'] * 1e3:.2f} ms, "
             f"comm {b['comm_s'] * 1e3:.2f} ms)"
         )
+    _print_classes(classes["built-in"], classes["script"])
+    if args.ops:
+        _print_ops(ops["built-in"], ops["script"])
+
+
+def _op_ns(run: WorkloadRun) -> dict[tuple[str, str, str, str], int]:
+    """Kernel time of one step's passes by (pass, op class, op, dtype), as the cost models
+    give it (one micro-batch: each pass once)."""
+    graph = run.sim.graph
+    role = graph.roles[0]
+    phase = {id(t): "forward" for t in role.forward} | {id(t): "backward" for t in role.backward}
+    phase[id(role.optimizer)] = "optimizer"
+    out: dict[tuple[str, str, str, str], int] = {}
+    for tc in run.sim.composed.tables:
+        t = tc.table
+        for i in range(len(t)):
+            key = (
+                phase.get(id(t), "?"),
+                OpClass.NAMES[int(t.op_class[i])],
+                graph.strings[int(t.name[i])],
+                graph.strings[int(t.dtype[i])] if t.coll_kind[i] < 0 else "",
+            )
+            out[key] = out.get(key, 0) + int(tc.dur_ns[i])
+    return out
+
+
+def _print_ops(
+    builtin: dict[tuple[str, str, str, str], int], script: dict[tuple[str, str, str, str], int]
+) -> None:
+    """Op groups whose time differs by 0.05 ms or more, largest difference first."""
+    rows = [(k, builtin.get(k, 0), script.get(k, 0)) for k in {*builtin, *script}]
+    rows = [r for r in rows if abs(r[2] - r[1]) >= 50_000]
+    print("| pass | class | op | dtype | built-in (ms) | script (ms) | script - built-in |")
+    print("|---|---|---|---|---:|---:|---:|")
+    for (ph, cls, op, dt), b, s in sorted(rows, key=lambda r: -abs(r[2] - r[1])):
+        ms = f"{b / 1e6:.3f} | {s / 1e6:.3f} | {(s - b) / 1e6:+.3f}"
+        print(f"| {ph} | {cls} | `{op}` | {dt} | {ms} |")
+
+
+def _print_classes(builtin: dict[str, int], script: dict[str, int]) -> None:
+    """The step by op class (``ConfigSimulation.class_ns``), built-in against script, ms."""
+    print("| time (ms) | built-in | script | script - built-in |")
+    print("|---|---:|---:|---:|")
+    for k, v in builtin.items():
+        if v or script[k]:
+            print(f"| {k} | {v / 1e6:.3f} | {script[k] / 1e6:.3f} | {(script[k] - v) / 1e6:+.3f} |")
 
 
 if __name__ == "__main__":

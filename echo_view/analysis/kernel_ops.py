@@ -6,7 +6,8 @@ sizes per argument, ``[]`` for scalars) and ``Input type`` (``float``, ``c10::BF
 memory-bound ops whose outputs follow from their inputs. FLOPs follow the rules the ex-situ
 tracer uses too (:mod:`echo_view.model.aten_ops`), so that parameters fitted on measured
 kernels apply to traced graphs unchanged; bytes are the sizes of the tensors read plus those
-written, an in-place op's output (its first argument) counted once.
+written, as the tracer counts them: an in-place op's first argument is read and written, except
+by ops that only overwrite it (``copy_``, ``fill_``, ``zero_``: written once).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from echo_view.model.aten_ops import GEMM, attention_flops, gemm_dims
+from echo_view.model.aten_ops import GEMM, OVERWRITES, attention_flops, gemm_dims
 from echo_view.model.dtypes import dtype_info
 from echo_view.model.graph import OpClass
 
@@ -52,7 +53,7 @@ _ELEMENTWISE = frozenset(
         "clone",
     }
 )
-# In-place variants and copies: the output is the first argument (counted once).
+# In-place variants and copies: the output is the first argument.
 _IN_PLACE = frozenset(
     {
         "add_",
@@ -172,7 +173,8 @@ def _memory(name: str, args: list[_Tensor | None]) -> OpWork | None:
     ins = sum(t.nbytes for t in tensors)
     if name in _IN_PLACE:
         cls = OpClass.COPY if name == "copy_" else OpClass.ELEMENTWISE
-        return OpWork(cls, float(first.numel), float(ins), first.dtype)
+        written_back = 0 if name in OVERWRITES else first.nbytes
+        return OpWork(cls, float(first.numel), float(ins + written_back), first.dtype)
     if name in _SOFTMAX:
         return OpWork(OpClass.REDUCTION, float(first.numel), float(ins + first.nbytes), first.dtype)
     if name == _LAYER_NORM:

@@ -115,6 +115,47 @@ _COPY = frozenset(
         "contiguous",
     }
 )
+#: In-place ops that overwrite the tensor they write without reading it (counted once, as
+#: written). Every other in-place op reads the tensor it updates and writes it back: a
+#: memory-bound kernel moves it twice.
+OVERWRITES = frozenset(
+    {
+        "copy_",
+        "fill_",
+        "zero_",
+        "_foreach_copy_",
+        "_foreach_zero_",
+        "normal_",
+        "uniform_",
+        "bernoulli_",
+        "random_",
+        "exponential_",
+    }
+)
+#: In-place ops that write only the elements their index selects (as many as the largest of
+#: the other tensor arguments, the indices or the values), read back first when accumulating.
+INDEXED_WRITES = frozenset(
+    {
+        "index_put_",
+        "_index_put_impl_",
+        "scatter_",
+        "scatter_add_",
+        "scatter_reduce_",
+        "index_add_",
+        "index_copy_",
+    }
+)
+#: Of those, the ones that add into the selected elements (``index_put_`` does when its
+#: ``accumulate`` flag is set).
+ACCUMULATES = frozenset({"scatter_add_", "scatter_reduce_", "index_add_"})
+#: Ops that read only the elements their index selects from their first argument: as many as
+#: they write, at most the whole argument.
+INDEXED_READS = frozenset({"gather", "index", "index_select", "take"})
+#: PyTorch's fused optimizer kernels write their ``grads`` back only when given a
+#: ``grad_scale`` (they unscale them in place; ``aten/src/ATen/native/cuda/fused_adam_utils.cuh``
+#: stores the gradient only ``if (i != kGradIdx || grad_scale_ptr)``).
+FUSED_OPTIMIZERS = frozenset({"_fused_adam_", "_fused_adamw_", "_fused_adagrad_", "_fused_sgd_"})
+
 #: PyTorch's fused attention kernels (``F.scaled_dot_product_attention``) and their backwards.
 SDPA = frozenset(
     f"_scaled_dot_product_{impl}{suffix}"

@@ -41,6 +41,8 @@ LIMITS: dict[str, int] = {
     "global": 1 << 24,
     "micro": 1 << 16,
     "micro_batches": 1 << 14,
+    # Parameters per data-parallel bucket: beyond any model's parameter count.
+    "ddp_bucket_size": 1 << 44,
 }
 #: A reference step time, seconds.
 MAX_STEP_TIME_S = 1e6
@@ -59,6 +61,7 @@ FSDP = ("none", "full_shard", "shard_grad_op")
 SIMULATION_ONLY = (
     "tp_comm_overlap",
     "overlap_param_gather",
+    "ddp_bucket_size",
     "grad_reduce_in_fp32",
     "overlap_p2p_comm",
     "batch_p2p_sync",
@@ -120,6 +123,8 @@ class ParallelConfig:
     (:mod:`echo_view.sim.fsdp`); it implies the sharded optimizer (``distributed_optimizer``).
     ``ep`` and ``etp`` are the MoE layers' expert- and expert-tensor-parallel sizes
     (``etp`` ``None``: ``tp``, as in Megatron-Core), folded onto a stage's ranks.
+    ``ddp_bucket_size`` is Megatron-LM's ``--ddp-bucket-size``, parameters per data-parallel
+    bucket (``None``: its default, :func:`ddp_bucket_params`).
     """
 
     tp: int
@@ -137,6 +142,7 @@ class ParallelConfig:
     account_for_loss_in_pipeline_split: bool = False
     tp_comm_overlap: bool = False
     overlap_param_gather: bool = False
+    ddp_bucket_size: int | None = None
     grad_reduce_in_fp32: bool | None = None
     overlap_p2p_comm: bool = True
     batch_p2p_sync: bool = True
@@ -350,6 +356,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         account_for_loss_in_pipeline_split=p.get("account_for_loss_in_pipeline_split", bool, False),
         tp_comm_overlap=p.get("tp_comm_overlap", bool, False),
         overlap_param_gather=p.get("overlap_param_gather", bool, False),
+        ddp_bucket_size=p.positive("ddp_bucket_size") if "ddp_bucket_size" in p.data else None,
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
         batch_p2p_sync=p.get("batch_p2p_sync", bool, True),
@@ -552,6 +559,16 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     return "flash"
 
 
+def ddp_bucket_params(p: ParallelConfig, grad_ranks: int) -> int:
+    """Parameters per gradient (and, with ``overlap_param_gather``, parameter) bucket:
+    ``ddp_bucket_size``, else Megatron-Core's default ``max(40e6, 1e6 * dp)`` over the
+    ``grad_ranks`` the gradients are reduced across (``DistributedDataParallel.__init__`` in
+    ``megatron/core/distributed/distributed_data_parallel.py``)."""
+    if p.ddp_bucket_size is not None:
+        return p.ddp_bucket_size
+    return max(40_000_000, 1_000_000 * grad_ranks)
+
+
 def grad_reduce_bytes(cfg: WorkloadConfig) -> int:
     """Bytes per gradient element in the main-gradient buffer and its data-parallel reduction.
 
@@ -733,6 +750,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ),
                     ("tp_comm_overlap", p.tp_comm_overlap, False),
                     ("overlap_param_gather", p.overlap_param_gather, False),
+                    ("ddp_bucket_size", p.ddp_bucket_size, None),
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),
                     ("batch_p2p_sync", p.batch_p2p_sync, True),

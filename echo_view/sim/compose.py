@@ -14,12 +14,13 @@ waiting in between). ``ranks="all"`` builds every rank with every op and real co
 wait for their last participant; tests check both give the same step time.
 
 Data-parallel gradients: with ``overlap_grad_reduce`` the gradients of each model chunk are
-reduced in buckets (Megatron's default bucket: ``max(40e6, 1e6 * dp)`` parameters) as soon as
-the chunk's last backward pass has produced them, on the data-parallel stream; otherwise all of
-them after the last backward, on the compute stream. The reduction is an all-reduce, or a
-reduce-scatter with the distributed optimizer (whose updated parameters are then all-gathered:
-after the optimizer on the compute stream, or with ``overlap_param_gather`` bucket by bucket
-on the data-parallel stream, each bucket before the first forward pass that uses it).
+reduced in buckets (``ddp_bucket_size`` parameters, by default Megatron's ``max(40e6, 1e6 *
+dp)``) as soon as the chunk's last backward pass has produced them, on the data-parallel
+stream; otherwise all of them after the last backward, on the compute stream. The reduction
+is an all-reduce, or a reduce-scatter with the distributed optimizer (whose updated parameters
+are then all-gathered: after the optimizer on the compute stream, or with
+``overlap_param_gather`` bucket by bucket on the data-parallel stream, each bucket before the
+first forward pass that uses it).
 Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). With
 ``[parallel] fsdp`` a rank runs PyTorch FSDP's program instead (:mod:`echo_view.sim.fsdp`).
 With tied embeddings and pp > 1 the word-embedding gradient is all-reduced between the first
@@ -48,7 +49,7 @@ import numpy.typing as npt
 
 from echo_view.errors import ConfigError
 from echo_view.model.collectives import collective
-from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
+from echo_view.model.config import WorkloadConfig, ddp_bucket_params, grad_reduce_bytes
 from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
@@ -514,7 +515,7 @@ class _Composer:
         overlap = p.overlap_grad_reduce and grad_ranks > 1
         gather_early = p.distributed_optimizer and p.overlap_param_gather and grad_ranks > 1
         gathered: set[int] = set()
-        bucket_params = max(40_000_000, 1_000_000 * grad_ranks)
+        bucket_params = ddp_bucket_params(p, grad_ranks)
         red_kind = (
             CollectiveKind.REDUCE_SCATTER if p.distributed_optimizer else CollectiveKind.ALL_REDUCE
         )

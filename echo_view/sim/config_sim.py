@@ -75,6 +75,37 @@ class ConfigSimulation:
             out[s] = max(out.get(s, 0), t)
         return out
 
+    def class_ns(self, rank: int) -> dict[str, int]:
+        """Where ``rank``'s step goes: the cost models' time of its kernels by op class (solo
+        durations, kernel gaps included; ``collective`` on every stream, hidden or not),
+        ``interference`` (how much longer the compute stream's kernels ran beside
+        communication than alone) and ``exposed`` (the step's time with the compute stream
+        idle: communication and waits that compute does not hide). The compute stream's kernels
+        plus those two add up to the step (kernels of other streams, FSDP2's copy-in, count in
+        their class too; the host path's CPU time counts in ``other``, beside the step)."""
+        comp, res, wl = self.composed, self.result, self.composed.workload
+        on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
+        mine = wl.ops.rank == rank
+        compute = mine & on_compute[wl.ops.lane] & (wl.ops.op_class != OpClass.COLLECTIVE)
+        span = res.end_ns - res.start_ns
+        out = dict.fromkeys(OpClass.NAMES, 0)
+        solo = 0
+        for op in np.flatnonzero(mine).tolist():
+            t = int(comp.src_table[op])
+            if t < 0:  # a coarse op of the composer's own (a bucket reduction, a transfer)
+                out[OpClass.NAMES[int(wl.ops.op_class[op])]] += int(span[op])
+                solo += int(span[op]) if compute[op] else 0
+                continue
+            tc, lo, hi = comp.tables[t], int(comp.src_lo[op]), int(comp.src_hi[op])
+            cls, dur = tc.table.op_class[lo:hi], tc.dur_ns[lo:hi]
+            for c in np.unique(cls).tolist():
+                ns = int(dur[cls == c].sum())
+                out[OpClass.NAMES[c]] += ns
+                solo += ns if compute[op] and c != OpClass.COLLECTIVE else 0
+        busy = int(span[compute].sum())
+        step = int(res.end_ns[mine].max()) if mine.any() else 0
+        return {**out, "interference": busy - solo, "exposed": step - busy}
+
     def bubble(self) -> dict[str, float]:
         """Pipeline bubble: the ideal ``(p-1)/(v*m)`` and the simulated idle share of the
         compute stream between the step's start and the last pass's end, averaged over stages."""

@@ -232,21 +232,64 @@ class VocabParallelEmbedding(nn.Module):
         return emb
 
 
+def _all_reduce(rec: Recorder, x: torch.Tensor, tp: int) -> None:
+    """Record an in-place all-reduce of ``x`` over the tensor-parallel ranks (none at tp 1)."""
+    if tp > 1:
+        rec.collective(AR, x.numel() * x.element_size(), "tp")
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Megatron-LM's vocab-parallel cross entropy (``_VocabParallelCrossEntropy`` in
+    ``megatron/core/tensor_parallel/cross_entropy.py``) as its kernels run: forward over this
+    rank's fp32 logits ``[s, b, vocab / tp]`` in place (max, subtract, exponential, sum, then
+    the division that turns them into the softmax it saves), backward written by hand: the
+    target's entries less one, then one in-place multiply by the loss gradient. Returns the loss
+    per token."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, logits: torch.Tensor, target: torch.Tensor, rec: Recorder, tp: int
+    ) -> torch.Tensor:
+        logits = logits.float()
+        lmax = torch.max(logits, dim=-1)[0]
+        _all_reduce(rec, lmax, tp)
+        logits -= lmax.unsqueeze(-1)
+        # This rank's vocabulary slice starts at 0 in the trace: targets outside it are masked.
+        vocab = logits.shape[-1]
+        outside = (target < 0) | (target >= vocab)
+        local = target.clone()
+        local[outside] = 0
+        rows = torch.arange(target.numel(), device=logits.device)
+        flat_target = local.view(-1)
+        pred = logits.view(-1, vocab)[rows, flat_target].clone().view_as(target)
+        pred[outside] = 0.0
+        torch.exp(logits, out=logits)
+        sum_exp = logits.sum(dim=-1)
+        _all_reduce(rec, pred, tp)
+        _all_reduce(rec, sum_exp, tp)
+        loss = torch.log(sum_exp) - pred
+        softmax = logits.div_(sum_exp.unsqueeze(-1))
+        ctx.save_for_backward(softmax, outside, flat_target)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        softmax, outside, flat_target = ctx.saved_tensors
+        grad_2d = softmax.view(-1, softmax.shape[-1])
+        rows = torch.arange(grad_2d.shape[0], device=grad_2d.device)
+        grad_2d[rows, flat_target] -= 1.0 - outside.view(-1).float()
+        softmax.mul_(grad.unsqueeze(-1))
+        return softmax, None, None, None
+
+
 class VocabParallelCrossEntropy(nn.Module):
-    """Loss over vocabulary-sharded logits: three small all-reduces over ``tp`` (max, sum of
-    exponentials, target logit), as Megatron's vocab-parallel cross entropy does."""
+    """Loss over vocabulary-sharded logits (:class:`_CrossEntropy`): three small all-reduces
+    over ``tp`` (max, target logit, sum of exponentials), the mean over tokens."""
 
     def __init__(self, rec: Recorder, tp: int) -> None:
         super().__init__()
         self.rec, self.tp = rec, tp
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        logits = logits.float()
-        lmax = logits.amax(dim=-1)
-        lmax = comm(lmax, self.rec, AR, None, self.tp)
-        shifted = logits - lmax.unsqueeze(-1)
-        pred = torch.gather(shifted, -1, target.unsqueeze(-1)).squeeze(-1)
-        pred = comm(pred, self.rec, AR, None, self.tp)
-        sum_exp = shifted.exp().sum(dim=-1)
-        sum_exp = comm(sum_exp, self.rec, AR, None, self.tp)
-        return (sum_exp.log() - pred).mean()
+        per_token: torch.Tensor = _CrossEntropy.apply(logits, target, self.rec, self.tp)  # type: ignore[no-untyped-call]
+        return per_token.mean()

@@ -18,7 +18,12 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.aten_ops import (
+    ACCUMULATES,
+    FUSED_OPTIMIZERS,
+    INDEXED_READS,
+    INDEXED_WRITES,
     NO_KERNEL,
+    OVERWRITES,
     SDPA,
     attention_flops,
     elementwise_flops,
@@ -216,10 +221,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             )
         else:
             flops = elementwise_flops(sum(int(t.numel()) for t in outs))
-        # In-place ops write what they read: count the written tensor once.
-        nbytes = sum(_nbytes(t) for t in ins) + sum(
-            _nbytes(t) for t in outs if not any(t is i for i in ins)
-        )
+        nbytes = op_bytes(func, args, kwargs or {}, ins, outs)
         ref = outs[0] if outs else ins[0]
         dtype = dtype_name(ref.dtype)
         if cls == OpClass.GEMM and self._gemm_dtype is not None:
@@ -268,6 +270,62 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         assert self._cols is not None
         self.groups.append((len(self._cols), group_ranks(args)))
         self.collective(kind, nbytes, "none", name)
+
+
+def _arguments(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``func``'s arguments by their schema names."""
+    return {
+        a.name: args[i] if i < len(args) else kwargs.get(a.name)
+        for i, a in enumerate(func._schema.arguments)
+    }
+
+
+def _written_in_place(func: Any, values: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors ``func`` updates in place (its schema's ``Tensor(a!)`` arguments, not its
+    ``out=`` ones); a fused optimizer's ``grads`` only when it unscales them."""
+    fused = func.overloadpacket.__name__ in FUSED_OPTIMIZERS
+    written: list[torch.Tensor] = []
+    for a in func._schema.arguments:
+        if a.alias_info is None or not a.alias_info.is_write or a.is_out:
+            continue
+        if fused and a.name == "grads" and values.get("grad_scale") is None:
+            continue
+        flat, _ = tree_flatten(values[a.name])
+        written.extend(t for t in flat if isinstance(t, torch.Tensor))
+    return written
+
+
+def op_bytes(
+    func: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    ins: Sequence[torch.Tensor],
+    outs: Sequence[torch.Tensor],
+) -> int:
+    """Bytes a memory-bound kernel of ``func`` moves: every tensor it reads plus every tensor
+    it writes. A tensor updated in place is read and written (twice), unless the op only
+    overwrites it (:data:`OVERWRITES`: once); indexed reads and writes move only the selected
+    elements (:data:`INDEXED_READS`: at most the whole source; :data:`INDEXED_WRITES`);
+    ``out=`` tensors are written."""
+    name = func.overloadpacket.__name__
+    fresh = [t for t in outs if not any(t is i for i in ins)]
+    if name in INDEXED_READS and ins:
+        # The selected elements are read, but no more than the source holds (a gather that
+        # repeats rows, like a top-k permutation, reads the repeats from cache).
+        out_bytes = sum(_nbytes(t) for t in fresh)
+        return sum(_nbytes(t) for t in ins[1:]) + min(_nbytes(ins[0]), out_bytes) + out_bytes
+    values = _arguments(func, args, kwargs)
+    written = _written_in_place(func, values)
+    if name in INDEXED_WRITES and written:
+        target = written[0]
+        others = [t for t in ins if t is not target]
+        touched = max((int(t.numel()) for t in others), default=0) * target.element_size()
+        accumulate = name in ACCUMULATES or values.get("accumulate") is True
+        return sum(_nbytes(t) for t in others) + touched * (2 if accumulate else 1)
+    nbytes = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in fresh)
+    if name not in OVERWRITES:
+        nbytes += sum(_nbytes(t) for t in written)
+    return nbytes
 
 
 def _sdpa_flops(

@@ -59,8 +59,9 @@ def _optimizer(
 ) -> OpTable:
     """The step's optimizer kernels on this rank's parameters (a shard of them with the
     distributed optimizer: ``dp`` ways, an MoE model's expert parameters over the expert
-    data-parallel ranks): gradient-norm reduction, fused Adam, zeroing the gradients; with
-    FP8, the once-per-step quantization of the FP8 layers' updated weights."""
+    data-parallel ranks): gradient-norm reduction, fused Adam, the copy of the updated fp32
+    params into the 16-bit model params, zeroing the gradients; with FP8, the once-per-step
+    quantization of the FP8 layers' updated weights."""
     p = cfg.parallel
     n = params
     if p.distributed_optimizer:
@@ -69,10 +70,14 @@ def _optimizer(
     recipe = fp8_recipe(cfg)
     rec.begin()
     rec.op("grad_norm", OpClass.REDUCTION, flops=2.0 * n, nbytes=GRAD_BYTES * n, dtype="fp32")
-    # Adam reads/writes the fp32 param, m and v, reads the grad, and (mixed precision) writes
-    # the half-precision copy of the param.
-    adam_bytes = n * (8 + 8 + 8 + GRAD_BYTES) + (2 * n if half else 0)
+    # Adam (Apex's / Transformer Engine's FusedAdam) reads the fp32 param, grad, m and v and
+    # writes the param, m and v back: 28 bytes per parameter.
+    adam_bytes = n * (8 + 8 + 8 + GRAD_BYTES)
     rec.op("fused_adam", OpClass.OPTIMIZER, flops=12.0 * n, nbytes=adam_bytes, dtype="fp32")
+    if half:
+        # Mixed precision: Megatron then copies the fp32 main params into the 16-bit model
+        # params in a kernel of its own (``_copy_main_params_to_model_params``): 4 + 2 bytes.
+        rec.op("copy_main_params", OpClass.COPY, flops=0.0, nbytes=6 * n, dtype="bf16")
     rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=GRAD_BYTES * params, dtype="fp32")
     if recipe is not None:
         for numel in fp8_weights:

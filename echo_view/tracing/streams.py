@@ -24,7 +24,10 @@ the collective's end when it is waited for: at once for a synchronous collective
 (``async_op=False``: the work's ``wait`` is called before the call returns); for a functional
 collective (DTensor) where ``wait_tensor`` reaches the dispatcher; and for an asynchronous one
 whose work is waited in C++ (DDP's gradient buckets, waited by its reducer when the backward
-pass ends) by the compute stream at the end of the backward pass.
+pass ends) by the compute stream at the end of the backward pass, or before, by the stream of
+the first op that touches its tensors (DDP's reducer waits for each bucket before it copies
+the bucket back into the gradients, ``Reducer::finalize_backward``): a program that read a
+buffer a collective is still writing would be racing it.
 
 A wait is recorded as a row of its own on the waiting stream (the graph's ``wait`` column),
 so an op may wait for several streams and a wait may refer to a row of an earlier phase.
@@ -35,6 +38,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten
 
 from echo_view.model.graph import OpClass, OpTable
 from echo_view.model.strings import StringTable
@@ -66,6 +74,8 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
         self._group_streams: dict[tuple[int, ...], int] = {}
         #: Asynchronous collectives not waited for yet: communication stream -> last row.
         self.unwaited: dict[int, int] = {}
+        #: Storages of those collectives' tensors -> (communication stream, row).
+        self._in_flight: dict[StorageWeakRef, tuple[int, int]] = {}
         #: Functional collectives' outputs not waited for yet: id(tensor) -> (stream, row).
         self._functional: dict[int, tuple[int, int]] = {}
         self._stream_now: Any = None  # torch.cpu.current_stream while traced
@@ -103,7 +113,17 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
         for stream, row in sorted({*self.unwaited.items(), *self._functional.values()}):
             self.wait(0, stream, row)
         self.unwaited.clear()
+        self._in_flight.clear()
         self._functional.clear()
+
+    def _wait_for_tensors(self, args: Any) -> None:
+        """The current stream waits for the asynchronous collectives that write a storage
+        ``args`` touches (module docstring)."""
+        for t in tree_flatten(args)[0]:
+            if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
+                found = self._in_flight.pop(_storage(t), None)
+                if found is not None:
+                    self.wait(self.current(), *found)
 
     def _group_stream(self, ranks: tuple[int, ...]) -> int:
         if ranks not in self._group_streams:
@@ -129,6 +149,8 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
     ) -> Any:
         kwargs = kwargs or {}
         if func.namespace not in C10D_NAMESPACES or self._cols is None or not self.enabled:
+            if self._in_flight and self._cols is not None and self.enabled:
+                self._wait_for_tensors((args, kwargs))
             return super().__torch_dispatch__(func, types, args, kwargs)
         name = func.overloadpacket.__name__
         if name == "wait_tensor":
@@ -151,9 +173,17 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
             self._functional[id(out)] = (comm, row)
         elif _async_op(func, args, kwargs):
             self.unwaited[comm] = row
+            for t in tree_flatten((args, kwargs))[0]:
+                if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
+                    self._in_flight[_storage(t)] = (comm, row)
         else:
             self.wait(issuing, comm, row)
         return out
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef:
+    """The memory ``t`` views (equal for every view of one buffer)."""
+    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
 
 
 def _async_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

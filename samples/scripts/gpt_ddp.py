@@ -2,7 +2,9 @@
 word embedding: the GPT-2/GPT-3 family's shape, as Megatron-LM builds it) trained for one step
 with ``DistributedDataParallel`` and automatic mixed precision: fp32 parameters, gradients
 and Adam states, bf16 matrix products (``torch.autocast``), gradients all-reduced in fp32 in
-DDP's buckets, as Megatron-LM reduces them for bf16 by default.
+DDP's buckets, as Megatron-LM reduces them for bf16 by default, and kept there
+(``gradient_as_bucket_view``, as Megatron keeps them in the buffer it reduces), clipped to norm
+1.0 (Megatron-LM's ``--clip-grad`` default) before the step.
 
 Plain PyTorch: runs under ``torchrun`` on GPUs as it is traced by ``echo-view trace`` on a CPU.
 The function takes the shape keys of an echo-view workload config, so a config with
@@ -65,12 +67,19 @@ def train_step(
     vocab: int = 51200,
     seq_len: int = 2048,
     micro: int = 1,
+    bucket_view: bool = True,
 ) -> None:
-    """Build the model on this rank and run one training step (forward, backward, Adam)."""
+    """Build the model on this rank and run one training step (forward, backward, gradient
+    clipping, Adam); ``bucket_view`` is DDP's ``gradient_as_bucket_view``."""
     device = torch.device("cuda", dist.get_rank() % 8) if torch.cuda.is_available() else None
     # Built on its device rather than moved there with .to(), which fake tensors cannot follow.
     with torch.device(device or "cpu"):
-        model = DistributedDataParallel(GPT(layers, hidden, heads, ffn_hidden, vocab, seq_len))
+        # Gradients as views of DDP's buckets (not copied back out of them after the
+        # all-reduce), as Megatron-LM's live in the buffer it reduces.
+        model = DistributedDataParallel(
+            GPT(layers, hidden, heads, ffn_hidden, vocab, seq_len),
+            gradient_as_bucket_view=bucket_view,
+        )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, vocab, (micro, seq_len), device=device)
     labels = torch.randint(0, vocab, (micro, seq_len), device=device)
@@ -78,5 +87,6 @@ def train_step(
         logits = model(tokens)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # Megatron-LM's --clip-grad default
     optimizer.step()
     optimizer.zero_grad()

@@ -58,9 +58,12 @@ def test_memory_op_bytes() -> None:
     w = op_work("aten::add", [[16, 1024], [1024], []], ["float", "float", "Scalar"])
     assert w is not None and w.op_class == OpClass.ELEMENTWISE
     assert w.nbytes == 4 * (16 * 1024 + 1024 + 16 * 1024)
-    # In place: the output is the first input, counted once (the tracer's convention).
+    # In place: the first input is read and written back (the tracer's convention).
     w = op_work("aten::mul_", [[16, 1024], [16, 1024]], ["float", "float"])
-    assert w is not None and w.nbytes == 4 * 2 * 16 * 1024
+    assert w is not None and w.nbytes == 4 * 3 * 16 * 1024
+    # An overwrite writes its first argument without reading it.
+    w = op_work("aten::fill_", [[16, 1024], []], ["float", "Scalar"])
+    assert w is not None and w.nbytes == 4 * 16 * 1024
     # A conversion copy reads and writes each tensor in its own dtype.
     w = op_work("aten::copy_", [[8, 64], [8, 64], []], [BF16, "float", "Scalar"])
     assert w is not None and w.op_class == OpClass.COPY and w.nbytes == 8 * 64 * (2 + 4)

@@ -104,6 +104,7 @@ def test_published_runs_are_all_there() -> None:
         (_with("model", heads=100, hidden=12200), "model.heads", "not divisible by tp = 8"),
         (_with("batch", micro=2, **{"global": 63}), "batch.global", "not divisible by micro*dp"),
         (_with("parallel", recompute="some"), "parallel.recompute", "must be one of"),
+        (_with("parallel", ddp_bucket_size=0), "parallel.ddp_bucket_size", "positive integer"),
         (_with("precision", dtype="fp64"), "precision.dtype", "must be one of"),
         (_with("reference", step_time_s=-1), "reference.step_time_s", "must be > 0 and <= 1e+06"),
         (_with("batch", **{"global": 10**12}), "batch.global", "limit of 16,777,216"),
@@ -288,6 +289,7 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         grad_reduce_in_fp32=False,
         sequence_parallel=True,
         tp_comm_overlap=True,
+        ddp_bucket_size=1_000_000,
         batch_p2p_sync=False,
     ) | {"training": {"clip_grad": 0.0, "log_num_zeros_in_grad": True}}
     fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, distributed_optimizer=True)
@@ -374,6 +376,7 @@ def test_every_new_key_round_trips() -> None:
         "overlap_param_gather": True,
         "grad_reduce_in_fp32": False,
         "overlap_p2p_comm": False,
+        "ddp_bucket_size": 6_553_600,
         "batch_p2p_sync": False,
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}

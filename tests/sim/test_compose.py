@@ -143,6 +143,36 @@ def _with_grads(table: OpTable, grad_bytes: list[int]) -> OpTable:
     return OpTable(**cols, grad_bytes=np.array(grad_bytes, dtype=np.int64))
 
 
+def test_ddp_bucket_size_sets_the_gradient_buckets() -> None:
+    """Eight backward GEMMs of 10 M fp32 gradients each: Megatron's default bucket (40 M
+    parameters for dp = 2) reduces them in two buckets, ``ddp_bucket_size = 10e6`` in eight,
+    each dispatched when its GEMM ends; the step's parts still add up to it."""
+    strings = StringTable()
+    fwd = _table(strings, [("fwd", OpClass.GEMM, 1e12, 0)])
+    bwd = _table(strings, [(f"bwd{k}", OpClass.GEMM, 1e12, 0) for k in range(8)])
+    bwd = _with_grads(bwd, [4 * 10**7] * 8)
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=8 * 10**7),))
+    buckets = {}
+    for size in (None, 10**7):
+        par = {"overlap_grad_reduce": True} | ({"ddp_bucket_size": size} if size else {})
+        cfg = _cfg(pp=1, dp=2, micro_batches=1, parallel=par)
+        sim = simulate_config(
+            graph, cfg, cluster_from_config(cfg.cluster), default_comm_model(), ComputeParams()
+        )
+        wl = sim.composed.workload
+        names = [wl.strings[int(n)] for n in wl.ops.name]
+        buckets[size] = sum(n.startswith("ncclDevKernel_AllReduce") for n in names)
+        parts = sim.class_ns(0)
+        # ``other``: the host path's CPU time, on the host's lane beside the streams.
+        compute = sum(v for k, v in parts.items() if k not in ("collective", "other"))
+        assert compute == sim.step_ns
+        assert parts["gemm"] == sum(
+            int(tc.dur_ns.sum()) for tc in sim.composed.tables if tc.table is not opt
+        )
+    assert buckets == {None: 2, 10**7: 8}
+
+
 def _two_stage_graph() -> tuple[TracedGraph, OpTable, OpTable, OpTable]:
     strings = StringTable()
     fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])

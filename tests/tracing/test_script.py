@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from echo_view.model.aten_ops import attention_flops
 from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.sim.layout import Layout
+from echo_view.sim.runs import predict_workload
 from tests.conftest import SAMPLES, TORCH_MISSING
 
 pytest.importorskip("torch", reason=TORCH_MISSING)
@@ -140,36 +142,73 @@ def test_llama_tensor_parallel_groups_map_to_tp_and_dp() -> None:
     adam = graph.roles[0].optimizer
     names = [graph.strings[int(i)] for i in adam.name]
     fused = int(adam.bytes[names.index("aten::_fused_adamw_")])
-    # fp32 parameter, gradient and two moments of each local element, one step counter per
-    # tensor (12 tensors).
-    assert fused == 16 * graph.roles[0].params + 4 * 12
+    # fp32 parameter, gradient and two moments of each local element read, the parameter and
+    # moments written back (28 bytes), one step counter per tensor read (12 tensors).
+    assert fused == 28 * graph.roles[0].params + 4 * 12
+
+
+#: DDP's default ``bucket_cap_mb`` (25 MiB) of fp32 gradients, as Megatron's bucket size.
+DDP_BUCKET_PARAMS = 25 * 2**20 // 4
+
+
+@pytest.fixture(scope="module")
+def gpt_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The GPT of ``bench/script_vs_builtin.py`` (4 layers, hidden 2048, sequence 2048, data
+    parallel over 8 H100) built in, with DDP's bucket size, and as the DDP script: each
+    config's graph and simulated step."""
+    base = {
+        "model": {"kind": "gpt", "layers": 4, "hidden": 2048, "heads": 16},
+        "parallel": {"tp": 1, "pp": 1, "dp": 8, "overlap_grad_reduce": True},
+        "batch": {"global": 8, "micro": 1},
+        "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 8, "nodes": 1},
+        "precision": {"dtype": "bf16"},
+    }
+    base["model"] |= {"seq_len": 2048, "vocab": 51200}
+    base["parallel"] |= {"ddp_bucket_size": DDP_BUCKET_PARAMS}
+    script_model = {**base["model"], "script": str(SCRIPTS / "gpt_ddp.py")}
+    del script_model["kind"]
+    where = str(tmp_path_factory.mktemp("gpt") / "c.toml")
+    out: dict[str, Any] = {}
+    for name, data in (("built-in", base), ("script", {**base, "model": script_model})):
+        cfg = parse_workload_config(data, where)
+        graph = trace_config(cfg)
+        out[name] = (graph, predict_workload(cfg, graph, {}))
+    return out
 
 
 @pytest.mark.slow
-def test_builtin_gpt_and_the_gpt_script_agree(tmp_path: Path) -> None:
-    """The same GPT built in and as a DDP script: the same matrix FLOPs and parameters, and the
+def test_builtin_gpt_and_the_gpt_script_agree(gpt_pair: dict[str, Any]) -> None:
+    """The same GPT built in and as a DDP script: the same parameters and matrix FLOPs, the
     script's DDP buckets all-reduce exactly the gradient bytes the composer adds for the
-    built-in model (fp32 gradients of every parameter)."""
-    base = {
-        "model": {"kind": "gpt", "layers": 2, "hidden": 1024, "heads": 8},
-        "parallel": {"tp": 1, "pp": 1, "dp": 4},
-        "batch": {"global": 4, "micro": 1},
-        "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 4, "nodes": 1},
-        "precision": {"dtype": "bf16"},
-    }
-    base["model"] |= {"seq_len": 512, "vocab": 4096}
-    builtin = trace_config(parse_workload_config(base))
-    script_model = {**base["model"], "script": str(SCRIPTS / "gpt_ddp.py")}
-    del script_model["kind"]
-    script_cfg = parse_workload_config({**base, "model": script_model}, str(tmp_path / "c.toml"))
-    script = trace_config(script_cfg)
+    built-in model (fp32 gradients of every parameter), and the simulator times the same
+    matrix products, attention and gradient traffic, with the same communication exposed."""
+    (builtin, b_run), (script, s_run) = gpt_pair["built-in"], gpt_pair["script"]
     assert script.roles[0].params == builtin.roles[0].params
     assert _matrix_flops(script) == pytest.approx(_matrix_flops(builtin), rel=1e-4)
     reduced = sum(int(t.coll_bytes.sum()) for t in script.roles[0].backward)
     assert reduced == builtin.roles[0].params * 4
     bwd = script.roles[0].backward[0]
-    kinds = {bwd.coll(i).label for i in bwd.collective_rows()}
-    assert kinds == {"all_reduce"}
+    assert {bwd.coll(i).label for i in bwd.collective_rows()} == {"all_reduce"}
+    b, s = b_run.sim.class_ns(0), s_run.sim.class_ns(0)
+    assert s["gemm"] == pytest.approx(b["gemm"], rel=1e-3)
+    assert s["attention"] == pytest.approx(b["attention"], rel=1e-3)
+    # DDP's 1 MiB first bucket and its cuts at tensor boundaries: the same bytes in slightly
+    # different all-reduces.
+    assert s["collective"] == pytest.approx(b["collective"], rel=0.02)
+    # Both expose the all-reduce of the tied embedding's gradient, the last one complete.
+    assert s["exposed"] == pytest.approx(b["exposed"], abs=0.02 * b_run.sim.step_ns)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="docs/accuracy.md: the programs differ; the script's automatic mixed precision "
+    "(+2.5 ms), clip_grad_norm_'s multiply of every gradient (+1.6) and DDP's copies into "
+    "its buckets (+0.8) against Megatron's cross entropy (-0.5): +22.8% today",
+)
+def test_builtin_gpt_and_the_gpt_script_step_times_agree(gpt_pair: dict[str, Any]) -> None:
+    (_, b_run), (_, s_run) = gpt_pair["built-in"], gpt_pair["script"]
+    assert s_run.sim.step_ns == pytest.approx(b_run.sim.step_ns, rel=0.02)
 
 
 @pytest.mark.parametrize(

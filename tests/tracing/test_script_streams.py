@@ -106,7 +106,7 @@ def test_fsdp2_compute_waits_for_each_gather_and_for_reduce_scatters_at_the_end(
 
 
 @pytest.mark.slow
-def test_ddp_bucket_all_reduces_overlap_backward_until_its_end() -> None:
+def test_ddp_bucket_all_reduces_overlap_backward_until_the_gradients_are_read() -> None:
     spec = ScriptSpec(SCRIPTS / "gpt_ddp.py")
     graph = trace_script(spec, 2, required={**TINY, "ffn_hidden": 1024}).graph
     s = _step(graph)
@@ -118,11 +118,41 @@ def test_ddp_bucket_all_reduces_overlap_backward_until_its_end() -> None:
     assert all(len(fwd) <= r < len(fwd) + len(bwd) for r in reduces)
     (comm,) = set(s["stream"][reduces].tolist())
     assert comm != 0
-    # The compute stream waits for them once, as the last row of backward.
+    # The gradients are views of the buckets (gradient_as_bucket_view): the compute stream
+    # waits for each bucket's all-reduce after the backward pass and before the gradient
+    # clipping reads the gradients, not at the end of the phase (after the clipping).
+    first_read = int(np.flatnonzero(s["name"] == "aten::linalg_vector_norm")[0])
     compute_waits = np.flatnonzero((s["stream"] == 0) & (s["wait"] >= 0)).tolist()
-    assert compute_waits == [len(fwd) + len(bwd) - 1]
-    assert _waits_for(s, compute_waits[0]) == reduces[-1]
-    # No division pass over the buckets, and no optimizer state created (first step only).
+    assert {_waits_for(s, w) for w in compute_waits} == set(reduces)
+    assert all(reduces[-1] < w < first_read for w in compute_waits)
+    # No division pass over the buckets, no copy of a bucket back into the gradients (they are
+    # its views), and no optimizer state created (first step only).
     names = [graph.strings[int(n)] for n in opt.name]
     assert not {"aten::zeros_like", "aten::zeros"} & set(names)
     assert "aten::div_" not in {graph.strings[int(n)] for n in bwd.name}
+    assert not any(s["name"][reduces[-1] : first_read] == "aten::copy_")
+
+
+@pytest.mark.slow
+def test_each_bucket_is_copied_back_after_its_all_reduce() -> None:
+    """Without bucket views DDP copies each reduced bucket back into the gradients, bucket by
+    bucket, each after waiting for its all-reduce (``Reducer::finalize_backward``)."""
+    spec = ScriptSpec(SCRIPTS / "gpt_ddp.py")
+    graph = trace_script(spec, 2, required={**TINY, "ffn_hidden": 1024, "bucket_view": False}).graph
+    s = _step(graph)
+    reduces = np.flatnonzero(s["name"] == "c10d::allreduce_").tolist()
+    waits = {
+        _waits_for(s, int(w)): int(w)
+        for w in np.flatnonzero((s["stream"] == 0) & (s["wait"] >= 0)).tolist()
+    }
+    assert set(waits) == set(reduces)
+    first_read = int(np.flatnonzero(s["name"] == "aten::linalg_vector_norm")[0])
+    back = [
+        c
+        for c in np.flatnonzero(s["name"] == "aten::copy_").tolist()
+        if reduces[-1] < c < first_read
+    ]
+    # Copies back into the gradients follow the first bucket's wait, and the second bucket's
+    # wait comes between them (after the first bucket's copies, before its own).
+    assert back and min(back) > waits[reduces[0]]
+    assert min(back) < waits[reduces[1]] < max(back)
