@@ -17,26 +17,14 @@ from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.config_sim import simulate_config
 from echo_view.sim.host import HostParams
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
+from tests.sim.op_tables import op_table
 
 #: The GPU path alone (these expectations are computed without the host path, which
 #: tests/sim/test_host.py checks).
 simulate_gpu = partial(simulate_config, host=HostParams(kernel_us=0))
 
 
-def _table(strings: StringTable, ops: list[tuple[str, int, float, int]]) -> OpTable:
-    n = len(ops)
-    return OpTable(
-        name=np.array([strings.intern(o[0]) for o in ops]),
-        op_class=np.array([o[1] for o in ops]),
-        flops=np.array([o[2] for o in ops]),
-        bytes=np.array([o[3] for o in ops]),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, strings.intern("")),
-        coll_kind=np.full(n, -1),
-        coll_bytes=np.zeros(n, dtype=np.int64),
-        axis=np.full(n, -1),
-        grad_bytes=np.zeros(n, dtype=np.int64),
-    )
+_table = op_table
 
 
 def _cfg(

@@ -17,6 +17,7 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.config_sim import ConfigSimulation, simulate_config
 from echo_view.sim.host import HostParams, IssueFold, issue_span_ns
 from echo_view.sim.kernel_cost import ComputeParams
+from tests.sim.op_tables import op_table
 
 C = 31_500  # the default host time per kernel, ns
 SMALL = 3_500  # a kernel with no work: kernel_min_ns + kernel_gap_ns of ComputeParams()
@@ -24,19 +25,8 @@ BIG_FLOPS = 4e11  # a GEMM of about 0.5 ms at the H100 bf16 peak
 
 
 def _table(strings: StringTable, name: str, flops: list[float]) -> OpTable:
-    n = len(flops)
-    return OpTable(
-        name=np.array([strings.intern(f"{name}{i}") for i in range(n)]),
-        op_class=np.full(n, OpClass.GEMM if any(flops) else OpClass.ELEMENTWISE),
-        flops=np.array(flops),
-        bytes=np.zeros(n, dtype=np.int64),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, strings.intern("")),
-        coll_kind=np.full(n, -1),
-        coll_bytes=np.zeros(n, dtype=np.int64),
-        axis=np.full(n, -1),
-        grad_bytes=np.zeros(n, dtype=np.int64),
-    )
+    kind = OpClass.GEMM if any(flops) else OpClass.ELEMENTWISE
+    return op_table(strings, [(f"{name}{i}", kind, f, 0) for i, f in enumerate(flops)])
 
 
 def _sim(
