@@ -20,6 +20,7 @@ import pytest
 from echo_view.cli import main
 from echo_view.formats import INFLATION_FLOOR
 from tests.cli.hostile_io import DLRM, ROOT, SAMPLES, fingerprint, gzip_bomb, listing, refused
+from tests.cli.sigint import as_in_a_terminal
 
 BOMB = 4 * INFLATION_FLOOR  # scaled: the ratio of a 10 GB whitespace bomb, 64 MiB of it
 NSYS = SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz"
@@ -139,6 +140,7 @@ def _signalled(stall: str, argv: list[str], sig: int, tmp_path: Path, env: dict[
         env={**os.environ, "PYTHONPATH": str(ROOT), "MARKER": str(marker), **env},
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_in_a_terminal,
     )
     try:
         deadline = time.monotonic() + 300  # a safety net, not a measurement

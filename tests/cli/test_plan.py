@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
+from tests.cli.sigint import as_in_a_terminal
 from tests.conftest import ROOT, SAMPLES, TORCH_MISSING
 
 SMALL = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
@@ -137,6 +138,7 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_in_a_terminal,
     )
     try:
         # A progress line: the workers are tracing and simulating (blocks until one comes;
