@@ -66,7 +66,7 @@ from echo_view.model.workload import (
 )
 from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
 from echo_view.sim.fsdp import FsdpRank
-from echo_view.sim.host import HostParams, crosses_stage, issue_span_ns, p2p_synced
+from echo_view.sim.host import HostParams, PipeSyncs, crosses_stage, issue_span_ns
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.schedule import schedule
@@ -530,8 +530,7 @@ class _Composer:
         last_bwd_mb = m - 1
         prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
-        p2p_sync = p2p_synced(p)
-        sends = False  # whether the previous pass sends its output to another stage
+        syncs = PipeSyncs(p, stage)
         for ps in schedule(stage, p.pp, m, p.virtual_stages):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -550,9 +549,8 @@ class _Composer:
                     cls=OpClass.COLLECTIVE,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
-            if p2p_sync and (xfer is not None or sends):
+            if syncs.before(ps):
                 self.host_sync(rank)
-            sends = crosses_stage(g, 1 if ps.forward else -1, stage, p)
             first_op = len(self.c.rank)
             if self.blocking and xfer is not None and prev_key is not None:
                 # Rendezvous: the receiver posts its receive after its previous pass.
@@ -578,7 +576,7 @@ class _Composer:
             self.pass_end[prev_key] = end
         if prev_key is not None:
             self.next_op[prev_key] = len(self.c.rank)
-        if p2p_sync and sends:
+        if syncs.at_end:
             self.host_sync(rank)
         if grad_ranks > 1 and not overlap:
             for n, group, what in self.dp.reductions(role.params):

@@ -31,7 +31,7 @@ The synchronising points of Megatron-LM (:mod:`echo_view.sim.compose`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from echo_view.model.config import ParallelConfig
 from echo_view.model.params import ParamSet, param
+from echo_view.sim.schedule import Pass
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,35 @@ def crosses_stage(g: int, step: int, stage: int, p: ParallelConfig) -> bool:
 
 
 @dataclass
+class PipeSyncs:
+    """Where a stage's host waits for its GPU at pipeline transfers, walked pass by pass in
+    schedule order: with :func:`p2p_synced` transfers, before a pass that receives from another
+    stage or follows a pass that sent to one (:meth:`before`), and after the last pass when it
+    sent (:attr:`at_end`)."""
+
+    p: ParallelConfig
+    stage: int
+    on: bool = field(init=False)
+    sends: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.on = p2p_synced(self.p)
+
+    def before(self, ps: Pass) -> bool:
+        """Whether the host syncs before pass ``ps`` (the next pass of the stage)."""
+        g = ps.chunk * self.p.pp + self.stage
+        gets = crosses_stage(g, -1 if ps.forward else 1, self.stage, self.p)
+        sync = self.on and (gets or self.sends)
+        self.sends = crosses_stage(g, 1 if ps.forward else -1, self.stage, self.p)
+        return sync
+
+    @property
+    def at_end(self) -> bool:
+        """Whether the host syncs after the last pass walked."""
+        return self.on and self.sends
+
+
+@dataclass
 class IssueFold:
     """The host path of kernel runs issued back to back without a sync between them, folded
     run by run: after runs with ``kernels`` kernels in all, the last ends no earlier than
@@ -104,4 +134,4 @@ class IssueFold:
         self.kernels += kernels
 
 
-__all__ = ["HostParams", "IssueFold", "crosses_stage", "issue_span_ns", "p2p_synced"]
+__all__ = ["HostParams", "IssueFold", "PipeSyncs", "crosses_stage", "issue_span_ns", "p2p_synced"]

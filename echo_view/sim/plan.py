@@ -47,7 +47,7 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose import role_costs
 from echo_view.sim.compose_costs import CollectiveCache, TableCost
 from echo_view.sim.compute_presets import compute_params_for
-from echo_view.sim.host import HostParams, IssueFold, crosses_stage, issue_span_ns, p2p_synced
+from echo_view.sim.host import HostParams, IssueFold, PipeSyncs, issue_span_ns
 from echo_view.sim.memory import memory_report
 from echo_view.sim.runs import simulate_workload
 from echo_view.sim.schedule import schedule
@@ -319,20 +319,16 @@ def host_floor_ns(
     c = HostParams().kernel_ns
     if not c:
         return 0
-    synced = p2p_synced(p) and p.fsdp == "none"
     spans: dict[tuple[int, str, int], tuple[int, int, int]] = {
         key: (issue_span_ns(tc.dur_ns, c), tc.total_ns, len(tc.dur_ns)) for key, tc in costs.items()
     }
     best = 0
     for ri, role in enumerate(graph.roles):
         for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
-            total, fold, sends = 0, IssueFold(c), False
+            total, fold, syncs = 0, IssueFold(c), PipeSyncs(p, stage)
             for ps in schedule(stage, p.pp, cfg.micro_batches, p.virtual_stages):
-                g = ps.chunk * p.pp + stage
-                gets = crosses_stage(g, -1 if ps.forward else 1, stage, p)
-                if synced and (gets or sends):
+                if syncs.before(ps):
                     total, fold = total + fold.span_ns, IssueFold(c)
-                sends = crosses_stage(g, 1 if ps.forward else -1, stage, p)
                 fold.add(*spans[(ri, "forward" if ps.forward else "backward", ps.chunk)])
             if cfg.training.optimizer_sync and p.fsdp == "none":
                 total, fold = total + fold.span_ns, IssueFold(c)
