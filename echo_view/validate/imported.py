@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import GPU_WORK_KINDS, EventKind, Job, JobHead, LaneKind, Trace
+from echo_view.model import GPU_WORK_KINDS, EventKind, JobHead, LaneKind, Trace
 from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
 from echo_view.validate.findings import FileFacts, Finding, Location, Report, Selection
@@ -52,16 +52,11 @@ def check_rank(trace: Trace, selection: Selection, keep: int) -> RankCheck:
     return RankCheck(trace.source, trace.rank, len(trace.events), report, summary, rows)
 
 
-def check_imported_job(job: Job, report: Report, name: str) -> None:
-    """Record each source file of ``job`` in ``report``, run EV601-EV603 and EV605 on every
-    rank and the EV7xx rules across its ranks (``name`` locates job-wide findings)."""
-    checks = [check_rank(t, report.selection, report.keep) for t in job.traces]
-    join_rank_checks(job.head, checks, report, name)
-
-
 def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report, name: str) -> None:
-    """:func:`check_imported_job` from its ranks' :func:`check_rank` (in rank order) and the
-    job's head: the job's events are not needed."""
+    """Record each source file of an imported job in ``report``, with its ranks'
+    :func:`check_rank` findings (EV601-EV603, EV605; in rank order), and run the EV7xx rules
+    across its ranks (``name`` locates job-wide findings): from the job's head and the ranks'
+    checks, without the job's events."""
     form = str(head.meta.get("format", "model"))
     by_source: dict[str, list[RankCheck]] = {}
     for c in checks:

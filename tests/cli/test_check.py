@@ -16,7 +16,7 @@ from echo_view.cli import main
 from echo_view.cli.check import _ENCODER, check_json_file, check_paths, expand
 from echo_view.loading import SERIAL, read_job
 from echo_view.validate import Report, check_job
-from echo_view.validate.imported import check_imported_job
+from echo_view.validate.imported import check_rank, join_rank_checks
 from echo_view.validate.render import render_report
 from tests.cli.hostile_io import SAMPLES, refused
 from tests.cli.many_ranks import DLRM, many_ranks
@@ -41,7 +41,9 @@ def _whole(paths: list[Path], as_job: bool = False) -> Report:
             if len(summaries) > 1:
                 check_job(summaries, report, job.name)
         else:
-            check_imported_job(read_job(job.files), report, job.name)
+            whole = read_job(job.files)
+            checks = [check_rank(t, report.selection, report.keep) for t in whole.traces]
+            join_rank_checks(whole.head, checks, report, job.name)
     return report
 
 

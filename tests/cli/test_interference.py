@@ -101,11 +101,11 @@ def test_ranks_measured_where_read_report_what_the_whole_jobs_do(
     from echo_view.formats import json_text
     from echo_view.loading import SERIAL, build_registry, read_job
     from echo_view.sim.compute import classify_kernel
-    from echo_view.sim.interference.measure import samples_from_jobs
+    from echo_view.sim.interference.measure import OverlapSamples, measure
     from tests.cli.many_ranks import many_ranks
 
     paths = [Path(DLRM), many_ranks(tmp_path / "many", 12), Path(HTA)]
-    whole = samples_from_jobs([(str(p), read_job([p])) for p in paths], classify_kernel)
+    whole = OverlapSamples.concat([measure(read_job([p]), classify_kernel, str(p)) for p in paths])
 
     def no_whole_job(*args: object, **kwargs: object) -> None:
         raise AssertionError("a whole job was read")

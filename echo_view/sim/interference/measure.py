@@ -371,11 +371,6 @@ def _q(x: F64, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
-def samples_from_jobs(jobs: Sequence[tuple[str, Job]], classify: Classifier) -> OverlapSamples:
-    """Samples of several measured jobs (``(name, job)`` pairs), traces numbered in order."""
-    return OverlapSamples.concat([measure(job, classify, name) for name, job in jobs])
-
-
 __all__ = [
     "ClassRow",
     "OverlapSamples",
@@ -384,5 +379,4 @@ __all__ = [
     "longest_overlap",
     "measure",
     "measure_trace",
-    "samples_from_jobs",
 ]

@@ -47,14 +47,14 @@ def test_real_samples_step_holdout() -> None:
     """The samples' jobs, split by step: every model is evaluated on the same kernels."""
     from echo_view.loading import build_registry
     from echo_view.sim.compute import classify_kernel
-    from echo_view.sim.interference.measure import samples_from_jobs
+    from echo_view.sim.interference.measure import OverlapSamples, measure
 
     reg = build_registry()
     jobs = [
         (str(p), reg.importer_for(p).read([p]))
         for p in (SAMPLES / "hta_nccl" / "nccl_data.json.gz", SAMPLES / "hta_sampled_128")
     ]
-    s = samples_from_jobs(jobs, classify_kernel)
+    s = OverlapSamples.concat([measure(job, classify_kernel, name) for name, job in jobs])
     errs, preds = holdout(s, "step")
     n = {m: e.samples for m, e in errs.items()}
     assert len(set(n.values())) == 1 and n["none"] > 100
