@@ -119,11 +119,10 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
     def _wait_for_tensors(self, args: Any) -> None:
         """The current stream waits for the asynchronous collectives that write a storage
         ``args`` touches (module docstring)."""
-        for t in tree_flatten(args)[0]:
-            if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
-                found = self._in_flight.pop(_storage(t), None)
-                if found is not None:
-                    self.wait(self.current(), *found)
+        for t in _plain_tensors(args):
+            found = self._in_flight.pop(_storage(t), None)
+            if found is not None:
+                self.wait(self.current(), *found)
 
     def _group_stream(self, ranks: tuple[int, ...]) -> int:
         if ranks not in self._group_streams:
@@ -173,12 +172,18 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
             self._functional[id(out)] = (comm, row)
         elif _async_op(func, args, kwargs):
             self.unwaited[comm] = row
-            for t in tree_flatten((args, kwargs))[0]:
-                if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
-                    self._in_flight[_storage(t)] = (comm, row)
+            for t in _plain_tensors((args, kwargs)):
+                self._in_flight[_storage(t)] = (comm, row)
         else:
             self.wait(issuing, comm, row)
         return out
+
+
+def _plain_tensors(args: Any) -> Iterator[torch.Tensor]:
+    """The tensors in ``args`` that own their memory (not wrapper subclasses like DTensor)."""
+    for t in tree_flatten(args)[0]:
+        if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
+            yield t
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
