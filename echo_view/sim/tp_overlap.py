@@ -5,7 +5,8 @@ chunks pipelined with chunks of its GEMM, the collective on its own stream.
 Each tensor-parallel collective of a transformer layer is paired with the GEMM next to it and
 its time is replaced by what the pipeline cannot hide (the pass keeps the GEMM's time, so the
 pair lasts ``gemm + exposed``). Methods and chunk counts are Transformer Engine's defaults
-(``transformer_engine/pytorch/module/base.py``, ``initialize_ub``). Userbuffers are not NCCL:
+(``transformer_engine/pytorch/module/base.py``, ``initialize_ub``; ``atomic_gemm`` and
+``aggregate`` off, as there). Userbuffers are not NCCL:
 the buffers are registered once, the ring exchange copies chunks peer to peer with the copy
 engines (``use_ce``), the pipelined and bulk reduce-scatters run userbuffers' own kernels; no
 NCCL call is made per chunk. ``c`` is therefore the collective's bytes at the rate the
