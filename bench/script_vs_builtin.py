@@ -117,6 +117,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--dp", type=int, default=8)
     parser.add_argument("--ops", action="store_true", help="also the time of each op by pass")
+    parser.add_argument(
+        "--megatron",
+        action="store_true",
+        help="the built-in model as the Megatron-LM program (its defaults), not the script's",
+    )
     args = parser.parse_args()
     if args.moe is not None:
         compare_moe(args.moe)
@@ -128,7 +133,7 @@ def main() -> None:
         "seq_len": 2048,
         "vocab": 51200,
     }
-    base = {
+    base: dict[str, Any] = {
         # DDP's buckets (bucket_cap_mb = 25 MiB of fp32 gradients) as Megatron's bucket size.
         "parallel": {
             "tp": 1,
@@ -144,8 +149,14 @@ def main() -> None:
     script = str(ROOT / "samples" / "scripts" / "gpt_ddp.py")
     classes: dict[str, dict[str, int]] = {}
     ops: dict[str, dict[tuple[str, str, str, str], int]] = {}
-    for name, mod in (("built-in", {"kind": "gpt"}), ("script", {"script": script})):
-        cfg = parse_workload_config({**base, "model": {**model, **mod}}, str(ROOT / "x.toml"))
+    builtin = {**base, "model": {**model, "kind": "gpt"}}
+    if not args.megatron:
+        builtin = torch_native(builtin)
+    for name, data in (
+        ("built-in", builtin),
+        ("script", {**base, "model": {**model, "script": script}}),
+    ):
+        cfg = parse_workload_config(data, str(ROOT / "x.toml"))
         graph = trace_config(cfg)
         run = predict_workload(cfg, graph, {})
         row = _row(graph)
@@ -161,6 +172,18 @@ def main() -> None:
     _print_classes(classes["built-in"], classes["script"])
     if args.ops:
         _print_ops(ops["built-in"], ops["script"])
+
+
+def torch_native(data: dict[str, Any]) -> dict[str, Any]:
+    """A built-in GPT config mapping set to the PyTorch-native program of
+    ``samples/scripts/gpt_ddp.py``: autocast, PyTorch's DDP, clipping and cross entropy."""
+    return {
+        **data,
+        "model": {**data["model"], "cross_entropy": "torch"},
+        "parallel": {**data["parallel"], "ddp": "torch"},
+        "precision": {**data["precision"], "autocast": True},
+        "training": {**data.get("training", {}), "clip_grad_norm": "torch"},
+    }
 
 
 def _op_ns(run: WorkloadRun) -> dict[tuple[str, str, str, str], int]:
