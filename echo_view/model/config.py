@@ -583,6 +583,12 @@ def _check_torch_native(cfg: WorkloadConfig, err: Any) -> None:
             f'"torch" takes whole-vocabulary logits: it needs tp = 1 (got tp = {par.tp})',
         )
     if par.ddp == "torch":
+        if cfg.dtype != "fp32" and not cfg.autocast:
+            raise err(
+                "parallel.ddp",
+                '"torch" is modelled with fp32 parameters: set [precision] autocast = true '
+                '(or dtype = "fp32")',
+            )
         if par.fsdp != "none" or par.distributed_optimizer:
             raise err(
                 "parallel.ddp",

@@ -252,3 +252,32 @@ def test_compose_adds_no_data_parallel_collective_to_a_script_graph() -> None:
     kinds = Counter(int(k) for k in wl.collectives.kind)
     assert sum(kinds.values()) == 32 + 1 + 32 + 33
     assert {len(g.ranks) for g in wl.groups} == {WORLD}
+
+
+CLIPPED_STEP = """
+import torch
+
+
+def train_step() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 16))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 64)).sum().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+"""
+
+
+def test_clip_grad_norm_is_traced_on_its_foreach_path(tmp_path: Path) -> None:
+    """``clip_grad_norm_`` runs its foreach kernels on a GPU (and a CPU): one norm over the
+    four gradients (read once, four fp32 norms written) and one in-place multiply of them all
+    (read and written, the coefficient read), not a norm and a multiply per tensor."""
+    script = tmp_path / "clipped.py"
+    script.write_text(CLIPPED_STEP)
+    graph = trace_script(ScriptSpec(script), 1).graph
+    table = graph.roles[0].backward[0]
+    names = [graph.strings[int(i)] for i in table.name]
+    grads = 4 * (64 * 32 + 32 + 32 * 16 + 16)
+    assert names.count("aten::_foreach_norm") == 1 and "aten::linalg_vector_norm" in names
+    assert names.count("aten::_foreach_mul_") == 1 and "aten::mul_" not in names
+    assert int(table.bytes[names.index("aten::_foreach_norm")]) == grads + 4 * 4
+    assert int(table.bytes[names.index("aten::_foreach_mul_")]) == 2 * grads + 4
