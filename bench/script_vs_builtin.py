@@ -2,9 +2,11 @@
 automatic mixed precision), traced and simulated on one config: matrix FLOPs, parameters,
 data-parallel gradient bytes and step time of each, and the step split by op class
 (``ConfigSimulation.class_ns``); ``--ops`` adds the op groups whose time differs. The built-in
-graph gets its gradient all-reduce from the composer, overlapped with the backward pass in
-buckets of DDP's size (``overlap_grad_reduce``, ``ddp_bucket_size``); the script's graph holds
-DDP's bucket all-reduces on their communication stream.
+model runs the script's program (the PyTorch-native keys: autocast, PyTorch's DDP, clipping and
+cross entropy; ``--megatron``: its Megatron-LM defaults instead). The built-in graph gets its
+gradient all-reduce from the composer, overlapped with the backward pass in buckets of DDP's
+size (``overlap_grad_reduce``, ``ddp_bucket_size``); the script's graph holds DDP's bucket
+all-reduces on their communication stream.
 
 With ``--moe CONFIG``: an MoE config with ``[model] script`` (its graph beside it) against the
 built-in MoE layer of the same shape and layout (the script key dropped, ``overlap_grad_reduce``
@@ -12,7 +14,7 @@ on): step time, compute and communication, and the time of one MoE layer's dispa
 all-to-alls each way (the routed model both take, and the NCCL all-to-all model for the
 script's bytes).
 
-    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8] [--ops]
+    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8] [--ops] [--megatron]
     python bench/script_vs_builtin.py --moe samples/scripts/moe_ep_mixtral_16xh100.toml
 """
 

@@ -627,13 +627,20 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     return "flash"
 
 
+#: PyTorch DDP's default ``bucket_cap_mb``: 25 MiB of gradients per bucket.
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+
+
 def ddp_bucket_params(p: ParallelConfig, grad_ranks: int) -> int:
     """Parameters per gradient (and, with ``overlap_param_gather``, parameter) bucket:
     ``ddp_bucket_size``, else Megatron-Core's default ``max(40e6, 1e6 * dp)`` over the
     ``grad_ranks`` the gradients are reduced across (``DistributedDataParallel.__init__`` in
-    ``megatron/core/distributed/distributed_data_parallel.py``)."""
+    ``megatron/core/distributed/distributed_data_parallel.py``), or with ``ddp = "torch"``
+    PyTorch DDP's ``bucket_cap_mb`` of its fp32 gradients."""
     if p.ddp_bucket_size is not None:
         return p.ddp_bucket_size
+    if p.ddp == "torch":
+        return TORCH_DDP_BUCKET_BYTES // 4
     return max(40_000_000, 1_000_000 * grad_ranks)
 
 

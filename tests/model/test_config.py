@@ -14,6 +14,7 @@ from echo_view.model.config import (
     chunk_key,
     chunk_layers,
     config_to_mapping,
+    ddp_bucket_params,
     grad_reduce_bytes,
     parse_workload_config,
     tracing_key,
@@ -499,6 +500,8 @@ def test_torch_native_keys_round_trip_and_enter_the_tracing_key_only_when_set() 
     # PyTorch's DDP reduces during the backward; its clipping keeps the norm on the GPU.
     assert cfg.parallel.overlap_grad_reduce and not cfg.training.optimizer_sync
     assert grad_reduce_bytes(cfg) == 4
+    # Unset, the buckets are DDP's 25 MiB of fp32 gradients.
+    assert ddp_bucket_params(cfg.parallel, 64) == 25 * 2**20 // 4 == 6_553_600
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
     key = tracing_key(cfg)
     assert key["autocast"] is True and key["clip_grad_norm"] == "torch"

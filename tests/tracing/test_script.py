@@ -147,16 +147,12 @@ def test_llama_tensor_parallel_groups_map_to_tp_and_dp() -> None:
     assert fused == 28 * graph.roles[0].params + 4 * 12
 
 
-#: DDP's default ``bucket_cap_mb`` (25 MiB) of fp32 gradients, as Megatron's bucket size.
-DDP_BUCKET_PARAMS = 25 * 2**20 // 4
-
-
 @pytest.fixture(scope="module")
 def gpt_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The GPT of ``bench/script_vs_builtin.py`` (4 layers, hidden 2048, sequence 2048, data
-    parallel over 8 H100) built in, with DDP's bucket size and the keys of the script's
-    PyTorch-native program (autocast, PyTorch's DDP, clipping and cross entropy), and as the
-    DDP script: each config's graph and simulated step."""
+    parallel over 8 H100) built in, with the keys of the script's PyTorch-native program
+    (autocast; PyTorch's DDP, with its 25 MiB buckets; its clipping and cross entropy), and as
+    the DDP script: each config's graph and simulated step."""
     base: dict[str, Any] = {
         "model": {"layers": 4, "hidden": 2048, "heads": 16, "seq_len": 2048, "vocab": 51200},
         "parallel": {"tp": 1, "pp": 1, "dp": 8, "overlap_grad_reduce": True},
@@ -164,7 +160,6 @@ def gpt_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "cluster": {"gpu": "H100-SXM5-80GB", "gpus_per_node": 8, "nodes": 1},
         "precision": {"dtype": "bf16"},
     }
-    base["parallel"] |= {"ddp_bucket_size": DDP_BUCKET_PARAMS}
     builtin = {
         **base,
         "model": {**base["model"], "kind": "gpt", "cross_entropy": "torch"},
