@@ -2,9 +2,11 @@
 automatic mixed precision), traced and simulated on one config: matrix FLOPs, parameters,
 data-parallel gradient bytes and step time of each, and the step split by op class
 (``ConfigSimulation.class_ns``); ``--ops`` adds the op groups whose time differs. The built-in
-graph gets its gradient all-reduce from the composer, overlapped with the backward pass in
-buckets of DDP's size (``overlap_grad_reduce``, ``ddp_bucket_size``); the script's graph holds
-DDP's bucket all-reduces on their communication stream.
+model runs the script's program (the PyTorch-native keys: autocast, PyTorch's DDP, clipping and
+cross entropy; ``--megatron``: its Megatron-LM defaults instead). The built-in graph gets its
+gradient all-reduce from the composer, overlapped with the backward pass in buckets of DDP's
+size (``overlap_grad_reduce``, ``ddp_bucket_size``); the script's graph holds DDP's bucket
+all-reduces on their communication stream.
 
 With ``--moe CONFIG``: an MoE config with ``[model] script`` (its graph beside it) against the
 built-in MoE layer of the same shape and layout (the script key dropped, ``overlap_grad_reduce``
@@ -12,7 +14,7 @@ on): step time, compute and communication, and the time of one MoE layer's dispa
 all-to-alls each way (the routed model both take, and the NCCL all-to-all model for the
 script's bytes).
 
-    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8] [--ops]
+    python bench/script_vs_builtin.py [--layers 4] [--hidden 2048] [--dp 8] [--ops] [--megatron]
     python bench/script_vs_builtin.py --moe samples/scripts/moe_ep_mixtral_16xh100.toml
 """
 
@@ -117,6 +119,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--dp", type=int, default=8)
     parser.add_argument("--ops", action="store_true", help="also the time of each op by pass")
+    parser.add_argument(
+        "--megatron",
+        action="store_true",
+        help="the built-in model as the Megatron-LM program (its defaults), not the script's",
+    )
     args = parser.parse_args()
     if args.moe is not None:
         compare_moe(args.moe)
@@ -128,7 +135,7 @@ def main() -> None:
         "seq_len": 2048,
         "vocab": 51200,
     }
-    base = {
+    base: dict[str, Any] = {
         # DDP's buckets (bucket_cap_mb = 25 MiB of fp32 gradients) as Megatron's bucket size.
         "parallel": {
             "tp": 1,
@@ -144,8 +151,14 @@ def main() -> None:
     script = str(ROOT / "samples" / "scripts" / "gpt_ddp.py")
     classes: dict[str, dict[str, int]] = {}
     ops: dict[str, dict[tuple[str, str, str, str], int]] = {}
-    for name, mod in (("built-in", {"kind": "gpt"}), ("script", {"script": script})):
-        cfg = parse_workload_config({**base, "model": {**model, **mod}}, str(ROOT / "x.toml"))
+    builtin = {**base, "model": {**model, "kind": "gpt"}}
+    if not args.megatron:
+        builtin = torch_native(builtin)
+    for name, data in (
+        ("built-in", builtin),
+        ("script", {**base, "model": {**model, "script": script}}),
+    ):
+        cfg = parse_workload_config(data, str(ROOT / "x.toml"))
         graph = trace_config(cfg)
         run = predict_workload(cfg, graph, {})
         row = _row(graph)
@@ -161,6 +174,18 @@ def main() -> None:
     _print_classes(classes["built-in"], classes["script"])
     if args.ops:
         _print_ops(ops["built-in"], ops["script"])
+
+
+def torch_native(data: dict[str, Any]) -> dict[str, Any]:
+    """A built-in GPT config mapping set to the PyTorch-native program of
+    ``samples/scripts/gpt_ddp.py``: autocast, PyTorch's DDP, clipping and cross entropy."""
+    return {
+        **data,
+        "model": {**data["model"], "cross_entropy": "torch"},
+        "parallel": {**data["parallel"], "ddp": "torch"},
+        "precision": {**data["precision"], "autocast": True},
+        "training": {**data.get("training", {}), "clip_grad_norm": "torch"},
+    }
 
 
 def _op_ns(run: WorkloadRun) -> dict[tuple[str, str, str, str], int]:

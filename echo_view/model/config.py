@@ -54,6 +54,10 @@ ACTIVATIONS = ("gelu", "swiglu")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: Who writes a piece of the training program: Megatron-LM's implementation (the default)
+#: or PyTorch's own (``cross_entropy``, ``ddp``, ``clip_grad_norm``; docs/workloads.md,
+#: "PyTorch-native training").
+IMPLEMENTATIONS = ("megatron", "torch")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
@@ -99,6 +103,8 @@ class ModelConfig:
     normalization: str = "layernorm"
     position: str = "learned"
     tie_embeddings: bool = True
+    #: The loss: Megatron-LM's vocab-parallel cross entropy or PyTorch's ``F.cross_entropy``.
+    cross_entropy: str = "megatron"
     #: ``FILE.py[:FUNCTION]`` of a training step to trace instead of the built-in GPT
     #: (relative to the config); the shape keys above are passed to it and size the report.
     script: str | None = None
@@ -149,6 +155,9 @@ class ParallelConfig:
     fsdp: str = "none"
     ep: int = 1
     etp: int | None = None
+    #: The data-parallel wrapper: Megatron-Core's gradient buffer or PyTorch's
+    #: ``DistributedDataParallel`` buckets (``gradient_as_bucket_view``).
+    ddp: str = "megatron"
 
     @property
     def world_size(self) -> int:
@@ -207,12 +216,15 @@ class TrainingConfig:
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
+    #: Megatron-LM's ``clip_grad_by_total_norm_fp32`` or ``torch.nn.utils.clip_grad_norm_``.
+    clip_grad_norm: str = "megatron"
 
     @property
     def optimizer_sync(self) -> bool:
         """Whether the optimizer step reads a gradient statistic on the host (``.item()``)
-        before it updates the parameters."""
-        return self.clip_grad > 0 or self.log_num_zeros_in_grad
+        before it updates the parameters (PyTorch's clipping keeps its norm on the GPU)."""
+        megatron_clip = self.clip_grad > 0 and self.clip_grad_norm == "megatron"
+        return megatron_clip or self.log_num_zeros_in_grad
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +240,9 @@ class WorkloadConfig:
     source: str = ""
     fp8_recipe: str = "delayed"
     training: TrainingConfig = TrainingConfig()
+    #: ``torch.autocast`` mixed precision: fp32 parameters, gradients and optimizer, matrix
+    #: products in ``dtype`` (docs/workloads.md, "PyTorch-native training").
+    autocast: bool = False
 
     @property
     def micro_batches(self) -> int:
@@ -330,6 +345,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         normalization=m.choice("normalization", NORMALIZATIONS, "layernorm"),
         position=m.choice("position", POSITIONS, "learned"),
         tie_embeddings=m.get("tie_embeddings", bool, True),
+        cross_entropy=m.choice("cross_entropy", IMPLEMENTATIONS, "megatron"),
         script=script,
         moe=parse_moe(m, ffn_hidden),
     )
@@ -337,6 +353,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
 
     p = _Section(data["parallel"], "parallel", source)
     fsdp = p.choice("fsdp", FSDP, "none")
+    ddp = p.choice("ddp", IMPLEMENTATIONS, "megatron")
     parallel = ParallelConfig(
         tp=p.positive("tp"),
         pp=p.positive("pp"),
@@ -347,7 +364,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         recompute=p.choice("recompute", RECOMPUTE, "none"),
         # FSDP shards the optimizer states: unset, distributed_optimizer follows it.
         distributed_optimizer=p.get("distributed_optimizer", bool, fsdp != "none"),
-        overlap_grad_reduce=p.get("overlap_grad_reduce", bool, False),
+        # PyTorch's DDP always reduces its buckets during the backward pass.
+        overlap_grad_reduce=p.get("overlap_grad_reduce", bool, ddp == "torch"),
         first_stage_layers=p.get("first_stage_layers", int),
         last_stage_layers=p.get("last_stage_layers", int),
         account_for_embedding_in_pipeline_split=p.get(
@@ -363,6 +381,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         fsdp=fsdp,
         ep=p.positive("ep", 1),
         etp=p.positive("etp", 1) if "etp" in p.data else None,
+        ddp=ddp,
     )
     p.finish()
 
@@ -381,6 +400,9 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     recipe = pr.choice("fp8_recipe", FP8_RECIPES, "delayed")
     if "fp8_recipe" in pr.data and dtype != "fp8":
         raise pr._err("fp8_recipe", f'needs dtype = "fp8" (dtype is {dtype!r})')
+    autocast = pr.get("autocast", bool, False)
+    if autocast and dtype not in ("bf16", "fp16"):
+        raise pr._err("autocast", f'needs dtype = "bf16" or "fp16" (dtype is {dtype!r})')
     pr.finish()
 
     reference = None
@@ -396,11 +418,15 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     clip = t.get("clip_grad", float, 1.0)
     if not 0 <= clip < float("inf"):
         raise t._err("clip_grad", f"must be a number >= 0, got {clip!r}")
-    training = TrainingConfig(clip, t.get("log_num_zeros_in_grad", bool, False))
+    training = TrainingConfig(
+        clip,
+        t.get("log_num_zeros_in_grad", bool, False),
+        t.choice("clip_grad_norm", IMPLEMENTATIONS, "megatron"),
+    )
     t.finish()
 
     cfg = WorkloadConfig(
-        model, parallel, batch, cluster, dtype, reference, source, recipe, training
+        model, parallel, batch, cluster, dtype, reference, source, recipe, training, autocast
     )
     _check_consistency(cfg)
     return cfg
@@ -439,6 +465,7 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "parallel.fsdp",
             "a script's graph holds the FSDP collectives it runs: leave fsdp unset",
         )
+    _check_torch_native(cfg, err)
     if uneven:
         _check_uneven(cfg, err)
     elif mod.layers % (par.pp * par.virtual_stages):
@@ -545,6 +572,47 @@ def _check_fsdp(par: ParallelConfig, err: Any) -> None:
         )
 
 
+def _check_torch_native(cfg: WorkloadConfig, err: Any) -> None:
+    """The PyTorch-native keys only where the PyTorch program they name exists (and is
+    modelled): ``F.cross_entropy`` takes whole-vocabulary logits; DDP replicates the optimizer
+    and reduces during the backward; autocast is traced for one-stage dense models."""
+    par, mod = cfg.parallel, cfg.model
+    if mod.cross_entropy == "torch" and par.tp > 1:
+        raise err(
+            "model.cross_entropy",
+            f'"torch" takes whole-vocabulary logits: it needs tp = 1 (got tp = {par.tp})',
+        )
+    if par.ddp == "torch":
+        if cfg.dtype != "fp32" and not cfg.autocast:
+            raise err(
+                "parallel.ddp",
+                '"torch" is modelled with fp32 parameters: set [precision] autocast = true '
+                '(or dtype = "fp32")',
+            )
+        if par.fsdp != "none" or par.distributed_optimizer:
+            raise err(
+                "parallel.ddp",
+                '"torch" replicates the optimizer: it needs fsdp = "none" and '
+                "distributed_optimizer = false",
+            )
+        if not par.overlap_grad_reduce:
+            raise err(
+                "parallel.overlap_grad_reduce",
+                'PyTorch DDP always overlaps its bucket all-reduces: drop it with ddp = "torch"',
+            )
+    if cfg.autocast:
+        if par.pp > 1 or mod.moe is not None:
+            raise err(
+                "precision.autocast",
+                "is modelled for dense models without pipeline stages (pp = 1, no experts)",
+            )
+        if par.grad_reduce_in_fp32 is False:
+            raise err(
+                "parallel.grad_reduce_in_fp32",
+                "autocast keeps fp32 gradients, reduced in fp32: drop it",
+            )
+
+
 def resolve_attention(cfg: WorkloadConfig) -> str:
     """The attention implementation ``auto`` stands for.
 
@@ -559,13 +627,20 @@ def resolve_attention(cfg: WorkloadConfig) -> str:
     return "flash"
 
 
+#: PyTorch DDP's default ``bucket_cap_mb``: 25 MiB of gradients per bucket.
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20
+
+
 def ddp_bucket_params(p: ParallelConfig, grad_ranks: int) -> int:
     """Parameters per gradient (and, with ``overlap_param_gather``, parameter) bucket:
     ``ddp_bucket_size``, else Megatron-Core's default ``max(40e6, 1e6 * dp)`` over the
     ``grad_ranks`` the gradients are reduced across (``DistributedDataParallel.__init__`` in
-    ``megatron/core/distributed/distributed_data_parallel.py``)."""
+    ``megatron/core/distributed/distributed_data_parallel.py``), or with ``ddp = "torch"``
+    PyTorch DDP's ``bucket_cap_mb`` of its fp32 gradients."""
     if p.ddp_bucket_size is not None:
         return p.ddp_bucket_size
+    if p.ddp == "torch":
+        return TORCH_DDP_BUCKET_BYTES // 4
     return max(40_000_000, 1_000_000 * grad_ranks)
 
 
@@ -578,7 +653,7 @@ def grad_reduce_bytes(cfg: WorkloadConfig) -> int:
     requires gradient accumulation and all-reduce to be done in fp32") and leaves it off for
     ``--fp16``. FP8 training runs with ``--bf16`` parameters. Unset, the key follows that rule.
     """
-    if cfg.dtype == "fp32":
+    if cfg.dtype == "fp32" or cfg.autocast:
         return 4
     fp32 = cfg.parallel.grad_reduce_in_fp32
     if fp32 is None:
@@ -716,6 +791,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("normalization", m.normalization, "layernorm"),
                     ("position", m.position, "learned"),
                     ("tie_embeddings", m.tie_embeddings, True),
+                    ("cross_entropy", m.cross_entropy, "megatron"),
                     ("script", m.script, None),
                     ("attention_kernel", m.attention_kernel, "auto"),
                 )
@@ -757,6 +833,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("fsdp", p.fsdp, "none"),
                     ("ep", p.ep, 1),
                     ("etp", p.etp, None),
+                    ("ddp", p.ddp, "megatron"),
                 )
                 if v != default
             },
@@ -764,7 +841,8 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
         "batch": {"global": b.global_batch, "micro": b.micro},
         "cluster": cluster,
         "precision": {"dtype": cfg.dtype}
-        | ({"fp8_recipe": cfg.fp8_recipe} if cfg.dtype == "fp8" else {}),
+        | ({"fp8_recipe": cfg.fp8_recipe} if cfg.dtype == "fp8" else {})
+        | ({"autocast": True} if cfg.autocast else {}),
     }
     if cfg.reference is not None:
         out["reference"] = {
@@ -778,6 +856,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
         for k, v, d in (
             ("clip_grad", tr.clip_grad, default.clip_grad),
             ("log_num_zeros_in_grad", tr.log_num_zeros_in_grad, default.log_num_zeros_in_grad),
+            ("clip_grad_norm", tr.clip_grad_norm, default.clip_grad_norm),
         )
         if v != d
     }
@@ -801,6 +880,11 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     }
     if cfg.dtype == "fp8":
         key["fp8_recipe"] = cfg.fp8_recipe
+    # Only when set, so that other configs keep their tracing key.
+    if cfg.autocast:
+        key["autocast"] = True
+    if cfg.training.clip_grad_norm != "megatron":  # the optimizer phase's clipping kernels
+        key["clip_grad_norm"] = cfg.training.clip_grad_norm
     return key
 
 
@@ -827,4 +911,5 @@ def chunk_key(cfg: WorkloadConfig) -> str:
     key = tracing_key(cfg)
     key["model"] = {k: v for k, v in key["model"].items() if k != "layers"}
     key["parallel"] = {k: v for k, v in key["parallel"].items() if k not in _NOT_IN_CHUNK}
+    key.pop("clip_grad_norm", None)
     return json.dumps(key, sort_keys=True)

@@ -290,9 +290,10 @@ class MemoryReport:
 def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int]:
     """Bytes per parameter of weights, gradients and optimizer states (unsharded), in
     Megatron-LM's accounting: 16-bit weights, the main-gradient buffer, and the fp32 master
-    copy and Adam's moments (plus an fp32 copy of 16-bit gradients)."""
+    copy and Adam's moments (plus an fp32 copy of 16-bit gradients); under ``torch.autocast``
+    the fp32 weights are the ones Adam updates (their 16-bit copies are transient)."""
     grad = grad_reduce_bytes(cfg)
-    if cfg.dtype == "fp32":
+    if cfg.dtype == "fp32" or cfg.autocast:
         return 4, grad, 8
     return 2, grad, 12 + (4 if grad == 2 else 0)
 

@@ -26,7 +26,7 @@ import torch
 from echo_view.model.config import WorkloadConfig, chunk_key
 from echo_view.model.graph import OP_COLUMNS, OpTable
 from echo_view.model.strings import StringTable
-from echo_view.tracing.gpt import TORCH_DTYPES, GPTChunk
+from echo_view.tracing.gpt import GPTChunk, param_dtype
 from echo_view.tracing.layers import ColumnParallelLinear, RowParallelLinear
 from echo_view.tracing.moe import GroupedMLP
 from echo_view.tracing.recorder import Recorder
@@ -78,10 +78,15 @@ def trace_chunk(
         module = GPTChunk(rec, cfg, layers, first, last, dense)
         params = sum(int(t.numel()) for t in module.parameters())
         experts = sum(int(t.numel()) for t in module.parameters() if getattr(t, "expert", False))
+        torch_ddp = p.ddp == "torch"
         for prm in module.parameters():
             nbytes = int(prm.numel()) * GRAD_BYTES
+            # PyTorch DDP (``gradient_as_bucket_view``) copies each gradient autograd produced
+            # into its bucket when it is ready (``Reducer::mark_variable_ready_dense``; dividing
+            # by the world size in the same pass, ``mul_out``), then reduces the bucket.
+            bucket = torch.empty_like(prm) if torch_ddp else None
             prm.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                lambda _p, n=nbytes: rec.grad_ready(n)
+                lambda q, n=nbytes, b=bucket: _grad_ready(rec, q, n, b)
             )
         seq = m.seq_len // p.cp
         b = cfg.batch.micro
@@ -90,7 +95,7 @@ def trace_chunk(
             x = torch.empty(seq, b, dtype=torch.int64, device="meta")
         else:
             s_local = seq // p.tp if p.sequence_parallel else seq
-            dtype = TORCH_DTYPES[cfg.dtype]
+            dtype = param_dtype(cfg)  # the residual stream's: fp32 under autocast
             x = torch.empty(s_local, b, m.hidden, dtype=dtype, device="meta", requires_grad=True)
         rec.begin()
         out = module(x, target)
@@ -102,6 +107,14 @@ def trace_chunk(
             out.backward(torch.empty_like(out))
         bwd = rec.end()
     return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts)
+
+
+def _grad_ready(rec: Recorder, prm: torch.Tensor, nbytes: int, bucket: torch.Tensor | None) -> None:
+    """A parameter's gradient is complete: copied into its DDP bucket (``bucket``, PyTorch
+    DDP), then marked ready for the data-parallel reduction."""
+    if bucket is not None and prm.grad is not None:
+        bucket.copy_(prm.grad)
+    rec.grad_ready(nbytes)
 
 
 def _rows(table: OpTable) -> npt.NDArray[np.int64]:

@@ -18,6 +18,7 @@ from echo_view.tracing.fused import RMSNorm, mlp_activation, rope
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
+    TorchCrossEntropy,
     VocabParallelCrossEntropy,
     VocabParallelEmbedding,
     context_gather,
@@ -33,6 +34,17 @@ TORCH_DTYPES = {
     # (echo_view/tracing/fp8.py).
     "fp8": torch.bfloat16,
 }
+
+
+def param_dtype(cfg: WorkloadConfig) -> torch.dtype:
+    """The dtype the model's parameters are stored in: fp32 under ``torch.autocast``, else the
+    training dtype (Megatron's 16-bit model parameters beside its fp32 main copies)."""
+    return torch.float32 if cfg.autocast else TORCH_DTYPES[cfg.dtype]
+
+
+def autocast_dtype(cfg: WorkloadConfig) -> torch.dtype | None:
+    """The dtype ``torch.autocast`` casts the matrix products' operands to, or ``None``."""
+    return TORCH_DTYPES[cfg.dtype] if cfg.autocast else None
 
 
 def norm(cfg: WorkloadConfig, dtype: torch.dtype) -> nn.Module:
@@ -52,7 +64,8 @@ class TransformerLayer(nn.Module):
         super().__init__()
         m, p = cfg.model, cfg.parallel
         tp, sp = p.tp, p.sequence_parallel
-        dtype = TORCH_DTYPES[cfg.dtype]
+        dtype = param_dtype(cfg)
+        cast = autocast_dtype(cfg)
         self.heads = m.heads // tp
         self.kv_heads = max(m.kv_heads // tp, 1)
         self.head_dim = m.hidden // m.heads
@@ -61,17 +74,23 @@ class TransformerLayer(nn.Module):
         fp8 = fp8_recipe(cfg)
         self.ln1 = norm(cfg, dtype)
         qkv_out = (m.heads + 2 * m.kv_heads) * self.head_dim
-        self.qkv = ColumnParallelLinear(rec, m.hidden, qkv_out, tp, sp, dtype, fp8=fp8)
+        self.qkv = ColumnParallelLinear(
+            rec, m.hidden, qkv_out, tp, sp, dtype, fp8=fp8, autocast=cast
+        )
         self.proj = RowParallelLinear(
-            rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8=fp8
+            rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8=fp8, autocast=cast
         )
         self.ln2 = norm(cfg, dtype)
         self.gated = m.activation == "swiglu"
         fc1_out = m.up_projections * m.ffn_hidden
         self.moe = MoELayer(rec, cfg, dtype) if moe else None
         if self.moe is None:
-            self.fc1 = ColumnParallelLinear(rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8)
-            self.fc2 = RowParallelLinear(rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8)
+            self.fc1 = ColumnParallelLinear(
+                rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8, autocast=cast
+            )
+            self.fc2 = RowParallelLinear(
+                rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8, autocast=cast
+            )
         self.rope = m.position == "rope"
         self.dropout = 0.1 if self.attention == "unfused" else 0.0
         self.rec, self.cp = rec, p.cp
@@ -127,7 +146,7 @@ class GPTChunk(nn.Module):
     ) -> None:
         super().__init__()
         m, p = cfg.model, cfg.parallel
-        dtype = TORCH_DTYPES[cfg.dtype]
+        dtype = param_dtype(cfg)
         self.full_recompute = p.recompute == "full"
         self.embedding = (
             VocabParallelEmbedding(
@@ -150,14 +169,25 @@ class GPTChunk(nn.Module):
         if last:
             self.final_ln = norm(cfg, dtype)
             self.output = ColumnParallelLinear(
-                rec, m.hidden, m.vocab, p.tp, p.sequence_parallel, dtype, bias=False
+                rec,
+                m.hidden,
+                m.vocab,
+                p.tp,
+                p.sequence_parallel,
+                dtype,
+                bias=False,
+                autocast=autocast_dtype(cfg),
             )
             if m.tie_embeddings and self.embedding is not None:
                 # One stage holds both ends: the output layer uses the word embedding itself
                 # (one parameter, its gradient accumulated from both uses). With pp > 1 the
                 # last stage keeps a copy, reduced with the first stage's after backward.
                 self.output.weight = self.embedding.weight
-            self.loss = VocabParallelCrossEntropy(rec, p.tp)
+            self.loss: nn.Module = (
+                TorchCrossEntropy()
+                if m.cross_entropy == "torch"
+                else VocabParallelCrossEntropy(rec, p.tp)
+            )
         self.last = last
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:

@@ -130,11 +130,22 @@ def context_gather(
 
 
 def linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rec: Recorder, fp8: str | None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    rec: Recorder,
+    fp8: str | None,
+    autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """``x W^T + b``; with an FP8 recipe, as Transformer Engine's FP8 linear."""
+    """``x W^T + b``; with an FP8 recipe, as Transformer Engine's FP8 linear; under
+    ``torch.autocast`` (``autocast``: its dtype) on operands cast as autocast casts them: each
+    floating-point argument of ``linear`` not already in that dtype is copied to it
+    (``_to_copy``, whose backward copies the gradient back), the product runs in it."""
     if fp8 is not None:
         return fp8_linear(x, weight, bias, rec, fp8)
+    if autocast is not None:
+        x, weight = x.to(autocast), weight.to(autocast)
+        bias = bias.to(autocast) if bias is not None else None
     return F.linear(x, weight, bias)
 
 
@@ -151,9 +162,10 @@ class ColumnParallelLinear(nn.Module):
         dtype: torch.dtype,
         bias: bool = True,
         fp8: str | None = None,
+        autocast: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
+        self.rec, self.tp, self.sp, self.fp8, self.autocast = rec, tp, sp, fp8, autocast
         self.weight = nn.Parameter(torch.empty(d_out // tp, d_in, device="meta", dtype=dtype))
         self.bias = (
             nn.Parameter(torch.empty(d_out // tp, device="meta", dtype=dtype)) if bias else None
@@ -166,7 +178,7 @@ class ColumnParallelLinear(nn.Module):
             x = comm(x, self.rec, AG, RS, self.tp, wire_bytes=1)
             return fp8_linear(x, self.weight, self.bias, self.rec, self.fp8, cast_input=False)
         x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
-        return linear(x, self.weight, self.bias, self.rec, self.fp8)
+        return linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
 
 
 class RowParallelLinear(nn.Module):
@@ -181,14 +193,19 @@ class RowParallelLinear(nn.Module):
         sp: bool,
         dtype: torch.dtype,
         fp8: str | None = None,
+        autocast: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.rec, self.tp, self.sp, self.fp8 = rec, tp, sp, fp8
+        self.rec, self.tp, self.sp, self.fp8, self.autocast = rec, tp, sp, fp8, autocast
         self.weight = nn.Parameter(torch.empty(d_out, d_in // tp, device="meta", dtype=dtype))
         self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = linear(x, self.weight, None, self.rec, self.fp8)
+        if self.autocast is not None and self.tp == 1:
+            # A PyTorch-native program's ``nn.Linear``: with nothing to reduce, the bias is
+            # added in the product (``addmm``), cast with the other operands.
+            return linear(x, self.weight, self.bias, self.rec, None, self.autocast)
+        y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast)
         y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
         return y + self.bias
 
@@ -280,6 +297,14 @@ class _CrossEntropy(torch.autograd.Function):
         grad_2d[rows, flat_target] -= 1.0 - outside.view(-1).float()
         softmax.mul_(grad.unsqueeze(-1))
         return softmax, None, None, None
+
+
+class TorchCrossEntropy(nn.Module):
+    """PyTorch's ``F.cross_entropy`` (mean over tokens) on the fp32 logits of the whole
+    vocabulary: ``log_softmax`` then ``nll_loss``, and their backwards."""
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
 
 
 class VocabParallelCrossEntropy(nn.Module):

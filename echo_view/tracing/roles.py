@@ -66,10 +66,16 @@ def _optimizer(
     n = params
     if p.distributed_optimizer:
         n = (params - expert_params) // p.dp + expert_params // p.expert_dp
-    half = cfg.dtype != "fp32"
+    # Megatron's 16-bit model parameters beside fp32 main ones (not autocast's fp32 ones).
+    half = cfg.dtype != "fp32" and not cfg.autocast
     recipe = fp8_recipe(cfg)
     rec.begin()
-    rec.op("grad_norm", OpClass.REDUCTION, flops=2.0 * n, nbytes=GRAD_BYTES * n, dtype="fp32")
+    if cfg.training.clip_grad_norm == "torch":
+        if cfg.training.clip_grad > 0:
+            with rec:  # the aten ops it dispatches, recorded
+                _torch_clip_grad_norm(n, cfg.training.clip_grad)
+    else:
+        rec.op("grad_norm", OpClass.REDUCTION, flops=2.0 * n, nbytes=GRAD_BYTES * n, dtype="fp32")
     # Adam (Apex's / Transformer Engine's FusedAdam) reads the fp32 param, grad, m and v and
     # writes the param, m and v back: 28 bytes per parameter.
     adam_bytes = n * (8 + 8 + 8 + GRAD_BYTES)
@@ -78,11 +84,27 @@ def _optimizer(
         # Mixed precision: Megatron then copies the fp32 main params into the 16-bit model
         # params in a kernel of its own (``_copy_main_params_to_model_params``): 4 + 2 bytes.
         rec.op("copy_main_params", OpClass.COPY, flops=0.0, nbytes=6 * n, dtype="bf16")
-    rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=GRAD_BYTES * params, dtype="fp32")
+    if p.ddp != "torch":
+        # Megatron zeroes its gradient buffer; PyTorch's ``zero_grad()`` sets the gradients
+        # to None (``set_to_none``, its default), which runs no kernel.
+        rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=GRAD_BYTES * params, dtype="fp32")
     if recipe is not None:
         for numel in fp8_weights:
             record_cast(rec, numel, recipe, "weight")
     return rec.end()
+
+
+def _torch_clip_grad_norm(n: int, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` on ``n`` fp32 gradient elements as
+    it runs on a GPU, its foreach path (``torch/nn/utils/clip_grad.py``): the norm of every
+    gradient (``_foreach_norm``), the norm of those norms, the clip coefficient clamped to
+    1, and every gradient multiplied by it (``_foreach_mul_``), whether or not it clips
+    (Megatron-LM multiplies only when the norm exceeds the maximum). The gradients are one
+    tensor here: the kernels' bytes are those of the whole list."""
+    grads = [torch.empty(n, dtype=torch.float32, device="meta")]
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    torch._foreach_mul_(grads, coef)
 
 
 def _phase(

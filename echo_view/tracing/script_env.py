@@ -24,6 +24,10 @@ traced (and restored afterwards):
   first bucket, then ``bucket_cap_mb``), in reverse parameter order as DDP first assigns them.
 
 ``torch.distributed.init_process_group`` called by the script is a no-op (the fake group is up).
+Utilities that take their foreach (multi-tensor) path only for tensors of plain type
+(``torch.nn.utils.clip_grad_norm_``: ``_has_foreach_support`` in
+``torch/utils/_foreach_utils.py``) take it for fake tensors too, as they do for the script's
+tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+import torch.utils._foreach_utils as foreach_utils
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -127,6 +132,8 @@ def _adapted_torch() -> Iterator[None]:
             _patched(ddp._BucketCapacityConfig, "compute_bucket_size_limits", steady_buckets)
         )
         stack.enter_context(_patched(dist, "init_process_group", lambda *a, **k: None))
+        supported = [*foreach_utils._foreach_supported_types, FakeTensor]
+        stack.enter_context(_patched(foreach_utils, "_foreach_supported_types", supported))
         yield
 
 

@@ -14,6 +14,7 @@ from echo_view.model.config import (
     chunk_key,
     chunk_layers,
     config_to_mapping,
+    ddp_bucket_params,
     grad_reduce_bytes,
     parse_workload_config,
     tracing_key,
@@ -168,6 +169,22 @@ def test_published_runs_are_all_there() -> None:
         ),
         (_with("parallel", fsdp="zero3"), "parallel.fsdp", "none, full_shard, shard_grad_op"),
         (BASE | {"training": {"clip_grad": -1.0}}, "training.clip_grad", "a number >= 0"),
+        (
+            BASE | {"training": {"clip_grad_norm": "apex"}},
+            "training.clip_grad_norm",
+            "megatron, torch; got 'apex'",
+        ),
+        (_with("model", cross_entropy="fused"), "model.cross_entropy", "megatron, torch"),
+        (_with("model", cross_entropy="torch"), "model.cross_entropy", "needs tp = 1"),
+        (_with("parallel", ddp="fsdp"), "parallel.ddp", "megatron, torch; got 'fsdp'"),
+        (_with("parallel", ddp="torch"), "parallel.ddp", "fp32 parameters"),
+        (_with("precision", autocast="yes"), "precision.autocast", "expected bool"),
+        (_with("precision", autocast=True), "precision.autocast", "pp = 1, no experts"),
+        (
+            _with("precision", dtype="fp8", autocast=True),
+            "precision.autocast",
+            'needs dtype = "bf16" or "fp16"',
+        ),
         (BASE | {"training": {"log_params_norm": True}}, "training.log_params_norm", "unknown"),
         (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
         (
@@ -462,3 +479,54 @@ def test_attention_kernel_is_read_round_trips_and_leaves_the_tracing_key_alone()
 def test_an_unknown_attention_kernel_names_the_key_and_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"attention_kernel.*fa2, fa3, cudnn, triton.*'flash3'"):
         parse_workload_config(_with("model", attention_kernel="flash3"), "x.toml")
+
+
+def _torch_native(**sections: dict[str, Any]) -> dict[str, Any]:
+    """BASE on one pipeline stage with every PyTorch-native key set, ``sections`` on top."""
+    data = _with("parallel", pp=1, dp=64, virtual_stages=1)
+    data["model"] = {**data["model"], "cross_entropy": "torch"}
+    data["parallel"] = {**data["parallel"], "tp": 1, "ddp": "torch"}
+    data["precision"] = {"dtype": "bf16", "autocast": True}
+    data["training"] = {"clip_grad_norm": "torch"}
+    for name, values in sections.items():
+        data[name] = {**data[name], **values}
+    return data
+
+
+def test_torch_native_keys_round_trip_and_enter_the_tracing_key_only_when_set() -> None:
+    cfg = parse_workload_config(_torch_native())
+    assert (cfg.model.cross_entropy, cfg.parallel.ddp, cfg.autocast) == ("torch", "torch", True)
+    assert cfg.training.clip_grad_norm == "torch"
+    # PyTorch's DDP reduces during the backward; its clipping keeps the norm on the GPU.
+    assert cfg.parallel.overlap_grad_reduce and not cfg.training.optimizer_sync
+    assert grad_reduce_bytes(cfg) == 4
+    # Unset, the buckets are DDP's 25 MiB of fp32 gradients.
+    assert ddp_bucket_params(cfg.parallel, 64) == 25 * 2**20 // 4 == 6_553_600
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    key = tracing_key(cfg)
+    assert key["autocast"] is True and key["clip_grad_norm"] == "torch"
+    assert key["model"]["cross_entropy"] == "torch" and key["parallel"]["ddp"] == "torch"
+    # The clipping is in the optimizer phase, not in a chunk's ops.
+    clip_only = _torch_native(training={"clip_grad_norm": "megatron"})
+    assert chunk_key(cfg) == chunk_key(parse_workload_config(clip_only))
+    plain = parse_workload_config(BASE)
+    assert plain.training.optimizer_sync and plain.parallel.ddp == "megatron"
+    key = tracing_key(plain)
+    assert "autocast" not in key and "clip_grad_norm" not in key
+    assert "cross_entropy" not in key["model"] and "ddp" not in key["parallel"]
+
+
+@pytest.mark.parametrize(
+    ("sections", "where", "text"),
+    [
+        ({"parallel": {"overlap_grad_reduce": False}}, "parallel.overlap_grad_reduce", "always"),
+        ({"parallel": {"distributed_optimizer": True}}, "parallel.ddp", "replicates"),
+        ({"parallel": {"grad_reduce_in_fp32": False}}, "parallel.grad_reduce_in_fp32", "fp32"),
+    ],
+)
+def test_torch_native_mistakes_name_the_key(
+    sections: dict[str, dict[str, Any]], where: str, text: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_workload_config(_torch_native(**sections), "x.toml")
+    assert info.value.where == where and text in str(info.value)

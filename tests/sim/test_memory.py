@@ -144,6 +144,16 @@ def test_bytes_per_parameter_follow_megatron() -> None:
         stage_memory(bf16, 1, sharding="zero9")
 
 
+def test_autocast_keeps_fp32_weights_gradients_and_adam_moments() -> None:
+    """torch.autocast: fp32 weights (4 bytes), fp32 gradients (4) and Adam's two fp32 moments
+    (8), 16 bytes per parameter, no 16-bit model copy beside an fp32 master copy."""
+    cfg = _cfg(dtype="bf16", dp=4, pp=1)
+    cfg = replace(cfg, autocast=True)
+    n = stage_params(cfg, 0)
+    mem = stage_memory(cfg, 0)
+    assert (mem.weights, mem.grads, mem.optimizer) == (4 * n, 4 * n, 8 * n)
+
+
 def test_the_fsdp_key_sets_the_sharding() -> None:
     """``[parallel] fsdp`` reaches the memory model, in PyTorch FSDP's mixed-precision
     accounting (fp32 shards of parameters and gradients, Adam's two moments: 16 bytes per

@@ -66,6 +66,13 @@ LAYOUTS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "llama pp2 cp2": {"parallel": {"pp": 2, "cp": 2}, "model": LLAMA},
     "tp1 pp3": {"parallel": {"tp": 1, "pp": 3, "sequence_parallel": False}},
+    "pp1 autocast sequence parallel": {"parallel": {"pp": 1}, "precision": {"autocast": True}},
+    # Autocast, PyTorch's DDP (a copy into its bucket per gradient), its cross entropy.
+    "tp1 pytorch-native": {
+        "parallel": {"tp": 1, "pp": 1, "sequence_parallel": False, "ddp": "torch"},
+        "model": {"cross_entropy": "torch"},
+        "precision": {"autocast": True},
+    },
 }
 
 
@@ -84,7 +91,7 @@ def _cfg(over: dict[str, dict[str, Any]]) -> WorkloadConfig:
         "precision": {"dtype": "bf16"},
     }
     for section, values in over.items():
-        data[section] = {**data[section], **values}
+        data[section] = {**data.get(section, {}), **values}
     p = data["parallel"]
     gpus = p["tp"] * p["pp"] * p.get("cp", 1)
     data["cluster"] = {"gpu": "H100", "gpus_per_node": gpus, "nodes": 1}

@@ -292,3 +292,96 @@ def test_tied_output_layer_shares_the_embedding_with_one_stage() -> None:
     a = trace_workload(_cfg(model={"tie_embeddings": False}))
     b = trace_workload(_cfg())
     assert [r.params for r in a.roles] == [r.params for r in b.roles]
+
+
+#: A small GPT on one tensor-parallel rank for the PyTorch-native keys: h, s, b, vocab.
+NATIVE = {"hidden": 256, "seq_len": 128, "micro": 2, "vocab": 1000}
+
+
+def _native(**keys: dict[str, Any]) -> TracedGraph:
+    """The small GPT (one layer, data parallel over 2) with ``keys`` per section set."""
+    data: dict[str, Any] = {
+        "model": {"kind": "gpt", "layers": 1, "hidden": 256, "heads": 4, "seq_len": 128},
+        "parallel": {"tp": 1, "pp": 1, "dp": 2},
+        "batch": {"global": 4, "micro": 2},
+        "cluster": {"gpu": "H100", "gpus_per_node": 2, "nodes": 1},
+        "precision": {"dtype": "bf16"},
+    }
+    data["model"]["vocab"] = NATIVE["vocab"]
+    for section, values in keys.items():
+        data[section] = {**data.get(section, {}), **values}
+    return trace_workload(parse_workload_config(data))
+
+
+def _bytes(graph: TracedGraph, table: Any, name: str, dtype: str | None = None) -> int:
+    """Bytes of the rows of op ``name`` (and ``dtype``) in ``table``."""
+    names = np.array([graph.strings[int(i)] for i in table.name])
+    dtypes = np.array([graph.strings[int(i)] if i >= 0 else "" for i in table.dtype])
+    rows = (names == name) & ((dtypes == dtype) if dtype is not None else True)
+    return int(table.bytes[rows].sum())
+
+
+def _linear_weights(h: int, vocab: int) -> int:
+    """Elements of the linear layers' weights and biases: QKV, projection, FC1, FC2 (4h) and
+    the output layer (the tied word embedding, no bias)."""
+    return (3 * h * h + 3 * h) + (h * h + h) + (4 * h * h + 4 * h) + (4 * h * h + h) + vocab * h
+
+
+def test_autocast_casts_every_linear_operand_in_fp32_to_bf16() -> None:
+    """fp32 parameters; in forward each weight and bias of a linear layer, and the three fp32
+    inputs (the LayerNorms' outputs before QKV, FC1 and the output layer), are copied to
+    bf16: 4 bytes read and 2 written per element; no copy of fp32 main parameters after the
+    step. Without autocast (bf16 parameters) there is no such cast."""
+    h, s, b, v = NATIVE["hidden"], NATIVE["seq_len"], NATIVE["micro"], NATIVE["vocab"]
+    graph = _native(precision={"autocast": True})
+    role = graph.roles[0]
+    casts = _bytes(graph, role.forward[0], "aten::_to_copy", "bf16")
+    assert casts == 6 * (_linear_weights(h, v) + 3 * s * b * h)
+    assert _bytes(graph, role.optimizer, "copy_main_params") == 0
+    plain = _native()
+    assert _bytes(plain, plain.roles[0].forward[0], "aten::_to_copy", "bf16") == 0
+    # The gradients of the same operands are copied back to fp32 (2 read, 4 written), beside
+    # the loss's own fp32 copy (its mask of targets outside the vocabulary shard) both have.
+    back = _bytes(graph, role.backward[0], "aten::_to_copy", "fp32")
+    mask = _bytes(plain, plain.roles[0].backward[0], "aten::_to_copy", "fp32")
+    assert mask == 5 * s * b
+    assert back - mask == 6 * (_linear_weights(h, v) + 3 * s * b * h)
+    assert _bytes(plain, plain.roles[0].optimizer, "copy_main_params") == 6 * role.params
+
+
+def test_torch_ddp_copies_each_gradient_into_its_bucket_and_zeroes_nothing() -> None:
+    """PyTorch DDP: one copy of every fp32 gradient into its bucket in the backward pass (4
+    bytes read, 4 written per parameter), and no zeroing kernel in the optimizer."""
+    autocast = {"autocast": True}
+    graph = _native(precision=autocast, parallel={"ddp": "torch"})
+    megatron = _native(precision=autocast)
+    role, ref = graph.roles[0], megatron.roles[0]
+    copies = _bytes(graph, role.backward[0], "aten::copy_", "fp32")
+    assert copies - _bytes(megatron, ref.backward[0], "aten::copy_", "fp32") == 8 * role.params
+    assert _bytes(graph, role.optimizer, "zero_grad") == 0
+    assert _bytes(megatron, ref.optimizer, "zero_grad") == 4 * ref.params
+
+
+def test_torch_clip_grad_norm_multiplies_every_gradient() -> None:
+    """``clip_grad_norm_``'s foreach path: the gradient norms read every fp32 gradient once
+    (plus their one-scalar result), the multiply reads and writes every gradient (plus the
+    scalar coefficient); no clipping with ``clip_grad = 0``."""
+    graph = _native(training={"clip_grad_norm": "torch"})
+    opt, n = graph.roles[0].optimizer, graph.roles[0].params
+    assert _bytes(graph, opt, "aten::_foreach_norm") == 4 * n + 4
+    assert _bytes(graph, opt, "aten::_foreach_mul_") == 8 * n + 4
+    assert _bytes(graph, opt, "grad_norm") == 0
+    off = _native(training={"clip_grad_norm": "torch", "clip_grad": 0.0})
+    names = {off.strings[int(i)] for i in off.roles[0].optimizer.name}
+    assert names == {"fused_adam", "copy_main_params", "zero_grad"}
+
+
+def test_torch_cross_entropy_is_log_softmax_and_nll_loss() -> None:
+    """``F.cross_entropy`` on the fp32 logits: ``log_softmax`` reads and writes them (8 bytes
+    per logit), ``nll_loss`` picks the targets; none of Megatron's in-place kernels."""
+    s, b, v = NATIVE["seq_len"], NATIVE["micro"], NATIVE["vocab"]
+    graph = _native(model={"cross_entropy": "torch"})
+    fwd = graph.roles[0].forward[0]
+    assert _bytes(graph, fwd, "aten::_log_softmax") == 8 * s * b * v
+    names = {graph.strings[int(i)] for i in fwd.name}
+    assert "aten::nll_loss_forward" in names and "aten::exp" not in names
