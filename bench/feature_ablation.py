@@ -81,6 +81,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         "",
     ),
     (
+        "validation/megatron-ci-7b-tp1-pp4.toml",
+        "gradient_accumulation_fusion (off as the run)",
+        {"training.gradient_accumulation_fusion": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/megatron-ci-7b-tp4-pp1.toml",
+        "gradient_accumulation_fusion (off as the run)",
+        {"training.gradient_accumulation_fusion": (False, True)},
+        None,
+        "",
+    ),
+    (
         "validation/korthikanti-175b-selective.toml",
         "tie_embeddings (on = embedding all-reduce)",
         {"model.tie_embeddings": (False, True)},

@@ -210,14 +210,18 @@ class Reference:
 
 @dataclass(frozen=True, slots=True)
 class TrainingConfig:
-    """Megatron-LM training options that make the host wait for the GPU once per step
-    (:mod:`echo_view.sim.host`): ``clip_grad`` (``--clip-grad``, Megatron's default 1.0; 0 is
-    no clipping) and ``log_num_zeros_in_grad`` (``--log-num-zeros-in-grad``)."""
+    """Megatron-LM training options: ``clip_grad`` (``--clip-grad``, Megatron's default 1.0; 0
+    is no clipping) and ``log_num_zeros_in_grad`` (``--log-num-zeros-in-grad``) make the host
+    wait for the GPU once per step (:mod:`echo_view.sim.host`); ``gradient_accumulation_fusion``
+    (``--no-gradient-accumulation-fusion`` sets it false) decides whether the linear layers'
+    weight-gradient GEMMs accumulate into the fp32 ``main_grad`` themselves or write a 16-bit
+    gradient that Megatron's DDP hook adds to it (traced, docs/workloads.md)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
     #: Megatron-LM's ``clip_grad_by_total_norm_fp32`` or ``torch.nn.utils.clip_grad_norm_``.
     clip_grad_norm: str = "megatron"
+    gradient_accumulation_fusion: bool = True
 
     @property
     def optimizer_sync(self) -> bool:
@@ -422,6 +426,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         clip,
         t.get("log_num_zeros_in_grad", bool, False),
         t.choice("clip_grad_norm", IMPLEMENTATIONS, "megatron"),
+        t.get("gradient_accumulation_fusion", bool, True),
     )
     t.finish()
 
@@ -581,6 +586,14 @@ def _check_torch_native(cfg: WorkloadConfig, err: Any) -> None:
         raise err(
             "model.cross_entropy",
             f'"torch" takes whole-vocabulary logits: it needs tp = 1 (got tp = {par.tp})',
+        )
+    if not cfg.training.gradient_accumulation_fusion and (
+        par.ddp == "torch" or mod.script is not None
+    ):
+        raise err(
+            "training.gradient_accumulation_fusion",
+            'is Megatron\'s built-in GPT with its DDP (main_grad): drop it with ddp = "torch" '
+            "or a script",
         )
     if par.ddp == "torch":
         if cfg.dtype != "fp32" and not cfg.autocast:
@@ -857,6 +870,11 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             ("clip_grad", tr.clip_grad, default.clip_grad),
             ("log_num_zeros_in_grad", tr.log_num_zeros_in_grad, default.log_num_zeros_in_grad),
             ("clip_grad_norm", tr.clip_grad_norm, default.clip_grad_norm),
+            (
+                "gradient_accumulation_fusion",
+                tr.gradient_accumulation_fusion,
+                default.gradient_accumulation_fusion,
+            ),
         )
         if v != d
     }
@@ -885,6 +903,8 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["autocast"] = True
     if cfg.training.clip_grad_norm != "megatron":  # the optimizer phase's clipping kernels
         key["clip_grad_norm"] = cfg.training.clip_grad_norm
+    if not cfg.training.gradient_accumulation_fusion:  # the main_grad additions (traced)
+        key["gradient_accumulation_fusion"] = False
     return key
 
 

@@ -79,14 +79,18 @@ def trace_chunk(
         params = sum(int(t.numel()) for t in module.parameters())
         experts = sum(int(t.numel()) for t in module.parameters() if getattr(t, "expert", False))
         torch_ddp = p.ddp == "torch"
+        unfused = _unfused_wgrad(module, cfg)
         for prm in module.parameters():
             nbytes = int(prm.numel()) * GRAD_BYTES
             # PyTorch DDP (``gradient_as_bucket_view``) copies each gradient autograd produced
             # into its bucket when it is ready (``Reducer::mark_variable_ready_dense``; dividing
             # by the world size in the same pass, ``mul_out``), then reduces the bucket.
             bucket = torch.empty_like(prm) if torch_ddp else None
+            main_grad = None
+            if id(prm) in unfused:
+                main_grad = torch.empty_like(prm, dtype=torch.float32)
             prm.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                lambda q, n=nbytes, b=bucket: _grad_ready(rec, q, n, b)
+                lambda q, n=nbytes, b=bucket, g=main_grad: _grad_ready(rec, q, n, b, g)
             )
         seq = m.seq_len // p.cp
         b = cfg.batch.micro
@@ -109,11 +113,37 @@ def trace_chunk(
     return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts)
 
 
-def _grad_ready(rec: Recorder, prm: torch.Tensor, nbytes: int, bucket: torch.Tensor | None) -> None:
+def _unfused_wgrad(module: torch.nn.Module, cfg: WorkloadConfig) -> set[int]:
+    """Ids of the linear-layer weights whose gradient Megatron's DDP hook adds to ``main_grad``
+    (``param.main_grad.add_(param.grad.data)``, ``_make_backward_post_hook`` in
+    megatron/core/distributed/distributed_data_parallel.py) because the weight-gradient GEMM
+    did not accumulate into it itself: with ``gradient_accumulation_fusion`` off
+    (``--no-gradient-accumulation-fusion``; the GEMM then returns a 16-bit ``grad_weight``,
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward`` in
+    megatron/core/tensor_parallel/layers.py, and Transformer Engine's ``fuse_wgrad_accumulation``
+    is off). Biases, norms and embeddings take that path with either setting and are not
+    traced here."""
+    if cfg.training.gradient_accumulation_fusion:
+        return set()
+    linears = (ColumnParallelLinear, RowParallelLinear)
+    return {id(mod.weight) for mod in module.modules() if isinstance(mod, linears)}
+
+
+def _grad_ready(
+    rec: Recorder,
+    prm: torch.Tensor,
+    nbytes: int,
+    bucket: torch.Tensor | None,
+    main_grad: torch.Tensor | None,
+) -> None:
     """A parameter's gradient is complete: copied into its DDP bucket (``bucket``, PyTorch
-    DDP), then marked ready for the data-parallel reduction."""
-    if bucket is not None and prm.grad is not None:
-        bucket.copy_(prm.grad)
+    DDP) or added to Megatron's fp32 ``main_grad`` (:func:`_unfused_wgrad`), then marked ready
+    for the data-parallel reduction."""
+    if prm.grad is not None:
+        if bucket is not None:
+            bucket.copy_(prm.grad)
+        if main_grad is not None:
+            main_grad.add_(prm.grad)
     rec.grad_ready(nbytes)
 
 

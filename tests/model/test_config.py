@@ -530,3 +530,22 @@ def test_torch_native_mistakes_name_the_key(
     with pytest.raises(ConfigError) as info:
         parse_workload_config(_torch_native(**sections), "x.toml")
     assert info.value.where == where and text in str(info.value)
+
+
+def test_gradient_accumulation_fusion_round_trips_and_is_in_the_tracing_key_only_off() -> None:
+    plain = parse_workload_config(BASE)
+    assert plain.training.gradient_accumulation_fusion  # Megatron-LM's default
+    assert "training" not in config_to_mapping(plain)
+    off = parse_workload_config(BASE | {"training": {"gradient_accumulation_fusion": False}})
+    assert not off.training.gradient_accumulation_fusion
+    assert parse_workload_config(config_to_mapping(off)) == off
+    assert "gradient_accumulation_fusion" not in tracing_key(plain)
+    # The main_grad additions are ops of every chunk.
+    assert tracing_key(off)["gradient_accumulation_fusion"] is False
+    assert chunk_key(off) != chunk_key(plain)
+
+
+def test_gradient_accumulation_fusion_off_needs_megatrons_ddp() -> None:
+    data = _torch_native(training={"gradient_accumulation_fusion": False})
+    with pytest.raises(ConfigError, match=r"training\.gradient_accumulation_fusion.*main_grad"):
+        parse_workload_config(data, "x.toml")

@@ -186,3 +186,25 @@ def test_copy_strings_numbers_strings_in_row_order() -> None:
     assert [target[i] for i in out.name] == ["a", "nccl:all_reduce", "b"]
     assert out.dtype.tolist() == [2, -1, 2] and out.shapes.tolist() == [3, -1, 3]
     assert out.coll_bytes.tolist() == [0, 64, 0]
+
+
+def test_unfused_weight_gradients_are_added_to_fp32_main_grad() -> None:
+    """``--no-gradient-accumulation-fusion``: per linear weight and micro-batch one
+    ``main_grad.add_(grad)``: 4 bytes read + 4 written of fp32 main_grad, 2 read of the bf16
+    gradient = 10 bytes per weight element. One tp2 layer of hidden 256, 8 heads, ffn 1024,
+    vocab 1000 on one stage: qkv 3*256/2*256, proj 256*256/2, fc1 1024/2*256, fc2 256*1024/2,
+    output layer 500*256 elements."""
+    over: dict[str, dict[str, Any]] = {"parallel": {"pp": 1}}
+    weights = [384 * 256, 256 * 128, 512 * 256, 256 * 512, 500 * 256]
+
+    def adds(fusion: bool) -> list[int]:
+        cfg = _cfg(over | {"training": {"gradient_accumulation_fusion": fusion}})
+        strings = StringTable()
+        body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
+        names = [strings[int(i)] for i in body.backward.name]
+        return sorted(
+            int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::add_"
+        )
+
+    fused = adds(True)
+    assert sorted(fused + [10 * w for w in weights]) == adds(False)
