@@ -190,7 +190,7 @@ def resolve_kernel(kernel: str, arch: str) -> str:
     Hopper and later ("Disabling FlashAttention to give FusedAttention preference on Hopper+",
     ``get_attention_backend`` in transformer_engine/pytorch/attention/dot_product_attention/
     utils.py) and runs FlashAttention(-2) before Hopper. Deterministic mode
-    (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``) keeps cuDNN on sm90 and later: the same function
+    (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``) keeps cuDNN for bf16 on Hopper: the same function
     drops it for determinism only below sm90, with a bias gradient or cuDNN < 8.9.5."""
     if kernel != "auto":
         return kernel
