@@ -17,9 +17,13 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
 - ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
   multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
 - ``info``, ``check``, ``interference``: ``echo-view COMMAND DIR --json --workers N``, the
-  client's peak RSS, on the job and on one of its rank files, for N = 1 (serial) and
-  ``--workers``; ``--commands`` picks them, ``--client-only`` (or ``--info-only``) skips the
-  rest.
+  client's peak RSS, on the job and on one of its rank files, and the wall time on the job,
+  for N = 1 (serial) and ``--workers`` (runs interleaved); ``--commands`` picks them,
+  ``--client-only`` (or ``--info-only``) skips the rest;
+- ``ceiling``: plain ``json.loads`` of every rank file in one process against the files
+  split over ``--workers`` processes started together (nothing of echo-view, no cluster), in
+  the same rounds as the methods above: the speed-up the machine itself allows at that moment,
+  against which the workers' speed-up is read (on a shared machine it is well below N).
 
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
                                  [--hta-python .venv-hta/bin/python] [--client-only]
@@ -90,6 +94,20 @@ def generate(ranks: int, copies: int) -> Path:
 
 def worker(method: str, path: str, workers: int) -> None:
     sys.path.insert(0, str(ib.ROOT))
+    if method.startswith("json"):
+        # The machine's own ceiling: plain ``json.loads`` of every ``workers``-th rank file
+        # from the ``k``-th (method ``json:k``), nothing of echo-view, no cluster.
+        k = int(method.partition(":")[2] or 0)
+        files = sorted(Path(path).glob("rank*.json"))[k::workers]
+        t0 = time.perf_counter()
+        for f in files:
+            json.loads(f.read_bytes())
+        print(
+            json.dumps(
+                {"seconds": time.perf_counter() - t0, "rss": hwm_bytes(), "ranks": len(files)}
+            )
+        )
+        return
     if method == "hta":
         import logging
 
@@ -142,6 +160,26 @@ HTA_PYTHON: str | None = None  # --hta-python
 CLIENT_COMMANDS = {"info": "ranks", "check": "files", "interference": "traces"}
 
 
+def ceiling(path: Path, workers: int) -> tuple[float, float]:
+    """Wall seconds of ``json.loads`` over every rank file in one process, and split over
+    ``workers`` processes started together: the speed-up any ``workers``-process reader could
+    reach on this machine at this moment."""
+    one = time.perf_counter()
+    run("json", path, 1)
+    one = time.perf_counter() - one
+    many = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", f"json:{k}", str(path), str(workers)],
+            stdout=subprocess.DEVNULL,
+        )
+        for k in range(workers)
+    ]
+    if any(p.wait() for p in procs):
+        raise RuntimeError("a json.loads process failed")
+    return one, time.perf_counter() - many
+
+
 def run(method: str, path: Path, workers: int) -> dict[str, float]:
     python = (HTA_PYTHON or ib.hta_python()) if method == "hta" else sys.executable
     if python is None:
@@ -165,8 +203,10 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
     print(f"\n{folder.name}: {len(files)} rank files, {size / 1e6:.0f} MB of JSON")
     methods = ["serial", "local", "dask"] + (["hta"] if with_hta else [])
     rounds: list[dict[str, dict[str, float]]] = []
-    for _ in range(runs):
+    ceilings: list[tuple[float, float]] = []
+    for _ in range(runs):  # interleaved, so that every method meets the same load
         rounds.append({m: run(m, folder, workers) for m in methods})
+        ceilings.append(ceiling(folder, workers))
     for m in methods:
         rs = [r[m] for r in rounds if r[m]]
         if not rs:
@@ -184,19 +224,42 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
         if all(r[m] for r in rounds):
             x = statistics.median(r["serial"]["seconds"] / r[m]["seconds"] for r in rounds)
             print(f"  serial / {m}: {x:.2f}x")
+    one = statistics.median(c[0] for c in ceilings)
+    many = statistics.median(c[1] for c in ceilings)
+    x = statistics.median(c[0] / c[1] for c in ceilings)
+    print(
+        f"  ceiling: json.loads of every file {one:.2f} s in 1 process, {many:.2f} s split over "
+        f"{workers} processes: {x:.2f}x (runs "
+        + ", ".join(f"{c[0] / c[1]:.2f}" for c in ceilings)
+        + ")"
+    )
 
 
 def bench_client(command: str, folder: Path, workers: int, runs: int) -> None:
+    """The command's client peak RSS on the job and on one rank file, with ``--workers 1`` and
+    ``--workers N`` (runs interleaved), and the wall-time ratio of the two on the job."""
     one = sorted(folder.glob("rank*.json"))[0]
-    job = [run(command, folder, workers) for _ in range(runs)]
-    single = [run(command, one, workers) for _ in range(runs)]
-    rj = statistics.median(r["rss"] for r in job)
-    r1 = statistics.median(r["rss"] for r in single)
-    print(
-        f"  {command} --workers {workers}: client peak RSS {rj / 1e6:.0f} MB for "
-        f"{int(job[0]['ranks'])} ranks, {r1 / 1e6:.0f} MB for one rank file ({rj / r1:.2f}x); "
-        f"{statistics.median(r['seconds'] for r in job):.2f} s"
-    )
+    counts = sorted({1, workers})
+    job: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    for _ in range(runs):
+        for n in counts:
+            job[n].append(run(command, folder, n))
+    for n in counts:
+        single = [run(command, one, n) for _ in range(runs)]
+        rj = statistics.median(r["rss"] for r in job[n])
+        r1 = statistics.median(r["rss"] for r in single)
+        walls = ", ".join(f"{r['seconds']:.2f}" for r in job[n])
+        print(
+            f"  {command} --workers {n}: client peak RSS {rj / 1e6:.0f} MB for "
+            f"{int(job[n][0]['ranks'])} ranks, {r1 / 1e6:.0f} MB for one rank file "
+            f"({rj / r1:.2f}x); median {statistics.median(r['seconds'] for r in job[n]):.2f} s "
+            f"(runs {walls})"
+        )
+    if len(counts) == 2:
+        x = statistics.median(
+            a["seconds"] / b["seconds"] for a, b in zip(job[1], job[workers], strict=True)
+        )
+        print(f"  {command}: --workers 1 / --workers {workers}: {x:.2f}x")
 
 
 def main() -> None:
@@ -236,8 +299,7 @@ def main() -> None:
         if not args.client_only:
             bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
         for command in args.commands:
-            for workers in sorted({1, args.workers}):
-                bench_client(command, folder, workers, args.runs)
+            bench_client(command, folder, args.workers, args.runs)
 
 
 if __name__ == "__main__":

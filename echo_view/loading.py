@@ -186,8 +186,9 @@ def read_ranks(
         importer.rank_files(paths) if isinstance(importer, RankDigester) else (list(paths), False)
     )
     if not isinstance(importer, RankDigester) or len(files) == 1:
-        # Read whole (with the reader's own progress): one file holds no more than the job.
-        job = importer.read(list(paths), progress)
+        # Read whole (one file holds no more than the job), its files still where
+        # ``parallel`` says for a reader of one file at a time (Nsight Systems captures).
+        job = read_job(paths, reg, progress, parallel)
         return job.head, [digest(t) for t in job.traces]
     parts = importer.job_parts(paths, files, many)
     for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel, digest)):

@@ -19,11 +19,32 @@ Fig. 5 (forward)       non-causal and causal, head dim 64 / 128 / 256:
 Fig. 6 (backward)      non-causal, head dim 64 / 128: ``fa2``, ``cudnn``, ``fa3``
 =====================  ==========================================================
 
+Forward + backward (one time for both passes), FlashAttention-2 paper — Dao 2023,
+"FlashAttention-2" (arXiv 2307.08691), same batch, hidden size and FLOP count as above:
+
+=====================  ==========================================================
+Figure                 Series (key here)
+=====================  ==========================================================
+Fig. 7 (H100 80GB      non-causal and causal, head dim 64 / 128: FlashAttention
+SXM5)                  (``fa1``, flash-attn 1.x)
+Fig. 4 (A100 80GB      non-causal and causal, head dim 64 / 128: FlashAttention
+SXM4, 312 TFLOP/s)     (``fa1``)
+=====================  ==========================================================
+
+``flash_attn_triton`` is ``flash_attn/flash_attn_triton.py`` of the flash-attention repository
+(2022) on the pre-MLIR Triton compiler: the kernel MosaicML llm-foundry vendored and ran as
+``attn_impl: triton`` in 2023 (``llmfoundry/models/layers/flash_attn_triton.py``). No figure
+measures it; FlashAttention 1.x stands in for it (:data:`STAND_IN`).
+
+A kernel measured forward + backward only (:data:`RATES_FWD_BWD`) runs both passes at that rate:
+the two passes' sum, which is what was measured, comes out exact.
+
 What the figures do not give is derived, never fitted (see :func:`efficiency`): a causal
 backward is the non-causal backward times the same kernel's causal/non-causal forward ratio at
 that head dimension and length (the mask skips the same blocks in both passes); head dimensions
 outside a series' measured ones take the nearest measured one; the Triton kernel's backward,
-not in Fig. 6, is FlashAttention-2's (:data:`BACKWARD_STAND_IN`). The papers' "standard
+not in Fig. 6, is FlashAttention-2's (:data:`BACKWARD_STAND_IN`); ``flash_attn_triton``
+is FlashAttention 1.x's (:data:`STAND_IN`). The papers' "standard
 attention" is the unfused path, which the tracer records as its GEMMs and softmax
 (``model.attention = "unfused"``), so it has no series here.
 """
@@ -37,7 +58,7 @@ from typing import Final
 
 #: ``[model] attention_kernel`` values: ``auto`` (:func:`resolve_kernel`) or a kernel of the
 #: tables below.
-KERNELS: Final = ("auto", "fa2", "fa3", "cudnn", "triton")
+KERNELS: Final = ("auto", "fa1", "fa2", "fa3", "cudnn", "triton", "flash_attn_triton")
 #: Sequence lengths of every series.
 SEQ_LENS: Final = (512, 1024, 2048, 4096, 8192, 16384)
 
@@ -56,8 +77,12 @@ MEASURED: Final = MappingProxyType(
         "hopper": Measured(
             "H100-SXM5-80GB",
             989.4,
-            "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Fig. 5 and 6",
-        )
+            "Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Fig. 5 and 6; "
+            "Dao 2023, FlashAttention-2 (arXiv 2307.08691), Fig. 7",
+        ),
+        "ampere": Measured(
+            "A100-SXM4-80GB", 312.0, "Dao 2023, FlashAttention-2 (arXiv 2307.08691), Fig. 4"
+        ),
     }
 )
 
@@ -120,6 +145,39 @@ RATES: Final[MappingProxyType[tuple[str, str, bool, bool], _Series]] = MappingPr
         },
     }
 )
+# (arch, kernel, causal) -> {head_dim: TFLOP/s at SEQ_LENS}, forward + backward together.
+RATES_FWD_BWD: Final[MappingProxyType[tuple[str, str, bool], _Series]] = MappingProxyType(
+    {
+        # FlashAttention-2 paper, Fig. 7: H100 SXM5, FlashAttention (1.x).
+        ("hopper", "fa1", False): {
+            64: (157, 159, 161, 161, 166, 168),
+            128: (127, 127, 128, 131, 137, 139),
+        },
+        ("hopper", "fa1", True): {
+            64: (104, 123, 136, 138, 149, 156),
+            128: (98, 109, 108, 126, 135, 137),
+        },
+        # Fig. 4: A100 SXM4, FlashAttention (1.x).
+        ("ampere", "fa1", False): {
+            64: (91, 92, 104, 108, 110, 110),
+            128: (76, 72, 76, 80, 82, 83),
+        },
+        ("ampere", "fa1", True): {
+            64: (58, 70, 77, 87, 92, 97),
+            128: (55, 62, 69, 76, 80, 83),
+        },
+    }
+)
+#: Kernels not measured on an architecture, and the kernel that stands in. The 2022 Triton
+#: FlashAttention was written and tested against FlashAttention 1.x on A100: its source says its
+#: forward is "generally faster" and its backward "generally slower" than that CUDA kernel's,
+#: forward + backward "slightly slower" (``flash_attn_triton.py``). The pre-MLIR Triton that
+#: compiles it predates Hopper's asynchronous tensor-core instructions, which FlashAttention
+#: 1.x does not use either, so FlashAttention 1.x's measured speed stands in on both
+#: architectures — if anything a little fast.
+STAND_IN: Final = MappingProxyType(
+    {("ampere", "flash_attn_triton"): "fa1", ("hopper", "flash_attn_triton"): "fa1"}
+)
 #: Kernels whose backward is not measured on an architecture, and the kernel that stands in:
 #: the FlashAttention-3 paper times Triton's forward only; FlashAttention-2 is the same
 #: algorithm written without Hopper's asynchronous instructions.
@@ -164,6 +222,10 @@ def rate_tflops(
     """Measured TFLOP/s of ``kernel`` (not ``auto``) on ``arch`` for one pass, or ``None`` when
     the architecture or the kernel has no measured series (see the module docstring for what
     is derived)."""
+    kernel = STAND_IN.get((arch, kernel), kernel)
+    both = RATES_FWD_BWD.get((arch, kernel, causal))
+    if both is not None:
+        return _rate(both, head_dim, seq)
     if backward:
         kernel = BACKWARD_STAND_IN.get((arch, kernel), kernel)
     exact = RATES.get((arch, kernel, backward, causal))

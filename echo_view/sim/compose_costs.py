@@ -4,7 +4,7 @@ collectives from the communication model (for the groups a representative rank b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -123,17 +123,22 @@ def _peaks(graph: TracedGraph, table: OpTable, cluster: Cluster) -> Any:
     return peaks
 
 
-def _gemm_math_one(graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows: int) -> float:
+def _gemm_math_one(
+    graph: TracedGraph, gpu: Any, key: tuple[int, int, int], rows: int, ceiling: bool
+) -> float:
     """Shape-model math time (ns) of one GEMM ``(name, shapes, dtype)`` string ids, its rows
-    (M) split ``rows`` ways; NaN when its shape or the GPU/dtype constants are unknown."""
+    (M) split ``rows`` ways; NaN when its shape or the GPU/dtype constants are unknown.
+    ``ceiling``: no faster than the best measured rate (``compute.gemm_shape_ceiling``)."""
     names = graph.strings
     dtype = names[key[2]] if key[2] >= 0 else "fp32"
     shapes = names[key[1]] if key[1] >= 0 else None
-    return _gemm_math_text(gpu, names[key[0]], shapes, dtype, rows)
+    return _gemm_math_text(gpu, names[key[0]], shapes, dtype, rows, ceiling)
 
 
 @lru_cache(maxsize=4096)
-def _gemm_math_text(gpu: Any, name: str, shapes_text: str | None, dtype: str, rows: int) -> float:
+def _gemm_math_text(
+    gpu: Any, name: str, shapes_text: str | None, dtype: str, rows: int, ceiling: bool
+) -> float:
     """:func:`_gemm_math_one` by the GEMM's strings: the layouts of a search repeat the same
     few GEMMs, each worked out once per process."""
     params = gemm_shape_params_for(gpu, dtype)
@@ -141,6 +146,8 @@ def _gemm_math_text(gpu: Any, name: str, shapes_text: str | None, dtype: str, ro
     dims = gemm_dims(name, shapes) if shapes is not None else None
     if params is None or dims is None:
         return float("nan")
+    if not ceiling:
+        params = replace(params, best_frac=1.0)
     b, m, n, k = dims.batch, dims.m, dims.n, dims.k
     chunk = np.array([(b, -(-m // rows), n, k)])
     return float(gemm_times_ns(chunk, peak_for(gpu, dtype), gpu.sm_count, params)[0])
@@ -150,7 +157,9 @@ def _gemm_key(table: OpTable, i: int) -> tuple[int, int, int]:
     return int(table.name[i]), int(table.shapes[i]), int(table.dtype[i])
 
 
-def _gemm_math_ns(graph: TracedGraph, table: OpTable, cluster: Cluster) -> npt.NDArray[np.float64]:
+def _gemm_math_ns(
+    graph: TracedGraph, table: OpTable, cluster: Cluster, ceiling: bool
+) -> npt.NDArray[np.float64]:
     """Shape-model math time of each GEMM whose shape and GPU/dtype constants are known (NaN
     elsewhere), in the dtype it was traced in (the linear layers' GEMMs of fp8 training are
     traced as ``fp8``). Distinct (name, shapes, dtype) triples are few: each is computed once."""
@@ -159,7 +168,7 @@ def _gemm_math_ns(graph: TracedGraph, table: OpTable, cluster: Cluster) -> npt.N
     for i in np.flatnonzero(table.op_class == OpClass.GEMM).tolist():
         key = _gemm_key(table, i)
         if key not in memo:
-            memo[key] = _gemm_math_one(graph, cluster.gpu, key, 1)
+            memo[key] = _gemm_math_one(graph, cluster.gpu, key, 1, ceiling)
         out[i] = memo[key]
     return out
 
@@ -233,7 +242,8 @@ def table_cost(
     hide (:mod:`echo_view.sim.tp_overlap`)."""
     peaks = _peaks(graph, table, cluster)
     shape_model = bool(params.gemm_shape_model)
-    math = _gemm_math_ns(graph, table, cluster) if shape_model else None
+    ceiling = bool(params.gemm_shape_ceiling)
+    math = _gemm_math_ns(graph, table, cluster, ceiling) if shape_model else None
     if params.attn_kernel_model:
         kernel = resolve_kernel(cfg.model.attention_kernel, cluster.gpu.arch)
         attn = _attn_math_ns(graph, table, cluster, kernel)
@@ -274,7 +284,8 @@ def table_cost(
             sl = slice(j, j + 1)
             one = None
             if shape_model:
-                one = np.array([_gemm_math_one(graph, cluster.gpu, _gemm_key(table, j), n)])
+                key = _gemm_key(table, j)
+                one = np.array([_gemm_math_one(graph, cluster.gpu, key, n, ceiling)])
             t = op_times_ns(
                 table.op_class[sl],
                 table.flops[sl] / n,

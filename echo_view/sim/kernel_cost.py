@@ -15,7 +15,9 @@ meaning and a default; ``echo-view calibrate compute`` fits them to measured ker
 
 Where the caller knows a GEMM's shape and the GPU has measured shape-model constants, its math
 time comes from :mod:`echo_view.sim.gemm_shape` instead (tiles, waves, small K); the FLOP form
-above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that off. Likewise a
+above then serves GEMMs of unknown shape. ``gemm_shape_model = 0`` turns that off;
+``gemm_shape_ceiling = 0`` lets the shape model run faster than the best GEMM its constants
+were fitted on. Likewise a
 fused attention kernel's math time comes from the measured speed of the kernel on the GPU's
 architecture (:mod:`echo_view.model.attention_kernels`) where there is one;
 ``attn_kernel_model = 0`` turns that off.
@@ -79,6 +81,14 @@ class ComputeParams(ParamSet):
     gemm_shape_model: float = param(
         1.0,
         help="1: GEMMs of known shape from the GEMM shape model; 0: from the FLOP form",
+        unit="",
+        lo=0.0,
+        hi=1.0,
+        switch=True,
+    )
+    gemm_shape_ceiling: float = param(
+        1.0,
+        help="1: no shape-model GEMM faster than the best rate its kernel table measured; 0: off",
         unit="",
         lo=0.0,
         hi=1.0,

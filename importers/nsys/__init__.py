@@ -10,7 +10,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,38 +84,94 @@ class NsysImporter:
         mode = rank_by or self.rank_by
         if mode not in RANK_BY:
             raise UsageError(f"rank_by must be one of {', '.join(RANK_BY)}, not {mode!r}")
-        files = sorted((Path(p) for p in paths), key=_natural_key)
-        traces: list[Trace] = []
-        clocks: list[_Clock] = []
-        per_file: list[int] = []
-        notes: list[str] = []
+        files, _ = self.rank_files(paths)
+        parts = CaptureParts(files, mode)
         for k, path in enumerate(files):
-            step = (k / len(files), (k + 1) / len(files))
-            try:
-                ranks, clock, file_notes = _read_capture(path, mode, len(traces), progress, step)
-            except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
-                # SQLite checks a page's structure, not its values: a damaged export can
-                # hold NULLs or out-of-range numbers where the schema promises ids.
-                raise InputError(
-                    f"unexpected content in the export ({type(exc).__name__}: {exc})",
-                    path=path,
-                    hint="the file may be damaged; export it again with `nsys export --type "
-                    "sqlite` (--debug shows where it failed)",
-                ) from exc
-            traces.extend(ranks)
-            clocks.extend([clock] * len(ranks))
-            per_file.append(len(ranks))
-            notes.extend(file_notes)
-        for note in notes:
-            warnings.warn(note, stacklevel=2)
+            parts.add(_read_part(path, mode, progress, (k / len(files), (k + 1) / len(files))))
         progress("done", 1.0)
+        return parts.finish()
+
+    # -- one file at a time, in any process (echo_view.loading.RankFileReader) -------------
+
+    def rank_files(self, paths: Sequence[Path]) -> tuple[list[Path], bool]:
+        """The captures :meth:`read` reads, in natural file-name order (a capture's ranks are
+        numbered from its processes or devices, never stated: hence ``False``)."""
+        return sorted((Path(p) for p in paths), key=_natural_key), False
+
+    def read_rank_file(self, path: Path, many: bool) -> CapturePart:
+        """One capture read into its ranks, numbered from 0 (:class:`CaptureParts` shifts
+        them behind the earlier captures' ranks)."""
+        return _read_part(path, self.rank_by, no_progress, (0.0, 1.0))
+
+    def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> CaptureParts:
+        """What joins the :meth:`read_rank_file` results of ``files``, in file order."""
+        return CaptureParts(files, self.rank_by)
+
+
+@dataclass(frozen=True, eq=False)
+class CapturePart:
+    """One capture's ranks (numbered from 0), its clock and the notes reading it left."""
+
+    traces: list[Trace]
+    clock: _Clock
+    notes: list[str]
+
+
+class CaptureParts:
+    """Joins captures into the job in file order: each capture's ranks follow the earlier
+    captures' ranks, wherever the captures were read."""
+
+    def __init__(self, files: Sequence[Path], rank_by: str) -> None:
+        self.files = list(files)
+        self.rank_by = rank_by
+        self.traces: list[Trace] = []
+        self.clocks: list[_Clock] = []
+        self.per_file: list[int] = []
+        self.notes: list[str] = []
+
+    def add(self, part: CapturePart) -> None:
+        first = len(self.traces)
+        self.traces.extend(_shift_ranks(t, first) for t in part.traces)
+        self.clocks.extend([part.clock] * len(part.traces))
+        self.per_file.append(len(part.traces))
+        self.notes.extend(part.notes)
+
+    def finish(self) -> Job:
+        """The job, once every capture is added; the captures' notes become warnings."""
+        for note in self.notes:
+            warnings.warn(note, stacklevel=3)
         return Job(
-            traces=tuple(traces),
-            alignment=_alignment(clocks, per_file),
+            traces=tuple(self.traces),
+            alignment=_alignment(self.clocks, self.per_file),
             world_size=None,
-            source=", ".join(str(p) for p in files),
-            meta={"format": "nsys", "rank_by": mode, "notes": notes},
+            source=", ".join(str(p) for p in self.files),
+            meta={"format": "nsys", "rank_by": self.rank_by, "notes": self.notes},
         )
+
+
+def _read_part(
+    path: Path, rank_by: str, progress: Progress, span: tuple[float, float]
+) -> CapturePart:
+    try:
+        traces, clock, notes = _read_capture(path, rank_by, progress, span)
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+        # SQLite checks a page's structure, not its values: a damaged export can
+        # hold NULLs or out-of-range numbers where the schema promises ids.
+        raise InputError(
+            f"unexpected content in the export ({type(exc).__name__}: {exc})",
+            path=path,
+            hint="the file may be damaged; export it again with `nsys export --type "
+            "sqlite` (--debug shows where it failed)",
+        ) from exc
+    return CapturePart(traces, clock, notes)
+
+
+def _shift_ranks(trace: Trace, first: int) -> Trace:
+    """``trace`` with its rank, and the job ranks of its communicators, ``first`` higher."""
+    if not first:
+        return trace
+    groups = tuple(replace(g, ranks=tuple(r + first for r in g.ranks)) for g in trace.groups)
+    return replace(trace, rank=trace.rank + first, groups=groups)
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -123,8 +179,9 @@ def _natural_key(path: Path) -> list[Any]:
 
 
 def _read_capture(
-    path: Path, rank_by: str, first_rank: int, progress: Progress, span: tuple[float, float]
+    path: Path, rank_by: str, progress: Progress, span: tuple[float, float]
 ) -> tuple[list[Trace], _Clock, list[str]]:
+    """The capture's ranks, numbered from 0, its clock and its notes."""
     lo, hi = span
 
     def report(msg: str, f: float) -> None:
@@ -202,9 +259,7 @@ def _read_capture(
             launch_dst=launch_dst,
             collectives=collectives,
             comms=comms,
-            process_ranks=_process_ranks(
-                plan.mode, rows.process[:n_work], plan.rank_of[:n_work], first_rank
-            ),
+            process_ranks=_process_ranks(plan.mode, rows.process[:n_work], plan.rank_of[:n_work]),
         )
         gpus = _gpu_info(exp)
         clock = _clock(exp)
@@ -217,7 +272,7 @@ def _read_capture(
             idx = order[rank_of == r]
             info.metadata = {**meta, **_rank_meta(rows, idx, info)}
             devices = _devices_of(rows, idx, gpus)
-            traces.append(build_trace(first_rank + r, rows, idx, info, devices, lanes))
+            traces.append(build_trace(r, rows, idx, info, devices, lanes))
     return traces, clock, notes
 
 
@@ -237,17 +292,15 @@ def _source_tables(exp: Export) -> dict[str, str]:
     }
 
 
-def _process_ranks(
-    mode: str, process: np.ndarray, rank_of: np.ndarray, first_rank: int
-) -> dict[int, int]:
-    """globalPid -> job rank, when each process is one rank (``process`` mode)."""
+def _process_ranks(mode: str, process: np.ndarray, rank_of: np.ndarray) -> dict[int, int]:
+    """globalPid -> rank in the capture, when each process is one rank (``process`` mode)."""
     if mode != "process":
         return {}
     keep = rank_of >= 0
     procs, inv = factorize(process[keep])
     rank = np.empty(len(procs), dtype=np.int64)
     rank[inv] = rank_of[keep]  # one rank per process in this mode
-    return {int(p): first_rank + int(r) for p, r in zip(procs.tolist(), rank.tolist(), strict=True)}
+    return {int(p): int(r) for p, r in zip(procs.tolist(), rank.tolist(), strict=True)}
 
 
 def _process_names(exp: Export) -> dict[int, str]:

@@ -68,7 +68,7 @@ class CaptureInfo:
     launch_dst: I64  # GPU work row it launched
     collectives: Sequence[Collective]
     comms: Mapping[int, Communicator]
-    process_ranks: Mapping[int, int] = field(default_factory=dict)  # globalPid -> job rank
+    process_ranks: Mapping[int, int] = field(default_factory=dict)  # globalPid -> capture rank
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

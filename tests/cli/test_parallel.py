@@ -32,6 +32,16 @@ COMMANDS = {
     "calibrate-compute": ["calibrate", "compute", str(DLRM), "-o", "{out}/c.toml", "--json"],
     "calibrate-interference": ["calibrate", "interference", str(DLRM), "-o", "{out}/i.toml"],
 }  # fmt: skip
+#: The same on a job of two Nsight Systems captures (read one capture a worker, the second
+#: capture's ranks numbered after the first's).
+NSYS = [str(Path(__file__).parents[2] / "samples" / "nsys" / f"mfu_2gpu_{w}.sqlite.gz")
+        for w in ("before", "after")]  # fmt: skip
+NSYS_COMMANDS = {
+    "nsys-info": ["info", *NSYS, "--json"],
+    "nsys-check": ["check", *NSYS, "--json"],
+    "nsys-export": ["export", *NSYS, "-o", "{out}/job.json"],
+    "nsys-interference": ["interference", *NSYS, "--json"],
+}
 
 
 def _run(
@@ -58,7 +68,7 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
 
     with dask_client(workers=2) as client:
         address = client.scheduler.address
-        for name, argv in COMMANDS.items():
+        for name, argv in {**COMMANDS, **NSYS_COMMANDS}.items():
             serial = _run(argv, tmp_path / f"{name}-serial", ["--workers", "1"], capfd)
             remote = _run(argv, tmp_path / f"{name}-dask", ["--scheduler", address], capfd)
             assert serial[0] == remote[0] == 0, (name, serial[2], remote[2])

@@ -46,6 +46,37 @@ def test_an_fp8_gemm_takes_half_the_bf16_time_on_hopper() -> None:
     assert abs(fp8 / bf16 - 0.5) < 1e-4
 
 
+def test_large_hopper_gemms_stop_at_the_best_measured_rate_unless_switched_off() -> None:
+    """An MPT-7B MLP product (12,288 x 4,096 -> 16,384, bf16) on H100: 81.3% of the 989.4
+    TFLOP/s peak with the ceiling; faster without it (the tiled form alone gives 0.85)."""
+    strings = StringTable()
+    flops = 2.0 * 12288 * 4096 * 16384
+    table = OpTable(
+        name=np.array([strings.intern("aten::mm")]),
+        op_class=np.array([OpClass.GEMM]),
+        flops=np.array([flops]),
+        bytes=np.array([10**8]),
+        dtype=np.array([strings.intern("bf16")]),
+        shapes=np.array([strings.intern("[12288,4096]x[4096,16384]")]),
+        coll_kind=np.array([-1]),
+        coll_bytes=np.zeros(1, dtype=np.int64),
+        axis=np.array([-1]),
+        grad_bytes=np.zeros(1, dtype=np.int64),
+    )
+    cfg = _cfg(pp=1, dp=1, micro_batches=1)
+    cluster = cluster_from_config(cfg.cluster)
+    colls = CollectiveCache(default_comm_model(), cluster)
+    layout = Layout.of(cfg.parallel)
+
+    def ns(gemm_shape_ceiling: float = 1.0) -> int:
+        p = ComputeParams(gemm_shape_ceiling=gemm_shape_ceiling)
+        cost = table_cost(TracedGraph(strings, ()), table, cfg, cluster, p, colls, layout, 0)
+        return int(cost.dur_ns[0]) - p.kernel_gap_ns
+
+    assert abs(ns() - flops / (0.813 * 989.4e12) * 1e9) <= 1
+    assert ns(gemm_shape_ceiling=0.0) < 0.813 / 0.85 * ns()
+
+
 def _attention_table(strings: StringTable, rows: list[tuple[str, str, float]]) -> OpTable:
     """Fused attention ops ``(name, shapes text, FLOPs)`` in bf16, moving 1 MB each."""
     n = len(rows)
@@ -98,6 +129,23 @@ def test_fused_attention_runs_at_the_kernels_measured_speed_on_hopper() -> None:
     assert bwd_c == round(2.5 * _FWD / 2 / (559e12 * 602 / 646) * 1e9)
     # auto on Hopper is cuDNN (529 TFLOP/s causal forward); H800 has H100's compute.
     assert _attention_ns("auto", "H800", rows[:1]) == [round(_FWD / 2 / 529e12 * 1e9)]
+
+
+def test_llm_foundry_triton_attention_runs_at_flashattention_1s_speed() -> None:
+    """``flash_attn_triton`` times both passes at FlashAttention 1.x's forward + backward speed
+    (FA2 paper Fig. 7 / Fig. 4, causal, head dim 128, 8k): 135 TFLOP/s on H100, 80 on A100 of
+    312 TFLOP/s peak (A100-40GB has the same peak)."""
+    rows = [
+        ("echo_view::flash_attn", _QKV, _FWD / 2),
+        ("echo_view::flash_attn_bwd", "[2,16,8192,128]x" + _QKV, 2.5 * _FWD / 2),
+    ]
+    assert _attention_ns("flash_attn_triton", "H100", rows) == [
+        round(_FWD / 2 / 135e12 * 1e9),
+        round(2.5 * _FWD / 2 / 135e12 * 1e9),
+    ]
+    assert _attention_ns("flash_attn_triton", "A100-40GB", rows[:1]) == [
+        round(_FWD / 2 / 80e12 * 1e9)
+    ]
 
 
 def test_without_a_measured_table_attention_keeps_the_flop_form() -> None:

@@ -40,6 +40,34 @@ def test_small_k_and_fixed_cost() -> None:
     assert t[0] == pytest.approx(2 * 64 * 128 * (256 + 256) / (0.5 * 1e12) * 1e9 + 3000.0)
 
 
+def test_no_gemm_runs_faster_than_the_best_measured_fraction() -> None:
+    """4096^3 on 128 SMs with eff 1.0 would run at the peak (above); with best_frac 0.8 it
+    takes FLOPs / (0.8 * peak). A 64x128x256 product on 1 SM is slower than that ceiling
+    anyway (k_half = K halves it), so the ceiling leaves it alone."""
+    p = GemmShapeParams(eff=1.0, k_half=0.0, fixed_ns=0.0, best_frac=0.8)
+    t = gemm_times_ns(np.array([[1, 4096, 4096, 4096]]), 1e15, 128, p)
+    assert t[0] == pytest.approx(2 * 4096**3 / (0.8 * 1e15) * 1e9)
+    q = GemmShapeParams(eff=1.0, k_half=256.0, fixed_ns=0.0, best_frac=0.8)
+    small = gemm_times_ns(np.array([[1, 64, 128, 256]]), 1e12, 1, q)
+    assert small[0] == pytest.approx(2 * 64 * 128 * 512 / 1e12 * 1e9)
+
+
+def test_hopper_bf16_large_gemms_stop_at_the_tables_best_rate() -> None:
+    """An MPT-7B MLP product (12,288 tokens x 4,096 -> 16,384): the tiled form alone gives
+    0.85 of the H100 peak, above the 81.3% the fastest GEMM of the OpenXLA table reached; the
+    preset times it at 81.3%."""
+    spec = gpu_preset("H100")
+    params = gemm_shape_params_for(spec, "bf16")
+    assert params is not None and params.best_frac == 0.813
+    dims = np.array([[1, 12288, 16384, 4096]])
+    peak = spec.peak_flops["bf16"]
+    t = gemm_times_ns(dims, peak, spec.sm_count, params)[0]
+    assert 2 * 12288 * 16384 * 4096 / (t * 1e-9) / peak == pytest.approx(0.813)
+    uncapped = GemmShapeParams(params.eff, params.k_half, params.fixed_ns)
+    t_free = gemm_times_ns(dims, peak, spec.sm_count, uncapped)[0]
+    assert 2 * 12288 * 16384 * 4096 / (t_free * 1e-9) / peak > 0.85
+
+
 def test_fit_recovers_the_model() -> None:
     rng = np.random.default_rng(1)
     dims = np.column_stack([rng.integers(1, 4, 120), *(2 ** rng.integers(8, 13, (3, 120)))]).astype(

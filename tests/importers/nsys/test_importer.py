@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
-from importers.nsys import NsysImporter
+from echo_view.model.trace import ProcessGroup
+from importers.nsys import CaptureParts, NsysImporter
 from tests.importers.nsys.capture import Proc, build
 from tests.importers.nsys.helpers import SAMPLE_NAMES, query, sample, unpacked
 
@@ -239,6 +241,45 @@ def test_several_files_make_one_job() -> None:
     # Both captures ran on the same host: one clock, no offsets.
     assert job.alignment.method == "shared-host-clock"
     assert job.alignment.offsets_ns == (0, 0, 0, 0)
+
+
+def test_captures_read_one_at_a_time_make_the_same_job() -> None:
+    """What the workers do (each capture on its own, its ranks from 0, joined in file order)
+    gives the job :meth:`NsysImporter.read` gives: same ranks, events, communicators, clock."""
+    imp = NsysImporter()
+    paths = [sample("mfu_2gpu_before"), sample("h100_2gpu_1s"), sample("mfu_2gpu_after")]
+    files, many = imp.rank_files(paths)
+    alone = [imp.read_rank_file(f, many) for f in files]
+    assert [[t.rank for t in part.traces] for part in alone] == [[0, 1], [0, 1], [0, 1]]
+    parts = imp.job_parts(paths, files, many)
+    for part in alone:
+        parts.add(part)
+    joined, whole = parts.finish(), imp.read(paths)
+    assert joined.ranks == whole.ranks == (0, 1, 2, 3, 4, 5)
+    assert joined.alignment == whole.alignment and joined.source == whole.source
+    for a, b in zip(joined.traces, whole.traces, strict=True):
+        assert a.rank == b.rank and a.metadata == b.metadata and a.groups == b.groups
+        assert np.array_equal(a.events.start_ns, b.events.start_ns)
+        assert np.array_equal(a.events.name, b.events.name)
+        assert np.array_equal(a.collectives.group, b.collectives.group)
+
+
+def test_a_later_captures_ranks_and_communicators_follow_the_earlier_ones() -> None:
+    """A capture's communicator members are capture ranks; behind a 2-rank capture they
+    become job ranks 2 and 3, as the trace's own rank does."""
+    imp = NsysImporter()
+    first = imp.read_rank_file(sample("mfu_2gpu_before"), False)
+    second = imp.read_rank_file(sample("mfu_2gpu_after"), False)
+    known = ProcessGroup("nccl:00000000000000aa", (0, 1), "tp")
+    second = replace(second, traces=[replace(t, groups=(known,)) for t in second.traces])
+    parts = CaptureParts([sample("mfu_2gpu_before"), sample("mfu_2gpu_after")], "auto")
+    parts.add(first)
+    parts.add(second)
+    job = parts.finish()
+    assert [t.rank for t in job.traces] == [0, 1, 2, 3]
+    assert [g.ranks for g in job.traces[2].groups] == [(2, 3)]
+    assert job.traces[2].groups[0].name == known.name
+    assert job.traces[0].groups == first.traces[0].groups  # the first capture keeps its own
 
 
 def test_input_is_not_modified(tmp_path: Path) -> None:
