@@ -183,11 +183,16 @@ def read_ranks(
     reg = registry if registry is not None else build_registry()
     importer = job_importer(reg, paths)
     files, many = (
-        importer.rank_files(paths) if isinstance(importer, RankDigester) else (list(paths), False)
+        importer.rank_files(paths) if isinstance(importer, RankFileReader) else (list(paths), False)
     )
-    if not isinstance(importer, RankDigester) or len(files) == 1:
-        # Read whole (one file holds no more than the job), its files still where
-        # ``parallel`` says for a reader of one file at a time (Nsight Systems captures).
+    if len(files) == 1 or not isinstance(importer, RankFileReader):
+        # Read whole (with the reader's own progress): one file holds no more than the job.
+        job = importer.read(list(paths), progress)
+        return job.head, [digest(t) for t in job.traces]
+    if not isinstance(importer, RankDigester):
+        # A reader of one file at a time that cannot digest a file on its own (Nsight Systems
+        # captures, whose ranks are numbered across files): the job, its files read where
+        # ``parallel`` says, then digested here.
         job = read_job(paths, reg, progress, parallel)
         return job.head, [digest(t) for t in job.traces]
     parts = importer.job_parts(paths, files, many)

@@ -26,7 +26,7 @@ from echo_view.sim.gemm_shape import gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import A2A_PHASES, busiest_rank_share
-from echo_view.sim.tp_overlap import PIPELINE_SPLITS, overlap_tp_comm
+from echo_view.sim.tp_overlap import overlap_tp_comm
 
 I64 = npt.NDArray[np.int64]
 
@@ -54,6 +54,11 @@ def time_cuts(tc: TableCost, pieces: int) -> list[int]:
     n = len(tc.table)
     cuts = {min(int(np.searchsorted(cum, total * (k + 1) / pieces)) + 1, n) for k in range(pieces)}
     return sorted(cuts | {n})
+
+
+#: Message size past which a collective's time grows at its bus bandwidth alone (NCCL runs
+#: Simple on every channel from well below 1 GiB; docs/comm-model.md).
+STREAM_REF_BYTES = 1 << 30
 
 
 class CollectiveCache:
@@ -99,6 +104,16 @@ class CollectiveCache:
                 )
             t = self._routed[key] = round(raw * self.scale)
         return t
+
+    def streaming_ns(self, kind: CollectiveKind, nbytes: int, ranks: tuple[int, ...]) -> float:
+        """``nbytes`` of a ``kind`` collective over ``ranks`` at the rate the model streams
+        large messages, without its per-call latency: the slope of the model's time between
+        :data:`STREAM_REF_BYTES` and twice that (the bus bandwidth term alone, for the NCCL and
+        alpha-beta models). Transformer Engine's userbuffers move tensor-parallel chunks so:
+        their buffers are registered once and no NCCL call is made per chunk."""
+        lo = self.time_ns(kind, STREAM_REF_BYTES, ranks)
+        hi = self.time_ns(kind, 2 * STREAM_REF_BYTES, ranks)
+        return nbytes * max(hi - lo, 0) / STREAM_REF_BYTES
 
     def time_ns(self, kind: CollectiveKind, nbytes: int, ranks: tuple[int, ...]) -> int:
         key = (int(kind), int(nbytes), ranks)
@@ -268,13 +283,9 @@ def table_cost(
     p = cfg.parallel
     if p.tp_comm_overlap and p.tp > 1:
         tp_ranks = layout.group("tp", rank)
-        chunks = {
-            i: colls.time_ns(
-                CollectiveKind.REDUCE_SCATTER, int(table.coll_bytes[i]) // PIPELINE_SPLITS, tp_ranks
-            )
-            for i in np.flatnonzero(
-                is_coll & (table.coll_kind == CollectiveKind.REDUCE_SCATTER)
-            ).tolist()
+        streamed = {
+            i: colls.streaming_ns(table.coll(i), int(table.coll_bytes[i]), tp_ranks)
+            for i in np.flatnonzero(is_coll & (table.axis == AXES.index("tp"))).tolist()
         }
         m = cfg.model
         tokens = m.seq_len // p.cp * cfg.batch.micro
@@ -301,7 +312,7 @@ def table_cost(
             table,
             dur,
             chunk_ns,
-            chunks,
+            streamed,
             tp=p.tp,
             sm_count=cluster.gpu.sm_count,
             backward=backward,

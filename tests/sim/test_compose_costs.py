@@ -7,8 +7,10 @@ from dataclasses import replace
 import numpy as np
 
 from echo_view.model.graph import OpClass, OpTable, TracedGraph
+from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
-from echo_view.sim.cluster import cluster_from_config
+from echo_view.sim.cluster import cluster_from_config, make_cluster
+from echo_view.sim.comm.alphabeta import AlphaBetaModel, AlphaBetaParams
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache, table_cost
 from echo_view.sim.kernel_cost import ComputeParams
@@ -158,3 +160,24 @@ def test_without_a_measured_table_attention_keeps_the_flop_form() -> None:
     assert _attention_ns("fa3", "H100", rows, attn_kernel_model=0.0) == [
         round(f / (989.4e12 * eff) * 1e9)
     ]
+
+
+def test_streaming_time_is_the_bandwidth_term_without_the_call_latency() -> None:
+    # Alpha-beta on 8 H100 of one node: beta = 450 GB/s x 0.8 (the default NVLink efficiency)
+    # = 360 GB/s; a reduce-scatter's bus factor is 7/8. 50,331,648 B (4096 x 6144 bf16) stream
+    # in 7/8 x 50,331,648 / 360e9 s = 122.32 µs, whatever alpha is.
+    cluster = make_cluster("H100-SXM5-80GB", nodes=1)
+    ranks = tuple(range(8))
+    nbytes = 4096 * 6144 * 2
+    for alpha in (0.0, 10.0, 500.0):
+        model = AlphaBetaModel(AlphaBetaParams(alpha_us=alpha))
+        colls = CollectiveCache(model, cluster)
+        ns = colls.streaming_ns(CollectiveKind.REDUCE_SCATTER, nbytes, ranks)
+        assert abs(ns - 7 / 8 * nbytes / 360e9 * 1e9) < 2.0  # two rounded ns times per slope
+    # The NCCL model: Simple on 32 channels past 1 GiB, so the slope is its bus term alone,
+    # the Hopper-delivered 370 of 450 GB/s (docs/comm-model.md): 119.03 µs, under the 198 µs
+    # of one NCCL call of that size.
+    colls = CollectiveCache(default_comm_model(), cluster)
+    ns = colls.streaming_ns(CollectiveKind.REDUCE_SCATTER, nbytes, ranks)
+    assert abs(ns - 7 / 8 * nbytes / 370e9 * 1e9) < 2.0
+    assert ns < colls.time_ns(CollectiveKind.REDUCE_SCATTER, nbytes, ranks)

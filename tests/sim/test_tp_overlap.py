@@ -44,7 +44,9 @@ def _table(rows: list[tuple[int, float, int]]) -> OpTable:
     )
 
 
-def _run(table: OpTable, dur: list[int], backward: bool, chunk_rs: int = 0) -> list[int]:
+def _run(table: OpTable, dur: list[int], backward: bool, streamed: int = 0) -> list[int]:
+    """Overlap on tp = 4; every tensor-parallel collective streams in ``streamed`` ns."""
+
     def chunk_ns(j: int, n: int) -> float:
         sl = slice(j, j + 1)
         peak = np.array([H100.peak_flops["bf16"]])
@@ -54,12 +56,12 @@ def _run(table: OpTable, dur: list[int], backward: bool, chunk_rs: int = 0) -> l
             )[0]
         )
 
-    rs = {i: chunk_rs for i in range(len(table)) if int(table.coll_kind[i]) == RS}
+    colls = np.flatnonzero(table.op_class == OpClass.COLLECTIVE).tolist()
     out = overlap_tp_comm(
         table,
         np.array(dur, dtype=np.int64),
         chunk_ns,
-        rs,
+        {i: float(streamed) for i in colls},
         tp=4,
         sm_count=132,
         backward=backward,
@@ -85,27 +87,31 @@ def test_all_gather_before_a_large_gemm_exposes_only_the_first_chunk_time() -> N
     # With no kernel overheads and a flat efficiency, a GEMM's quarter takes exactly 1/4 of it.
     flops = 4e12
     g = _gemm_ns(flops)
-    c = 300_000  # all-gather alone: 0.3 ms, each of the 3 ring steps 0.1 ms
+    c = 300_000  # streamed all-gather: 0.3 ms, each of the 3 ring steps 0.1 ms
     table = _table([(OpClass.COLLECTIVE, 0.0, AG), (OpClass.GEMM, flops, -1)])
-    out = _run(table, [c, g], backward=False)
+    # The NCCL time of the call (1 ms here) plays no part: userbuffers make no NCCL call.
+    out = _run(table, [1_000_000, g], backward=False, streamed=c)
     chunk = g / 4
     expected = 3 * max(chunk, c / 3) + chunk - g
     assert out[0] == max(round(expected), 0)
     assert out[1] == g  # the GEMM keeps its own time
     if chunk >= c / 3:  # GEMM-bound: the all-gather hides completely
         assert out[0] == 0
+    # Communication-bound: 3 steps of 1 ms against chunks of g / 4: 3 ms + g/4 - g exposed.
+    slow = _run(table, [1, g], backward=False, streamed=9_000_000)
+    assert slow[0] == round(3 * 3_000_000 + chunk - g)
 
 
 def test_forward_reduce_scatter_pipelines_on_fewer_sms_and_backward_runs_beside_wgrad() -> None:
     flops = 4e12
     g = _gemm_ns(flops)
-    c, c4 = 2 * g, g // 2
+    c = 2 * g  # the whole reduce-scatter streamed; each of the 4 pipeline chunks c / 4
     table = _table([(OpClass.GEMM, flops, -1), (OpClass.COLLECTIVE, 0.0, RS)])
     margin = 132 / (132 - 16)
     g4 = g / 4 * margin
-    forward = _run(table, [g, c], backward=False, chunk_rs=c4)
-    assert forward[1] == round(g4 + 3 * max(g4, c4) + c4) - g
-    backward = _run(table, [g, c], backward=True, chunk_rs=c4)
+    forward = _run(table, [g, 5 * g], backward=False, streamed=c)
+    assert forward[1] == round(g4 + 3 * max(g4, c / 4) + c / 4) - g
+    backward = _run(table, [g, 5 * g], backward=True, streamed=c)
     assert backward[1] == round(max(c, g * margin)) - g == c - g
 
 

@@ -70,6 +70,13 @@ _SPEED_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 
                 3.0, 2.4, 1.2, 0.24, 0.12)  # fmt: skip
 _SPEED_INTER_SM90 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
                      2.4, 1.2, 0.24, 0.12)  # fmt: skip
+#: The ring graph NCCL's search builds on one NVSwitch node, where it is not one channel per
+#: NVLink: (architecture, NVLinks per GPU) -> (graph channels, GB/s per channel). 18-link
+#: Hopper (H100, H200): 12 channels at 30 GB/s (busBw 360), 24 communicator channels, in
+#: NCCL 2.29.2's own tuning table on 4 and 6 H100 (AllGather Ring Simple algbw 480 / 432,
+#: "24 coll channels", "channel{Lo..Hi}={0..23}": waynehacking8/nccl-collectives-bench @
+#: ec97f062, results/scaling_attributed/g4_Ring.log, g6_Ring.log).
+_NVSWITCH_RING = {("hopper", 18): (12, 30.0)}
 _NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
 _NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 PCI_BW = 12.0
@@ -129,12 +136,15 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
         links = max(1, round(cluster.nvlink_bw / 1e9 / _NVLINK_DATASHEET[arch]))
         intra_total, intra_ch = links * per_link, per_link
     else:
+        links = 0
         # NCCL rates a PCIe Gen3 x16 link at 12 GB/s out of ~15.75.
         intra_total = cluster.pcie_bw / 1e9 * 0.75
         intra_ch = intra_total / 2
     if not placement.multi_node:
         channels = max(1, round(intra_total / intra_ch))
         speed = intra_ch
+        if placement.intra == "nvlink" and cluster.fabric == "nvswitch":
+            channels, speed = _NVSWITCH_RING.get((arch, links), (channels, speed))
     else:
         nic = cluster.nic_bytes_per_s_per_gpu / 1e9
         steps = _SPEED_INTER_SM90 if arch == "hopper" else _SPEED_INTER
