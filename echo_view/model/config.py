@@ -70,6 +70,7 @@ SIMULATION_ONLY = (
     "overlap_p2p_comm",
     "batch_p2p_sync",
     "fsdp",
+    "microbatch_group_size_per_vp_stage",
 )
 #: Model options the simulator alone reads (the traced ops are the same for every value).
 MODEL_SIMULATION_ONLY = (*SIMULATION_ONLY_KEYS, "attention_kernel")
@@ -118,6 +119,24 @@ class ModelConfig:
         return 2 if self.activation == "swiglu" else 1
 
 
+def microbatch_group_error(stages: int, microbatches: int, group: int) -> str | None:
+    """Why Megatron-Core's interleaved schedule refuses ``group`` contiguous micro-batches per
+    chunk, or ``None``: it must lie in ``[pp, m]``, and a shorter last group must still hold
+    ``pp`` (else, as Megatron-Core says, it "introduces dependency bubbles")."""
+    if not stages <= group <= microbatches:
+        return (
+            f"the interleaved schedule needs between pp = {stages} and the micro-batches per "
+            f"step ({microbatches}) contiguous micro-batches per chunk, got {group}"
+        )
+    rest = microbatches % group
+    if 0 < rest < stages:
+        return (
+            f"the last group of micro-batches ({microbatches} mod {group} = {rest}) must be "
+            f"empty or hold at least pp = {stages}"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ParallelConfig:
     """Megatron-style layout: tensor, pipeline, data and context parallel sizes and options.
@@ -158,6 +177,15 @@ class ParallelConfig:
     #: The data-parallel wrapper: Megatron-Core's gradient buffer or PyTorch's
     #: ``DistributedDataParallel`` buckets (``gradient_as_bucket_view``).
     ddp: str = "megatron"
+    #: Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``: contiguous
+    #: micro-batches per chunk in the interleaved schedule (``None``: ``pp``).
+    microbatch_group_size_per_vp_stage: int | None = None
+
+    @property
+    def microbatch_group(self) -> int:
+        """The interleaved schedule's contiguous micro-batches per chunk (default ``pp``)."""
+        g = self.microbatch_group_size_per_vp_stage
+        return self.pp if g is None else g
 
     @property
     def world_size(self) -> int:
@@ -386,6 +414,11 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ep=p.positive("ep", 1),
         etp=p.positive("etp", 1) if "etp" in p.data else None,
         ddp=ddp,
+        microbatch_group_size_per_vp_stage=(
+            p.positive("microbatch_group_size_per_vp_stage")
+            if "microbatch_group_size_per_vp_stage" in p.data
+            else None
+        ),
     )
     p.finish()
 
@@ -538,12 +571,22 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "the interleaved schedule with blocking transfers needs pp > 2 (as in Megatron-LM: "
             "two stages would send and receive twice between the same ranks per batch)",
         )
-    if par.virtual_stages > 1 and cfg.micro_batches % par.pp:
+    if par.microbatch_group_size_per_vp_stage is not None and par.virtual_stages == 1:
         raise err(
-            "batch.global",
-            f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) to be "
-            f"a multiple of pp = {par.pp}",
+            "parallel.microbatch_group_size_per_vp_stage",
+            "only the interleaved schedule groups micro-batches: set virtual_stages > 1 or drop it",
         )
+    if par.virtual_stages > 1 and par.microbatch_group_size_per_vp_stage is None:
+        if cfg.micro_batches % par.pp:
+            raise err(
+                "batch.global",
+                f"the interleaved schedule needs micro-batches per step ({cfg.micro_batches}) "
+                f"to be a multiple of pp = {par.pp} (or set microbatch_group_size_per_vp_stage)",
+            )
+    elif par.virtual_stages > 1:
+        why = microbatch_group_error(par.pp, cfg.micro_batches, par.microbatch_group)
+        if why is not None:
+            raise err("parallel.microbatch_group_size_per_vp_stage", why)
     check_moe_layout(cfg, err)
     dense = mod.moe.first_dense_layers if mod.moe is not None else 0
     first_chunk = chunk_layers(cfg, 0)[0]
@@ -847,6 +890,11 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("ep", p.ep, 1),
                     ("etp", p.etp, None),
                     ("ddp", p.ddp, "megatron"),
+                    (
+                        "microbatch_group_size_per_vp_stage",
+                        p.microbatch_group_size_per_vp_stage,
+                        None,
+                    ),
                 )
                 if v != default
             },

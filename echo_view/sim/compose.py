@@ -531,7 +531,7 @@ class _Composer:
         prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
         syncs = PipeSyncs(p, stage)
-        for ps in schedule(stage, p.pp, m, p.virtual_stages):
+        for ps in schedule(stage, p.pp, m, p.virtual_stages, p.microbatch_group):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
             label = f"{'forward' if ps.forward else 'backward'} chunk {g} mb {ps.microbatch}"

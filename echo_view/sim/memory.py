@@ -28,7 +28,8 @@ forward passes waiting for their backward):
   parallelism (``s / cp`` tokens per rank) follow from the same derivation. A stage holds the
   activations of the forward passes its schedule runs before their backward (Megatron-LM's
   order, :mod:`echo_view.sim.schedule`): ``min(p - s, m)`` micro-batches for 1F1B, the paper's
-  ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule.
+  ``L (1 + (p - 1) / (p v))`` layers on the first stage of the interleaved schedule (with
+  ``N`` contiguous micro-batches per chunk, ``(p - 1) * 2 + (v - 1) * N + 1`` chunk passes).
   Each model chunk's forwards hold that chunk's layers
   (:func:`~echo_view.model.config.chunk_layers`: chunks differ with uneven stages).
   The first stage keeps the embedding's dropout mask per micro-batch, the last the final norm's
@@ -62,6 +63,7 @@ from echo_view.model.config import (
     resolve_attention,
 )
 from echo_view.sim.moe import expert_tokens, local_tokens, routed_expert_params
+from echo_view.sim.schedule import group_table, interleaved_warmup
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -217,17 +219,17 @@ def _routed_activation_bytes(cfg: WorkloadConfig, e: int) -> int:
 
 def inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
     """Forward passes per local chunk that ``stage`` holds at its peak: those its schedule
-    (:func:`~echo_view.sim.schedule.schedule`) runs before the first backward. Interleaved
-    passes visit the chunks in groups of ``p`` micro-batches (chunk ``(k mod pv) div p``)."""
+    (:func:`~echo_view.sim.schedule.schedule`) runs before the first backward."""
     p = cfg.parallel
     m, pp, v = cfg.micro_batches, p.pp, p.virtual_stages
     if v == 1:  # 1F1B: the warm-up forwards and the first steady one
         return [min(pp - stage, m)]
-    total = m * v
-    warmup = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
-    forwards = min(warmup + 1, total)
-    cycles, rest = divmod(forwards, pp * v)
-    return [cycles * pp + min(max(rest - c * pp, 0), pp) for c in range(v)]
+    held = [0] * v
+    table = group_table(m, v, p.microbatch_group)
+    forwards = min(interleaved_warmup(stage, pp, m, v, p.microbatch_group) + 1, len(table))
+    for _, chunk in table[:forwards]:
+        held[chunk] += 1
+    return held
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,7 +326,9 @@ def host_floor_ns(
     for ri, role in enumerate(graph.roles):
         for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
             total, fold, syncs = 0, IssueFold(c), PipeSyncs(p, stage)
-            for ps in schedule(stage, p.pp, cfg.micro_batches, p.virtual_stages):
+            for ps in schedule(
+                stage, p.pp, cfg.micro_batches, p.virtual_stages, p.microbatch_group
+            ):
                 if syncs.before(ps):
                     total, fold = total + fold.span_ns, IssueFold(c)
                 fold.add(*spans[(ri, "forward" if ps.forward else "backward", ps.chunk)])

@@ -6,8 +6,14 @@ micro-batch through one of the stage's model chunks), exactly as Megatron-LM ord
 - **1F1B** (``virtual_stages == 1``): stage ``s`` of ``p`` runs ``min(p - s - 1, m)`` warm-up
   forwards, then alternates one forward and one backward, then drains the remaining backwards.
 - **Interleaved 1F1B** (``virtual_stages == v > 1``): each stage holds ``v`` chunks; the ``m*v``
-  virtual micro-batches go through chunks in groups of ``p``; warm-up is ``(p - s - 1) * 2 +
-  (v - 1) * p`` passes (all of them when ``m == p``), then one forward / one backward.
+  virtual micro-batches go through the chunks in groups of ``N`` contiguous micro-batches
+  (Megatron-Core's ``microbatch_group_size_per_vp_stage``, default ``p``: the depth-first
+  schedule; ``N = m`` is the breadth-first one; Dubey et al. 2024, Sec. 3.3.2, "Our key insight
+  is to make N tunable"); a last group of ``m mod N`` micro-batches, if any, holds at least ``p``.
+  Warm-up is ``(p - s - 1) * 2 + (v - 1) * N`` passes (at most all ``m * v``), then one forward /
+  one backward (Megatron-Core's ``get_pp_rank_microbatches`` and ``get_schedule_table`` in
+  ``megatron/core/pipeline_parallel/schedules.py``, since its tunable schedule of Nov. 2024;
+  earlier versions ran all forwards first whenever ``m == p``).
 
 ``global chunk`` ``g = chunk * p + stage`` is the chunk's position in the whole model: the forward
 of ``g`` needs the forward of ``g - 1`` (on another stage) for the same micro-batch, and the
@@ -19,6 +25,8 @@ each chunk holds (Megatron-Core runs the same order with uneven chunks,
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from echo_view.model.config import microbatch_group_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,40 +48,61 @@ def _one_f_one_b(stage: int, stages: int, microbatches: int) -> list[Pass]:
     return order
 
 
-def _interleaved(stage: int, stages: int, microbatches: int, chunks: int) -> list[Pass]:
-    p, v, m = stages, chunks, microbatches
-    total = m * v
-    warmup = total if m == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+def group_table(microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
+    """``(microbatch, chunk)`` of each forward, in order: every group of ``group`` contiguous
+    micro-batches (the last one takes the rest) through chunk 0, then chunk 1, and so on."""
+    table: list[tuple[int, int]] = []
+    for first in range(0, microbatches, group):
+        last = microbatches if first + group >= microbatches else first + group
+        table.extend((j, c) for c in range(chunks) for j in range(first, last))
+    return table
 
-    def chunk_of(k: int, forward: bool) -> int:
-        c = (k % (p * v)) // p
-        return c if forward else v - 1 - c
 
-    def micro_of(k: int) -> int:
-        return (k // (p * v)) * p + k % p
+def interleaved_warmup(stage: int, stages: int, microbatches: int, chunks: int, group: int) -> int:
+    """Forward passes stage ``stage`` runs before its first backward, less one."""
+    return min((stages - stage - 1) * 2 + (chunks - 1) * group, microbatches * chunks)
 
-    order = [Pass(True, chunk_of(k, True), micro_of(k)) for k in range(warmup)]
+
+def _interleaved(stage: int, stages: int, microbatches: int, chunks: int, group: int) -> list[Pass]:
+    v = chunks
+    table = group_table(microbatches, chunks, group)
+    total = len(table)
+    warmup = interleaved_warmup(stage, stages, microbatches, chunks, group)
+
+    def fwd(k: int) -> Pass:
+        return Pass(True, table[k][1], table[k][0])
+
+    def bwd(k: int) -> Pass:  # backwards visit the chunks last to first
+        return Pass(False, v - 1 - table[k][1], table[k][0])
+
+    order = [fwd(k) for k in range(warmup)]
     remaining = total - warmup
     for i in range(remaining):
-        k = warmup + i
-        order.append(Pass(True, chunk_of(k, True), micro_of(k)))
-        order.append(Pass(False, chunk_of(i, False), micro_of(i)))
-    order.extend(Pass(False, chunk_of(k, False), micro_of(k)) for k in range(remaining, total))
+        order.append(fwd(warmup + i))
+        order.append(bwd(i))
+    order.extend(bwd(k) for k in range(remaining, total))
     return order
 
 
-def schedule(stage: int, stages: int, microbatches: int, chunks: int = 1) -> list[Pass]:
-    """The passes stage ``stage`` runs in one step, in order."""
+def schedule(
+    stage: int, stages: int, microbatches: int, chunks: int = 1, group: int | None = None
+) -> list[Pass]:
+    """The passes stage ``stage`` runs in one step, in order; ``group`` is the interleaved
+    schedule's contiguous micro-batches per chunk (``None``: ``stages``)."""
     if not 0 <= stage < stages:
         raise ValueError(f"stage {stage} is outside 0..{stages - 1}")
     if chunks == 1:
         return _one_f_one_b(stage, stages, microbatches)
-    if microbatches % stages:
+    n = stages if group is None else group
+    if microbatches % stages and n == stages:
         raise ValueError(
             f"the interleaved schedule needs micro-batches ({microbatches}) to be a multiple "
             f"of the pipeline stages ({stages})"
         )
-    return _interleaved(stage, stages, microbatches, chunks)
+    why = microbatch_group_error(stages, microbatches, n)
+    if why is not None:
+        raise ValueError(why)
+    return _interleaved(stage, stages, microbatches, chunks, n)
 
 
 def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:

@@ -118,6 +118,21 @@ def test_published_runs_are_all_there() -> None:
         (_with("precision", fp8_recipe="delayed"), "precision.fp8_recipe", 'needs dtype = "fp8"'),
         (_with("parallel", tp_comm_overlap=True), "parallel.tp_comm_overlap", "sequence_parallel"),
         (
+            _with("parallel", microbatch_group_size_per_vp_stage=4),
+            "parallel.microbatch_group_size_per_vp_stage",
+            "between pp = 8 and the micro-batches per step (64)",
+        ),
+        (
+            _with("parallel", microbatch_group_size_per_vp_stage=30),
+            "parallel.microbatch_group_size_per_vp_stage",
+            "(64 mod 30 = 4) must be empty or hold at least pp = 8",
+        ),
+        (
+            _with("parallel", microbatch_group_size_per_vp_stage=8, virtual_stages=1),
+            "parallel.microbatch_group_size_per_vp_stage",
+            "only the interleaved schedule",
+        ),
+        (
             _with("parallel", overlap_p2p_comm=False, pp=2, dp=4),
             "parallel.overlap_p2p_comm",
             "needs pp > 2",
@@ -395,6 +410,7 @@ def test_every_new_key_round_trips() -> None:
         "overlap_p2p_comm": False,
         "ddp_bucket_size": 6_553_600,
         "batch_p2p_sync": False,
+        "microbatch_group_size_per_vp_stage": 16,
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
     data["training"] = {"clip_grad": 0.0, "log_num_zeros_in_grad": True}

@@ -279,8 +279,9 @@ def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
 def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> None:
     """6 layers on pp 2, vp 2 with the embedding and the loss counted as layers (8 slots, 2
     per chunk): global chunks g0..g3 hold 1, 2, 2, 1 layers (stage 0: g0, g2; stage 1: g1,
-    g3). With m = p = 2 Megatron's interleaved schedule runs all four forwards, then all four
-    backwards; f and b are one layer's forward and backward, transfers are free."""
+    g3). With m = p = 2 Megatron-Core's interleaved schedule warms up (p - s - 1) * 2 + (v - 1) *
+    p passes: all four forwards on stage 0, two on stage 1, which then runs one forward, one
+    backward; f and b (b >= f) are one layer's forward and backward, transfers are free."""
     strings = StringTable()
     one_f = [("fwd_gemm", OpClass.GEMM, 4e11, 0)]
     one_b = [("bwd_gemm", OpClass.GEMM, 8e11, 0)]
@@ -308,12 +309,15 @@ def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> N
     f, b, topt = t(fwd1), t(bwd1), t(opt)
     assert t(fwd2) == 2 * f and t(bwd2) == 2 * b
     # Stage 0: F g0 mb0 [0, f], mb1 [f, 2f]. Stage 1: F g1 mb0 [f, 3f], mb1 [3f, 5f].
-    # Stage 0: F g2 mb0 [3f, 5f], mb1 [5f, 7f]. Stage 1: F g3 mb0 [5f, 6f], mb1 [7f, 8f],
-    # B g3 mb0 [8f, 8f+b], mb1 [8f+b, 8f+2b]. Stage 0: B g2 mb0 [8f+b, 8f+3b], mb1 [.., 8f+5b].
-    # Stage 1: B g1 mb0 [8f+3b, 8f+5b], mb1 [8f+5b, 8f+7b]. Stage 0: B g0 mb0 [8f+5b, 8f+6b],
-    # mb1 [8f+7b, 8f+8b]; then each stage's optimizer.
-    assert sim.stage_ns() == {0: 8 * f + 8 * b + topt, 1: 8 * f + 7 * b + topt}
-    assert sim.step_ns == 8 * f + 8 * b + topt
+    # Stage 0: F g2 mb0 [3f, 5f], mb1 [5f, 7f]. Stage 1: F g3 mb0 [5f, 6f], B g3 mb0
+    # [6f, 6f+b], F g3 mb1 [6f+b, 7f+b], B g3 mb1 [7f+b, 7f+2b]. Stage 0: B g2 mb0
+    # [6f+b, 6f+3b], mb1 [6f+3b, 6f+5b]. Stage 1: B g1 mb0 [6f+3b, 6f+5b], mb1 [6f+5b, 6f+7b].
+    # Stage 0: B g0 mb0 [6f+5b, 6f+6b], mb1 [6f+7b, 6f+8b]; then each stage's optimizer.
+    # (Every forward first on both stages, as Megatron-LM ran m = p before its tunable
+    # schedule, would end at 8f+8b and 8f+7b.)
+    assert b >= f
+    assert sim.stage_ns() == {0: 6 * f + 8 * b + topt, 1: 6 * f + 7 * b + topt}
+    assert sim.step_ns == 6 * f + 8 * b + topt
     # The same layers without interleaving (3 per stage, 1F1B): (m + p - 1) (3f + 3b).
     plain = _cfg(
         pp=2, dp=1, micro_batches=2, model={"layers": 6}, parallel={**counted, "virtual_stages": 1}

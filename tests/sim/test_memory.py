@@ -223,6 +223,25 @@ def test_in_flight_passes_follow_the_schedule(pp: int, vp: int, m: int) -> None:
         assert inflight(cfg, stage) == held, stage
 
 
+def test_contiguous_micro_batches_per_chunk_raise_the_in_flight_count() -> None:
+    # pp 2, v 2, m 5, N 3 (Megatron-Core's example): stage 0 warms up (2 - 1) * 2 + 3 = 5
+    # forwards and holds the 6th too (micro-batches 0-2 of both chunks); stage 1 warms up 3
+    # and holds micro-batches 0-2 of chunk 0 and 0 of chunk 1.
+    base = _cfg(layers=48, pp=2, vp=2, global_batch=5)
+    cfg = replace(base, parallel=replace(base.parallel, microbatch_group_size_per_vp_stage=3))
+    assert inflight(cfg, 0) == [3, 3]
+    assert inflight(cfg, 1) == [3, 1]
+    # m = 6: the default N = p = 2 holds (2 - 1) * 2 + 2 + 1 = 5 passes, N = m = 6 nine.
+    base = _cfg(layers=48, pp=2, vp=2, global_batch=6)
+    full = replace(base, parallel=replace(base.parallel, microbatch_group_size_per_vp_stage=6))
+    assert inflight(base, 0) == [3, 2]
+    assert inflight(full, 0) == [6, 3]
+    per_layer = 12 * layer_activation_bytes(base)  # 12 layers per chunk
+    assert stage_memory(full, 0).activations - stage_memory(base, 0).activations == (
+        per_layer * 4 + 2048 * 12288 * 3  # and chunk 0's embedding dropout mask, 3 more times
+    )
+
+
 def test_uneven_interleaved_chunks_hold_their_own_layers() -> None:
     # 30 layers on pp 4, vp 2 with the embedding and the loss counted as layers: 32 slots,
     # 4 per chunk, so stage 0 holds chunks of 3 and 4 layers, stage 3 of 4 and 3. With m = 8

@@ -43,9 +43,9 @@ def test_every_pass_runs_once_and_backward_follows_forward(p: int, m: int, v: in
                 assert (x.chunk, x.microbatch) in seen
 
 
-def _replay(p: int, m: int, v: int, tf: int, tb: int) -> int:
+def _replay(p: int, m: int, v: int, tf: int, tb: int, n: int | None = None) -> int:
     """Ideal makespan: pass times tf/tb, no communication cost, cross-stage dependencies."""
-    orders = [schedule(s, p, m, v) for s in range(p)]
+    orders = [schedule(s, p, m, v, n) for s in range(p)]
     done: dict[tuple[bool, int, int], int] = {}  # (forward, global chunk, micro) -> end time
     pos, clock = [0] * p, [0] * p
     total = sum(len(o) for o in orders)
@@ -79,8 +79,49 @@ def test_ideal_makespan_matches_the_bubble_formula(p: int, m: int, v: int) -> No
     assert (makespan - ideal) / ideal == pytest.approx(bubble_fraction(p, m, v), rel=1e-9)
 
 
+def _passes(text: str) -> list[Pass]:
+    """``"F0.1 B1.0"``: forward of chunk 0, micro-batch 1; backward of chunk 1, micro-batch 0."""
+    return [Pass(x[0] == "F", int(x[1]), int(x[3])) for x in text.split()]
+
+
+def test_grouped_interleaving_by_hand() -> None:
+    # Megatron-Core's own example (ModelParallelConfig.microbatch_group_size_per_vp_stage):
+    # pp 2, v 2, N 3, m 5 runs the forwards of micro-batches 0 1 2 0 1 2 3 4 3 4 through
+    # chunks 0 0 0 1 1 1 0 0 1 1. Warm-up: (p - s - 1) * 2 + (v - 1) * N = 5 on stage 0,
+    # 3 on stage 1; backwards take the same order with the chunks reversed.
+    assert schedule(0, 2, 5, 2, 3) == _passes(
+        "F0.0 F0.1 F0.2 F1.0 F1.1 F1.2 B1.0 F0.3 B1.1 F0.4 B1.2 F1.3 B0.0 F1.4 B0.1 "
+        "B0.2 B1.3 B1.4 B0.3 B0.4"
+    )
+    assert schedule(1, 2, 5, 2, 3) == _passes(
+        "F0.0 F0.1 F0.2 F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 F0.3 B0.0 F0.4 B0.1 F1.3 B0.2 "
+        "F1.4 B1.3 B1.4 B0.3 B0.4"
+    )
+
+
+def test_m_equal_to_p_warms_up_by_stage() -> None:
+    # Since Megatron-Core's tunable schedule, m == p no longer runs every forward first: the
+    # last stage of pp 2, v 2, m 2 warms up (v - 1) * p = 2 passes, the first all 4.
+    assert schedule(1, 2, 2, 2) == _passes("F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 B0.0 B0.1")
+    assert schedule(0, 2, 2, 2) == _passes("F0.0 F0.1 F1.0 F1.1 B1.0 B1.1 B0.0 B0.1")
+
+
+@pytest.mark.parametrize(("p", "m", "v", "n"), [(2, 5, 2, 3), (4, 10, 2, 5), (4, 16, 4, 8)])
+def test_grouping_keeps_the_ideal_bubble(p: int, m: int, v: int, n: int) -> None:
+    # Dubey et al. 2024 (Sec. 3.3.2): with N tunable the bubble stays (PP - 1) / (V * M).
+    tf, tb = 10, 20
+    ideal = m * v * (tf + tb)
+    assert (_replay(p, m, v, tf, tb, n) - ideal) / ideal == pytest.approx(
+        bubble_fraction(p, m, v), rel=1e-9
+    )
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="outside"):
         schedule(4, 4, 8)
     with pytest.raises(ValueError, match="multiple"):
         schedule(0, 4, 6, 2)
+    with pytest.raises(ValueError, match="between pp = 4"):
+        schedule(0, 4, 8, 2, 3)
+    with pytest.raises(ValueError, match="10 mod 8 = 2"):
+        schedule(0, 4, 10, 2, 8)
