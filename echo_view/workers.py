@@ -48,6 +48,27 @@ def _dask() -> Any:
     return distributed
 
 
+#: What Dask's nannies set in a local worker's environment that echo-view's workers do without:
+#: ``MALLOC_TRIM_THRESHOLD_`` (64 KiB in Dask's defaults) makes glibc hand freed memory back
+#: at once, so each rank file's columns are faulted in afresh: 13% more CPU per file read
+#: (16 rank files of 30 MB, the same process with and without it; docs/performance.md,
+#: "Many-rank jobs"). A worker keeps at most one file's working set between tasks.
+_UNSET_IN_WORKERS = ("MALLOC_TRIM_THRESHOLD_",)
+
+
+@contextmanager
+def _worker_environment() -> Iterator[None]:
+    """Dask's configuration for the local cluster's worker processes, less
+    :data:`_UNSET_IN_WORKERS` (a variable already in this process's environment stays: the
+    workers inherit it)."""
+    import dask
+
+    key = "distributed.nanny.pre-spawn-environ"
+    environ = {k: v for k, v in dask.config.get(key, {}).items() if k not in _UNSET_IN_WORKERS}
+    with dask.config.set({key: environ}):
+        yield
+
+
 @contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: on the scheduler at ``scheduler``, else on a local cluster of
@@ -70,16 +91,17 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             n = check_workers(workers if workers is not None else default_workers())
             # Processes, one thread each: the work is pure Python (parsing, simulating) and
             # holds the GIL.
-            cluster = distributed.LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                # Any free port: a fixed one (8787) clashes with a second cluster on the machine.
-                dashboard_address=":0",
-                # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR;
-                # task errors reach the client as exceptions, so the logs add only noise.
-                silence_logs=logging.CRITICAL,
-            )
+            with _worker_environment():  # read by each nanny as it is made
+                cluster = distributed.LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    # Any free port: a fixed one (8787) clashes with another cluster here.
+                    dashboard_address=":0",
+                    # Workers losing their scheduler on Ctrl-C log heartbeat tracebacks at ERROR;
+                    # task errors reach the client as exceptions, so the logs add only noise.
+                    silence_logs=logging.CRITICAL,
+                )
             stack.callback(cluster.close)
             client = distributed.Client(cluster, set_as_default=False)
         stack.callback(client.close)

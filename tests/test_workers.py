@@ -16,11 +16,23 @@ def _square_and_pid(x: int) -> tuple[int, int]:
     return x * x, os.getpid()
 
 
+def _environ(name: str) -> str | None:
+    return os.environ.get(name)
+
+
 @pytest.mark.slow
 def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
+    import dask
+
     with dask_client(workers=2) as client:
         assert len(client.scheduler_info()["workers"]) == 2
         results = client.gather(client.map(_square_and_pid, range(8)))
+        # Dask's default makes glibc return freed memory at once (slower reads); the local
+        # workers run without it, and Dask's other worker settings stay.
+        assert dask.config.get("distributed.nanny.pre-spawn-environ")["MALLOC_TRIM_THRESHOLD_"]
+        trim = client.run(_environ, "MALLOC_TRIM_THRESHOLD_")
+        assert set(trim.values()) == {os.environ.get("MALLOC_TRIM_THRESHOLD_")}
+        assert set(client.run(_environ, "OMP_NUM_THREADS").values()) == {"1"}
     assert [r for r, _ in results] == [x * x for x in range(8)]
     # The work ran in worker processes, not in this one.
     assert os.getpid() not in {pid for _, pid in results}
