@@ -198,9 +198,9 @@ KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 def test_published_step_times_regression_guard() -> None:
     """Mean |error| over Korthikanti et al.'s eight runs stays <= 5% (A100: one step-time fit,
     2.3%), and the Megatron-CI 7B runs stay where docs/accuracy.md reports them: Hopper kernels
-    come from kernel measurements, not from these runs, which they under-predict (tp1-pp4 by
-    22.9%, tp4-pp1 by 13.9%). A value outside the ranges below means the model changed:
-    regenerate the doc's tables."""
+    come from kernel measurements, not from these runs, which they under-predict (the
+    leave-one-source-out table: tp1-pp4 by 16.6%, tp4-pp1 by 9.9%). A value outside the ranges
+    below means the model changed: regenerate the doc's tables."""
     errors = {}
     for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
         cfg, graph = _shipped(stem)
@@ -209,8 +209,8 @@ def test_published_step_times_regression_guard() -> None:
     kor = [abs(errors[s]) for s in KORTHIKANTI]
     assert len(kor) == 8
     assert sum(kor) / len(kor) <= 5.0, errors
-    assert -27.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -19.0, errors
-    assert -18.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -10.0, errors
+    assert -23.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -12.0, errors
+    assert -16.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -5.0, errors
 
 
 def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:
