@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,10 @@ def _environ(name: str) -> str | None:
     return os.environ.get(name)
 
 
+def _callbacks(dask_worker: Any) -> dict[str, float]:
+    return {name: pc.callback_time for name, pc in dask_worker.periodic_callbacks.items()}
+
+
 @pytest.mark.slow
 def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
     import dask
@@ -33,6 +38,12 @@ def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
         trim = client.run(_environ, "MALLOC_TRIM_THRESHOLD_")
         assert set(trim.values()) == {os.environ.get("MALLOC_TRIM_THRESHOLD_")}
         assert set(client.run(_environ, "OMP_NUM_THREADS").values()) == {"1"}
+        # Their event loops wake rarely: no profiler, ticks every 500 ms, memory checked each
+        # second (in ms, as Tornado counts).
+        for callbacks in client.run(_callbacks).values():
+            assert "profile" not in callbacks
+            assert callbacks["tick"] == 500 and callbacks["memory_monitor"] == 1000
+        assert dask.config.get("distributed.worker.profile.enabled")  # only the cluster's
     assert [r for r, _ in results] == [x * x for x in range(8)]
     # The work ran in worker processes, not in this one.
     assert os.getpid() not in {pid for _, pid in results}

@@ -284,6 +284,17 @@ class Trace:
     def __len__(self) -> int:
         return len(self.events)
 
+    # The metadata travels as a plain dict: pickle refuses a mappingproxy, and a trace that
+    # plain pickle takes crosses to and from Dask workers without its slow fallbacks
+    # (a ``reducer_override`` call per object, then cloudpickle).
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "metadata": dict(self.metadata)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "metadata", MappingProxyType(state["metadata"]))
+
     @property
     def launches(self) -> LaunchTable:
         """How GPU work was launched (:class:`~echo_view.model.event_info.LaunchTable`)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,19 @@ def test_metadata_is_frozen() -> None:
     assert t.world_size == 8
     with pytest.raises(TypeError):
         t.metadata["world_size"] = 4  # type: ignore[index]
+
+
+def test_a_trace_takes_plain_pickle_and_stays_frozen() -> None:
+    """Worker processes send traces to the client: plain pickle (Dask's first choice) must take
+    them, and the copy keeps its columns and read-only metadata."""
+    b = TraceBuilder(rank=3, source="mem")
+    b.metadata["world_size"] = 8
+    gpu = b.gpu_stream(0, 7)
+    b.event(EventKind.KERNEL, "gemm", 2_000, 500, gpu, args={"grid": [1, 2, 3]})
+    t = b.build()
+    copy = pickle.loads(pickle.dumps(t, protocol=5))
+    assert copy.world_size == 8 and dict(copy.metadata) == dict(t.metadata)
+    assert copy.events.start_ns.tolist() == [2_000] and copy.events.args(0) == {"grid": [1, 2, 3]}
+    assert copy.name(0) == "gemm" and copy.rank == 3
+    with pytest.raises(TypeError):
+        copy.metadata["world_size"] = 4  # type: ignore[index]
