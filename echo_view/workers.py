@@ -62,7 +62,8 @@ _UNSET_IN_WORKERS = ("MALLOC_TRIM_THRESHOLD_",)
 #: this process, on the cores the workers read on. Nothing here reads the profiles or the
 #: dashboard, so: no profiler, ticks and system samples rarely, memory checked each second
 #: (spilling, pausing and the nanny's 95% limit still apply). A 1-worker cluster read 8 rank
-#: files of 30 MB in 20-30% less time and CPU (docs/performance.md, "Many-rank jobs").
+#: files of 30 MB in 26% less time and 24% less worker CPU (medians of 9 interleaved pairs;
+#: docs/performance.md, "Many-rank jobs").
 LOCAL_CLUSTER_CONFIG: dict[str, object] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "500ms",
