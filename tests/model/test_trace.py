@@ -111,7 +111,7 @@ def test_a_trace_takes_plain_pickle_and_stays_frozen() -> None:
     gpu = b.gpu_stream(0, 7)
     b.event(EventKind.KERNEL, "gemm", 2_000, 500, gpu, args={"grid": [1, 2, 3]})
     t = b.build()
-    copy = pickle.loads(pickle.dumps(t, protocol=5))
+    copy: Trace = pickle.loads(pickle.dumps(t, protocol=5))
     assert copy.world_size == 8 and dict(copy.metadata) == dict(t.metadata)
     assert copy.events.start_ns.tolist() == [2_000] and copy.events.args(0) == {"grid": [1, 2, 3]}
     assert copy.name(0) == "gemm" and copy.rank == 3
