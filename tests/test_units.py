@@ -103,6 +103,39 @@ def test_bulk_conversion_of_unsigned_text_equals_decimal(texts: list[str]) -> No
     _check_bulk(texts)
 
 
+# One width and '.' place for every text (a chunk's ``ts`` written with fixed decimals): the
+# matrix-product path; leading zeros only where JSON has them ("0.5").
+@st.composite
+def _fixed_width_texts(draw: st.DrawFn) -> list[str]:
+    whole, decimals = draw(st.integers(1, 21)), draw(st.integers(0, 9))
+    lead = st.from_regex(rf"[1-9][0-9]{{{whole - 1}}}", fullmatch=True) if whole > 1 else None
+    texts = []
+    for _ in range(draw(st.integers(1, 30))):
+        w = draw(lead) if lead is not None else draw(st.sampled_from("0123456789"))
+        f = draw(st.from_regex(rf"[0-9]{{{decimals}}}", fullmatch=True)) if decimals else ""
+        texts.append(w + (f".{f}" if decimals else ""))
+    return texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(_fixed_width_texts())
+def test_bulk_conversion_of_fixed_width_text_equals_decimal(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["1.25", "12.5"],  # one width, the '.' moves
+        ["125", "1.5"],
+        ["12345678901234567890", "12345678901234567890"],  # 20 digits: the general path
+        ["1712195495519689.047", "1712195495519690.000"],
+    ],
+)
+def test_bulk_conversion_of_equal_widths(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
 @pytest.mark.parametrize(
     ("text", "ns"),
     [
