@@ -97,6 +97,15 @@ class NumberEvent(RawEvent, gc=False):
     dur: int | float = MISSING  # type: ignore[assignment]
 
 
+class IntEvent(RawEvent, gc=False):
+    """:class:`RawEvent` with integer ``ts``/``dur`` (Kineto before PyTorch 2.3): each column
+    is read into int64 in one pass, with no look at each value's type. A chunk with a float
+    does not fit; it and the chunks after it are decoded as :class:`NumberEvent`."""
+
+    ts: int = MISSING  # type: ignore[assignment]
+    dur: int = MISSING  # type: ignore[assignment]
+
+
 class TimeTexts(msgspec.Struct, gc=False):
     """The text of ``ts``/``dur``, from which fractional µs are converted exactly."""
 
@@ -227,10 +236,13 @@ class Columns:
         """Exact ns of the chunk's ``ts`` and ``dur`` (MISSING where absent)."""
         evs: list[Any] = chunk.events
         if not self.text_times:
-            ts, dur = (
-                _int_times(list(map(_GET["ts"], evs))),
-                _int_times(list(map(_GET["dur"], evs))),
-            )
+            if type(evs[0]) is IntEvent:
+                ts, dur = _int_column_times(evs, "ts"), _int_column_times(evs, "dur")
+            else:
+                ts, dur = (
+                    _int_times(list(map(_GET["ts"], evs))),
+                    _int_times(list(map(_GET["dur"], evs))),
+                )
             if ts is not None and dur is not None:
                 return ts, dur
             # A float: exact only from its text, here and (the reader switches) from now on.
@@ -426,6 +438,20 @@ def _int_times(values: list[Any]) -> I64 | None:
     us = np.array(values)
     if us.dtype != np.int64 or us.ndim != 1:
         return None
+    return _us_ns(us)
+
+
+def _int_column_times(evs: list[IntEvent], what: str) -> I64 | None:
+    """ns of the ``what`` (int) of ``evs`` (MISSING kept); None when one is out of range."""
+    try:
+        us = np.fromiter(map(_GET[what], evs), dtype=np.int64, count=len(evs))
+    except OverflowError:
+        return None
+    return _us_ns(us)
+
+
+def _us_ns(us: I64) -> I64 | None:
+    """ns of int64 µs (MISSING kept); None when one is out of range."""
     missing = us == MISSING
     if not (missing | (np.abs(us) <= INT_US_LIMIT)).all():
         return None  # (the text path names the event)
