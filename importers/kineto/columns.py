@@ -200,17 +200,21 @@ class Columns:
             return
         row_evs = evs if len(rows) == n else list(compress(evs, is_row))
         raws = list(map(g["args"], row_evs))
-        self.args.writelines(raws)
+        text = b"".join(raws)
+        self.args.write(text)
         lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
         self.args_len.append(lengths)
         linked = props[rows, 4].astype(np.bool_)
         all_linked = bool(linked.all())
-        keys = self._key_args(
-            chunk,
-            raws if all_linked else list(compress(raws, linked)),
-            bool((lengths[linked] == 0).any()),
-            rows if all_linked else rows[linked],
-        )
+        keys = _key_args_of_all(text, lengths, linked)
+        if keys is None:
+            keys = self._key_args(
+                chunk,
+                raws if all_linked else list(compress(raws, linked)),
+                bool((lengths[linked] == 0).any()),
+                rows if all_linked else rows[linked],
+            )
+        del text
         self.phase.append(ph[rows])
         self.name.append(names[rows])
         self.cat.append(cats[rows])
@@ -380,6 +384,31 @@ def _file_index(rows: npt.NDArray[np.intp], first: int) -> IDX:
     if first + len(rows) < 2**31:
         return rows.astype(np.int32) + np.int32(first)
     return rows.astype(np.int64) + first
+
+
+#: Least share of a chunk's rows that can hold link ids for their args to be read from the
+#: rows' args text as it is written to the blob (every row's args decoded; else the linked
+#: rows' args are joined and decoded apart).
+LINKED_SHARE = 0.75
+
+
+def _key_args_of_all(
+    text: bytes, lengths: I64, linked: npt.NDArray[np.bool_]
+) -> list[KeyArgs] | None:
+    """The link ids of the linked rows, from ``text``, the rows' args as written one after the
+    other (msgspec reads concatenated values): no second join of the args. None when it does
+    not apply (few linked rows, a row without args, args that are not all objects with
+    integer ids): :meth:`Columns._key_args` then reads them."""
+    n = len(lengths)
+    if linked.sum() < LINKED_SHARE * n or not lengths.all():
+        return None
+    try:
+        keys = _KEYARGS_ONE.decode_lines(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if len(keys) != n:  # (two values ran together: numbers, say)
+        return None
+    return keys if bool(linked.all()) else list(compress(keys, linked))
 
 
 def _spread(values: I64, where: npt.NDArray[np.bool_]) -> I64:
