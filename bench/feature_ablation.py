@@ -81,6 +81,13 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         "",
     ),
     (
+        "validation/megatron-ci-7b-tp4-pp1.toml",
+        "NCCL_ALGO=Ring as the run (off = NCCL's own choice)",
+        {"cluster.nccl_algo": (None, "ring")},
+        None,
+        "",
+    ),
+    (
         "validation/megatron-ci-7b-tp1-pp4.toml",
         "gradient_accumulation_fusion (off as the run)",
         {"training.gradient_accumulation_fusion": (False, True)},

@@ -24,8 +24,10 @@ Each row is a published run or figure: its model, layout and what the source mea
   allocator margin: allocated, not reserved), and ``mem-allocated-bytes`` between steps against
   weights + gradients + optimizer states, for the 7B runs ``samples/configs/validation/
   megatron-ci-7b-*.toml`` and the 12-layer, hidden-512 runs of
-  ``samples/configs/megatron-ci-small``. Which rank logged is not stated; the model's largest
-  stage is compared.
+  ``samples/configs/megatron-ci-small``. The logging rank is the last one: Megatron-LM opens its
+  TensorBoard writer on global rank ``world_size - 1`` only (``_set_tensorboard_writer`` in
+  ``megatron/training/global_vars.py``), which its rank order (pipeline outermost) puts on the
+  last pipeline stage, so that stage is compared.
 - Megatron-LM's distributed-optimizer guide (NVIDIA/Megatron-LM,
   ``docs/source/api-guide/dist_optimizer.md``): bytes per parameter per GPU, 18 (bf16 params,
   fp32 grads) and 6 + 12/d with the distributed optimizer (here d = 8, 7.5 bytes).
@@ -93,6 +95,9 @@ class Point:
     what: str
     published_bytes: float
     unit: str
+    #: the pipeline stage whose memory the source reports: "peak" (the model's largest) or
+    #: "last" (the stage of the logging rank)
+    stage: str = "peak"
 
 
 def points() -> list[Point]:
@@ -119,8 +124,8 @@ def points() -> list[Point]:
     for name, case, max_alloc, alloc in MEGATRON_CI:
         cfg = load_config(configs / name)
         run = f"Megatron-LM CI {case}"
-        out.append(Point("Megatron-LM CI", run, cfg, None, "allocated", max_alloc, "GiB"))
-        out.append(Point("Megatron-LM CI", run, cfg, None, "states", alloc, "GiB"))
+        for what, published in (("allocated", max_alloc), ("states", alloc)):
+            out.append(Point("Megatron-LM CI", run, cfg, None, what, published, "GiB", "last"))
     zero = _cfg(GPT_7B5, 1024, {"dp": 64}, 1, "fp16")
     zero3 = _cfg(GPT_7B5, 1024, {"dp": 64, **FSDP}, 1, "fp16")
     for cfg, sharding, gb, name in ((zero, "none", 120, "baseline"),
@@ -155,7 +160,7 @@ def _params(cfg: WorkloadConfig) -> int:
 
 def modelled(p: Point) -> float:
     rep = memory_report(p.cfg, 96 * GB, p.sharding)
-    peak = rep.peak
+    peak = rep.stages[-1] if p.stage == "last" else rep.peak
     if p.what == "states":
         return float(peak.weights + peak.grads + peak.optimizer)
     if p.what == "allocated":

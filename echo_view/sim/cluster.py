@@ -33,6 +33,37 @@ if TYPE_CHECKING:
 FABRICS = ("nvswitch", "nvlink", "pcie")
 #: Host CPU vendors; NCCL's tuner caps LL bandwidth across nodes differently for each.
 CPU_VENDORS = ("intel", "amd", "arm")
+#: The NCCL algorithms the collective model knows, as ``NCCL_ALGO`` names them (lower case).
+NCCL_ALGORITHMS = ("ring", "tree", "nvls")
+
+
+def nccl_algorithms(spec: str) -> frozenset[str] | None:
+    """The algorithms an ``NCCL_ALGO`` value lets NCCL choose from, upper case as the tuner
+    names them; None for the empty value (NCCL's own choice among all of them).
+
+    The syntax is NCCL's (``src/graph/tuning.cc``, ``parseList``): a comma-separated list of
+    names, case-insensitive, or with a leading ``^`` the names to exclude."""
+    text = spec.strip().lower()
+    if not text:
+        return None
+    exclude = text.startswith("^")
+    names = [n.strip() for n in text.removeprefix("^").split(",")]
+    for name in names:
+        if name not in NCCL_ALGORITHMS:
+            raise ConfigError(
+                f"unknown or unmodelled NCCL algorithm {name!r} in {spec!r}",
+                where="cluster.nccl_algo",
+                hint=f"a comma-separated list of {', '.join(NCCL_ALGORITHMS)}, "
+                "or ^ and the ones to exclude",
+            )
+    chosen = set(NCCL_ALGORITHMS) - set(names) if exclude else set(names)
+    if not chosen:
+        raise ConfigError(
+            f"{spec!r} leaves NCCL no algorithm",
+            where="cluster.nccl_algo",
+            hint=f"allow at least one of: {', '.join(NCCL_ALGORITHMS)}",
+        )
+    return frozenset(n.upper() for n in chosen)
 
 
 @dataclass(frozen=True)
@@ -54,6 +85,8 @@ class Cluster:
     cpu: str = "intel"
     #: Extra one-way network latency beyond NCCL's defaults (long cables, extra switch tiers).
     net_latency_s: float = 0.0
+    #: The job's ``NCCL_ALGO`` ("" : unset, NCCL chooses among all algorithms), normalised.
+    nccl_algo: str = ""
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
@@ -81,6 +114,12 @@ class Cluster:
                 where="cluster.cpu",
                 hint=f"one of: {', '.join(CPU_VENDORS)}",
             )
+        nccl_algorithms(self.nccl_algo)
+
+    @property
+    def allowed_algorithms(self) -> frozenset[str] | None:
+        """What ``nccl_algo`` lets NCCL's tuner choose from (None: everything)."""
+        return nccl_algorithms(self.nccl_algo)
 
     @property
     def world_size(self) -> int:
@@ -135,6 +174,7 @@ class Cluster:
             "fabric": self.fabric,
             "cpu": self.cpu,
             "net_latency_us": self.net_latency_s * 1e6,
+            "nccl_algo": self.nccl_algo,
         }
 
 
@@ -194,9 +234,9 @@ _STORED: dict[str, tuple[str, float]] = {
     "net_latency_us": ("net_latency_s", 1e-6),
 }
 
-#: Keys :meth:`Cluster.with_overrides` accepts: the GPU preset, the fabric, the CPU vendor and
-#: the :class:`ClusterKeys`.
-OVERRIDE_KEYS: tuple[str, ...] = ("gpu", "fabric", "cpu", *ClusterKeys.specs())
+#: Keys :meth:`Cluster.with_overrides` accepts: the GPU preset, the fabric, the CPU vendor,
+#: ``NCCL_ALGO`` and the :class:`ClusterKeys`.
+OVERRIDE_KEYS: tuple[str, ...] = ("gpu", "fabric", "cpu", "nccl_algo", *ClusterKeys.specs())
 
 #: Old keys in gigabits per second, read for one more release with a warning naming the key
 #: that replaces them (a gigabit key beside gigabyte keys halved NVLink by a factor of 8).
@@ -226,6 +266,13 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
     if key in ("fabric", "cpu"):
         changes[key] = str(raw).strip().lower()
         return replace(cluster, **changes)
+    if key == "nccl_algo":
+        if not isinstance(raw, str):
+            raise ConfigError(
+                f'expected a string like "ring" or "^nvls", got {raw!r}',
+                where="cluster.nccl_algo",
+            )
+        return replace(cluster, nccl_algo=",".join(raw.replace(" ", "").lower().split(",")))
     value = ClusterKeys.check(key, raw, where=f"cluster.{key}")
     if key in _STORED:
         name, factor = _STORED[key]
@@ -250,6 +297,7 @@ __all__ = [
     "CPU_VENDORS",
     "DEPRECATED_KEYS",
     "FABRICS",
+    "NCCL_ALGORITHMS",
     "OVERRIDE_KEYS",
     "PRESETS",
     "Cluster",
@@ -260,6 +308,7 @@ __all__ = [
     "known_presets",
     "make_cluster",
     "match_gpu",
+    "nccl_algorithms",
 ]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from echo_view.errors import ConfigError
 from echo_view.model import CollectiveKind
 from echo_view.model.collectives import collective
 from echo_view.sim.cluster import Cluster
@@ -179,10 +180,25 @@ def _steps(kind: CollectiveKind, n: int, nodes: int) -> tuple[int, int]:
     return n - 1, nodes - 1
 
 
-def _algorithms(kind: CollectiveKind, topo: Topology) -> tuple[str, ...]:
-    if kind == CollectiveKind.ALL_REDUCE:
-        return (TREE, RING, NVLS) if topo.nvls else (TREE, RING)
-    return (RING,)
+def _algorithms(
+    kind: CollectiveKind, topo: Topology, allowed: frozenset[str] | None
+) -> tuple[str, ...]:
+    """The algorithms NCCL may run ``kind`` with, in its loop order, within ``allowed``
+    (``NCCL_ALGO``; None: all). NCCL fails a collective that ``NCCL_ALGO`` leaves without
+    one; so does this."""
+    every = (TREE, RING, NVLS) if topo.nvls else (TREE, RING)
+    possible = every if kind == CollectiveKind.ALL_REDUCE else (RING,)
+    if allowed is None:
+        return possible
+    out = tuple(a for a in possible if a in allowed)
+    if not out:
+        raise ConfigError(
+            f"NCCL_ALGO {','.join(sorted(allowed)).lower()!r} allows no algorithm NCCL has "
+            f"for {kind.label} (it runs {', '.join(a.lower() for a in possible)})",
+            where="cluster.nccl_algo",
+            hint="allow ring",
+        )
+    return out
 
 
 def table(
@@ -201,7 +217,7 @@ def table(
     reduce_like = kind in (CollectiveKind.ALL_REDUCE, CollectiveKind.REDUCE)
     net_extra = cluster.net_latency_s * 1e6
     out: dict[tuple[str, str], tuple[float, float]] = {}
-    for algo in _algorithms(kind, topo):
+    for algo in _algorithms(kind, topo, cluster.allowed_algorithms):
         for p, proto in enumerate(PROTOCOLS):
             if algo == NVLS and proto != SIMPLE:
                 continue
