@@ -97,22 +97,43 @@ def us_texts_to_ns(
     then one well-formed number.
     """
     n = len(texts)
-    whole = _integers(texts)
-    if whole is not None:
-        return whole, np.zeros(n, dtype=np.uint8)
-    lens = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-    status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
-    if not n or not lens.any():
-        return np.zeros(n, dtype=np.int64), status
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)
     # Each text prefixed with a '1' keeps an empty text or a leading zero ("0.5" -> "105") a JSON
-    # integer once the '.' is dropped.
+    # integer once the '.' is dropped. One join serves every path: the texts' lengths are read
+    # from its separators, not from the texts again (each pass over n objects costs more than
+    # one over the joined bytes).
     digits = b"1" + b",1".join(texts)
+    lens = _lengths(digits, texts)
     if not digits.translate(None, b"0123456789.,"):  # unsigned, no exponent: nearly every trace
+        status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
         try:
             return _plain(digits, lens, status)
         except OverflowError:  # over 19 digits
             pass
+    else:
+        whole = _integers(texts)  # negative integers
+        if whole is not None:
+            return whole, np.zeros(n, dtype=np.uint8)
+    status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
+    if not lens.any():
+        return np.zeros(n, dtype=np.int64), status
     return _general(texts, b"".join(texts), lens, status)
+
+
+def _lengths(digits: bytes, texts: Sequence[Any]) -> npt.NDArray[np.int64]:
+    """Length of each of ``texts``, joined into ``digits`` (each after a '1', joined by ','),
+    read from the separators: a pass over the joined bytes instead of one over n objects. A
+    number holds no ','; when some text does (no number, then), each text is measured."""
+    n = len(texts)
+    seps = np.flatnonzero(np.frombuffer(digits, dtype=np.uint8) == ord(","))
+    if len(seps) != n - 1:
+        return np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    bounds = np.empty(n + 1, dtype=np.int64)
+    bounds[0] = -1
+    bounds[1:-1] = seps
+    bounds[-1] = len(digits)
+    return np.diff(bounds) - 2  # less the separator and the '1'
 
 
 def _integers(texts: Sequence[Any]) -> npt.NDArray[np.int64] | None:
@@ -140,18 +161,26 @@ def _plain(
     digits: bytes, lens: npt.NDArray[np.int64], status: npt.NDArray[np.uint8]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
     """:func:`us_texts_to_ns` of texts made of digits and at most one '.' each, given as
-    ``digits`` (each text after a '1', joined by ','): parsed as integers by msgspec."""
+    ``digits`` (each text after a '1', joined by ','): by matrix products over the texts of
+    each width (:func:`_by_width`), else parsed as integers by msgspec."""
     if lens.max() > _MAX_DIGITS + 1:
         raise OverflowError
+    n = len(lens)
+    fixed = _by_width(digits, lens)
+    if fixed is not None:
+        mant, decimals = fixed
+        if (decimals == 3).all() and not (mant >= np.uint64(NS_LIMIT)).any():
+            return mant.astype(np.int64), status  # µs with three decimals: the digits are ns
+        if not decimals.any():
+            return _int_us(mant, status)
+        return _scale(mant, 3 - decimals, np.zeros(n, dtype=np.bool_), status)
     ends = np.cumsum(lens + 2) - 1  # where each text ends in ``digits``
     dots = np.flatnonzero(np.frombuffer(digits, dtype=np.uint8) == ord("."))
     if not len(dots):  # integer µs
         mant = np.array(_INTS.decode(b"[" + digits + b"]"), dtype=np.uint64) - _POW10[lens]
-        if (mant > np.uint64(INT_US_LIMIT)).any():
-            raise OverflowError  # (the general path tells which)
-        return (mant * np.uint64(NS_PER_US)).astype(np.int64), status
-    frac = np.zeros(len(lens), dtype=np.int64)
-    has_dot = np.zeros(len(lens), dtype=np.bool_)
+        return _int_us(mant, status)
+    frac = np.zeros(n, dtype=np.int64)
+    has_dot = np.zeros(n, dtype=np.bool_)
     at = np.searchsorted(ends, dots, side="right")
     frac[at] = ends[at] - dots - 1
     has_dot[at] = True
@@ -160,7 +189,75 @@ def _plain(
         raise OverflowError
     text = b"[" + digits.replace(b".", b"") + b"]"
     mant = np.array(_INTS.decode(text), dtype=np.uint64) - _POW10[ndigits]
-    return _scale(mant, 3 - frac, np.zeros(len(lens), dtype=np.bool_), status)
+    return _scale(mant, 3 - frac, np.zeros(n, dtype=np.bool_), status)
+
+
+#: More widths than this in one call: parsed by msgspec instead (a gather per width).
+_MAX_WIDTHS = 8
+
+
+def _by_width(
+    digits: bytes, lens: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]] | None:
+    """Mantissas and decimal counts of the texts in ``digits`` (as in :func:`_plain`), taken
+    as a matrix of digits per text width: a view of ``digits`` when all have one width (a
+    chunk's ``ts`` nearly always), else a gather per width (``dur``). ~3x faster than parsing
+    integers; None when the '.' moves within a width, or over :data:`_MAX_WIDTHS` widths."""
+    n = len(lens)
+    mant = np.zeros(n, dtype=np.uint64)
+    decimals = np.full(n, 3, dtype=np.int64)  # (an empty text's: its status tells)
+    groups: list[tuple[Any, npt.NDArray[np.uint8]]] = []
+    width = int(lens[0])
+    if width and (lens == width).all():
+        rows = np.frombuffer(digits + b",", dtype=np.uint8).reshape(n, width + 2)[:, 1:-1]
+        groups.append((slice(None), rows))
+    else:
+        widths = np.flatnonzero(np.bincount(lens))
+        widths = widths[widths > 0]
+        if len(widths) > _MAX_WIDTHS:
+            return None
+        raw = np.frombuffer(digits, dtype=np.uint8)
+        starts = np.cumsum(lens + 2) - 1 - lens  # each text's first character in ``digits``
+        for w in widths.tolist():
+            where = np.flatnonzero(lens == w)
+            groups.append((where, raw[starts[where, None] + np.arange(w)]))
+    for where, rows in groups:
+        got = _fixed_width(rows)
+        if got is None:
+            return None
+        mant[where], decimals[where] = got
+    return mant, decimals
+
+
+def _fixed_width(rows: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint64], int] | None:
+    """Mantissas and decimal count of texts of one width (``rows``, one text's characters
+    each) whose '.' is in one same place: each row's digits times powers of ten. None when
+    the '.' moves; OverflowError over 19 digits."""
+    width = rows.shape[1]
+    cols = np.arange(width)
+    decimals = 0
+    at = np.flatnonzero(rows[0] == ord("."))
+    if len(at):
+        dot = int(at[0])
+        if not (rows[:, dot] == ord(".")).all():
+            return None  # (a number holds one '.': no row has another)
+        cols = np.delete(cols, dot)
+        decimals = width - dot - 1
+    elif (rows == ord(".")).any():
+        return None
+    if len(cols) > _MAX_DIGITS:
+        raise OverflowError
+    mant = (rows[:, cols] - np.uint8(ord("0"))).astype(np.uint64) @ _POW10[len(cols) - 1 :: -1]
+    return mant, decimals
+
+
+def _int_us(
+    mant: npt.NDArray[np.uint64], status: npt.NDArray[np.uint8]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """ns of unsigned integer µs ``mant``; OverflowError when one is out of range."""
+    if (mant > np.uint64(INT_US_LIMIT)).any():
+        raise OverflowError  # (the general path tells which)
+    return (mant * np.uint64(NS_PER_US)).astype(np.int64), status
 
 
 def _scale(

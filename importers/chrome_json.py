@@ -112,8 +112,17 @@ class _Switchable:
 
     dec: msgspec.json.Decoder[Any]
     float_hook: Any
+    #: Used from the first text that ``dec`` finds invalid on: a narrow type (faster to read)
+    #: with a wider one behind it, whose errors are the ones reported.
+    fallback: msgspec.json.Decoder[Any] | None = None
 
     def decode(self, buf: Any) -> Any:
+        try:
+            return self.dec.decode(buf)
+        except msgspec.ValidationError:
+            if self.fallback is None:
+                raise
+        self.dec, self.fallback = self.fallback, None
         return self.dec.decode(buf)
 
 
@@ -198,17 +207,22 @@ class Container(TextCursor):
             raise RuntimeError("Container.top is complete only after chunks() has been consumed")
         return self._top
 
-    def chunks(self, event_type: type[T], *, float_hook: Any = None) -> Iterator[EventChunk[T]]:
+    def chunks(
+        self, event_type: type[T], *, float_hook: Any = None, fallback: type[Any] | None = None
+    ) -> Iterator[EventChunk[T]]:
         """Decode ``traceEvents`` as ``list[event_type]``, chunk by chunk (the next chunks as
         another type after :meth:`decode_next_as`).
 
         ``float_hook`` is passed to msgspec: it applies to ``Any``-typed fields only (``str``
-        keeps each float's exact text).
+        keeps each float's exact text). ``fallback``: the type that the first chunk that does
+        not fit ``event_type`` and every chunk after it are decoded as (errors are then its).
         """
         if self._started:
             raise RuntimeError("Container.chunks() can be iterated only once")
         self._started = True
         dec = _Switchable(_decoder(event_type, float_hook), float_hook)
+        if fallback is not None:
+            dec.fallback = _decoder(fallback, float_hook)
         self._switchable = dec
         try:
             yield from self._event_chunks(dec)
@@ -223,6 +237,7 @@ class Container(TextCursor):
         if self._switchable is None:
             raise RuntimeError("Container.decode_next_as() applies while chunks() runs")
         self._switchable.dec = _decoder(event_type, self._switchable.float_hook)
+        self._switchable.fallback = None
 
     def __enter__(self) -> Container:
         return self

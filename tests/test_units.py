@@ -103,6 +103,47 @@ def test_bulk_conversion_of_unsigned_text_equals_decimal(texts: list[str]) -> No
     _check_bulk(texts)
 
 
+# Times written with fixed decimals (a chunk's ``ts``: one width; its ``dur``: several, and
+# empty texts): the matrix-product paths; leading zeros only where JSON has them ("0.5").
+@st.composite
+def _fixed_decimal_texts(draw: st.DrawFn) -> list[str]:
+    most, decimals = draw(st.integers(1, 21)), draw(st.integers(0, 9))
+    one_width, empties = draw(st.booleans()), draw(st.booleans())
+    texts = []
+    for _ in range(draw(st.integers(1, 30))):
+        whole = most if one_width else draw(st.integers(1, most))
+        if empties and draw(st.booleans()):
+            texts.append("")
+            continue
+        w = draw(st.from_regex(rf"[1-9][0-9]{{{whole - 1}}}", fullmatch=True)) if whole > 1 else ""
+        w = w or draw(st.sampled_from("0123456789"))
+        f = draw(st.from_regex(rf"[0-9]{{{decimals}}}", fullmatch=True)) if decimals else ""
+        texts.append(w + (f".{f}" if decimals else ""))
+    return texts
+
+
+@settings(max_examples=400, deadline=None)
+@given(_fixed_decimal_texts())
+def test_bulk_conversion_of_fixed_decimal_text_equals_decimal(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["1.25", "12.5"],  # one width, the '.' moves
+        ["125", "1.5"],
+        ["12345678901234567890", "12345678901234567890"],  # 20 digits: the general path
+        ["1712195495519689.047", "1712195495519690.000"],
+        ["", "4.840", "12.500", "", "123.456", "7.000"],  # widths with one '.' place each
+        ["1.5", "22", "3.25", "44.5"],  # the '.' moves within a width
+        ["1", "12", "123", "1234", "12345", "123456", "1234567", "12345678", "123456789"],
+    ],
+)
+def test_bulk_conversion_by_width(texts: list[str]) -> None:
+    _check_bulk(texts)
+
+
 @pytest.mark.parametrize(
     ("text", "ns"),
     [

@@ -42,7 +42,7 @@ from importers.chrome_json import (
 )
 from importers.event_args import event_facts
 from importers.kineto.align import ClockFacts, align_ranks, clock_facts
-from importers.kineto.columns import Columns, NumberEvent, RawEvent, check_args_text
+from importers.kineto.columns import Columns, IntEvent, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
 from importers.kineto.meta import build_devices, build_steps, rank_from_name, trace_metadata
 from importers.kineto.roundtrip import export_metadata, split_export
@@ -116,7 +116,7 @@ def read_file(
     cols = Columns()
     text = False
     with read_container(path, chunk_bytes=chunk_bytes) as c:
-        for chunk in c.chunks(NumberEvent):
+        for chunk in c.chunks(IntEvent, fallback=NumberEvent):
             cols.add(chunk)
             if cols.text_times and not text:
                 c.decode_next_as(RawEvent)  # fractional µs: their text from now on

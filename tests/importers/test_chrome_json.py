@@ -356,3 +356,33 @@ def test_chunks_switch_type_between_chunks(tmp_path: Path) -> None:
     assert types[0] == types[1] == {Ts} and all(t == {TsText} for t in types[2:])
     assert len(types) > 3
     assert texts == [str(e["ts"]).encode() for e in evs[-len(texts) :]]
+
+
+def test_chunks_fall_back_to_a_wider_type(tmp_path: Path) -> None:
+    class Ts(msgspec.Struct):
+        ts: int = 0
+
+    class Wide(msgspec.Struct):
+        ts: int | float = 0
+
+    evs: list[dict[str, Any]] = [{"ph": "X", "ts": i} for i in range(600)]
+    evs[300]["ts"] = 300.5
+    path = write(tmp_path / "f.json", json.dumps({"traceEvents": evs}).encode())
+    types, got = [], []
+    with read_container(path, chunk_bytes=1024) as c:
+        for chunk in c.chunks(Ts, fallback=Wide):
+            types.append({type(e) for e in chunk.events})
+            got += [e.ts for e in chunk.events]
+    assert got == [e["ts"] for e in evs]
+    first_wide = types.index({Wide})
+    assert first_wide > 0 and all(t == {Ts} for t in types[:first_wide])
+    assert all(t == {Wide} for t in types[first_wide:])  # it stays wide
+
+    # An event that fits neither is named with the wider type's error.
+    evs[450]["ts"] = "soon"
+    path = write(tmp_path / "g.json", json.dumps({"traceEvents": evs}).encode())
+    with pytest.raises(InputError) as info, read_container(path, chunk_bytes=1024) as c:
+        for _ in c.chunks(Ts, fallback=Wide):
+            pass
+    assert info.value.where == "traceEvents[450].ts"
+    assert "expected `int | float`, got `str`" in info.value.message
