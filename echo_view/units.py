@@ -105,9 +105,10 @@ def us_texts_to_ns(
     # one over the joined bytes).
     digits = b"1" + b",1".join(texts)
     lens = _lengths(digits, texts)
+    status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
     if not digits.translate(None, b"0123456789.,"):  # unsigned, no exponent: nearly every trace
-        status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
         try:
+            # (_plain raises before it writes to ``status``: the general path gets it as is)
             return _plain(digits, lens, status)
         except OverflowError:  # over 19 digits
             pass
@@ -115,7 +116,6 @@ def us_texts_to_ns(
         whole = _integers(texts)  # negative integers
         if whole is not None:
             return whole, np.zeros(n, dtype=np.uint8)
-    status = np.where(lens == 0, TEXT_EMPTY, TEXT_OK).astype(np.uint8)
     if not lens.any():
         return np.zeros(n, dtype=np.int64), status
     return _general(texts, b"".join(texts), lens, status)

@@ -272,7 +272,7 @@ def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
                 f'expected a string like "ring" or "^nvls", got {raw!r}',
                 where="cluster.nccl_algo",
             )
-        return replace(cluster, nccl_algo=",".join(raw.replace(" ", "").lower().split(",")))
+        return replace(cluster, nccl_algo=raw.replace(" ", "").lower())
     value = ClusterKeys.check(key, raw, where=f"cluster.{key}")
     if key in _STORED:
         name, factor = _STORED[key]
