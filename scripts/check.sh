@@ -16,4 +16,8 @@ export PATH="$root/.venv/bin:$PATH"
 echo "== ruff check"; ruff check .
 echo "== ruff format --check"; ruff format --check .
 echo "== mypy"; mypy
-echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@"
+# One pytest worker per core this process may use (its CPU affinity, as `nproc` reads it): the
+# suite is CPU-bound, so 2 cores take it in about half the time (685 s -> 359 s here).
+# Pass -n 0 after the script's name for one process (e.g. to debug with --pdb).
+cores="$(nproc 2>/dev/null || echo 1)"
+echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "$cores" "$@"

@@ -170,7 +170,7 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
         (b"%PDF-1.7\n", "a PDF document"),
         (b"PK\x03\x04\x14\x00", "a ZIP archive"),
         (b"SQLite format 3\x00\x10\x00", "an SQLite database"),
-        (gzip.compress(b"{}"), "a gzip file"),
+        (gzip.compress(b"{}", mtime=0), "a gzip file"),
         (b'\xef\xbb\xbf {"traceEvents": []}', "JSON text"),
         (b"  \n\t", "a file holding only whitespace"),
         (b"# a README\n", "text"),
