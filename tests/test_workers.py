@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from typing import Any
 
 import pytest
 
 from echo_view.errors import UsageError
+from echo_view import workers
 from echo_view.workers import check_workers, dask_client, default_workers
 
 pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -19,6 +22,16 @@ def _square_and_pid(x: int) -> tuple[int, int]:
 
 def _environ(name: str) -> str | None:
     return os.environ.get(name)
+
+
+def _sigterm_handler() -> str:
+    return repr(signal.getsignal(signal.SIGTERM))
+
+
+def _forked() -> bool:
+    """True in a worker that is a copy of the test process (which set the hook before the
+    cluster started), False in a new interpreter."""
+    return workers._FORK_HOOKED
 
 
 def _callbacks(dask_worker: Any) -> dict[str, float]:
@@ -48,6 +61,28 @@ def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
     # The work ran in worker processes, not in this one.
     assert os.getpid() not in {pid for _, pid in results}
     assert client.status == "closed"
+
+
+def _command_handler(signum: int, frame: Any) -> None:
+    raise AssertionError("the command's SIGTERM handler ran in a worker")
+
+
+@pytest.mark.slow
+def test_local_workers_are_forked_on_linux_without_the_commands_signal_handlers() -> None:
+    # A command turns SIGTERM into an exception for its own cleanup (echo_view.cli); a forked
+    # worker must not inherit that: the nanny stops a stuck worker with SIGTERM.
+    previous = signal.signal(signal.SIGTERM, _command_handler)
+    try:
+        with dask_client(workers=2) as client:
+            forked = set(client.run(_forked).values())
+            handlers = set(client.run(_sigterm_handler).values())
+            pids = client.gather(client.map(_square_and_pid, range(4)))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert workers.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    assert forked == {workers.start_method() == "fork"}
+    assert handlers == {repr(signal.SIG_DFL)}
+    assert os.getpid() not in {pid for _, pid in pids}
 
 
 def test_worker_count_is_bounded() -> None:
