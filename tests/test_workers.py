@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from echo_view.errors import UsageError
 from echo_view import workers
+from echo_view.errors import UsageError
 from echo_view.workers import check_workers, dask_client, default_workers
 
 pytest.importorskip("distributed", reason="the dask extra is not installed")
