@@ -32,7 +32,7 @@ def add_parallel_options(parser: Any) -> None:
         type=int,
         metavar="N",
         help="read the rank files in N local worker processes (default: one per core, once "
-        "they hold 1 GiB of JSON; 1: all in this process)",
+        "they hold 256 MiB of JSON; 1: all in this process)",
     )
     group.add_argument(
         "--scheduler",
