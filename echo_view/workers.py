@@ -87,9 +87,10 @@ def start_method() -> str:
     which builds its own event loop and threads; what a fork of a threaded process risks is a
     lock another thread held at that moment, and the other threads here are Dask's own (its
     event loop and process watchers: the setting Dask offers ``fork`` for), while CPython
-    and ``logging`` re-create their locks in the child. macOS and Windows keep ``spawn``
-    (fork is unsafe there with the system frameworks, or absent)."""
-    return "fork" if sys.platform.startswith("linux") else "spawn"
+    and ``logging`` re-create their locks in the child. A process that has loaded torch
+    (``plan`` traces layouts) spawns: torch's OpenMP runtime is not safe across a fork. macOS
+    and Windows spawn too (fork is unsafe there with the system frameworks, or absent)."""
+    return "fork" if sys.platform.startswith("linux") and "torch" not in sys.modules else "spawn"
 
 
 def _worker_signals() -> None:

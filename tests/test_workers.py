@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from echo_view import workers
 from echo_view.errors import UsageError
 from echo_view.workers import check_workers, dask_client, default_workers
+from tests.conftest import ROOT
 
 pytest.importorskip("distributed", reason="the dask extra is not installed")
 
@@ -67,22 +70,46 @@ def _command_handler(signum: int, frame: Any) -> None:
     raise AssertionError("the command's SIGTERM handler ran in a worker")
 
 
-@pytest.mark.slow
-def test_local_workers_are_forked_on_linux_without_the_commands_signal_handlers() -> None:
-    # A command turns SIGTERM into an exception for its own cleanup (echo_view.cli); a forked
-    # worker must not inherit that: the nanny stops a stuck worker with SIGTERM.
+def forked_workers_report() -> dict[str, Any]:
+    """What a 2-worker local cluster's workers are, started from this process with a
+    command's SIGTERM handler installed (run by the test below in a new interpreter)."""
     previous = signal.signal(signal.SIGTERM, _command_handler)
     try:
         with dask_client(workers=2) as client:
-            forked = set(client.run(_forked).values())
-            handlers = set(client.run(_sigterm_handler).values())
-            pids = client.gather(client.map(_square_and_pid, range(4)))
+            forked = sorted(set(client.run(_forked).values()))
+            handlers = sorted(set(client.run(_sigterm_handler).values()))
+            pids = [pid for _, pid in client.gather(client.map(_square_and_pid, range(4)))]
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert workers.start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
-    assert forked == {workers.start_method() == "fork"}
-    assert handlers == {repr(signal.SIG_DFL)}
-    assert os.getpid() not in {pid for _, pid in pids}
+    return {
+        "method": workers.start_method(),
+        "forked": forked,
+        "handlers": handlers,
+        "in_this_process": os.getpid() in pids,
+    }
+
+
+@pytest.mark.slow
+def test_local_workers_are_forked_on_linux_without_the_commands_signal_handlers() -> None:
+    # A command turns SIGTERM into an exception for its own cleanup (echo_view.cli); a forked
+    # worker must not inherit that: the nanny stops a stuck worker with SIGTERM. Run in a new
+    # interpreter, as a command is: this one may have loaded torch, which makes it spawn.
+    code = "import json, tests.test_workers as t; print(json.dumps(t.forked_workers_report()))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.splitlines()[-1])
+    fork = sys.platform.startswith("linux")
+    assert report["method"] == ("fork" if fork else "spawn")
+    assert report["forked"] == [fork]
+    assert report["handlers"] == [repr(signal.SIG_DFL)]
+    assert not report["in_this_process"]
+
+
+def test_a_process_that_loaded_torch_spawns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", sys)  # any module: only the name is looked up
+    assert workers.start_method() == "spawn"
 
 
 def test_worker_count_is_bounded() -> None:
