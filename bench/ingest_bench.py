@@ -20,6 +20,8 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
   client's peak RSS, on the job and on one of its rank files, and the wall time on the job,
   for N = 1 (serial) and ``--workers`` (runs interleaved); ``--commands`` picks them,
   ``--client-only`` (or ``--info-only``) skips the rest;
+- ``--cluster-start``: only opening a local cluster of ``--workers`` processes, one task, and
+  closing it, its workers spawned (Dask's default) against forked (echo-view's on Linux);
 - ``ceiling``: plain ``json.loads`` of every rank file in one process against the files
   split over ``--workers`` processes started together (nothing of echo-view, no cluster), in
   the same rounds as the methods above: the speed-up the machine itself allows at that moment,
@@ -27,13 +29,14 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
 
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
                                  [--hta-python .venv-hta/bin/python] [--client-only]
-                                 [--commands info check interference]
+                                 [--commands info check interference] [--cluster-start]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -92,8 +95,45 @@ def generate(ranks: int, copies: int) -> Path:
 # -- workers (one per subprocess) -----------------------------------------------------------
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time so far (user + system)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cluster_start(how: str, workers: int) -> None:
+    """Open a local cluster of ``workers`` processes started by ``how`` (``spawn`` or
+    ``fork``), run one task, close it: the seconds of each, this process's CPU and that of
+    the workers (its children, once they have exited)."""
+    import echo_view.loading  # noqa: F401  (loaded, as in a command that reads rank files)
+    from echo_view import workers as ew
+
+    ew.start_method = lambda: how  # the bench compares both; the product picks one
+    t0 = time.perf_counter()
+    with ew.dask_client(workers=workers) as client:
+        t1 = time.perf_counter()
+        client.submit(sum, [1, 2]).result()
+        t2 = time.perf_counter()
+    t3 = time.perf_counter()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(
+        json.dumps(
+            {
+                "start": t1 - t0,
+                "task": t2 - t1,
+                "close": t3 - t2,
+                "cpu": cpu_seconds(),
+                "workers_cpu": kids.ru_utime + kids.ru_stime,
+            }
+        )
+    )
+
+
 def worker(method: str, path: str, workers: int) -> None:
     sys.path.insert(0, str(ib.ROOT))
+    if method.startswith("start:"):
+        cluster_start(method.partition(":")[2], workers)
+        return
     if method.startswith("json"):
         # The machine's own ceiling: plain ``json.loads`` of every ``workers``-th rank file
         # from the ``k``-th (method ``json:k``), nothing of echo-view, no cluster.
@@ -137,7 +177,11 @@ def worker(method: str, path: str, workers: int) -> None:
         # Ranks in the output (check exits 1 when it finds errors; that is a result too).
         doc = json.loads(out.buffer.getvalue()) if code in (0, 1) else {}
         ranks = len(doc.get(CLIENT_COMMANDS[method], ()))
-        print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": ranks}))
+        print(
+            json.dumps(
+                {"seconds": seconds, "rss": hwm_bytes(), "ranks": ranks, "cpu": cpu_seconds()}
+            )
+        )
         return
     if method == "dask":
         from echo_view.workers import dask_client
@@ -152,7 +196,11 @@ def worker(method: str, path: str, workers: int) -> None:
         t0 = time.perf_counter()
         job = read_job([Path(path)], parallel=parallel)
         seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job)}))
+    print(
+        json.dumps(
+            {"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job), "cpu": cpu_seconds()}
+        )
+    )
 
 
 HTA_PYTHON: str | None = None  # --hta-python
@@ -216,9 +264,14 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
         rss = statistics.median(r["rss"] for r in rs)
         label = {"local": f"local {workers}", "dask": f"dask {workers}"}.get(m, m)
         walls = ", ".join(f"{r['seconds']:.2f}" for r in rs)
+        cpu = (
+            f", client CPU {statistics.median(r['cpu'] for r in rs):.2f} s"
+            if "cpu" in rs[0]
+            else ""
+        )
         print(
             f"  {label:8s} median {t:6.2f} s ({size / 1e6 / t:5.1f} MB/s), client peak RSS "
-            f"{rss / 1e6:5.0f} MB; {int(rs[0]['ranks'])} ranks; runs {walls}"
+            f"{rss / 1e6:5.0f} MB{cpu}; {int(rs[0]['ranks'])} ranks; runs {walls}"
         )
     for m in methods[1:]:
         if all(r[m] for r in rounds):
@@ -233,6 +286,22 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
         + ", ".join(f"{c[0] / c[1]:.2f}" for c in ceilings)
         + ")"
     )
+
+
+def bench_start(workers: int, runs: int) -> None:
+    """Opening, using and closing a local cluster, spawned against forked (runs alternated)."""
+    rows: dict[str, list[dict[str, float]]] = {"spawn": [], "fork": []}
+    for _ in range(runs):
+        for how, out in rows.items():
+            out.append(run(f"start:{how}", ib.ROOT, workers))
+    for how, out in rows.items():
+        med = {k: statistics.median(r[k] for r in out) for k in out[0]}
+        starts = ", ".join(f"{r['start']:.2f}" for r in out)
+        print(
+            f"  {how:5s} {workers} workers: start {med['start']:.2f} s (runs {starts}), first "
+            f"task {med['task']:.2f} s, close {med['close']:.2f} s; CPU {med['cpu']:.2f} s "
+            f"in this process (imports included), {med['workers_cpu']:.2f} s in the workers"
+        )
 
 
 def bench_client(command: str, folder: Path, workers: int, runs: int) -> None:
@@ -283,6 +352,11 @@ def main() -> None:
         default=list(CLIENT_COMMANDS),
         help="commands whose client RSS is measured",
     )
+    ap.add_argument(
+        "--cluster-start",
+        action="store_true",
+        help="only time opening and closing a local cluster, its workers spawned and forked",
+    )
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -294,6 +368,9 @@ def main() -> None:
     global HTA_PYTHON
     HTA_PYTHON = args.hta_python
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, medians of {args.runs}")
+    if args.cluster_start:
+        bench_start(args.workers, args.runs)
+        return
     for ranks in args.ranks:
         folder = generate(ranks, args.copies)
         if not args.client_only:

@@ -96,7 +96,7 @@ SERIAL = Parallel(workers=1)
 
 #: Below this many bytes of JSON a local cluster started for the rank files would cost more
 #: than it saves, unless ``--workers`` asks for one: a 2-process cluster forked on Linux takes
-#: about 0.5 s to start (spawned, 1.6-1.7 s) while one core reads Kineto JSON at 50-170 MB/s;
+#: 0.6-0.7 s to start (spawned, 1.3-1.6 s) while one core reads Kineto JSON at 50-170 MB/s;
 #: 64 rank files of 3.7 MB (234 MB) read 1.24-1.60x faster on 2 forked workers than in one
 #: process, where spawned workers were slower (0.72-0.85x; docs/performance.md, "Many-rank
 #: jobs").

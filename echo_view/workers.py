@@ -81,9 +81,10 @@ def start_method() -> str:
 
     A spawned worker is a new interpreter that imports ``distributed``, numpy and echo-view
     before its first task: 1.0 s of CPU per worker, on the cores the workers then read on,
-    and 1.6-1.7 s of wall time to start a 2-worker cluster (0.35 s more to close it). A forked
-    worker is a copy of this process, which has imported them: 0.45-0.5 s to start, 0.04 s
-    to close (docs/performance.md, "Many-rank jobs"). The child runs only the Dask worker,
+    and 1.3-1.6 s of wall time to start a 2-worker cluster (0.24 s more to close it). A forked
+    worker is a copy of this process, which has imported them: 0.6-0.7 s to start, 0.04 s
+    to close (``bench/ingest_bench.py --cluster-start``; docs/performance.md, "Many-rank
+    jobs"). The child runs only the Dask worker,
     which builds its own event loop and threads; what a fork of a threaded process risks is a
     lock another thread held at that moment, and the other threads here are Dask's own (its
     event loop and process watchers: the setting Dask offers ``fork`` for), while CPython
