@@ -136,6 +136,20 @@ def _local_cluster_config() -> Iterator[None]:
         yield
 
 
+def _direct_to_workers() -> bool:
+    """Whether the client fetches results from the workers themselves (Dask's
+    ``distributed.client.direct-to-workers``; echo-view's default: yes). Through the scheduler,
+    every result crosses two connections and the scheduler's memory: 64 rank files' columns
+    (1.1 GB) cost the command 0.5 s more CPU when the scheduler runs in its process, as a local
+    cluster's does (docs/performance.md, "Many-rank jobs"). Where the client cannot reach a
+    worker, Dask fetches that result through the scheduler after the connection times out;
+    ``DASK_DISTRIBUTED__CLIENT__DIRECT_TO_WORKERS=False`` skips the attempt."""
+    import dask
+
+    setting = dask.config.get("distributed.client.direct-to-workers", None)
+    return True if setting is None else bool(setting)
+
+
 @contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: on the scheduler at ``scheduler``, else on a local cluster of
@@ -148,7 +162,12 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     with ExitStack() as stack:  # closes the client, then a local cluster's processes
         if scheduler is not None:
             try:
-                client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
+                client = distributed.Client(
+                    scheduler,
+                    timeout="10s",
+                    set_as_default=False,
+                    direct_to_workers=_direct_to_workers(),
+                )
             except (OSError, TimeoutError, ValueError) as exc:
                 raise UsageError(
                     f"cannot reach the Dask scheduler at {scheduler}: {exc}",
@@ -170,6 +189,8 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
                     silence_logs=logging.CRITICAL,
                 )
             stack.callback(cluster.close)
-            client = distributed.Client(cluster, set_as_default=False)
+            client = distributed.Client(
+                cluster, set_as_default=False, direct_to_workers=_direct_to_workers()
+            )
         stack.callback(client.close)
         yield client

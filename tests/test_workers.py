@@ -60,10 +60,22 @@ def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
             assert "profile" not in callbacks
             assert callbacks["tick"] == 500 and callbacks["memory_monitor"] == 1000
         assert dask.config.get("distributed.worker.profile.enabled")  # only the cluster's
+        # Results come straight from the workers, not through the scheduler.
+        assert client.direct_to_workers is True
     assert [r for r, _ in results] == [x * x for x in range(8)]
     # The work ran in worker processes, not in this one.
     assert os.getpid() not in {pid for _, pid in results}
     assert client.status == "closed"
+
+
+def test_results_come_from_the_workers_unless_dask_is_told_otherwise() -> None:
+    import dask
+
+    assert workers._direct_to_workers() is True  # Dask's own default (null): through the scheduler
+    with dask.config.set({"distributed.client.direct-to-workers": False}):
+        assert workers._direct_to_workers() is False
+    with dask.config.set({"distributed.client.direct-to-workers": True}):
+        assert workers._direct_to_workers() is True
 
 
 def _command_handler(signum: int, frame: Any) -> None:
