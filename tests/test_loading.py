@@ -18,6 +18,7 @@ from echo_view.loading import (
     _read_rank_file,
     build_registry,
     fans_out,
+    file_batches,
     graph_key,
     is_workload_input,
     job_importer,
@@ -92,10 +93,11 @@ def test_a_rank_file_read_elsewhere_keeps_the_input_limit_and_returns_its_error(
     path = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[0]
     imp = KinetoImporter()
     read = partial(_read_rank_file, importer=imp, many=True)
-    part = _on_worker(path, work=read, inflation_cap=None)
+    (part,) = _on_worker([path], work=read, inflation_cap=None)
     assert [t.rank for t in part.traces] == [0]
     try:
-        error = _on_worker(path, work=read, inflation_cap=1 << 10)
+        # The first bad file ends the task: its error is the last result.
+        (error,) = _on_worker([path, path], work=read, inflation_cap=1 << 10)
     finally:
         set_max_inflated_bytes(None)
     assert isinstance(error, LimitError) and "--max-inflated-bytes 1,024" in error.message
@@ -199,3 +201,45 @@ def test_files_are_worked_on_one_at_a_time_in_order_until_the_first_error(
     with pytest.raises(InputError, match="damaged"):
         next(done)
     assert list(map_files(files[::2], _size_or_error, SERIAL)) == [(files[0], 0), (files[2], 2)]
+
+
+def test_rank_files_are_batched_into_tasks_in_order_by_size() -> None:
+    mib = 1 << 20
+    # Small files: runs of TASK_BYTES (32 MiB) while the job is large enough for 4 tasks a core.
+    batches = file_batches([4 * mib] * 64, cores=2)
+    assert [len(b) for b in batches] == [8] * 8
+    assert [i for b in batches for i in b] == list(range(64))  # every file once, in order
+    # A smaller job: runs of a quarter of each core's share, so each worker gets 4 tasks.
+    assert [len(b) for b in file_batches([mib] * 64, cores=2)] == [8] * 8
+    # Files above the target are a task each; the remainder is a last, shorter run.
+    assert [list(b) for b in file_batches([40 * mib, 3, 40 * mib, 5], cores=1)] == [
+        [0],
+        [1, 2],
+        [3],
+    ]
+    assert file_batches([], cores=2) == []
+    assert [list(b) for b in file_batches([0, 0], cores=2)] == [[0, 1]]  # empty files: one task
+
+
+@pytest.mark.slow
+def test_files_read_in_batches_on_a_cluster_give_every_result_and_the_first_error_in_order(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    names = ("a", "b", "c", "d", "e", "f", "bad", "h")
+    sizes = [10, 10, 10, 10, 10, 1, 1, 28]
+    files = [tmp_path / n for n in names]
+    for f, size in zip(files, sizes, strict=True):
+        f.write_bytes(b"x" * size)
+    # On 2 workers the tasks hold 10 bytes: "f", "bad" and "h" are one task, which stops at
+    # "bad" and returns f's size and bad's error.
+    assert [list(b) for b in file_batches(sizes, cores=2)][-1] == [5, 6, 7]
+    seen = []
+    with pytest.raises(InputError, match="damaged"):
+        for path, size in map_files(files, _size_or_error, Parallel(workers=2)):
+            seen.append((path, size))
+    assert seen == list(zip(files[:6], sizes[:6], strict=True))
+    good = files[:6] + files[7:]
+    assert list(map_files(good, _size_or_error, Parallel(workers=2))) == [
+        (f, f.stat().st_size) for f in good
+    ]
