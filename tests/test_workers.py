@@ -71,7 +71,9 @@ def test_local_cluster_runs_work_in_worker_processes_and_stops_them() -> None:
 def test_results_come_from_the_workers_unless_dask_is_told_otherwise() -> None:
     import dask
 
-    assert workers._direct_to_workers() is True  # Dask's own default (null): through the scheduler
+    # Unset (Dask's default, null, under which a client outside the cluster goes through the
+    # scheduler): straight from the workers.
+    assert workers._direct_to_workers() is True
     with dask.config.set({"distributed.client.direct-to-workers": False}):
         assert workers._direct_to_workers() is False
     with dask.config.set({"distributed.client.direct-to-workers": True}):
