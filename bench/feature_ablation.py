@@ -150,6 +150,34 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/korthikanti-22b-full.toml",
+        "async_tensor_model_parallel_allreduce",
+        {"parallel.async_tensor_model_parallel_allreduce": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/megatron-ci-7b-tp4-pp1.toml",
+        "async_tensor_model_parallel_allreduce",
+        {"parallel.async_tensor_model_parallel_allreduce": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/mosaic-mpt7b-h100-8.toml",
+        "hidden and attention dropout 0 as the run (off = Megatron's 0.1)",
+        {"model.hidden_dropout": (0.1, 0.0), "model.attention_dropout": (0.1, 0.0)},
+        None,
+        "",
+    ),
+    (
+        "validation/llama3-405b-8192.toml",
+        "hidden and attention dropout 0 as the run (off = Megatron's 0.1)",
+        {"model.hidden_dropout": (0.1, 0.0), "model.attention_dropout": (0.1, 0.0)},
+        None,
+        "",
+    ),
 ]
 
 

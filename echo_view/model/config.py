@@ -71,6 +71,7 @@ SIMULATION_ONLY = (
     "batch_p2p_sync",
     "fsdp",
     "microbatch_group_size_per_vp_stage",
+    "async_tensor_model_parallel_allreduce",
 )
 #: Model options the simulator alone reads (the traced ops are the same for every value).
 MODEL_SIMULATION_ONLY = (*SIMULATION_ONLY_KEYS, "attention_kernel")
@@ -111,6 +112,12 @@ class ModelConfig:
     script: str | None = None
     #: The MoE layers (:mod:`echo_view.model.moe_config`); ``None`` for a dense model.
     moe: MoEConfig | None = None
+    #: Dropout probability after each layer's attention and MLP blocks (Megatron-LM's
+    #: ``--hidden-dropout``, default 0.1); 0 runs no dropout kernels and keeps no masks.
+    hidden_dropout: float = 0.1
+    #: Dropout probability on the attention probabilities (``--attention-dropout``); it runs
+    #: kernels of its own only with unfused attention (a fused kernel applies it inside).
+    attention_dropout: float = 0.1
 
     @property
     def up_projections(self) -> int:
@@ -180,6 +187,11 @@ class ParallelConfig:
     #: Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``: contiguous
     #: micro-batches per chunk in the interleaved schedule (``None``: ``pp``).
     microbatch_group_size_per_vp_stage: int | None = None
+    #: Megatron-LM's asynchronous tensor-parallel all-reduce (``--no-async-tensor-model-
+    #: parallel-allreduce`` turned it off; the default since September 2021): without sequence
+    #: parallelism a column-parallel linear all-reduces its input gradient beside its
+    #: weight-gradient GEMM instead of after it (:mod:`echo_view.sim.tp_overlap`).
+    async_tensor_model_parallel_allreduce: bool = True
 
     @property
     def microbatch_group(self) -> int:
@@ -342,6 +354,17 @@ class _Section:
 
 _SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference", "training")
 
+#: Megatron-LM's default ``--hidden-dropout`` and ``--attention-dropout``.
+DEFAULT_DROPOUT = 0.1
+
+
+def _probability(section: _Section, key: str, default: float = DEFAULT_DROPOUT) -> float:
+    """A dropout probability: a number in [0, 1)."""
+    value = float(section.get(key, float, default))
+    if not 0.0 <= value < 1.0:  # also rejects nan
+        raise section._err(key, f"must be a probability in [0, 1), got {value!r}")
+    return value
+
 
 def parse_workload_config(data: Mapping[str, Any], source: str = "") -> WorkloadConfig:
     """Validate a decoded TOML mapping into a :class:`WorkloadConfig`."""
@@ -380,6 +403,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         cross_entropy=m.choice("cross_entropy", IMPLEMENTATIONS, "megatron"),
         script=script,
         moe=parse_moe(m, ffn_hidden),
+        hidden_dropout=_probability(m, "hidden_dropout"),
+        attention_dropout=_probability(m, "attention_dropout"),
     )
     m.finish()
 
@@ -409,6 +434,9 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ddp_bucket_size=p.positive("ddp_bucket_size") if "ddp_bucket_size" in p.data else None,
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
+        async_tensor_model_parallel_allreduce=p.get(
+            "async_tensor_model_parallel_allreduce", bool, True
+        ),
         batch_p2p_sync=p.get("batch_p2p_sync", bool, True),
         fsdp=fsdp,
         ep=p.positive("ep", 1),
@@ -850,6 +878,8 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("cross_entropy", m.cross_entropy, "megatron"),
                     ("script", m.script, None),
                     ("attention_kernel", m.attention_kernel, "auto"),
+                    ("hidden_dropout", m.hidden_dropout, DEFAULT_DROPOUT),
+                    ("attention_dropout", m.attention_dropout, DEFAULT_DROPOUT),
                 )
                 if v != default
             },
@@ -886,6 +916,11 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),
                     ("batch_p2p_sync", p.batch_p2p_sync, True),
+                    (
+                        "async_tensor_model_parallel_allreduce",
+                        p.async_tensor_model_parallel_allreduce,
+                        True,
+                    ),
                     ("fsdp", p.fsdp, "none"),
                     ("ep", p.ep, 1),
                     ("etp", p.etp, None),
@@ -931,9 +966,17 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
     return out
 
 
+#: Revision of what the tracers record for a config, part of every tracing key: raised when a
+#: tracer records other ops for the same settings, so that a graph traced before (in the user's
+#: cache, or shipped beside a config) no longer matches and is traced again. 1: sequence-parallel
+#: linears all-gather their input again in backward; recomputation re-runs the whole layer (or
+#: core attention); dropout follows ``hidden_dropout`` and ``attention_dropout``.
+TRACER_REVISION = 1
+
+
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
     """The parts of ``cfg`` a traced graph depends on (cluster, global batch and the reference
-    do not change a rank's ops), used to find a cached graph."""
+    do not change a rank's ops) and :data:`TRACER_REVISION`, used to find a cached graph."""
     full = config_to_mapping(cfg)
     parallel = {k: v for k, v in full["parallel"].items() if k not in SIMULATION_ONLY}
     model = {k: v for k, v in full["model"].items() if k not in MODEL_SIMULATION_ONLY}
@@ -943,6 +986,7 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         "micro": cfg.batch.micro,
         "dtype": cfg.dtype,
         "attention": resolve_attention(cfg),
+        "tracer": TRACER_REVISION,
     }
     if cfg.dtype == "fp8":
         key["fp8_recipe"] = cfg.fp8_recipe

@@ -40,7 +40,7 @@ statistic on the host (``[training]``). With ``kernel_us`` 0 there is no host pa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -635,10 +635,11 @@ def role_costs(
     colls: CollectiveCache,
     compute_params: Any,
     scales: Mapping[int, float] | None = None,
+    gemm_slowdown: Callable[[float], float] | None = None,
 ) -> dict[tuple[int, str, int], TableCost]:
     """Durations of every op table of ``graph`` on ``cfg``'s layout, keyed ``(role, phase,
     chunk)`` (phase ``forward``, ``backward`` or ``optimizer``, chunk 0), each timed for the
-    role's first stage's rank."""
+    role's first stage's rank; ``gemm_slowdown`` as :func:`table_cost` takes it."""
     layout = Layout.of(cfg.parallel)
     cluster = colls.cluster
     costs: dict[tuple[int, str, int], TableCost] = {}
@@ -657,6 +658,7 @@ def role_costs(
                     rep,
                     scales,
                     backward=phase == "backward",
+                    gemm_slowdown=gemm_slowdown,
                 )
         costs[(ri, "optimizer", 0)] = table_cost(
             graph, role.optimizer, cfg, cluster, compute_params, colls, layout, rep, scales
@@ -673,9 +675,11 @@ def compose(
     ranks: str = "stages",
     scales: Mapping[int, float] | None = None,
     host: HostParams | None = None,
+    gemm_slowdown: Callable[[float], float] | None = None,
 ) -> Composed:
     """Build the workload of one training step of ``cfg`` (see the module docstring);
-    ``host`` (default: :class:`HostParams` ()) times the host path."""
+    ``host`` (default: :class:`HostParams` ()) times the host path; ``gemm_slowdown(g)`` is how
+    much slower a GEMM of ``g`` ns runs beside a collective (:func:`role_costs`)."""
     p = cfg.parallel
     if ranks not in ("stages", "all"):
         raise ConfigError(f"--ranks must be 'stages' or 'all', got {ranks!r}")
@@ -683,7 +687,7 @@ def compose(
     sim_ranks = (
         tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
     )
-    costs = role_costs(graph, cfg, colls, compute_params, scales)
+    costs = role_costs(graph, cfg, colls, compute_params, scales, gemm_slowdown)
     if ranks == "all":
         per_step = sum(
             (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)

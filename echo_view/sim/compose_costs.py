@@ -3,7 +3,7 @@ collectives from the communication model (for the groups a representative rank b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
@@ -26,7 +26,7 @@ from echo_view.sim.gemm_shape import gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import A2A_PHASES, busiest_rank_share
-from echo_view.sim.tp_overlap import overlap_tp_comm
+from echo_view.sim.tp_overlap import WGRAD_GATHER, overlap_linear_backward, overlap_tp_comm
 
 I64 = npt.NDArray[np.int64]
 
@@ -250,11 +250,14 @@ def table_cost(
     scales: Mapping[int, float] | None = None,
     *,
     backward: bool = False,
+    gemm_slowdown: Callable[[float], float] | None = None,
 ) -> TableCost:
     """Durations of ``table``'s ops when run by ``rank`` (``backward``: a backward pass);
     ``scales`` multiplies the compute time of op classes (what-if: ``compute.scale.gemm=0.5``).
     With ``tp_comm_overlap`` a tensor-parallel collective lasts only what its GEMM cannot
-    hide (:mod:`echo_view.sim.tp_overlap`)."""
+    hide; a column-parallel linear's backward collectives run beside its GEMMs in any case,
+    the GEMM slowed ``gemm_slowdown(g)``-fold while they last (none when ``None``;
+    :mod:`echo_view.sim.tp_overlap`)."""
     peaks = _peaks(graph, table, cluster)
     shape_model = bool(params.gemm_shape_model)
     ceiling = bool(params.gemm_shape_ceiling)
@@ -281,6 +284,19 @@ def table_cost(
         else:
             dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
     p = cfg.parallel
+    sid = graph.strings.id_of(WGRAD_GATHER)
+    regather = is_coll & (table.name == sid) if sid is not None else np.zeros_like(is_coll)
+    # In backward a tensor-parallel reduce-scatter or all-reduce is a column-parallel linear's
+    # input gradient (a row-parallel linear's and the embedding's backward collectives are
+    # all-gathers, or none).
+    on_tp = is_coll & (table.axis == AXES.index("tp")) & backward
+    dgrad_scatter = on_tp & (table.coll_kind == int(CollectiveKind.REDUCE_SCATTER))
+    if p.async_tensor_model_parallel_allreduce:
+        dgrad_scatter |= on_tp & (table.coll_kind == int(CollectiveKind.ALL_REDUCE))
+    if p.tp > 1 and (regather.any() or dgrad_scatter.any()):
+        dur = overlap_linear_backward(
+            table, dur, regather, dgrad_scatter, gemm_slowdown or (lambda g: 1.0)
+        )
     if p.tp_comm_overlap and p.tp > 1:
         tp_ranks = layout.group("tp", rank)
         streamed = {
@@ -321,6 +337,7 @@ def table_cost(
             output_gemm_flops=frozenset(
                 2.0 * tokens * m.hidden * rows for rows in (m.vocab // p.tp, -(-m.vocab // p.tp))
             ),
+            regather=regather,
         )
     dur.flags.writeable = False
     return TableCost(table, dur, is_coll)

@@ -30,7 +30,7 @@ from echo_view.sim.comm import CommModel
 from echo_view.sim.compose import COMPUTE_STREAM, HOST_TAIL, NCCL_KERNEL, Composed, compose
 from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.host import HostParams
-from echo_view.sim.interference import InterferenceModel
+from echo_view.sim.interference import InterferenceModel, gemm_slowdown_of
 from echo_view.sim.interference.simulate import config_rate_hook
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.layout import Layout
@@ -147,7 +147,16 @@ def simulate_config(
     communication (:mod:`echo_view.sim.interference`), ``host`` times the host path
     (:mod:`echo_view.sim.host`; default :class:`HostParams` ())."""
     colls = CollectiveCache(comm, cluster, comm_scale)
-    composed = compose(graph, cfg, colls, params, ranks=ranks, scales=scales, host=host)
+    composed = compose(
+        graph,
+        cfg,
+        colls,
+        params,
+        ranks=ranks,
+        scales=scales,
+        host=host,
+        gemm_slowdown=gemm_slowdown_of(interference, cluster.gpu.name),
+    )
     hook = config_rate_hook(composed, interference, cluster.gpu.name)
     result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns, rates=hook)
     return ConfigSimulation(cfg, graph, cluster, params, composed, result)

@@ -47,7 +47,8 @@ forward passes waiting for their backward):
 The allocator margin: PyTorch's caching allocator reserves more than the tensors it hands out
 (fragmentation, rounding to blocks); a stage fits when ``peak * (1 + ALLOCATOR_MARGIN) +
 RESERVED_BYTES`` (CUDA context and NCCL communicator buffers, outside the allocator) is at most
-the GPU's memory. Dropout is assumed on (Megatron-LM's GPT default), as in the paper.
+the GPU's memory. Dropout follows ``[model] hidden_dropout`` and ``attention_dropout`` (on by
+default, as in Megatron-LM and the paper): at probability 0 no mask is kept.
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ def layer_activation_bytes(
     gated = m.up_projections
     # Replicated without sequence parallelism: two norm inputs, the QKV and first MLP linear
     # inputs (e each), two dropout masks (1 byte each): 10 sbh for 16-bit.
-    replicated = (4 * e + 2) * sbh
+    masks = 2 if m.hidden_dropout > 0 else 0
+    replicated = (4 * e + masks) * sbh
     # Split over t: Q, K, V, the output projection's input, the MLP activation's input and
     # output: 24 sbh / t for 16-bit GPT.
     ffn = m.moe.shared_ffn_hidden if moe and m.moe is not None else m.ffn_hidden
@@ -193,7 +195,8 @@ def layer_activation_bytes(
     # Core attention: flash keeps its fp32 log-sum-exp per head and token; unfused attention
     # the softmax output, its dropout mask and the dropout output (s x s per head).
     flash = resolve_attention(cfg) == "flash"
-    core = 4 * a * s * b if flash else (2 * e + 1) * a * s * s * b
+    probs = e + (e + 1 if m.attention_dropout > 0 else 0)
+    core = 4 * a * s * b if flash else probs * a * s * s * b
     if rec != "none":
         core = 0
     routed = _routed_activation_bytes(cfg, e) if moe else 0
@@ -347,7 +350,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
         moe_held = held_layers - dense * held[0]
         act += (layer_activation_bytes(cfg, moe=True) - per_layer) * moe_held
     last = stage == p.pp - 1
-    if stage == 0:
+    if stage == 0 and m.hidden_dropout > 0:
         act += s * b * h // shard * held[0]  # the embedding's dropout mask
     if last:
         # Final norm and output layer inputs, fp32 logits for the cross-entropy.

@@ -26,6 +26,29 @@ latency (:meth:`~echo_view.sim.compose_costs.CollectiveCache.streaming_ns`):
 
 ``exposed = max(T - g, 0)``. The output layer (Megatron-Core's own column-parallel linear, no
 userbuffers) and the embedding keep their collectives exposed (NCCL, with its latency).
+
+With sequence parallelism a column-parallel linear's backward runs two collectives beside a
+GEMM, with or without ``tp_comm_overlap``: it keeps only its sequence shard of the input and
+all-gathers it again for the weight gradient (:data:`WGRAD_GATHER`), issued before the
+input-gradient GEMM and waited for after it; and it reduce-scatters the input gradient, issued
+before the weight-gradient GEMM and waited for after it (Megatron-LM's
+``LinearWithGradAccumulationAndAsyncCommunication.backward``, which relies on
+``CUDA_DEVICE_MAX_CONNECTIONS=1`` for the order; Transformer Engine's ``_Linear`` and
+``_LayerNormLinear`` backward alike):
+
+- through NCCL (:func:`overlap_linear_backward`): the GEMM runs ``s`` times slower while the
+  collective lasts (``c``), at full speed after, so ``T = max(c, g + c * (1 - 1/s))``; ``s`` is
+  the interference model's slowdown of that GEMM beside communication (the simulator's
+  ``interference`` setting: published per GPU generation by default, 1 when off;
+  :mod:`echo_view.sim.interference`);
+- through userbuffers: the bulk methods above (TE's ``qkv_dgrad`` / ``fc1_dgrad`` for the
+  all-gather), ``T = max(c, g * sm / (sm - 16))``; the output layer's stay on NCCL.
+
+Without sequence parallelism the input gradient is all-reduced instead, issued before the
+weight-gradient GEMM in the same way since Megatron-LM's asynchronous tensor-parallel all-reduce
+(September 2021; ``[parallel] async_tensor_model_parallel_allreduce``, on by default): older
+stacks (Megatron-LM v1, BigScience's Megatron-DeepSpeed) ran it after the linear's backward,
+exposed.
 """
 
 from __future__ import annotations
@@ -44,6 +67,17 @@ PIPELINE_SPLITS = 4
 COMM_SMS = 16
 #: How far from a collective its GEMM may sit (casts, a bias-gradient sum in between).
 _WINDOW = 3
+#: Graph op name of the all-gather of a sequence-parallel column-parallel linear's input for its
+#: weight gradient (module docstring): Korthikanti et al. 2022, Sec. 4.2.2; Megatron-LM's
+#: ``LinearWithGradAccumulationAndAsyncCommunication.backward``; Transformer Engine's
+#: ``_Linear`` / ``_LayerNormLinear`` backward (in FP8 for an FP8 input).
+WGRAD_GATHER = "nccl:all_gather:wgrad_input"
+
+
+def nccl_beside_gemm_ns(gemm: float, coll: float, slowdown: float) -> float:
+    """A GEMM of ``gemm`` ns beside a collective of ``coll`` ns that slows it ``slowdown``-fold
+    while it lasts: both done after ``max(c, g + c * (1 - 1 / s))``."""
+    return max(coll, gemm + coll * (1.0 - 1.0 / max(slowdown, 1.0)))
 
 
 def ring_exchange_ns(gemm_chunk: float, coll: float, n: int) -> float:
@@ -73,6 +107,31 @@ def _partner(table: OpTable, i: int, step: int) -> int:
     return -1
 
 
+def overlap_linear_backward(
+    table: OpTable,
+    dur: npt.NDArray[np.int64],
+    regather: npt.NDArray[np.bool_],
+    dgrad_scatter: npt.NDArray[np.bool_],
+    slowdown: Callable[[float], float],
+) -> npt.NDArray[np.int64]:
+    """``dur`` with a column-parallel linear's backward collectives timed as what the GEMM
+    beside them does not hide when both run through NCCL (:func:`nccl_beside_gemm_ns`): each
+    weight-gradient all-gather (``regather`` rows) beside the GEMM after it (the input
+    gradient), each input-gradient reduce-scatter or all-reduce (``dgrad_scatter`` rows) beside
+    the GEMM before it (the weight gradient). ``slowdown(g)`` is the slowdown of a GEMM of
+    ``g`` ns beside communication; a collective with no GEMM within reach stays exposed."""
+    out = dur.copy()
+    for mask, step in ((regather, 1), (dgrad_scatter, -1)):
+        for i in np.flatnonzero(mask).tolist():
+            j = _partner(table, i, step)
+            if j < 0:
+                continue
+            g = float(dur[j])
+            total = nccl_beside_gemm_ns(g, float(dur[i]), slowdown(g))
+            out[i] = max(round(total) - int(dur[j]), 0)
+    return out
+
+
 def overlap_tp_comm(
     table: OpTable,
     dur: npt.NDArray[np.int64],
@@ -83,12 +142,14 @@ def overlap_tp_comm(
     sm_count: int,
     backward: bool,
     output_gemm_flops: frozenset[float],
+    regather: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.int64]:
     """``dur`` with each overlapped tensor-parallel collective's time replaced by its exposed
     time. ``chunk_ns(j, n)`` is the time of GEMM ``j`` on ``1/n`` of its rows; ``streamed_ns``
     maps each tensor-parallel collective's op index to its transfer time through userbuffers
     (its bytes at the group's streaming rate, no per-call latency); GEMMs of
-    ``output_gemm_flops`` are the output layer's."""
+    ``output_gemm_flops`` are the output layer's; ``regather`` marks the weight-gradient
+    all-gathers (bulk beside the input-gradient GEMM)."""
     out = dur.copy()
     tp_axis = AXES.index("tp")
     margin = sm_count / max(sm_count - COMM_SMS, 1)
@@ -102,7 +163,10 @@ def overlap_tp_comm(
             j = _partner(table, i, 1)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
-            total = ring_exchange_ns(chunk_ns(j, tp), c, tp)
+            if regather is not None and regather[i]:
+                total = max(c, float(dur[j]) * margin)
+            else:
+                total = ring_exchange_ns(chunk_ns(j, tp), c, tp)
         elif kind == CollectiveKind.REDUCE_SCATTER:
             j = _partner(table, i, -1)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:

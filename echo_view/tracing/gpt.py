@@ -6,10 +6,12 @@ dimension is split over the tensor-parallel ranks between the parallel regions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
@@ -54,6 +56,17 @@ def norm(cfg: WorkloadConfig, dtype: torch.dtype) -> nn.Module:
     return nn.LayerNorm(cfg.model.hidden, device="meta", dtype=dtype)
 
 
+def recompute(fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> torch.Tensor:
+    """``fn(*args)`` with its activations recomputed in backward, all of ``fn`` re-run as
+    Megatron-LM's ``tensor_parallel.checkpoint`` (a reentrant autograd function) and PyTorch
+    before 2.1 do: PyTorch's non-reentrant checkpoint since 2.1 stops the recomputation once
+    the saved tensors backward needs are back, which would drop ops whose outputs nothing
+    saves (a layer's last GEMM when no dropout follows it)."""
+    with set_checkpoint_early_stop(False):
+        out: torch.Tensor = checkpoint(fn, *args, use_reentrant=False)
+    return out
+
+
 class TransformerLayer(nn.Module):
     """Pre-norm transformer layer: attention block then MLP block, each residual. With
     ``swiglu`` the first MLP projection computes the gate and the up projection together
@@ -92,7 +105,9 @@ class TransformerLayer(nn.Module):
                 rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8, autocast=cast
             )
         self.rope = m.position == "rope"
-        self.dropout = 0.1 if self.attention == "unfused" else 0.0
+        # Fused attention applies its dropout inside the kernel (not modelled).
+        self.dropout = m.attention_dropout if self.attention == "unfused" else 0.0
+        self.hidden_dropout = m.hidden_dropout
         self.rec, self.cp = rec, p.cp
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -100,6 +115,11 @@ class TransformerLayer(nn.Module):
             out: torch.Tensor = flash_attn(q, k, v)
             return out
         return unfused_attention(q, k, v, self.dropout)
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden dropout before a residual addition (none at probability 0)."""
+        p = self.hidden_dropout
+        return F.dropout(x, p=p, training=True) if p > 0 else x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = x
@@ -116,18 +136,15 @@ class TransformerLayer(nn.Module):
         # Context parallelism: this rank's queries attend over the whole sequence's keys (the
         # attention FLOPs follow from the longer K: 1/cp of the full causal attention).
         k, v = context_gather(k, v, self.rec, self.cp)
-        if self.selective:
-            ctx = checkpoint(self._core, q, k, v, use_reentrant=False)
-        else:
-            ctx = self._core(q, k, v)
+        ctx = recompute(self._core, q, k, v) if self.selective else self._core(q, k, v)
         ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, self.heads * d)
-        x = residual + F.dropout(self.proj(ctx), p=0.1, training=True)
+        x = residual + self._drop(self.proj(ctx))
         residual = x
         if self.moe is not None:
-            return residual + F.dropout(self.moe(self.ln2(x)), p=0.1, training=True)
+            return residual + self._drop(self.moe(self.ln2(x)))
         up = self.fc1(self.ln2(x))
         h = mlp_activation(up, self.gated)
-        return residual + F.dropout(self.fc2(h), p=0.1, training=True)
+        return residual + self._drop(self.fc2(h))
 
 
 class GPTChunk(nn.Module):
@@ -194,7 +211,7 @@ class GPTChunk(nn.Module):
         if self.embedding is not None:
             x = self.embedding(x)
         for layer in self.layers:
-            x = checkpoint(layer, x, use_reentrant=False) if self.full_recompute else layer(x)
+            x = recompute(layer, x) if self.full_recompute else layer(x)
         if self.last:
             assert target is not None  # internal: the role tracer always passes it
             logits = self.output(self.final_ln(x))

@@ -4,7 +4,8 @@ Each layer holds only this rank's shard of the weights (on the ``meta`` device) 
 :meth:`Recorder.collective` exactly where Megatron-LM launches a collective:
 
 - column-parallel linear: identity forward / all-reduce of the input gradient backward (``f``);
-  with sequence parallelism, all-gather forward / reduce-scatter backward instead;
+  with sequence parallelism, all-gather forward / reduce-scatter backward instead, and the
+  input all-gathered again in backward for the weight gradient (:data:`WGRAD_GATHER`);
 - row-parallel linear: all-reduce forward / identity backward (``g``); with sequence
   parallelism, reduce-scatter forward / all-gather backward;
 - vocab-parallel embedding and cross-entropy: all-reduces over the tensor-parallel group;
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from echo_view.model.kinds import CollectiveKind
+from echo_view.sim.tp_overlap import WGRAD_GATHER
 from echo_view.tracing.fp8 import fp8_linear, record_cast
 from echo_view.tracing.recorder import Recorder
 
@@ -88,6 +90,20 @@ def comm(
 
 
 AR, AG, RS = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+
+
+def _regather_in_backward(
+    y: torch.Tensor, rec: Recorder, local: torch.Tensor, tp: int, wire: int
+) -> None:
+    """Record :data:`WGRAD_GATHER` of ``local`` (``wire`` bytes per element) when the gradient
+    of ``y`` reaches the linear that produced it, before its GEMMs run."""
+    nbytes = int(local.numel()) * wire * tp
+
+    def hook(grad: torch.Tensor) -> None:
+        rec.collective(AG, nbytes, "tp", name=WGRAD_GATHER)
+
+    if y.requires_grad:
+        y.register_hook(hook)  # type: ignore[no-untyped-call]
 
 
 class _ContextGather(torch.autograd.Function):
@@ -175,10 +191,19 @@ class ColumnParallelLinear(nn.Module):
         if self.sp and self.fp8 is not None and self.tp > 1:
             # Transformer Engine quantizes the local sequence shard and all-gathers FP8.
             record_cast(self.rec, int(x.numel()), self.fp8, "input")
+            local = x
             x = comm(x, self.rec, AG, RS, self.tp, wire_bytes=1)
-            return fp8_linear(x, self.weight, self.bias, self.rec, self.fp8, cast_input=False)
-        x = comm(x, self.rec, AG, RS, self.tp) if self.sp else comm(x, self.rec, None, AR, self.tp)
-        return linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
+            y = fp8_linear(x, self.weight, self.bias, self.rec, self.fp8, cast_input=False)
+            _regather_in_backward(y, self.rec, local, self.tp, 1)
+            return y
+        if not (self.sp and self.tp > 1):
+            x = comm(x, self.rec, None, AR, self.tp)
+            return linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
+        local = x
+        x = comm(x, self.rec, AG, RS, self.tp)
+        y = linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
+        _regather_in_backward(y, self.rec, local, self.tp, local.element_size())
+        return y
 
 
 class RowParallelLinear(nn.Module):

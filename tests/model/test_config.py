@@ -565,3 +565,30 @@ def test_gradient_accumulation_fusion_off_needs_megatrons_ddp() -> None:
     data = _torch_native(training={"gradient_accumulation_fusion": False})
     with pytest.raises(ConfigError, match=r"training\.gradient_accumulation_fusion.*main_grad"):
         parse_workload_config(data, "x.toml")
+
+
+def test_dropout_probabilities_default_to_megatrons_and_round_trip() -> None:
+    base = parse_workload_config(BASE)
+    assert (base.model.hidden_dropout, base.model.attention_dropout) == (0.1, 0.1)
+    assert "hidden_dropout" not in config_to_mapping(base)["model"]
+    cfg = parse_workload_config(_with("model", hidden_dropout=0, attention_dropout=0.0))
+    assert (cfg.model.hidden_dropout, cfg.model.attention_dropout) == (0.0, 0.0)
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg) != tracing_key(base)  # the dropout kernels are traced
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, float("nan"), float("inf"), "0.1", True])
+def test_a_dropout_outside_zero_to_one_names_the_key(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"x\.toml.*model\.hidden_dropout"):
+        parse_workload_config(_with("model", hidden_dropout=value), "x.toml")
+
+
+def test_async_tensor_parallel_allreduce_is_on_by_default_and_only_simulated() -> None:
+    base = parse_workload_config(BASE)
+    assert base.parallel.async_tensor_model_parallel_allreduce is True
+    cfg = parse_workload_config(_with("parallel", async_tensor_model_parallel_allreduce=False))
+    assert cfg.parallel.async_tensor_model_parallel_allreduce is False
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg) == tracing_key(base)  # the same ops, scheduled otherwise
+    with pytest.raises(ConfigError, match=r"parallel\.async_tensor_model_parallel_allreduce"):
+        parse_workload_config(_with("parallel", async_tensor_model_parallel_allreduce=1))

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
@@ -181,3 +182,91 @@ def test_streaming_time_is_the_bandwidth_term_without_the_call_latency() -> None
     ns = colls.streaming_ns(CollectiveKind.REDUCE_SCATTER, nbytes, ranks)
     assert abs(ns - 7 / 8 * nbytes / 370e9 * 1e9) < 2.0
     assert ns < colls.time_ns(CollectiveKind.REDUCE_SCATTER, nbytes, ranks)
+
+
+def _linear_backward_table(strings: StringTable, kind: CollectiveKind) -> OpTable:
+    """A column-parallel linear's backward: [re-gather], input- and weight-gradient GEMMs, and
+    the input gradient's ``kind`` collective (all on the tensor-parallel axis)."""
+    from echo_view.model.graph import AXES
+    from echo_view.sim.tp_overlap import WGRAD_GATHER
+
+    flops = 2.0 * 8192 * 4096 * 4096
+    ag, coll = int(CollectiveKind.ALL_GATHER), int(kind)
+    rows = [
+        (WGRAD_GATHER, OpClass.COLLECTIVE, 0.0, ag),
+        ("mm", OpClass.GEMM, flops, -1),
+        ("mm", OpClass.GEMM, flops, -1),
+        ("nccl:x", OpClass.COLLECTIVE, 0.0, coll),
+    ]
+    n = len(rows)
+    is_coll = np.array([r[1] == OpClass.COLLECTIVE for r in rows])
+    return OpTable(
+        name=np.array([strings.intern(r[0]) for r in rows]),
+        op_class=np.array([r[1] for r in rows]),
+        flops=np.array([r[2] for r in rows]),
+        bytes=np.zeros(n, dtype=np.int64),
+        dtype=np.full(n, strings.intern("bf16")),
+        shapes=np.full(n, strings.intern("")),
+        coll_kind=np.array([r[3] for r in rows]),
+        coll_bytes=np.where(is_coll, 64 << 20, 0),
+        axis=np.where(is_coll, AXES.index("tp"), -1),
+        grad_bytes=np.zeros(n, dtype=np.int64),
+    )
+
+
+def test_column_parallel_backward_collectives_are_charged_what_their_gemm_leaves() -> None:
+    strings = StringTable()
+    graph = TracedGraph(strings, ())
+    params = ComputeParams()
+    for kind, parallel, hidden in (
+        (CollectiveKind.REDUCE_SCATTER, {"sequence_parallel": True}, True),
+        (CollectiveKind.ALL_REDUCE, {}, True),
+        (CollectiveKind.ALL_REDUCE, {"async_tensor_model_parallel_allreduce": False}, False),
+    ):
+        table = _linear_backward_table(strings, kind)
+        cfg = parse_workload_config(
+            {
+                "model": {
+                    "kind": "gpt",
+                    "layers": 2,
+                    "hidden": 4096,
+                    "heads": 32,
+                    "seq_len": 8192,
+                    "vocab": 32000,
+                },
+                "parallel": {"tp": 8, "pp": 1, "dp": 1, **parallel},
+                "batch": {"global": 1, "micro": 1},
+                "cluster": {"gpu": "H100", "gpus_per_node": 8, "nodes": 1},
+                "precision": {"dtype": "bf16"},
+            }
+        )
+        cluster = cluster_from_config(cfg.cluster)
+        colls = CollectiveCache(default_comm_model(), cluster)
+        layout = Layout.of(cfg.parallel)
+        ranks = layout.group("tp", 0)
+        forward = table_cost(graph, table, cfg, cluster, params, colls, layout, 0)
+        g = [int(d) for d in forward.dur_ns[1:3]]
+        for slowdown in (1.25, None):
+            cost = table_cost(
+                graph,
+                table,
+                cfg,
+                cluster,
+                params,
+                colls,
+                layout,
+                0,
+                backward=True,
+                gemm_slowdown=None if slowdown is None else (lambda _: 1.25),
+            )
+            share = 0.0 if slowdown is None else 1 - 1 / slowdown
+            for i, gemm in ((0, g[0]), (3, g[1])):
+                c = colls.time_ns(table.coll(i), 64 << 20, ranks)
+                if i == 3:  # a forward pass's reduce-scatter or all-reduce: exposed
+                    assert int(forward.dur_ns[i]) == c
+                expected = round(max(c, gemm + c * share)) - gemm
+                if i == 3 and not hidden:
+                    expected = c  # all-reduced after the linear's backward
+                else:
+                    assert expected < c  # hidden in part
+                assert int(cost.dur_ns[i]) == expected, (kind, parallel, i, slowdown)

@@ -261,3 +261,17 @@ def test_uneven_interleaved_chunks_hold_their_own_layers() -> None:
     assert stage_memory(even, 0).activations == per_layer * (4 * 7 + 4 * 4) + mask
     assert stage_params(cfg, 0) == stage_params(even, 0) - layer_params(cfg.model, 8)
     assert stage_params(cfg, 1) == stage_params(even, 1) == 8 * layer_params(cfg.model, 8)
+
+
+def test_without_dropout_no_masks_are_kept() -> None:
+    cfg = _cfg(sp=True)  # unfused attention, as in the paper
+    m, t = cfg.model, cfg.parallel.tp
+    s, b, h, a = m.seq_len, cfg.batch.micro, m.hidden, m.heads
+    no_hidden = replace(cfg, model=replace(m, hidden_dropout=0.0))
+    # Two 1-byte masks per layer, split over t by sequence parallelism.
+    assert layer_activation_bytes(cfg) - layer_activation_bytes(no_hidden) == 2 * s * b * h // t
+    no_attention = replace(cfg, model=replace(m, attention_dropout=0.0))
+    # The attention probabilities' mask (1 byte) and dropped copy (2 bytes), s x s per head.
+    assert layer_activation_bytes(cfg) - layer_activation_bytes(no_attention) == (
+        3 * a * s * s * b // t
+    )

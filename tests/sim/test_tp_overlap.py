@@ -9,7 +9,13 @@ from echo_view.model.graph import AXES, OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
-from echo_view.sim.tp_overlap import overlap_tp_comm, pipeline_ns, ring_exchange_ns
+from echo_view.sim.tp_overlap import (
+    nccl_beside_gemm_ns,
+    overlap_linear_backward,
+    overlap_tp_comm,
+    pipeline_ns,
+    ring_exchange_ns,
+)
 
 AG, RS = int(CollectiveKind.ALL_GATHER), int(CollectiveKind.REDUCE_SCATTER)
 H100 = gpu_preset("H100-SXM5-80GB")
@@ -44,7 +50,13 @@ def _table(rows: list[tuple[int, float, int]]) -> OpTable:
     )
 
 
-def _run(table: OpTable, dur: list[int], backward: bool, streamed: int = 0) -> list[int]:
+def _run(
+    table: OpTable,
+    dur: list[int],
+    backward: bool,
+    streamed: int = 0,
+    regather: list[bool] | None = None,
+) -> list[int]:
     """Overlap on tp = 4; every tensor-parallel collective streams in ``streamed`` ns."""
 
     def chunk_ns(j: int, n: int) -> float:
@@ -66,6 +78,7 @@ def _run(table: OpTable, dur: list[int], backward: bool, streamed: int = 0) -> l
         sm_count=132,
         backward=backward,
         output_gemm_flops=frozenset({7.0}),
+        regather=None if regather is None else np.array(regather),
     )
     return [int(x) for x in out]
 
@@ -125,3 +138,45 @@ def test_output_layer_and_lone_collectives_stay_exposed() -> None:
         ]
     )
     assert _run(table, [500, 10, 600, 10], backward=False) == [500, 10, 600, 10]
+
+
+def test_linear_backward_collectives_through_nccl_run_beside_a_gemm() -> None:
+    # A GEMM 1.25x slower while a 0.5 ms collective lasts: 1 ms + 0.5 ms * (1 - 1/1.25).
+    assert nccl_beside_gemm_ns(1_000_000, 500_000, 1.25) == 1_000_000 + 100_000
+    # The slowed GEMM done before the collective ends: the collective's time.
+    assert nccl_beside_gemm_ns(100_000, 1_000_000, 1.25) == 1_000_000
+    # No interference: only what the GEMM does not cover.
+    assert nccl_beside_gemm_ns(1_000_000, 500_000, 1.0) == 1_000_000
+    table = _table(
+        [
+            (OpClass.COLLECTIVE, 0.0, AG),  # the weight-gradient all-gather
+            (OpClass.GEMM, 4e12, -1),  # input gradient
+            (OpClass.GEMM, 4e12, -1),  # weight gradient
+            (OpClass.COLLECTIVE, 0.0, RS),  # the input gradient's reduce-scatter
+            (OpClass.COLLECTIVE, 0.0, AG),  # another all-gather, not a re-gather
+            (OpClass.GEMM, 4e12, -1),
+        ]
+    )
+    regather = np.array([True, False, False, False, False, False])
+    scatter = np.array([False, False, False, True, False, False])
+    ms = 1_000_000
+    dur = np.array([ms // 2, ms, 2 * ms, ms, ms // 2, ms], dtype=np.int64)
+    out = overlap_linear_backward(table, dur, regather, scatter, lambda g: 1.25)
+    # The all-gather beside the 1 ms GEMM after it, the reduce-scatter beside the 2 ms one
+    # before it, each charged a fifth of its time; the other all-gather keeps its time.
+    assert out.tolist() == [ms // 10, ms, 2 * ms, ms // 5, ms // 2, ms]
+    longer = dur * np.array([4, 1, 1, 3, 1, 1])
+    slow = overlap_linear_backward(table, longer, regather, scatter, lambda g: 1.25)
+    assert (slow[0], slow[3]) == (2 * ms - ms, 3 * ms - 2 * ms)  # longer than their GEMMs
+
+
+def test_weight_gradient_gather_through_userbuffers_is_bulk_beside_the_gemm() -> None:
+    g = _gemm_ns(4e12)
+    table = _table([(OpClass.COLLECTIVE, 0.0, AG), (OpClass.GEMM, 4e12, -1)])
+    margin = 132 / (132 - 16)
+    for c in (g // 10, 3 * g):  # GEMM-bound, then communication-bound
+        out = _run(table, [1, g], backward=True, streamed=c, regather=[True, False])
+        assert out[0] == round(max(c, g * margin)) - g
+    # Not a re-gather: the same all-gather before a GEMM is a ring exchange.
+    ring = _run(table, [1, g], backward=True, streamed=3 * g, regather=[False, False])
+    assert ring[0] == round(ring_exchange_ns(g / 4, 3 * g, 4)) - g

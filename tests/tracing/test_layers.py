@@ -1,4 +1,5 @@
-"""The built-in GPT's loss as Megatron-LM's vocab-parallel cross entropy runs it, byte by byte."""
+"""The built-in GPT's layers as Megatron-LM runs them: the vocab-parallel cross entropy byte by
+byte, and a sequence-parallel linear's collectives."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ pytest.importorskip("torch", reason=TORCH_MISSING)
 
 import torch
 
-from echo_view.model.graph import OpTable
+from echo_view.model.graph import OpClass, OpTable
 from echo_view.model.strings import StringTable
-from echo_view.tracing.layers import VocabParallelCrossEntropy
+from echo_view.sim.tp_overlap import WGRAD_GATHER
+from echo_view.tracing.layers import ColumnParallelLinear, VocabParallelCrossEntropy
 from echo_view.tracing.recorder import Recorder
 
 S, B, V, TP = 16, 2, 1000, 2  # sequence, micro-batch, this rank's vocabulary slice, tp
@@ -76,3 +78,51 @@ def test_backward_is_one_in_place_pass_over_the_saved_softmax() -> None:
     }
     assert [r for r in rows if r[1] < LOGITS // 2] == list(small.items())
     assert int(backward.bytes.sum()) == 2 * LOGITS + T * 4 + T * V * 6 + sum(small.values())
+
+
+H, OUT = 64, 96  # a column-parallel linear's input and (whole) output features
+
+
+def _linear_backward(sp: bool, tp: int, fp8: str | None = None) -> tuple[Recorder, OpTable]:
+    """The backward pass of one column-parallel linear on ``[S / tp, B, H]`` (sequence
+    parallel) or ``[S, B, H]`` bf16 input."""
+    rec = Recorder(StringTable())
+    with rec:
+        rows = S // tp if sp else S
+        x = torch.empty((rows, B, H), device="meta", dtype=torch.bfloat16, requires_grad=True)
+        layer = ColumnParallelLinear(rec, H, OUT, tp, sp, torch.bfloat16, fp8=fp8)
+        y = layer(x)
+        rec.begin()
+        y.sum().backward()
+        backward = rec.end()
+    return rec, backward
+
+
+def _collectives(rec: Recorder, table: OpTable) -> list[tuple[str, int]]:
+    return [
+        (rec.strings[int(table.name[i])], int(table.coll_bytes[i]))
+        for i in range(len(table))
+        if table.op_class[i] == OpClass.COLLECTIVE
+    ]
+
+
+def test_a_sequence_parallel_linear_gathers_its_input_again_before_its_backward_gemms() -> None:
+    tp = 4
+    rec, backward = _linear_backward(sp=True, tp=tp)
+    gathered = S * B * H * 2  # the whole sequence's bf16 input, what each rank receives
+    assert _collectives(rec, backward) == [
+        (WGRAD_GATHER, gathered),  # for the weight gradient
+        ("nccl:reduce_scatter", gathered),  # the input gradient, back to sequence shards
+    ]
+    classes = backward.op_class.tolist()
+    regather = classes.index(OpClass.COLLECTIVE)
+    gemms = [i for i, c in enumerate(classes) if c == OpClass.GEMM]
+    assert len(gemms) == 2 and regather < gemms[0]  # launched before both GEMMs
+
+
+def test_fp8_linears_gather_the_fp8_input_and_others_gather_nothing_again() -> None:
+    rec, backward = _linear_backward(sp=True, tp=2, fp8="delayed")
+    assert (WGRAD_GATHER, S * B * H) in _collectives(rec, backward)  # 1 byte per element
+    for sp, tp in ((False, 4), (True, 1)):
+        rec, backward = _linear_backward(sp=sp, tp=tp)
+        assert WGRAD_GATHER not in [name for name, _ in _collectives(rec, backward)]

@@ -103,16 +103,32 @@ def test_interleaved_uneven_chunks_hold_their_layers() -> None:
     assert g.meta["layers_per_chunk"] == {"0": [1, 2], "1": [2, 1]}
 
 
-def test_backward_is_twice_forward_and_full_recompute_adds_a_forward() -> None:
-    base = trace_workload(_cfg()).role_for_stage(0)
-    full = trace_workload(_cfg(parallel={"recompute": "full"})).role_for_stage(0)
+def _matmul(t: Any) -> float:
+    return float(t.flops[np.isin(t.op_class, [OpClass.GEMM, OpClass.ATTENTION])].sum())
 
-    def matmul(t: Any) -> float:
-        return float(t.flops[np.isin(t.op_class, [OpClass.GEMM, OpClass.ATTENTION])].sum())
 
-    fwd, bwd = matmul(base.forward[0]), matmul(base.backward[0])
+@pytest.mark.parametrize("dropout", [0.1, 0.0])
+def test_backward_is_twice_forward_and_full_recompute_adds_a_forward(dropout: float) -> None:
+    # Without dropout nothing saves the layer's last GEMM's output; it is recomputed anyway, as
+    # Megatron-LM's reentrant checkpoint does (PyTorch's early stop would skip it).
+    model = {"hidden_dropout": dropout}
+    base = trace_workload(_cfg(model=model)).role_for_stage(0)
+    full = trace_workload(_cfg(model=model, parallel={"recompute": "full"})).role_for_stage(0)
+    fwd, bwd = _matmul(base.forward[0]), _matmul(base.backward[0])
     assert bwd / fwd == pytest.approx(2.0, rel=0.08)  # flash bwd is 2.5x its fwd
-    assert matmul(full.backward[0]) - bwd == pytest.approx(fwd, rel=0.02)
+    assert _matmul(full.backward[0]) - bwd == pytest.approx(fwd, rel=0.02)
+
+
+def test_selective_recompute_reruns_the_whole_core_attention() -> None:
+    model = {"attention": "unfused", "attention_dropout": 0.0}
+    base = trace_workload(_cfg(model=model)).role_for_stage(0)
+    sel = trace_workload(_cfg(model=model, parallel={"recompute": "selective"}))
+    role = sel.role_for_stage(0)
+    names = [sel.strings[int(i)] for i in role.backward[0].name]
+    # Per layer: QK^T and PV again (the last product too, though nothing saves its output),
+    # then the backward's four batched products.
+    assert names.count("aten::baddbmm") == 4 and names.count("aten::bmm") == 4 * (1 + 4)
+    assert _matmul(role.backward[0]) > _matmul(base.backward[0])
 
 
 def test_tensor_parallel_collectives() -> None:
@@ -385,3 +401,29 @@ def test_torch_cross_entropy_is_log_softmax_and_nll_loss() -> None:
     assert _bytes(graph, fwd, "aten::_log_softmax") == 8 * s * b * v
     names = {graph.strings[int(i)] for i in fwd.name}
     assert "aten::nll_loss_forward" in names and "aten::exp" not in names
+
+
+def test_sequence_parallel_backward_gathers_each_column_parallel_input_again() -> None:
+    g = trace_workload(_cfg(parallel={"sequence_parallel": True}))
+    act = 512 * 2 * 1024 * 2
+    role = g.role_for_stage(0)  # 4 layers: QKV and FC1 per layer
+    table = role.backward[0]
+    names = [g.strings[int(table.name[i])] for i in table.collective_rows()]
+    assert names.count("nccl:all_gather:wgrad_input") == 2 * 4
+    # Besides: the row-parallel linears' output gradients and the embedding's.
+    assert _colls(g, table).count(("all_gather", act, "tp")) == 2 * 4 + 2 * 4 + 1
+
+
+def _dropouts(graph: TracedGraph, table: Any) -> int:
+    return [graph.strings[int(n)] for n in table.name].count("aten::bernoulli_")
+
+
+def test_dropout_probabilities_decide_the_dropout_kernels() -> None:
+    unfused = {"attention": "unfused"}
+    base = trace_workload(_cfg(model=unfused)).role_for_stage(0)
+    # Per layer: after attention, after the MLP, and on the attention probabilities.
+    assert _dropouts(trace_workload(_cfg(model=unfused)), base.forward[0]) == 3 * 4
+    g = trace_workload(_cfg(model={**unfused, "hidden_dropout": 0.0}))
+    assert _dropouts(g, g.role_for_stage(0).forward[0]) == 1 * 4
+    g = trace_workload(_cfg(model={**unfused, "hidden_dropout": 0, "attention_dropout": 0}))
+    assert _dropouts(g, g.role_for_stage(0).forward[0]) == 0

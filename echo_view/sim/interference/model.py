@@ -24,7 +24,7 @@ gets the duration-weighted slowdown of its kernels, its collectives counted at 1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
 from echo_view.model.gpus import GENERATIONS, gpu_generation
+from echo_view.model.graph import OpClass
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.params import switch_value
 from echo_view.model.toml_file import TomlDoc, dump_toml
@@ -304,6 +305,25 @@ def _empty_features(n: int) -> dict[str, Any]:
         "comm_channels": minus.copy(),
         "generation": np.zeros(n, dtype=np.int64),
     }
+
+
+def gemm_slowdown_of(
+    model: InterferenceModel | None, gpu_name: str
+) -> Callable[[float], float] | None:
+    """How much slower ``model`` says a GEMM of ``g`` ns runs on ``gpu_name`` beside a
+    collective, as a function of ``g`` (``None`` without a model: no slowdown). Used for
+    collectives overlapped with a GEMM inside a pass (:mod:`echo_view.sim.tp_overlap`)."""
+    if model is None:
+        return None
+    gen = gpu_generation(gpu_name)
+
+    def slowdown(g: float) -> float:
+        f = KernelFeatures.of_classes(
+            np.array([int(OpClass.GEMM)]), np.array([round(g)]), generation=gen
+        )
+        return float(model.slowdown(f)[0])
+
+    return slowdown
 
 
 def config_slowdowns(composed: Any, model: InterferenceModel, gpu_name: str) -> F64:

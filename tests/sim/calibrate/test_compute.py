@@ -61,7 +61,7 @@ def _synthetic(noise: float, seed: int = 0) -> FitData:
 
 
 def test_recovers_known_parameters() -> None:
-    """From the defaults (0.76, 4e9, 0.85, 2e6, 2000) back to the parameters that timed the
+    """From the defaults (0.75, 4e9, 0.85, 2e6, 2000) back to the parameters that timed the
     ops, through 3% noise."""
     result = fit_params(_synthetic(0.03), A100, compute_params_for(A100))
     assert set(result.fitted) == {
