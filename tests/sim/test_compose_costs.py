@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
@@ -16,7 +15,10 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose_costs import CollectiveCache, table_cost
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.layout import Layout
+from echo_view.sim.tp_overlap import WGRAD_GATHER
+from tests.sim.op_tables import tp_table
 from tests.sim.test_compose import _cfg
+from tests.sim.test_config_sim import _small
 
 
 def test_an_fp8_gemm_takes_half_the_bf16_time_on_hopper() -> None:
@@ -185,33 +187,16 @@ def test_streaming_time_is_the_bandwidth_term_without_the_call_latency() -> None
 
 
 def _linear_backward_table(strings: StringTable, kind: CollectiveKind) -> OpTable:
-    """A column-parallel linear's backward: [re-gather], input- and weight-gradient GEMMs, and
-    the input gradient's ``kind`` collective (all on the tensor-parallel axis)."""
-    from echo_view.model.graph import AXES
-    from echo_view.sim.tp_overlap import WGRAD_GATHER
-
+    """A column-parallel linear's backward: the re-gather, input- and weight-gradient GEMMs,
+    and the input gradient's ``kind`` collective (all on the tensor-parallel axis)."""
     flops = 2.0 * 8192 * 4096 * 4096
-    ag, coll = int(CollectiveKind.ALL_GATHER), int(kind)
     rows = [
-        (WGRAD_GATHER, OpClass.COLLECTIVE, 0.0, ag),
+        (WGRAD_GATHER, OpClass.COLLECTIVE, 0.0, int(CollectiveKind.ALL_GATHER)),
         ("mm", OpClass.GEMM, flops, -1),
         ("mm", OpClass.GEMM, flops, -1),
-        ("nccl:x", OpClass.COLLECTIVE, 0.0, coll),
+        ("nccl:x", OpClass.COLLECTIVE, 0.0, int(kind)),
     ]
-    n = len(rows)
-    is_coll = np.array([r[1] == OpClass.COLLECTIVE for r in rows])
-    return OpTable(
-        name=np.array([strings.intern(r[0]) for r in rows]),
-        op_class=np.array([r[1] for r in rows]),
-        flops=np.array([r[2] for r in rows]),
-        bytes=np.zeros(n, dtype=np.int64),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, strings.intern("")),
-        coll_kind=np.array([r[3] for r in rows]),
-        coll_bytes=np.where(is_coll, 64 << 20, 0),
-        axis=np.where(is_coll, AXES.index("tp"), -1),
-        grad_bytes=np.zeros(n, dtype=np.int64),
-    )
+    return tp_table(strings, rows, 64 << 20)
 
 
 def test_column_parallel_backward_collectives_are_charged_what_their_gemm_leaves() -> None:
@@ -224,22 +209,7 @@ def test_column_parallel_backward_collectives_are_charged_what_their_gemm_leaves
         (CollectiveKind.ALL_REDUCE, {"async_tensor_model_parallel_allreduce": False}, False),
     ):
         table = _linear_backward_table(strings, kind)
-        cfg = parse_workload_config(
-            {
-                "model": {
-                    "kind": "gpt",
-                    "layers": 2,
-                    "hidden": 4096,
-                    "heads": 32,
-                    "seq_len": 8192,
-                    "vocab": 32000,
-                },
-                "parallel": {"tp": 8, "pp": 1, "dp": 1, **parallel},
-                "batch": {"global": 1, "micro": 1},
-                "cluster": {"gpu": "H100", "gpus_per_node": 8, "nodes": 1},
-                "precision": {"dtype": "bf16"},
-            }
-        )
+        cfg = _small(tp=8, pp=1, dp=1, **parallel)
         cluster = cluster_from_config(cfg.cluster)
         colls = CollectiveCache(default_comm_model(), cluster)
         layout = Layout.of(cfg.parallel)

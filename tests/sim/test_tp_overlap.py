@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from echo_view.model.gpus import gpu_preset
-from echo_view.model.graph import AXES, OpClass, OpTable
+from echo_view.model.graph import OpClass, OpTable
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns
@@ -16,6 +16,7 @@ from echo_view.sim.tp_overlap import (
     pipeline_ns,
     ring_exchange_ns,
 )
+from tests.sim.op_tables import tp_table
 
 AG, RS = int(CollectiveKind.ALL_GATHER), int(CollectiveKind.REDUCE_SCATTER)
 H100 = gpu_preset("H100-SXM5-80GB")
@@ -33,21 +34,7 @@ def test_ring_exchange_and_pipeline_formulas() -> None:
 
 def _table(rows: list[tuple[int, float, int]]) -> OpTable:
     """Rows of (op class, flops, collective kind or -1); collectives on the tp axis."""
-    strings = StringTable()
-    n = len(rows)
-    coll = np.array([r[0] == OpClass.COLLECTIVE for r in rows])
-    return OpTable(
-        name=np.full(n, strings.intern("op")),
-        op_class=np.array([r[0] for r in rows]),
-        flops=np.array([r[1] for r in rows]),
-        bytes=np.zeros(n, dtype=np.int64),
-        dtype=np.full(n, strings.intern("bf16")),
-        shapes=np.full(n, strings.intern("")),
-        coll_kind=np.array([r[2] for r in rows]),
-        coll_bytes=np.where(coll, 1 << 24, 0),
-        axis=np.where(coll, AXES.index("tp"), -1),
-        grad_bytes=np.zeros(n, dtype=np.int64),
-    )
+    return tp_table(StringTable(), [("op", *r) for r in rows], 1 << 24)
 
 
 def _run(
