@@ -335,6 +335,13 @@ class _Section:
             raise self._err(key, f"{value} is more than echo-view's limit of {limit:,}")
         return int(value)
 
+    def probability(self, key: str, default: float) -> float:
+        """A probability in [0, 1) (a dropout rate)."""
+        value = float(self.get(key, float, default))
+        if not 0.0 <= value < 1.0:  # also rejects nan
+            raise self._err(key, f"must be a probability in [0, 1), got {value!r}")
+        return value
+
     def choice(self, key: str, options: tuple[str, ...], default: str | None = None) -> str:
         value = self.get(key, str, default, required=default is None)
         if value not in options:
@@ -356,14 +363,6 @@ _SECTIONS = ("model", "parallel", "batch", "cluster", "precision", "reference", 
 
 #: Megatron-LM's default ``--hidden-dropout`` and ``--attention-dropout``.
 DEFAULT_DROPOUT = 0.1
-
-
-def _probability(section: _Section, key: str, default: float = DEFAULT_DROPOUT) -> float:
-    """A dropout probability: a number in [0, 1)."""
-    value = float(section.get(key, float, default))
-    if not 0.0 <= value < 1.0:  # also rejects nan
-        raise section._err(key, f"must be a probability in [0, 1), got {value!r}")
-    return value
 
 
 def parse_workload_config(data: Mapping[str, Any], source: str = "") -> WorkloadConfig:
@@ -403,8 +402,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         cross_entropy=m.choice("cross_entropy", IMPLEMENTATIONS, "megatron"),
         script=script,
         moe=parse_moe(m, ffn_hidden),
-        hidden_dropout=_probability(m, "hidden_dropout"),
-        attention_dropout=_probability(m, "attention_dropout"),
+        hidden_dropout=m.probability("hidden_dropout", DEFAULT_DROPOUT),
+        attention_dropout=m.probability("attention_dropout", DEFAULT_DROPOUT),
     )
     m.finish()
 

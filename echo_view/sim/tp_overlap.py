@@ -87,6 +87,11 @@ def ring_exchange_ns(gemm_chunk: float, coll: float, n: int) -> float:
     return (n - 1) * max(gemm_chunk, coll / (n - 1)) + gemm_chunk
 
 
+def bulk_ns(gemm: float, coll: float, margin: float) -> float:
+    """A whole collective beside an independent GEMM that runs on ``1/margin`` of the SMs."""
+    return max(coll, gemm * margin)
+
+
 def pipeline_ns(gemm_chunk: float, coll_chunk: float, n: int) -> float:
     """``n`` GEMM chunks, each followed by the reduce-scatter of its output."""
     return gemm_chunk + (n - 1) * max(gemm_chunk, coll_chunk) + coll_chunk
@@ -164,7 +169,7 @@ def overlap_tp_comm(
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
             if regather is not None and regather[i]:
-                total = max(c, float(dur[j]) * margin)
+                total = bulk_ns(float(dur[j]), c, margin)
             else:
                 total = ring_exchange_ns(chunk_ns(j, tp), c, tp)
         elif kind == CollectiveKind.REDUCE_SCATTER:
@@ -172,7 +177,7 @@ def overlap_tp_comm(
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
             if backward:
-                total = max(c, float(dur[j]) * margin)
+                total = bulk_ns(float(dur[j]), c, margin)
             else:
                 g_n = chunk_ns(j, PIPELINE_SPLITS) * margin
                 total = pipeline_ns(g_n, c / PIPELINE_SPLITS, PIPELINE_SPLITS)
