@@ -6,6 +6,8 @@ the fitted parameters by source.
     python bench/step_accuracy.py [RUNS_DIR] --cv source [--pending DIR]
 
 ``--cv source`` fits every parameter of ``echo_view.sim.calibrate.steps.FITTED`` per GPU generation
+(except the generations of ``echo_view.sim.compute_presets.GEMM_FROM_KERNELS``, whose GEMM rates
+are kernel measurements and stay at their presets)
 on all sources (``[reference] source_id``) and on all sources but one, and prints, as
 markdown, in-sample, leave-one-source-out and shipped-preset errors side by side, per run, per
 GPU and per source, and the fitted values with what they were fitted on. Configs in ``--pending``
@@ -43,7 +45,7 @@ from echo_view.sim.calibrate.steps import (  # noqa: E402
 )
 from echo_view.sim.cluster import Cluster, cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402
-from echo_view.sim.compute_presets import compute_params_for  # noqa: E402
+from echo_view.sim.compute_presets import GEMM_FROM_KERNELS, compute_params_for  # noqa: E402
 from echo_view.sim.config_sim import simulate_config  # noqa: E402
 from echo_view.sim.interference import model_from_setting  # noqa: E402
 
@@ -136,7 +138,11 @@ def report_cv(items: list[Item], pending: Path, interference: str) -> None:
             Run(item.path.stem, ref.source_id or ref.source, item.cluster.gpu.arch, ref.step_time_s)
         )
     t0 = time.perf_counter()
-    cv = cross_validate(runs, lambda r, v: predict(by_name[r.name], v, interference))
+    cv = cross_validate(
+        runs,
+        lambda r, v: predict(by_name[r.name], v, interference),
+        measured=GEMM_FROM_KERNELS,
+    )
     wall = time.perf_counter() - t0
     gpu = {r.name: by_name[r.name].cluster.gpu.name for r in runs}
     print(f"{len(runs)} runs, {len({r.source for r in runs})} sources ({wall:.0f} s)\n")
@@ -183,6 +189,11 @@ def _print_fits(cv: CrossValidation) -> None:
     for fold in [cv.all_sources, *cv.folds]:
         label = "all sources" if fold.left_out is None else f"without {fold.left_out}"
         for g, fit in sorted(fold.fits.items()):
+            if fit.measured is not None:
+                mae = f"{fit.train_mae_pct:.1f}%" if fit.train_mae_pct is not None else "-"
+                where = f"{', '.join(fit.sources)} ({fit.runs})" if fit.runs else "no run"
+                print(f"| {label} | {g} | not fitted: {fit.measured} | {where} | {mae} |")
+                continue
             if fit.defaulted:
                 print(f"| {label} | {g} | default ({', '.join(fit.defaulted)}) | no run | - |")
                 continue

@@ -25,9 +25,18 @@ _A100 = ComputeParams(gemm_eff_max=0.75)
 # strided copies and broadcasts reach less of the HBM bandwidth than the generic 0.85 says.
 _HOPPER = ComputeParams(mem_eff_max=0.585, mem_half_bytes=3.26e6, kernel_min_ns=1770)
 
+# V100: cuBLAS mixed-precision GEMMs (fp16 inputs, fp32 accumulation, as in fp16 training) reach
+# up to 83 of the 125 TFLOP/s tensor-core peak (Markidis et al. 2018, "NVIDIA Tensor Core
+# Programmability, Performance & Precision", IPDPS workshops, arXiv 1803.04014), a kernel-level
+# measurement, so it is not fitted on step times. The V100 Kineto traces' fp32 GEMMs agree (0.64:
+# docs/accuracy.md, "Kernel cost model fit"); their memory-bound fit is left out, as it moves
+# with the fitted op mix (0.74-0.83 of the HBM bandwidth between revisions) around the generic 0.85.
+_VOLTA = ComputeParams(gemm_eff_max=0.664)
+
 #: Parameters by GPU generation (a preset's ``arch``, :mod:`echo_view.model.gpus`). Hopper and
 #: Blackwell GEMMs take their time from the shape model below, not from these.
 _BY_ARCH: dict[str, ComputeParams] = {
+    "volta": _VOLTA,
     "ampere": _A100,
     "hopper": _HOPPER,
 }
@@ -60,6 +69,16 @@ _GEMM_SHAPES: dict[tuple[str, str], GemmShapeParams] = {
     ("blackwell", "fp16"): _B200_BF16,
     ("blackwell", "tf32"): _B200_TF32,
     ("blackwell", "fp8"): _B200_FP8,
+}
+
+
+#: Generations whose GEMM rates come from kernel measurements (the tables above, or the
+#: measurement cited at ``_VOLTA``): ``bench/step_accuracy.py --cv source`` keeps their presets
+#: instead of fitting ``gemm_eff_max`` on published step times. A100 has no such table.
+GEMM_FROM_KERNELS: dict[str, str] = {
+    "volta": "Markidis et al. 2018, cuBLAS 83 of 125 TFLOP/s",
+    "hopper": "GEMM shape model: OpenXLA's H100 table, DeepGEMM's H800 FP8",
+    "blackwell": "GEMM shape model: OpenXLA's B200 table",
 }
 
 

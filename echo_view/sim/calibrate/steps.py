@@ -7,7 +7,8 @@ comes from. Each fitted parameter has a search range and is fitted, per group, b
 the mean absolute relative error over the group's training runs: a coarse grid over the range,
 then a fine grid around the best coarse value, one parameter after the other (coordinate
 descent, repeated until no value changes). A group without training runs keeps the
-parameter's default, and the fit says so.
+parameter's default, and the fit says so. A group whose parameters come from kernel
+measurements (``measured``) is not fitted at all: it keeps its defaults in every fold.
 
 Cross-validation by source fits on every source but one and predicts the one left out, so a
 run's held-out error never depends on its own measurement nor on any other run of its source.
@@ -84,6 +85,8 @@ class GroupFit:
     #: Parameters left at their default because no value changes these runs' predictions
     #: (the cost model does not use them for this GPU).
     no_effect: tuple[str, ...] = ()
+    #: Where the group's parameters come from instead of a fit (``None``: they are fitted).
+    measured: str | None = None
 
 
 @dataclass(frozen=True)
@@ -206,26 +209,42 @@ def fit_all(
     predict: Predictor,
     groups: Iterable[str],
     params: Sequence[FittedParam] = FITTED,
+    measured: Mapping[str, str] | None = None,
 ) -> dict[str, GroupFit]:
-    """One :class:`GroupFit` per group in ``groups`` from the runs of that group."""
-    return {g: fit_group(g, [r for r in runs if r.group == g], predict, params) for g in groups}
+    """One :class:`GroupFit` per group in ``groups`` from the runs of that group; the groups in
+    ``measured`` (group -> where its parameters come from) keep their defaults."""
+    fits = {}
+    for g in groups:
+        mine = [r for r in runs if r.group == g]
+        if measured and g in measured:
+            sources = tuple(sorted({r.source for r in mine}))
+            mae = _mae(mine, predict, {}) if mine else None
+            fits[g] = GroupFit(g, {}, sources, len(mine), (), mae, (), measured[g])
+        else:
+            fits[g] = fit_group(g, mine, predict, params)
+    return fits
 
 
 def cross_validate(
-    runs: Sequence[Run], predict: Predictor, params: Sequence[FittedParam] = FITTED
+    runs: Sequence[Run],
+    predict: Predictor,
+    params: Sequence[FittedParam] = FITTED,
+    measured: Mapping[str, str] | None = None,
 ) -> CrossValidation:
-    """Fit on all sources (in-sample) and leave each source out in turn (held out)."""
+    """Fit on all sources (in-sample) and leave each source out in turn (held out); the groups
+    in ``measured`` are not fitted (see :func:`fit_all`)."""
     memo = _Memo(predict)
     fitting = _Interpolated(memo, params)
     groups = sorted({r.group for r in runs})
-    everything = Fold(None, fit_all(runs, fitting, groups, params))
+    everything = Fold(None, fit_all(runs, fitting, groups, params, measured))
     in_sample = {r.name: memo(r, everything.fits[r.group].values) for r in runs}
     result = CrossValidation(list(runs), in_sample, {}, everything)
     result.defaults = {r.name: memo(r, {}) for r in runs}
     for source in sorted({r.source for r in runs}):
         train = [r for r in runs if r.source != source]
         test = [r for r in runs if r.source == source]
-        fold = Fold(source, fit_all(train, fitting, sorted({r.group for r in test}), params))
+        test_groups = sorted({r.group for r in test})
+        fold = Fold(source, fit_all(train, fitting, test_groups, params, measured))
         result.folds.append(fold)
         for r in test:
             result.held_out[r.name] = memo(r, fold.fits[r.group].values)

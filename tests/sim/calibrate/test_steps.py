@@ -137,6 +137,30 @@ def test_a_parameter_without_effect_keeps_its_default() -> None:
     assert fit.train_mae_pct == pytest.approx(25.0)
 
 
+def test_a_measured_group_is_never_fitted() -> None:
+    """A generation whose GEMM rate is a kernel measurement keeps its defaults in every fold, and
+    its runs are never simulated away from them."""
+    sim = FakeSimulator()
+    asked: list[float] = []
+
+    def spy(run: Run, values: Mapping[str, float]) -> float:
+        if run.group == "hopper":
+            asked.append(values.get("gemm_eff_max", DEFAULT_EFF))
+        return sim(run, values)
+
+    cv = cross_validate(RUNS, spy, [EFF], measured={"hopper": "kernel table"})
+    fit = cv.all_sources.fits["hopper"]
+    assert fit.values == {} and fit.measured == "kernel table" and fit.sources == ("srcC",)
+    # c1 ran at 0.70, predicted at the default 0.80: 0.7 / 0.8 - 1 = -12.5%.
+    assert fit.train_mae_pct == pytest.approx(12.5)
+    held = {f.left_out: f for f in cv.folds}["srcC"].fits["hopper"]
+    assert held.measured == "kernel table" and held.runs == 0 and held.train_mae_pct is None
+    assert cv.in_sample["c1"] == cv.held_out["c1"] == cv.defaults["c1"] == pytest.approx(7 / 0.8)
+    assert set(asked) == {DEFAULT_EFF}
+    # The other group is fitted as before.
+    assert cv.all_sources.fits["ampere"].values == {"gemm_eff_max": 0.5}
+
+
 def test_grids_stay_in_range() -> None:
     assert EFF.coarse_grid()[0] == 0.30 and EFF.coarse_grid()[-1] == 0.95
     fine = EFF.fine_grid(0.95)
