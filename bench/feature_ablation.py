@@ -178,6 +178,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/llama3-405b-8192.toml",
+        "no linear biases as the model (off = Megatron's add_bias_linear)",
+        {"model.add_bias_linear": (True, False)},
+        None,
+        "",
+    ),
+    (
+        "validation/nemotron4-15b-768.toml",
+        "no linear biases as the model (off = Megatron's add_bias_linear)",
+        {"model.add_bias_linear": (True, False)},
+        None,
+        "",
+    ),
 ]
 
 

@@ -118,6 +118,17 @@ class ModelConfig:
     #: Dropout probability on the attention probabilities (``--attention-dropout``); it runs
     #: kernels of its own only with unfused attention (a fused kernel applies it inside).
     attention_dropout: float = 0.1
+    #: Biases on the attention and MLP linears (Megatron-LM's ``--add-bias-linear``, default
+    #: on; ``--disable-bias-linear`` for Llama-style models, which have none).
+    add_bias_linear: bool = True
+    #: A bias on the QKV projection alone when ``add_bias_linear`` is off (``--add-qkv-bias``:
+    #: Qwen2).
+    add_qkv_bias: bool = False
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the QKV projection carries a bias."""
+        return self.add_bias_linear or self.add_qkv_bias
 
     @property
     def up_projections(self) -> int:
@@ -404,6 +415,8 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         moe=parse_moe(m, ffn_hidden),
         hidden_dropout=m.probability("hidden_dropout", DEFAULT_DROPOUT),
         attention_dropout=m.probability("attention_dropout", DEFAULT_DROPOUT),
+        add_bias_linear=m.get("add_bias_linear", bool, True),
+        add_qkv_bias=m.get("add_qkv_bias", bool, False),
     )
     m.finish()
 
@@ -879,6 +892,8 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("attention_kernel", m.attention_kernel, "auto"),
                     ("hidden_dropout", m.hidden_dropout, DEFAULT_DROPOUT),
                     ("attention_dropout", m.attention_dropout, DEFAULT_DROPOUT),
+                    ("add_bias_linear", m.add_bias_linear, True),
+                    ("add_qkv_bias", m.add_qkv_bias, False),
                 )
                 if v != default
             },

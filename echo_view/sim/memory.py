@@ -89,19 +89,21 @@ def sharding_of(cfg: WorkloadConfig) -> str:
 
 
 def _mlp_params(model: ModelConfig, ffn: int, tp: int) -> int:
-    """A tensor-parallel MLP of ``ffn`` hidden units on one rank (biases included)."""
-    h = model.hidden
+    """A tensor-parallel MLP of ``ffn`` hidden units on one rank (with its biases unless
+    ``add_bias_linear`` is off)."""
+    h, b = model.hidden, int(model.add_bias_linear)
     up = model.up_projections * ffn
-    return up * (h + 1) // tp + ffn * h // tp + h
+    return up * (h + b) // tp + ffn * h // tp + b * h
 
 
 def layer_params(model: ModelConfig, tp: int, mlp: bool = True) -> int:
-    """Parameters of one transformer layer on one tensor-parallel rank (biases included, as in
-    Megatron-LM's GPT; norms replicated); without its MLP when ``mlp`` is false."""
+    """Parameters of one transformer layer on one tensor-parallel rank (biases as the model
+    has them: Megatron-LM's GPT has all, Llama-style models none; norms replicated); without
+    its MLP when ``mlp`` is false."""
     h = model.hidden
     kv = model.kv_heads * (h // model.heads)
-    qkv = (h + 2 * kv) * (h + 1) // tp
-    proj = h * h // tp + h
+    qkv = (h + 2 * kv) * (h + int(model.has_qkv_bias)) // tp
+    proj = h * h // tp + int(model.add_bias_linear) * h
     norms = 2 * (2 * h if model.normalization == "layernorm" else h)
     return qkv + proj + norms + (_mlp_params(model, model.ffn_hidden, tp) if mlp else 0)
 

@@ -87,11 +87,12 @@ class TransformerLayer(nn.Module):
         fp8 = fp8_recipe(cfg)
         self.ln1 = norm(cfg, dtype)
         qkv_out = (m.heads + 2 * m.kv_heads) * self.head_dim
+        bias = m.add_bias_linear
         self.qkv = ColumnParallelLinear(
-            rec, m.hidden, qkv_out, tp, sp, dtype, fp8=fp8, autocast=cast
+            rec, m.hidden, qkv_out, tp, sp, dtype, m.has_qkv_bias, fp8=fp8, autocast=cast
         )
         self.proj = RowParallelLinear(
-            rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8=fp8, autocast=cast
+            rec, m.heads * self.head_dim, m.hidden, tp, sp, dtype, fp8, cast, bias
         )
         self.ln2 = norm(cfg, dtype)
         self.gated = m.activation == "swiglu"
@@ -99,10 +100,10 @@ class TransformerLayer(nn.Module):
         self.moe = MoELayer(rec, cfg, dtype) if moe else None
         if self.moe is None:
             self.fc1 = ColumnParallelLinear(
-                rec, m.hidden, fc1_out, tp, sp, dtype, fp8=fp8, autocast=cast
+                rec, m.hidden, fc1_out, tp, sp, dtype, bias, fp8=fp8, autocast=cast
             )
             self.fc2 = RowParallelLinear(
-                rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8=fp8, autocast=cast
+                rec, m.ffn_hidden, m.hidden, tp, sp, dtype, fp8, cast, bias
             )
         self.rope = m.position == "rope"
         # Fused attention applies its dropout inside the kernel (not modelled).

@@ -219,11 +219,12 @@ class RowParallelLinear(nn.Module):
         dtype: torch.dtype,
         fp8: str | None = None,
         autocast: torch.dtype | None = None,
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.rec, self.tp, self.sp, self.fp8, self.autocast = rec, tp, sp, fp8, autocast
         self.weight = nn.Parameter(torch.empty(d_out, d_in // tp, device="meta", dtype=dtype))
-        self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(d_out, device="meta", dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.autocast is not None and self.tp == 1:
@@ -232,7 +233,7 @@ class RowParallelLinear(nn.Module):
             return linear(x, self.weight, self.bias, self.rec, None, self.autocast)
         y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast)
         y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
-        return y + self.bias
+        return y if self.bias is None else y + self.bias
 
 
 class VocabParallelEmbedding(nn.Module):

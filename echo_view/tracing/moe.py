@@ -139,9 +139,10 @@ class MoELayer(nn.Module):
             up = cfg.model.up_projections * moe.shared_ffn_hidden
             sp = p.sequence_parallel
             fp8 = fp8_recipe(cfg)
-            self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype, fp8=fp8)
+            bias = cfg.model.add_bias_linear
+            self.shared_fc1 = ColumnParallelLinear(rec, h, up, p.tp, sp, dtype, bias, fp8=fp8)
             self.shared_fc2 = RowParallelLinear(
-                rec, moe.shared_ffn_hidden, h, p.tp, sp, dtype, fp8=fp8
+                rec, moe.shared_ffn_hidden, h, p.tp, sp, dtype, fp8, bias=bias
             )
             self.shared = (self.shared_fc1, self.shared_fc2)
         self.gated = cfg.model.activation == "swiglu"

@@ -577,6 +577,20 @@ def test_dropout_probabilities_default_to_megatrons_and_round_trip() -> None:
     assert tracing_key(cfg) != tracing_key(base)  # the dropout kernels are traced
 
 
+def test_linear_biases_default_to_megatrons_and_round_trip() -> None:
+    base = parse_workload_config(BASE)
+    assert base.model.add_bias_linear and not base.model.add_qkv_bias and base.model.has_qkv_bias
+    assert "add_bias_linear" not in config_to_mapping(base)["model"]  # older keys unchanged
+    cfg = parse_workload_config(_with("model", add_bias_linear=False, add_qkv_bias=True))
+    assert not cfg.model.add_bias_linear and cfg.model.has_qkv_bias
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg) != tracing_key(base)  # the bias kernels are traced
+    none = parse_workload_config(_with("model", add_bias_linear=False))
+    assert not none.model.has_qkv_bias
+    with pytest.raises(ConfigError, match=r"x\.toml.*model\.add_bias_linear"):
+        parse_workload_config(_with("model", add_bias_linear="no"), "x.toml")
+
+
 @pytest.mark.parametrize("value", [1.0, -0.1, float("nan"), float("inf"), "0.1", True])
 def test_a_dropout_outside_zero_to_one_names_the_key(value: Any) -> None:
     with pytest.raises(ConfigError, match=r"x\.toml.*model\.hidden_dropout"):

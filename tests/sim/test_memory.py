@@ -195,6 +195,19 @@ def test_parameter_count_of_gpt3_175b() -> None:
     assert layer_params(cfg.model, 8) * 8 > layer_params(cfg.model, 1)
 
 
+def test_models_without_linear_biases() -> None:
+    base = _cfg(tp=1)
+    h = 12288
+    no_bias = replace(base, model=replace(base.model, add_bias_linear=False))
+    # Per layer 13 h parameters are biases and norms: QKV 3 h, proj h, FC1 4 h, FC2 h, and
+    # two LayerNorms of 2 h each; without linear biases only the norms' 4 h remain.
+    assert layer_params(no_bias.model, 1) == 12 * h * h + 4 * h
+    qkv_only = replace(no_bias, model=replace(no_bias.model, add_qkv_bias=True))
+    assert layer_params(qkv_only.model, 1) == 12 * h * h + 4 * h + 3 * h
+    # With tensor parallelism the QKV bias is split with its matrix.
+    assert layer_params(qkv_only.model, 8) == 12 * h * h // 8 + 4 * h + 3 * h // 8
+
+
 def test_verdict_uses_the_margin_and_the_reserved_memory() -> None:
     cfg = _cfg(sp=True, recompute="selective", pp=8, vp=3, global_batch=64)
     rep = memory_report(cfg, 80 * 10**9)

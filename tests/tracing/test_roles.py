@@ -414,6 +414,30 @@ def test_sequence_parallel_backward_gathers_each_column_parallel_input_again() -
     assert _colls(g, table).count(("all_gather", act, "tp")) == 2 * 4 + 2 * 4 + 1
 
 
+def _names(graph: TracedGraph, table: Any) -> list[str]:
+    return [graph.strings[int(n)] for n in table.name]
+
+
+def test_linear_biases_follow_add_bias_linear() -> None:
+    # Stage 0 of 2 holds 4 layers. With biases (Megatron-LM's default) the row-parallel
+    # projection and FC2 add theirs after the reduction (one add each) and every linear's bias
+    # gradient is a sum over the tokens in backward: QKV, projection, FC1, FC2.
+    on = trace_workload(_cfg())
+    off = trace_workload(_cfg(model={"add_bias_linear": False}))
+    qkv = trace_workload(_cfg(model={"add_bias_linear": False, "add_qkv_bias": True}))
+    fwd = {k: _names(g, g.role_for_stage(0).forward[0]) for k, g in (("on", on), ("off", off))}
+    assert fwd["on"].count("aten::add") - fwd["off"].count("aten::add") == 2 * 4
+    sums = {
+        k: _names(g, g.role_for_stage(0).backward[0]).count("aten::sum")
+        for k, g in (("on", on), ("off", off), ("qkv", qkv))
+    }
+    assert sums["on"] - sums["off"] == 4 * 4 and sums["qkv"] - sums["off"] == 1 * 4
+    # The products are the same; only the column-parallel ones lose the bias in the GEMM.
+    assert _matmul(off.role_for_stage(0).forward[0]) == pytest.approx(
+        _matmul(on.role_for_stage(0).forward[0]), rel=1e-3
+    )
+
+
 def _dropouts(graph: TracedGraph, table: Any) -> int:
     return [graph.strings[int(n)] for n in table.name].count("aten::bernoulli_")
 
