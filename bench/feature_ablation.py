@@ -192,6 +192,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/moe-megascale-352b-megatron-240.toml",
+        "moe_grouped_gemm (off = SequentialMLP)",
+        {"model.moe_grouped_gemm": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/moe-folding-qwen2-57b-a14b-mcore-64.toml",
+        "moe_grouped_gemm (off = SequentialMLP)",
+        {"model.moe_grouped_gemm": (False, True)},
+        None,
+        "",
+    ),
 ]
 
 

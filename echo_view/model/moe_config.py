@@ -3,15 +3,15 @@
 The keys follow Megatron-Core's MoE arguments (``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
 ``--moe-layer-freq`` with its leading dense layers, ``--moe-expert-capacity-factor``,
-``--moe-router-score-function``, ``--moe-token-dispatcher-type``). Expert parallelism follows
-Megatron-Core's MoE parallel folding (Liu et al. 2025, "MoE Parallel Folding: Heterogeneous
-Parallelism Mappings for Efficient Large-Scale MoE Model Training with Megatron Core", arXiv
-2504.14960; Megatron-Core's MoE README, "MoE Parallel Folding"): the attention layers of a
-pipeline stage use its ``tp * cp * dp`` ranks as tensor, context and data parallel; the MoE
-layers fold the same ranks into expert tensor parallel (``etp``, fastest), expert parallel
-(``ep``) and expert data parallel (``edp``), with ``etp * ep * edp = tp * cp * dp``. With
-``etp = tp`` and ``cp = 1`` this is the classic layout: the EP ranks are ``ep`` consecutive
-data-parallel ranks.
+``--moe-router-score-function``, ``--moe-token-dispatcher-type``, ``--moe-grouped-gemm``).
+Expert parallelism follows Megatron-Core's MoE parallel folding (Liu et al. 2025, "MoE Parallel
+Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with
+Megatron Core", arXiv 2504.14960; Megatron-Core's MoE README, "MoE Parallel Folding"): the
+attention layers of a pipeline stage use its ``tp * cp * dp`` ranks as tensor, context and data
+parallel; the MoE layers fold the same ranks into expert tensor parallel (``etp``, fastest),
+expert parallel (``ep``) and expert data parallel (``edp``), with ``etp * ep * edp = tp * cp *
+dp``. With ``etp = tp`` and ``cp = 1`` this is the classic layout: the EP ranks are ``ep``
+consecutive data-parallel ranks.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ KEYS = (
     "routing_imbalance",
     "dispatcher",
     "moe_node_limit",
+    "moe_grouped_gemm",
 )
 #: Keys that change only how the MoE communication is timed, never a rank's ops.
 SIMULATION_ONLY_KEYS = ("moe_node_limit",)
@@ -54,6 +55,9 @@ class MoEConfig:
     ``moe_node_limit`` is node-limited routing: each token's experts lie on at most that many
     nodes (DeepSeek-V3: 4, arXiv 2412.19437 sections 2.1.2 and 3.2; Megatron-Core's
     ``--moe-router-group-topk`` with one group per node); ``None``: no limit.
+    ``moe_grouped_gemm`` runs a rank's local experts as one grouped GEMM per projection
+    (Megatron-Core's ``--moe-grouped-gemm``: Transformer Engine's ``GroupedLinear``); false runs
+    them one after another (``SequentialMLP``, Megatron-Core's default without the flag).
     """
 
     experts: int
@@ -67,6 +71,7 @@ class MoEConfig:
     routing_imbalance: float = 1.0
     dispatcher: str = "alltoall"
     moe_node_limit: int | None = None
+    moe_grouped_gemm: bool = True
 
     @property
     def imbalance(self) -> float:
@@ -88,6 +93,7 @@ class MoEConfig:
             ("routing_imbalance", self.routing_imbalance, 1.0),
             ("dispatcher", self.dispatcher, "alltoall"),
             ("moe_node_limit", self.moe_node_limit, None),
+            ("moe_grouped_gemm", self.moe_grouped_gemm, True),
         )
         out.update({k: v for k, v, d in defaults if v != d})
         return out
@@ -135,6 +141,7 @@ def parse_moe(section: Any, ffn_hidden: int) -> MoEConfig | None:
         moe_node_limit=(
             _int(section, "moe_node_limit", None, 1, experts) if "moe_node_limit" in data else None
         ),
+        moe_grouped_gemm=section.get("moe_grouped_gemm", bool, True),
     )
 
 
@@ -219,4 +226,9 @@ def _check_script_moe(moe: MoEConfig, err: Any) -> None:
         raise err(
             "model.dispatcher",
             f"a script's {moe.dispatcher} dispatch is not traced (its all-to-alls are): drop it",
+        )
+    if not moe.moe_grouped_gemm:
+        raise err(
+            "model.moe_grouped_gemm",
+            "a script's expert GEMMs are traced as its code runs them: drop it",
         )

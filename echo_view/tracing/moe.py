@@ -3,10 +3,11 @@
 In place of the dense MLP: the router (a ``hidden x experts`` GEMM, softmax or sigmoid scores,
 top-k), the permutation of each token's ``top_k`` copies into expert order (a gather; its
 backward a scatter-add), the token dispatch over the expert-parallel group, the local experts
-as one grouped GEMM per projection (a batched GEMM of ``experts / ep`` groups), the combine back,
-and the unpermutation: a scatter of the copies back into token order, weighted by the routing
-probabilities (a multiply and a sum over the ``top_k`` copies). Shared experts run beside the
-routed ones as a dense tensor-parallel MLP.
+as one grouped GEMM per projection (a batched GEMM of ``experts / ep`` groups; with
+``moe_grouped_gemm`` false one expert after another, as Megatron-Core's ``SequentialMLP``),
+the combine back, and the unpermutation: a scatter of the copies back into token order,
+weighted by the routing probabilities (a multiply and a sum over the ``top_k`` copies). Shared
+experts run beside the routed ones as a dense tensor-parallel MLP.
 
 Dispatchers (``model.dispatcher``, Megatron-Core's ``--moe-token-dispatcher-type``):
 
@@ -34,7 +35,7 @@ from torch import nn
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.moe import a2a_name, expert_tokens
-from echo_view.tracing.fp8 import fp8_bmm, fp8_recipe
+from echo_view.tracing.fp8 import fp8_bmm, fp8_linear, fp8_recipe
 from echo_view.tracing.fused import mlp_activation
 from echo_view.tracing.layers import AG, RS, ColumnParallelLinear, RowParallelLinear, comm
 from echo_view.tracing.recorder import Recorder
@@ -86,7 +87,10 @@ def all_to_all(
 
 class GroupedMLP(nn.Module):
     """This rank's ``experts / ep`` experts, each ``hidden -> moe_ffn_hidden / etp -> hidden``,
-    as batched GEMMs over ``per_expert`` token rows (Transformer Engine's grouped GEMM)."""
+    over ``per_expert`` token rows each: as batched GEMMs (Transformer Engine's grouped GEMM,
+    ``moe_grouped_gemm``), or one expert after another, each a pair of linear layers with
+    weights of its own, the rows split off before and the outputs concatenated after
+    (Megatron-Core's ``SequentialMLP``)."""
 
     def __init__(self, cfg: WorkloadConfig, dtype: torch.dtype, local: int) -> None:
         super().__init__()
@@ -94,16 +98,32 @@ class GroupedMLP(nn.Module):
         assert moe is not None
         f = moe.moe_ffn_hidden // cfg.parallel.expert_tp
         self.gated = cfg.model.activation == "swiglu"
+        self.grouped = moe.moe_grouped_gemm
+        self.local = local
         up = cfg.model.up_projections * f
-        self.fc1 = nn.Parameter(torch.empty(local, h, up, device="meta", dtype=dtype))
-        self.fc2 = nn.Parameter(torch.empty(local, f, h, device="meta", dtype=dtype))
-        for w in (self.fc1, self.fc2):
+        weights: list[nn.Parameter] = []
+        if self.grouped:
+            self.fc1 = nn.Parameter(torch.empty(local, h, up, device="meta", dtype=dtype))
+            self.fc2 = nn.Parameter(torch.empty(local, f, h, device="meta", dtype=dtype))
+            weights = [self.fc1, self.fc2]
+        else:
+            # ``nn.Linear``'s layout (out, in), as each expert's linear layers hold them.
+            self.fc1s = nn.ParameterList(
+                torch.empty(up, h, device="meta", dtype=dtype) for _ in range(local)
+            )
+            self.fc2s = nn.ParameterList(
+                torch.empty(h, f, device="meta", dtype=dtype) for _ in range(local)
+            )
+            weights = [*self.fc1s, *self.fc2s]
+        for w in weights:
             w.expert = True  # type: ignore[attr-defined]  # reduced over expert data parallel
         self.fp8 = fp8_recipe(cfg)
         # DeepEP's FP8 dispatch delivers the tokens already quantized.
         self.cast_input = moe.dispatcher != "deepep"
 
     def forward(self, x: torch.Tensor, rec: Recorder) -> torch.Tensor:
+        if not self.grouped:
+            return self._sequential(x, rec)
         local = self.fc1.shape[0]
         x = x.reshape(local, x.shape[0] // local, x.shape[1])
         if self.fp8 is None:
@@ -116,9 +136,27 @@ class GroupedMLP(nn.Module):
         )
         return out.reshape(-1, out.shape[-1])
 
+    def _sequential(self, x: torch.Tensor, rec: Recorder) -> torch.Tensor:
+        outs = []
+        parts = torch.split(x, x.shape[0] // self.local)
+        for rows, w1, w2 in zip(parts, self.fc1s, self.fc2s, strict=True):
+            if self.fp8 is None:
+                up = F.linear(rows, w1)
+            else:
+                up = fp8_linear(rows, w1, None, rec, self.fp8, cast_input=self.cast_input)
+            act = mlp_activation(up, self.gated)
+            outs.append(
+                F.linear(act, w2) if self.fp8 is None else fp8_linear(act, w2, None, rec, self.fp8)
+            )
+        return torch.cat(outs)
+
     def fp8_weights(self) -> tuple[int, ...]:
         """Element counts of the FP8 weights TE quantizes once per step (none without FP8)."""
-        return () if self.fp8 is None else (int(self.fc1.numel()), int(self.fc2.numel()))
+        if self.fp8 is None:
+            return ()
+        if self.grouped:
+            return (int(self.fc1.numel()), int(self.fc2.numel()))
+        return tuple(int(w.numel()) for w in (*self.fc1s, *self.fc2s))
 
 
 class MoELayer(nn.Module):

@@ -37,6 +37,7 @@ def test_defaults_follow_megatron_core() -> None:
     assert (moe.top_k, moe.moe_ffn_hidden, moe.shared_ffn_hidden) == (2, 1024, 0)
     assert (moe.router, moe.dispatcher, moe.capacity_factor) == ("softmax", "alltoall", None)
     assert moe.routing_imbalance == moe.imbalance == 1.0
+    assert moe.moe_grouped_gemm  # grouped, as every shipped MoE config runs its experts
     # etp defaults to tp; the stage's 8 ranks fold into etp 1 x ep 4 x edp 2
     assert (cfg.parallel.expert_tp, cfg.parallel.expert_dp) == (1, 2)
 
@@ -76,6 +77,20 @@ def test_node_limit_round_trips_and_leaves_the_traced_graph_alone() -> None:
     assert "moe_node_limit" not in config_to_mapping(free)["model"]
 
 
+def test_sequential_experts_round_trip_and_enter_the_tracing_key_only_when_set() -> None:
+    """``moe_grouped_gemm = false`` traces other ops (one GEMM per expert), so it is part of
+    the tracing key; left at its default it is not, and configs traced before keep their key."""
+    data = _data({"moe_grouped_gemm": False})
+    cfg = parse_workload_config(data)
+    assert cfg.model.moe is not None and not cfg.model.moe.moe_grouped_gemm
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg)["model"]["moe_grouped_gemm"] is False
+    del data["model"]["moe_grouped_gemm"]
+    grouped = parse_workload_config(data)
+    assert "moe_grouped_gemm" not in tracing_key(grouped)["model"]
+    assert "moe_grouped_gemm" not in config_to_mapping(grouped)["model"]
+
+
 def test_dense_layers_lie_in_the_first_chunk() -> None:
     cfg = parse_workload_config(_data({"first_dense_layers": 2}))
     assert [moe_dense_prefix(cfg, c) for c in range(2)] == [2, 0]
@@ -103,6 +118,9 @@ def test_dense_layers_lie_in_the_first_chunk() -> None:
         ({"dispatcher": "ring"}, {}, "model.dispatcher", "alltoall, allgather, deepep"),
         ({"moe_node_limit": 0}, {}, "model.moe_node_limit", "from 1 to 8"),
         ({"experts": None, "moe_node_limit": 2}, {"ep": 1}, "model.moe_node_limit",
+         "needs model.experts"),
+        ({"moe_grouped_gemm": "no"}, {}, "model.moe_grouped_gemm", "expected bool"),
+        ({"experts": None, "moe_grouped_gemm": False}, {"ep": 1}, "model.moe_grouped_gemm",
          "needs model.experts"),
         ({}, {"tp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True},
          "parallel.tp_comm_overlap", "not modelled with MoE"),

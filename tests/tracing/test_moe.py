@@ -71,6 +71,75 @@ def test_grouped_gemm_rows_are_the_busiest_ranks_tokens_per_expert() -> None:
         assert bmm == [f"[2,{rows},64]x[2,64,64]", f"[2,{rows},32]x[2,32,64]"]
 
 
+def _gemms(graph: TracedGraph, table: OpTable) -> list[tuple[str, str, int]]:
+    """(name, shapes, FLOPs) of each GEMM in ``table``."""
+    names, shapes = table.name, table.shapes
+    return [
+        (graph.strings[int(names[i])], graph.strings[int(shapes[i])], int(table.flops[i]))
+        for i in range(len(table))
+        if table.op_class[i] == OpClass.GEMM
+    ]
+
+
+def test_sequential_experts_run_one_gemm_per_expert_and_projection() -> None:
+    """``moe_grouped_gemm = false`` (Megatron-Core's ``SequentialMLP``): EP 4, 2 local experts
+    of 128 rows each, hidden 64, FFN 32 with SwiGLU. Forward: per expert FC1 [128,64]x[64,64]
+    (2 x 128 x 64 x 64 = 1,048,576 FLOPs) and FC2 [128,32]x[32,64] (524,288), in expert order,
+    where the grouped layer has one batched GEMM per projection; backward: per expert and
+    projection a data- and a weight-gradient GEMM. Same FLOPs in every pass."""
+    grouped = trace_workload(_cfg({"layers": 1}))
+    seq = trace_workload(_cfg({"layers": 1, "moe_grouped_gemm": False}))
+    g_fwd, s_fwd = grouped.roles[0].forward[0], seq.roles[0].forward[0]
+    experts = [(n, sh, f) for n, sh, f in _gemms(seq, s_fwd) if f in (1048576, 524288)][-4:]
+    fc1, fc2 = ("aten::mm", "[128,64]x[64,64]", 1048576), ("aten::mm", "[128,32]x[32,64]", 524288)
+    assert experts == [fc1, fc2, fc1, fc2]
+    assert not [g for g in _gemms(seq, s_fwd) if g[0] == "aten::bmm"]
+    for pas in ("forward", "backward"):
+        g_tab, s_tab = getattr(grouped.roles[0], pas)[0], getattr(seq.roles[0], pas)[0]
+        g_gemm, s_gemm = _gemms(grouped, g_tab), _gemms(seq, s_tab)
+        assert sum(f for *_, f in g_gemm) == sum(f for *_, f in s_gemm)
+        bmm = sum(1 for g in g_gemm if g[0] == "aten::bmm")
+        # each batched GEMM of 2 experts becomes 2 GEMMs
+        assert len(s_gemm) == len(g_gemm) + bmm
+    # the outputs concatenated in forward, the input gradients in backward
+    cat = seq.strings.intern("aten::cat")
+    assert int((s_fwd.name == cat).sum()) == int((g_fwd.name == cat).sum()) + 1
+    s_bwd, g_bwd = seq.roles[0].backward[0], grouped.roles[0].backward[0]
+    assert int((s_bwd.name == cat).sum()) == int((g_bwd.name == cat).sum()) + 1
+
+
+def test_sequential_fp8_experts_cast_each_experts_weights() -> None:
+    """FP8 with ``SequentialMLP``: each expert's linear layers are Transformer Engine linears,
+    so every expert GEMM runs in FP8 and each expert's two weights are cast once per step:
+    2 local experts x (FC1 64 x 64, FC2 32 x 64), 4 bytes moved per element, beside the
+    projection (64 x 64) and QKV (192 x 64); grouped, one cast per projection of both experts
+    (2 x 32 x 64 and 2 x 64 x 64)."""
+    model = {"layers": 1, "moe_grouped_gemm": False}
+    cfg = parse_workload_config({**_cfg_data(model), "precision": {"dtype": "fp8"}})
+    graph = trace_workload(cfg)
+    role = graph.roles[0]
+    fp8 = graph.strings.intern("fp8")
+    fwd = role.forward[0]
+    expert = [i for i in range(len(fwd)) if int(fwd.flops[i]) in (1048576, 524288)]
+    assert all(int(fwd.dtype[i]) == fp8 for i in expert[-4:])
+    weights = sorted(
+        int(role.optimizer.bytes[i])
+        for i, name in enumerate(_names(graph, role.optimizer))
+        if name == "te::cast_transpose (weight)"
+    )
+    assert weights == [4 * 32 * 64] * 2 + [4 * 64 * 64] * 3 + [4 * 192 * 64]
+    grouped = trace_workload(
+        parse_workload_config({**_cfg_data({"layers": 1}), "precision": {"dtype": "fp8"}})
+    )
+    opt = grouped.roles[0].optimizer
+    cast = [
+        int(opt.bytes[i])
+        for i, name in enumerate(_names(grouped, opt))
+        if name == "te::cast_transpose (weight)"
+    ]
+    assert sorted(cast) == [4 * 64 * 64, 4 * 2 * 32 * 64, 4 * 2 * 64 * 64, 4 * 192 * 64]
+
+
 def test_allgather_dispatcher_gathers_over_the_ep_group() -> None:
     graph = trace_workload(_cfg({"layers": 1, "dispatcher": "allgather"}))
     tokens = 128 * 64 * 2  # the rank's tokens, not their copies
@@ -217,8 +286,9 @@ def _cfg_data(model: dict[str, Any]) -> dict[str, Any]:
     return config_to_mapping(_cfg(model))
 
 
-def test_traced_parameters_match_the_memory_model() -> None:
-    cfg = _cfg({"first_dense_layers": 1, "shared_experts": 1})
+@pytest.mark.parametrize("grouped", [True, False])
+def test_traced_parameters_match_the_memory_model(grouped: bool) -> None:
+    cfg = _cfg({"first_dense_layers": 1, "shared_experts": 1, "moe_grouped_gemm": grouped})
     graph = trace_workload(cfg)
     role = graph.roles[0]
     assert role.params == stage_params(cfg, 0)
@@ -228,12 +298,16 @@ def test_traced_parameters_match_the_memory_model() -> None:
 
 
 @pytest.mark.parametrize(
-    "par",
-    [{}, {"pp": 3, "dp": 8, "first_stage_layers": 1, "last_stage_layers": 1}],
+    ("par", "grouped"),
+    [
+        ({}, True),
+        ({}, False),
+        ({"pp": 3, "dp": 8, "first_stage_layers": 1, "last_stage_layers": 1}, True),
+    ],
 )
-def test_repeated_moe_chunks_equal_whole_chunks(par: dict[str, Any]) -> None:
+def test_repeated_moe_chunks_equal_whole_chunks(par: dict[str, Any], grouped: bool) -> None:
     cluster = {"nodes": 3} if "pp" in par else {}
-    data = _cfg_data({"layers": 5, "first_dense_layers": 1})
+    data = _cfg_data({"layers": 5, "first_dense_layers": 1, "moe_grouped_gemm": grouped})
     data["parallel"].update(par)
     data["cluster"].update(cluster)
     cfg = parse_workload_config(data)

@@ -182,6 +182,7 @@ def test_routed_model_times_the_script_all_to_alls() -> None:
         ("routing_imbalance", 1.5, "traced balanced"),
         ("capacity_factor", 1.25, "drops tokens as its code does"),
         ("dispatcher", "deepep", "deepep dispatch is not traced"),
+        ("moe_grouped_gemm", False, "expert GEMMs are traced as its code runs them"),
     ],
 )
 def test_script_moe_config_refuses_builtin_routing_keys(
