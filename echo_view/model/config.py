@@ -984,8 +984,9 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: tracer records other ops for the same settings, so that a graph traced before (in the user's
 #: cache, or shipped beside a config) no longer matches and is traced again. 1: sequence-parallel
 #: linears all-gather their input again in backward; recomputation re-runs the whole layer (or
-#: core attention); dropout follows ``hidden_dropout`` and ``attention_dropout``.
-TRACER_REVISION = 1
+#: core attention); dropout follows ``hidden_dropout`` and ``attention_dropout``. 2: the
+#: embedding's output is dropped out with ``hidden_dropout``.
+TRACER_REVISION = 2
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:

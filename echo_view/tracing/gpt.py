@@ -207,10 +207,15 @@ class GPTChunk(nn.Module):
                 else VocabParallelCrossEntropy(rec, p.tp)
             )
         self.last = last
+        # Megatron-LM's embedding drops out its output with the hidden dropout probability
+        # (``LanguageModelEmbedding.embedding_dropout``).
+        self.embedding_dropout = m.hidden_dropout
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
         if self.embedding is not None:
             x = self.embedding(x)
+            if self.embedding_dropout > 0:
+                x = F.dropout(x, p=self.embedding_dropout, training=True)
         for layer in self.layers:
             x = recompute(layer, x) if self.full_recompute else layer(x)
         if self.last:

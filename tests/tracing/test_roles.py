@@ -444,9 +444,12 @@ def _dropouts(graph: TracedGraph, table: Any) -> int:
 
 def test_dropout_probabilities_decide_the_dropout_kernels() -> None:
     unfused = {"attention": "unfused"}
-    base = trace_workload(_cfg(model=unfused)).role_for_stage(0)
-    # Per layer: after attention, after the MLP, and on the attention probabilities.
-    assert _dropouts(trace_workload(_cfg(model=unfused)), base.forward[0]) == 3 * 4
+    base = trace_workload(_cfg(model=unfused))
+    # Per layer: after attention, after the MLP, and on the attention probabilities; the first
+    # stage also drops out the embedding's output with the hidden dropout (Megatron-LM's
+    # ``LanguageModelEmbedding.embedding_dropout``).
+    assert _dropouts(base, base.role_for_stage(0).forward[0]) == 3 * 4 + 1
+    assert _dropouts(base, base.role_for_stage(1).forward[0]) == 3 * 4
     g = trace_workload(_cfg(model={**unfused, "hidden_dropout": 0.0}))
     assert _dropouts(g, g.role_for_stage(0).forward[0]) == 1 * 4
     g = trace_workload(_cfg(model={**unfused, "hidden_dropout": 0, "attention_dropout": 0}))
