@@ -985,8 +985,9 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: cache, or shipped beside a config) no longer matches and is traced again. 1: sequence-parallel
 #: linears all-gather their input again in backward; recomputation re-runs the whole layer (or
 #: core attention); dropout follows ``hidden_dropout`` and ``attention_dropout``. 2: the
-#: embedding's output is dropped out with ``hidden_dropout``.
-TRACER_REVISION = 2
+#: embedding's output is dropped out with ``hidden_dropout``. 3: dropout is one fused kernel
+#: each way (``native_dropout``), as PyTorch runs it on a GPU, not the CPU path's three.
+TRACER_REVISION = 3
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:

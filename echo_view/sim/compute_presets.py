@@ -18,7 +18,7 @@ from echo_view.sim.kernel_cost import ComputeParams
 # A100: the fraction of the 312 TFLOP/s peak large GEMMs reach, fitted on the step times of all
 # 27 visible A100 runs (`bench/step_accuracy.py --cv source`; docs/accuracy.md, "Leave-one-
 # source-out"). No kernel-level GEMM table for A100 is at hand, so A100 GEMMs keep this fit.
-_A100 = ComputeParams(gemm_eff_max=0.75)
+_A100 = ComputeParams(gemm_eff_max=0.72)
 
 # Hopper memory-bound kernels: `echo-view calibrate compute` on the real H100 Kineto trace
 # (tracelens, 927 ops, 20 memory-bound shapes; docs/accuracy.md "Kernel cost model fit"):

@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from echo_view.tracing.fused import dropout as gpu_dropout
 
 _LIB = "echo_view"
 
@@ -69,6 +70,6 @@ def unfused_attention(
     scores = torch.baddbmm(
         qm.new_empty(b * h, s, s), qm, km.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d)
     )
-    probs = F.dropout(torch.softmax(scores, dim=-1), p=dropout, training=dropout > 0)
+    probs = gpu_dropout(torch.softmax(scores, dim=-1), dropout)
     out = torch.bmm(probs, v.reshape(b * h, s, d))
     return out.reshape(b, h, s, d)

@@ -1,6 +1,7 @@
 """Fused kernels of Llama-style layers as Megatron-LM with Transformer Engine runs them:
 RMSNorm (one kernel forward, one backward), rotary position embedding (one kernel per tensor
-and direction) and SwiGLU (Megatron's fused ``bias_swiglu``: one kernel each way).
+and direction) and SwiGLU (Megatron's fused ``bias_swiglu``: one kernel each way); and dropout
+as PyTorch runs it on a GPU (:func:`dropout`).
 
 Registered as torch custom ops so that the recorder sees one op per kernel; on the meta
 device ``torch.nn.RMSNorm`` would otherwise decompose into a dozen elementwise ops.
@@ -142,3 +143,15 @@ def mlp_activation(x: torch.Tensor, gated: bool) -> torch.Tensor:
         out: torch.Tensor = swiglu(x)
         return out
     return torch.nn.functional.gelu(x)
+
+
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout in training as PyTorch runs it on a GPU: one kernel, ``native_dropout``, that
+    writes the output and a one-byte mask (``native_dropout_backward`` in backward). On the
+    meta and CPU devices ``F.dropout`` takes another path (``at::dropout`` fuses only for CUDA
+    tensors, ``is_fused_kernel_acceptable``): ``bernoulli_``, ``div_`` and ``mul``, a mask in
+    the input's dtype. None at probability 0."""
+    if p <= 0:
+        return x
+    out: torch.Tensor = torch.native_dropout(x, p, True)[0]
+    return out

@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
 from echo_view.tracing.fp8 import fp8_recipe
-from echo_view.tracing.fused import RMSNorm, mlp_activation, rope
+from echo_view.tracing.fused import RMSNorm, dropout, mlp_activation, rope
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -119,8 +118,7 @@ class TransformerLayer(nn.Module):
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
         """The hidden dropout before a residual addition (none at probability 0)."""
-        p = self.hidden_dropout
-        return F.dropout(x, p=p, training=True) if p > 0 else x
+        return dropout(x, self.hidden_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = x
@@ -214,8 +212,7 @@ class GPTChunk(nn.Module):
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
         if self.embedding is not None:
             x = self.embedding(x)
-            if self.embedding_dropout > 0:
-                x = F.dropout(x, p=self.embedding_dropout, training=True)
+            x = dropout(x, self.embedding_dropout)
         for layer in self.layers:
             x = recompute(layer, x) if self.full_recompute else layer(x)
         if self.last:

@@ -27,7 +27,8 @@ traced (and restored afterwards):
 Utilities that take their foreach (multi-tensor) path only for tensors of plain type
 (``torch.nn.utils.clip_grad_norm_``: ``_has_foreach_support`` in
 ``torch/utils/_foreach_utils.py``) take it for fake tensors too, as they do for the script's
-tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor.
+tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor. ``F.dropout`` in
+training runs PyTorch's fused GPU kernel (``native_dropout``), as on a GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 import torch.utils._foreach_utils as foreach_utils
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
 from torch.distributed.tensor._sharding_prop import ShardingPropagator
@@ -134,7 +136,26 @@ def _adapted_torch() -> Iterator[None]:
         stack.enter_context(_patched(dist, "init_process_group", lambda *a, **k: None))
         supported = [*foreach_utils._foreach_supported_types, FakeTensor]
         stack.enter_context(_patched(foreach_utils, "_foreach_supported_types", supported))
+        stack.enter_context(_patched(F, "dropout", _gpu_dropout(F.dropout)))
         yield
+
+
+def _gpu_dropout(dropout: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``F.dropout`` as it runs on a GPU: one ``native_dropout`` kernel in training at
+    probabilities strictly between 0 and 1 (``at::dropout``'s ``is_fused_kernel_acceptable``
+    holds only for CUDA tensors, so the fake CPU tensors would take the ``bernoulli_``,
+    ``div_``, ``mul`` path); anything else as ``dropout`` does it."""
+
+    @functools.wraps(dropout)
+    def run(
+        input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+    ) -> torch.Tensor:
+        if not training or not 0 < p < 1 or input.numel() == 0:
+            return dropout(input, p, training, inplace)
+        out: torch.Tensor = torch.native_dropout(input, p, True)[0]
+        return input.copy_(out) if inplace else out
+
+    return run
 
 
 @contextmanager

@@ -439,7 +439,26 @@ def test_linear_biases_follow_add_bias_linear() -> None:
 
 
 def _dropouts(graph: TracedGraph, table: Any) -> int:
-    return [graph.strings[int(n)] for n in table.name].count("aten::bernoulli_")
+    return [graph.strings[int(n)] for n in table.name].count("aten::native_dropout")
+
+
+def test_dropout_is_one_fused_kernel_each_way_as_on_a_gpu() -> None:
+    """PyTorch runs dropout on a GPU as ``native_dropout`` (reads the input, writes the output
+    and a one-byte mask) and ``native_dropout_backward`` (reads the gradient and the mask,
+    writes the input's gradient), not the CPU path's ``bernoulli_``, ``div_`` and ``mul``.
+    The hidden dropouts on stage 1 (after attention and after the MLP of its 4 layers; tp 4
+    without sequence parallelism: 512 x 2 tokens x hidden 1,024 bf16 = 1,048,576 elements):
+    2 + 2 + 1 = 5 bytes per element each way."""
+    g = trace_workload(_cfg())
+    fwd, bwd = g.role_for_stage(1).forward[0], g.role_for_stage(1).backward[0]
+    names = {t: [g.strings[int(n)] for n in tab.name] for t, tab in (("f", fwd), ("b", bwd))}
+    assert "aten::bernoulli_" not in names["f"]
+    elems = 512 * 2 * 1024
+    drop = [int(fwd.bytes[i]) for i, n in enumerate(names["f"]) if n == "aten::native_dropout"]
+    back = [
+        int(bwd.bytes[i]) for i, n in enumerate(names["b"]) if n == "aten::native_dropout_backward"
+    ]
+    assert drop.count(5 * elems) == 2 * 4 and back.count(5 * elems) == 2 * 4
 
 
 def test_dropout_probabilities_decide_the_dropout_kernels() -> None:

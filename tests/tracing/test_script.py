@@ -276,3 +276,38 @@ def test_clip_grad_norm_is_traced_on_its_foreach_path(tmp_path: Path) -> None:
     assert names.count("aten::_foreach_mul_") == 1 and "aten::mul_" not in names
     assert int(table.bytes[names.index("aten::_foreach_norm")]) == grads + 4 * 4
     assert int(table.bytes[names.index("aten::_foreach_mul_")]) == 2 * grads + 4
+
+
+DROPOUT_STEP = """
+import torch
+
+
+def train_step() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Dropout(0.1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    y = model(torch.randn(8, 64))
+    dropout = torch.nn.functional.dropout
+    (dropout(y, p=0.2) + dropout(y, p=1.0)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_dropout_is_traced_as_the_gpus_fused_kernel(tmp_path: Path) -> None:
+    """``F.dropout`` and ``nn.Dropout`` in training run one ``native_dropout`` kernel on a GPU
+    (the output and a one-byte mask: 8 x 32 fp32 elements, 4 + 4 + 1 bytes each) and
+    ``native_dropout_backward`` (the gradient and the mask read, the gradient written), as in
+    a GPU's trace; at p = 1 PyTorch zeroes instead, on a GPU as on a CPU."""
+    script = tmp_path / "dropped.py"
+    script.write_text(DROPOUT_STEP)
+    graph = trace_script(ScriptSpec(script), 1).graph
+    role = graph.roles[0]
+    fwd, bwd = role.forward[0], role.backward[0]
+    f_names = [graph.strings[int(i)] for i in fwd.name]
+    b_names = [graph.strings[int(i)] for i in bwd.name]
+    assert "aten::bernoulli_" not in f_names
+    drops = [int(fwd.bytes[i]) for i, n in enumerate(f_names) if n == "aten::native_dropout"]
+    assert drops == [9 * 8 * 32] * 2
+    backs = [
+        int(bwd.bytes[i]) for i, n in enumerate(b_names) if n == "aten::native_dropout_backward"
+    ]
+    assert backs == [9 * 8 * 32] * 2
