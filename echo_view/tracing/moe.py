@@ -140,15 +140,17 @@ class GroupedMLP(nn.Module):
         outs = []
         parts = torch.split(x, x.shape[0] // self.local)
         for rows, w1, w2 in zip(parts, self.fc1s, self.fc2s, strict=True):
-            if self.fp8 is None:
-                up = F.linear(rows, w1)
-            else:
-                up = fp8_linear(rows, w1, None, rec, self.fp8, cast_input=self.cast_input)
-            act = mlp_activation(up, self.gated)
-            outs.append(
-                F.linear(act, w2) if self.fp8 is None else fp8_linear(act, w2, None, rec, self.fp8)
-            )
+            up = self._linear(rows, w1, rec, cast_input=self.cast_input)
+            outs.append(self._linear(mlp_activation(up, self.gated), w2, rec))
         return torch.cat(outs)
+
+    def _linear(
+        self, x: torch.Tensor, w: torch.Tensor, rec: Recorder, *, cast_input: bool = True
+    ) -> torch.Tensor:
+        """One expert's linear layer: in bf16, or as a Transformer Engine FP8 linear."""
+        if self.fp8 is None:
+            return F.linear(x, w)
+        return fp8_linear(x, w, None, rec, self.fp8, cast_input=cast_input)
 
     def fp8_weights(self) -> tuple[int, ...]:
         """Element counts of the FP8 weights TE quantizes once per step (none without FP8)."""

@@ -46,6 +46,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake
 from torch.distributed.tensor._sharding_prop import ShardingPropagator
 from torch.utils._python_dispatch import _disable_current_modes
 
+from echo_view.tracing.fused import dropout as fused_dropout
+
 
 def _within(context: Callable[[], Any], fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run inside ``context()`` (suspending the fake mode, or every mode)."""
@@ -152,7 +154,7 @@ def _gpu_dropout(dropout: Callable[..., torch.Tensor]) -> Callable[..., torch.Te
     ) -> torch.Tensor:
         if not training or not 0 < p < 1 or input.numel() == 0:
             return dropout(input, p, training, inplace)
-        out: torch.Tensor = torch.native_dropout(input, p, True)[0]
+        out = fused_dropout(input, p)
         return input.copy_(out) if inplace else out
 
     return run
