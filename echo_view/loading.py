@@ -11,6 +11,7 @@ matches is the config traced, which needs the ``trace`` extra (torch).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -384,6 +385,35 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "echo-view" / "graphs"
 
 
+#: What the graph cache may hold: past it, the graphs used least recently go (a layout
+#: search traces one graph per layout it tries, so the cache would otherwise only grow).
+CACHE_MAX_BYTES = 256 << 20
+
+
+def prune_cache(folder: Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
+    """Remove the least recently used graphs of ``folder`` (by modification time, which a
+    cache hit refreshes) until it holds at most ``max_bytes``; the bytes removed. Entries
+    another process removes meanwhile are skipped."""
+    entries = []
+    for path in folder.glob("*.json.gz"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        entries.append((st.st_mtime_ns, st.st_size, path))
+    held = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if held - removed <= max_bytes:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed += size
+    return removed
+
+
 def _matches(graph: TracedGraph, cfg: WorkloadConfig) -> bool:
     return bool(graph.config.get("key") == json.loads(json.dumps(graph_key(cfg))))
 
@@ -477,11 +507,14 @@ def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]
         except InputError:
             hit = None  # a damaged cache entry is re-traced, not fatal
         if hit is not None and _matches(hit, cfg):
+            with contextlib.suppress(OSError):
+                os.utime(cached)  # recently used: kept longest by prune_cache
             return hit, "cache"
     graph = trace_config(cfg)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_graph(graph, cached)
+        prune_cache(cached.parent)
     except (OSError, EchoViewError):
         pass  # a read-only home only costs re-tracing next time
     return graph, "traced"

@@ -3,6 +3,7 @@ are not one job."""
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from echo_view.loading import (
     key_hash,
     load_config,
     map_files,
+    prune_cache,
     read_job,
     read_ranks,
     script_file,
@@ -244,3 +246,27 @@ def test_files_read_in_batches_on_a_cluster_give_every_result_and_the_first_erro
     assert list(map_files(good, _size_or_error, Parallel(workers=2))) == [
         (f, f.stat().st_size) for f in good
     ]
+
+
+def _entry(folder: Path, name: str, size: int, age_s: int) -> Path:
+    path = folder / f"{name}.json.gz"
+    path.write_bytes(b"x" * size)
+    t = 1_700_000_000 - age_s
+    os.utime(path, (t, t))
+    return path
+
+
+def test_the_graph_cache_drops_the_least_recently_used_graphs_past_its_cap(
+    tmp_path: Path,
+) -> None:
+    old = _entry(tmp_path, "old", 400, 300)
+    mid = _entry(tmp_path, "mid", 400, 200)
+    new = _entry(tmp_path, "new", 400, 100)
+    other = tmp_path / "notes.txt"
+    other.write_bytes(b"y" * 4000)  # not a graph: never counted or removed
+    # 1,200 bytes held, 900 allowed: the oldest goes (800 left), the rest stay.
+    assert prune_cache(tmp_path, max_bytes=900) == 400
+    assert not old.exists() and mid.exists() and new.exists() and other.exists()
+    assert prune_cache(tmp_path, max_bytes=800) == 0
+    assert prune_cache(tmp_path, max_bytes=0) == 800
+    assert not mid.exists() and not new.exists() and other.exists()
