@@ -206,6 +206,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/korthikanti-22b-full.toml",
+        "bias_dropout_fusion",
+        {"model.bias_dropout_fusion": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/megatron-ci-7b-tp4-pp1.toml",
+        "bias_dropout_fusion",
+        {"model.bias_dropout_fusion": (False, True)},
+        None,
+        "",
+    ),
 ]
 
 

@@ -124,6 +124,11 @@ class ModelConfig:
     #: A bias on the QKV projection alone when ``add_bias_linear`` is off (``--add-qkv-bias``:
     #: Qwen2).
     add_qkv_bias: bool = False
+    #: Megatron-LM's ``--bias-dropout-fusion`` (default on; ``--no-bias-dropout-fusion``): each
+    #: residual branch's bias addition, hidden dropout and residual addition run as one
+    #: jit-compiled kernel forward (``bias_dropout_add_fused_train``). PyTorch-native programs
+    #: (``autocast``) have no such kernel and ignore it.
+    bias_dropout_fusion: bool = True
 
     @property
     def has_qkv_bias(self) -> bool:
@@ -417,6 +422,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         attention_dropout=m.probability("attention_dropout", DEFAULT_DROPOUT),
         add_bias_linear=m.get("add_bias_linear", bool, True),
         add_qkv_bias=m.get("add_qkv_bias", bool, False),
+        bias_dropout_fusion=m.get("bias_dropout_fusion", bool, True),
     )
     m.finish()
 
@@ -894,6 +900,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("attention_dropout", m.attention_dropout, DEFAULT_DROPOUT),
                     ("add_bias_linear", m.add_bias_linear, True),
                     ("add_qkv_bias", m.add_qkv_bias, False),
+                    ("bias_dropout_fusion", m.bias_dropout_fusion, True),
                 )
                 if v != default
             },
@@ -987,7 +994,9 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: core attention); dropout follows ``hidden_dropout`` and ``attention_dropout``. 2: the
 #: embedding's output is dropped out with ``hidden_dropout``. 3: dropout is one fused kernel
 #: each way (``native_dropout``), as PyTorch runs it on a GPU, not the CPU path's three.
-TRACER_REVISION = 3
+#: 4: Megatron-LM's layers add each residual branch's bias, drop it out and add the residual
+#: in one kernel (``bias_dropout_fusion``).
+TRACER_REVISION = 4
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Fused kernels of Llama-style layers as Megatron-LM with Transformer Engine runs them:
 RMSNorm (one kernel forward, one backward), rotary position embedding (one kernel per tensor
-and direction) and SwiGLU (Megatron's fused ``bias_swiglu``: one kernel each way); and dropout
-as PyTorch runs it on a GPU (:func:`dropout`).
+and direction) and SwiGLU (Megatron's fused ``bias_swiglu``: one kernel each way);
+Megatron-LM's fused bias-dropout-add (:func:`bias_dropout_add`); and dropout as PyTorch runs
+it on a GPU (:func:`dropout`).
 
 Registered as torch custom ops so that the recorder sees one op per kernel; on the meta
 device ``torch.nn.RMSNorm`` would otherwise decompose into a dozen elementwise ops.
@@ -154,4 +155,58 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     if p <= 0:
         return x
     out: torch.Tensor = torch.native_dropout(x, p, True)[0]
+    return out
+
+
+@torch.library.custom_op(f"{_LIB}::bias_dropout_add", mutates_args=())
+def _bias_dropout_add(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``residual + dropout(x + bias, p)`` and the dropout's one-byte keep mask (empty at
+    ``p == 0``)."""
+    raise NotImplementedError("echo_view::bias_dropout_add is traced on the meta device only")
+
+
+@_bias_dropout_add.register_fake
+def _(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    mask = x.new_empty(x.shape if p > 0 else (0,), dtype=torch.bool)
+    return torch.empty_like(x), mask
+
+
+def _bda_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    x, bias, _, p = inputs
+    ctx.save_for_backward(output[1])
+    ctx.p, ctx.has_bias, ctx.dims = p, bias is not None, tuple(range(x.dim() - 1))
+
+
+def _bda_backward(
+    ctx: Any, grad: torch.Tensor, _grad_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, None]:
+    # The residual's gradient is the output's (no kernel); the branch's goes back through the
+    # dropout's mask (one kernel, as the fused function's backward), and the bias sums it
+    # over the tokens, as autograd does for a broadcast addition.
+    (mask,) = ctx.saved_tensors
+    dx = grad
+    if ctx.p > 0:
+        dx = torch.ops.aten.native_dropout_backward(grad, mask, 1.0 / (1.0 - ctx.p))
+    dbias = dx.sum(dim=ctx.dims) if ctx.has_bias else None
+    return dx, dbias, grad, None
+
+
+_bias_dropout_add.register_autograd(_bda_backward, setup_context=_bda_setup)
+
+
+def bias_dropout_add(
+    x: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor, p: float
+) -> torch.Tensor:
+    """``residual + dropout(x + bias, p)`` as Megatron-LM's fused bias-dropout-add runs it in
+    training (``bias_dropout_add_fused_train``, compiled by ``torch.jit.script`` or
+    ``torch.compile``): one kernel forward, which writes the output and the dropout's mask;
+    backward one kernel through the mask (none at ``p == 0``) and the bias gradient's sum. With
+    neither a bias nor dropout it is the residual addition alone."""
+    if bias is None and p <= 0:
+        return residual + x
+    out: torch.Tensor = _bias_dropout_add(x, bias, residual, p)[0]
     return out

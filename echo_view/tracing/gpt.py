@@ -15,7 +15,7 @@ from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 from echo_view.model.config import WorkloadConfig, resolve_attention
 from echo_view.tracing.attention import flash_attn, unfused_attention
 from echo_view.tracing.fp8 import fp8_recipe
-from echo_view.tracing.fused import RMSNorm, dropout, mlp_activation, rope
+from echo_view.tracing.fused import RMSNorm, bias_dropout_add, dropout, mlp_activation, rope
 from echo_view.tracing.layers import (
     ColumnParallelLinear,
     RowParallelLinear,
@@ -108,6 +108,9 @@ class TransformerLayer(nn.Module):
         # Fused attention applies its dropout inside the kernel (not modelled).
         self.dropout = m.attention_dropout if self.attention == "unfused" else 0.0
         self.hidden_dropout = m.hidden_dropout
+        # Megatron-LM's layers fuse each branch's bias, dropout and residual addition; a
+        # PyTorch-native program adds them as it writes them.
+        self.fused_bda = m.bias_dropout_fusion and not cfg.autocast
         self.rec, self.cp = rec, p.cp
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -116,9 +119,18 @@ class TransformerLayer(nn.Module):
             return out
         return unfused_attention(q, k, v, self.dropout)
 
-    def _drop(self, x: torch.Tensor) -> torch.Tensor:
-        """The hidden dropout before a residual addition (none at probability 0)."""
-        return dropout(x, self.hidden_dropout)
+    def _add_branch(
+        self, residual: torch.Tensor, x: torch.Tensor, linear: RowParallelLinear | None = None
+    ) -> torch.Tensor:
+        """``residual`` plus the branch output ``x`` dropped out with the hidden dropout, ``x``
+        being ``linear``'s input when given (its product and bias first): in one fused kernel
+        (``bias_dropout_fusion``) or as separate ops."""
+        if not self.fused_bda:
+            return residual + dropout(x if linear is None else linear(x), self.hidden_dropout)
+        if linear is None:
+            return bias_dropout_add(x, None, residual, self.hidden_dropout)
+        y = linear.reduced_product(x)
+        return bias_dropout_add(y, linear.bias, residual, self.hidden_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = x
@@ -137,13 +149,13 @@ class TransformerLayer(nn.Module):
         k, v = context_gather(k, v, self.rec, self.cp)
         ctx = recompute(self._core, q, k, v) if self.selective else self._core(q, k, v)
         ctx = ctx.permute(2, 0, 1, 3).reshape(s, b, self.heads * d)
-        x = residual + self._drop(self.proj(ctx))
+        x = self._add_branch(residual, ctx, self.proj)
         residual = x
         if self.moe is not None:
-            return residual + self._drop(self.moe(self.ln2(x)))
+            return self._add_branch(residual, self.moe(self.ln2(x)))
         up = self.fc1(self.ln2(x))
         h = mlp_activation(up, self.gated)
-        return residual + self._drop(self.fc2(h))
+        return self._add_branch(residual, h, self.fc2)
 
 
 class GPTChunk(nn.Module):

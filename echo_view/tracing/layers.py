@@ -231,9 +231,16 @@ class RowParallelLinear(nn.Module):
             # A PyTorch-native program's ``nn.Linear``: with nothing to reduce, the bias is
             # added in the product (``addmm``), cast with the other operands.
             return linear(x, self.weight, self.bias, self.rec, None, self.autocast)
-        y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast)
-        y = comm(y, self.rec, RS, AG, self.tp) if self.sp else comm(y, self.rec, AR, None, self.tp)
+        y = self.reduced_product(x)
         return y if self.bias is None else y + self.bias
+
+    def reduced_product(self, x: torch.Tensor) -> torch.Tensor:
+        """``x W^T`` reduced over the ranks, the bias not added: Megatron's ``skip_bias_add``,
+        for a caller that adds :attr:`bias` in a fused kernel of its own."""
+        y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast)
+        if self.sp:
+            return comm(y, self.rec, RS, AG, self.tp)
+        return comm(y, self.rec, AR, None, self.tp)
 
 
 class VocabParallelEmbedding(nn.Module):

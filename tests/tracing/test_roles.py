@@ -419,12 +419,14 @@ def _names(graph: TracedGraph, table: Any) -> list[str]:
 
 
 def test_linear_biases_follow_add_bias_linear() -> None:
-    # Stage 0 of 2 holds 4 layers. With biases (Megatron-LM's default) the row-parallel
-    # projection and FC2 add theirs after the reduction (one add each) and every linear's bias
-    # gradient is a sum over the tokens in backward: QKV, projection, FC1, FC2.
-    on = trace_workload(_cfg())
-    off = trace_workload(_cfg(model={"add_bias_linear": False}))
-    qkv = trace_workload(_cfg(model={"add_bias_linear": False, "add_qkv_bias": True}))
+    # Stage 0 of 2 holds 4 layers. With biases (Megatron-LM's default) and the bias-dropout-add
+    # unfused, the row-parallel projection and FC2 add theirs after the reduction (one add
+    # each) and every linear's bias gradient is a sum over the tokens in backward: QKV,
+    # projection, FC1, FC2.
+    unfused = {"bias_dropout_fusion": False}
+    on = trace_workload(_cfg(model=unfused))
+    off = trace_workload(_cfg(model={**unfused, "add_bias_linear": False}))
+    qkv = trace_workload(_cfg(model={**unfused, "add_bias_linear": False, "add_qkv_bias": True}))
     fwd = {k: _names(g, g.role_for_stage(0).forward[0]) for k, g in (("on", on), ("off", off))}
     assert fwd["on"].count("aten::add") - fwd["off"].count("aten::add") == 2 * 4
     sums = {
@@ -448,8 +450,8 @@ def test_dropout_is_one_fused_kernel_each_way_as_on_a_gpu() -> None:
     writes the input's gradient), not the CPU path's ``bernoulli_``, ``div_`` and ``mul``.
     The hidden dropouts on stage 1 (after attention and after the MLP of its 4 layers; tp 4
     without sequence parallelism: 512 x 2 tokens x hidden 1,024 bf16 = 1,048,576 elements):
-    2 + 2 + 1 = 5 bytes per element each way."""
-    g = trace_workload(_cfg())
+    2 + 2 + 1 = 5 bytes per element each way (the bias-dropout-add unfused)."""
+    g = trace_workload(_cfg(model={"bias_dropout_fusion": False}))
     fwd, bwd = g.role_for_stage(1).forward[0], g.role_for_stage(1).backward[0]
     names = {t: [g.strings[int(n)] for n in tab.name] for t, tab in (("f", fwd), ("b", bwd))}
     assert "aten::bernoulli_" not in names["f"]
@@ -462,7 +464,7 @@ def test_dropout_is_one_fused_kernel_each_way_as_on_a_gpu() -> None:
 
 
 def test_dropout_probabilities_decide_the_dropout_kernels() -> None:
-    unfused = {"attention": "unfused"}
+    unfused = {"attention": "unfused", "bias_dropout_fusion": False}
     base = trace_workload(_cfg(model=unfused))
     # Per layer: after attention, after the MLP, and on the attention probabilities; the first
     # stage also drops out the embedding's output with the hidden dropout (Megatron-LM's
@@ -473,3 +475,45 @@ def test_dropout_probabilities_decide_the_dropout_kernels() -> None:
     assert _dropouts(g, g.role_for_stage(0).forward[0]) == 1 * 4
     g = trace_workload(_cfg(model={**unfused, "hidden_dropout": 0, "attention_dropout": 0}))
     assert _dropouts(g, g.role_for_stage(0).forward[0]) == 0
+
+
+def _op_bytes(graph: TracedGraph, table: Any, name: str) -> list[int]:
+    return [int(table.bytes[i]) for i, n in enumerate(_names(graph, table)) if n == name]
+
+
+def test_bias_dropout_add_is_one_kernel_forward_as_megatron_fuses_it() -> None:
+    """Megatron-LM's ``bias_dropout_add_fused_train`` (``bias_dropout_fusion``, its default):
+    per residual branch one forward kernel reads the branch output, the bias and the residual
+    and writes the sum and a one-byte mask. Stage 1 (4 layers, two branches each; tp 4, no
+    sequence parallelism: 512 x 2 tokens x hidden 1,024 = 1,048,576 bf16 elements per tensor):
+    2 + 2 + 2 + 1 bytes per element plus the 2,048-byte bias, where the unfused ops move
+    (2 + 2) + (2 + 2 + 1) + (2 + 2 + 2) = 15 bytes per element (plus the bias) in three kernels.
+    Backward: the same dropout-backward kernel and bias-gradient sum either way."""
+    elems, bias = 512 * 2 * 1024, 2 * 1024
+    fused = trace_workload(_cfg())
+    plain = trace_workload(_cfg(model={"bias_dropout_fusion": False}))
+    f_fwd, p_fwd = fused.role_for_stage(1).forward[0], plain.role_for_stage(1).forward[0]
+    bda = _op_bytes(fused, f_fwd, "echo_view::bias_dropout_add")
+    assert bda == [7 * elems + bias] * (2 * 4)
+    assert _op_bytes(fused, f_fwd, "aten::native_dropout") == []
+    assert len(_op_bytes(plain, p_fwd, "aten::native_dropout")) == 2 * 4
+    # Per branch the unfused path has two kernels more: the bias and the residual additions.
+    assert len(f_fwd) == len(p_fwd) - 2 * 2 * 4
+    # Per branch 15 - 7 = 8 bytes per element fewer (the bias is read either way).
+    saved = sum(map(int, p_fwd.bytes)) - sum(map(int, f_fwd.bytes))
+    assert saved == 2 * 4 * 8 * elems
+    f_bwd, p_bwd = fused.role_for_stage(1).backward[0], plain.role_for_stage(1).backward[0]
+    for name in ("aten::native_dropout_backward", "aten::sum"):
+        assert _op_bytes(fused, f_bwd, name) == _op_bytes(plain, p_bwd, name)
+    assert len(_op_bytes(fused, f_bwd, "aten::native_dropout_backward")) == 2 * 4
+
+
+def test_bias_dropout_add_without_bias_or_dropout_is_the_residual_addition() -> None:
+    # Llama-style layers (no biases) without dropout: the fused function is an addition.
+    model = {"add_bias_linear": False, "hidden_dropout": 0.0, "attention_dropout": 0.0}
+    fused = trace_workload(_cfg(model=model))
+    plain = trace_workload(_cfg(model={**model, "bias_dropout_fusion": False}))
+    for stage in (0, 1):
+        a, b = fused.role_for_stage(stage).forward[0], plain.role_for_stage(stage).forward[0]
+        assert _names(fused, a) == _names(plain, b)
+        assert list(map(int, a.bytes)) == list(map(int, b.bytes))
