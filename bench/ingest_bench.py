@@ -14,6 +14,9 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
   processes included (as ``--workers N`` does);
 - ``dask N``: the same on an already running ``dask.distributed`` local cluster of N worker
   processes (``--scheduler ADDRESS``), cluster start not included;
+- ``read only N``: ``local N``'s reading of every rank file on the workers, each sending back
+  only its event count (``echo_view.loading.map_files``): the speed-up of the reading itself,
+  without shipping the columns to the command's process and joining them;
 - ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
   multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
 - ``info``, ``check``, ``interference``: ``echo-view COMMAND DIR --json --workers N``, the
@@ -42,6 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -183,6 +187,24 @@ def worker(method: str, path: str, workers: int) -> None:
             )
         )
         return
+    if method == "readonly":
+        from functools import partial
+
+        from echo_view.loading import RankFileReader, build_registry, job_importer, map_files
+
+        importer = job_importer(build_registry(), [Path(path)])
+        assert isinstance(importer, RankFileReader)
+        t0 = time.perf_counter()
+        files, many = importer.rank_files([Path(path)])
+        work = partial(_events_read, importer=importer, many=many)
+        events = sum(n for _, n in map_files(files, work, Parallel(workers=workers)))
+        seconds = time.perf_counter() - t0
+        print(
+            json.dumps(
+                {"seconds": seconds, "rss": hwm_bytes(), "ranks": len(files), "events": events}
+            )
+        )
+        return
     if method == "dask":
         from echo_view.workers import dask_client
 
@@ -201,6 +223,11 @@ def worker(method: str, path: str, workers: int) -> None:
             {"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job), "cpu": cpu_seconds()}
         )
     )
+
+
+def _events_read(path: Path, *, importer: Any, many: bool) -> int:
+    """Read one rank file where the task runs and return only its event count."""
+    return sum(len(t) for t in importer.read_rank_file(path, many).traces)
 
 
 HTA_PYTHON: str | None = None  # --hta-python
@@ -249,7 +276,7 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
     files = sorted(folder.glob("rank*.json"))
     size = sum(f.stat().st_size for f in files)
     print(f"\n{folder.name}: {len(files)} rank files, {size / 1e6:.0f} MB of JSON")
-    methods = ["serial", "local", "dask"] + (["hta"] if with_hta else [])
+    methods = ["serial", "local", "readonly", "dask"] + (["hta"] if with_hta else [])
     rounds: list[dict[str, dict[str, float]]] = []
     ceilings: list[tuple[float, float]] = []
     for _ in range(runs):  # interleaved, so that every method meets the same load
@@ -262,7 +289,11 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
             continue
         t = statistics.median(r["seconds"] for r in rs)
         rss = statistics.median(r["rss"] for r in rs)
-        label = {"local": f"local {workers}", "dask": f"dask {workers}"}.get(m, m)
+        label = {
+            "local": f"local {workers}",
+            "dask": f"dask {workers}",
+            "readonly": f"read only {workers}",
+        }.get(m, m)
         walls = ", ".join(f"{r['seconds']:.2f}" for r in rs)
         cpu = (
             f", client CPU {statistics.median(r['cpu'] for r in rs):.2f} s"

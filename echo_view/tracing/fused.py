@@ -178,16 +178,21 @@ def _(
 def _bda_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
     x, bias, _, p = inputs
     ctx.save_for_backward(output[1])
+    ctx.mark_non_differentiable(output[1])
+    # No zero-filled gradient for the mask: a GPU would run no kernel for it.
+    ctx.set_materialize_grads(False)
     ctx.p, ctx.has_bias, ctx.dims = p, bias is not None, tuple(range(x.dim() - 1))
 
 
 def _bda_backward(
-    ctx: Any, grad: torch.Tensor, _grad_mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, None]:
+    ctx: Any, grad: torch.Tensor | None, _grad_mask: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
     # The residual's gradient is the output's (no kernel); the branch's goes back through the
     # dropout's mask (one kernel, as the fused function's backward), and the bias sums it
     # over the tokens, as autograd does for a broadcast addition.
     (mask,) = ctx.saved_tensors
+    if grad is None:  # the output was not used
+        return None, None, None, None
     dx = grad
     if ctx.p > 0:
         dx = torch.ops.aten.native_dropout_backward(grad, mask, 1.0 / (1.0 - ctx.p))

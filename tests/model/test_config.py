@@ -591,6 +591,19 @@ def test_linear_biases_default_to_megatrons_and_round_trip() -> None:
         parse_workload_config(_with("model", add_bias_linear="no"), "x.toml")
 
 
+def test_bias_dropout_fusion_defaults_to_megatrons_and_round_trips() -> None:
+    base = parse_workload_config(BASE)
+    assert base.model.bias_dropout_fusion
+    assert "bias_dropout_fusion" not in config_to_mapping(base)["model"]
+    cfg = parse_workload_config(_with("model", bias_dropout_fusion=False))
+    assert not cfg.model.bias_dropout_fusion
+    assert config_to_mapping(cfg)["model"]["bias_dropout_fusion"] is False
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg) != tracing_key(base)  # the fused kernel is traced
+    with pytest.raises(ConfigError, match=r"x\.toml.*model\.bias_dropout_fusion"):
+        parse_workload_config(_with("model", bias_dropout_fusion=1), "x.toml")
+
+
 @pytest.mark.parametrize("value", [1.0, -0.1, float("nan"), float("inf"), "0.1", True])
 def test_a_dropout_outside_zero_to_one_names_the_key(value: Any) -> None:
     with pytest.raises(ConfigError, match=r"x\.toml.*model\.hidden_dropout"):

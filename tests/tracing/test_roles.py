@@ -503,8 +503,9 @@ def test_bias_dropout_add_is_one_kernel_forward_as_megatron_fuses_it() -> None:
     saved = sum(map(int, p_fwd.bytes)) - sum(map(int, f_fwd.bytes))
     assert saved == 2 * 4 * 8 * elems
     f_bwd, p_bwd = fused.role_for_stage(1).backward[0], plain.role_for_stage(1).backward[0]
-    for name in ("aten::native_dropout_backward", "aten::sum"):
-        assert _op_bytes(fused, f_bwd, name) == _op_bytes(plain, p_bwd, name)
+    # The same ops backward (no zero-filled gradient for the mask either).
+    assert sorted(_names(fused, f_bwd)) == sorted(_names(plain, p_bwd))
+    assert sorted(map(int, f_bwd.bytes)) == sorted(map(int, p_bwd.bytes))
     assert len(_op_bytes(fused, f_bwd, "aten::native_dropout_backward")) == 2 * 4
 
 
