@@ -130,11 +130,20 @@ def fans_out(files: Sequence[Path], parallel: Parallel) -> bool:
     """Whether ``files`` are read on a cluster: with ``--scheduler``, or ``--workers N`` (N>1),
     whenever there are two or more; by default only when they also hold at least
     :data:`FAN_OUT_BYTES` of JSON and this process may use more than one core."""
+    return fan_out_sizes(files, parallel) is not None
+
+
+def fan_out_sizes(files: Sequence[Path], parallel: Parallel) -> list[int] | None:
+    """The JSON size of each of ``files`` when they are read on a cluster (:func:`fans_out`),
+    for sharing them out; ``None`` when they are read here. Each file is sized once (an open
+    and a ``stat``, which cost on a cluster's shared file system)."""
     if len(files) < 2 or parallel.workers == 1:
-        return False
-    if parallel.scheduler is not None or parallel.workers is not None:
-        return True
-    return default_workers() > 1 and sum(map(_json_bytes, files)) >= FAN_OUT_BYTES
+        return None
+    explicit = parallel.scheduler is not None or parallel.workers is not None
+    if not explicit and default_workers() == 1:
+        return None
+    sizes = list(map(_json_bytes, files))
+    return sizes if explicit or sum(sizes) >= FAN_OUT_BYTES else None
 
 
 def _json_bytes(path: Path) -> int:
@@ -157,10 +166,11 @@ def read_job(
     if parallel == SERIAL or not isinstance(importer, RankFileReader):
         return importer.read(list(paths), progress)
     files, many = importer.rank_files(paths)
-    if not fans_out(files, parallel):
+    sizes = fan_out_sizes(files, parallel)
+    if sizes is None:
         return importer.read(list(paths), progress)
     parts = importer.job_parts(paths, files, many)
-    for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel)):
+    for i, (path, part) in enumerate(_file_parts(importer, files, many, parallel, sizes=sizes)):
         parts.add(part)
         del part
         progress(f"{path.name}: read", (i + 1) / len(files))
@@ -213,27 +223,34 @@ def _file_parts(
     many: bool,
     parallel: Parallel,
     digest: Callable[[Trace], Any] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> Iterator[tuple[Path, Any]]:
     """Each file's part (its digest with ``digest``), in file order, read where ``parallel``
-    says (:func:`map_files`)."""
+    says (:func:`map_files`, with ``sizes``)."""
     read = partial(_read_rank_file, importer=importer, many=many, digest=digest)
-    yield from map_files(files, read, parallel)
+    yield from map_files(files, read, parallel, sizes)
 
 
 W = TypeVar("W")
 
 
 def map_files(
-    files: Sequence[Path], work: Callable[[Path], W], parallel: Parallel
+    files: Sequence[Path],
+    work: Callable[[Path], W],
+    parallel: Parallel,
+    sizes: Sequence[int] | None = None,
 ) -> Generator[tuple[Path, W], None, None]:
     """``work`` of each of ``files``, in file order, done where ``parallel`` says
     (:func:`fans_out`): in this process one file at a time (its result yielded before the next
     file is read), or on the cluster's workers under this process's input limits. A file's
     :class:`EchoViewError` is raised here, in file order: the same first error and the same
     results wherever the files are read. ``work`` must be a module-level function (or a
-    ``functools.partial`` of one) for the workers to receive it. Close the iterator (or run
-    it out) to stop the cluster it started."""
-    if not fans_out(files, parallel):
+    ``functools.partial`` of one) for the workers to receive it. ``sizes``, from
+    :func:`fan_out_sizes` by a caller that has already decided to fan out, spares sizing the
+    files again. Close the iterator (or run it out) to stop the cluster it started."""
+    if sizes is None:
+        sizes = fan_out_sizes(files, parallel)
+    if sizes is None:
         for path in files:
             result = work(path)
             yield path, result
@@ -243,7 +260,7 @@ def map_files(
     name = getattr(work, "func", work).__name__.strip("_")  # the tasks' name on the cluster
     with dask_client(parallel.scheduler, parallel.workers) as client:
         cores = sum(client.nthreads().values())
-        batches = file_batches(list(map(_json_bytes, files)), cores)
+        batches = file_batches(sizes, cores)
         groups = [[files[i] for i in batch] for batch in batches]
         futures = client.map(_on_worker, groups, work=work, inflation_cap=cap, key=name, pure=False)
         for group, future in zip(groups, futures, strict=True):

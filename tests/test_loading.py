@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from echo_view import loading
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import max_inflated_bytes, set_max_inflated_bytes
 from echo_view.loading import (
@@ -18,6 +19,7 @@ from echo_view.loading import (
     _on_worker,
     _read_rank_file,
     build_registry,
+    fan_out_sizes,
     fans_out,
     file_batches,
     graph_key,
@@ -79,6 +81,48 @@ def test_a_cluster_is_started_only_when_it_can_pay(tmp_path: Path) -> None:
             fh.truncate(FAN_OUT_BYTES // 2)
         big.append(f)
     assert fans_out(big, Parallel()) == (default_workers() > 1)
+
+
+def test_each_rank_file_is_sized_once_on_its_way_to_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sizing a file opens and stats it, which costs on a cluster's shared file system: the
+    fan-out rule and the tasks' batches share one sizing, and a serial read sizes nothing."""
+    files = []
+    for i in range(4):
+        f = tmp_path / f"rank{i}.json"
+        with open(f, "wb") as fh:
+            fh.truncate(FAN_OUT_BYTES // 2)  # sparse: 2x the fan-out threshold in all
+        files.append(f)
+    sized: list[Path] = []
+    real = loading._json_bytes
+
+    def counted(path: Path) -> int:
+        sized.append(path)
+        return real(path)
+
+    monkeypatch.setattr(loading, "_json_bytes", counted)
+    assert fan_out_sizes(files, SERIAL) is None and sized == []
+    assert fan_out_sizes(files, Parallel(workers=2)) == [FAN_OUT_BYTES // 2] * 4
+    assert sized == files
+    sized.clear()
+    by_default = fan_out_sizes(files, Parallel())
+    assert by_default == ([FAN_OUT_BYTES // 2] * 4 if default_workers() > 1 else None)
+    assert sized == (files if default_workers() > 1 else [])
+    # Sizes handed to map_files decide the fan-out: nothing is sized again. (Here they say
+    # "fan out", so stop the cluster before it starts: the point is the sizing.)
+    sized.clear()
+
+    class Stop(Exception):
+        pass
+
+    def no_cluster(*args: object) -> None:
+        raise Stop
+
+    monkeypatch.setattr(loading, "dask_client", no_cluster)
+    with pytest.raises(Stop):
+        list(map_files(files, _size_or_error, Parallel(workers=2), sizes=[1, 1, 1, 1]))
+    assert sized == []
 
 
 def test_serial_reading_does_not_touch_dask(monkeypatch: pytest.MonkeyPatch) -> None:
