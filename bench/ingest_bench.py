@@ -17,6 +17,9 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
 - ``read only N``: ``local N``'s reading of every rank file on the workers, each sending back
   only its event count (``echo_view.loading.map_files``): the speed-up of the reading itself,
   without shipping the columns to the command's process and joining them;
+- for the methods that start a cluster in their subprocess (``local``, ``read only``, ``dask``),
+  also the CPU time of its worker processes (``RUSAGE_CHILDREN`` once they have exited: their
+  start and idle ticks included);
 - ``hta``: HolisticTraceAnalysis 0.5.0 ``Trace(trace_dir=dir).parse_traces()`` (its own
   multiprocessing parse, one process per core), run by ``.venv-hta/bin/python``;
 - ``info``, ``check``, ``interference``: ``echo-view COMMAND DIR --json --workers N``, the
@@ -102,6 +105,13 @@ def generate(ranks: int, copies: int) -> Path:
 def cpu_seconds() -> float:
     """This process's CPU time so far (user + system)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def workers_cpu_seconds() -> float:
+    """CPU time of this process's exited children (user + system): a closed local cluster's
+    worker processes, their start and idle ticks included."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
 
@@ -201,7 +211,14 @@ def worker(method: str, path: str, workers: int) -> None:
         seconds = time.perf_counter() - t0
         print(
             json.dumps(
-                {"seconds": seconds, "rss": hwm_bytes(), "ranks": len(files), "events": events}
+                {
+                    "seconds": seconds,
+                    "rss": hwm_bytes(),
+                    "ranks": len(files),
+                    "events": events,
+                    "cpu": cpu_seconds(),
+                    "workers_cpu": workers_cpu_seconds(),
+                }
             )
         )
         return
@@ -220,7 +237,13 @@ def worker(method: str, path: str, workers: int) -> None:
         seconds = time.perf_counter() - t0
     print(
         json.dumps(
-            {"seconds": seconds, "rss": hwm_bytes(), "ranks": len(job), "cpu": cpu_seconds()}
+            {
+                "seconds": seconds,
+                "rss": hwm_bytes(),
+                "ranks": len(job),
+                "cpu": cpu_seconds(),
+                "workers_cpu": workers_cpu_seconds(),
+            }
         )
     )
 
@@ -300,6 +323,8 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
             if "cpu" in rs[0]
             else ""
         )
+        if rs[0].get("workers_cpu"):
+            cpu += f", workers' CPU {statistics.median(r['workers_cpu'] for r in rs):.2f} s"
         print(
             f"  {label:8s} median {t:6.2f} s ({size / 1e6 / t:5.1f} MB/s), client peak RSS "
             f"{rss / 1e6:5.0f} MB{cpu}; {int(rs[0]['ranks'])} ranks; runs {walls}"
