@@ -220,6 +220,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/shoeybi-gpt355m-64.toml",
+        "masked_softmax",
+        {"model.masked_softmax": ("fused", "multiply")},
+        None,
+        "",
+    ),
+    (
+        "validation/shoeybi-gpt8.3b-512.toml",
+        "masked_softmax",
+        {"model.masked_softmax": ("fused", "multiply")},
+        None,
+        "",
+    ),
 ]
 
 

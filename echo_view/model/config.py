@@ -50,6 +50,8 @@ RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("fp32", "fp16", "bf16", "fp8")
 MODEL_KINDS = ("gpt",)
 ATTENTION = ("auto", "flash", "unfused")
+#: How unfused attention scales, masks and normalises its scores (``masked_softmax``).
+MASKED_SOFTMAX = ("fused", "masked_fill", "multiply")
 ACTIVATIONS = ("gelu", "swiglu")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -129,6 +131,13 @@ class ModelConfig:
     #: jit-compiled kernel forward (``bias_dropout_add_fused_train``). PyTorch-native programs
     #: (``autocast``) have no such kernel and ignore it.
     bias_dropout_fusion: bool = True
+    #: How unfused attention turns its QK^T product into probabilities. ``fused``: one
+    #: kernel scales, masks and normalises (Megatron-LM's ``--masked-softmax-fusion``, its
+    #: default); ``masked_fill``: the scale in the GEMM, ``masked_fill_`` then a softmax
+    #: (``--no-masked-softmax-fusion``); ``multiply``: GPT-2's form, as Megatron-LM of 2019
+    #: ran it: the product divided by sqrt(d), multiplied by the 0/1 causal mask, 10,000 times
+    #: the mask's complement subtracted, then a softmax.
+    masked_softmax: str = "fused"
 
     @property
     def has_qkv_bias(self) -> bool:
@@ -423,6 +432,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         add_bias_linear=m.get("add_bias_linear", bool, True),
         add_qkv_bias=m.get("add_qkv_bias", bool, False),
         bias_dropout_fusion=m.get("bias_dropout_fusion", bool, True),
+        masked_softmax=m.choice("masked_softmax", MASKED_SOFTMAX, "fused"),
     )
     m.finish()
 
@@ -587,6 +597,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "parallel.cp",
             "context parallelism needs fused (flash) attention: a bf16/fp16/fp8 model, "
             'recompute other than selective, or model.attention = "flash"',
+        )
+    if mod.masked_softmax != "fused" and resolve_attention(cfg) != "unfused":
+        raise err(
+            "model.masked_softmax",
+            'sets how unfused attention masks its scores: it needs model.attention = "unfused" '
+            "(or fp32 or selective recompute, for which auto means unfused)",
         )
     if par.sequence_parallel and par.cp > 1 and (mod.seq_len // par.cp) % par.tp:
         raise err(
@@ -901,6 +917,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("add_bias_linear", m.add_bias_linear, True),
                     ("add_qkv_bias", m.add_qkv_bias, False),
                     ("bias_dropout_fusion", m.bias_dropout_fusion, True),
+                    ("masked_softmax", m.masked_softmax, "fused"),
                 )
                 if v != default
             },

@@ -56,20 +56,35 @@ flash_attn.register_autograd(_backward, setup_context=_setup)
 
 
 def unfused_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float, masking: str = "fused"
 ) -> torch.Tensor:
-    """Megatron's core attention before fused kernels: ``baddbmm`` for QK^T, a (masked)
-    softmax, dropout, and ``bmm`` with V. Tensors are ``[b, heads, s, d]``."""
+    """Megatron's core attention before fused kernels: QK^T, the scaled and causally masked
+    softmax, dropout, and ``bmm`` with V. Tensors are ``[b, heads, s, d]``.
+
+    ``masking`` (``model.masked_softmax``) is how the scores become probabilities: ``fused``,
+    ``baddbmm`` scaling the product and one softmax kernel standing for Megatron's fused
+    scale-mask-softmax; ``masked_fill``, Megatron's fallback (``masked_fill_`` in place, then
+    ``torch.softmax``); ``multiply``, GPT-2's form as Megatron-LM of 2019 wrote it
+    (``mpu/transformer.py``): ``matmul``, ``/ sqrt(d)``, ``* mask - 10000 * (1 - mask)``."""
     b, h, s, d = q.shape
     if k.shape[1] != h:  # grouped-query attention: repeat the kv heads
         rep = h // k.shape[1]
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
     qm = q.reshape(b * h, s, d)
-    km = k.reshape(b * h, s, d)
-    scores = torch.baddbmm(
-        qm.new_empty(b * h, s, s), qm, km.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d)
-    )
+    kt = k.reshape(b * h, s, d).transpose(1, 2)
+    if masking == "multiply":
+        # The 0/1 lower-triangular mask in the model's dtype is made once per batch (Megatron's
+        # get_batch), outside the layer; its complement is scaled inside every layer.
+        mask = q.new_empty(1, s, s)
+        scores = torch.bmm(qm, kt) / math.sqrt(d)
+        scores = scores * mask - 10000.0 * (1.0 - mask)
+    else:
+        scores = torch.baddbmm(
+            qm.new_empty(b * h, s, s), qm, kt, beta=0.0, alpha=1.0 / math.sqrt(d)
+        )
+        if masking == "masked_fill":
+            scores = scores.masked_fill_(q.new_empty(1, s, s, dtype=torch.bool), -10000.0)
     probs = gpu_dropout(torch.softmax(scores, dim=-1), dropout)
     out = torch.bmm(probs, v.reshape(b * h, s, d))
     return out.reshape(b, h, s, d)

@@ -107,6 +107,7 @@ class TransformerLayer(nn.Module):
         self.rope = m.position == "rope"
         # Fused attention applies its dropout inside the kernel (not modelled).
         self.dropout = m.attention_dropout if self.attention == "unfused" else 0.0
+        self.masked_softmax = m.masked_softmax
         self.hidden_dropout = m.hidden_dropout
         # Megatron-LM's layers fuse each branch's bias, dropout and residual addition; a
         # PyTorch-native program adds them as it writes them.
@@ -117,7 +118,7 @@ class TransformerLayer(nn.Module):
         if self.attention == "flash":
             out: torch.Tensor = flash_attn(q, k, v)
             return out
-        return unfused_attention(q, k, v, self.dropout)
+        return unfused_attention(q, k, v, self.dropout, self.masked_softmax)
 
     def _add_branch(
         self, residual: torch.Tensor, x: torch.Tensor, linear: RowParallelLinear | None = None

@@ -604,6 +604,23 @@ def test_bias_dropout_fusion_defaults_to_megatrons_and_round_trips() -> None:
         parse_workload_config(_with("model", bias_dropout_fusion=1), "x.toml")
 
 
+def test_masked_softmax_defaults_to_the_fused_kernel_and_needs_unfused_attention() -> None:
+    base = parse_workload_config(BASE)  # selective recompute: auto means unfused attention
+    assert base.model.masked_softmax == "fused"
+    assert "masked_softmax" not in config_to_mapping(base)["model"]
+    for form in ("masked_fill", "multiply"):
+        cfg = parse_workload_config(_with("model", masked_softmax=form))
+        assert config_to_mapping(cfg)["model"]["masked_softmax"] == form
+        assert parse_workload_config(config_to_mapping(cfg)) == cfg
+        assert tracing_key(cfg) != tracing_key(base)  # its kernels are traced
+    with pytest.raises(ConfigError, match=r"x\.toml.*model\.masked_softmax"):
+        parse_workload_config(_with("model", masked_softmax="fill"), "x.toml")
+    flash = _with("model", attention="flash", masked_softmax="multiply")
+    flash["parallel"]["recompute"] = "full"
+    with pytest.raises(ConfigError, match=r"x\.toml.*model\.masked_softmax.*unfused"):
+        parse_workload_config(flash, "x.toml")
+
+
 @pytest.mark.parametrize("value", [1.0, -0.1, float("nan"), float("inf"), "0.1", True])
 def test_a_dropout_outside_zero_to_one_names_the_key(value: Any) -> None:
     with pytest.raises(ConfigError, match=r"x\.toml.*model\.hidden_dropout"):

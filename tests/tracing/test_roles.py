@@ -3,6 +3,7 @@ collectives a Megatron layout implies."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -518,3 +519,48 @@ def test_bias_dropout_add_without_bias_or_dropout_is_the_residual_addition() -> 
         a, b = fused.role_for_stage(stage).forward[0], plain.role_for_stage(stage).forward[0]
         assert _names(fused, a) == _names(plain, b)
         assert list(map(int, a.bytes)) == list(map(int, b.bytes))
+
+
+def test_masked_softmax_forms_trace_their_elementwise_kernels() -> None:
+    """Unfused attention on stage 1 (4 layers; tp 4 leaves 4 of 16 heads, micro-batch 2,
+    sequence 512, head dim 64): E = 2 x 4 x 512 x 512 bf16 scores per layer, S = 512 x 512 mask
+    elements, Q = 8 x 512 x 64 x 2 bytes of q (or k).
+
+    ``fused`` (Megatron's fused scale-mask-softmax) scales in ``baddbmm`` (2Q + 2E, plus 2E for
+    its output buffer, which the count reads) and runs one softmax; backward, ``baddbmm``'s
+    gradients are multiplied by the scale (2Q each, two per layer). ``multiply`` (Megatron-LM
+    2019) runs ``bmm`` (2Q + 2E), then ``div`` (4E), ``mul`` by the mask and ``sub`` of
+    ``10000 * (1 - mask)`` (4E + 2S each), with ``rsub`` and ``mul`` on the mask (4S each);
+    backward the ``mul`` by the mask (4E + 2S) and the ``div`` (4E). ``masked_fill``: one
+    ``masked_fill_`` forward and one ``masked_fill`` backward, 4E + S each (a bool mask)."""
+    e, sq, q = 2 * 4 * 512 * 512, 512 * 512, 8 * 512 * 64 * 2
+    traced = {
+        form: trace_workload(_cfg(model={"attention": "unfused", "masked_softmax": form}))
+        for form in ("fused", "multiply", "masked_fill")
+    }
+
+    def ops(form: str, phase: str) -> Counter[tuple[str, int]]:
+        g = traced[form]
+        table = getattr(g.role_for_stage(1), phase)[0]
+        return Counter(zip(_names(g, table), map(int, table.bytes), strict=True))
+
+    def per_layer(*items: tuple[str, int]) -> Counter[tuple[str, int]]:
+        return Counter({item: 4 for item in items})  # 4 layers on stage 1
+
+    fused_f, fused_b = ops("fused", "forward"), ops("fused", "backward")
+    mult_f, mult_b = ops("multiply", "forward"), ops("multiply", "backward")
+    assert mult_f - fused_f == per_layer(
+        ("aten::bmm", 2 * q + 2 * e),
+        ("aten::div", 4 * e),
+        ("aten::mul", 4 * e + 2 * sq),
+        ("aten::sub", 4 * e + 2 * sq),
+        ("aten::rsub", 4 * sq),
+        ("aten::mul", 4 * sq),
+    )
+    assert fused_f - mult_f == per_layer(("aten::baddbmm", 2 * q + 4 * e))
+    assert mult_b - fused_b == per_layer(("aten::mul", 4 * e + 2 * sq), ("aten::div", 4 * e))
+    assert fused_b - mult_b == Counter({("aten::mul", 2 * q): 2 * 4})
+    fill_f, fill_b = ops("masked_fill", "forward"), ops("masked_fill", "backward")
+    assert fill_f - fused_f == per_layer(("aten::masked_fill_", 4 * e + sq))
+    assert fill_b - fused_b == per_layer(("aten::masked_fill", 4 * e + sq))
+    assert not fused_f - fill_f and not fused_b - fill_b
