@@ -44,6 +44,7 @@ from echo_view.model.job import Job, JobHead
 from echo_view.model.params import switch_value
 from echo_view.model.toml_file import TomlDoc, read_toml, read_toml_doc
 from echo_view.model.trace import Trace
+from echo_view.spool import SpoolTo, spool, spool_folder, unspool
 from echo_view.workers import dask_client, default_workers
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
@@ -258,18 +259,30 @@ def map_files(
         return
     cap = max_inflated_bytes()
     name = getattr(work, "func", work).__name__.strip("_")  # the tasks' name on the cluster
-    with dask_client(parallel.scheduler, parallel.workers) as client:
+    # The folder outlives the cluster (closed first, on leaving the inner block), so that no
+    # worker still writes into it when it is removed.
+    with spool_folder() as spool_to, dask_client(parallel.scheduler, parallel.workers) as client:
         cores = sum(client.nthreads().values())
         batches = file_batches(sizes, cores)
         groups = [[files[i] for i in batch] for batch in batches]
-        futures = client.map(_on_worker, groups, work=work, inflation_cap=cap, key=name, pure=False)
+        futures = client.map(
+            _on_worker,
+            groups,
+            work=work,
+            inflation_cap=cap,
+            spool_to=spool_to,
+            key=name,
+            pure=False,
+        )
         for group, future in zip(groups, futures, strict=True):
             results = future.result()
             future.release()
             # Shorter than its group where a file failed: the error is its last result.
-            for path, result in zip(group, results, strict=False):
-                if isinstance(result, EchoViewError):
-                    raise result
+            for path, item in zip(group, results, strict=False):
+                if isinstance(item, EchoViewError):
+                    raise item
+                result = unspool(item)
+                del item
                 yield path, result
                 del result
             del results
@@ -300,17 +313,22 @@ def file_batches(sizes: Sequence[int], cores: int) -> list[range]:
 
 
 def _on_worker(
-    paths: Sequence[Path], *, work: Callable[[Path], W], inflation_cap: int | None
+    paths: Sequence[Path],
+    *,
+    work: Callable[[Path], W],
+    inflation_cap: int | None,
+    spool_to: SpoolTo | None = None,
 ) -> list[Any]:
     """``work`` of each of ``paths`` in a worker process under the client's input limits,
     up to the first bad file, whose error is returned last, for the client to raise in file
     order (a raised one would also be logged by the worker, with its traceback, on the
-    command's stderr)."""
+    command's stderr). Each result goes through the client's shared-memory folder (``spool_to``)
+    where this worker can write there (:mod:`echo_view.spool`)."""
     set_max_inflated_bytes(inflation_cap)
     out: list[Any] = []
     for path in paths:
         try:
-            out.append(work(path))
+            out.append(spool(work(path), spool_to))
         except EchoViewError as exc:
             out.append(exc)
             break

@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,11 +64,34 @@ def _run(
 
 @pytest.mark.slow
 def test_every_command_prints_the_same_on_a_dask_cluster(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from echo_view import spool
     from echo_view.workers import dask_client
 
+    # Every result of the cluster's workers, however small, comes back through shared memory
+    # (where the machine has it), so that the comparisons below cover that path too.
+    loaded: list[str] = []
+    load = spool.Spooled.load
+
+    def counted(self: spool.Spooled) -> object:
+        loaded.append(self.path)
+        return load(self)
+
+    folders: list[str] = []
+    make_folder = spool.spool_folder
+
+    @contextmanager
+    def recorded() -> Iterator[spool.SpoolTo | None]:
+        with make_folder() as to:
+            if to is not None:
+                folders.append(to.folder)
+            yield to
+
+    monkeypatch.setattr(spool, "MIN_BYTES", 0)
+    monkeypatch.setattr(spool.Spooled, "load", counted)
+    monkeypatch.setattr("echo_view.loading.spool_folder", recorded)
     with dask_client(workers=2) as client:
         address = client.scheduler.address
         for name, argv in {**COMMANDS, **NSYS_COMMANDS}.items():
@@ -135,6 +161,9 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
         assert b'"samples":' in printed["interference--json"]
         json_run = _run(["info", str(many), "--json"], tmp_path / "many-again", [], capfd)
         assert json_run[1] == whole
+    if spool.SHM.is_dir() and sys.platform.startswith("linux"):
+        assert len(loaded) > 64  # every file of every command above
+        assert folders and not any(Path(f).exists() for f in folders)  # none left behind
     # --workers N starts its own local cluster of N processes.
     local = _run(COMMANDS["info"], tmp_path / "info-local", ["--workers", "2"], capfd)
     serial = _run(COMMANDS["info"], tmp_path / "info-serial-2", ["--workers", "1"], capfd)

@@ -1,0 +1,119 @@
+"""Results handed from a worker to the command through shared memory (:mod:`echo_view.spool`):
+the same object back, its arrays mapped rather than copied, no file left behind, and the
+result itself wherever the folder cannot be used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from echo_view import spool as spool_module
+from echo_view.spool import Spooled, SpoolTo, spool, spool_folder, sweep_stale, unspool
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not Path("/dev/shm").is_dir(),
+    reason="shared-memory spooling needs Linux's /dev/shm",
+)
+
+
+def _result() -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    return {
+        "ts": rng.integers(0, 1 << 60, 300_000, dtype=np.int64),
+        "dur": rng.random(200_000).astype(np.float32),
+        "args": bytes(range(256)) * 4_000,  # pickled inline
+        "name": "rank 3",
+    }
+
+
+def test_a_large_result_travels_as_a_file_and_comes_back_equal_and_writable() -> None:
+    result = _result()
+    with spool_folder() as to:
+        assert to is not None and to.min_bytes == spool_module.MIN_BYTES
+        item = spool(result, to)
+        assert isinstance(item, Spooled)
+        name = Path(item.path).name
+        assert sorted(os.listdir(to.folder)) == [name, name + ".arrays"]
+        # The arrays file holds both arrays, each on a 64-byte boundary.
+        assert [o % 64 for o, _ in item.buffers] == [0, 0]
+        assert [n for _, n in item.buffers] == [300_000 * 8, 200_000 * 4]
+        back = unspool(item)
+        assert os.listdir(to.folder) == []  # removed once mapped
+    assert not Path(to.folder).exists()
+    assert back.keys() == result.keys() and back["name"] == "rank 3"
+    assert back["args"] == result["args"]
+    for key in ("ts", "dur"):
+        assert back[key].dtype == result[key].dtype
+        assert np.array_equal(back[key], result[key])
+    # The arrays are views of the mapping, and writable: joining may shift
+    # a rank's times in place.
+    assert back["ts"].base is not None
+    back["ts"][0] = -1
+    assert back["ts"][0] == -1 and result["ts"][0] != -1
+
+
+def test_small_results_and_folders_a_worker_cannot_use_travel_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = {"events": 12}
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    with spool_folder() as to:
+        assert to is not None
+        assert spool(small, to) is small  # under min_bytes
+        big = _result()
+        # A worker on another machine does not have the folder.
+        elsewhere = SpoolTo(str(tmp_path / "not-here"), 0)
+        assert spool(big, elsewhere) is big
+        assert spool(big, None) is big
+        # Nor does one that may not write there (another user's folder).
+        monkeypatch.setattr(spool_module.tempfile, "mkstemp", full)
+        assert spool(big, to) is big
+        monkeypatch.undo()
+
+        # A full /dev/shm: the write fails, the partial file goes, the result travels itself.
+        monkeypatch.setattr(spool_module.os, "fdopen", full)
+        assert spool(big, to) is big
+        assert os.listdir(to.folder) == []
+        assert unspool(small) is small
+
+
+def test_the_folder_goes_with_the_files_left_in_it() -> None:
+    with spool_folder() as to:
+        assert to is not None
+        item = spool(_result(), to)  # never loaded (a read stopped by an earlier error)
+        assert Path(item.path).exists() and Path(item.path + ".arrays").exists()
+    assert not Path(to.folder).exists()
+
+
+def test_no_folder_where_there_is_no_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spool_module, "SHM", Path("/no/such/shm"))
+    with spool_folder() as to:
+        assert to is None
+
+
+def test_folders_of_commands_that_are_gone_are_swept(tmp_path: Path) -> None:
+    # A command killed mid-read (SIGKILL) leaves its folder; the next read removes it. A
+    # living command's folder, and names that are not echo-view's, stay.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    stale = tmp_path / f"echo-view-{int(dead.stdout)}-abc"
+    stale.mkdir()
+    (stale / "tmp123").write_bytes(b"x" * 10)
+    live = tmp_path / f"echo-view-{os.getpid()}-def"
+    live.mkdir()
+    other = tmp_path / "echo-view-notapid"
+    other.mkdir()
+    assert sweep_stale(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
+    with spool_folder() as to:
+        assert to is not None
+        assert Path(to.folder).name.startswith(f"echo-view-{os.getpid()}-")
