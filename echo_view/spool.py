@@ -52,9 +52,11 @@ class Spooled:
     def load(self) -> Any:
         """The result, its arrays in a mapping of the arrays file; both files are removed."""
         with open(self.path, "rb") as f:
-            # Read, not mapped: the pickle's own values (text such as the raw args) are copied
-            # out by unpickling, and the file's memory goes with the file.
-            inline = f.read()
+            # Mapped only while unpickling, which copies the pickle's own values (text such as
+            # the raw args) out of it; its memory goes with the file. (Reading it instead costs
+            # one more copy: 13 against 5 ms for a 30 MB rank file's result.)
+            size = os.fstat(f.fileno()).st_size
+            pickled = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         os.unlink(self.path)
         arrays = self.path + ARRAYS
         with open(arrays, "r+b") as f:
@@ -66,7 +68,8 @@ class Spooled:
             mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE) if size else b""
         os.unlink(arrays)
         view = memoryview(mapped)
-        return pickle.loads(inline, buffers=[view[o : o + n] for o, n in self.buffers])
+        with pickled, memoryview(pickled) as inline:
+            return pickle.loads(inline, buffers=[view[o : o + n] for o, n in self.buffers])
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,20 +131,24 @@ def spool(result: Any, to: SpoolTo | None) -> Any:
     is small."""
     if to is None or not os.path.isdir(to.folder):
         return result
-    buffers: list[pickle.PickleBuffer] = []
-    inline = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    if len(inline) + sum(r.nbytes for r in raws) < to.min_bytes:
-        return result
     try:  # (the folder may belong to another user: a shared cluster's workers)
         fd, path = tempfile.mkstemp(dir=to.folder)
     except OSError:
         return result
+    files = (path, path + ARRAYS)
+    buffers: list[pickle.PickleBuffer] = []
     layout: list[tuple[int, int]] = []
     try:
+        # Pickled straight into the file: no copy of the pickle in memory first (6 against
+        # 11 ms for a 30 MB rank file's result).
         with os.fdopen(fd, "wb") as f:
-            f.write(inline)
-        with open(path + ARRAYS, "xb") as f:
+            pickle.dump(result, f, protocol=5, buffer_callback=buffers.append)
+            inline = f.tell()
+        raws = [b.raw() for b in buffers]
+        if inline + sum(r.nbytes for r in raws) < to.min_bytes:
+            os.unlink(path)
+            return result
+        with open(files[1], "xb") as f:
             at = 0
             for raw in raws:
                 pad = -at % _ALIGN
@@ -151,11 +158,18 @@ def spool(result: Any, to: SpoolTo | None) -> Any:
                 layout.append((at, raw.nbytes))
                 at += raw.nbytes
     except OSError:  # /dev/shm full, or the folder removed under the worker
-        for name in (path, path + ARRAYS):
-            with suppress(OSError):
-                os.unlink(name)
+        _remove(files)
         return result
+    except BaseException:
+        _remove(files)
+        raise
     return Spooled(path, tuple(layout))
+
+
+def _remove(paths: tuple[str, ...]) -> None:
+    for name in paths:
+        with suppress(OSError):
+            os.unlink(name)
 
 
 def unspool(item: Any) -> Any:

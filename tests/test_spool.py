@@ -5,6 +5,7 @@ result itself wherever the folder cannot be used."""
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,11 @@ def test_small_results_and_folders_a_worker_cannot_use_travel_as_they_are(
         assert spool(big, to) is big
         assert os.listdir(to.folder) == []
         assert unspool(small) is small
+        monkeypatch.undo()
+        # A result that cannot be pickled fails as it would on Dask's socket, leaving no file.
+        with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+            spool({"big": big, "f": lambda: None}, to)
+        assert os.listdir(to.folder) == []
 
 
 def test_the_folder_goes_with_the_files_left_in_it() -> None:
