@@ -6,11 +6,11 @@ copied by the worker, received by the command's event loop, and unpickled and co
 the cores the workers read on. When the worker runs on the command's machine (a local cluster,
 or a ``--scheduler`` whose workers share it), the worker writes the result's pickle into a file
 in a folder of ``/dev/shm`` that the command made for the read (its arrays' memory in a file of
-their own), and returns only the files' name and layout (:class:`Spooled`); the command reads
-the pickle, maps the arrays file, removes both, and unpickles the result with its arrays
-pointing into the mapping, so no array is copied. A worker that cannot see the
-folder (on another machine) or cannot write the file (``/dev/shm`` full) returns the result
-itself, as before; so does one whose result is small. The folder goes when the read ends, or
+their own), and returns only the files' name and layout (:class:`Spooled`); the command maps
+both files, removes them, and unpickles the result with its arrays pointing into the mapping,
+so no array is copied. A worker that cannot see the folder (on another machine) or cannot
+write the files (``/dev/shm`` full) returns the result itself, as before; so does one whose
+result is small. The folder goes when the read ends, or
 on a later read if the command was killed first (its name holds the command's process id).
 """
 
