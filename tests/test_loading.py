@@ -252,9 +252,9 @@ def test_files_are_worked_on_one_at_a_time_in_order_until_the_first_error(
 def test_rank_files_are_batched_into_tasks_in_order_by_size() -> None:
     mib = 1 << 20
     # Small files of a large job (1 GiB, a quarter of a core's share 128 MiB): runs of
-    # TASK_BYTES (32 MiB).
+    # TASK_BYTES (64 MiB).
     batches = file_batches([4 * mib] * 256, cores=2)
-    assert [len(b) for b in batches] == [8] * 32
+    assert [len(b) for b in batches] == [16] * 16
     assert [i for b in batches for i in b] == list(range(256))  # every file once, in order
     # A smaller job: runs of a quarter of each core's share, so each worker gets 4 tasks.
     assert [len(b) for b in file_batches([mib] * 64, cores=2)] == [8] * 8
