@@ -197,6 +197,7 @@ def worker(method: str, path: str, workers: int) -> None:
             )
         )
         return
+    extra: dict[str, Any] = {}
     if method == "readonly":
         from functools import partial
 
@@ -207,22 +208,10 @@ def worker(method: str, path: str, workers: int) -> None:
         t0 = time.perf_counter()
         files, many = importer.rank_files([Path(path)])
         work = partial(_events_read, importer=importer, many=many)
-        events = sum(n for _, n in map_files(files, work, Parallel(workers=workers)))
+        extra["events"] = sum(n for _, n in map_files(files, work, Parallel(workers=workers)))
         seconds = time.perf_counter() - t0
-        print(
-            json.dumps(
-                {
-                    "seconds": seconds,
-                    "rss": hwm_bytes(),
-                    "ranks": len(files),
-                    "events": events,
-                    "cpu": cpu_seconds(),
-                    "workers_cpu": workers_cpu_seconds(),
-                }
-            )
-        )
-        return
-    if method == "dask":
+        ranks = len(files)
+    elif method == "dask":
         from echo_view.workers import dask_client
 
         with dask_client(workers=workers) as client:
@@ -230,17 +219,20 @@ def worker(method: str, path: str, workers: int) -> None:
             t0 = time.perf_counter()
             job = read_job([Path(path)], parallel=Parallel(scheduler=address))
             seconds = time.perf_counter() - t0
+        ranks = len(job)  # (the job is held until the figures below are taken)
     else:
         parallel = SERIAL if method == "serial" else Parallel(workers=workers)
         t0 = time.perf_counter()
         job = read_job([Path(path)], parallel=parallel)
         seconds = time.perf_counter() - t0
+        ranks = len(job)
     print(
         json.dumps(
             {
                 "seconds": seconds,
                 "rss": hwm_bytes(),
-                "ranks": len(job),
+                "ranks": ranks,
+                **extra,
                 "cpu": cpu_seconds(),
                 "workers_cpu": workers_cpu_seconds(),
             }
