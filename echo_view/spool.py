@@ -8,9 +8,12 @@ or a ``--scheduler`` whose workers share it), the worker writes the result's pic
 in a folder of ``/dev/shm`` that the command made for the read (its arrays' memory in a file of
 their own), and returns only the files' name and layout (:class:`Spooled`); the command maps
 both files, removes them, and unpickles the result with its arrays pointing into the mapping,
-so no array is copied. A worker that cannot see the folder (on another machine) or cannot
-write the files (``/dev/shm`` full) returns the result itself, as before; so does one whose
-result is small. The folder goes when the read ends, or
+so no array is copied. Large ``bytes`` in the result (a rank's raw ``args`` text, most of its
+size) are written to the arrays file too, each on a page of its own, and come back as
+:class:`MappedBytes`, a read-only mapping that slices, searches and exports its buffer as the
+``bytes`` it stands for, without being copied into the command's memory. A worker that cannot
+see the folder (on another machine) or cannot write the files (``/dev/shm`` full) returns the
+result itself, as before; so does one whose result is small. The folder goes when the read ends, or
 on a later read if the command was killed first (its name holds the command's process id).
 """
 
@@ -35,19 +38,54 @@ SHM = Path("/dev/shm")
 MIN_BYTES = 1 << 20
 #: Each array starts at a multiple of this in its file, as numpy would allocate it.
 _ALIGN = 64
+#: ``bytes`` at least this long travel as :class:`MappedBytes` (a mapping costs a system call and
+#: a page of slack; a rank's ``args`` text is megabytes).
+TEXT_MIN_BYTES = 1 << 16
+#: Each text starts on a page boundary of the arrays file, where a mapping of it must start.
+_PAGE = mmap.ALLOCATIONGRANULARITY
 #: A folder's name: this, the command's process id, a dash, random letters.
 PREFIX = "echo-view-"
 #: What the arrays file of a result adds to the name of its pickle file.
 ARRAYS = ".arrays"
 
 
+class MappedBytes(mmap.mmap):
+    """Read-only text mapped from a file, standing for the ``bytes`` it holds: indexing,
+    slices (``bytes``), ``len``, ``find``, ``re`` and the buffer protocol (``np.frombuffer``,
+    msgspec) work as on ``bytes``; ``in``, iteration and ``==`` are made to (a plain mapping
+    looks for a single byte, yields 1-byte ``bytes`` and compares by identity); it pickles as
+    ``bytes``. What ``bytes`` has and a mapping lacks (``decode``, ``split``, ...) raises."""
+
+    def __contains__(self, sub: object) -> bool:
+        if isinstance(sub, int):
+            sub = bytes((sub,))
+        if not isinstance(sub, bytes | bytearray | memoryview):
+            raise TypeError(f"a bytes-like object is required, not {type(sub).__name__!r}")
+        return self.find(sub) >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self[:])
+
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]:
+        return bytes, (self[:],)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, bytes | bytearray | memoryview | mmap.mmap):
+            return self[:] == bytes(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True, slots=True)
 class Spooled:
     """A result written to two files: ``path``, its pickle, and ``path`` + ``.arrays``, its
-    out-of-band buffers (numpy arrays' memory), each at ``(offset, size)``."""
+    out-of-band buffers (numpy arrays' memory), each at ``(offset, size)``, then its large
+    ``bytes`` (``texts``, each at a page-aligned ``(offset, size)``)."""
 
     path: str
     buffers: tuple[tuple[int, int], ...]
+    texts: tuple[tuple[int, int], ...] = ()
 
     def load(self) -> Any:
         """The result, its arrays in a mapping of the arrays file; both files are removed."""
@@ -60,16 +98,51 @@ class Spooled:
         os.unlink(self.path)
         arrays = self.path + ARRAYS
         with open(arrays, "r+b") as f:
-            size = os.fstat(f.fileno()).st_size
+            size = self.buffers[-1][0] + self.buffers[-1][1] if self.buffers else 0
             # A shared, writable mapping: the arrays are writable (joining may shift a rank's
             # times in place), and a write changes the file's page itself rather than a private
             # copy of it (copy-on-write would hold both); the file is removed at once, so the
             # mapping is this process's alone and its memory goes when the arrays do.
             mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE) if size else b""
+            texts = [
+                MappedBytes(f.fileno(), n, access=mmap.ACCESS_READ, offset=o) for o, n in self.texts
+            ]
         os.unlink(arrays)
         view = memoryview(mapped)
-        with pickled, memoryview(pickled) as inline:
-            return pickle.loads(inline, buffers=[view[o : o + n] for o, n in self.buffers])
+        with pickled:  # read in place: a mapping has the file methods an unpickler needs
+            unpickler = _Unpickler(pickled, buffers=[view[o : o + n] for o, n in self.buffers])
+            unpickler.texts = texts
+            return unpickler.load()
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles large ``bytes`` by reference (their index in ``texts``), to be written apart."""
+
+    def __init__(self, f: Any, buffers: list[pickle.PickleBuffer]) -> None:
+        super().__init__(f, protocol=5, buffer_callback=buffers.append)
+        self.texts: list[bytes] = []
+        self._seen: dict[int, int] = {}
+
+    def persistent_id(self, obj: Any) -> int | None:
+        # Called for every object pickled, before pickle's own fast paths (the only hook that
+        # sees ``bytes``: ``reducer_override`` and the dispatch table do not) and before its
+        # memo: a text referred to several times (a trace's args, by its lazily read tables
+        # too) is written once by looking it up here.
+        if type(obj) is not bytes or len(obj) < TEXT_MIN_BYTES:
+            return None
+        at = self._seen.get(id(obj))
+        if at is None:
+            at = self._seen[id(obj)] = len(self.texts)
+            self.texts.append(obj)
+        return at
+
+
+class _Unpickler(pickle.Unpickler):
+    texts: list[MappedBytes]
+
+    def persistent_load(self, pid: Any) -> MappedBytes:
+        text: MappedBytes = self.texts[int(pid)]
+        return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,24 +211,29 @@ def spool(result: Any, to: SpoolTo | None) -> Any:
     files = (path, path + ARRAYS)
     buffers: list[pickle.PickleBuffer] = []
     layout: list[tuple[int, int]] = []
+    texts: list[tuple[int, int]] = []
     try:
         # Pickled straight into the file: no copy of the pickle in memory first (6 against
         # 11 ms for a 30 MB rank file's result).
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(result, f, protocol=5, buffer_callback=buffers.append)
+            pickler = _Pickler(f, buffers)
+            pickler.dump(result)
             inline = f.tell()
         raws = [b.raw() for b in buffers]
-        if inline + sum(r.nbytes for r in raws) < to.min_bytes:
+        apart = sum(r.nbytes for r in raws) + sum(map(len, pickler.texts))
+        if inline + apart < to.min_bytes:
             os.unlink(path)
             return result
         with open(files[1], "xb") as f:
             at = 0
-            for raw in raws:
-                pad = -at % _ALIGN
+            for raw, align, out in [(r, _ALIGN, layout) for r in raws] + [
+                (memoryview(t), _PAGE, texts) for t in pickler.texts
+            ]:
+                pad = -at % align
                 f.write(b"\0" * pad)
                 at += pad
                 f.write(raw)
-                layout.append((at, raw.nbytes))
+                out.append((at, raw.nbytes))
                 at += raw.nbytes
     except OSError:  # /dev/shm full, or the folder removed under the worker
         _remove(files)
@@ -163,7 +241,7 @@ def spool(result: Any, to: SpoolTo | None) -> Any:
     except BaseException:
         _remove(files)
         raise
-    return Spooled(path, tuple(layout))
+    return Spooled(path, tuple(layout), tuple(texts))
 
 
 def _remove(paths: tuple[str, ...]) -> None:

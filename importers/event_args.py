@@ -42,6 +42,7 @@ from echo_view.model import (
     SyncTable,
 )
 from echo_view.model.event_info import LAUNCH_COLUMNS, OP_INPUT_COLUMNS, Dims
+from echo_view.model.trace import Text
 
 I64 = npt.NDArray[np.int64]
 Ints = npt.NDArray[np.integer[Any]]
@@ -66,7 +67,7 @@ class RowDecoder(Generic[S]):
         self.many = msgspec.json.Decoder(list[struct])  # type: ignore[valid-type]
         self.lenient = lenient
 
-    def __call__(self, blob: bytes, offsets: Ints, rows: Sequence[int]) -> list[S]:
+    def __call__(self, blob: Text, offsets: Ints, rows: Sequence[int]) -> list[S]:
         """The args of each of ``rows`` (a row whose args are not an object, or do not fit
         the struct, gets what ``lenient`` makes of them, else the struct's defaults)."""
         out: list[S] = []
@@ -75,7 +76,7 @@ class RowDecoder(Generic[S]):
         return out
 
     def blocks(
-        self, blob: bytes, offsets: Ints, rows: Sequence[int]
+        self, blob: Text, offsets: Ints, rows: Sequence[int]
     ) -> Iterator[tuple[I64, list[S]]]:
         """:meth:`__call__` in blocks of rows: ``(rows, their args)``; only one block's
         structs need to be alive at a time."""
@@ -216,7 +217,7 @@ def _concat_launches(parts: Sequence[dict[str, npt.NDArray[Any]]]) -> dict[str, 
     }
 
 
-def _launch_table(kind: Ints, blob: bytes, offsets: Ints) -> LaunchTable:
+def _launch_table(kind: Ints, blob: Text, offsets: Ints) -> LaunchTable:
     gpu = np.isin(kind, np.array([int(k) for k in GPU_WORK_KINDS], dtype=kind.dtype))
     rows = np.flatnonzero(gpu & (offsets[1:] > offsets[:-1])).tolist()
     blocks = _LAUNCH_ARGS.blocks(blob, offsets, rows)
@@ -241,7 +242,7 @@ def _typed(what: str, value: list[Any]) -> tuple[Any, ...]:
     return tuple(t if isinstance(t, str) else "" for t in value)
 
 
-def _op_input_table(blob: bytes, offsets: Ints, only: Sequence[int] | None = None) -> OpInputTable:
+def _op_input_table(blob: Text, offsets: Ints, only: Sequence[int] | None = None) -> OpInputTable:
     """The table of every event that recorded ``Input Dims`` (of ``only``, ascending rows,
     when given: a few rows are decoded without scanning the whole text)."""
     rows: list[int] = []
@@ -280,7 +281,7 @@ def _op_input_table(blob: bytes, offsets: Ints, only: Sequence[int] | None = Non
     return OpInputTable(**arrays, values=tuple(values))
 
 
-def _sync_table(kind: Ints, correlation: Ints, blob: bytes, offsets: Ints) -> SyncTable:
+def _sync_table(kind: Ints, correlation: Ints, blob: Text, offsets: Ints) -> SyncTable:
     rows = np.flatnonzero(kind == int(EventKind.SYNC)).tolist()
     args = _SYNC_ARGS(blob, offsets, rows)
 

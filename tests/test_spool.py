@@ -4,6 +4,7 @@ result itself wherever the folder cannot be used."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import subprocess
@@ -25,10 +26,13 @@ pytestmark = pytest.mark.skipif(
 
 def _result() -> dict[str, Any]:
     rng = np.random.default_rng(7)
+    args = bytes(range(256)) * 4_000
     return {
         "ts": rng.integers(0, 1 << 60, 300_000, dtype=np.int64),
         "dur": rng.random(200_000).astype(np.float32),
-        "args": bytes(range(256)) * 4_000,  # pickled inline
+        "args": args,  # mapped, on a page of its own
+        "note": b"x" * 100,  # pickled inline
+        "again": args,  # the same text: written once, mapped once
         "name": "rank 3",
     }
 
@@ -41,14 +45,32 @@ def test_a_large_result_travels_as_a_file_and_comes_back_equal_and_writable() ->
         assert isinstance(item, Spooled)
         name = Path(item.path).name
         assert sorted(os.listdir(to.folder)) == [name, name + ".arrays"]
-        # The arrays file holds both arrays, each on a 64-byte boundary.
+        # The arrays file holds both arrays, each on a 64-byte boundary, then the large text
+        # on a page boundary.
         assert [o % 64 for o, _ in item.buffers] == [0, 0]
         assert [n for _, n in item.buffers] == [300_000 * 8, 200_000 * 4]
+        ((at, size),) = item.texts
+        assert at % mmap.ALLOCATIONGRANULARITY == 0 and at >= 300_000 * 8 + 200_000 * 4
+        assert size == 1_024_000
         back = unspool(item)
         assert os.listdir(to.folder) == []  # removed once mapped
     assert not Path(to.folder).exists()
     assert back.keys() == result.keys() and back["name"] == "rank 3"
-    assert back["args"] == result["args"]
+    assert back["note"] == b"x" * 100 and type(back["note"]) is bytes
+    # The large text is a read-only mapping that reads as the bytes it stands for.
+    text = back["args"]
+    assert isinstance(text, spool_module.MappedBytes) and text == result["args"]
+    assert back["again"] is text
+    assert len(text) == 1_024_000 and text[256:260] == bytes(range(4))
+    assert type(text[5:9]) is bytes and text.find(bytes([255, 0])) == 255
+    assert np.frombuffer(text, dtype=np.uint8)[-1] == 255
+    with pytest.raises(TypeError):
+        text[0:1] = b"y"  # read-only, as bytes are
+    assert pickle.loads(pickle.dumps(back))["args"] == result["args"]
+    assert type(pickle.loads(pickle.dumps(text))) is bytes
+    assert text != result["args"][:-1] and text != "text"
+    assert bytes([254, 255, 0]) in text and 7 in text and b"\x00\x00" not in text
+    assert list(text)[:3] == [0, 1, 2]
     for key in ("ts", "dur"):
         assert back[key].dtype == result[key].dtype
         assert np.array_equal(back[key], result[key])

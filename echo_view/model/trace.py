@@ -9,10 +9,11 @@ immutable once built; importers and the simulator produce it, everything else re
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 import numpy as np
@@ -33,6 +34,11 @@ U8 = npt.NDArray[np.integer[Any]]
 NONE = -1
 
 _EMPTY_ARGS = b""
+
+#: Raw JSON text: ``bytes``, or a read-only mapping that stands for them (a rank's ``args``
+#: handed over by a worker through shared memory, :mod:`echo_view.spool`): slices of either are
+#: ``bytes``.
+Text: TypeAlias = bytes | mmap.mmap
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +84,8 @@ class EventTable:
     ``start_ns`` is on the trace's own clock (absolute epoch ns where the source gives it).
     ``dur_ns`` is 0 for instants. ``name`` and ``cat`` are ids into the trace's strings.
     ``correlation`` links a launch to its GPU work; ``external_id`` links a CPU op to its launches.
-    ``args`` holds each event's arguments as raw JSON bytes, for display and export only: what
-    the core reads from them is in the trace's typed side tables
+    ``args`` holds each event's arguments as raw JSON text (:data:`Text`), for display and
+    export only: what the core reads from them is in the trace's typed side tables
     (:mod:`echo_view.model.event_info`).
     """
 
@@ -91,7 +97,7 @@ class EventTable:
     lane: I32
     correlation: I64
     external_id: I64
-    args_blob: bytes = _EMPTY_ARGS
+    args_blob: Text = _EMPTY_ARGS
     args_offsets: I64 | None = None
 
     def __post_init__(self) -> None:

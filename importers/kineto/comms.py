@@ -45,6 +45,7 @@ from echo_view.model import (
 )
 from echo_view.model.collectives import collective
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
+from echo_view.model.trace import Text
 from importers.event_args import RowDecoder
 from importers.kineto.rows import I32, I64, unique
 
@@ -73,7 +74,7 @@ class EventView:
     dur_ns: I64
     correlation: I64
     external_id: I64
-    args_blob: bytes
+    args_blob: Text
     args_offsets: I64
 
 

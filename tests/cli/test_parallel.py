@@ -71,7 +71,8 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
     from echo_view.workers import dask_client
 
     # Every result of the cluster's workers, however small, comes back through shared memory
-    # (where the machine has it), so that the comparisons below cover that path too.
+    # (where the machine has it), its args text mapped rather than copied, so that the
+    # comparisons below cover that path too.
     loaded: list[str] = []
     load = spool.Spooled.load
 
@@ -90,6 +91,7 @@ def test_every_command_prints_the_same_on_a_dask_cluster(
             yield to
 
     monkeypatch.setattr(spool, "MIN_BYTES", 0)
+    monkeypatch.setattr(spool, "TEXT_MIN_BYTES", 1)  # every rank's args text mapped, too
     monkeypatch.setattr(spool.Spooled, "load", counted)
     monkeypatch.setattr("echo_view.loading.spool_folder", recorded)
     with dask_client(workers=2) as client:
