@@ -88,10 +88,11 @@ class Spooled:
     texts: tuple[tuple[int, int], ...] = ()
 
     def load(self) -> Any:
-        """The result, its arrays in a mapping of the arrays file; both files are removed."""
+        """The result, its arrays in a writable mapping of the arrays file and its large texts
+        in read-only ones (:class:`MappedBytes`); both files are removed."""
         with open(self.path, "rb") as f:
-            # Mapped only while unpickling, which copies the pickle's own values (text such as
-            # the raw args) out of it; its memory goes with the file. (Reading it instead costs
+            # Mapped only while unpickling, which copies the pickle's own values (names, small
+            # texts) out of it; its memory goes with the file. (Reading it instead costs
             # one more copy: 13 against 5 ms for a 30 MB rank file's result.)
             size = os.fstat(f.fileno()).st_size
             pickled = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
@@ -128,7 +129,7 @@ class _Pickler(pickle.Pickler):
         # sees ``bytes``: ``reducer_override`` and the dispatch table do not) and before its
         # memo: a text referred to several times (a trace's args, by its lazily read tables
         # too) is written once by looking it up here.
-        if type(obj) is not bytes or len(obj) < TEXT_MIN_BYTES:
+        if type(obj) is not bytes or len(obj) < max(1, TEXT_MIN_BYTES):  # (no empty mapping)
             return None
         at = self._seen.get(id(obj))
         if at is None:
