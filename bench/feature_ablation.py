@@ -234,6 +234,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/shoeybi-gpt355m-64.toml",
+        "grad_checks (off = fused)",
+        {"training.grad_checks": ("fused", "per_tensor")},
+        None,
+        "",
+    ),
+    (
+        "validation/shoeybi-gpt8.3b-512.toml",
+        "grad_checks (off = fused)",
+        {"training.grad_checks": ("fused", "per_tensor")},
+        None,
+        "",
+    ),
 ]
 
 

@@ -60,6 +60,10 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 #: or PyTorch's own (``cross_entropy``, ``ddp``, ``clip_grad_norm``; docs/workloads.md,
 #: "PyTorch-native training").
 IMPLEMENTATIONS = ("megatron", "torch")
+#: How the optimizer checks gradients for overflow and takes their norm: ``fused`` (one pass over
+#: all of them, one read on the host; Megatron-LM since December 2020) or ``per_tensor`` (a pass
+#: and a host read per gradient tensor; Megatron-LM of 2019, docs/workloads.md "Host path").
+GRAD_CHECKS = ("fused", "per_tensor")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
@@ -280,13 +284,16 @@ class TrainingConfig:
     wait for the GPU once per step (:mod:`echo_view.sim.host`); ``gradient_accumulation_fusion``
     (``--no-gradient-accumulation-fusion`` sets it false) decides whether the linear layers'
     weight-gradient GEMMs accumulate into the fp32 ``main_grad`` themselves or write a 16-bit
-    gradient that Megatron's DDP hook adds to it (traced, docs/workloads.md)."""
+    gradient that Megatron's DDP hook adds to it (traced, docs/workloads.md); ``grad_checks``
+    (:data:`GRAD_CHECKS`) whether the overflow check and the norm read one value or one per
+    gradient tensor on the host (simulated, :mod:`echo_view.sim.host`)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
     #: Megatron-LM's ``clip_grad_by_total_norm_fp32`` or ``torch.nn.utils.clip_grad_norm_``.
     clip_grad_norm: str = "megatron"
     gradient_accumulation_fusion: bool = True
+    grad_checks: str = "fused"
 
     @property
     def optimizer_sync(self) -> bool:
@@ -516,6 +523,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         t.get("log_num_zeros_in_grad", bool, False),
         t.choice("clip_grad_norm", IMPLEMENTATIONS, "megatron"),
         t.get("gradient_accumulation_fusion", bool, True),
+        t.choice("grad_checks", GRAD_CHECKS, "fused"),
     )
     t.finish()
 
@@ -996,6 +1004,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                 tr.gradient_accumulation_fusion,
                 default.gradient_accumulation_fusion,
             ),
+            ("grad_checks", tr.grad_checks, default.grad_checks),
         )
         if v != d
     }

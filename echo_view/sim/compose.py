@@ -81,6 +81,11 @@ HOST_TAIL = "host-bound tail"
 #: Kernel launches per gradient tensor of Megatron's ``count_zeros_fp32``
 #: (``megatron/core/optimizer/clip_grads.py``): ``count_nonzero``, ``numel -``, ``+=``.
 COUNT_ZEROS_LAUNCHES = 3
+#: Kernel launches per gradient tensor of Megatron-LM's 2019 gradient checks
+#: (``[training] grad_checks = "per_tensor"``): the overflow check ``float(x.float().sum())``
+#: (a cast, a sum, the copy to the host) and, when clipping, the norm ``p.grad.data.norm(2)``
+#: read by ``.item()`` (the norm, the copy); each copy waits for the GPU.
+PER_TENSOR_CHECK_LAUNCHES, PER_TENSOR_NORM_LAUNCHES = 3, 2
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
@@ -260,8 +265,27 @@ class _Composer:
         """Megatron's ``count_zeros_fp32`` on the host: per gradient tensor the rank holds
         (its shard of them with the distributed optimizer) a ``count_nonzero``, a subtraction
         from the element count and an accumulation, three launches of tiny kernels, then a
-        ``.item()``. Tensors are counted as the backward rows where gradients complete (tensors
-        completing at the same kernel count once)."""
+        ``.item()``."""
+        self.per_tensor_host(rank, role_idx, shard_group, COUNT_ZEROS_LAUNCHES, "count_zeros_fp32")
+
+    def per_tensor_checks(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
+        """Megatron-LM's 2019 gradient checks (``grad_checks = "per_tensor"``; ``fp16/
+        loss_scaler.py`` ``has_overflow_serial``, ``mpu/grads.py`` ``clip_grad_norm``): per
+        gradient tensor an overflow check and, when clipping, a norm, each read on the host.
+        Each read drains the GPU, whose share of the chain (a cast, a sum and a norm of one
+        tensor) is left out: the host issues the next tensor's kernels after it anyway."""
+        per = PER_TENSOR_CHECK_LAUNCHES
+        if self.cfg.training.clip_grad > 0:
+            per += PER_TENSOR_NORM_LAUNCHES
+        self.per_tensor_host(rank, role_idx, shard_group, per, "per-tensor gradient checks")
+
+    def per_tensor_host(
+        self, rank: int, role_idx: int, shard_group: tuple[int, ...], per: int, what: str
+    ) -> None:
+        """``per`` host launches for each gradient tensor the rank holds (its shard of them
+        with the distributed optimizer), then a wait for the GPU. Tensors are counted as the
+        backward rows where gradients complete (tensors completing at the same kernel count
+        once)."""
         lane = self.host_lane.get(rank)
         if lane is None:
             return
@@ -269,8 +293,8 @@ class _Composer:
         tensors = sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
         tensors = -(-tensors // max(1, len(shard_group)))
         if tensors:
-            launches = COUNT_ZEROS_LAUNCHES * tensors
-            name = f"count_zeros_fp32 ({launches} launches)"
+            launches = per * tensors
+            name = f"{what} ({launches} launches)"
             self.op(rank, lane, name, launches * self.host_ns, kind=EventKind.CPU_OP, issue=False)
             self.host_sync(rank)
 
@@ -587,6 +611,8 @@ class _Composer:
             self.host_sync(rank)
             if cfg.training.log_num_zeros_in_grad:
                 self.count_zeros(rank, role_idx, dp_group if p.distributed_optimizer else ())
+        if cfg.training.grad_checks == "per_tensor":
+            self.per_tensor_checks(rank, role_idx, dp_group if p.distributed_optimizer else ())
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
         for op in dp_ops:

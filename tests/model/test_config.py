@@ -297,6 +297,7 @@ def test_new_keys_default_to_megatron_gpt_and_leave_the_tracing_key_alone() -> N
     )
     assert p.overlap_p2p_comm is True and p.batch_p2p_sync is True
     assert (cfg.training.clip_grad, cfg.training.log_num_zeros_in_grad) == (1.0, False)
+    assert cfg.training.grad_checks == "fused"
     assert "training" not in config_to_mapping(cfg)
     # The key of a config that sets none of them is the key graphs were shipped with.
     assert set(tracing_key(cfg)["model"]) == {
@@ -323,7 +324,7 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         tp_comm_overlap=True,
         ddp_bucket_size=1_000_000,
         batch_p2p_sync=False,
-    ) | {"training": {"clip_grad": 0.0, "log_num_zeros_in_grad": True}}
+    ) | {"training": {"clip_grad": 0.0, "log_num_zeros_in_grad": True, "grad_checks": "per_tensor"}}
     fsdp = _with("parallel", pp=1, dp=8, virtual_stages=1, distributed_optimizer=True)
     fsdp_cfg = parse_workload_config(
         {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "full_shard"}}
@@ -413,9 +414,18 @@ def test_every_new_key_round_trips() -> None:
         "microbatch_group_size_per_vp_stage": 16,
     }
     data["precision"] = {"dtype": "fp8", "fp8_recipe": "tensorwise"}
-    data["training"] = {"clip_grad": 0.0, "log_num_zeros_in_grad": True}
+    data["training"] = {
+        "clip_grad": 0.0,
+        "log_num_zeros_in_grad": True,
+        "grad_checks": "per_tensor",
+    }
     cfg = parse_workload_config(data)
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert cfg.training.grad_checks == "per_tensor"
+    with pytest.raises(
+        ConfigError, match=r"training\.grad_checks: must be one of fused, per_tensor"
+    ):
+        parse_workload_config(data | {"training": {"grad_checks": "serial"}})
     assert not cfg.parallel.batch_p2p_sync and cfg.training.optimizer_sync
     counted = _with("model", layers=94)
     counted["parallel"] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,13 +35,18 @@ def _sim(
     flops: float,
     training: dict[str, Any] | None = None,
     host: HostParams | None = None,
+    grads: int = 0,
 ) -> ConfigSimulation:
     """One rank (no pipeline, no data parallelism): forward, backward and optimizer tables of
-    ``kernels`` kernels of ``flops`` each."""
+    ``kernels`` kernels of ``flops`` each; the first ``grads`` backward kernels each complete a
+    gradient tensor."""
     strings = StringTable()
     fwd, bwd, opt = (
         _table(strings, name, [flops] * k) for name, k in zip(("f", "b", "o"), kernels, strict=True)
     )
+    done = np.zeros(kernels[1], dtype=np.int64)
+    done[:grads] = 4096
+    bwd = replace(bwd, grad_bytes=done)
     graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=1000),))
     cfg = parse_workload_config(
         {
@@ -93,6 +99,23 @@ def test_a_host_bound_step_is_every_issue_plus_the_kernels_after_each_sync() -> 
     # No host path: the kernels back to back.
     gpu = _sim((kf, kb, ko), 0.0, host=HostParams(kernel_us=0))
     assert gpu.step_ns == (kf + kb + ko) * SMALL
+
+
+def test_per_tensor_gradient_checks_issue_five_launches_a_tensor_then_wait() -> None:
+    # Megatron-LM of 2019: per gradient tensor float(x.float().sum()) (3 launches) and, when
+    # clipping, p.grad.data.norm(2).item() (2), each read on the host. Host-bound, as above:
+    kf, kb, ko, g = 40, 80, 3, 25
+    base = (kf + kb) * C + SMALL + ko * C + SMALL
+    assert _sim((kf, kb, ko), 0.0, grads=g).step_ns == base  # fused checks: one read
+    checks = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g)
+    assert checks.step_ns == base + g * 5 * C
+    # Without clipping only the overflow checks: their launches start right after the
+    # backward's (no sync before them), and the last read waits for nothing the GPU still has.
+    no_clip = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor", "clip_grad": 0.0}, grads=g)
+    assert no_clip.step_ns == (kf + kb) * C + g * 3 * C + ko * C + SMALL
+    wl = checks.composed.workload
+    names = [wl.strings[int(n)] for n in wl.ops.name]
+    assert f"per-tensor gradient checks ({g * 5} launches)" in names
 
 
 def test_a_gpu_bound_step_pays_one_issue_per_sync() -> None:
