@@ -281,7 +281,14 @@ def map_files(
             for path, item in zip(group, results, strict=False):
                 if isinstance(item, EchoViewError):
                     raise item
-                result = unspool(item)
+                try:
+                    result = unspool(item)
+                except (OSError, ValueError) as exc:  # its files removed under the read
+                    raise InputError(
+                        f"the columns a worker read from it were lost from shared memory ({exc})",
+                        path=path,
+                        hint="read the job again, or with --workers 1",
+                    ) from exc
                 del item
                 yield path, result
                 del result

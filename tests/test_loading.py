@@ -4,6 +4,7 @@ are not one job."""
 from __future__ import annotations
 
 import os
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -290,6 +291,35 @@ def test_files_read_in_batches_on_a_cluster_give_every_result_and_the_first_erro
     assert list(map_files(good, _size_or_error, Parallel(workers=2))) == [
         (f, f.stat().st_size) for f in good
     ]
+
+
+@pytest.mark.slow
+def test_a_result_lost_from_shared_memory_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Something empties /dev/shm while the command reads (a cleaner, a full /tmpfs policy):
+    # the result's files are gone when the command goes to map them.
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from echo_view import spool
+
+    if not spool.SHM.is_dir() or not sys.platform.startswith("linux"):
+        pytest.skip("shared-memory spooling needs Linux's /dev/shm")
+    files = [tmp_path / n for n in ("a", "b")]
+    for f in files:
+        f.write_bytes(b"x" * 10)
+    load = spool.Spooled.load
+
+    def lost(self: spool.Spooled) -> object:
+        os.unlink(self.path + spool.ARRAYS)
+        return load(self)
+
+    monkeypatch.setattr(spool, "MIN_BYTES", 0)  # every result through shared memory
+    monkeypatch.setattr(spool.Spooled, "load", lost)
+    with pytest.raises(InputError) as caught:
+        list(map_files(files, _size_or_error, Parallel(workers=2)))
+    line = caught.value.one_line()
+    assert line.startswith(f"{files[0]}: the columns a worker read from it were lost")
+    assert "No such file" in line and line.endswith("(read the job again, or with --workers 1)")
 
 
 def _entry(folder: Path, name: str, size: int, age_s: int) -> Path:
