@@ -10,11 +10,12 @@ their own), and returns only the files' name and layout (:class:`Spooled`); the 
 both files, removes them, and unpickles the result with its arrays pointing into the mapping,
 so no array is copied. Large ``bytes`` in the result (a rank's raw ``args`` text, most of its
 size) are written to the arrays file too, each on a page of its own, and come back as
-:class:`MappedBytes`, a read-only mapping that slices, searches and exports its buffer as the
-``bytes`` it stands for, without being copied into the command's memory. A worker that cannot
-see the folder (on another machine) or cannot write the files (``/dev/shm`` full) returns the
-result itself, as before; so does one whose result is small. The folder goes when the read ends, or
-on a later read if the command was killed first (its name holds the command's process id).
+:class:`~echo_view.model.mapped.MappedBytes`, a read-only mapping that slices, searches and
+exports its buffer as the ``bytes`` it stands for, without being copied into the command's
+memory. A worker that cannot see the folder (on another machine) or cannot write the files
+(``/dev/shm`` full) returns the result itself, as before; so does one whose result is small.
+The folder goes when the read ends, or on a later read if the command was killed first (its
+name holds the command's process id).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from echo_view.model.mapped import MappedBytes
 
 #: Where the folders go: a RAM-backed file system on Linux (nowhere else: no spooling).
 SHM = Path("/dev/shm")
@@ -47,34 +50,6 @@ _PAGE = mmap.ALLOCATIONGRANULARITY
 PREFIX = "echo-view-"
 #: What the arrays file of a result adds to the name of its pickle file.
 ARRAYS = ".arrays"
-
-
-class MappedBytes(mmap.mmap):
-    """Read-only text mapped from a file, standing for the ``bytes`` it holds: indexing,
-    slices (``bytes``), ``len``, ``find``, ``re`` and the buffer protocol (``np.frombuffer``,
-    msgspec) work as on ``bytes``; ``in``, iteration and ``==`` are made to (a plain mapping
-    looks for a single byte, yields 1-byte ``bytes`` and compares by identity); it pickles as
-    ``bytes``. What ``bytes`` has and a mapping lacks (``decode``, ``split``, ...) raises."""
-
-    def __contains__(self, sub: object) -> bool:
-        if isinstance(sub, int):
-            sub = bytes((sub,))
-        if not isinstance(sub, bytes | bytearray | memoryview):
-            raise TypeError(f"a bytes-like object is required, not {type(sub).__name__!r}")
-        return self.find(sub) >= 0
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self[:])
-
-    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]:
-        return bytes, (self[:],)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, bytes | bytearray | memoryview | mmap.mmap):
-            return self[:] == bytes(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,8 +78,9 @@ ALLOWED["echo_view.text"] = set()
 ALLOWED["echo_view.workers"] = {"echo_view.errors", "echo_view.text"}
 for _layer_name in ("echo_view.sim", "echo_view.tui", "echo_view.loading", "echo_view.api"):
     ALLOWED[_layer_name].add("echo_view.workers")
-# Results a worker hands to the command through shared memory (echo_view.spool) need nothing.
-ALLOWED["echo_view.spool"] = set()
+# Results a worker hands to the command through shared memory (echo_view.spool) need only the
+# model's mapped text (echo_view.model.mapped).
+ALLOWED["echo_view.spool"] = {"echo_view.model"}
 ALLOWED["echo_view.loading"].add("echo_view.spool")
 # The command line and ``python -m echo_view`` compose everything: they may import anything.
 ROOTS = {"echo_view.cli", "echo_view.__main__"}

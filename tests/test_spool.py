@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from echo_view import spool as spool_module
+from echo_view.model.mapped import MappedBytes
 from echo_view.spool import Spooled, SpoolTo, spool, spool_folder, sweep_stale, unspool
 
 pytestmark = pytest.mark.skipif(
@@ -59,7 +60,7 @@ def test_a_large_result_travels_as_a_file_and_comes_back_equal_and_writable() ->
     assert back["note"] == b"x" * 100 and type(back["note"]) is bytes
     # The large text is a read-only mapping that reads as the bytes it stands for.
     text = back["args"]
-    assert isinstance(text, spool_module.MappedBytes) and text == result["args"]
+    assert isinstance(text, MappedBytes) and text == result["args"]
     assert back["again"] is text
     assert len(text) == 1_024_000 and text[256:260] == bytes(range(4))
     assert type(text[5:9]) is bytes and text.find(bytes([255, 0])) == 255

@@ -9,7 +9,6 @@ immutable once built; importers and the simulator produce it, everything else re
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +21,7 @@ import numpy.typing as npt
 from echo_view.model.columns import check_lengths, frozen
 from echo_view.model.event_info import EventFacts, LaunchTable, OpInputTable, SyncTable
 from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
+from echo_view.model.mapped import MappedBytes
 from echo_view.model.strings import StringTable
 
 # Column types. Stored dtypes are int64 / int32 / uint8 (see each table); constructors accept
@@ -36,9 +36,8 @@ NONE = -1
 _EMPTY_ARGS = b""
 
 #: Raw JSON text: ``bytes``, or a read-only mapping that stands for them (a rank's ``args``
-#: handed over by a worker through shared memory, :mod:`echo_view.spool`): slices of either are
-#: ``bytes``.
-Text: TypeAlias = bytes | mmap.mmap
+#: handed over by a worker through shared memory): slices of either are ``bytes``.
+Text: TypeAlias = bytes | MappedBytes
 
 
 @dataclass(frozen=True, slots=True)
