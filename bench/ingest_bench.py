@@ -26,6 +26,9 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
   client's peak RSS, on the job and on one of its rank files, and the wall time on the job,
   for N = 1 (serial) and ``--workers`` (runs interleaved); ``--commands`` picks them,
   ``--client-only`` (or ``--info-only``) skips the rest;
+- ``--paired N``: only ``serial`` and ``local N`` (``--workers``) on each job, alternated in N
+  pairs, each pair's ratio and their median: on a machine whose speed drifts, a ratio taken
+  within a pair moves less than a ratio of medians;
 - ``--cluster-start``: only opening a local cluster of ``--workers`` processes, one task, and
   closing it, its workers spawned (Dask's default) against forked (echo-view's on Linux);
 - ``ceiling``: plain ``json.loads`` of every rank file in one process against the files
@@ -36,6 +39,7 @@ Each measurement runs in a fresh subprocess and reports its wall time and its ow
     python bench/ingest_bench.py [--ranks 64 512] [--copies 4] [--workers 2] [--runs 3]
                                  [--hta-python .venv-hta/bin/python] [--client-only]
                                  [--commands info check interference] [--cluster-start]
+                                 [--paired N]
 """
 
 from __future__ import annotations
@@ -336,6 +340,31 @@ def bench(folder: Path, workers: int, runs: int, with_hta: bool) -> None:
     )
 
 
+def bench_paired(folder: Path, workers: int, pairs: int) -> None:
+    """``serial`` then ``local`` (``workers`` processes, start included), ``pairs`` times: each
+    pair's ratio, the median ratio, and the command's CPU and peak RSS with workers."""
+    print(f"\n{folder.name}: serial / local {workers}, {pairs} alternated pairs")
+    # Every file read once first, so that the first pair's serial run does not alone pay for
+    # reading them from disk (a cold 512-rank job took 23 s serially against 12-13 s warm).
+    for f in folder.glob("rank*.json"):
+        f.read_bytes()
+    ratios: list[float] = []
+    for i in range(pairs):
+        serial = run("serial", folder, workers)
+        local = run("local", folder, workers)
+        ratios.append(serial["seconds"] / local["seconds"])
+        print(
+            f"  pair {i + 1}: serial {serial['seconds']:.2f} s, local {workers} "
+            f"{local['seconds']:.2f} s ({ratios[-1]:.2f}x); command CPU {local['cpu']:.2f} s, "
+            f"workers' CPU {local['workers_cpu']:.2f} s, command peak RSS "
+            f"{local['rss'] / 1e6:.0f} MB"
+        )
+    print(
+        f"  serial / local {workers}: median {statistics.median(ratios):.2f}x "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}x)"
+    )
+
+
 def bench_start(workers: int, runs: int) -> None:
     """Opening, using and closing a local cluster, spawned against forked (runs alternated)."""
     rows: dict[str, list[dict[str, float]]] = {"spawn": [], "fork": []}
@@ -405,6 +434,12 @@ def main() -> None:
         action="store_true",
         help="only time opening and closing a local cluster, its workers spawned and forked",
     )
+    ap.add_argument(
+        "--paired",
+        type=int,
+        metavar="N",
+        help="only serial against local --workers, alternated in N pairs (ratios per pair)",
+    )
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -421,6 +456,9 @@ def main() -> None:
         return
     for ranks in args.ranks:
         folder = generate(ranks, args.copies)
+        if args.paired:
+            bench_paired(folder, args.workers, args.paired)
+            continue
         if not args.client_only:
             bench(folder, args.workers, args.runs, ranks <= args.hta_ranks)
         for command in args.commands:
