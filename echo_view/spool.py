@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.model.mapped import MappedBytes
+from echo_view.model.trace import Text
 
 #: Where the folders go: a RAM-backed file system on Linux (nowhere else: no spooling).
 SHM = Path("/dev/shm")
@@ -46,6 +47,13 @@ _ALIGN = 64
 TEXT_MIN_BYTES = 1 << 16
 #: Each text starts on a page boundary of the arrays file, where a mapping of it must start.
 _PAGE = mmap.ALLOCATIONGRANULARITY
+#: Open files a read leaves free for everything else the command opens (the cluster's
+#: connections, the next rank file, its output): each mapping holds one, as Python's ``mmap``
+#: keeps a duplicate of its file's descriptor until it is unmapped.
+FD_RESERVE = 256
+#: Per folder (one read), how many more mappings its results may make in the command; past
+#: that, results are copied into memory instead of mapped (see :func:`spool_folder`).
+_BUDGETS: dict[str, int] = {}
 #: A folder's name: this, the command's process id, a dash, random letters.
 PREFIX = "echo-view-"
 #: What the arrays file of a result adds to the name of its pickle file.
@@ -64,7 +72,9 @@ class Spooled:
 
     def load(self) -> Any:
         """The result, its arrays in a writable mapping of the arrays file and its large texts
-        in read-only ones (:class:`MappedBytes`); both files are removed."""
+        in read-only ones (:class:`MappedBytes`); both files are removed. Where its read has
+        no open files to spare for the mappings, the arrays and texts are copied into memory
+        instead (the same values; ``bytes`` for the texts)."""
         with open(self.path, "rb") as f:
             # Mapped only while unpickling, which copies the pickle's own values (names, small
             # texts) out of it; its memory goes with the file. (Reading it instead costs
@@ -73,16 +83,26 @@ class Spooled:
             pickled = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         os.unlink(self.path)
         arrays = self.path + ARRAYS
+        size = self.buffers[-1][0] + self.buffers[-1][1] if self.buffers else 0
         with open(arrays, "r+b") as f:
-            size = self.buffers[-1][0] + self.buffers[-1][1] if self.buffers else 0
-            # A shared, writable mapping: the arrays are writable (joining may shift a rank's
-            # times in place), and a write changes the file's page itself rather than a private
-            # copy of it (copy-on-write would hold both); the file is removed at once, so the
-            # mapping is this process's alone and its memory goes when the arrays do.
-            mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE) if size else b""
-            texts = [
-                MappedBytes(f.fileno(), n, access=mmap.ACCESS_READ, offset=o) for o, n in self.texts
-            ]
+            texts: list[Text]
+            if _take_mappings(self.path, int(size > 0) + len(self.texts)):
+                # A shared, writable mapping: the arrays are writable (joining may shift a
+                # rank's times in place), and a write changes the file's page itself rather
+                # than a private copy of it (copy-on-write would hold both); the file is removed
+                # at once, so the mapping is this process's alone and its memory goes when the
+                # arrays do.
+                mapped: Any = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE) if size else b""
+                texts = [
+                    MappedBytes(f.fileno(), n, access=mmap.ACCESS_READ, offset=o)
+                    for o, n in self.texts
+                ]
+            else:
+                mapped = bytearray(f.read(size))  # writable, as the mapping is
+                texts = []
+                for o, n in self.texts:
+                    f.seek(o)
+                    texts.append(f.read(n))
         os.unlink(arrays)
         view = memoryview(mapped)
         with pickled:  # read in place: a mapping has the file methods an unpickler needs
@@ -114,11 +134,51 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    texts: list[MappedBytes]
+    texts: list[Text]
 
-    def persistent_load(self, pid: Any) -> MappedBytes:
-        text: MappedBytes = self.texts[int(pid)]
+    def persistent_load(self, pid: Any) -> Text:
+        text: Text = self.texts[int(pid)]
         return text
+
+
+def _take_mappings(path: str, count: int) -> bool:
+    """Whether a result of the read whose folder holds ``path`` may make ``count`` more
+    mappings (and they are counted); always where the folder has no budget."""
+    folder = os.path.dirname(path)
+    left = _BUDGETS.get(folder)
+    if left is None:
+        return True
+    if left < count:
+        return False
+    _BUDGETS[folder] = left - count
+    return True
+
+
+def _free_fds() -> int:
+    """How many more files this process may open: its soft limit less those open now."""
+    import resource  # (Unix only, as /dev/shm is)
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    try:
+        return soft - len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return soft
+
+
+def raise_open_files_limit() -> None:
+    """This process's soft limit on open files raised to its hard limit: a read of N ranks
+    through shared memory may hold 2N mappings, each with a file open (a soft limit of 1,024
+    is common; hard limits are larger). Left as it is where the system refuses."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit: the kernel's default cap on open files (fs.nr_open).
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +202,12 @@ def spool_folder() -> Iterator[SpoolTo | None]:
     except OSError:
         yield None
         return
+    raise_open_files_limit()
+    _BUDGETS[folder] = _free_fds() - FD_RESERVE
     try:
         yield SpoolTo(folder, MIN_BYTES)
     finally:
+        _BUDGETS.pop(folder, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 

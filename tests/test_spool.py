@@ -115,6 +115,73 @@ def test_small_results_and_folders_a_worker_cannot_use_travel_as_they_are(
         assert os.listdir(to.folder) == []
 
 
+def test_results_past_the_reads_open_file_budget_are_copied_not_mapped() -> None:
+    # Each mapping holds an open file: past the read's budget a result comes back in memory.
+    result = _result()
+    with spool_folder() as to:
+        assert to is not None
+        assert spool_module._BUDGETS[to.folder] > 0  # the open files the read may map with
+        spool_module._BUDGETS[to.folder] = 1  # less than the arrays' and the text's mappings
+        back = unspool(spool(result, to))
+        assert os.listdir(to.folder) == []
+        assert type(back["args"]) is bytes and back["args"] == result["args"]
+        assert back["again"] is back["args"]
+        for key in ("ts", "dur"):
+            assert np.array_equal(back[key], result[key])
+        back["ts"][0] = -1  # writable, as a mapped result is
+        assert spool_module._BUDGETS[to.folder] == 1  # nothing taken
+        spool_module._BUDGETS[to.folder] = 2
+        assert isinstance(unspool(spool(result, to))["args"], MappedBytes)
+        assert spool_module._BUDGETS[to.folder] == 0
+    assert to.folder not in spool_module._BUDGETS
+
+
+_MANY_MAPPINGS = """
+import resource, sys
+import numpy as np
+from echo_view import spool
+from echo_view.model.mapped import MappedBytes
+resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400))  # a login node's small limit
+spool.MIN_BYTES = 0  # small results through shared memory too, to keep the test small
+text = bytes(range(256)) * 300  # 76.8 kB: a mapped text
+kept = []
+with spool.spool_folder() as to:
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 400  # no higher hard limit
+    for i in range(300):  # 600 mappings wanted: more than the process may open
+        item = spool.spool({"a": np.full(1_000, i), "args": text}, to)
+        kept.append(spool.unspool(item))
+    with open(sys.executable, "rb"):  # files can still be opened
+        pass
+assert all(k["args"] == text and int(k["a"][-1]) == i for i, k in enumerate(kept))
+print(sum(isinstance(k["args"], MappedBytes) for k in kept), len(kept))
+"""
+
+
+def test_a_read_never_runs_out_of_open_files_for_its_mappings() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY_MAPPINGS], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    mapped, total = map(int, done.stdout.split())
+    # The first results mapped (two files each) until the budget of 400 less those open less
+    # the reserve of 256 ran out; the rest copied.
+    assert total == 300 and 0 < mapped < 80
+
+
+def test_the_soft_open_files_limit_is_raised_to_the_hard_one() -> None:
+    code = (
+        "import resource; from echo_view import spool; "
+        "s, h = resource.getrlimit(resource.RLIMIT_NOFILE); "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h)); "
+        "spool.raise_open_files_limit(); "
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], h)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    soft, hard = map(int, done.stdout.split())
+    assert soft == (hard if hard != -1 else 1 << 20)
+
+
 def test_the_folder_goes_with_the_files_left_in_it() -> None:
     with spool_folder() as to:
         assert to is not None
