@@ -174,8 +174,12 @@ def raise_open_files_limit() -> None:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # An unlimited hard limit: the kernel's default cap on open files (fs.nr_open).
-    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # then the kernel's cap on open files (fs.nr_open)
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            target = 1 << 20  # its default
     if soft != resource.RLIM_INFINITY and soft < target:
         with suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
