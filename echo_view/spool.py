@@ -79,11 +79,10 @@ class Spooled:
             # Mapped only while unpickling, which copies the pickle's own values (names, small
             # texts) out of it; its memory goes with the file. (Reading it instead costs
             # one more copy: 13 against 5 ms for a 30 MB rank file's result.)
-            size = os.fstat(f.fileno()).st_size
-            pickled = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            pickled = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, access=mmap.ACCESS_READ)
         os.unlink(self.path)
         arrays = self.path + ARRAYS
-        size = self.buffers[-1][0] + self.buffers[-1][1] if self.buffers else 0
+        size = self.buffers[-1][0] + self.buffers[-1][1] if self.buffers else 0  # the arrays
         with open(arrays, "r+b") as f:
             texts: list[Text]
             if _take_mappings(self.path, int(size > 0) + len(self.texts)):
@@ -106,9 +105,8 @@ class Spooled:
         os.unlink(arrays)
         view = memoryview(mapped)
         with pickled:  # read in place: a mapping has the file methods an unpickler needs
-            unpickler = _Unpickler(pickled, buffers=[view[o : o + n] for o, n in self.buffers])
-            unpickler.texts = texts
-            return unpickler.load()
+            buffers = [view[o : o + n] for o, n in self.buffers]
+            return _Unpickler(pickled, buffers, texts).load()
 
 
 class _Pickler(pickle.Pickler):
@@ -134,7 +132,11 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    texts: list[Text]
+    """Unpickles a :class:`_Pickler`'s output: its texts by their index in ``texts``."""
+
+    def __init__(self, f: Any, buffers: list[memoryview], texts: list[Text]) -> None:
+        super().__init__(f, buffers=buffers)
+        self.texts = texts
 
     def persistent_load(self, pid: Any) -> Text:
         text: Text = self.texts[int(pid)]

@@ -607,12 +607,14 @@ class _Composer:
                 dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
+        # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
+        grad_shard = dp_group if p.distributed_optimizer else ()
         if cfg.training.optimizer_sync:  # the gradient norm / zero count read by .item()
             self.host_sync(rank)
             if cfg.training.log_num_zeros_in_grad:
-                self.count_zeros(rank, role_idx, dp_group if p.distributed_optimizer else ())
+                self.count_zeros(rank, role_idx, grad_shard)
         if cfg.training.grad_checks == "per_tensor":
-            self.per_tensor_checks(rank, role_idx, dp_group if p.distributed_optimizer else ())
+            self.per_tensor_checks(rank, role_idx, grad_shard)
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
         for op in dp_ops:
