@@ -248,6 +248,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/shoeybi-gpt355m-64.toml",
+        "master_copies (off = fused)",
+        {"training.master_copies": ("fused", "per_tensor")},
+        None,
+        "",
+    ),
+    (
+        "validation/shoeybi-gpt8.3b-512.toml",
+        "master_copies (off = fused)",
+        {"training.master_copies": ("fused", "per_tensor")},
+        None,
+        "",
+    ),
 ]
 
 

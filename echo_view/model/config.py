@@ -64,6 +64,13 @@ IMPLEMENTATIONS = ("megatron", "torch")
 #: all of them, one read on the host; Megatron-LM since December 2020) or ``per_tensor`` (a pass
 #: and a host read per gradient tensor; Megatron-LM of 2019, docs/workloads.md "Host path").
 GRAD_CHECKS = ("fused", "per_tensor")
+#: How a mixed-precision optimizer moves gradients and parameters between the 16-bit model and
+#: its fp32 master copy: ``fused`` (gradients accumulate into fp32 ``main_grad`` buffers, one
+#: copy of the updated params and one zeroing of the buffer over all tensors; Megatron-LM since
+#: December 2020) or ``per_tensor`` (Megatron-LM of 2019's ``FP16_Optimizer``: per parameter
+#: tensor a copy of its fp16 gradient into an fp32 one, the loss-scale division, the copy of the
+#: updated param back, and both gradients zeroed; docs/workloads.md "Host path").
+MASTER_COPIES = ("fused", "per_tensor")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
@@ -286,7 +293,9 @@ class TrainingConfig:
     weight-gradient GEMMs accumulate into the fp32 ``main_grad`` themselves or write a 16-bit
     gradient that Megatron's DDP hook adds to it (traced, docs/workloads.md); ``grad_checks``
     (:data:`GRAD_CHECKS`) whether the overflow check and the norm read one value or one per
-    gradient tensor on the host (simulated, :mod:`echo_view.sim.host`)."""
+    gradient tensor on the host (simulated, :mod:`echo_view.sim.host`); ``master_copies``
+    (:data:`MASTER_COPIES`) whether the fp16/fp32 copies run once over all tensors or once per
+    tensor (traced, and the per-tensor launches simulated on the host)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
@@ -294,6 +303,7 @@ class TrainingConfig:
     clip_grad_norm: str = "megatron"
     gradient_accumulation_fusion: bool = True
     grad_checks: str = "fused"
+    master_copies: str = "fused"
 
     @property
     def optimizer_sync(self) -> bool:
@@ -524,6 +534,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         t.choice("clip_grad_norm", IMPLEMENTATIONS, "megatron"),
         t.get("gradient_accumulation_fusion", bool, True),
         t.choice("grad_checks", GRAD_CHECKS, "fused"),
+        t.choice("master_copies", MASTER_COPIES, "fused"),
     )
     t.finish()
 
@@ -1005,6 +1016,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                 default.gradient_accumulation_fusion,
             ),
             ("grad_checks", tr.grad_checks, default.grad_checks),
+            ("master_copies", tr.master_copies, default.master_copies),
         )
         if v != d
     }
@@ -1048,6 +1060,8 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["clip_grad_norm"] = cfg.training.clip_grad_norm
     if not cfg.training.gradient_accumulation_fusion:  # the main_grad additions (traced)
         key["gradient_accumulation_fusion"] = False
+    if cfg.training.master_copies != "fused":  # the optimizer phase's copies (traced)
+        key["master_copies"] = cfg.training.master_copies
     return key
 
 

@@ -86,6 +86,13 @@ COUNT_ZEROS_LAUNCHES = 3
 #: (a cast, a sum, the copy to the host) and, when clipping, the norm ``p.grad.data.norm(2)``
 #: read by ``.item()`` (the norm, the copy); each copy waits for the GPU.
 PER_TENSOR_CHECK_LAUNCHES, PER_TENSOR_NORM_LAUNCHES = 3, 2
+#: Kernel launches per parameter tensor of Megatron-LM's 2019 ``FP16_Optimizer``
+#: (``[training] master_copies = "per_tensor"``; fp16/fp16.py, fp16/fp16util.py at
+#: NVIDIA/Megatron-LM a0368ddf): the fp16 gradient copied into the fp32 master gradient and
+#: divided by the loss scale (after the overflow check, before the norm), the updated master
+#: param copied back (after the optimizer), and the master and model gradients zeroed (at
+#: the start of the next backward, ``backward_step``'s ``optimizer.zero_grad()``).
+MASTER_GRAD_LAUNCHES, MASTER_PARAM_LAUNCHES, ZERO_GRAD_LAUNCHES = 2, 1, 2
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
@@ -268,6 +275,13 @@ class _Composer:
         ``.item()``."""
         self.per_tensor_host(rank, role_idx, shard_group, COUNT_ZEROS_LAUNCHES, "count_zeros_fp32")
 
+    def per_tensor_copies(self) -> bool:
+        """Whether the optimizer copies between 16-bit and fp32 tensors one tensor at a time
+        (``master_copies = "per_tensor"``; only a model with 16-bit params has the copies)."""
+        cfg = self.cfg
+        half = cfg.dtype != "fp32" and not cfg.autocast
+        return half and cfg.training.master_copies == "per_tensor"
+
     def per_tensor_checks(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
         """Megatron-LM's 2019 gradient checks (``grad_checks = "per_tensor"``; ``fp16/
         loss_scaler.py`` ``has_overflow_serial``, ``mpu/grads.py`` ``clip_grad_norm``): per
@@ -279,24 +293,40 @@ class _Composer:
             per += PER_TENSOR_NORM_LAUNCHES
         self.per_tensor_host(rank, role_idx, shard_group, per, "per-tensor gradient checks")
 
+    def param_tensors(self, role_idx: int) -> int:
+        """The parameter tensors of a role: as the tracer counted them (graph ``meta``), else,
+        for a graph traced before it did, the backward rows where gradients complete (which
+        count once the tensors completing at the same kernel: a layer norm's weight and
+        bias)."""
+        role = self.graph.roles[role_idx]
+        counted = self.graph.meta.get("param_tensors", {}).get(str(role.stages[0]))
+        if counted is not None:
+            return int(counted)
+        return sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
+
     def per_tensor_host(
-        self, rank: int, role_idx: int, shard_group: tuple[int, ...], per: int, what: str
+        self,
+        rank: int,
+        role_idx: int,
+        shard_group: tuple[int, ...],
+        per: int,
+        what: str,
+        *,
+        sync: bool = True,
     ) -> None:
-        """``per`` host launches for each gradient tensor the rank holds (its shard of them
-        with the distributed optimizer), then a wait for the GPU. Tensors are counted as the
-        backward rows where gradients complete (tensors completing at the same kernel count
-        once)."""
+        """``per`` host launches for each parameter tensor the rank holds (its shard of them
+        with the distributed optimizer: the tensors split evenly over ``shard_group``), then,
+        with ``sync``, a wait for the GPU."""
         lane = self.host_lane.get(rank)
         if lane is None:
             return
-        role = self.graph.roles[role_idx]
-        tensors = sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
-        tensors = -(-tensors // max(1, len(shard_group)))
+        tensors = -(-self.param_tensors(role_idx) // max(1, len(shard_group)))
         if tensors:
             launches = per * tensors
             name = f"{what} ({launches} launches)"
             self.op(rank, lane, name, launches * self.host_ns, kind=EventKind.CPU_OP, issue=False)
-            self.host_sync(rank)
+            if sync:
+                self.host_sync(rank)
 
     def host_sync(self, rank: int) -> None:
         """The host waits until every GPU stream of ``rank`` has drained."""
@@ -555,6 +585,9 @@ class _Composer:
         prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
         syncs = PipeSyncs(p, stage)
+        # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
+        grad_shard = dp_group if p.distributed_optimizer else ()
+        zeroed = False
         for ps in schedule(stage, p.pp, m, p.virtual_stages, p.microbatch_group):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -573,6 +606,13 @@ class _Composer:
                     cls=OpClass.COLLECTIVE,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
+            if not ps.forward and not zeroed and self.per_tensor_copies():
+                # FP16_Optimizer.zero_grad() opens the step's backward (pretrain_gpt2.py of
+                # 2019, ``backward_step``); its GPU work is in the optimizer's zero_grad row.
+                zeroed = True
+                self.per_tensor_host(
+                    rank, role_idx, grad_shard, ZERO_GRAD_LAUNCHES, "zero_grad", sync=False
+                )
             if syncs.before(ps):
                 self.host_sync(rank)
             first_op = len(self.c.rank)
@@ -607,16 +647,23 @@ class _Composer:
                 dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
-        # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
-        grad_shard = dp_group if p.distributed_optimizer else ()
         if cfg.training.optimizer_sync:  # the gradient norm / zero count read by .item()
             self.host_sync(rank)
             if cfg.training.log_num_zeros_in_grad:
                 self.count_zeros(rank, role_idx, grad_shard)
         if cfg.training.grad_checks == "per_tensor":
             self.per_tensor_checks(rank, role_idx, grad_shard)
+        per_tensor_copies = self.per_tensor_copies()
+        if per_tensor_copies:
+            self.per_tensor_host(
+                rank, role_idx, grad_shard, MASTER_GRAD_LAUNCHES, "master grads", sync=False
+            )
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
+        if per_tensor_copies:
+            self.per_tensor_host(
+                rank, role_idx, grad_shard, MASTER_PARAM_LAUNCHES, "master params", sync=False
+            )
         for op in dp_ops:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, tied if tied >= 0 else first_opt))

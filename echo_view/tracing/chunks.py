@@ -39,14 +39,15 @@ GRAD_BYTES = 4
 class ChunkBody:
     """One micro-batch of one model chunk: its forward and backward ops (string ids into the
     table they were traced with), its parameter count (``expert_params`` of them in MoE
-    experts, reduced over the expert data-parallel group) and its FP8 weights' element
-    counts."""
+    experts, reduced over the expert data-parallel group), its FP8 weights' element
+    counts and its number of parameter tensors."""
 
     forward: OpTable
     backward: OpTable
     params: int
     fp8_weights: tuple[int, ...]
     expert_params: int = 0
+    tensors: int = 0
 
 
 def _fp8_weights(module: torch.nn.Module) -> tuple[int, ...]:
@@ -110,7 +111,8 @@ def trace_chunk(
         else:
             out.backward(torch.empty_like(out))
         bwd = rec.end()
-    return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts)
+    tensors = sum(1 for _ in module.parameters())
+    return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts, tensors)
 
 
 def _unfused_wgrad(module: torch.nn.Module, cfg: WorkloadConfig) -> set[int]:
@@ -233,6 +235,7 @@ class _Repeatable:
             one.params + (layers - 1) * (two.params - one.params),
             tuple(int(n) for n in fp8),
             one.expert_params + (layers - 1) * (two.expert_params - one.expert_params),
+            one.tensors + (layers - 1) * (two.tensors - one.tensors),
         )
 
 

@@ -69,7 +69,15 @@ def _optimizer(
     # Megatron's 16-bit model parameters beside fp32 main ones (not autocast's fp32 ones).
     half = cfg.dtype != "fp32" and not cfg.autocast
     recipe = fp8_recipe(cfg)
+    per_tensor = half and cfg.training.master_copies == "per_tensor"
     rec.begin()
+    if per_tensor:
+        # Megatron-LM of 2019 (FP16_Optimizer, fp16/fp16util.py ``model_grads_to_master_grads``
+        # and fp16.py ``_downscale_master``): each fp16 gradient copied into an fp32 master
+        # gradient (2 + 4 bytes), then multiplied by 1 / loss scale in place (4 + 4). One
+        # kernel per tensor each; their launches are simulated (echo_view.sim.compose).
+        rec.op("master_grads_copy", OpClass.COPY, flops=0.0, nbytes=6 * n, dtype="fp32")
+        rec.op("master_grads_unscale", OpClass.ELEMENTWISE, flops=n, nbytes=8 * n, dtype="fp32")
     if cfg.training.clip_grad_norm == "torch":
         if cfg.training.clip_grad > 0:
             with rec:  # the aten ops it dispatches, recorded
@@ -87,7 +95,9 @@ def _optimizer(
     if p.ddp != "torch":
         # Megatron zeroes its gradient buffer; PyTorch's ``zero_grad()`` sets the gradients
         # to None (``set_to_none``, its default), which runs no kernel.
-        rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=GRAD_BYTES * params, dtype="fp32")
+        # FP16_Optimizer.zero_grad zeroes the fp32 master and the fp16 model gradients.
+        zero = GRAD_BYTES * params + (2 * params if per_tensor else 0)
+        rec.op("zero_grad", OpClass.COPY, flops=0.0, nbytes=zero, dtype="fp32")
     if recipe is not None:
         for numel in fp8_weights:
             record_cast(rec, numel, recipe, "weight")
@@ -137,9 +147,13 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
     rec = Recorder(StringTable())
     roles = []
     expert_params: dict[str, int] = {}
+    # Parameter tensors per role (its first stage): per-tensor host loops launch a kernel
+    # for each (Megatron's zero count, FP16_Optimizer's copies), and gradient rows undercount
+    # them (a layer norm's weight and bias, a linear's weight and bias complete together).
+    param_tensors: dict[str, int] = {}
     for stages in role_stages(p.pp):
         s = stages[0]
-        fwds, bwds, params, experts = [], [], 0, 0
+        fwds, bwds, params, experts, tensors = [], [], 0, 0, 0
         fp8_weights: tuple[int, ...] = ()
         for v, layers in enumerate(chunk_layers(cfg, s)):
             chunk = v * p.pp + s
@@ -150,14 +164,17 @@ def _assemble(cfg: WorkloadConfig, source: StringTable, body_of: ChunkSource) ->
             bwds.append(_phase(rec, body.backward, source, cfg, gemms, forward=False))
             params += body.params
             experts += body.expert_params
+            tensors += body.tensors
             fp8_weights += body.fp8_weights
         opt = _optimizer(rec, cfg, params, fp8_weights, experts)
         roles.append(Role(stages, tuple(fwds), tuple(bwds), opt, params, GRAD_BYTES))
         expert_params[str(s)] = experts
+        param_tensors[str(s)] = tensors
     meta: dict[str, Any] = {
         "attention": resolve_attention(cfg),
         "layers_per_chunk": {str(st[0]): _layers_meta(cfg, st[0]) for st in role_stages(p.pp)},
         "torch": str(torch.__version__),
+        "param_tensors": param_tensors,
     }
     if cfg.model.moe is not None:  # parameters reduced over the expert data-parallel group
         meta["expert_params"] = expert_params

@@ -85,10 +85,10 @@ def test_every_published_run_parses(path: Path) -> None:
 
 
 def test_published_runs_are_all_there() -> None:
-    """62 shipped runs (docs/accuracy.md: 47 dense, 15 MoE), every one of
+    """63 shipped runs (docs/accuracy.md: 48 dense, 15 MoE), every one of
     ../shared/validation/runs among them."""
     names = {p.name for p in _published_runs()}
-    assert len(names) == 62
+    assert len(names) == 63
     assert len({n for n in names if n.startswith("moe-")}) == 15
     shared = {p.name for p in (SHARED / "validation" / "runs").glob("*.toml")}
     assert shared <= names
@@ -298,7 +298,9 @@ def test_new_keys_default_to_megatron_gpt_and_leave_the_tracing_key_alone() -> N
     assert p.overlap_p2p_comm is True and p.batch_p2p_sync is True
     assert (cfg.training.clip_grad, cfg.training.log_num_zeros_in_grad) == (1.0, False)
     assert cfg.training.grad_checks == "fused"
+    assert cfg.training.master_copies == "fused"
     assert "training" not in config_to_mapping(cfg)
+    assert "master_copies" not in tracing_key(cfg)
     # The key of a config that sets none of them is the key graphs were shipped with.
     assert set(tracing_key(cfg)["model"]) == {
         "kind",
@@ -338,6 +340,9 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     assert llama["model"]["activation"] == "swiglu"
     fp8 = parse_workload_config(_with("precision", dtype="fp8", fp8_recipe="blockwise"))
     assert tracing_key(fp8)["fp8_recipe"] == "blockwise"
+    # FP16_Optimizer's per-tensor copies are traced (the optimizer phase's kernels).
+    copies = parse_workload_config(BASE | {"training": {"master_copies": "per_tensor"}})
+    assert tracing_key(copies)["master_copies"] == "per_tensor"
 
 
 def _parallel(layers: int, **parallel: Any) -> WorkloadConfig:
@@ -418,10 +423,16 @@ def test_every_new_key_round_trips() -> None:
         "clip_grad": 0.0,
         "log_num_zeros_in_grad": True,
         "grad_checks": "per_tensor",
+        "master_copies": "per_tensor",
     }
     cfg = parse_workload_config(data)
     assert parse_workload_config(config_to_mapping(cfg)) == cfg
     assert cfg.training.grad_checks == "per_tensor"
+    assert cfg.training.master_copies == "per_tensor"
+    with pytest.raises(
+        ConfigError, match=r"training\.master_copies: must be one of fused, per_tensor"
+    ):
+        parse_workload_config(data | {"training": {"master_copies": "apex"}})
     with pytest.raises(
         ConfigError, match=r"training\.grad_checks: must be one of fused, per_tensor"
     ):

@@ -36,10 +36,11 @@ def _sim(
     training: dict[str, Any] | None = None,
     host: HostParams | None = None,
     grads: int = 0,
+    tensors: int | None = None,
 ) -> ConfigSimulation:
     """One rank (no pipeline, no data parallelism): forward, backward and optimizer tables of
     ``kernels`` kernels of ``flops`` each; the first ``grads`` backward kernels each complete a
-    gradient tensor."""
+    gradient tensor; ``tensors``, the parameter tensors the tracer counted (graph meta)."""
     strings = StringTable()
     fwd, bwd, opt = (
         _table(strings, name, [flops] * k) for name, k in zip(("f", "b", "o"), kernels, strict=True)
@@ -47,7 +48,8 @@ def _sim(
     done = np.zeros(kernels[1], dtype=np.int64)
     done[:grads] = 4096
     bwd = replace(bwd, grad_bytes=done)
-    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=1000),))
+    meta = {} if tensors is None else {"param_tensors": {"0": tensors}}
+    graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=1000),), meta=meta)
     cfg = parse_workload_config(
         {
             "model": {
@@ -116,6 +118,42 @@ def test_per_tensor_gradient_checks_issue_five_launches_a_tensor_then_wait() -> 
     wl = checks.composed.workload
     names = [wl.strings[int(n)] for n in wl.ops.name]
     assert f"per-tensor gradient checks ({g * 5} launches)" in names
+
+
+def test_per_tensor_launches_count_the_tracers_parameter_tensors() -> None:
+    # A graph that records its parameter tensors (30 here) launches per tensor for each of
+    # them; one traced before it did counts the backward rows completing gradients (25).
+    kf, kb, ko, g = 40, 80, 3, 25
+    base = (kf + kb) * C + SMALL + ko * C + SMALL
+    counted = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g, tensors=30)
+    assert counted.step_ns == base + 30 * 5 * C
+    assert _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g).step_ns == (
+        base + g * 5 * C
+    )
+
+
+def test_fp16_optimizer_copies_launch_five_a_tensor_where_it_runs_them() -> None:
+    # Megatron-LM of 2019's FP16_Optimizer, per parameter tensor: zero_grad's two zero_()
+    # opening the backward, the fp16 -> fp32 gradient copy and the 1 / loss-scale multiply
+    # after the gradient-norm read, the fp32 -> fp16 param copy after the optimizer. None of
+    # them waits for the GPU. Host-bound (every kernel shorter than an issue), T = 30 tensors:
+    kf, kb, ko, t = 40, 80, 3, 30
+    sim = _sim((kf, kb, ko), 0.0, {"master_copies": "per_tensor"}, grads=25, tensors=t)
+    # forward, zero_grad, backward; the norm's .item() waits for the last backward kernel;
+    # the gradient copies, the optimizer's issues, then the param copies end the step on the
+    # host (the optimizer's last kernel, SMALL, ends before them).
+    assert sim.step_ns == (kf + 2 * t + kb) * C + SMALL + (2 * t + ko + t) * C
+    wl = sim.composed.workload
+    host = [i for i, lane in enumerate(wl.lanes) if lane.kind == LaneKind.CPU_THREAD]
+    names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
+    assert [n for n in names if "launches" in n] == [
+        "zero_grad (60 launches)",
+        "master grads (60 launches)",
+        "master params (30 launches)",
+    ]
+    # Without clipping nothing waits: the copies' launches add to the issues.
+    no_clip = {"master_copies": "per_tensor", "clip_grad": 0.0}
+    assert _sim((kf, kb, ko), 0.0, no_clip, tensors=t).step_ns == (kf + kb + ko + 5 * t) * C
 
 
 def test_a_gpu_bound_step_pays_one_issue_per_sync() -> None:

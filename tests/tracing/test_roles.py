@@ -564,3 +564,39 @@ def test_masked_softmax_forms_trace_their_elementwise_kernels() -> None:
     assert fill_f - fused_f == per_layer(("aten::masked_fill_", 4 * e + sq))
     assert fill_b - fused_b == per_layer(("aten::masked_fill", 4 * e + sq))
     assert not fused_f - fill_f and not fused_b - fill_b
+
+
+def test_fp16_optimizer_copies_and_zeroes_per_tensor() -> None:
+    """``master_copies = "per_tensor"`` (Megatron-LM of 2019's FP16_Optimizer): before the
+    norm each fp16 gradient is copied into an fp32 one (2 read, 4 written per parameter) and
+    divided by the loss scale (4 read, 4 written); the fp32 master and the fp16 model
+    gradients are both zeroed (4 + 2 bytes); the param copy back is the 6 bytes it was."""
+    graph = _native(training={"master_copies": "per_tensor"})
+    plain = _native()
+    opt, n = graph.roles[0].optimizer, graph.roles[0].params
+    names = [graph.strings[int(i)] for i in opt.name]
+    assert names[:3] == ["master_grads_copy", "master_grads_unscale", "grad_norm"]
+    assert _bytes(graph, opt, "master_grads_copy") == 6 * n
+    assert _bytes(graph, opt, "master_grads_unscale") == 8 * n
+    assert _bytes(graph, opt, "zero_grad") == 6 * n
+    assert _bytes(plain, plain.roles[0].optimizer, "zero_grad") == 4 * n
+    assert _bytes(graph, opt, "copy_main_params") == 6 * n
+    assert _bytes(plain, plain.roles[0].optimizer, "master_grads_copy") == 0
+    # fp32 parameters under autocast have no 16-bit copies to make.
+    autocast = _native(training={"master_copies": "per_tensor"}, precision={"autocast": True})
+    assert _bytes(autocast, autocast.roles[0].optimizer, "master_grads_copy") == 0
+
+
+def test_each_role_counts_its_parameter_tensors() -> None:
+    """The graph's ``param_tensors`` per role: per GPT layer 12 tensors (the two LayerNorms'
+    weights and biases, the QKV, projection, FC1 and FC2 weights and biases); the first stage
+    adds the word and position embeddings, the last the final LayerNorm's two (its output
+    layer is the tied word embedding: one more tensor on a last stage of its own). Layers are
+    counted as the chunk cache repeats them (8 layers, 4 a stage)."""
+    one = trace_workload(_cfg(parallel={"pp": 1, "dp": 4}))
+    assert one.meta["param_tensors"] == {"0": 8 * 12 + 2 + 2}
+    two = trace_workload(_cfg())  # pp 2
+    assert two.meta["param_tensors"] == {"0": 4 * 12 + 2, "1": 4 * 12 + 2 + 1}
+    # Gradient rows undercount them: a LayerNorm's weight and bias complete together.
+    rows = sum(int((t.grad_bytes > 0).sum()) for t in one.roles[0].backward)
+    assert rows < 8 * 12 + 4
