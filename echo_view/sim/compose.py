@@ -67,6 +67,7 @@ from echo_view.model.workload import (
 from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
 from echo_view.sim.fsdp import FsdpRank
 from echo_view.sim.host import HostParams, PipeSyncs, crosses_stage, issue_span_ns
+from echo_view.sim.host_loops import HostLoops
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import deepep_kernels
 from echo_view.sim.schedule import schedule
@@ -78,21 +79,6 @@ HOST_THREAD, HOST_SYNC = "host (dispatch)", "cudaDeviceSynchronize"
 #: A zero-length op after a coarse op whose last kernel the host issues late (see
 #: ``_Composer.issue``).
 HOST_TAIL = "host-bound tail"
-#: Kernel launches per gradient tensor of Megatron's ``count_zeros_fp32``
-#: (``megatron/core/optimizer/clip_grads.py``): ``count_nonzero``, ``numel -``, ``+=``.
-COUNT_ZEROS_LAUNCHES = 3
-#: Kernel launches per gradient tensor of Megatron-LM's 2019 gradient checks
-#: (``[training] grad_checks = "per_tensor"``): the overflow check ``float(x.float().sum())``
-#: (a cast, a sum, the copy to the host) and, when clipping, the norm ``p.grad.data.norm(2)``
-#: read by ``.item()`` (the norm, the copy); each copy waits for the GPU.
-PER_TENSOR_CHECK_LAUNCHES, PER_TENSOR_NORM_LAUNCHES = 3, 2
-#: Kernel launches per parameter tensor of Megatron-LM's 2019 ``FP16_Optimizer``
-#: (``[training] master_copies = "per_tensor"``; fp16/fp16.py, fp16/fp16util.py at
-#: NVIDIA/Megatron-LM a0368ddf): the fp16 gradient copied into the fp32 master gradient and
-#: divided by the loss scale (after the overflow check, before the norm), the updated master
-#: param copied back (after the optimizer), and the master and model gradients zeroed (at
-#: the start of the next backward, ``backward_step``'s ``optimizer.zero_grad()``).
-MASTER_GRAD_LAUNCHES, MASTER_PARAM_LAUNCHES, ZERO_GRAD_LAUNCHES = 2, 1, 2
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
@@ -267,66 +253,6 @@ class _Composer:
         tail = self.op(rank, gpu_lane, HOST_TAIL, 0, kind=EventKind.GPU_ANNOTATION, issue=False)
         self.host_edges.append((h, tail, int(DepMode.END_TO_START), tail_lag))
         return tail
-
-    def count_zeros(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
-        """Megatron's ``count_zeros_fp32`` on the host: per gradient tensor the rank holds
-        (its shard of them with the distributed optimizer) a ``count_nonzero``, a subtraction
-        from the element count and an accumulation, three launches of tiny kernels, then a
-        ``.item()``."""
-        self.per_tensor_host(rank, role_idx, shard_group, COUNT_ZEROS_LAUNCHES, "count_zeros_fp32")
-
-    def per_tensor_copies(self) -> bool:
-        """Whether the optimizer copies between 16-bit and fp32 tensors one tensor at a time
-        (``master_copies = "per_tensor"``; only a model with 16-bit params has the copies)."""
-        cfg = self.cfg
-        half = cfg.dtype != "fp32" and not cfg.autocast
-        return half and cfg.training.master_copies == "per_tensor"
-
-    def per_tensor_checks(self, rank: int, role_idx: int, shard_group: tuple[int, ...]) -> None:
-        """Megatron-LM's 2019 gradient checks (``grad_checks = "per_tensor"``; ``fp16/
-        loss_scaler.py`` ``has_overflow_serial``, ``mpu/grads.py`` ``clip_grad_norm``): per
-        gradient tensor an overflow check and, when clipping, a norm, each read on the host.
-        Each read drains the GPU, whose share of the chain (a cast, a sum and a norm of one
-        tensor) is left out: the host issues the next tensor's kernels after it anyway."""
-        per = PER_TENSOR_CHECK_LAUNCHES
-        if self.cfg.training.clip_grad > 0:
-            per += PER_TENSOR_NORM_LAUNCHES
-        self.per_tensor_host(rank, role_idx, shard_group, per, "per-tensor gradient checks")
-
-    def param_tensors(self, role_idx: int) -> int:
-        """The parameter tensors of a role: as the tracer counted them (graph ``meta``), else,
-        for a graph traced before it did, the backward rows where gradients complete (which
-        count once the tensors completing at the same kernel: a layer norm's weight and
-        bias)."""
-        role = self.graph.roles[role_idx]
-        counted = self.graph.meta.get("param_tensors", {}).get(str(role.stages[0]))
-        if counted is not None:
-            return int(counted)
-        return sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
-
-    def per_tensor_host(
-        self,
-        rank: int,
-        role_idx: int,
-        shard_group: tuple[int, ...],
-        per: int,
-        what: str,
-        *,
-        sync: bool = True,
-    ) -> None:
-        """``per`` host launches for each parameter tensor the rank holds (its shard of them
-        with the distributed optimizer: the tensors split evenly over ``shard_group``), then,
-        with ``sync``, a wait for the GPU."""
-        lane = self.host_lane.get(rank)
-        if lane is None:
-            return
-        tensors = -(-self.param_tensors(role_idx) // max(1, len(shard_group)))
-        if tensors:
-            launches = per * tensors
-            name = f"{what} ({launches} launches)"
-            self.op(rank, lane, name, launches * self.host_ns, kind=EventKind.CPU_OP, issue=False)
-            if sync:
-                self.host_sync(rank)
 
     def host_sync(self, rank: int) -> None:
         """The host waits until every GPU stream of ``rank`` has drained."""
@@ -586,8 +512,7 @@ class _Composer:
         others = lay.coords(rank)[1:]
         syncs = PipeSyncs(p, stage)
         # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
-        grad_shard = dp_group if p.distributed_optimizer else ()
-        zeroed = False
+        loops = HostLoops(self, rank, role_idx, dp_group if p.distributed_optimizer else ())
         for ps in schedule(stage, p.pp, m, p.virtual_stages, p.microbatch_group):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
@@ -606,13 +531,8 @@ class _Composer:
                     cls=OpClass.COLLECTIVE,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
-            if not ps.forward and not zeroed and self.per_tensor_copies():
-                # FP16_Optimizer.zero_grad() opens the step's backward (pretrain_gpt2.py of
-                # 2019, ``backward_step``); its GPU work is in the optimizer's zero_grad row.
-                zeroed = True
-                self.per_tensor_host(
-                    rank, role_idx, grad_shard, ZERO_GRAD_LAUNCHES, "zero_grad", sync=False
-                )
+            if not ps.forward:
+                loops.backward_starts()
             if syncs.before(ps):
                 self.host_sync(rank)
             first_op = len(self.c.rank)
@@ -647,23 +567,10 @@ class _Composer:
                 dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
         opt_tc = self.costs[(role_idx, "optimizer", 0)]
-        if cfg.training.optimizer_sync:  # the gradient norm / zero count read by .item()
-            self.host_sync(rank)
-            if cfg.training.log_num_zeros_in_grad:
-                self.count_zeros(rank, role_idx, grad_shard)
-        if cfg.training.grad_checks == "per_tensor":
-            self.per_tensor_checks(rank, role_idx, grad_shard)
-        per_tensor_copies = self.per_tensor_copies()
-        if per_tensor_copies:
-            self.per_tensor_host(
-                rank, role_idx, grad_shard, MASTER_GRAD_LAUNCHES, "master grads", sync=False
-            )
+        loops.before_optimizer()
         first_opt = len(self.c.rank)
         self.emit_table(rank, comp, opt_tc, "optimizer", 0, len(opt_tc.table))
-        if per_tensor_copies:
-            self.per_tensor_host(
-                rank, role_idx, grad_shard, MASTER_PARAM_LAUNCHES, "master params", sync=False
-            )
+        loops.after_optimizer()
         for op in dp_ops:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, tied if tied >= 0 else first_opt))

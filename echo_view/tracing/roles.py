@@ -75,7 +75,7 @@ def _optimizer(
         # Megatron-LM of 2019 (FP16_Optimizer, fp16/fp16util.py ``model_grads_to_master_grads``
         # and fp16.py ``_downscale_master``): each fp16 gradient copied into an fp32 master
         # gradient (2 + 4 bytes), then multiplied by 1 / loss scale in place (4 + 4). One
-        # kernel per tensor each; their launches are simulated (echo_view.sim.compose).
+        # kernel per tensor each; their launches are simulated (echo_view.sim.host_loops).
         rec.op("master_grads_copy", OpClass.COPY, flops=0.0, nbytes=6 * n, dtype="fp32")
         rec.op("master_grads_unscale", OpClass.ELEMENTWISE, flops=n, nbytes=8 * n, dtype="fp32")
     if cfg.training.clip_grad_norm == "torch":
