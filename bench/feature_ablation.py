@@ -262,6 +262,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    (
+        "validation/shoeybi-gpt355m-64.toml",
+        "grad_allreduce (off = buffer)",
+        {"training.grad_allreduce": ("buffer", "flatten")},
+        None,
+        "",
+    ),
+    (
+        "validation/shoeybi-gpt8.3b-512.toml",
+        "grad_allreduce (off = buffer)",
+        {"training.grad_allreduce": ("buffer", "flatten")},
+        None,
+        "",
+    ),
 ]
 
 

@@ -71,6 +71,12 @@ GRAD_CHECKS = ("fused", "per_tensor")
 #: tensor a copy of its fp16 gradient into an fp32 one, the loss-scale division, the copy of the
 #: updated param back, and both gradients zeroed; docs/workloads.md "Host path").
 MASTER_COPIES = ("fused", "per_tensor")
+#: How data parallelism reduces the gradients: ``buffer`` (they live in one contiguous buffer
+#: that is reduced in place; Megatron-LM since 2021, PyTorch DDP's buckets) or ``flatten``
+#: (Megatron-LM of 2019's ``DistributedDataParallel.allreduce_params``: every 16-bit gradient
+#: copied into one new tensor, divided by the data-parallel size, all-reduced, the host waiting
+#: for it, and copied back tensor by tensor; docs/workloads.md "Host path").
+GRAD_ALLREDUCE = ("buffer", "flatten")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
@@ -295,7 +301,9 @@ class TrainingConfig:
     (:data:`GRAD_CHECKS`) whether the overflow check and the norm read one value or one per
     gradient tensor on the host (simulated, :mod:`echo_view.sim.host`); ``master_copies``
     (:data:`MASTER_COPIES`) whether the fp16/fp32 copies run once over all tensors or once per
-    tensor (traced, and the per-tensor launches simulated on the host)."""
+    tensor (traced, and the per-tensor launches simulated on the host); ``grad_allreduce``
+    (:data:`GRAD_ALLREDUCE`) whether gradients are reduced in place or through a flattened
+    copy (traced, and the copies back launched per tensor on the host)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
@@ -304,6 +312,7 @@ class TrainingConfig:
     gradient_accumulation_fusion: bool = True
     grad_checks: str = "fused"
     master_copies: str = "fused"
+    grad_allreduce: str = "buffer"
 
     @property
     def optimizer_sync(self) -> bool:
@@ -535,6 +544,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         t.get("gradient_accumulation_fusion", bool, True),
         t.choice("grad_checks", GRAD_CHECKS, "fused"),
         t.choice("master_copies", MASTER_COPIES, "fused"),
+        t.choice("grad_allreduce", GRAD_ALLREDUCE, "buffer"),
     )
     t.finish()
 
@@ -579,6 +589,8 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             "a script's graph holds the FSDP collectives it runs: leave fsdp unset",
         )
     _check_torch_native(cfg, err)
+    if cfg.training.grad_allreduce == "flatten":
+        _check_flatten(par, err)
     if uneven:
         _check_uneven(cfg, err)
     elif mod.layers % (par.pp * par.virtual_stages):
@@ -677,6 +689,26 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
             f"{dense} dense layers must fit in the first model chunk ({first_chunk} "
             "layers): raise parallel.first_stage_layers or use fewer pipeline stages",
         )
+
+
+def _check_flatten(par: ParallelConfig, err: Any) -> None:
+    """Megatron-LM of 2019 reduced all gradients once after the backward, on every rank: no
+    other data-parallel wrapper, no sharded optimizer, no overlapped or bucketed reduction."""
+    if par.ddp != "megatron" or par.fsdp != "none":
+        raise err(
+            "training.grad_allreduce",
+            '"flatten" is Megatron-LM\'s own data parallelism: leave parallel.ddp and '
+            "parallel.fsdp unset",
+        )
+    for key, on in (
+        ("distributed_optimizer", par.distributed_optimizer),
+        ("overlap_grad_reduce", par.overlap_grad_reduce),
+    ):
+        if on:
+            raise err(
+                "training.grad_allreduce",
+                f'"flatten" reduces every gradient after the backward: drop parallel.{key}',
+            )
 
 
 def _check_fsdp(par: ParallelConfig, err: Any) -> None:
@@ -1017,6 +1049,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             ),
             ("grad_checks", tr.grad_checks, default.grad_checks),
             ("master_copies", tr.master_copies, default.master_copies),
+            ("grad_allreduce", tr.grad_allreduce, default.grad_allreduce),
         )
         if v != d
     }
@@ -1062,6 +1095,8 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["gradient_accumulation_fusion"] = False
     if cfg.training.master_copies != "fused":  # the optimizer phase's copies (traced)
         key["master_copies"] = cfg.training.master_copies
+    if cfg.training.grad_allreduce != "buffer":  # the flattening copies (traced)
+        key["grad_allreduce"] = cfg.training.grad_allreduce
     return key
 
 

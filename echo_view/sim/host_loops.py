@@ -7,7 +7,9 @@ config's ``[training]`` keys (docs/workloads.md, "Host path"):
 
 - Megatron's ``count_zeros_fp32`` (``log_num_zeros_in_grad``), after the gradient norm's read;
 - Megatron-LM of 2019's gradient checks (``grad_checks = "per_tensor"``);
-- Megatron-LM of 2019's ``FP16_Optimizer`` copies (``master_copies = "per_tensor"``).
+- Megatron-LM of 2019's ``FP16_Optimizer`` copies (``master_copies = "per_tensor"``);
+- Megatron-LM of 2019's gradient all-reduce through a flat copy (``grad_allreduce =
+  "flatten"``), whose copies back into the gradients come after a wait for the GPU.
 
 A rank's parameter tensors are the traced graph's count for its role (``meta.param_tensors``),
 a shard of them (split evenly) where the optimizer is sharded.
@@ -39,6 +41,10 @@ PER_TENSOR_CHECK_LAUNCHES, PER_TENSOR_NORM_LAUNCHES = 3, 2
 #: param copied back (after the optimizer), and the master and model gradients zeroed (at
 #: the start of the next backward, ``backward_step``'s ``optimizer.zero_grad()``).
 MASTER_GRAD_LAUNCHES, MASTER_PARAM_LAUNCHES, ZERO_GRAD_LAUNCHES = 2, 1, 2
+#: Kernel launches per parameter tensor of Megatron-LM's 2019 ``allreduce_params``
+#: (``[training] grad_allreduce = "flatten"``; model/distributed.py at a0368ddf): after the
+#: all-reduce and ``torch.cuda.synchronize()``, ``buf.copy_(synced)`` for each gradient.
+UNFLATTEN_LAUNCHES = 1
 
 
 def param_tensors(graph: TracedGraph, role_idx: int) -> int:
@@ -95,10 +101,15 @@ class HostLoops:
             self.launch(ZERO_GRAD_LAUNCHES, "zero_grad", sync=False)
 
     def before_optimizer(self) -> None:
-        """After the backward and the gradient reduction: the gradient norm's or zero
-        count's read (Megatron's ``.item()``), the zero count, the 2019 checks, then the
-        2019 copies of the gradients into fp32 (which wait for nothing)."""
+        """After the backward and the gradient reduction: the 2019 copies out of the flat
+        gradient, the gradient norm's or zero count's read (Megatron's ``.item()``), the zero
+        count, the 2019 checks, then the 2019 copies of the gradients into fp32 (which wait
+        for nothing)."""
         training = self.cfg.training
+        if training.grad_allreduce == "flatten":
+            # The host waits for the all-reduce, then copies each gradient back.
+            self.comp.host_sync(self.rank)
+            self.launch(UNFLATTEN_LAUNCHES, "ddp unflatten", sync=False)
         if training.optimizer_sync:
             self.comp.host_sync(self.rank)
             if training.log_num_zeros_in_grad:

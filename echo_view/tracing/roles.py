@@ -34,6 +34,7 @@ from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGrap
 from echo_view.model.strings import StringTable
 from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk
 from echo_view.tracing.fp8 import fp8_recipe, record_cast, record_scale_update
+from echo_view.tracing.gpt import param_dtype
 from echo_view.tracing.recorder import Recorder
 
 #: A chunk's body: ``(cfg, first, last, layers, dense)`` to ops whose string ids refer to a
@@ -71,6 +72,18 @@ def _optimizer(
     recipe = fp8_recipe(cfg)
     per_tensor = half and cfg.training.master_copies == "per_tensor"
     rec.begin()
+    if cfg.training.grad_allreduce == "flatten":
+        # Megatron-LM of 2019 (model/distributed.py ``allreduce_params``): the model's
+        # gradients copied into one flat tensor (``_flatten_dense_tensors``), divided by the
+        # data-parallel size in place, all-reduced (the composer's collective, which these
+        # rows follow instead of surrounding: one serial chain either way), then copied back
+        # into each gradient. Each moves the 16-bit gradients twice.
+        dtype = param_dtype(cfg)
+        g = dtype.itemsize * params
+        label = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+        rec.op("ddp_flatten", OpClass.COPY, flops=0.0, nbytes=2 * g, dtype=label)
+        rec.op("ddp_divide", OpClass.ELEMENTWISE, flops=g, nbytes=2 * g, dtype=label)
+        rec.op("ddp_unflatten", OpClass.COPY, flops=0.0, nbytes=2 * g, dtype=label)
     if per_tensor:
         # Megatron-LM of 2019 (FP16_Optimizer, fp16/fp16util.py ``model_grads_to_master_grads``
         # and fp16.py ``_downscale_master``): each fp16 gradient copied into an fp32 master

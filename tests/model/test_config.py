@@ -343,6 +343,30 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     # FP16_Optimizer's per-tensor copies are traced (the optimizer phase's kernels).
     copies = parse_workload_config(BASE | {"training": {"master_copies": "per_tensor"}})
     assert tracing_key(copies)["master_copies"] == "per_tensor"
+    flat = parse_workload_config(BASE | {"training": {"grad_allreduce": "flatten"}})
+    assert tracing_key(flat)["grad_allreduce"] == "flatten"
+    assert "grad_allreduce" not in tracing_key(parse_workload_config(BASE))
+
+
+@pytest.mark.parametrize(
+    ("parallel", "text"),
+    [
+        ({"distributed_optimizer": True}, "drop parallel.distributed_optimizer"),
+        ({"overlap_grad_reduce": True}, "drop parallel.overlap_grad_reduce"),
+        (
+            {"ddp": "torch", "pp": 1, "dp": 8, "virtual_stages": 1},
+            "leave parallel.ddp and parallel.fsdp unset",
+        ),
+    ],
+)
+def test_a_flattened_allreduce_refuses_what_megatron_of_2019_did_not_have(
+    parallel: dict[str, Any], text: str
+) -> None:
+    data = _with("parallel", **parallel) | {"training": {"grad_allreduce": "flatten"}}
+    if parallel.get("ddp") == "torch":  # PyTorch DDP is modelled with autocast's fp32 params
+        data["precision"] = {**data["precision"], "autocast": True}
+    with pytest.raises(ConfigError, match=rf"training\.grad_allreduce: .*{text}"):
+        parse_workload_config(data)
 
 
 def _parallel(layers: int, **parallel: Any) -> WorkloadConfig:

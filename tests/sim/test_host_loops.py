@@ -103,3 +103,20 @@ def test_only_16_bit_params_have_master_copies() -> None:
     assert not per_tensor_copies(parse_workload_config({**data, "precision": autocast}))
     fused = {**data, "training": {}, "precision": {"dtype": "fp16"}}
     assert not per_tensor_copies(parse_workload_config(fused))
+
+
+def test_a_flattened_allreduce_waits_then_copies_each_gradient_back() -> None:
+    # Megatron-LM of 2019's allreduce_params: after the all-reduce, torch.cuda.synchronize()
+    # and one copy_ per gradient, before the gradient norm's read (clip_grad 1.0). One rank
+    # (no collective), host-bound, T = 30 tensors:
+    kf, kb, ko, t = 40, 80, 3, 30
+    sim = _sim((kf, kb, ko), 0.0, {"grad_allreduce": "flatten"}, tensors=t)
+    # The sync after the backward waits for its last kernel; then the copies' launches (their
+    # GPU work is the optimizer table's ddp_unflatten row, absent from this hand-made one),
+    # the norm's sync, which finds the GPU idle, and the optimizer.
+    assert sim.step_ns == (kf + kb) * C + SMALL + t * C + ko * C + SMALL
+    wl = sim.composed.workload
+    host = [i for i, lane in enumerate(wl.lanes) if lane.kind == LaneKind.CPU_THREAD]
+    names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
+    i = names.index("ddp unflatten (30 launches)")
+    assert names[i - 1] == names[i + 1] == "cudaDeviceSynchronize"

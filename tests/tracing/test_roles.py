@@ -600,3 +600,16 @@ def test_each_role_counts_its_parameter_tensors() -> None:
     # Gradient rows undercount them: a LayerNorm's weight and bias complete together.
     rows = sum(int((t.grad_bytes > 0).sum()) for t in one.roles[0].backward)
     assert rows < 8 * 12 + 4
+
+
+def test_flattened_gradient_allreduce_copies_the_gradients_out_and_back() -> None:
+    """``grad_allreduce = "flatten"`` (Megatron-LM of 2019's ``allreduce_params``): the 16-bit
+    gradients copied into one flat tensor, divided in place and copied back, each pass
+    reading and writing 2 bytes per parameter (bf16 here), before the rest of the optimizer."""
+    graph = _native(training={"grad_allreduce": "flatten"})
+    opt, n = graph.roles[0].optimizer, graph.roles[0].params
+    names = [graph.strings[int(i)] for i in opt.name]
+    assert names[:4] == ["ddp_flatten", "ddp_divide", "ddp_unflatten", "grad_norm"]
+    for name in ("ddp_flatten", "ddp_divide", "ddp_unflatten"):
+        assert _bytes(graph, opt, name, "bf16") == 4 * n
+    assert _bytes(_native(), _native().roles[0].optimizer, "ddp_flatten") == 0
