@@ -59,7 +59,16 @@ TRACES = [
     SHARED / "kineto-tb-plugin-samples" / "resnet50_num_workers_0",
     SHARED / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
     SHARED / "tracelens" / "b200" / "eager_trace.json.gz",
+    # Nsight Systems captures (samples/nsys, from GindaChen/nsys-ai): FastVideo training on two
+    # H100 before and after an optimisation, and Wan-T2V inference on two H100.
+    ROOT / "samples" / "nsys" / "mfu_2gpu_before.sqlite.gz",
+    ROOT / "samples" / "nsys" / "mfu_2gpu_after.sqlite.gz",
+    ROOT / "samples" / "nsys" / "h100_2gpu_1s.sqlite.gz",
 ]
+#: The traces whose threads set ``host.kernel_us``: training steps (the simulator's workload)
+#: on Hopper hosts. The H100 inference traces (tracelens Qwen, Wan-T2V) run no backward,
+#: optimizer or gradient bookkeeping, which cost the training loop's host per kernel.
+HOPPER_TRAINING = ("mfu_2gpu_before.sqlite.gz", "mfu_2gpu_after.sqlite.gz")
 CI = ROOT / "samples" / "configs" / "megatron-ci-small"
 
 
@@ -148,20 +157,28 @@ def main() -> int:
     )
     print("|---|---|---|---:|---:|---:|---:|---:|")
     optimizer: list[tuple[str, str, float, int, int]] = []
+    training: list[float] = []
     for path in TRACES:
         if not path.exists():
             continue
-        for trace in read_job([path]).traces[:1]:
+        for trace in read_job([path]).traces:
             gpu = trace.devices[0].name if trace.devices else "?"
             for lane, n, med, p25, starved, per_kernel in thread_rows(trace):
                 print(
-                    f"| {_label(path)} | {gpu} | {lane} | {n} | {med:.1f} | {p25:.1f} "
-                    f"| {starved:.1f} | {per_kernel:.1f} |"
+                    f"| {_label(path)} rank {trace.rank} | {gpu} | {lane} | {n} | {med:.1f} "
+                    f"| {p25:.1f} | {starved:.1f} | {per_kernel:.1f} |"
                 )
+                if path.name in HOPPER_TRAINING:
+                    training.append(per_kernel)
             # One step of each optimizer (the first is often warm-up of a different shape).
             rows = optimizer_rows(trace)
             if rows:
                 optimizer.append((_label(path), *rows[len(rows) // 2]))
+    if training:
+        print(
+            f"\nHopper training threads ({len(training)}): host per kernel median "
+            f"{np.median(training):.1f} µs (host.kernel_us default: {HostParams().kernel_us:g})"
+        )
     print()
     print("| trace | optimizer step | CPU span (µs) | launches | parameter tensors (add_) |")
     print("|---|---|---:|---:|---:|")

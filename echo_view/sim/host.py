@@ -25,8 +25,12 @@ The synchronising points of Megatron-LM (:mod:`echo_view.sim.compose`):
   ``count_zeros_fp32`` (``log_num_zeros_in_grad``) read their all-reduced result with
   ``.item()`` before the update (``megatron/core/optimizer/clip_grads.py``).
 
-``kernel_us`` is measured on the CPU timelines of real Kineto traces
-(``bench/launch_intervals.py``, ``docs/accuracy.md``).
+``kernel_us`` is measured on real CPU timelines (``bench/launch_intervals.py``,
+``docs/accuracy.md``): the default is the median over the launching threads of the training
+steps captured on H100 hosts (two Nsight Systems captures of a PyTorch training job, two ranks
+each: 63.4-80.9 µs). It is a property of the host and its software more than of the GPU
+(inference steps on the same hosts take 31.5-33.7 µs per kernel; the older A100 and V100
+training traces here 34-80 µs): ``--set host.kernel_us=...`` gives another host's value.
 """
 
 from __future__ import annotations
@@ -49,9 +53,9 @@ class HostParams(ParamSet):
     NOUN: ClassVar[str] = "host parameter"
 
     kernel_us: float = param(
-        31.5,
+        73.7,
         help="host time per launched kernel on the launching thread (0: no host path); "
-        "measured on the H100 Kineto trace's CPU timeline",
+        "measured on the CPU timelines of training steps on H100 hosts",
         unit="µs",
         lo=0.0,
         hi=100_000.0,

@@ -20,7 +20,7 @@ from echo_view.sim.host import HostParams, IssueFold, issue_span_ns
 from echo_view.sim.kernel_cost import ComputeParams
 from tests.sim.op_tables import op_table
 
-C = 31_500  # the default host time per kernel, ns
+C = 73_700  # the default host time per kernel, ns
 SMALL = 3_500  # a kernel with no work: kernel_min_ns + kernel_gap_ns of ComputeParams()
 BIG_FLOPS = 4e11  # a GEMM of about 0.5 ms at the H100 bf16 peak
 
