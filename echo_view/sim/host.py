@@ -29,7 +29,7 @@ The synchronising points of Megatron-LM (:mod:`echo_view.sim.compose`):
 ``docs/accuracy.md``): the default is the median over the launching threads of the training
 steps captured on H100 hosts (two Nsight Systems captures of a PyTorch training job, two ranks
 each: 63.4-80.9 µs). It is a property of the host and its software more than of the GPU
-(inference steps on the same hosts take 31.5-33.7 µs per kernel; the older A100 and V100
+(inference steps on H100 hosts take 31.5-33.7 µs per kernel; the older A100 and V100
 training traces here 34-80 µs): ``--set host.kernel_us=...`` gives another host's value.
 """
 
