@@ -4,17 +4,15 @@ gradient checks and FP16_Optimizer copies, over the parameter tensors the tracer
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
-from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import Role, TracedGraph
 from echo_view.model.kinds import LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.host_loops import param_tensors, per_tensor_copies
 from tests.sim.op_tables import op_table
-from tests.sim.test_host import SMALL, C, _sim
+from tests.sim.test_host import SMALL, C, _sim, one_rank_config
 
 
 def test_per_tensor_gradient_checks_issue_five_launches_a_tensor_then_wait() -> None:
@@ -82,27 +80,11 @@ def test_a_roles_tensors_come_from_the_graph_else_from_its_gradient_rows() -> No
 
 
 def test_only_16_bit_params_have_master_copies() -> None:
-    data: dict[str, Any] = {
-        "model": {
-            "kind": "gpt",
-            "layers": 2,
-            "hidden": 64,
-            "heads": 4,
-            "seq_len": 16,
-            "vocab": 100,
-        },
-        "parallel": {"tp": 1, "pp": 1, "dp": 1},
-        "batch": {"global": 1, "micro": 1},
-        "cluster": {"gpu": "H100", "gpus_per_node": 1, "nodes": 1},
-        "training": {"master_copies": "per_tensor"},
-    }
-    data["model"]["vocab"] = 100
-    assert per_tensor_copies(parse_workload_config({**data, "precision": {"dtype": "fp16"}}))
-    assert not per_tensor_copies(parse_workload_config({**data, "precision": {"dtype": "fp32"}}))
-    autocast = {"dtype": "bf16", "autocast": True}
-    assert not per_tensor_copies(parse_workload_config({**data, "precision": autocast}))
-    fused = {**data, "training": {}, "precision": {"dtype": "fp16"}}
-    assert not per_tensor_copies(parse_workload_config(fused))
+    copies = {"master_copies": "per_tensor"}
+    assert per_tensor_copies(one_rank_config(copies, {"dtype": "fp16"}))
+    assert not per_tensor_copies(one_rank_config(copies, {"dtype": "fp32"}))
+    assert not per_tensor_copies(one_rank_config(copies, {"dtype": "bf16", "autocast": True}))
+    assert not per_tensor_copies(one_rank_config({}, {"dtype": "fp16"}))
 
 
 def test_a_flattened_allreduce_waits_then_copies_each_gradient_back() -> None:
