@@ -99,6 +99,15 @@ def _render(r: dict[str, Any]) -> str:
             f"slowest rank {b['rank']}: compute {b['compute_s']:.4f} s, comm {b['comm_s']:.4f} s "
             f"(exposed {b['exposed_comm_s']:.4f} s), idle {b['idle_s']:.4f} s"
         )
+    h = r["host"]
+    if h["kernel_us"] > 0:
+        # A host-bound step moves with the host's time per kernel: say where to set it.
+        bound = "; host-bound: --set host.kernel_us=US for your host" if h["share"] > 0.5 else ""
+        lines.append(
+            f"host path: {1e3 * h['busy_s']:,.1f} ms of kernel issue on rank "
+            f"{b['rank'] if b else '-'} ({100 * h['share']:.0f}% of the step) at "
+            f"{h['kernel_us']:g} µs per kernel{bound}"
+        )
     lines.append(
         f"pipeline bubble: ideal {100 * r['bubble']['ideal']:.1f}%, "
         f"simulated {100 * r['bubble']['simulated']:.1f}%"

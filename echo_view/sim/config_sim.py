@@ -13,7 +13,7 @@ import numpy.typing as npt
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import OpClass, TracedGraph
 from echo_view.model.job import ClockAlignment, Job
-from echo_view.model.kinds import CollectiveKind, EventKind
+from echo_view.model.kinds import CollectiveKind, EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
     NONE,
@@ -105,6 +105,14 @@ class ConfigSimulation:
         busy = int(span[compute].sum())
         step = int(res.end_ns[mine].max()) if mine.any() else 0
         return {**out, "interference": busy - solo, "exposed": step - busy}
+
+    def host_ns(self, rank: int) -> int:
+        """Time ``rank``'s host thread spends issuing work (its kernels' launches and its
+        per-tensor loops; 0 without a host path): against the step, how host-bound it is."""
+        wl = self.composed.workload
+        host = np.array([lane.kind == LaneKind.CPU_THREAD for lane in wl.lanes], dtype=bool)
+        mine = (wl.ops.rank == rank) & host[wl.ops.lane]
+        return int(wl.ops.dur_ns[mine].sum())
 
     def bubble(self) -> dict[str, float]:
         """Pipeline bubble: the ideal ``(p-1)/(v*m)`` and the simulated idle share of the

@@ -259,9 +259,14 @@ def simulate_workload(
             gpu_generation(cluster.gpu.name),
             interference_file,
         ),
-        host=HostParams().with_overrides(
-            {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS}
-        ),
+        host=host_params(overrides),
+    )
+
+
+def host_params(overrides: Mapping[str, str]) -> HostParams:
+    """The host-path parameters with ``overrides``' ``host.*`` keys applied."""
+    return HostParams().with_overrides(
+        {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS}
     )
 
 
@@ -342,6 +347,12 @@ def _workload_report(
         "ranks_mode": mode,
         "stages": [{"stage": s, "step_time_s": t / 1e9} for s, t in sorted(sim.stage_ns().items())],
         "breakdown": breakdown,
+        # How much of the slowest rank's step its host thread spends issuing work.
+        "host": {
+            "kernel_us": host_params(overrides).kernel_us,
+            "busy_s": sim.host_ns(slowest) / 1e9,
+            "share": sim.host_ns(slowest) / sim.step_ns if sim.step_ns else 0.0,
+        },
         "bubble": sim.bubble(),
         "graph": {"origin": origin, "roles": len(sim.graph.roles), "ops": sim.graph.op_count()},
         "cluster": cluster,

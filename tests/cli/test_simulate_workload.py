@@ -48,6 +48,25 @@ def test_simulate_a_shipped_config_json(capsys: pytest.CaptureFixture[str]) -> N
     assert mem["peak_bytes"] == sum(mem["stages"][0][k] for k in parts)
 
 
+def test_simulate_says_how_much_of_the_step_the_host_issues(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    small = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
+    assert main(["simulate", str(small), "--json"]) == 0
+    host = json.loads(capsys.readouterr().out)["host"]
+    assert host["kernel_us"] == 73.7 and 0.5 < host["share"] <= 1.0
+    assert main(["simulate", str(small)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("host path:"))
+    assert f"{1e3 * host['busy_s']:,.1f} ms of kernel issue" in line
+    assert line.endswith("host-bound: --set host.kernel_us=US for your host")
+    # A GPU-bound step gets no hint; without a host path there is no line.
+    assert main(["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("host path:"))
+    assert "host-bound" not in line
+    assert main(["simulate", str(small), "--set", "host.kernel_us=0"]) == 0
+    assert "host path:" not in capsys.readouterr().out
+
+
 def _ci_7b_on(tmp_path: Path, gpu: str) -> Path:
     """The Megatron CI 7B tp4 config (and its traced graph beside it) on another GPU."""
     text = (VALIDATION / "megatron-ci-7b-tp4-pp1.toml").read_text()

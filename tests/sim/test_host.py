@@ -137,3 +137,10 @@ def test_host_parameters_are_checked() -> None:
         HostParams().with_overrides({"kernel_us": "-1"})
     with pytest.raises(ConfigError, match="unknown host parameter"):
         HostParams().with_overrides({"launch_us": "1"})
+
+
+def test_the_host_threads_busy_time_is_its_issues() -> None:
+    # 40 + 80 + 3 kernels issued at C each, plus the optimizer's sync (no time of its own).
+    sim = _sim((40, 80, 3), 0.0)
+    assert sim.host_ns(0) == (40 + 80 + 3) * C
+    assert _sim((40, 80, 3), 0.0, host=HostParams(kernel_us=0)).host_ns(0) == 0
