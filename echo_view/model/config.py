@@ -344,6 +344,18 @@ class WorkloadConfig:
         """Micro-batches per pipeline per step: global / (micro * dp)."""
         return self.batch.global_batch // (self.batch.micro * self.parallel.dp)
 
+    @property
+    def half_params(self) -> bool:
+        """Whether the model's parameters are 16-bit beside fp32 main copies (Megatron's
+        mixed precision), not fp32 ones (fp32 training, ``torch.autocast``)."""
+        return self.dtype != "fp32" and not self.autocast
+
+    @property
+    def per_tensor_master_copies(self) -> bool:
+        """Whether the optimizer copies between the 16-bit and the fp32 tensors one tensor at a
+        time (``[training] master_copies = "per_tensor"``; only 16-bit params have copies)."""
+        return self.half_params and self.training.master_copies == "per_tensor"
+
 
 class _Section:
     """Typed access to one TOML table that remembers which keys were read."""
@@ -752,7 +764,7 @@ def _check_torch_native(cfg: WorkloadConfig, err: Any) -> None:
             "or a script",
         )
     if par.ddp == "torch":
-        if cfg.dtype != "fp32" and not cfg.autocast:
+        if cfg.half_params:
             raise err(
                 "parallel.ddp",
                 '"torch" is modelled with fp32 parameters: set [precision] autocast = true '

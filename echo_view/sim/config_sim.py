@@ -4,7 +4,7 @@ into a predicted :class:`~echo_view.model.Job` and a report."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class ConfigSimulation:
     params: ComputeParams
     composed: Composed
     result: SimResult
+    #: The host path's parameters the step was simulated with.
+    host: HostParams = field(default_factory=HostParams)
 
     @property
     def step_ns(self) -> int:
@@ -167,7 +169,7 @@ def simulate_config(
     )
     hook = config_rate_hook(composed, interference, cluster.gpu.name)
     result = engine.run(composed.workload, composed.dur_ns, composed.coll_dur_ns, rates=hook)
-    return ConfigSimulation(cfg, graph, cluster, params, composed, result)
+    return ConfigSimulation(cfg, graph, cluster, params, composed, result, host or HostParams())
 
 
 def _coll_kind_of(name: str) -> int:

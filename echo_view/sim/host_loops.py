@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import TracedGraph
 from echo_view.model.kinds import EventKind
 
@@ -58,13 +57,6 @@ def param_tensors(graph: TracedGraph, role_idx: int) -> int:
     return sum(int((t.grad_bytes > 0).sum()) for t in role.backward)
 
 
-def per_tensor_copies(cfg: WorkloadConfig) -> bool:
-    """Whether the optimizer copies between 16-bit and fp32 tensors one tensor at a time
-    (``master_copies = "per_tensor"``; only a model with 16-bit params has the copies)."""
-    half = cfg.dtype != "fp32" and not cfg.autocast
-    return half and cfg.training.master_copies == "per_tensor"
-
-
 class HostLoops:
     """One rank's per-tensor host loops, placed on its host thread as the composer reaches
     them. ``shard_group``: the ranks its optimizer's tensors are sharded over (empty when it
@@ -75,7 +67,7 @@ class HostLoops:
     ) -> None:
         self.comp, self.rank = comp, rank
         self.cfg = comp.cfg
-        self.copies = per_tensor_copies(comp.cfg)
+        self.copies = comp.cfg.per_tensor_master_copies
         self.tensors = -(-param_tensors(comp.graph, role_idx) // max(1, len(shard_group)))
         self.zeroed = False
 

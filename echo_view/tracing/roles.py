@@ -68,9 +68,9 @@ def _optimizer(
     if p.distributed_optimizer:
         n = (params - expert_params) // p.dp + expert_params // p.expert_dp
     # Megatron's 16-bit model parameters beside fp32 main ones (not autocast's fp32 ones).
-    half = cfg.dtype != "fp32" and not cfg.autocast
+    half = cfg.half_params
     recipe = fp8_recipe(cfg)
-    per_tensor = half and cfg.training.master_copies == "per_tensor"
+    per_tensor = cfg.per_tensor_master_copies
     rec.begin()
     if cfg.training.grad_allreduce == "flatten":
         # Megatron-LM of 2019 (model/distributed.py ``allreduce_params``): the model's

@@ -681,3 +681,16 @@ def test_async_tensor_parallel_allreduce_is_on_by_default_and_only_simulated() -
     assert tracing_key(cfg) == tracing_key(base)  # the same ops, scheduled otherwise
     with pytest.raises(ConfigError, match=r"parallel\.async_tensor_model_parallel_allreduce"):
         parse_workload_config(_with("parallel", async_tensor_model_parallel_allreduce=1))
+
+
+def test_only_16_bit_params_have_master_copies() -> None:
+    copies = {"training": {"master_copies": "per_tensor"}}
+    assert parse_workload_config(BASE | copies).per_tensor_master_copies  # fp16
+    assert not parse_workload_config(_with("precision", dtype="fp32") | copies).half_params
+    assert not parse_workload_config(
+        _with("precision", dtype="fp32") | copies
+    ).per_tensor_master_copies
+    dense = _with("parallel", pp=1, dp=8, virtual_stages=1)
+    autocast = dense | {"precision": {"dtype": "bf16", "autocast": True}} | copies
+    assert not parse_workload_config(autocast).per_tensor_master_copies
+    assert not parse_workload_config(BASE).per_tensor_master_copies  # fused, the default

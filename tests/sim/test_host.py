@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import LaneKind
 from echo_view.model.strings import StringTable
@@ -28,29 +28,6 @@ BIG_FLOPS = 4e11  # a GEMM of about 0.5 ms at the H100 bf16 peak
 def _table(strings: StringTable, name: str, flops: list[float]) -> OpTable:
     kind = OpClass.GEMM if any(flops) else OpClass.ELEMENTWISE
     return op_table(strings, [(f"{name}{i}", kind, f, 0) for i, f in enumerate(flops)])
-
-
-def one_rank_config(
-    training: dict[str, Any] | None = None, precision: dict[str, Any] | None = None
-) -> WorkloadConfig:
-    """A two-layer GPT on one H100 (bf16 unless ``precision`` says otherwise)."""
-    return parse_workload_config(
-        {
-            "model": {
-                "kind": "gpt",
-                "layers": 2,
-                "hidden": 64,
-                "heads": 4,
-                "seq_len": 16,
-                "vocab": 100,
-            },
-            "parallel": {"tp": 1, "pp": 1, "dp": 1},
-            "batch": {"global": 1, "micro": 1},
-            "cluster": {"gpu": "H100", "gpus_per_node": 1, "nodes": 1},
-            "precision": precision or {"dtype": "bf16"},
-            **({"training": training} if training is not None else {}),
-        }
-    )
 
 
 def _sim(
@@ -73,7 +50,23 @@ def _sim(
     bwd = replace(bwd, grad_bytes=done)
     meta = {} if tensors is None else {"param_tensors": {"0": tensors}}
     graph = TracedGraph(strings, (Role((0,), (fwd,), (bwd,), opt, params=1000),), meta=meta)
-    cfg = one_rank_config(training)
+    cfg = parse_workload_config(
+        {
+            "model": {
+                "kind": "gpt",
+                "layers": 2,
+                "hidden": 64,
+                "heads": 4,
+                "seq_len": 16,
+                "vocab": 100,
+            },
+            "parallel": {"tp": 1, "pp": 1, "dp": 1},
+            "batch": {"global": 1, "micro": 1},
+            "cluster": {"gpu": "H100", "gpus_per_node": 1, "nodes": 1},
+            "precision": {"dtype": "bf16"},
+            **({"training": training} if training is not None else {}),
+        }
+    )
     cluster = cluster_from_config(cfg.cluster)
     return simulate_config(
         graph, cfg, cluster, default_comm_model(), ComputeParams(), comm_scale=0.0, host=host

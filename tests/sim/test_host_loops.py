@@ -10,9 +10,9 @@ import numpy as np
 from echo_view.model.graph import Role, TracedGraph
 from echo_view.model.kinds import LaneKind
 from echo_view.model.strings import StringTable
-from echo_view.sim.host_loops import param_tensors, per_tensor_copies
+from echo_view.sim.host_loops import param_tensors
 from tests.sim.op_tables import op_table
-from tests.sim.test_host import SMALL, C, _sim, one_rank_config
+from tests.sim.test_host import SMALL, C, _sim
 
 
 def test_per_tensor_gradient_checks_issue_five_launches_a_tensor_then_wait() -> None:
@@ -77,14 +77,6 @@ def test_a_roles_tensors_come_from_the_graph_else_from_its_gradient_rows() -> No
     assert param_tensors(TracedGraph(strings, (role,)), 0) == 2  # rows completing gradients
     counted = TracedGraph(strings, (role,), meta={"param_tensors": {"2": 7}})
     assert param_tensors(counted, 0) == 7  # keyed by the role's first stage
-
-
-def test_only_16_bit_params_have_master_copies() -> None:
-    copies = {"master_copies": "per_tensor"}
-    assert per_tensor_copies(one_rank_config(copies, {"dtype": "fp16"}))
-    assert not per_tensor_copies(one_rank_config(copies, {"dtype": "fp32"}))
-    assert not per_tensor_copies(one_rank_config(copies, {"dtype": "bf16", "autocast": True}))
-    assert not per_tensor_copies(one_rank_config({}, {"dtype": "fp16"}))
 
 
 def test_a_flattened_allreduce_waits_then_copies_each_gradient_back() -> None:
