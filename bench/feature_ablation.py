@@ -220,6 +220,17 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    # Deterministic mode's fills of new buffers, on Megatron-LM CI runs that set it (no source
+    # reports the same run without it: docs/accuracy.md).
+    *(
+        (rel, "deterministic", {"training.deterministic": (False, True)}, None, "")
+        for rel in (
+            "validation/megatron-ci-7b-tp4-pp1.toml",
+            "validation/megatron-ci-7b-tp1-pp4.toml",
+            "megatron-ci-small/tp4-pp1-overlap.toml",
+            "megatron-ci-small/tp1-pp2.toml",
+        )
+    ),
 ] + [
     # Megatron-LM of 2019's ways, each on the Shoeybi et al. 2019 runs with tensor parallelism
     # 1 and 8 (no source reports them: docs/accuracy.md).

@@ -103,10 +103,13 @@ def _render(r: dict[str, Any]) -> str:
     if h["kernel_us"] > 0:
         # A host-bound step moves with the host's time per kernel: say where to set it.
         bound = "; host-bound: --set host.kernel_us=US for your host" if h["share"] > 0.5 else ""
+        fills = (
+            f" ({h['fills']:,} fills of new buffers at {h['fill_us']:g} µs)" if h["fills"] else ""
+        )
         lines.append(
             f"host path: {1e3 * h['busy_s']:,.1f} ms of kernel issue on rank "
             f"{b['rank'] if b else '-'} ({100 * h['share']:.0f}% of the step) at "
-            f"{h['kernel_us']:g} µs per kernel{bound}"
+            f"{h['kernel_us']:g} µs per kernel{fills}{bound}"
         )
     lines.append(
         f"pipeline bubble: ideal {100 * r['bubble']['ideal']:.1f}%, "

@@ -170,6 +170,37 @@ SDPA = frozenset(
 )
 _ATTN = frozenset({"flash_attn", "flash_attn_bwd"}) | SDPA
 
+#: Ops whose CUDA implementation takes its outputs from ATen's allocation functions
+#: (``at::empty``, ``empty_like``, ``empty_strided`` through the dispatcher), whose buffers
+#: ``torch.use_deterministic_algorithms(True)`` fills with NaN before the op runs
+#: (``fill_uninitialized_memory``, on by default: ``at::native::empty_cuda``). Structured
+#: kernels (``mm``, ``add``, ``gelu``, ``_softmax`` ...) allocate through
+#: ``at::detail::empty_cuda``, which does not fill. These do: ``clone`` and ``_to_copy``
+#: (``empty_like`` / ``empty_strided``, then a copy), dropout and its backward and layer norm
+#: and its backward (``empty_like``; Transformer Engine's and Apex's norms alike), the fused
+#: attention kernels (Transformer Engine's cuDNN attention, FlashAttention, PyTorch's SDPA).
+#: Other outputs are filled where the tracer marks a program's own allocation or a library
+#: kernel's (``Recorder.library``): Transformer Engine's GEMM outputs, the fused softmax's,
+#: Megatron's ``torch.empty`` for a collective's output.
+ALLOCATING = (
+    frozenset(
+        {
+            "clone",
+            "_to_copy",
+            "native_dropout",
+            "native_dropout_backward",
+            "native_layer_norm",
+            "native_layer_norm_backward",
+            "rms_norm",
+            "rms_norm_bwd",
+        }
+    )
+    | _ATTN
+)
+#: The graph row of one such fill (``aten::fill_`` called inside the allocation, not by the
+#: program): a kernel writing the buffer once.
+DETERMINISTIC_FILL = "aten::fill_ (uninitialized)"
+
 
 _CLASSES: tuple[tuple[frozenset[str], int], ...] = (
     (GEMM, OpClass.GEMM),

@@ -77,6 +77,11 @@ MASTER_COPIES = ("fused", "per_tensor")
 #: copied into one new tensor, divided by the data-parallel size, all-reduced, the host waiting
 #: for it, and copied back tensor by tensor; docs/workloads.md "Host path").
 GRAD_ALLREDUCE = ("buffer", "flatten")
+#: Megatron-LM's ``--transformer-impl``: the layers are Transformer Engine's modules or
+#: Megatron's own (``local``: PyTorch GEMMs, Apex norms, a preallocated attention-score buffer).
+#: The traced ops are the same; which buffers are allocated per op differs, which matters
+#: under ``[training] deterministic`` (docs/workloads.md, "Deterministic mode").
+TRANSFORMER_IMPLS = ("transformer_engine", "local")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
@@ -155,6 +160,8 @@ class ModelConfig:
     #: ran it: the product divided by sqrt(d), multiplied by the 0/1 causal mask, 10,000 times
     #: the mask's complement subtracted, then a softmax.
     masked_softmax: str = "fused"
+    #: :data:`TRANSFORMER_IMPLS` (Megatron-LM's ``--transformer-impl``).
+    transformer_impl: str = "transformer_engine"
 
     @property
     def has_qkv_bias(self) -> bool:
@@ -303,7 +310,9 @@ class TrainingConfig:
     (:data:`MASTER_COPIES`) whether the fp16/fp32 copies run once over all tensors or once per
     tensor (traced, and the per-tensor launches simulated on the host); ``grad_allreduce``
     (:data:`GRAD_ALLREDUCE`) whether gradients are reduced in place or through a flattened
-    copy (traced, and the copies back launched per tensor on the host)."""
+    copy (traced, and the copies back launched per tensor on the host); ``deterministic``
+    (``--deterministic-mode``: ``torch.use_deterministic_algorithms(True)``) whether PyTorch
+    fills each new buffer before use (traced, docs/workloads.md "Deterministic mode")."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
@@ -313,6 +322,7 @@ class TrainingConfig:
     grad_checks: str = "fused"
     master_copies: str = "fused"
     grad_allreduce: str = "buffer"
+    deterministic: bool = False
 
     @property
     def optimizer_sync(self) -> bool:
@@ -471,6 +481,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         add_qkv_bias=m.get("add_qkv_bias", bool, False),
         bias_dropout_fusion=m.get("bias_dropout_fusion", bool, True),
         masked_softmax=m.choice("masked_softmax", MASKED_SOFTMAX, "fused"),
+        transformer_impl=m.choice("transformer_impl", TRANSFORMER_IMPLS, "transformer_engine"),
     )
     m.finish()
 
@@ -557,6 +568,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         t.choice("grad_checks", GRAD_CHECKS, "fused"),
         t.choice("master_copies", MASTER_COPIES, "fused"),
         t.choice("grad_allreduce", GRAD_ALLREDUCE, "buffer"),
+        t.get("deterministic", bool, False),
     )
     t.finish()
 
@@ -603,6 +615,12 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
     _check_torch_native(cfg, err)
     if cfg.training.grad_allreduce == "flatten":
         _check_flatten(par, err)
+    if cfg.training.deterministic and mod.script is not None:
+        raise err(
+            "training.deterministic",
+            "is traced for the built-in model only; a script's own "
+            "torch.use_deterministic_algorithms is not: leave it unset",
+        )
     if uneven:
         _check_uneven(cfg, err)
     elif mod.layers % (par.pp * par.virtual_stages):
@@ -981,6 +999,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ("add_qkv_bias", m.add_qkv_bias, False),
                     ("bias_dropout_fusion", m.bias_dropout_fusion, True),
                     ("masked_softmax", m.masked_softmax, "fused"),
+                    ("transformer_impl", m.transformer_impl, "transformer_engine"),
                 )
                 if v != default
             },
@@ -1062,6 +1081,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             ("grad_checks", tr.grad_checks, default.grad_checks),
             ("master_copies", tr.master_copies, default.master_copies),
             ("grad_allreduce", tr.grad_allreduce, default.grad_allreduce),
+            ("deterministic", tr.deterministic, default.deterministic),
         )
         if v != d
     }
@@ -1078,8 +1098,9 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: embedding's output is dropped out with ``hidden_dropout``. 3: dropout is one fused kernel
 #: each way (``native_dropout``), as PyTorch runs it on a GPU, not the CPU path's three.
 #: 4: Megatron-LM's layers add each residual branch's bias, drop it out and add the residual
-#: in one kernel (``bias_dropout_fusion``).
-TRACER_REVISION = 4
+#: in one kernel (``bias_dropout_fusion``). 5: a tensor-parallel all-reduce runs in place, as
+#: Megatron's ``_reduce`` does (no copy of the reduced tensor).
+TRACER_REVISION = 5
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
@@ -1109,6 +1130,8 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["master_copies"] = cfg.training.master_copies
     if cfg.training.grad_allreduce != "buffer":  # the flattening copies (traced)
         key["grad_allreduce"] = cfg.training.grad_allreduce
+    if cfg.training.deterministic:  # the fills of new buffers (traced)
+        key["deterministic"] = True
     return key
 
 

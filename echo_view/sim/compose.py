@@ -165,7 +165,8 @@ class _Composer:
     ) -> None:
         self.graph, self.cfg, self.costs, self.colls = graph, cfg, costs, colls
         self.layout, self.fine = layout, fine
-        self.host_ns = host.kernel_ns
+        self.host, self.host_ns = host, host.kernel_ns
+        self._issue_costs: dict[int, npt.NDArray[np.int64]] = {}
         # Per rank: its host thread's lane; per GPU lane: its last op (what a sync waits for).
         self.host_lane: dict[int, int] = {}
         self.lane_last: dict[int, int] = {}
@@ -213,6 +214,15 @@ class _Composer:
         self.lane_rank.append(rank)
         self.host_lane[rank] = len(self.lanes) - 1
 
+    def issue_costs(self, tc: TableCost) -> npt.NDArray[np.int64]:
+        """The host time of issuing each row of ``tc`` (:meth:`HostParams.issue_ns`; memoised
+        per table)."""
+        key = id(tc)
+        costs = self._issue_costs.get(key)
+        if costs is None:
+            costs = self._issue_costs[key] = self.host.issue_ns(tc.fills)
+        return costs
+
     def tail_lag(self, tid: int, tc: TableCost, lo: int, hi: int) -> int:
         """For ops ``lo:hi`` of table ``tid`` as one coarse op: how long after the host has
         issued them all their last kernel ends at the earliest (their
@@ -222,31 +232,42 @@ class _Composer:
         key = (tid, lo, hi)
         lag = self.spans.get(key)
         if lag is None:
-            dur, c = tc.dur_ns[lo:hi], self.host_ns
-            span = issue_span_ns(dur, c)
-            lag = span - (hi - lo) * c if span > c + int(dur.sum()) else -1
+            dur, costs = tc.dur_ns[lo:hi], self.issue_costs(tc)[lo:hi]
+            span = issue_span_ns(dur, costs)
+            first = int(costs[0]) if len(costs) else 0
+            lag = span - int(costs.sum()) if span > first + int(dur.sum()) else -1
             self.spans[key] = lag
         return lag
 
-    def issue(self, rank: int, first: int, last: int, k: int, tail_lag: int = -1) -> int:
-        """The host issuing GPU ops ``first..last`` (ids, one stream), which run ``k`` kernels
-        in order: one host op of ``k`` launches; each fine op starts after its kernel's issue.
-        A coarse op (``first == last``) starts after its first kernel's issue; when the host
-        path ends its kernels later than that and their GPU time (``tail_lag`` >= 0, from
+    def issue(
+        self,
+        rank: int,
+        first: int,
+        last: int,
+        costs: npt.NDArray[np.int64] | None = None,
+        tail_lag: int = -1,
+    ) -> int:
+        """The host issuing GPU ops ``first..last`` (ids, one stream), which run kernels in
+        order costing the host ``costs`` each (one kernel at ``kernel_us`` when ``None``): one
+        host op of their launches; each fine op starts after its kernel's issue. A coarse op
+        (``first == last``) starts after its first kernel's issue; when the host path ends
+        its kernels later than that and their GPU time (``tail_lag`` >= 0, from
         :meth:`tail_lag`), it is followed on its stream by a zero-length :data:`HOST_TAIL` op
         that ends there (a hold on the op's own end would keep interference from rating it).
         Returns the op that ends the run."""
         lane = self.host_lane.get(rank)
-        if lane is None or k == 0:
+        if costs is None:
+            costs = np.array([self.host_ns], dtype=np.int64)
+        if lane is None or not len(costs):
             return last
-        c = self.host_ns
-        h = self.op(rank, lane, "dispatch", k * c, kind=EventKind.CPU_OP, issue=False)
+        issued = np.cumsum(costs)
+        h = self.op(rank, lane, "dispatch", int(issued[-1]), kind=EventKind.CPU_OP, issue=False)
         start = int(DepMode.START_TO_START)
         if first != last:
             for j, op in enumerate(range(first, last + 1)):
-                self.host_edges.append((h, op, start, (j + 1) * c))
+                self.host_edges.append((h, op, start, int(issued[j])))
             return last
-        self.host_edges.append((h, first, start, c))
+        self.host_edges.append((h, first, start, int(issued[0])))
         if tail_lag < 0:
             return last
         gpu_lane = self.c.lane[first]
@@ -294,7 +315,7 @@ class _Composer:
         if self.lanes[lane].kind == LaneKind.GPU_STREAM:
             self.lane_last[lane] = i
             if issue and kind == EventKind.KERNEL:
-                self.issue(rank, i, i, 1)
+                self.issue(rank, i, i)
         return i
 
     def table_id(self, tc: TableCost) -> int:
@@ -344,7 +365,8 @@ class _Composer:
         if not self.fine:
             total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())
             op = self.op(rank, lane, label, total, src=(tid, lo, hi), issue=False)
-            return self.issue(rank, op, op, hi - lo, self.tail_lag(tid, tc, lo, hi))
+            costs = self.issue_costs(tc)[lo:hi]
+            return self.issue(rank, op, op, costs, self.tail_lag(tid, tc, lo, hi))
         t = tc.table
         first, last = len(self.c.rank), -1
         for i in range(lo, hi):
@@ -360,7 +382,7 @@ class _Composer:
                 src=(tid, i, i + 1),
                 issue=False,
             )
-        return self.issue(rank, first, last, hi - lo)
+        return self.issue(rank, first, last, self.issue_costs(tc)[lo:hi])
 
     def collective_row(
         self, rank: int, lane: int, tc: TableCost, tid: int, i: int, *, issue: bool = True

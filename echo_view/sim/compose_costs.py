@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.aten_ops import attention_flops, gemm_dims
+from echo_view.model.aten_ops import DETERMINISTIC_FILL, attention_flops, gemm_dims
 from echo_view.model.attention_kernels import efficiency, resolve_kernel
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
@@ -38,6 +38,9 @@ class TableCost:
     table: OpTable
     dur_ns: I64
     coll: npt.NDArray[np.bool_]
+    #: Rows that fill a new buffer inside an allocation (deterministic algorithms): the host
+    #: issues them without Python (:attr:`~echo_view.sim.host.HostParams.fill_us`).
+    fills: npt.NDArray[np.bool_]
 
     @cached_property
     def total_ns(self) -> int:
@@ -284,6 +287,8 @@ def table_cost(
         else:
             dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
     p = cfg.parallel
+    fid = graph.strings.id_of(DETERMINISTIC_FILL)
+    fills = table.name == fid if fid is not None else np.zeros(len(table), dtype=np.bool_)
     sid = graph.strings.id_of(WGRAD_GATHER)
     regather = is_coll & (table.name == sid) if sid is not None else np.zeros_like(is_coll)
     # In backward a tensor-parallel reduce-scatter or all-reduce is a column-parallel linear's
@@ -295,7 +300,7 @@ def table_cost(
         dgrad_scatter |= on_tp & (table.coll_kind == int(CollectiveKind.ALL_REDUCE))
     if p.tp > 1 and (regather.any() or dgrad_scatter.any()):
         dur = overlap_linear_backward(
-            table, dur, regather, dgrad_scatter, gemm_slowdown or (lambda g: 1.0)
+            table, dur, regather, dgrad_scatter, gemm_slowdown or (lambda g: 1.0), fills
         )
     if p.tp_comm_overlap and p.tp > 1:
         tp_ranks = layout.group("tp", rank)
@@ -338,6 +343,7 @@ def table_cost(
                 2.0 * tokens * m.hidden * rows for rows in (m.vocab // p.tp, -(-m.vocab // p.tp))
             ),
             regather=regather,
+            fills=fills,
         )
     dur.flags.writeable = False
-    return TableCost(table, dur, is_coll)
+    return TableCost(table, dur, is_coll, fills)

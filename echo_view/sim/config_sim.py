@@ -108,6 +108,17 @@ class ConfigSimulation:
         step = int(res.end_ns[mine].max()) if mine.any() else 0
         return {**out, "interference": busy - solo, "exposed": step - busy}
 
+    def fills(self, rank: int) -> int:
+        """How many fills of new buffers ``rank``'s GPU runs in the step (deterministic
+        algorithms, :attr:`~echo_view.sim.compose_costs.TableCost.fills`)."""
+        comp = self.composed
+        n = 0
+        for op in np.flatnonzero(comp.workload.ops.rank == rank).tolist():
+            t = int(comp.src_table[op])
+            if t >= 0:
+                n += int(comp.tables[t].fills[int(comp.src_lo[op]) : int(comp.src_hi[op])].sum())
+        return n
+
     def host_ns(self, rank: int) -> int:
         """Time ``rank``'s host thread spends issuing work (its kernels' launches and its
         per-tensor loops; 0 without a host path): against the step, how host-bound it is."""

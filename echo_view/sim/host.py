@@ -60,22 +60,41 @@ class HostParams(ParamSet):
         lo=0.0,
         hi=100_000.0,
     )
+    fill_us: float = param(
+        10.5,
+        help="host time of a fill of a new buffer under deterministic algorithms (an ATen "
+        "fill_ the allocation issues, no Python); measured on an H100 host's CPU timeline",
+        unit="µs",
+        lo=0.0,
+        hi=100_000.0,
+    )
 
     @property
     def kernel_ns(self) -> int:
         """``kernel_us`` in whole nanoseconds."""
         return round(self.kernel_us * 1000)
 
+    @property
+    def fill_ns(self) -> int:
+        """``fill_us`` in whole nanoseconds."""
+        return round(self.fill_us * 1000)
 
-def issue_span_ns(dur_ns: npt.NDArray[np.int64], c_ns: int) -> int:
+    def issue_ns(self, fills: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """The host time of issuing each of a run's kernels: ``kernel_us``, or ``fill_us``
+        where ``fills`` marks a fill of a new buffer."""
+        return np.where(fills, self.fill_ns, self.kernel_ns).astype(np.int64)
+
+
+def issue_span_ns(dur_ns: npt.NDArray[np.int64], c_ns: int | npt.NDArray[np.int64]) -> int:
     """``A`` of the module docstring: how long after the host starts issuing the kernels
-    ``dur_ns`` (``c_ns`` apart, in order, on one stream) the last of them ends at the
-    earliest."""
+    ``dur_ns`` (in order, on one stream; ``c_ns`` of host time each, or per kernel) the last
+    of them ends at the earliest."""
     k = len(dur_ns)
     if k == 0:
         return 0
     suffix = np.cumsum(np.asarray(dur_ns, dtype=np.int64)[::-1])[::-1]
-    return int((np.arange(1, k + 1, dtype=np.int64) * c_ns + suffix).max())
+    issued = np.cumsum(np.broadcast_to(np.asarray(c_ns, dtype=np.int64), (k,)))
+    return int((issued + suffix).max())
 
 
 def p2p_synced(p: ParallelConfig) -> bool:
@@ -125,17 +144,17 @@ class PipeSyncs:
 @dataclass
 class IssueFold:
     """The host path of kernel runs issued back to back without a sync between them, folded
-    run by run: after runs with ``kernels`` kernels in all, the last ends no earlier than
-    ``span_ns`` after the host started issuing the first (``issue_span_ns`` of them all)."""
+    run by run: after runs whose kernels took ``issued_ns`` of host time in all, the last
+    ends no earlier than ``span_ns`` after the host started issuing the first
+    (``issue_span_ns`` of them all)."""
 
-    c_ns: int
     span_ns: int = 0
-    kernels: int = 0
+    issued_ns: int = 0
 
-    def add(self, span_ns: int, gpu_ns: int, kernels: int) -> None:
-        """Append a run with its own ``issue_span_ns``, GPU time and kernel count."""
-        self.span_ns = max(self.span_ns + gpu_ns, self.kernels * self.c_ns + span_ns)
-        self.kernels += kernels
+    def add(self, span_ns: int, gpu_ns: int, issued_ns: int) -> None:
+        """Append a run with its own ``issue_span_ns``, GPU time and host issue time."""
+        self.span_ns = max(self.span_ns + gpu_ns, self.issued_ns + span_ns)
+        self.issued_ns += issued_ns
 
 
 __all__ = ["HostParams", "IssueFold", "PipeSyncs", "crosses_stage", "issue_span_ns", "p2p_synced"]

@@ -316,24 +316,26 @@ def host_floor_ns(
     optimizer's gradient statistics sync the host with the GPU (a sync only delays what
     follows it, so leaving one out keeps a bound)."""
     p = cfg.parallel
-    c = HostParams().kernel_ns
+    host = HostParams()
+    c = host.kernel_ns
     if not c:
         return 0
-    spans: dict[tuple[int, str, int], tuple[int, int, int]] = {
-        key: (issue_span_ns(tc.dur_ns, c), tc.total_ns, len(tc.dur_ns)) for key, tc in costs.items()
-    }
+    spans: dict[tuple[int, str, int], tuple[int, int, int]] = {}
+    for key, tc in costs.items():
+        issue = host.issue_ns(tc.fills)
+        spans[key] = (issue_span_ns(tc.dur_ns, issue), tc.total_ns, int(issue.sum()))
     best = 0
     for ri, role in enumerate(graph.roles):
         for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
-            total, fold, syncs = 0, IssueFold(c), PipeSyncs(p, stage)
+            total, fold, syncs = 0, IssueFold(), PipeSyncs(p, stage)
             for ps in schedule(
                 stage, p.pp, cfg.micro_batches, p.virtual_stages, p.microbatch_group
             ):
                 if syncs.before(ps):
-                    total, fold = total + fold.span_ns, IssueFold(c)
+                    total, fold = total + fold.span_ns, IssueFold()
                 fold.add(*spans[(ri, "forward" if ps.forward else "backward", ps.chunk)])
             if cfg.training.optimizer_sync and p.fsdp == "none":
-                total, fold = total + fold.span_ns, IssueFold(c)
+                total, fold = total + fold.span_ns, IssueFold()
             fold.add(*spans[(ri, "optimizer", 0)])
             best = max(best, total + fold.span_ns)
     return best

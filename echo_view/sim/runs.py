@@ -346,6 +346,8 @@ def _workload_report(
         # How much of the slowest rank's step its host thread spends issuing work.
         "host": {
             "kernel_us": sim.host.kernel_us,
+            "fill_us": sim.host.fill_us,
+            "fills": sim.fills(slowest),
             "busy_s": host_ns / 1e9,
             "share": host_ns / sim.step_ns if sim.step_ns else 0.0,
         },

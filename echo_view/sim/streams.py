@@ -118,7 +118,8 @@ class StreamRank:
                 src=(tid, i, hi),
                 issue=False,
             )
-            op = comp.issue(self.rank, op, op, hi - i, comp.tail_lag(tid, tc, i, hi))
+            costs = comp.issue_costs(tc)[i:hi]
+            op = comp.issue(self.rank, op, op, costs, comp.tail_lag(tid, tc, i, hi))
             for r in range(i, hi):
                 self.op_of[base + r] = op
             i = hi

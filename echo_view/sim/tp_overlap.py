@@ -97,10 +97,12 @@ def pipeline_ns(gemm_chunk: float, coll_chunk: float, n: int) -> float:
     return gemm_chunk + (n - 1) * max(gemm_chunk, coll_chunk) + coll_chunk
 
 
-def _partner(table: OpTable, i: int, step: int) -> int:
-    """The GEMM within a few ops of collective ``i`` (forward for ``step`` 1), or -1."""
-    j = i + step
-    for _ in range(_WINDOW):
+def _partner(table: OpTable, i: int, step: int, fills: npt.NDArray[np.bool_] | None = None) -> int:
+    """The GEMM within a few ops of collective ``i`` (forward for ``step`` 1), or -1. Fills of
+    new buffers (``fills`` rows: each op's allocations under deterministic algorithms) do not
+    count as ops between them."""
+    j, left = i + step, _WINDOW
+    while left:
         if not 0 <= j < len(table):
             return -1
         cls = int(table.op_class[j])
@@ -108,6 +110,8 @@ def _partner(table: OpTable, i: int, step: int) -> int:
             return -1
         if cls == OpClass.GEMM:
             return j
+        if fills is None or not fills[j]:
+            left -= 1
         j += step
     return -1
 
@@ -118,6 +122,7 @@ def overlap_linear_backward(
     regather: npt.NDArray[np.bool_],
     dgrad_scatter: npt.NDArray[np.bool_],
     slowdown: Callable[[float], float],
+    fills: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.int64]:
     """``dur`` with a column-parallel linear's backward collectives timed as what the GEMM
     beside them does not hide when both run through NCCL (:func:`nccl_beside_gemm_ns`): each
@@ -128,7 +133,7 @@ def overlap_linear_backward(
     out = dur.copy()
     for mask, step in ((regather, 1), (dgrad_scatter, -1)):
         for i in np.flatnonzero(mask).tolist():
-            j = _partner(table, i, step)
+            j = _partner(table, i, step, fills)
             if j < 0:
                 continue
             g = float(dur[j])
@@ -148,6 +153,7 @@ def overlap_tp_comm(
     backward: bool,
     output_gemm_flops: frozenset[float],
     regather: npt.NDArray[np.bool_] | None = None,
+    fills: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.int64]:
     """``dur`` with each overlapped tensor-parallel collective's time replaced by its exposed
     time. ``chunk_ns(j, n)`` is the time of GEMM ``j`` on ``1/n`` of its rows; ``streamed_ns``
@@ -165,7 +171,7 @@ def overlap_tp_comm(
         kind = table.coll(i)
         c = streamed_ns[i]
         if kind == CollectiveKind.ALL_GATHER:
-            j = _partner(table, i, 1)
+            j = _partner(table, i, 1, fills)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
             if regather is not None and regather[i]:
@@ -173,7 +179,7 @@ def overlap_tp_comm(
             else:
                 total = ring_exchange_ns(chunk_ns(j, tp), c, tp)
         elif kind == CollectiveKind.REDUCE_SCATTER:
-            j = _partner(table, i, -1)
+            j = _partner(table, i, -1, fills)
             if j < 0 or float(table.flops[j]) in output_gemm_flops:
                 continue
             if backward:

@@ -7,11 +7,13 @@ forward and one backward kernel (the meta device would otherwise decompose them)
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
 from echo_view.tracing.fused import dropout as gpu_dropout
+from echo_view.tracing.recorder import Recorder
 
 _LIB = "echo_view"
 
@@ -56,7 +58,12 @@ flash_attn.register_autograd(_backward, setup_context=_setup)
 
 
 def unfused_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float, masking: str = "fused"
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout: float,
+    masking: str = "fused",
+    rec: Recorder | None = None,
 ) -> torch.Tensor:
     """Megatron's core attention before fused kernels: QK^T, the scaled and causally masked
     softmax, dropout, and ``bmm`` with V. Tensors are ``[b, heads, s, d]``.
@@ -65,7 +72,8 @@ def unfused_attention(
     ``baddbmm`` scaling the product and one softmax kernel standing for Megatron's fused
     scale-mask-softmax; ``masked_fill``, Megatron's fallback (``masked_fill_`` in place, then
     ``torch.softmax``); ``multiply``, GPT-2's form as Megatron-LM of 2019 wrote it
-    (``mpu/transformer.py``): ``matmul``, ``/ sqrt(d)``, ``* mask - 10000 * (1 - mask)``."""
+    (``mpu/transformer.py``): ``matmul``, ``/ sqrt(d)``, ``* mask - 10000 * (1 - mask)``.
+    ``rec``: where the buffers a library allocates are marked (:meth:`Recorder.library`)."""
     b, h, s, d = q.shape
     if k.shape[1] != h:  # grouped-query attention: repeat the kv heads
         rep = h // k.shape[1]
@@ -80,11 +88,17 @@ def unfused_attention(
         scores = torch.bmm(qm, kt) / math.sqrt(d)
         scores = scores * mask - 10000.0 * (1.0 - mask)
     else:
-        scores = torch.baddbmm(
-            qm.new_empty(b * h, s, s), qm, kt, beta=0.0, alpha=1.0 / math.sqrt(d)
-        )
+        # Transformer Engine's unfused attention takes the product's input buffer from
+        # torch.empty; Megatron's own reuses one from its global memory buffer.
+        with rec.library(te=True) if rec is not None else nullcontext():
+            buffer = qm.new_empty(b * h, s, s)
+        scores = torch.baddbmm(buffer, qm, kt, beta=0.0, alpha=1.0 / math.sqrt(d))
         if masking == "masked_fill":
             scores = scores.masked_fill_(q.new_empty(1, s, s, dtype=torch.bool), -10000.0)
-    probs = gpu_dropout(torch.softmax(scores, dim=-1), dropout)
+    # The fused scale-mask-softmax kernel (Transformer Engine's, which Megatron's
+    # FusedScaleMaskSoftmax calls) allocates its output with torch::empty.
+    with rec.library() if masking == "fused" and rec is not None else nullcontext():
+        probs = torch.softmax(scores, dim=-1)
+    probs = gpu_dropout(probs, dropout)
     out = torch.bmm(probs, v.reshape(b * h, s, d))
     return out.reshape(b, h, s, d)

@@ -29,7 +29,7 @@ from echo_view.model.strings import StringTable
 from echo_view.tracing.gpt import GPTChunk, param_dtype
 from echo_view.tracing.layers import ColumnParallelLinear, RowParallelLinear
 from echo_view.tracing.moe import GroupedMLP
-from echo_view.tracing.recorder import Recorder
+from echo_view.tracing.recorder import Fills, Recorder
 
 #: Bytes per gradient element: Megatron accumulates gradients in fp32 (``main_grad``).
 GRAD_BYTES = 4
@@ -74,7 +74,7 @@ def trace_chunk(
     ``first``, the output layer and loss when ``last``; in an MoE model the first ``dense``
     layers dense) on the meta device."""
     m, p = cfg.model, cfg.parallel
-    rec = Recorder(strings)
+    rec = Recorder(strings, Fills.of(cfg))
     with rec:
         module = GPTChunk(rec, cfg, layers, first, last, dense)
         params = sum(int(t.numel()) for t in module.parameters())

@@ -117,8 +117,14 @@ class TransformerLayer(nn.Module):
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.attention == "flash":
             out: torch.Tensor = flash_attn(q, k, v)
+            b, h, s, _ = q.shape
+            with self.rec.library():
+                # The fused kernel's other buffers (cuDNN's and FlashAttention's alike): the
+                # softmax statistics (fp32 per query row) and the dropout RNG state.
+                q.new_empty((b, h, s, 1), dtype=torch.float32)
+                q.new_empty((2,), dtype=torch.int64)
             return out
-        return unfused_attention(q, k, v, self.dropout, self.masked_softmax)
+        return unfused_attention(q, k, v, self.dropout, self.masked_softmax, self.rec)
 
     def _add_branch(
         self, residual: torch.Tensor, x: torch.Tensor, linear: RowParallelLinear | None = None
@@ -206,6 +212,7 @@ class GPTChunk(nn.Module):
                 dtype,
                 bias=False,
                 autocast=autocast_dtype(cfg),
+                te=False,  # Megatron's own ColumnParallelLinear in Megatron-Core's GPTModel
             )
             if m.tie_embeddings and self.embedding is not None:
                 # One stage holds both ends: the output layer uses the word embedding itself

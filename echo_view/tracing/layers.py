@@ -15,6 +15,7 @@ Each layer holds only this rank's shard of the weights (on the ``meta`` device) 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -63,13 +64,22 @@ def _apply(
     size = x.numel() * (wire_bytes or x.element_size())
     if kind == CollectiveKind.ALL_REDUCE:
         rec.collective(kind, size, axis)
-        return x.clone()
+        # Megatron reduces in place (``_reduce``: ``torch.distributed.all_reduce(input_)``):
+        # the new tensor autograd needs here is no kernel of the program.
+        with rec.paused():
+            return x.clone()
+    # Megatron allocates a gathered or scattered output with ``torch.empty``
+    # (``_gather_along_first_dim``, ``_reduce_scatter_along_first_dim``).
     if kind == CollectiveKind.ALL_GATHER:
+        with rec.library():
+            out = x.new_empty((x.shape[0] * tp, *x.shape[1:]))
         rec.collective(kind, size * tp, axis)
-        return x.new_empty((x.shape[0] * tp, *x.shape[1:]))
+        return out
     if kind == CollectiveKind.REDUCE_SCATTER:
+        with rec.library():
+            out = x.new_empty((x.shape[0] // tp, *x.shape[1:]))
         rec.collective(kind, size, axis)
-        return x.new_empty((x.shape[0] // tp, *x.shape[1:]))
+        return out
     raise ValueError(f"unsupported tensor-parallel collective {kind}")
 
 
@@ -145,6 +155,39 @@ def context_gather(
     return out
 
 
+class _EngineLinear(torch.autograd.Function):
+    """``x W^T + b`` as a Transformer Engine linear layer allocates it: the forward GEMM's
+    output and the backward's data gradient, weight gradient (unless it accumulates into
+    ``main_grad``) and bias gradient are buffers of its own (``at::empty``), filled under
+    deterministic algorithms; the ops are ``F.linear``'s and its autograd's (``addmm`` or
+    ``mm``; ``mm``, ``mm``, ``sum``)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rec: Recorder
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.rec, ctx.bias = rec, bias is not None
+        with rec.library(te=True):
+            return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        rec: Recorder = ctx.rec
+        g = grad.reshape(-1, grad.shape[-1])
+        dx = None
+        with rec.library(te=True):
+            if ctx.needs_input_grad[0]:
+                dx = g.mm(weight).view(*grad.shape[:-1], weight.shape[1])
+        fused = rec.fills is not None and rec.fills.wgrad_fused
+        with rec.library(te=True) if not fused else nullcontext():
+            dw = g.t().mm(x.reshape(-1, x.shape[-1]))
+        with rec.library(te=True):
+            db = g.sum(0) if ctx.bias else None
+        return dx, dw, db, None
+
+
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -152,16 +195,21 @@ def linear(
     rec: Recorder,
     fp8: str | None,
     autocast: torch.dtype | None = None,
+    te: bool = False,
 ) -> torch.Tensor:
     """``x W^T + b``; with an FP8 recipe, as Transformer Engine's FP8 linear; under
     ``torch.autocast`` (``autocast``: its dtype) on operands cast as autocast casts them: each
     floating-point argument of ``linear`` not already in that dtype is copied to it
-    (``_to_copy``, whose backward copies the gradient back), the product runs in it."""
+    (``_to_copy``, whose backward copies the gradient back), the product runs in it. ``te``:
+    a Transformer Engine layer's (its outputs are its own buffers, :class:`_EngineLinear`)."""
     if fp8 is not None:
         return fp8_linear(x, weight, bias, rec, fp8)
     if autocast is not None:
         x, weight = x.to(autocast), weight.to(autocast)
         bias = bias.to(autocast) if bias is not None else None
+    elif te and rec.fills is not None and rec.fills.te:
+        out: torch.Tensor = _EngineLinear.apply(x, weight, bias, rec)  # type: ignore[no-untyped-call]
+        return out
     return F.linear(x, weight, bias)
 
 
@@ -179,9 +227,11 @@ class ColumnParallelLinear(nn.Module):
         bias: bool = True,
         fp8: str | None = None,
         autocast: torch.dtype | None = None,
+        te: bool = True,
     ) -> None:
         super().__init__()
         self.rec, self.tp, self.sp, self.fp8, self.autocast = rec, tp, sp, fp8, autocast
+        self.te = te  # a Transformer Engine layer when the model runs on it
         self.weight = nn.Parameter(torch.empty(d_out // tp, d_in, device="meta", dtype=dtype))
         self.bias = (
             nn.Parameter(torch.empty(d_out // tp, device="meta", dtype=dtype)) if bias else None
@@ -198,10 +248,10 @@ class ColumnParallelLinear(nn.Module):
             return y
         if not (self.sp and self.tp > 1):
             x = comm(x, self.rec, None, AR, self.tp)
-            return linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
+            return linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast, self.te)
         local = x
         x = comm(x, self.rec, AG, RS, self.tp)
-        y = linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast)
+        y = linear(x, self.weight, self.bias, self.rec, self.fp8, self.autocast, self.te)
         _regather_in_backward(y, self.rec, local, self.tp, local.element_size())
         return y
 
@@ -237,7 +287,7 @@ class RowParallelLinear(nn.Module):
     def reduced_product(self, x: torch.Tensor) -> torch.Tensor:
         """``x W^T`` reduced over the ranks, the bias not added: Megatron's ``skip_bias_add``,
         for a caller that adds :attr:`bias` in a fused kernel of its own."""
-        y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast)
+        y = linear(x, self.weight, None, self.rec, self.fp8, self.autocast, te=True)
         if self.sp:
             return comm(y, self.rec, RS, AG, self.tp)
         return comm(y, self.rec, AR, None, self.tp)

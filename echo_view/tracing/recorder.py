@@ -11,14 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from echo_view.model.aten_ops import (
     ACCUMULATES,
+    ALLOCATING,
+    DETERMINISTIC_FILL,
     FUSED_OPTIMIZERS,
     INDEXED_READS,
     INDEXED_WRITES,
@@ -32,6 +36,7 @@ from echo_view.model.aten_ops import (
 )
 from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.columns import ColumnBuilder
+from echo_view.model.config import WorkloadConfig
 from echo_view.model.dtypes import short_dtype
 from echo_view.model.graph import AXES, OP_COLUMNS, OpClass, OpTable, shapes_text
 from echo_view.model.kinds import CollectiveKind
@@ -41,6 +46,11 @@ from echo_view.model.strings import StringTable
 def dtype_name(dtype: torch.dtype) -> str:
     """Short dtype name (``bf16``)."""
     return short_dtype(str(dtype)) or str(dtype).removeprefix("torch.")
+
+
+def storage_of(t: torch.Tensor) -> StorageWeakRef:
+    """The memory ``t`` views (equal for every view of one buffer)."""
+    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -76,14 +86,42 @@ def group_ranks(args: Sequence[Any]) -> tuple[int, ...]:
     return tuple(range(dist.get_world_size()))
 
 
-class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Collects ops into per-phase :class:`OpTable` columns."""
+@dataclass(frozen=True, slots=True)
+class Fills:
+    """Deterministic algorithms' fills of new buffers (Megatron-LM's ``--deterministic-mode``,
+    ``[training] deterministic``): every buffer an op takes from ATen's allocation functions
+    is first written with NaN by a kernel of its own (:data:`ALLOCATING`, and what
+    :meth:`Recorder.library` marks). ``te``: the layers are Transformer Engine's, whose GEMM
+    outputs and attention-score buffers are such allocations (``[model] transformer_impl``);
+    Megatron's local layers run PyTorch's GEMMs and reuse a preallocated score buffer.
+    ``wgrad_fused``: the weight-gradient GEMMs accumulate into ``main_grad`` and allocate
+    nothing (``gradient_accumulation_fusion``)."""
 
-    def __init__(self, strings: StringTable) -> None:
+    te: bool
+    wgrad_fused: bool = False
+
+    @classmethod
+    def of(cls, cfg: WorkloadConfig) -> Fills | None:
+        """What ``cfg``'s training fills (``None``: no deterministic algorithms)."""
+        if not cfg.training.deterministic:
+            return None
+        return cls(
+            te=cfg.model.transformer_impl == "transformer_engine",
+            wgrad_fused=cfg.training.gradient_accumulation_fusion,
+        )
+
+
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Collects ops into per-phase :class:`OpTable` columns; with :attr:`fills`, each op's
+    allocation fills as rows of their own before it."""
+
+    def __init__(self, strings: StringTable, fills: Fills | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.strings = strings
         self._cols: ColumnBuilder | None = None
         self.enabled = True
+        self.fills = fills
+        self._library = 0
         self._gemm_dtype: str | None = None
         #: ``(row, group ranks)`` of each dispatcher collective in the current op sequence,
         #: for the caller to map groups onto parallel axes (:meth:`end` keeps the last list).
@@ -117,6 +155,50 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self._cols is not None and self.enabled:
             # One stream (the built-in tracer's programs): streams are the composer's.
             self._cols.append(**row, stream=0, wait=-1)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside: tensors the tracer makes for its own bookkeeping, which
+        the program it stands for does not compute."""
+        enabled, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = enabled
+
+    @contextmanager
+    def library(self, te: bool = False) -> Iterator[None]:
+        """Inside, every op's new outputs are buffers the program or a library allocates with
+        ``torch.empty`` / ``at::empty`` (filled under deterministic algorithms); ``te``: only
+        when the layers are Transformer Engine's (:class:`Fills`)."""
+        on = self.fills is not None and (self.fills.te or not te)
+        self._library += on
+        try:
+            yield
+        finally:
+            self._library -= on
+
+    def _fill_rows(
+        self, name: str, ins: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]
+    ) -> None:
+        """The fills of the buffers op ``name`` allocates, when deterministic algorithms fill."""
+        if self.fills is None or not (name in ALLOCATING or self._library):
+            return
+        # A view of an argument, or an argument written in place, is no new buffer (below
+        # autograd a view is not marked as one: compare storages); an empty one needs no
+        # kernel.
+        held = {storage_of(i) for i in ins}
+        for t in outs:
+            if not t.numel() or storage_of(t) in held:
+                continue
+            self.op(
+                DETERMINISTIC_FILL,
+                op_class("fill_"),
+                flops=0.0,
+                nbytes=_nbytes(t),
+                dtype=dtype_name(t.dtype),
+                shapes=shapes_text([[int(d) for d in t.shape]]),
+            )
 
     # -- explicit records -----------------------------------------------------------------
     def collective(self, kind: CollectiveKind, nbytes: int, axis: str, name: str = "") -> None:
@@ -198,13 +280,17 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._dispatched_collective(f"{func.namespace}::{name}", args, kwargs or {})
             return func(*args, **(kwargs or {}))
         out = func(*args, **(kwargs or {}))
-        if name in NO_KERNEL or self._cols is None or not self.enabled or func.namespace == "prim":
+        if self._cols is None or not self.enabled or func.namespace == "prim":
+            return out
+        no_kernel = name in NO_KERNEL
+        if no_kernel and not self._library:  # only an allocation in a library's scope fills
             return out
         flat_in, _ = tree_flatten((args, kwargs or {}))
         flat_out, _ = tree_flatten(out)
         ins = [t for t in flat_in if isinstance(t, torch.Tensor)]
         outs = [t for t in flat_out if isinstance(t, torch.Tensor)]
-        if not ins and not outs:
+        self._fill_rows(name, ins, outs)
+        if no_kernel or (not ins and not outs):
             return out
         cls = op_class(name)
         shapes = tensor_shapes(args, torch.Tensor)

@@ -157,11 +157,8 @@ def _skip_state_init(rec: _PhaseRecorder, optimizer: Any) -> None:
         return
 
     def unrecorded(*args: Any, **kwargs: Any) -> Any:
-        enabled, rec.enabled = rec.enabled, False
-        try:
+        with rec.paused():
             return init(*args, **kwargs)
-        finally:
-            rec.enabled = enabled
 
     optimizer._init_group = unrecorded
 

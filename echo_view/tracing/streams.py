@@ -46,7 +46,13 @@ from torch.utils._pytree import tree_flatten
 
 from echo_view.model.graph import OpClass, OpTable
 from echo_view.model.strings import StringTable
-from echo_view.tracing.recorder import C10D_NAMESPACES, C10D_NO_KERNEL, Recorder, group_ranks
+from echo_view.tracing.recorder import (
+    C10D_NAMESPACES,
+    C10D_NO_KERNEL,
+    Recorder,
+    group_ranks,
+    storage_of,
+)
 
 #: Name of a wait row (what a Kineto trace shows for it).
 WAIT_NAME = "cudaStreamWaitEvent"
@@ -120,7 +126,7 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
         """The current stream waits for the asynchronous collectives that write a storage
         ``args`` touches (module docstring)."""
         for t in _plain_tensors(args):
-            found = self._in_flight.pop(_storage(t), None)
+            found = self._in_flight.pop(storage_of(t), None)
             if found is not None:
                 self.wait(self.current(), *found)
 
@@ -173,7 +179,7 @@ class StreamRecorder(Recorder):  # type: ignore[no-untyped-call]
         elif _async_op(func, args, kwargs):
             self.unwaited[comm] = row
             for t in _plain_tensors((args, kwargs)):
-                self._in_flight[_storage(t)] = (comm, row)
+                self._in_flight[storage_of(t)] = (comm, row)
         else:
             self.wait(issuing, comm, row)
         return out
@@ -184,11 +190,6 @@ def _plain_tensors(args: Any) -> Iterator[torch.Tensor]:
     for t in tree_flatten(args)[0]:
         if isinstance(t, torch.Tensor) and not is_traceable_wrapper_subclass(t):
             yield t
-
-
-def _storage(t: torch.Tensor) -> StorageWeakRef:
-    """The memory ``t`` views (equal for every view of one buffer)."""
-    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
 
 
 def _async_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

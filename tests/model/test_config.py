@@ -346,6 +346,32 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
     flat = parse_workload_config(BASE | {"training": {"grad_allreduce": "flatten"}})
     assert tracing_key(flat)["grad_allreduce"] == "flatten"
     assert "grad_allreduce" not in tracing_key(parse_workload_config(BASE))
+    # Deterministic algorithms' fills are traced; which buffers a layer allocates depends on
+    # whose layers they are.
+    det = parse_workload_config(BASE | {"training": {"deterministic": True}})
+    assert tracing_key(det)["deterministic"] is True
+    assert "deterministic" not in tracing_key(parse_workload_config(BASE))
+    local = tracing_key(parse_workload_config(_with("model", transformer_impl="local")))
+    assert local["model"]["transformer_impl"] == "local"
+
+
+def test_deterministic_mode_and_the_layers_implementation() -> None:
+    cfg = parse_workload_config(
+        _with("model", transformer_impl="local") | {"training": {"deterministic": True}}
+    )
+    assert cfg.training.deterministic and cfg.model.transformer_impl == "local"
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    default = parse_workload_config(BASE)
+    assert not default.training.deterministic
+    assert default.model.transformer_impl == "transformer_engine"
+    with pytest.raises(
+        ConfigError, match=r"model\.transformer_impl: must be one of transformer_engine, local"
+    ):
+        parse_workload_config(_with("model", transformer_impl="apex"))
+    script = _with("model", script="step.py") | {"training": {"deterministic": True}}
+    script["parallel"] = {"tp": 1, "pp": 1, "dp": 64}
+    with pytest.raises(ConfigError, match=r"training\.deterministic: is traced for the built-in"):
+        parse_workload_config(script)
 
 
 @pytest.mark.parametrize(

@@ -196,12 +196,12 @@ KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 
 
 def test_published_step_times_regression_guard() -> None:
-    """Mean |error| over Korthikanti et al.'s eight runs stays <= 6% (A100: one step-time fit;
-    5.5% here, without interference, since Megatron-LM's bias-dropout-add became one kernel),
-    and the Megatron-CI 7B runs stay where docs/accuracy.md reports them: Hopper kernels come
-    from kernel measurements, not from these runs, which they under-predict (here tp1-pp4 by
-    19.3%, tp4-pp1 by 19.1%). A value outside the ranges below means the model changed:
-    regenerate the doc's tables."""
+    """Mean |error| over Korthikanti et al.'s eight runs stays <= 6.5% (A100: one step-time
+    fit; 6.0% here, without interference, since tensor-parallel all-reduces run in place), and
+    the Megatron-CI 7B runs stay where docs/accuracy.md reports them: Hopper kernels come from
+    kernel measurements, not from these runs, which they under-predict (here tp1-pp4 by 14.2%,
+    tp4-pp1 by 13.4%, with deterministic mode's fills). A value outside the ranges below means
+    the model changed: regenerate the doc's tables."""
     errors = {}
     for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
         cfg, graph = _shipped(stem)
@@ -209,9 +209,9 @@ def test_published_step_times_regression_guard() -> None:
         errors[stem] = 100 * (sim.step_ns / 1e9 / cfg.reference.step_time_s - 1)
     kor = [abs(errors[s]) for s in KORTHIKANTI]
     assert len(kor) == 8
-    assert sum(kor) / len(kor) <= 6.0, errors
-    assert -25.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -13.0, errors
-    assert -25.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -12.0, errors
+    assert sum(kor) / len(kor) <= 6.5, errors
+    assert -20.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -9.0, errors
+    assert -20.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -8.0, errors
 
 
 def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:

@@ -37,14 +37,18 @@ def _sim(
     host: HostParams | None = None,
     grads: int = 0,
     tensors: int | None = None,
+    rows: OpTable | None = None,
+    strings: StringTable | None = None,
 ) -> ConfigSimulation:
     """One rank (no pipeline, no data parallelism): forward, backward and optimizer tables of
     ``kernels`` kernels of ``flops`` each; the first ``grads`` backward kernels each complete a
-    gradient tensor; ``tensors``, the parameter tensors the tracer counted (graph meta)."""
-    strings = StringTable()
+    gradient tensor; ``tensors``, the parameter tensors the tracer counted (graph meta);
+    ``rows``, a forward table of its own (its names in ``strings``)."""
+    strings = strings if strings is not None else StringTable()
     fwd, bwd, opt = (
         _table(strings, name, [flops] * k) for name, k in zip(("f", "b", "o"), kernels, strict=True)
     )
+    fwd = rows if rows is not None else fwd
     done = np.zeros(kernels[1], dtype=np.int64)
     done[:grads] = 4096
     bwd = replace(bwd, grad_bytes=done)
@@ -81,11 +85,23 @@ def test_issue_span_by_hand() -> None:
     assert issue_span_ns(np.array([], dtype=np.int64), 5) == 0
     # Folding runs is the span of their concatenation.
     runs = [np.array([10, 1]), np.array([1, 1, 1]), np.array([7])]
-    fold = IssueFold(5)
+    fold = IssueFold()
     for d in runs:
-        fold.add(issue_span_ns(d, 5), int(d.sum()), len(d))
+        fold.add(issue_span_ns(d, 5), int(d.sum()), 5 * len(d))
     assert fold.span_ns == issue_span_ns(np.concatenate(runs), 5)
-    assert fold.kernels == 6
+    assert fold.issued_ns == 30
+
+
+def test_issue_span_with_a_host_time_per_kernel() -> None:
+    # Issued at 10, 11, 21; the GPU work left from each is 15, 10, 5.
+    assert issue_span_ns(np.array([5, 5, 5]), np.array([10, 1, 10])) == max(25, 21, 26)
+    # A fill costs the host fill_us, every other kernel kernel_us.
+    host = HostParams(kernel_us=2, fill_us=0.5)
+    costs = host.issue_ns(np.array([False, True, True, False]))
+    assert costs.tolist() == [2_000, 500, 500, 2_000]
+    folded = IssueFold()
+    folded.add(issue_span_ns(np.array([1, 1, 1, 1]), costs), 4, int(costs.sum()))
+    assert (folded.span_ns, folded.issued_ns) == (5_001, 5_000)
 
 
 def test_a_host_bound_step_is_every_issue_plus_the_kernels_after_each_sync() -> None:
@@ -137,3 +153,17 @@ def test_the_host_threads_busy_time_is_its_issues() -> None:
     sim = _sim((40, 80, 3), 0.0)
     assert sim.host_ns(0) == (40 + 80 + 3) * C
     assert _sim((40, 80, 3), 0.0, host=HostParams(kernel_us=0)).host_ns(0) == 0
+
+
+def test_fills_of_new_buffers_cost_the_host_fill_us_each() -> None:
+    # Forward: 40 kernels, every other one a fill of a new buffer (deterministic algorithms).
+    strings = StringTable()
+    fill = "aten::fill_ (uninitialized)"
+    rows = [(fill if i % 2 else f"f{i}", OpClass.ELEMENTWISE, 0.0, 0) for i in range(40)]
+    sim = _sim((40, 80, 3), 0.0, rows=op_table(strings, rows), strings=strings)
+    fill_ns = HostParams().fill_ns
+    assert fill_ns == 10_500
+    # Host-bound: 20 fills at fill_us and 100 other kernels at kernel_us, then the optimizer.
+    assert sim.host_ns(0) == 20 * fill_ns + (20 + 80 + 3) * C
+    assert sim.step_ns == 20 * fill_ns + (20 + 80) * C + SMALL + 3 * C + SMALL
+    assert sim.fills(0) == 20

@@ -14,8 +14,12 @@ import torch
 from echo_view.model.graph import OpClass, OpTable
 from echo_view.model.strings import StringTable
 from echo_view.sim.tp_overlap import WGRAD_GATHER
-from echo_view.tracing.layers import ColumnParallelLinear, VocabParallelCrossEntropy
-from echo_view.tracing.recorder import Recorder
+from echo_view.tracing.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelCrossEntropy,
+)
+from echo_view.tracing.recorder import Fills, Recorder
 
 S, B, V, TP = 16, 2, 1000, 2  # sequence, micro-batch, this rank's vocabulary slice, tp
 T = S * B  # tokens
@@ -83,18 +87,37 @@ def test_backward_is_one_in_place_pass_over_the_saved_softmax() -> None:
 H, OUT = 64, 96  # a column-parallel linear's input and (whole) output features
 
 
-def _linear_backward(sp: bool, tp: int, fp8: str | None = None) -> tuple[Recorder, OpTable]:
-    """The backward pass of one column-parallel linear on ``[S / tp, B, H]`` (sequence
-    parallel) or ``[S, B, H]`` bf16 input."""
-    rec = Recorder(StringTable())
+def _linear_passes(
+    sp: bool,
+    tp: int,
+    fp8: str | None = None,
+    fills: Fills | None = None,
+    row: bool = False,
+    te: bool = True,
+) -> tuple[Recorder, OpTable, OpTable]:
+    """The forward and backward passes of one column-parallel (``row``: row-parallel, no
+    bias) linear on ``[S / tp, B, H]`` (sequence parallel) or ``[S, B, H]`` bf16 input."""
+    rec = Recorder(StringTable(), fills)
     with rec:
         rows = S // tp if sp else S
         x = torch.empty((rows, B, H), device="meta", dtype=torch.bfloat16, requires_grad=True)
-        layer = ColumnParallelLinear(rec, H, OUT, tp, sp, torch.bfloat16, fp8=fp8)
-        y = layer(x)
+        layer: torch.nn.Module
+        if row:
+            layer = RowParallelLinear(rec, H * tp, OUT, tp, sp, torch.bfloat16, bias=False)
+        else:
+            layer = ColumnParallelLinear(rec, H, OUT, tp, sp, torch.bfloat16, fp8=fp8, te=te)
         rec.begin()
-        y.sum().backward()
+        y = layer(x)
+        forward = rec.end()
+        grad = torch.empty_like(y)
+        rec.begin()
+        y.backward(grad)
         backward = rec.end()
+    return rec, forward, backward
+
+
+def _linear_backward(sp: bool, tp: int, fp8: str | None = None) -> tuple[Recorder, OpTable]:
+    rec, _, backward = _linear_passes(sp, tp, fp8)
     return rec, backward
 
 
@@ -126,3 +149,50 @@ def test_fp8_linears_gather_the_fp8_input_and_others_gather_nothing_again() -> N
     for sp, tp in ((False, 4), (True, 1)):
         rec, backward = _linear_backward(sp=sp, tp=tp)
         assert WGRAD_GATHER not in [name for name, _ in _collectives(rec, backward)]
+
+
+def _names(rec: Recorder, table: OpTable) -> list[str]:
+    return [rec.strings[int(n)] for n in table.name]
+
+
+def test_a_tensor_parallel_all_reduce_runs_in_place() -> None:
+    # Megatron's _reduce all-reduces the tensor itself: no copy of it is a kernel.
+    rec, forward, _ = _linear_passes(sp=False, tp=2, row=True)
+    assert _names(rec, forward) == ["aten::mm", "nccl:all_reduce"]
+    rec, _, backward = _linear_passes(sp=False, tp=2)
+    names = _names(rec, backward)
+    assert "nccl:all_reduce" in names and "aten::clone" not in names
+
+
+FILL = "aten::fill_ (uninitialized)"
+
+
+def _fills(rec: Recorder, table: OpTable) -> list[tuple[str, int]]:
+    """Each fill with the op it comes before, and its bytes."""
+    names = _names(rec, table)
+    return [(names[i + 1], int(table.bytes[i])) for i, n in enumerate(names) if n == FILL]
+
+
+def test_a_transformer_engine_linear_fills_each_buffer_it_allocates() -> None:
+    t = S * B
+    out, dx, dw, db = t * OUT * 2, t * H * 2, OUT * H * 2, OUT * 2  # bf16 bytes
+    rec, forward, backward = _linear_passes(sp=False, tp=1, fills=Fills(te=True))
+    assert _fills(rec, forward) == [("aten::addmm", out)]
+    assert _fills(rec, backward) == [("aten::mm", dx), ("aten::mm", dw), ("aten::sum", db)]
+    # The weight gradient accumulating into main_grad allocates nothing.
+    rec, _, backward = _linear_passes(sp=False, tp=1, fills=Fills(te=True, wgrad_fused=True))
+    assert _fills(rec, backward) == [("aten::mm", dx), ("aten::sum", db)]
+    # Megatron's own layers run PyTorch's GEMMs, whose outputs are not filled; nor is a
+    # Megatron layer's under Transformer Engine (the output layer).
+    for fills, te in ((Fills(te=False), True), (Fills(te=True), False)):
+        rec, forward, backward = _linear_passes(sp=False, tp=1, fills=fills, te=te)
+        assert _fills(rec, forward) == _fills(rec, backward) == []
+    # Without deterministic algorithms the ops are the same, none filled.
+    rec, forward, backward = _linear_passes(sp=False, tp=1)
+    assert FILL not in _names(rec, forward) + _names(rec, backward)
+
+
+def test_a_gathered_input_is_a_filled_buffer() -> None:
+    # Sequence parallel: Megatron's torch.empty for the all-gather's output, [S, B, H].
+    rec, forward, _ = _linear_passes(sp=True, tp=2, fills=Fills(te=False))
+    assert _fills(rec, forward) == [("nccl:all_gather", S * B * H * 2)]

@@ -14,7 +14,7 @@ pytest.importorskip("torch", reason=TORCH_MISSING)
 
 import torch
 
-from echo_view.tracing.recorder import Recorder
+from echo_view.tracing.recorder import Fills, Recorder
 
 N = 1000  # elements of the fp32 test tensors: 4,000 bytes each
 T = 4_000
@@ -24,9 +24,9 @@ def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.empty(shape, device="meta", dtype=dtype)
 
 
-def _recorded(program: Callable[[], object]) -> list[tuple[str, int]]:
+def _recorded(program: Callable[[], object], fills: Fills | None = None) -> list[tuple[str, int]]:
     """``(op name, bytes)`` of each kernel ``program`` dispatches."""
-    rec = Recorder(StringTable())
+    rec = Recorder(StringTable(), fills)
     with rec:
         rec.begin()
         program()
@@ -118,3 +118,47 @@ def test_indexed_ops_move_the_selected_elements() -> None:
             return x.index_put_((rows_i, cols_i), values, accumulate=acc)
 
         assert _recorded(put) == [("aten::index_put_", idx_bytes + rows * 4 + touched)]
+
+
+FILL = "aten::fill_ (uninitialized)"
+
+
+def test_deterministic_algorithms_fill_what_an_op_allocates() -> None:
+    a, half = _meta(N), _meta(N, dtype=torch.bfloat16)
+    det = Fills(te=True)
+    # Dropout allocates its output and its mask (empty_like): two fills, then the kernel.
+    dropout = _recorded(lambda: torch.native_dropout(half, 0.1, True), det)
+    assert dropout == [(FILL, 2 * N), (FILL, N), ("aten::native_dropout", 2 * N + 2 * N + N)]
+    # A copy into a new tensor: its buffer filled first.
+    assert _recorded(lambda: a.clone(), det) == [(FILL, T), ("aten::clone", 2 * T)]
+    # Structured kernels allocate without the fill; views and in-place ops allocate nothing.
+    assert _recorded(lambda: (a + a, a.view(10, 100), a.mul_(2.0)), det) == [
+        ("aten::add", 3 * T),
+        ("aten::mul_", 2 * T),
+    ]
+    # No deterministic algorithms: no fills.
+    assert _recorded(lambda: a.clone()) == [("aten::clone", 2 * T)]
+
+
+def test_a_librarys_allocations_fill_where_the_tracer_marks_them() -> None:
+    a = _meta(N)
+
+    def program(rec: Recorder, te: bool) -> None:
+        with rec.library(te=te):
+            a.new_empty((N,))  # an explicit torch.empty: no kernel but its fill
+            torch.exp(a)  # a kernel whose output the library allocates
+
+    for fills, te, filled in (
+        (Fills(te=True), True, True),
+        (Fills(te=False), True, False),  # Transformer Engine's allocation, local layers
+        (Fills(te=False), False, True),
+        (None, False, False),
+    ):
+        rec = Recorder(StringTable(), fills)
+        with rec:
+            rec.begin()
+            program(rec, te)
+            table = rec.end()
+        rows = [(rec.strings[int(n)], int(b)) for n, b in zip(table.name, table.bytes, strict=True)]
+        expected = [(FILL, T), (FILL, T)] if filled else []
+        assert rows == [*expected, ("aten::exp", 2 * T)]
