@@ -1099,8 +1099,10 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: each way (``native_dropout``), as PyTorch runs it on a GPU, not the CPU path's three.
 #: 4: Megatron-LM's layers add each residual branch's bias, drop it out and add the residual
 #: in one kernel (``bias_dropout_fusion``). 5: a tensor-parallel all-reduce runs in place, as
-#: Megatron's ``_reduce`` does (no copy of the reduced tensor).
-TRACER_REVISION = 5
+#: Megatron's ``_reduce`` does (no copy of the reduced tensor). 6: unfused attention takes q, k
+#: and v as views of the QKV projection's output, as Megatron-Core and Transformer Engine do
+#: (no copies before the batched GEMMs; Megatron-LM of 2019's ``multiply`` form keeps them).
+TRACER_REVISION = 6
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:

@@ -79,8 +79,20 @@ def unfused_attention(
         rep = h // k.shape[1]
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-    qm = q.reshape(b * h, s, d)
-    kt = k.reshape(b * h, s, d).transpose(1, 2)
+    if masking == "multiply":
+        # Megatron-LM of 2019 permutes q, k and v to [b, heads, s, d] and multiplies them with
+        # torch.matmul, which copies each contiguous as it uses it.
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(b * h, s, d)
+    else:
+        # Megatron-Core's and Transformer Engine's layout: the QKV projection's output viewed
+        # as [s, b * heads, d] and handed to the batched GEMMs transposed (cuBLAS takes the
+        # strides): no copies.
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            return x.permute(2, 0, 1, 3).reshape(s, b * h, d).transpose(0, 1)
+
+    qm = flat(q)
+    kt = flat(k).transpose(1, 2)
     if masking == "multiply":
         # The 0/1 lower-triangular mask in the model's dtype is made once per batch (Megatron's
         # get_batch), outside the layer; its complement is scaled inside every layer.
@@ -100,5 +112,5 @@ def unfused_attention(
     with rec.library() if masking == "fused" and rec is not None else nullcontext():
         probs = torch.softmax(scores, dim=-1)
     probs = gpu_dropout(probs, dropout)
-    out = torch.bmm(probs, v.reshape(b * h, s, d))
+    out = torch.bmm(probs, flat(v))
     return out.reshape(b, h, s, d)

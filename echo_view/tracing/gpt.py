@@ -143,12 +143,21 @@ class TransformerLayer(nn.Module):
         residual = x
         qkv = self.qkv(self.ln1(x))  # [s, b, (h + 2 kv) * d / tp]
         s, b, _ = qkv.shape
-        d = self.head_dim
-        q, k, v = qkv.split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
+        d, groups = self.head_dim, self.kv_heads
+        if self.masked_softmax == "multiply":
+            # Megatron-LM of 2019: the output in thirds, all queries, then all keys, then all
+            # values (``split_tensor_along_last_dim``).
+            q, k, v = qkv.split([self.heads * d, groups * d, groups * d], dim=-1)
+        else:
+            # Megatron-Core's: per query group its queries, then its key and its value
+            # ([s, b, groups, (heads / groups + 2) * d]).
+            per = self.heads // groups
+            grouped = qkv.view(s, b, groups, (per + 2) * d)
+            q, k, v = grouped.split([per * d, d, d], dim=-1)
         # [s, b, n*d] -> [b, n, s, d]
         q = q.reshape(s, b, self.heads, d).permute(1, 2, 0, 3)
-        k = k.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
-        v = v.reshape(s, b, self.kv_heads, d).permute(1, 2, 0, 3)
+        k = k.reshape(s, b, groups, d).permute(1, 2, 0, 3)
+        v = v.reshape(s, b, groups, d).permute(1, 2, 0, 3)
         if self.rope:  # Transformer Engine's fused RoPE: one kernel for q, one for k
             q, k = rope(q), rope(k)
         # Context parallelism: this rank's queries attend over the whole sequence's keys (the

@@ -196,3 +196,34 @@ def test_a_gathered_input_is_a_filled_buffer() -> None:
     # Sequence parallel: Megatron's torch.empty for the all-gather's output, [S, B, H].
     rec, forward, _ = _linear_passes(sp=True, tp=2, fills=Fills(te=False))
     assert _fills(rec, forward) == [("nccl:all_gather", S * B * H * 2)]
+
+
+def _core_attention(masking: str, batch: int) -> list[str]:
+    """The ops of unfused core attention on q, k, v split from one QKV output, as the
+    built-in layer hands them over (``[b, heads, s, d]`` views): Megatron-Core's layout (each
+    head's q, k and v side by side), or Megatron-LM of 2019's for ``multiply`` (all queries,
+    then all keys, then all values)."""
+    from echo_view.tracing.attention import unfused_attention
+
+    heads, d = 4, 16
+    rec = Recorder(StringTable())
+    with rec:
+        if masking == "multiply":
+            qkv = torch.empty((S, batch, 3 * heads * d), device="meta", dtype=torch.bfloat16)
+            parts = [x.reshape(S, batch, heads, d) for x in qkv.split(heads * d, dim=-1)]
+        else:
+            qkv = torch.empty((S, batch, heads, 3 * d), device="meta", dtype=torch.bfloat16)
+            parts = list(qkv.split(d, dim=-1))
+        q, k, v = (x.permute(1, 2, 0, 3) for x in parts)
+        rec.begin()
+        unfused_attention(q, k, v, 0.0, masking, rec)
+        table = rec.end()
+    return _names(rec, table)
+
+
+def test_unfused_attention_multiplies_views_of_the_qkv_output() -> None:
+    # Megatron-Core's layout: q, k and v go into the batched GEMMs as strided views.
+    for batch in (1, 4):
+        assert _core_attention("fused", batch) == ["aten::baddbmm", "aten::_softmax", "aten::bmm"]
+    # Megatron-LM of 2019's torch.matmul on the permuted tensors copies each one first.
+    assert _core_attention("multiply", 4).count("aten::clone") == 3

@@ -531,8 +531,10 @@ def test_masked_softmax_forms_trace_their_elementwise_kernels() -> None:
     gradients are multiplied by the scale (2Q each, two per layer). ``multiply`` (Megatron-LM
     2019) runs ``bmm`` (2Q + 2E), then ``div`` (4E), ``mul`` by the mask and ``sub`` of
     ``10000 * (1 - mask)`` (4E + 2S each), with ``rsub`` and ``mul`` on the mask (4S each);
-    backward the ``mul`` by the mask (4E + 2S) and the ``div`` (4E). ``masked_fill``: one
-    ``masked_fill_`` forward and one ``masked_fill`` backward, 4E + S each (a bool mask)."""
+    backward the ``mul`` by the mask (4E + 2S) and the ``div`` (4E). Its QKV output in thirds
+    makes ``torch.matmul`` copy q, k and v (2Q each) and two of their gradients back, where
+    Megatron-Core's grouped layout hands views. ``masked_fill``: one ``masked_fill_`` forward
+    and one ``masked_fill`` backward, 4E + S each (a bool mask)."""
     e, sq, q = 2 * 4 * 512 * 512, 512 * 512, 8 * 512 * 64 * 2
     traced = {
         form: trace_workload(_cfg(model={"attention": "unfused", "masked_softmax": form}))
@@ -549,7 +551,8 @@ def test_masked_softmax_forms_trace_their_elementwise_kernels() -> None:
 
     fused_f, fused_b = ops("fused", "forward"), ops("fused", "backward")
     mult_f, mult_b = ops("multiply", "forward"), ops("multiply", "backward")
-    assert mult_f - fused_f == per_layer(
+    copies = Counter({("aten::clone", 2 * q): 3 * 4})
+    assert mult_f - fused_f == copies + per_layer(
         ("aten::bmm", 2 * q + 2 * e),
         ("aten::div", 4 * e),
         ("aten::mul", 4 * e + 2 * sq),
@@ -558,7 +561,10 @@ def test_masked_softmax_forms_trace_their_elementwise_kernels() -> None:
         ("aten::mul", 4 * sq),
     )
     assert fused_f - mult_f == per_layer(("aten::baddbmm", 2 * q + 4 * e))
-    assert mult_b - fused_b == per_layer(("aten::mul", 4 * e + 2 * sq), ("aten::div", 4 * e))
+    grad_copies = Counter({("aten::clone", 2 * q): 2 * 4})
+    assert mult_b - fused_b == grad_copies + per_layer(
+        ("aten::mul", 4 * e + 2 * sq), ("aten::div", 4 * e)
+    )
     assert fused_b - mult_b == Counter({("aten::mul", 2 * q): 2 * 4})
     fill_f, fill_b = ops("masked_fill", "forward"), ops("masked_fill", "backward")
     assert fill_f - fused_f == per_layer(("aten::masked_fill_", 4 * e + sq))
