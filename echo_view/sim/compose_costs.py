@@ -22,6 +22,7 @@ from echo_view.sim.comm import CommModel, NcclModel, model_for_library
 from echo_view.sim.comm.deepep import DeepEPModel
 from echo_view.sim.comm.routing import routed_time_ns
 from echo_view.sim.compute_presets import gemm_shape_params_for
+from echo_view.sim.deterministic import dp_workspace_bytes
 from echo_view.sim.gemm_shape import gemm_times_ns
 from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
@@ -270,6 +271,21 @@ def table_cost(
         attn = _attn_math_ns(graph, table, cluster, kernel)
         math = attn if math is None else np.where(np.isfinite(attn), attn, math)
     dur = op_times_ns(table.op_class, table.flops, table.bytes, peaks, cluster.gpu, params, math)
+    workspace = dp_workspace_bytes(graph, table, cfg, cluster)
+    if workspace.any():
+        # Each of those backward calls first fills its workspace: a write of it, timed as the
+        # traced fills are (an elementwise op of no FLOPs).
+        filled = workspace > 0
+        fill_ns = op_times_ns(
+            np.full(int(filled.sum()), OpClass.ELEMENTWISE),
+            np.zeros(int(filled.sum())),
+            workspace[filled],
+            peaks[filled],
+            cluster.gpu,
+            params,
+        )
+        dur = dur.copy()
+        dur[filled] += fill_ns
     if scales:
         factor = np.ones(len(dur))
         for cls, k in scales.items():

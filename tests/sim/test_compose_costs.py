@@ -100,12 +100,17 @@ def _attention_table(strings: StringTable, rows: list[tuple[str, str, float]]) -
 
 
 def _attention_ns(
-    kernel: str, gpu: str, rows: list[tuple[str, str, float]], **params: float
+    kernel: str,
+    gpu: str,
+    rows: list[tuple[str, str, float]],
+    deterministic: bool = False,
+    **params: float,
 ) -> list[int]:
     strings = StringTable()
     table = _attention_table(strings, rows)
     cfg = _cfg(pp=1, dp=1, micro_batches=1, model={"attention_kernel": kernel})
     cfg = replace(cfg, cluster=replace(cfg.cluster, gpu=gpu))
+    cfg = replace(cfg, training=replace(cfg.training, deterministic=deterministic))
     cluster = cluster_from_config(cfg.cluster)
     p = ComputeParams(**params)
     colls = CollectiveCache(default_comm_model(), cluster)
@@ -134,6 +139,23 @@ def test_fused_attention_runs_at_the_kernels_measured_speed_on_hopper() -> None:
     assert bwd_c == round(2.5 * _FWD / 2 / (559e12 * 602 / 646) * 1e9)
     # auto on Hopper is cuDNN (529 TFLOP/s causal forward); H800 has H100's compute.
     assert _attention_ns("auto", "H800", rows[:1]) == [round(_FWD / 2 / 529e12 * 1e9)]
+
+
+def test_a_deterministic_cudnn_backward_on_hopper_fills_its_dp_workspace() -> None:
+    """cuDNN's deterministic attention backward on Hopper needs a b x h x s_q x s_kv x 2-byte
+    workspace, which Transformer Engine allocates per call and deterministic algorithms fill:
+    4 GiB here, written at 0.85 x 3,350 GB/s saturating with 2 MB half-size, plus the fill's
+    kernel gap."""
+    rows = [("echo_view::flash_attn_bwd", "[2,16,8192,128]x" + _QKV, 2.5 * _FWD / 2)]
+    base = _attention_ns("auto", "H100", rows)[0]
+    det = _attention_ns("auto", "H100", rows, deterministic=True)[0]
+    ws = 2 * 16 * 8192 * 8192 * 2
+    fill = ws / (3350e9 * 0.85 * ws / (ws + 2.0e6)) * 1e9 + 1500
+    assert abs(det - base - fill) <= 1
+    # FlashAttention's kernels (chosen, or A100's auto) allocate no such workspace.
+    for kernel, gpu in (("fa3", "H100"), ("auto", "A100")):
+        with_it = _attention_ns(kernel, gpu, rows, deterministic=True)
+        assert with_it == _attention_ns(kernel, gpu, rows)
 
 
 def test_llm_foundry_triton_attention_runs_at_flashattention_1s_speed() -> None:
