@@ -85,11 +85,12 @@ def _names(trace: Trace) -> np.ndarray:
     return np.array([names[int(i)] for i in trace.events.name], dtype=object)
 
 
-def thread_rows(trace: Trace) -> list[tuple[int, int, float, float, float, float]]:
+def thread_rows(
+    trace: Trace, names: np.ndarray
+) -> list[tuple[int, int, float, float, float, float]]:
     """``(lane, launches, median µs, p25 µs, median µs where the GPU waited, host µs per
-    kernel)`` per thread."""
+    kernel)`` per thread (``names``: each event's, :func:`_names`)."""
     ev = trace.events
-    names = _names(trace)
     runtime = ev.kind == int(EventKind.RUNTIME)
     launch = np.flatnonzero(runtime & np.array([n.startswith(LAUNCHES) for n in names]))
     sync = runtime & np.array([n.startswith(SYNCS) for n in names])
@@ -131,10 +132,9 @@ def thread_rows(trace: Trace) -> list[tuple[int, int, float, float, float, float
     return out
 
 
-def optimizer_rows(trace: Trace) -> list[tuple[str, float, int, int]]:
+def optimizer_rows(trace: Trace, names: np.ndarray) -> list[tuple[str, float, int, int]]:
     """``(name, CPU span µs, launches inside, aten::add_ inside)`` per ``Optimizer.step``."""
     ev = trace.events
-    names = _names(trace)
     launch = (ev.kind == int(EventKind.RUNTIME)) & np.array([n.startswith(LAUNCHES) for n in names])
     adds = names == "aten::add_"
     out = []
@@ -152,12 +152,12 @@ def optimizer_rows(trace: Trace) -> list[tuple[str, float, int, int]]:
     return out
 
 
-def fill_us(trace: Trace) -> np.ndarray:
+def fill_us(trace: Trace, names: np.ndarray) -> np.ndarray:
     """The CPU durations (µs) of the ``aten::fill_`` ops of ``trace``: what a fill costs the
     host where ATen issues it without Python, as an allocation under deterministic algorithms
     does (``host.fill_us``)."""
     ev = trace.events
-    rows = (ev.kind == int(EventKind.CPU_OP)) & (_names(trace) == "aten::fill_")
+    rows = (ev.kind == int(EventKind.CPU_OP)) & (names == "aten::fill_")
     return np.asarray(ev.dur_ns[rows], dtype=np.float64) / 1e3
 
 
@@ -181,9 +181,10 @@ def main() -> int:
             continue
         for trace in read_job([path]).traces:
             gpu = trace.devices[0].name if trace.devices else "?"
+            names = _names(trace)
             label = f"{_label(path)} rank {trace.rank}"
-            fills.append((label, gpu, fill_us(trace), path.name in HOPPER_HOSTS))
-            for lane, n, med, p25, starved, per_kernel in thread_rows(trace):
+            fills.append((label, gpu, fill_us(trace, names), path.name in HOPPER_HOSTS))
+            for lane, n, med, p25, starved, per_kernel in thread_rows(trace, names):
                 print(
                     f"| {_label(path)} rank {trace.rank} | {gpu} | {lane} | {n} | {med:.1f} "
                     f"| {p25:.1f} | {starved:.1f} | {per_kernel:.1f} |"
@@ -191,7 +192,7 @@ def main() -> int:
                 if path.name in HOPPER_TRAINING:
                     training.append(per_kernel)
             # One step of each optimizer (the first is often warm-up of a different shape).
-            rows = optimizer_rows(trace)
+            rows = optimizer_rows(trace, names)
             if rows:
                 optimizer.append((_label(path), *rows[len(rows) // 2]))
     if training:

@@ -192,6 +192,13 @@ class TracedGraph:
                 return role
         raise KeyError(f"no traced role for pipeline stage {stage}")
 
+    def rows_named(self, table: OpTable, name: str) -> npt.NDArray[np.bool_]:
+        """Which rows of ``table`` are op ``name`` (none when the graph never names it)."""
+        sid = self.strings.id_of(name)
+        if sid is None:
+            return np.zeros(len(table), dtype=np.bool_)
+        return np.asarray(table.name == sid, dtype=np.bool_)
+
     def op_count(self) -> int:
         """Total ops over all roles and phases."""
         n = 0

@@ -167,6 +167,7 @@ class _Composer:
         self.layout, self.fine = layout, fine
         self.host, self.host_ns = host, host.kernel_ns
         self._issue_costs: dict[int, npt.NDArray[np.int64]] = {}
+        self._one_kernel = np.array([self.host_ns], dtype=np.int64)
         # Per rank: its host thread's lane; per GPU lane: its last op (what a sync waits for).
         self.host_lane: dict[int, int] = {}
         self.lane_last: dict[int, int] = {}
@@ -257,7 +258,7 @@ class _Composer:
         Returns the op that ends the run."""
         lane = self.host_lane.get(rank)
         if costs is None:
-            costs = np.array([self.host_ns], dtype=np.int64)
+            costs = self._one_kernel
         if lane is None or not len(costs):
             return last
         issued = np.cumsum(costs)

@@ -303,10 +303,8 @@ def table_cost(
         else:
             dur[i] = colls.time_ns(table.coll(i), int(table.coll_bytes[i]), ranks)
     p = cfg.parallel
-    fid = graph.strings.id_of(DETERMINISTIC_FILL)
-    fills = table.name == fid if fid is not None else np.zeros(len(table), dtype=np.bool_)
-    sid = graph.strings.id_of(WGRAD_GATHER)
-    regather = is_coll & (table.name == sid) if sid is not None else np.zeros_like(is_coll)
+    fills = graph.rows_named(table, DETERMINISTIC_FILL)
+    regather = is_coll & graph.rows_named(table, WGRAD_GATHER)
     # In backward a tensor-parallel reduce-scatter or all-reduce is a column-parallel linear's
     # input gradient (a row-parallel linear's and the embedding's backward collectives are
     # all-gathers, or none).

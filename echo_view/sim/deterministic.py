@@ -47,11 +47,8 @@ def dp_workspace_bytes(
         and cluster.gpu.arch == "hopper"
     ):
         return out
-    name = graph.strings.id_of(ATTENTION_BACKWARD)
-    if name is None:
-        return out
-    rows = np.flatnonzero((table.name == name) & (table.op_class == OpClass.ATTENTION))
-    for i in rows.tolist():
+    rows = graph.rows_named(table, ATTENTION_BACKWARD) & (table.op_class == OpClass.ATTENTION)
+    for i in np.flatnonzero(rows).tolist():
         sid = int(table.shapes[i])
         shapes = parse_shapes_text(graph.strings[sid]) if sid >= 0 else None
         if not shapes or len(shapes) < 3:

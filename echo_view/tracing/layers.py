@@ -207,7 +207,7 @@ def linear(
     if autocast is not None:
         x, weight = x.to(autocast), weight.to(autocast)
         bias = bias.to(autocast) if bias is not None else None
-    elif te and rec.fills is not None and rec.fills.te:
+    elif te and rec.filling(te=True):
         out: torch.Tensor = _EngineLinear.apply(x, weight, bias, rec)  # type: ignore[no-untyped-call]
         return out
     return F.linear(x, weight, bias)

@@ -166,12 +166,17 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         finally:
             self.enabled = enabled
 
+    def filling(self, te: bool = False) -> bool:
+        """Whether a buffer the program or a library allocates is filled (deterministic
+        algorithms; ``te``: one only Transformer Engine's layers allocate, :class:`Fills`)."""
+        return self.fills is not None and (self.fills.te or not te)
+
     @contextmanager
     def library(self, te: bool = False) -> Iterator[None]:
         """Inside, every op's new outputs are buffers the program or a library allocates with
         ``torch.empty`` / ``at::empty`` (filled under deterministic algorithms); ``te``: only
-        when the layers are Transformer Engine's (:class:`Fills`)."""
-        on = self.fills is not None and (self.fills.te or not te)
+        when the layers are Transformer Engine's (:meth:`filling`)."""
+        on = self.filling(te)
         self._library += on
         try:
             yield
