@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.aten_ops import DETERMINISTIC_FILL, attention_flops, gemm_dims
+from echo_view.model.aten_ops import DETERMINISTIC_FILL, attention_flops, gemm_dims, op_class
 from echo_view.model.attention_kernels import efficiency, resolve_kernel
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
@@ -274,10 +274,10 @@ def table_cost(
     workspace = dp_workspace_bytes(graph, table, cfg, cluster)
     if workspace.any():
         # Each of those backward calls first fills its workspace: a write of it, timed as the
-        # traced fills are (an elementwise op of no FLOPs).
+        # traced fills are (``fill_``'s op class, no FLOPs).
         filled = workspace > 0
         fill_ns = op_times_ns(
-            np.full(int(filled.sum()), OpClass.ELEMENTWISE),
+            np.full(int(filled.sum()), op_class("fill_")),
             np.zeros(int(filled.sum())),
             workspace[filled],
             peaks[filled],

@@ -35,7 +35,7 @@ from echo_view.model.strings import StringTable
 from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk
 from echo_view.tracing.fp8 import fp8_recipe, record_cast, record_scale_update
 from echo_view.tracing.gpt import param_dtype
-from echo_view.tracing.recorder import Recorder
+from echo_view.tracing.recorder import Recorder, dtype_name
 
 #: A chunk's body: ``(cfg, first, last, layers, dense)`` to ops whose string ids refer to a
 #: table of the source's (``dense``: an MoE model's dense layers at the chunk's start).
@@ -80,7 +80,7 @@ def _optimizer(
         # into each gradient. Each moves the 16-bit gradients twice.
         dtype = param_dtype(cfg)
         g = dtype.itemsize * params
-        label = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+        label = dtype_name(dtype)
         rec.op("ddp_flatten", OpClass.COPY, flops=0.0, nbytes=2 * g, dtype=label)
         rec.op("ddp_divide", OpClass.ELEMENTWISE, flops=g, nbytes=2 * g, dtype=label)
         rec.op("ddp_unflatten", OpClass.COPY, flops=0.0, nbytes=2 * g, dtype=label)
