@@ -220,6 +220,15 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    # DeepSpeed's bf16 optimizer casting and adding every gradient to fp32 after each
+    # micro-batch, on the BLOOM run that used it (BLOOM reports no run without it).
+    (
+        "validation/bloom-176b-384.toml",
+        "grad_accumulation cast_add (off = main_grad)",
+        {"training.grad_accumulation": ("main_grad", "cast_add")},
+        None,
+        "",
+    ),
     # Deterministic mode's fills of new buffers, on Megatron-LM CI runs that set it (no source
     # reports the same run without it: docs/accuracy.md).
     *(

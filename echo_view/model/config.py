@@ -77,6 +77,13 @@ MASTER_COPIES = ("fused", "per_tensor")
 #: copied into one new tensor, divided by the data-parallel size, all-reduced, the host waiting
 #: for it, and copied back tensor by tensor; docs/workloads.md "Host path").
 GRAD_ALLREDUCE = ("buffer", "flatten")
+#: Where a 16-bit model's gradients accumulate over micro-batches: ``main_grad`` (Megatron's
+#: fp32 buffer, which its DDP hook or the fused weight-gradient GEMMs add to; PyTorch DDP's
+#: buckets with ``parallel.ddp = "torch"``) or ``cast_add`` (DeepSpeed's ``BF16_Optimizer``:
+#: after each micro-batch's backward every parameter's bf16 gradient is cast to fp32 and added
+#: to the optimizer's fp32 gradient, two kernels per tensor, ``update_hp_grads`` in
+#: deepspeed/runtime/bf16_optimizer.py; docs/workloads.md "DeepSpeed's bf16 optimizer").
+GRAD_ACCUMULATION = ("main_grad", "cast_add")
 #: Megatron-LM's ``--transformer-impl``: the layers are Transformer Engine's modules or
 #: Megatron's own (``local``: PyTorch GEMMs, Apex norms, a preallocated attention-score buffer).
 #: The traced ops are the same; which buffers are allocated per op differs, which matters
@@ -312,7 +319,9 @@ class TrainingConfig:
     (:data:`GRAD_ALLREDUCE`) whether gradients are reduced in place or through a flattened
     copy (traced, and the copies back launched per tensor on the host); ``deterministic``
     (``--deterministic-mode``: ``torch.use_deterministic_algorithms(True)``) whether PyTorch
-    fills each new buffer before use (traced, docs/workloads.md "Deterministic mode")."""
+    fills each new buffer before use (traced, docs/workloads.md "Deterministic mode");
+    ``grad_accumulation`` (:data:`GRAD_ACCUMULATION`) where the 16-bit gradients accumulate
+    over micro-batches (traced)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
@@ -323,6 +332,7 @@ class TrainingConfig:
     master_copies: str = "fused"
     grad_allreduce: str = "buffer"
     deterministic: bool = False
+    grad_accumulation: str = "main_grad"
 
     @property
     def optimizer_sync(self) -> bool:
@@ -365,6 +375,27 @@ class WorkloadConfig:
         """Whether the optimizer copies between the 16-bit and the fp32 tensors one tensor at a
         time (``[training] master_copies = "per_tensor"``; only 16-bit params have copies)."""
         return self.half_params and self.training.master_copies == "per_tensor"
+
+    @property
+    def per_tensor_param_copies(self) -> bool:
+        """Whether Megatron-Core copies the updated fp32 main params into the bf16 model params
+        one tensor at a time: it has no bf16 multi-tensor copy (``_dummy_overflow_buf`` is
+        ``None`` with ``--bf16``, so ``_multi_tensor_copy_this_to_that`` loops over ``copy_``;
+        the distributed optimizer's ``_copy_main_params_to_model_params`` loops over its
+        shard's tensors either way), in megatron/core/optimizer/optimizer.py and
+        distrib_optimizer.py. fp16 copies without it run as one multi-tensor kernel. Only with
+        Megatron's own data parallelism (the main_grad buffer), not under FSDP or PyTorch
+        DDP."""
+        p, tr = self.parallel, self.training
+        megatron = p.ddp == "megatron" and p.fsdp == "none" and tr.grad_accumulation == "main_grad"
+        looped = self.dtype in ("bf16", "fp8") or p.distributed_optimizer
+        return (
+            megatron
+            and self.half_params
+            and looped
+            and tr.master_copies == "fused"
+            and tr.grad_allreduce == "buffer"
+        )
 
 
 class _Section:
@@ -560,15 +591,26 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
     clip = t.get("clip_grad", float, 1.0)
     if not 0 <= clip < float("inf"):
         raise t._err("clip_grad", f"must be a number >= 0, got {clip!r}")
+    accumulation = t.choice("grad_accumulation", GRAD_ACCUMULATION, "main_grad")
+    cast_add = accumulation == "cast_add"
+    # DeepSpeed's weight-gradient GEMMs write a new 16-bit gradient: no fusion by default.
+    fusion = t.get("gradient_accumulation_fusion", bool, not cast_add)
+    if cast_add and fusion:
+        raise t._err(
+            "gradient_accumulation_fusion",
+            'cannot be true with grad_accumulation = "cast_add" (its weight-gradient GEMMs '
+            "write 16-bit gradients): leave it unset",
+        )
     training = TrainingConfig(
         clip,
         t.get("log_num_zeros_in_grad", bool, False),
         t.choice("clip_grad_norm", IMPLEMENTATIONS, "megatron"),
-        t.get("gradient_accumulation_fusion", bool, True),
+        fusion,
         t.choice("grad_checks", GRAD_CHECKS, "fused"),
         t.choice("master_copies", MASTER_COPIES, "fused"),
         t.choice("grad_allreduce", GRAD_ALLREDUCE, "buffer"),
         t.get("deterministic", bool, False),
+        accumulation,
     )
     t.finish()
 
@@ -615,6 +657,8 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
     _check_torch_native(cfg, err)
     if cfg.training.grad_allreduce == "flatten":
         _check_flatten(par, err)
+    if cfg.training.grad_accumulation == "cast_add":
+        _check_cast_add(cfg, err)
     if cfg.training.deterministic and mod.script is not None:
         raise err(
             "training.deterministic",
@@ -721,6 +765,23 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         )
 
 
+def _check_cast_add(cfg: WorkloadConfig, err: Any) -> None:
+    """DeepSpeed's bf16 optimizer keeps fp32 gradients beside 16-bit params and reduces them
+    itself: no PyTorch DDP or FSDP, no 2019 copies, no mixed precision without 16-bit params."""
+    par, tr = cfg.parallel, cfg.training
+    reason = None
+    if par.ddp != "megatron" or par.fsdp != "none":
+        reason = "leave parallel.ddp and parallel.fsdp unset"
+    elif not cfg.half_params:
+        reason = "needs 16-bit parameters (dtype bf16 or fp16, not autocast)"
+    elif tr.master_copies != "fused" or tr.grad_allreduce != "buffer":
+        reason = "leave training.master_copies and training.grad_allreduce unset"
+    elif cfg.model.script is not None:
+        reason = "is traced for the built-in model only"
+    if reason is not None:
+        raise err("training.grad_accumulation", f'"cast_add" {reason}')
+
+
 def _check_flatten(par: ParallelConfig, err: Any) -> None:
     """Megatron-LM of 2019 reduced all gradients once after the backward, on every rank: no
     other data-parallel wrapper, no sharded optimizer, no overlapped or bucketed reduction."""
@@ -773,8 +834,11 @@ def _check_torch_native(cfg: WorkloadConfig, err: Any) -> None:
             "model.cross_entropy",
             f'"torch" takes whole-vocabulary logits: it needs tp = 1 (got tp = {par.tp})',
         )
-    if not cfg.training.gradient_accumulation_fusion and (
-        par.ddp == "torch" or mod.script is not None
+    main_grad = cfg.training.grad_accumulation == "main_grad"
+    if (
+        not cfg.training.gradient_accumulation_fusion
+        and main_grad
+        and (par.ddp == "torch" or mod.script is not None)
     ):
         raise err(
             "training.gradient_accumulation_fusion",
@@ -1082,6 +1146,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             ("master_copies", tr.master_copies, default.master_copies),
             ("grad_allreduce", tr.grad_allreduce, default.grad_allreduce),
             ("deterministic", tr.deterministic, default.deterministic),
+            ("grad_accumulation", tr.grad_accumulation, default.grad_accumulation),
         )
         if v != d
     }
@@ -1102,7 +1167,10 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: Megatron's ``_reduce`` does (no copy of the reduced tensor). 6: unfused attention takes q, k
 #: and v as views of the QKV projection's output, as Megatron-Core and Transformer Engine do
 #: (no copies before the batched GEMMs; Megatron-LM of 2019's ``multiply`` form keeps them).
-TRACER_REVISION = 6
+#: 7: Megatron's DDP hook adds every gradient autograd produced to ``main_grad``, the norms',
+#: biases' and embeddings' too, one kernel per parameter tensor and micro-batch (only the
+#: weights of linears without gradient-accumulation fusion were traced).
+TRACER_REVISION = 7
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
@@ -1134,6 +1202,8 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["grad_allreduce"] = cfg.training.grad_allreduce
     if cfg.training.deterministic:  # the fills of new buffers (traced)
         key["deterministic"] = True
+    if cfg.training.grad_accumulation != "main_grad":  # the casts and additions (traced)
+        key["grad_accumulation"] = cfg.training.grad_accumulation
     return key
 
 

@@ -9,7 +9,9 @@ config's ``[training]`` keys (docs/workloads.md, "Host path"):
 - Megatron-LM of 2019's gradient checks (``grad_checks = "per_tensor"``);
 - Megatron-LM of 2019's ``FP16_Optimizer`` copies (``master_copies = "per_tensor"``);
 - Megatron-LM of 2019's gradient all-reduce through a flat copy (``grad_allreduce =
-  "flatten"``), whose copies back into the gradients come after a wait for the GPU.
+  "flatten"``), whose copies back into the gradients come after a wait for the GPU;
+- Megatron-Core's copies of the updated bf16 params, one ``copy_`` per tensor
+  (:attr:`~echo_view.model.config.WorkloadConfig.per_tensor_param_copies`).
 
 A rank's parameter tensors are the traced graph's count for its role (``meta.param_tensors``),
 a shard of them (split evenly) where the optimizer is sharded.
@@ -68,17 +70,19 @@ class HostLoops:
         self.comp, self.rank = comp, rank
         self.cfg = comp.cfg
         self.copies = comp.cfg.per_tensor_master_copies
+        self.param_copies = comp.cfg.per_tensor_param_copies
         self.tensors = -(-param_tensors(comp.graph, role_idx) // max(1, len(shard_group)))
         self.zeroed = False
 
-    def launch(self, per: int, what: str, *, sync: bool = True) -> None:
-        """``per`` host launches for each of the rank's tensors, then, with ``sync``, a wait
-        for the GPU."""
+    def launch(self, per: int, what: str, *, sync: bool = True, tensors: int | None = None) -> None:
+        """``per`` host launches for each of the rank's tensors (``tensors`` of them when
+        given), then, with ``sync``, a wait for the GPU."""
         comp = self.comp
         lane = comp.host_lane.get(self.rank)
-        if lane is None or not self.tensors:
+        count = self.tensors if tensors is None else tensors
+        if lane is None or not count:
             return
-        launches = per * self.tensors
+        launches = per * count
         name = f"{what} ({launches} launches)"
         comp.op(self.rank, lane, name, launches * comp.host_ns, kind=EventKind.CPU_OP, issue=False)
         if sync:
@@ -121,6 +125,10 @@ class HostLoops:
             self.launch(MASTER_GRAD_LAUNCHES, "master grads", sync=False)
 
     def after_optimizer(self) -> None:
-        """The optimizer's kernels are issued: the 2019 copies of the params back to fp16."""
+        """The optimizer's kernels are issued: the 2019 copies of the params back to fp16, or
+        Megatron-Core's bf16 copies, one per tensor, whose GPU work is the traced
+        ``copy_main_params`` row (issued as one kernel: the other tensors' launches here)."""
         if self.copies:
             self.launch(MASTER_PARAM_LAUNCHES, "master params", sync=False)
+        elif self.param_copies and self.tensors > 1:
+            self.launch(1, "bf16 param copies", sync=False, tensors=self.tensors - 1)

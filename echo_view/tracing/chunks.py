@@ -80,7 +80,8 @@ def trace_chunk(
         params = sum(int(t.numel()) for t in module.parameters())
         experts = sum(int(t.numel()) for t in module.parameters() if getattr(t, "expert", False))
         torch_ddp = p.ddp == "torch"
-        unfused = _unfused_wgrad(module, cfg)
+        adds = _main_grad_adds(module, cfg)
+        cast_add = cfg.training.grad_accumulation == "cast_add"
         for prm in module.parameters():
             nbytes = int(prm.numel()) * GRAD_BYTES
             # PyTorch DDP (``gradient_as_bucket_view``) copies each gradient autograd produced
@@ -88,10 +89,10 @@ def trace_chunk(
             # by the world size in the same pass, ``mul_out``), then reduces the bucket.
             bucket = torch.empty_like(prm) if torch_ddp else None
             main_grad = None
-            if id(prm) in unfused:
+            if id(prm) in adds or cast_add:
                 main_grad = torch.empty_like(prm, dtype=torch.float32)
             prm.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
-                lambda q, n=nbytes, b=bucket, g=main_grad: _grad_ready(rec, q, n, b, g)
+                lambda q, n=nbytes, b=bucket, g=main_grad: _grad_ready(rec, q, n, b, g, cast_add)
             )
         seq = m.seq_len // p.cp
         b = cfg.batch.micro
@@ -115,20 +116,34 @@ def trace_chunk(
     return ChunkBody(fwd, bwd, params, _fp8_weights(module), experts, tensors)
 
 
-def _unfused_wgrad(module: torch.nn.Module, cfg: WorkloadConfig) -> set[int]:
-    """Ids of the linear-layer weights whose gradient Megatron's DDP hook adds to ``main_grad``
-    (``param.main_grad.add_(param.grad.data)``, ``_make_backward_post_hook`` in
-    megatron/core/distributed/distributed_data_parallel.py) because the weight-gradient GEMM
-    did not accumulate into it itself: with ``gradient_accumulation_fusion`` off
-    (``--no-gradient-accumulation-fusion``; the GEMM then returns a 16-bit ``grad_weight``,
-    ``LinearWithGradAccumulationAndAsyncCommunication.backward`` in
-    megatron/core/tensor_parallel/layers.py, and Transformer Engine's ``fuse_wgrad_accumulation``
-    is off). Biases, norms and embeddings take that path with either setting and are not
-    traced here."""
-    if cfg.training.gradient_accumulation_fusion:
+def _main_grad_adds(module: torch.nn.Module, cfg: WorkloadConfig) -> set[int]:
+    """Ids of the parameters whose gradient Megatron's DDP hook adds to the fp32 ``main_grad``
+    after each micro-batch's backward (``param.main_grad.add_(param.grad.data)``,
+    ``_make_backward_post_hook`` in megatron/core/distributed/distributed_data_parallel.py):
+    every parameter whose gradient autograd produced. With ``gradient_accumulation_fusion``
+    the linear layers' and grouped experts' weight-gradient GEMMs accumulate into
+    ``main_grad`` themselves (``grad_added_to_main_grad``) and are left out; the norms',
+    biases' and embeddings' gradients take the hook with either setting, one kernel each.
+    Without ``--no-gradient-accumulation-fusion`` the GEMM returns a 16-bit ``grad_weight``
+    (``LinearWithGradAccumulationAndAsyncCommunication.backward`` in
+    megatron/core/tensor_parallel/layers.py; Transformer Engine's ``fuse_wgrad_accumulation``
+    off) that the hook adds too. Empty where there is no ``main_grad``: PyTorch DDP (its
+    bucket copies instead), FSDP, Megatron-LM of 2019's flattened all-reduce, autocast."""
+    p, training = cfg.parallel, cfg.training
+    if p.ddp != "megatron" or p.fsdp != "none" or training.grad_allreduce != "buffer":
         return set()
-    linears = (ColumnParallelLinear, RowParallelLinear)
-    return {id(mod.weight) for mod in module.modules() if isinstance(mod, linears)}
+    if cfg.autocast or training.grad_accumulation != "main_grad":
+        return set()
+    params = {id(prm) for prm in module.parameters()}
+    if not training.gradient_accumulation_fusion:
+        return params
+    fused: set[int] = set()
+    for mod in module.modules():
+        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)):
+            fused.add(id(mod.weight))
+        elif isinstance(mod, GroupedMLP):
+            fused.update(id(w) for w in mod.parameters())
+    return params - fused
 
 
 def _grad_ready(
@@ -137,15 +152,19 @@ def _grad_ready(
     nbytes: int,
     bucket: torch.Tensor | None,
     main_grad: torch.Tensor | None,
+    cast: bool = False,
 ) -> None:
     """A parameter's gradient is complete: copied into its DDP bucket (``bucket``, PyTorch
-    DDP) or added to Megatron's fp32 ``main_grad`` (:func:`_unfused_wgrad`), then marked ready
-    for the data-parallel reduction."""
+    DDP) or added to Megatron's fp32 ``main_grad`` (:func:`_main_grad_adds`), or, with
+    ``cast`` (DeepSpeed's ``BF16_Optimizer.update_hp_grads``), cast to fp32 and then added to
+    the fp32 gradient, ``hp_grad.add_(lp.grad.to(hp_grad.dtype))``; then marked ready for the
+    data-parallel reduction. DeepSpeed adds after the whole backward, not per tensor as it
+    completes: the pass's ops and its end are the same, which is what the schedule times."""
     if prm.grad is not None:
         if bucket is not None:
             bucket.copy_(prm.grad)
         if main_grad is not None:
-            main_grad.add_(prm.grad)
+            main_grad.add_(prm.grad.to(torch.float32) if cast else prm.grad)
     rec.grad_ready(nbytes)
 
 

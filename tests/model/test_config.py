@@ -720,3 +720,32 @@ def test_only_16_bit_params_have_master_copies() -> None:
     autocast = dense | {"precision": {"dtype": "bf16", "autocast": True}} | copies
     assert not parse_workload_config(autocast).per_tensor_master_copies
     assert not parse_workload_config(BASE).per_tensor_master_copies  # fused, the default
+
+
+def test_grad_accumulation_cast_add_round_trips_and_is_in_the_tracing_key_only_set() -> None:
+    plain = parse_workload_config(BASE)
+    assert plain.training.grad_accumulation == "main_grad"
+    assert "grad_accumulation" not in tracing_key(plain)
+    cast = parse_workload_config(BASE | {"training": {"grad_accumulation": "cast_add"}})
+    assert cast.training.grad_accumulation == "cast_add"
+    # DeepSpeed's weight-gradient GEMMs write 16-bit gradients: no fusion unless told.
+    assert not cast.training.gradient_accumulation_fusion
+    assert tracing_key(cast)["grad_accumulation"] == "cast_add"
+    assert parse_workload_config(config_to_mapping(cast)) == cast
+    # Megatron-Core copies bf16 params one tensor at a time (fp16 ones in one multi-tensor
+    # kernel); DeepSpeed's bf16 optimizer copies its flat partition at once.
+    bf16 = _with("precision", dtype="bf16")
+    assert parse_workload_config(bf16).per_tensor_param_copies
+    assert not plain.per_tensor_param_copies
+    bf16["training"] = {"grad_accumulation": "cast_add"}
+    assert not parse_workload_config(bf16).per_tensor_param_copies
+
+
+def test_grad_accumulation_cast_add_refuses_what_it_does_not_run() -> None:
+    fused = {"grad_accumulation": "cast_add", "gradient_accumulation_fusion": True}
+    with pytest.raises(ConfigError, match=r"training\.gradient_accumulation_fusion.*cast_add"):
+        parse_workload_config(BASE | {"training": fused})
+    with pytest.raises(ConfigError, match=r"training\.grad_accumulation.*parallel\.ddp"):
+        parse_workload_config(_torch_native(training={"grad_accumulation": "cast_add"}))
+    with pytest.raises(ConfigError, match=r"training\.grad_accumulation"):
+        parse_workload_config(BASE | {"training": {"grad_accumulation": "fp32"}})

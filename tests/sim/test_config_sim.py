@@ -197,11 +197,12 @@ KORTHIKANTI = sorted(p.stem for p in VALIDATION.glob("korthikanti-*.toml"))
 
 def test_published_step_times_regression_guard() -> None:
     """Mean |error| over Korthikanti et al.'s eight runs stays <= 6.5% (A100: one step-time
-    fit; 6.1% here, without interference, since tensor-parallel all-reduces run in place), and
+    fit; 6.0% here, without interference, since tensor-parallel all-reduces run in place), and
     the Megatron-CI 7B runs stay where docs/accuracy.md reports them: Hopper kernels come from
-    kernel measurements, not from these runs, which they under-predict (here tp1-pp4 by 7.2%,
-    tp4-pp1 by 6.8%, with deterministic mode's fills and cuDNN's filled dP workspace). A value
-    outside the ranges below means the model changed: regenerate the doc's tables."""
+    kernel measurements, not from these runs, which they under-predict (here tp1-pp4 by 6.1%,
+    tp4-pp1 by 1.5%, with deterministic mode's fills, cuDNN's filled dP workspace and the DDP
+    hook's gradient additions). A value outside the ranges below means the model changed:
+    regenerate the doc's tables."""
     errors = {}
     for stem in [*KORTHIKANTI, "megatron-ci-7b-tp1-pp4", "megatron-ci-7b-tp4-pp1"]:
         cfg, graph = _shipped(stem)
@@ -210,8 +211,8 @@ def test_published_step_times_regression_guard() -> None:
     kor = [abs(errors[s]) for s in KORTHIKANTI]
     assert len(kor) == 8
     assert sum(kor) / len(kor) <= 6.5, errors
-    assert -15.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -2.0, errors
-    assert -15.0 <= errors["megatron-ci-7b-tp4-pp1"] <= -2.0, errors
+    assert -12.0 <= errors["megatron-ci-7b-tp1-pp4"] <= -2.0, errors
+    assert -8.0 <= errors["megatron-ci-7b-tp4-pp1"] <= 2.0, errors
 
 
 def test_uneven_stage_sample_simulates(tmp_path: Path) -> None:

@@ -39,11 +39,13 @@ def _sim(
     tensors: int | None = None,
     rows: OpTable | None = None,
     strings: StringTable | None = None,
+    dtype: str = "bf16",
 ) -> ConfigSimulation:
     """One rank (no pipeline, no data parallelism): forward, backward and optimizer tables of
     ``kernels`` kernels of ``flops`` each; the first ``grads`` backward kernels each complete a
     gradient tensor; ``tensors``, the parameter tensors the tracer counted (graph meta);
-    ``rows``, a forward table of its own (its names in ``strings``)."""
+    ``rows``, a forward table of its own (its names in ``strings``); ``dtype``, the
+    training's (bf16 copies the updated params one tensor at a time, fp16 in one kernel)."""
     strings = strings if strings is not None else StringTable()
     fwd, bwd, opt = (
         _table(strings, name, [flops] * k) for name, k in zip(("f", "b", "o"), kernels, strict=True)
@@ -67,7 +69,7 @@ def _sim(
             "parallel": {"tp": 1, "pp": 1, "dp": 1},
             "batch": {"global": 1, "micro": 1},
             "cluster": {"gpu": "H100", "gpus_per_node": 1, "nodes": 1},
-            "precision": {"dtype": "bf16"},
+            "precision": {"dtype": dtype},
             **({"training": training} if training is not None else {}),
         }
     )

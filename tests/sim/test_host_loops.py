@@ -18,14 +18,17 @@ from tests.sim.test_host import SMALL, C, _sim
 def test_per_tensor_gradient_checks_issue_five_launches_a_tensor_then_wait() -> None:
     # Megatron-LM of 2019: per gradient tensor float(x.float().sum()) (3 launches) and, when
     # clipping, p.grad.data.norm(2).item() (2), each read on the host. Host-bound, as above:
+    # In fp16, as Megatron-LM of 2019 ran (its param copies are one kernel: no loop of them).
     kf, kb, ko, g = 40, 80, 3, 25
     base = (kf + kb) * C + SMALL + ko * C + SMALL
-    assert _sim((kf, kb, ko), 0.0, grads=g).step_ns == base  # fused checks: one read
-    checks = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g)
+    assert _sim((kf, kb, ko), 0.0, grads=g, dtype="fp16").step_ns == base  # fused: one read
+    checks = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g, dtype="fp16")
     assert checks.step_ns == base + g * 5 * C
     # Without clipping only the overflow checks: their launches start right after the
     # backward's (no sync before them), and the last read waits for nothing the GPU still has.
-    no_clip = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor", "clip_grad": 0.0}, grads=g)
+    no_clip = _sim(
+        (kf, kb, ko), 0.0, {"grad_checks": "per_tensor", "clip_grad": 0.0}, grads=g, dtype="fp16"
+    )
     assert no_clip.step_ns == (kf + kb) * C + g * 3 * C + ko * C + SMALL
     wl = checks.composed.workload
     names = [wl.strings[int(n)] for n in wl.ops.name]
@@ -37,11 +40,25 @@ def test_per_tensor_launches_count_the_tracers_parameter_tensors() -> None:
     # them; one traced before it did counts the backward rows completing gradients (25).
     kf, kb, ko, g = 40, 80, 3, 25
     base = (kf + kb) * C + SMALL + ko * C + SMALL
-    counted = _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g, tensors=30)
+    checks = {"grad_checks": "per_tensor"}
+    counted = _sim((kf, kb, ko), 0.0, checks, grads=g, tensors=30, dtype="fp16")
     assert counted.step_ns == base + 30 * 5 * C
-    assert _sim((kf, kb, ko), 0.0, {"grad_checks": "per_tensor"}, grads=g).step_ns == (
-        base + g * 5 * C
-    )
+    assert _sim((kf, kb, ko), 0.0, checks, grads=g, dtype="fp16").step_ns == base + g * 5 * C
+
+
+def test_bf16_param_copies_launch_one_a_tensor_after_the_optimizer() -> None:
+    # Megatron-Core with bf16 copies the updated fp32 params into the bf16 ones with one
+    # copy_ a tensor (no bf16 multi-tensor copy): the traced copy row is one of them, the
+    # other T - 1 launch after the optimizer's issues and end the step on the host (the
+    # optimizer's last kernel, SMALL, ends before them). Host-bound, T = 30 tensors:
+    kf, kb, ko, t = 40, 80, 3, 30
+    fp16 = _sim((kf, kb, ko), 0.0, tensors=t, dtype="fp16")
+    assert fp16.step_ns == (kf + kb) * C + SMALL + ko * C + SMALL
+    bf16 = _sim((kf, kb, ko), 0.0, tensors=t)
+    assert bf16.step_ns == (kf + kb) * C + SMALL + (ko + t - 1) * C
+    wl = bf16.composed.workload
+    names = [wl.strings[int(n)] for n in wl.ops.name]
+    assert f"bf16 param copies ({t - 1} launches)" in names
 
 
 def test_fp16_optimizer_copies_launch_five_a_tensor_where_it_runs_them() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -208,3 +209,71 @@ def test_unfused_weight_gradients_are_added_to_fp32_main_grad() -> None:
 
     fused = adds(True)
     assert sorted(fused + [10 * w for w in weights]) == adds(False)
+
+
+def _add_bytes(cfg: WorkloadConfig) -> list[int]:
+    """Bytes of each ``add_`` of one micro-batch's backward of a first-and-last 1-layer chunk."""
+    strings = StringTable()
+    body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
+    names = [strings[int(i)] for i in body.backward.name]
+    return sorted(
+        int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::add_"
+    )
+
+
+def test_megatrons_ddp_hook_adds_every_gradient_autograd_produced() -> None:
+    """With gradient-accumulation fusion the linear weights' GEMMs accumulate into
+    ``main_grad``; every other gradient (norms, biases, embeddings) is added by the DDP hook,
+    one ``main_grad.add_(grad)`` a tensor and micro-batch, 10 bytes per element (2 read of
+    bf16, 4 read and 4 written of fp32). One untied tp2 layer of hidden 256, ffn 1024, vocab
+    1000, sequence 128: word embedding 500 * 256, positions 128 * 256, two norms' weight and
+    bias 256 each, QKV bias 3 * 256 / 2, projection bias 256, fc1 bias 1024 / 2, fc2 bias 256,
+    the final norm's weight and bias 256 each."""
+    cfg = _cfg({"parallel": {"pp": 1}, "model": {"tie_embeddings": False}})
+    numels = [500 * 256, 128 * 256, 256, 256, 384, 256, 256, 256, 512, 256, 256, 256]
+    assert _add_bytes(cfg) == sorted(10 * n for n in numels)
+
+
+def test_no_main_grad_adds_without_megatrons_buffer() -> None:
+    """PyTorch DDP copies into its buckets instead, and Megatron-LM of 2019 reduces a flat
+    copy of the 16-bit gradients: neither adds to an fp32 main_grad."""
+    flatten = {
+        "parallel": {"pp": 1},
+        "training": {"grad_allreduce": "flatten", "master_copies": "per_tensor"},
+        "precision": {"dtype": "fp16"},
+    }
+    assert _add_bytes(_cfg(flatten)) == []
+
+
+def test_deepspeeds_bf16_optimizer_casts_then_adds_every_gradient() -> None:
+    """``grad_accumulation = "cast_add"`` (DeepSpeed's ``update_hp_grads``): per parameter
+    tensor and micro-batch ``hp_grad.add_(lp.grad.to(fp32))``: a cast (2 bytes read, 4
+    written) and an fp32 addition (4 + 4 read, 4 written) of every tensor, the linear weights
+    included: 12 bytes per element for each add_, and 6 for each cast."""
+    cfg = _cfg(
+        {
+            "parallel": {"pp": 1},
+            "model": {"tie_embeddings": False},
+            "training": {"grad_accumulation": "cast_add"},
+        }
+    )
+    assert not cfg.training.gradient_accumulation_fusion  # (its GEMMs write 16-bit gradients)
+    others = [500 * 256, 128 * 256, 256, 256, 384, 256, 256, 256, 512, 256, 256, 256]
+    weights = [384 * 256, 256 * 128, 512 * 256, 256 * 512, 500 * 256]
+    numels = others + weights
+    assert _add_bytes(cfg) == sorted(12 * n for n in numels)
+    # The casts beyond those of the same chunk without it (the loss's own).
+    plain = _cfg({"parallel": {"pp": 1}, "model": {"tie_embeddings": False}})
+    added = Counter(_cast_bytes(cfg))
+    added.subtract(Counter(_cast_bytes(plain)))
+    assert sorted(added.elements()) == sorted(6 * n for n in numels)
+    assert min(added.values()) >= 0
+
+
+def _cast_bytes(cfg: WorkloadConfig) -> list[int]:
+    strings = StringTable()
+    body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
+    names = [strings[int(i)] for i in body.backward.name]
+    return [
+        int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::_to_copy"
+    ]
