@@ -229,6 +229,12 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    # Megatron-LM's parameter norm after each step, on Megatron-LM CI runs that set it (no
+    # source reports the same run without it).
+    *(
+        (rel, "log_params_norm", {"training.log_params_norm": (False, True)}, None, "")
+        for rel in ("validation/megatron-ci-7b-tp4-pp1.toml", "megatron-ci-small/tp1-pp2.toml")
+    ),
     # Deterministic mode's fills of new buffers, on Megatron-LM CI runs that set it (no source
     # reports the same run without it: docs/accuracy.md).
     *(

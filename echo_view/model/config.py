@@ -321,7 +321,9 @@ class TrainingConfig:
     (``--deterministic-mode``: ``torch.use_deterministic_algorithms(True)``) whether PyTorch
     fills each new buffer before use (traced, docs/workloads.md "Deterministic mode");
     ``grad_accumulation`` (:data:`GRAD_ACCUMULATION`) where the 16-bit gradients accumulate
-    over micro-batches (traced)."""
+    over micro-batches (traced); ``log_params_norm`` (``--log-params-norm``) whether the
+    training loop takes the parameters' norm after every step, launches on the host and a
+    read that waits for the GPU (simulated, :mod:`echo_view.sim.host_loops`)."""
 
     clip_grad: float = 1.0
     log_num_zeros_in_grad: bool = False
@@ -333,6 +335,7 @@ class TrainingConfig:
     grad_allreduce: str = "buffer"
     deterministic: bool = False
     grad_accumulation: str = "main_grad"
+    log_params_norm: bool = False
 
     @property
     def optimizer_sync(self) -> bool:
@@ -611,6 +614,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         t.choice("grad_allreduce", GRAD_ALLREDUCE, "buffer"),
         t.get("deterministic", bool, False),
         accumulation,
+        t.get("log_params_norm", bool, False),
     )
     t.finish()
 
@@ -1147,6 +1151,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
             ("grad_allreduce", tr.grad_allreduce, default.grad_allreduce),
             ("deterministic", tr.deterministic, default.deterministic),
             ("grad_accumulation", tr.grad_accumulation, default.grad_accumulation),
+            ("log_params_norm", tr.log_params_norm, default.log_params_norm),
         )
         if v != d
     }

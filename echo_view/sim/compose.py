@@ -600,6 +600,7 @@ class _Composer:
         if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
             for n, group, what in self.dp.reductions(role.params, "params"):
                 self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, n * elem_bytes, group, what)
+        loops.step_ends()
 
     def tied_embedding_reduce(self, rank: int, comp: int, stage: int, red_bytes: int) -> int:
         """The all-reduce of the tied word-embedding gradient between the first and the last

@@ -11,7 +11,9 @@ config's ``[training]`` keys (docs/workloads.md, "Host path"):
 - Megatron-LM of 2019's gradient all-reduce through a flat copy (``grad_allreduce =
   "flatten"``), whose copies back into the gradients come after a wait for the GPU;
 - Megatron-Core's copies of the updated bf16 params, one ``copy_`` per tensor
-  (:attr:`~echo_view.model.config.WorkloadConfig.per_tensor_param_copies`).
+  (:attr:`~echo_view.model.config.WorkloadConfig.per_tensor_param_copies`);
+- Megatron-LM's parameter norm after the step (``log_params_norm``), a fixed number of
+  launches and a read that waits for the GPU.
 
 A rank's parameter tensors are the traced graph's count for its role (``meta.param_tensors``),
 a shard of them (split evenly) where the optimizer is sharded.
@@ -46,6 +48,17 @@ MASTER_GRAD_LAUNCHES, MASTER_PARAM_LAUNCHES, ZERO_GRAD_LAUNCHES = 2, 1, 2
 #: (``[training] grad_allreduce = "flatten"``; model/distributed.py at a0368ddf): after the
 #: all-reduce and ``torch.cuda.synchronize()``, ``buf.copy_(synced)`` for each gradient.
 UNFLATTEN_LAUNCHES = 1
+#: Kernel launches of Megatron-LM's ``calc_params_l2_norm`` (``--log-params-norm``;
+#: megatron/training/utils/common_utils.py at d98e8a64, the commit of the CI golden values) on
+#: a dense model, run after each step (``train`` in megatron/training/training.py): of its
+#: eight norm buckets, the one holding the main params takes ``torch.tensor([0])`` (a copy to
+#: the GPU), ``multi_tensor_l2norm`` (its kernel and a clean-up kernel) and ``norm * norm``
+#: (4), the seven empty ones ``torch.zeros`` each (7); five all-reduces of the partial sums
+#: (the four sharded buckets' and the expert tensor-parallel one), seven additions combining
+#: them, the model-parallel all-reduce, and ``.item()``'s copy to the host (14). The read
+#: waits for the GPU. The norm kernels' own GPU time (one pass over the fp32 main params) is
+#: left out: the read drains the GPU in any case.
+PARAMS_NORM_LAUNCHES = 4 + 7 + 14
 
 
 def param_tensors(graph: TracedGraph, role_idx: int) -> int:
@@ -123,6 +136,12 @@ class HostLoops:
             self.launch(per, "per-tensor gradient checks")
         if self.copies:
             self.launch(MASTER_GRAD_LAUNCHES, "master grads", sync=False)
+
+    def step_ends(self) -> None:
+        """The step's work is issued: Megatron-LM's parameter norm (``log_params_norm``),
+        whose ``.item()`` waits for the GPU."""
+        if self.cfg.training.log_params_norm:
+            self.launch(PARAMS_NORM_LAUNCHES, "params norm", tensors=1)
 
     def after_optimizer(self) -> None:
         """The optimizer's kernels are issued: the 2019 copies of the params back to fp16, or

@@ -200,7 +200,11 @@ def test_published_runs_are_all_there() -> None:
             "precision.autocast",
             'needs dtype = "bf16" or "fp16"',
         ),
-        (BASE | {"training": {"log_params_norm": True}}, "training.log_params_norm", "unknown"),
+        (
+            BASE | {"training": {"log_timers_to_tensorboard": True}},
+            "training.log_timers_to_tensorboard",
+            "unknown",
+        ),
         (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
         (
             _with(
@@ -749,3 +753,12 @@ def test_grad_accumulation_cast_add_refuses_what_it_does_not_run() -> None:
         parse_workload_config(_torch_native(training={"grad_accumulation": "cast_add"}))
     with pytest.raises(ConfigError, match=r"training\.grad_accumulation"):
         parse_workload_config(BASE | {"training": {"grad_accumulation": "fp32"}})
+
+
+def test_log_params_norm_round_trips_and_is_simulation_only() -> None:
+    plain = parse_workload_config(BASE)
+    assert not plain.training.log_params_norm
+    norm = parse_workload_config(BASE | {"training": {"log_params_norm": True}})
+    assert norm.training.log_params_norm
+    assert parse_workload_config(config_to_mapping(norm)) == norm
+    assert tracing_key(norm) == tracing_key(plain)  # launches on the host, no traced op

@@ -4,6 +4,7 @@ accuracy guard against the published step times (on the traced graphs shipped in
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +159,15 @@ def test_predicted_job_breakdown_partitions_the_step() -> None:
         assert total == row["step_ns"]
         assert row["comm_ns"] > 0  # tensor-parallel all-reduces and DP reduce-scatters
     end = max(int((t.events.start_ns + t.events.dur_ns).max()) for t in job.traces)
-    # The step ends with the optimizer's last kernel (the parameter all-gather overlaps the
-    # next forward), shown without the launch gap that follows it.
+    # The run logs the parameters' norm: the host's launches for it, then its wait for the
+    # GPU, end the step.
+    assert cfg.training.log_params_norm and end == sim.step_ns
+    # Without it the step ends with the optimizer's last kernel (the parameter all-gather
+    # overlaps the next forward), shown without the launch gap that follows it.
+    quiet = replace(cfg, training=replace(cfg.training, log_params_norm=False))
+    sim = _run(quiet, graph)
+    job = predicted_config_job(sim)
+    end = max(int((t.events.start_ns + t.events.dur_ns).max()) for t in job.traces)
     assert end == sim.step_ns - sim.params.kernel_gap_ns
 
 

@@ -111,3 +111,18 @@ def test_a_flattened_allreduce_waits_then_copies_each_gradient_back() -> None:
     names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
     i = names.index("ddp unflatten (30 launches)")
     assert names[i - 1] == names[i + 1] == "cudaDeviceSynchronize"
+
+
+def test_the_params_norm_launches_after_the_step_then_waits() -> None:
+    # Megatron-LM's --log-params-norm after each step: 25 launches (the norm buckets, their
+    # all-reduces and sums, the copy to the host), then .item() waits for the GPU. In fp16
+    # (no per-tensor param copies), host-bound: the optimizer's last kernel (SMALL) ends
+    # before the norm's launches do, and the read then waits for nothing.
+    kf, kb, ko = 40, 80, 3
+    plain = _sim((kf, kb, ko), 0.0, dtype="fp16")
+    assert plain.step_ns == (kf + kb) * C + SMALL + ko * C + SMALL
+    norm = _sim((kf, kb, ko), 0.0, {"log_params_norm": True}, dtype="fp16")
+    assert norm.step_ns == (kf + kb) * C + SMALL + (ko + 25) * C
+    wl = norm.composed.workload
+    names = [wl.strings[int(n)] for n in wl.ops.name]
+    assert "params norm (25 launches)" in names
