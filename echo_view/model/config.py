@@ -770,14 +770,14 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
 
 
 def _check_cast_add(cfg: WorkloadConfig, err: Any) -> None:
-    """DeepSpeed's bf16 optimizer keeps fp32 gradients beside 16-bit params and reduces them
-    itself: no PyTorch DDP or FSDP, no 2019 copies, no mixed precision without 16-bit params."""
+    """DeepSpeed's bf16 optimizer keeps fp32 gradients beside bf16 params and reduces them
+    itself: no PyTorch DDP or FSDP, no 2019 copies, bf16 only (fp16 has its own optimizer)."""
     par, tr = cfg.parallel, cfg.training
     reason = None
     if par.ddp != "megatron" or par.fsdp != "none":
         reason = "leave parallel.ddp and parallel.fsdp unset"
-    elif not cfg.half_params:
-        reason = "needs 16-bit parameters (dtype bf16 or fp16, not autocast)"
+    elif not cfg.half_params or cfg.dtype != "bf16":
+        reason = 'is DeepSpeed\'s bf16 optimizer: needs dtype = "bf16" (not autocast)'
     elif tr.master_copies != "fused" or tr.grad_allreduce != "buffer":
         reason = "leave training.master_copies and training.grad_allreduce unset"
     elif cfg.model.script is not None:

@@ -730,7 +730,8 @@ def test_grad_accumulation_cast_add_round_trips_and_is_in_the_tracing_key_only_s
     plain = parse_workload_config(BASE)
     assert plain.training.grad_accumulation == "main_grad"
     assert "grad_accumulation" not in tracing_key(plain)
-    cast = parse_workload_config(BASE | {"training": {"grad_accumulation": "cast_add"}})
+    bf16 = _with("precision", dtype="bf16")
+    cast = parse_workload_config(bf16 | {"training": {"grad_accumulation": "cast_add"}})
     assert cast.training.grad_accumulation == "cast_add"
     # DeepSpeed's weight-gradient GEMMs write 16-bit gradients: no fusion unless told.
     assert not cast.training.gradient_accumulation_fusion
@@ -738,7 +739,6 @@ def test_grad_accumulation_cast_add_round_trips_and_is_in_the_tracing_key_only_s
     assert parse_workload_config(config_to_mapping(cast)) == cast
     # Megatron-Core copies bf16 params one tensor at a time (fp16 ones in one multi-tensor
     # kernel); DeepSpeed's bf16 optimizer copies its flat partition at once.
-    bf16 = _with("precision", dtype="bf16")
     assert parse_workload_config(bf16).per_tensor_param_copies
     assert not plain.per_tensor_param_copies
     bf16["training"] = {"grad_accumulation": "cast_add"}
@@ -751,6 +751,8 @@ def test_grad_accumulation_cast_add_refuses_what_it_does_not_run() -> None:
         parse_workload_config(BASE | {"training": fused})
     with pytest.raises(ConfigError, match=r"training\.grad_accumulation.*parallel\.ddp"):
         parse_workload_config(_torch_native(training={"grad_accumulation": "cast_add"}))
+    with pytest.raises(ConfigError, match=r"training\.grad_accumulation.*bf16"):
+        parse_workload_config(BASE | {"training": {"grad_accumulation": "cast_add"}})  # fp16
     with pytest.raises(ConfigError, match=r"training\.grad_accumulation"):
         parse_workload_config(BASE | {"training": {"grad_accumulation": "fp32"}})
 
