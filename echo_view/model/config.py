@@ -380,6 +380,20 @@ class WorkloadConfig:
         return self.half_params and self.training.master_copies == "per_tensor"
 
     @property
+    def megatron_main_grad(self) -> bool:
+        """Whether gradients accumulate in Megatron's own fp32 ``main_grad`` buffer: its DDP
+        (not PyTorch DDP or FSDP), not Megatron-LM of 2019's flattened all-reduce, not
+        DeepSpeed's ``cast_add``, not ``torch.autocast``."""
+        p, tr = self.parallel, self.training
+        return (
+            p.ddp == "megatron"
+            and p.fsdp == "none"
+            and tr.grad_allreduce == "buffer"
+            and tr.grad_accumulation == "main_grad"
+            and not self.autocast
+        )
+
+    @property
     def per_tensor_param_copies(self) -> bool:
         """Whether Megatron-Core copies the updated fp32 main params into the bf16 model params
         one tensor at a time: it has no bf16 multi-tensor copy (``_dummy_overflow_buf`` is
@@ -387,17 +401,13 @@ class WorkloadConfig:
         the distributed optimizer's ``_copy_main_params_to_model_params`` loops over its
         shard's tensors either way), in megatron/core/optimizer/optimizer.py and
         distrib_optimizer.py. fp16 copies without it run as one multi-tensor kernel. Only with
-        Megatron's own data parallelism (the main_grad buffer), not under FSDP or PyTorch
-        DDP."""
-        p, tr = self.parallel, self.training
-        megatron = p.ddp == "megatron" and p.fsdp == "none" and tr.grad_accumulation == "main_grad"
-        looped = self.dtype in ("bf16", "fp8") or p.distributed_optimizer
+        Megatron's own data parallelism (:attr:`megatron_main_grad`)."""
+        looped = self.dtype in ("bf16", "fp8") or self.parallel.distributed_optimizer
         return (
-            megatron
+            self.megatron_main_grad
             and self.half_params
             and looped
-            and tr.master_copies == "fused"
-            and tr.grad_allreduce == "buffer"
+            and self.training.master_copies == "fused"
         )
 
 

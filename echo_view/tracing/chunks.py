@@ -127,15 +127,12 @@ def _main_grad_adds(module: torch.nn.Module, cfg: WorkloadConfig) -> set[int]:
     Without ``--no-gradient-accumulation-fusion`` the GEMM returns a 16-bit ``grad_weight``
     (``LinearWithGradAccumulationAndAsyncCommunication.backward`` in
     megatron/core/tensor_parallel/layers.py; Transformer Engine's ``fuse_wgrad_accumulation``
-    off) that the hook adds too. Empty where there is no ``main_grad``: PyTorch DDP (its
-    bucket copies instead), FSDP, Megatron-LM of 2019's flattened all-reduce, autocast."""
-    p, training = cfg.parallel, cfg.training
-    if p.ddp != "megatron" or p.fsdp != "none" or training.grad_allreduce != "buffer":
-        return set()
-    if cfg.autocast or training.grad_accumulation != "main_grad":
+    off) that the hook adds too. Empty where there is no ``main_grad``
+    (:attr:`~echo_view.model.config.WorkloadConfig.megatron_main_grad`)."""
+    if not cfg.megatron_main_grad:
         return set()
     params = {id(prm) for prm in module.parameters()}
-    if not training.gradient_accumulation_fusion:
+    if not cfg.training.gradient_accumulation_fusion:
         return params
     fused: set[int] = set()
     for mod in module.modules():

@@ -199,26 +199,19 @@ def test_unfused_weight_gradients_are_added_to_fp32_main_grad() -> None:
     weights = [384 * 256, 256 * 128, 512 * 256, 256 * 512, 500 * 256]
 
     def adds(fusion: bool) -> list[int]:
-        cfg = _cfg(over | {"training": {"gradient_accumulation_fusion": fusion}})
-        strings = StringTable()
-        body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
-        names = [strings[int(i)] for i in body.backward.name]
-        return sorted(
-            int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::add_"
-        )
+        return _op_bytes(_cfg(over | {"training": {"gradient_accumulation_fusion": fusion}}))
 
     fused = adds(True)
     assert sorted(fused + [10 * w for w in weights]) == adds(False)
 
 
-def _add_bytes(cfg: WorkloadConfig) -> list[int]:
-    """Bytes of each ``add_`` of one micro-batch's backward of a first-and-last 1-layer chunk."""
+def _op_bytes(cfg: WorkloadConfig, op: str = "aten::add_") -> list[int]:
+    """Bytes of each ``op`` of one micro-batch's backward of a first-and-last 1-layer chunk,
+    sorted."""
     strings = StringTable()
     body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
     names = [strings[int(i)] for i in body.backward.name]
-    return sorted(
-        int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::add_"
-    )
+    return sorted(int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == op)
 
 
 def test_megatrons_ddp_hook_adds_every_gradient_autograd_produced() -> None:
@@ -231,7 +224,7 @@ def test_megatrons_ddp_hook_adds_every_gradient_autograd_produced() -> None:
     the final norm's weight and bias 256 each."""
     cfg = _cfg({"parallel": {"pp": 1}, "model": {"tie_embeddings": False}})
     numels = [500 * 256, 128 * 256, 256, 256, 384, 256, 256, 256, 512, 256, 256, 256]
-    assert _add_bytes(cfg) == sorted(10 * n for n in numels)
+    assert _op_bytes(cfg) == sorted(10 * n for n in numels)
 
 
 def test_no_main_grad_adds_without_megatrons_buffer() -> None:
@@ -242,7 +235,7 @@ def test_no_main_grad_adds_without_megatrons_buffer() -> None:
         "training": {"grad_allreduce": "flatten", "master_copies": "per_tensor"},
         "precision": {"dtype": "fp16"},
     }
-    assert _add_bytes(_cfg(flatten)) == []
+    assert _op_bytes(_cfg(flatten)) == []
 
 
 def test_deepspeeds_bf16_optimizer_casts_then_adds_every_gradient() -> None:
@@ -261,19 +254,10 @@ def test_deepspeeds_bf16_optimizer_casts_then_adds_every_gradient() -> None:
     others = [500 * 256, 128 * 256, 256, 256, 384, 256, 256, 256, 512, 256, 256, 256]
     weights = [384 * 256, 256 * 128, 512 * 256, 256 * 512, 500 * 256]
     numels = others + weights
-    assert _add_bytes(cfg) == sorted(12 * n for n in numels)
+    assert _op_bytes(cfg) == sorted(12 * n for n in numels)
     # The casts beyond those of the same chunk without it (the loss's own).
     plain = _cfg({"parallel": {"pp": 1}, "model": {"tie_embeddings": False}})
-    added = Counter(_cast_bytes(cfg))
-    added.subtract(Counter(_cast_bytes(plain)))
+    added = Counter(_op_bytes(cfg, "aten::_to_copy"))
+    added.subtract(Counter(_op_bytes(plain, "aten::_to_copy")))
     assert sorted(added.elements()) == sorted(6 * n for n in numels)
     assert min(added.values()) >= 0
-
-
-def _cast_bytes(cfg: WorkloadConfig) -> list[int]:
-    strings = StringTable()
-    body = chunks.trace_chunk(strings, cfg, first=True, last=True, layers=1)
-    names = [strings[int(i)] for i in body.backward.name]
-    return [
-        int(b) for n, b in zip(names, body.backward.bytes, strict=True) if n == "aten::_to_copy"
-    ]
