@@ -206,6 +206,21 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         None,
         "",
     ),
+    # Megatron-Core's load-balancing loss in the router, on MoE runs that train with it
+    # (neither source reports a run without it).
+    *(
+        (
+            rel,
+            "MoE load_balancing aux_loss (off = none)",
+            {"model.load_balancing": ("none", "aux_loss")},
+            None,
+            "",
+        )
+        for rel in (
+            "validation/moe-megascale-352b-megatron-240.toml",
+            "validation/moe-folding-mixtral8x22b-mcore-128.toml",
+        )
+    ),
     (
         "validation/korthikanti-22b-full.toml",
         "bias_dropout_fusion",

@@ -26,6 +26,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -214,7 +215,26 @@ def spool_folder() -> Iterator[SpoolTo | None]:
         yield SpoolTo(folder, MIN_BYTES)
     finally:
         _BUDGETS.pop(folder, None)
+        remove_folder(folder)
+
+
+#: How many times :func:`remove_folder` empties a folder that a late writer keeps filling.
+REMOVE_TRIES = 50
+
+
+def remove_folder(folder: str) -> bool:
+    """Remove ``folder`` and what is in it; True once it is gone. A task of a cluster this
+    process did not start (``--scheduler``) may still be running after the command has stopped
+    (at a file's error) and create a file while the folder is being removed, which leaves the
+    folder behind: it is emptied again, a few times, 20 ms apart. Workers never create the
+    folder, so once it is gone nothing more is written there."""
+    for attempt in range(REMOVE_TRIES):
         shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return True
+        if attempt + 1 < REMOVE_TRIES:
+            time.sleep(0.02)
+    return False
 
 
 def sweep_stale(where: Path) -> list[Path]:

@@ -200,6 +200,35 @@ def test_the_folder_goes_with_the_files_left_in_it() -> None:
     assert not Path(to.folder).exists()
 
 
+def test_a_file_a_late_worker_writes_while_the_folder_goes_is_removed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task of a cluster the command did not start may still create a file while the
+    folder is being removed (the command stopped at another file's error): the folder is
+    emptied again, so none is left behind; one that keeps being refilled is given up on."""
+    folder = tmp_path / "spool"
+    folder.mkdir()
+    (folder / "early").write_bytes(b"x")
+    real = spool_module.shutil.rmtree
+    calls: list[str] = []
+
+    def racing(path: str, ignore_errors: bool = False) -> None:
+        calls.append(path)
+        real(path, ignore_errors=ignore_errors)
+        if len(calls) == 1:  # the late file lands between the emptying and the rmdir
+            Path(path).mkdir()
+            (Path(path) / "late").write_bytes(b"y")
+
+    monkeypatch.setattr(spool_module.shutil, "rmtree", racing)
+    monkeypatch.setattr(spool_module.time, "sleep", lambda s: None)
+    assert spool_module.remove_folder(str(folder))
+    assert len(calls) == 2 and not folder.exists()
+    folder.mkdir()
+    monkeypatch.setattr(spool_module.shutil, "rmtree", lambda path, ignore_errors=False: None)
+    assert not spool_module.remove_folder(str(folder))
+    assert folder.exists()
+
+
 def test_no_folder_where_there_is_no_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spool_module, "SHM", Path("/no/such/shm"))
     with spool_folder() as to:

@@ -200,6 +200,10 @@ ALLOCATING = (
 #: The graph row of one such fill (``aten::fill_`` called inside the allocation, not by the
 #: program): a kernel writing the buffer once.
 DETERMINISTIC_FILL = "aten::fill_ (uninitialized)"
+#: The graph row of a point where the host waits for the GPU's work so far to finish (a
+#: device-to-host read of a result the program needs, or an explicit stream synchronize): no
+#: kernel; the host issues nothing after it until the stream has drained.
+HOST_WAIT = "cudaStreamSynchronize"
 
 
 _CLASSES: tuple[tuple[frozenset[str], int], ...] = (

@@ -1185,7 +1185,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: 7: Megatron's DDP hook adds every gradient autograd produced to ``main_grad``, the norms',
 #: biases' and embeddings' too, one kernel per parameter tensor and micro-batch (only the
 #: weights of linears without gradient-accumulation fusion were traced).
-TRACER_REVISION = 7
+TRACER_REVISION = 8
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:

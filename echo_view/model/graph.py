@@ -44,7 +44,7 @@ OP_COLUMNS: dict[str, str] = {
 #: Columns a stored graph may omit, with the value every op then has (graphs of one stream).
 OPTIONAL_COLUMNS: dict[str, int] = {"stream": 0, "wait": -1}
 #: Parallel axes a collective's group can run over (stored by index: new ones go at the end).
-AXES = ("tp", "dp", "pp", "cp", "none", "ep", "etp", "edp")
+AXES = ("tp", "dp", "pp", "cp", "none", "ep", "etp", "edp", "etp_ep", "tp_cp")
 
 
 class OpClass:

@@ -3,7 +3,8 @@
 The keys follow Megatron-Core's MoE arguments (``--num-experts``, ``--moe-router-topk``,
 ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``,
 ``--moe-layer-freq`` with its leading dense layers, ``--moe-expert-capacity-factor``,
-``--moe-router-score-function``, ``--moe-token-dispatcher-type``, ``--moe-grouped-gemm``).
+``--moe-router-score-function``, ``--moe-router-load-balancing-type``,
+``--moe-token-dispatcher-type``, ``--moe-grouped-gemm``).
 Expert parallelism follows Megatron-Core's MoE parallel folding (Liu et al. 2025, "MoE Parallel
 Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with
 Megatron Core", arXiv 2504.14960; Megatron-Core's MoE README, "MoE Parallel Folding"): the
@@ -23,6 +24,7 @@ from typing import Any
 MAX_EXPERTS = 1 << 14
 MAX_SHARED_EXPERTS = 64
 ROUTERS = ("softmax", "sigmoid")
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "none")
 DISPATCHERS = ("alltoall", "allgather", "deepep")
 #: The ``[model]`` keys of this module (all optional; any of them needs ``experts``).
 KEYS = (
@@ -34,6 +36,7 @@ KEYS = (
     "first_dense_layers",
     "capacity_factor",
     "router",
+    "load_balancing",
     "routing_imbalance",
     "dispatcher",
     "moe_node_limit",
@@ -58,6 +61,9 @@ class MoEConfig:
     ``moe_grouped_gemm`` runs a rank's local experts as one grouped GEMM per projection
     (Megatron-Core's ``--moe-grouped-gemm``: Transformer Engine's ``GroupedLinear``); false runs
     them one after another (``SequentialMLP``, Megatron-Core's default without the flag).
+    ``load_balancing`` is the router's auxiliary loss (Megatron-Core's
+    ``--moe-router-load-balancing-type``, default ``aux_loss``; ``seq_aux_loss`` is the
+    per-sequence form; ``none`` runs none).
     """
 
     experts: int
@@ -68,6 +74,7 @@ class MoEConfig:
     first_dense_layers: int = 0
     capacity_factor: float | None = None
     router: str = "softmax"
+    load_balancing: str = "aux_loss"
     routing_imbalance: float = 1.0
     dispatcher: str = "alltoall"
     moe_node_limit: int | None = None
@@ -90,6 +97,7 @@ class MoEConfig:
             ("first_dense_layers", self.first_dense_layers, 0),
             ("capacity_factor", self.capacity_factor, None),
             ("router", self.router, "softmax"),
+            ("load_balancing", self.load_balancing, "aux_loss"),
             ("routing_imbalance", self.routing_imbalance, 1.0),
             ("dispatcher", self.dispatcher, "alltoall"),
             ("moe_node_limit", self.moe_node_limit, None),
@@ -136,6 +144,7 @@ def parse_moe(section: Any, ffn_hidden: int) -> MoEConfig | None:
         first_dense_layers=_int(section, "first_dense_layers", 0, 0, 10_000),
         capacity_factor=capacity,
         router=section.choice("router", ROUTERS, "softmax"),
+        load_balancing=section.choice("load_balancing", LOAD_BALANCING, "aux_loss"),
         routing_imbalance=imbalance,
         dispatcher=section.choice("dispatcher", DISPATCHERS, "alltoall"),
         moe_node_limit=(
@@ -231,4 +240,9 @@ def _check_script_moe(moe: MoEConfig, err: Any) -> None:
         raise err(
             "model.moe_grouped_gemm",
             "a script's expert GEMMs are traced as its code runs them: drop it",
+        )
+    if moe.load_balancing != "aux_loss":
+        raise err(
+            "model.load_balancing",
+            "a script's router computes whatever loss its code does (traced as it runs): drop it",
         )

@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import ConfigError
+from echo_view.model.aten_ops import HOST_WAIT
 from echo_view.model.collectives import collective
 from echo_view.model.config import WorkloadConfig, ddp_bucket_params, grad_reduce_bytes
 from echo_view.model.dtypes import dtype_bytes
@@ -221,7 +222,7 @@ class _Composer:
         key = id(tc)
         costs = self._issue_costs.get(key)
         if costs is None:
-            costs = self._issue_costs[key] = self.host.issue_ns(tc.fills)
+            costs = self._issue_costs[key] = self.host.issue_ns(tc.fills, tc.waits)
         return costs
 
     def tail_lag(self, tid: int, tc: TableCost, lo: int, hi: int) -> int:
@@ -276,13 +277,15 @@ class _Composer:
         self.host_edges.append((h, tail, int(DepMode.END_TO_START), tail_lag))
         return tail
 
-    def host_sync(self, rank: int) -> None:
-        """The host waits until every GPU stream of ``rank`` has drained."""
+    def host_sync(self, rank: int, stream: int | None = None) -> None:
+        """The host waits until every GPU stream of ``rank`` has drained (only ``stream``, a
+        GPU lane, when given)."""
         lane = self.host_lane.get(rank)
         if lane is None:
             return
-        sync = self.op(rank, lane, HOST_SYNC, 0, kind=EventKind.RUNTIME, issue=False)
-        for gpu_lane in self.gpu_lanes[rank]:
+        name = HOST_SYNC if stream is None else HOST_WAIT
+        sync = self.op(rank, lane, name, 0, kind=EventKind.RUNTIME, issue=False)
+        for gpu_lane in self.gpu_lanes[rank] if stream is None else (stream,):
             last = self.lane_last.get(gpu_lane)
             if last is not None:
                 self.edges.append((last, sync))
@@ -361,7 +364,23 @@ class _Composer:
     # -- passes ----------------------------------------------------------------------------
     def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
         """Ops ``lo:hi`` of ``tc`` on ``lane``; returns the id of the op that ends them (the
-        last, or its host-bound tail: :meth:`issue`)."""
+        last, or its host-bound tail: :meth:`issue`). Where a row is a host wait
+        (:attr:`TableCost.waits`) the host waits for ``lane`` to drain before it issues the
+        rest."""
+        waits = [w for w in tc.wait_rows if lo <= w < hi] if rank in self.host_lane else []
+        if not waits:
+            return self.emit_run(rank, lane, tc, label, lo, hi)
+        end, start = -1, lo
+        for w in [*waits, hi]:
+            if w > start:
+                end = self.emit_run(rank, lane, tc, label, start, w)
+            if w < hi:
+                self.host_sync(rank, lane)
+            start = w + 1
+        return end if end >= 0 else self.emit_run(rank, lane, tc, label, lo, hi)
+
+    def emit_run(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
+        """:meth:`emit_table` of rows ``lo:hi`` that hold no host wait."""
         tid = self.table_id(tc)
         if not self.fine:
             total = tc.total_ns if lo == 0 and hi == len(tc.table) else int(tc.dur_ns[lo:hi].sum())

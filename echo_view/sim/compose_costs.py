@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.aten_ops import DETERMINISTIC_FILL, attention_flops, gemm_dims, op_class
+from echo_view.model.aten_ops import (
+    DETERMINISTIC_FILL,
+    HOST_WAIT,
+    attention_flops,
+    gemm_dims,
+    op_class,
+)
 from echo_view.model.attention_kernels import efficiency, resolve_kernel
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph, parse_shapes_text
@@ -42,6 +48,14 @@ class TableCost:
     #: Rows that fill a new buffer inside an allocation (deterministic algorithms): the host
     #: issues them without Python (:attr:`~echo_view.sim.host.HostParams.fill_us`).
     fills: npt.NDArray[np.bool_]
+    #: Rows where the host waits for the GPU (:data:`~echo_view.model.aten_ops.HOST_WAIT`):
+    #: no kernel, nothing issued.
+    waits: npt.NDArray[np.bool_]
+
+    @cached_property
+    def wait_rows(self) -> tuple[int, ...]:
+        """The rows of :attr:`waits`, ascending (computed once)."""
+        return tuple(np.flatnonzero(self.waits).tolist())
 
     @cached_property
     def total_ns(self) -> int:
@@ -291,7 +305,8 @@ def table_cost(
         for cls, k in scales.items():
             factor[table.op_class == cls] = k
         dur = np.rint(dur * factor).astype(np.int64)
-    dur[table.wait >= 0] = 0  # a stream wait runs no kernel
+    waits = graph.rows_named(table, HOST_WAIT)
+    dur[(table.wait >= 0) | waits] = 0  # a stream or host wait runs no kernel
     is_coll = table.op_class == OpClass.COLLECTIVE
     moe = cfg.model.moe
     for i in np.flatnonzero(is_coll).tolist():
@@ -360,4 +375,4 @@ def table_cost(
             fills=fills,
         )
     dur.flags.writeable = False
-    return TableCost(table, dur, is_coll, fills)
+    return TableCost(table, dur, is_coll, fills, waits)

@@ -79,10 +79,16 @@ class HostParams(ParamSet):
         """``fill_us`` in whole nanoseconds."""
         return round(self.fill_us * 1000)
 
-    def issue_ns(self, fills: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    def issue_ns(
+        self, fills: npt.NDArray[np.bool_], waits: npt.NDArray[np.bool_] | None = None
+    ) -> npt.NDArray[np.int64]:
         """The host time of issuing each of a run's kernels: ``kernel_us``, or ``fill_us``
-        where ``fills`` marks a fill of a new buffer."""
-        return np.where(fills, self.fill_ns, self.kernel_ns).astype(np.int64)
+        where ``fills`` marks a fill of a new buffer, or none where ``waits`` marks a row at
+        which the host waits for the GPU (it issues nothing there)."""
+        out = np.where(fills, self.fill_ns, self.kernel_ns).astype(np.int64)
+        if waits is not None:
+            out[waits] = 0
+        return out
 
 
 def issue_span_ns(dur_ns: npt.NDArray[np.int64], c_ns: int | npt.NDArray[np.int64]) -> int:

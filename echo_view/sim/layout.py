@@ -52,9 +52,9 @@ class Layout:
 
     def group(self, axis: str, rank: int) -> tuple[int, ...]:
         """The ranks of ``rank``'s group along ``axis`` (``tp``, ``dp``, ``cp``, ``pp``,
-        ``dp_cp``: the data- and context-parallel ranks together; ``ep``, ``etp``, ``edp``:
+        ``dp_cp``, ``tp_cp``: two of those together; ``ep``, ``etp``, ``edp``, ``etp_ep``:
         the expert groups of the MoE layers)."""
-        if axis in ("ep", "etp", "edp"):
+        if axis in ("ep", "etp", "edp", "etp_ep"):
             return self.expert_group(axis, rank)
         pp_i, dp_i, cp_i, tp_i = self.coords(rank)
         if axis == "tp":
@@ -65,6 +65,9 @@ class Layout:
             return tuple(self.rank(pp_i, dp_i, c, tp_i) for c in range(self.cp))
         if axis == "pp":
             return tuple(self.rank(p, dp_i, cp_i, tp_i) for p in range(self.pp))
+        if axis == "tp_cp":  # the sequence's shards: Megatron's tensor-and-context group
+            cps, tps = range(self.cp), range(self.tp)
+            return tuple(self.rank(pp_i, dp_i, c, t) for c in cps for t in tps)
         if axis == "dp_cp":  # Megatron reduces gradients over data and context parallel ranks
             return tuple(
                 self.rank(pp_i, d, c, tp_i) for d in range(self.dp) for c in range(self.cp)
@@ -72,7 +75,8 @@ class Layout:
         raise ValueError(f"unknown parallel axis {axis!r}")
 
     def expert_group(self, axis: str, rank: int) -> tuple[int, ...]:
-        """``rank``'s expert tensor (``etp``), expert (``ep``) or expert data (``edp``)
+        """``rank``'s expert tensor (``etp``), expert (``ep``), expert data (``edp``) or
+        expert tensor and expert (``etp_ep``, Megatron-Core's tensor-and-expert group)
         parallel group (see the module docstring)."""
         stage_size = self.tp * self.cp * self.dp
         base = rank - rank % stage_size
@@ -88,4 +92,6 @@ class Layout:
             return tuple(at(t, ep_i, edp_i) for t in range(self.etp))
         if axis == "ep":
             return tuple(at(etp_i, e, edp_i) for e in range(self.ep))
+        if axis == "etp_ep":
+            return tuple(at(t, e, edp_i) for e in range(self.ep) for t in range(self.etp))
         return tuple(at(etp_i, ep_i, d) for d in range(edp))

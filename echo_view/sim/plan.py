@@ -322,7 +322,7 @@ def host_floor_ns(
         return 0
     spans: dict[tuple[int, str, int], tuple[int, int, int]] = {}
     for key, tc in costs.items():
-        issue = host.issue_ns(tc.fills)
+        issue = host.issue_ns(tc.fills, tc.waits)
         spans[key] = (issue_span_ns(tc.dur_ns, issue), tc.total_ns, int(issue.sum()))
     best = 0
     for ri, role in enumerate(graph.roles):

@@ -20,6 +20,23 @@ Dispatchers (``model.dispatcher``, Megatron-Core's ``--moe-token-dispatcher-type
 - ``allgather``: every rank's tokens all-gathered over the EP group, each rank keeping those
   routed to its experts, and the output reduce-scattered back.
 
+Around them, the small work Megatron-Core runs on each MoE layer's routing (its
+``router.py``, ``moe_utils.py`` and ``token_dispatcher.py``, the same from commit f1f03922 of
+2024 on):
+
+- the load-balancing loss (``load_balancing``, default ``aux_loss``): the tokens per expert
+  counted, all-reduced over the tensor-and-context parallel ranks, the scores of every expert
+  in fp32, their sum over tokens times the counts; in backward the loss's own gradient (ones
+  times the loss scale, ``MoEAuxLossAutoScaler``) flows back through them into the router;
+- the alltoall dispatcher's ``preprocess``: the counts again, all-gathered over the expert
+  tensor and expert parallel ranks, summed per rank and per local expert and copied to the
+  host (the all-to-all's split sizes), then a host wait for those copies
+  (``torch.cuda.current_stream().synchronize()`` before the EP all-to-all; before the
+  permutation with a capacity factor; after the permutation without expert parallelism).
+  The all-gather dispatcher's host wait is the copy of its tokens per expert
+  (``tokens_per_expert.cpu()``) before the local permutation; DeepEP's normal kernels wait on
+  the host for the received counts before the dispatch.
+
 The busiest rank's token count sizes the GEMMs (:func:`~echo_view.sim.moe.expert_tokens`):
 with routing imbalance the traced rank is the slowest one, as the step is.
 """
@@ -33,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from echo_view.model.config import WorkloadConfig
+from echo_view.model.graph import OpClass
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.moe import a2a_name, expert_tokens
 from echo_view.tracing.fp8 import fp8_bmm, fp8_linear, fp8_recipe
@@ -41,6 +59,25 @@ from echo_view.tracing.layers import AG, RS, ColumnParallelLinear, RowParallelLi
 from echo_view.tracing.recorder import Recorder
 
 A2A = CollectiveKind.ALL_TO_ALL
+#: The graph row of a device-to-host copy of a small result (``.to("cpu")``).
+TO_HOST = "aten::_to_copy (device to host)"
+
+
+class _AuxLossScaler(torch.autograd.Function):
+    """Megatron-Core's ``MoEAuxLossAutoScaler``: the activation passes unchanged; in backward
+    the load-balancing loss gets a gradient of its own (ones times the loss scale), which
+    autograd carries back through the loss's ops to the router's logits."""
+
+    @staticmethod
+    def forward(ctx: Any, act: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+        ctx.aux_shape = aux.shape
+        ctx.aux_dtype = aux.dtype
+        return act
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        ones = torch.ones(ctx.aux_shape, dtype=ctx.aux_dtype, device=grad.device)
+        return grad, ones * 1.0  # ``main_loss_backward_scale``
 
 
 class _AllToAll(torch.autograd.Function):
@@ -186,22 +223,80 @@ class MoELayer(nn.Module):
             )
             self.shared = (self.shared_fc1, self.shared_fc2)
         self.gated = cfg.model.activation == "swiglu"
+        self.tp_cp = p.tp * p.cp
+        # Megatron-Core's aux-loss tracker: one value per layer, summed over micro-batches.
+        self.tracked = torch.zeros((), device="meta", dtype=torch.float32)
 
     def _route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = F.linear(tokens, self.router)
         scores = logits.softmax(-1) if self.moe.router == "softmax" else logits.sigmoid()
         probs, index = torch.topk(scores, self.moe.top_k, dim=-1)
+        if self.moe.load_balancing != "none":
+            probs = self._aux_loss(logits, index, probs)
         return probs, index.reshape(-1)
 
-    def _local(self, x: torch.Tensor, regroup: bool = False) -> torch.Tensor:
+    def _counts(self, index: torch.Tensor) -> torch.Tensor:
+        """Tokens per expert (``torch.histc`` of the routed experts)."""
+        e = self.moe.experts
+        return torch.histc(index, bins=e, min=0, max=e)
+
+    def _aux_loss(
+        self, logits: torch.Tensor, index: torch.Tensor, probs: torch.Tensor
+    ) -> torch.Tensor:
+        """The load-balancing loss attached to ``probs`` (module docstring)."""
+        counts = self._counts(index)
+        if self.tp_cp > 1:
+            nbytes = int(counts.numel()) * counts.element_size()
+            self.rec.collective(CollectiveKind.ALL_REDUCE, nbytes, "tp_cp")
+        if self.moe.router == "softmax":
+            scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        else:
+            scores = torch.sigmoid(logits.float())
+            scores = scores / (scores.sum(-1, keepdim=True) + 1e-20)
+        aux = torch.sum(scores.sum(0) * counts) * 1e-2
+        with torch.no_grad():  # the tracker's copy of the loss for logging
+            self.tracked.add_(aux.detach() / 1e-2)
+        out: torch.Tensor = _AuxLossScaler.apply(probs, aux)  # type: ignore[no-untyped-call]
+        return out
+
+    def _to_host(self, t: torch.Tensor) -> None:
+        """A device-to-host copy of the small tensor ``t``."""
+        nbytes = int(t.numel()) * t.element_size()
+        self.rec.op(TO_HOST, OpClass.COPY, flops=0.0, nbytes=2 * nbytes, dtype="i64")
+
+    def _split_sizes(self, index: torch.Tensor) -> None:
+        """The alltoall dispatcher's ``preprocess``: how many token copies go to and come from
+        each rank and local expert, copied to the host (module docstring)."""
+        counts = self._counts(index)
+        local = self.tokens.local_experts
+        if self.ep * self.etp == 1:
+            self._to_host(counts)
+            return
+        self._to_host(counts.reshape(self.ep, -1).sum(1))  # the split sizes sent
+        group = self.ep * self.etp
+        nbytes = group * int(counts.numel()) * counts.element_size()
+        self.rec.collective(CollectiveKind.ALL_GATHER, nbytes, "etp_ep")
+        everyone = counts.new_empty((self.etp, self.ep, counts.shape[0]))
+        per_local = everyone[:, :, :local].contiguous()  # to this rank's experts
+        per_rank = per_local.sum(2)
+        self._to_host(per_rank[0])  # the split sizes received
+        self._to_host(per_rank.sum(1))  # and over expert tensor parallel ranks
+        self._to_host(per_local.sum((0, 1)))  # tokens per local expert
+        if local > 1:
+            self._to_host(per_local)  # per source rank and local expert (the regrouping)
+
+    def _local(self, x: torch.Tensor, regroup: bool = False, wait: bool = False) -> torch.Tensor:
         """The local experts on their received rows, gathered over expert tensor parallel
         ranks before and reduce-scattered after; ``regroup``: the gathered rows arrive ordered
-        by source rank (``ep * etp`` of them) and are regrouped by local expert and back."""
+        by source rank (``ep * etp`` of them) and are regrouped by local expert and back;
+        ``wait``: the host waits for the GPU before the experts run."""
         x = comm(x, self.rec, AG, RS, self.etp, axis="etp")
         local, sources = self.tokens.local_experts, self.ep * self.etp
         regroup = regroup and local > 1
         if regroup:
             x = regroup_chunks(x, sources, local)
+        if wait:
+            self.rec.host_wait()
         y = self.experts(x, self.rec)
         if regroup:
             y = regroup_chunks(y, local, sources)
@@ -210,12 +305,24 @@ class MoELayer(nn.Module):
     def _alltoall(self, tokens: torch.Tensor, probs: torch.Tensor, index: torch.Tensor) -> Any:
         """Permute, dispatch, experts, combine, unpermute: ``[T, h]`` in and out."""
         t, rec, k = self.tokens, self.rec, self.moe.top_k
+        nccl = self.moe.dispatcher == "alltoall"
+        # Where the host waits for the split sizes (Megatron-Core's ``cuda_sync_point``).
+        expert_parallel = self.ep > 1 or t.local_experts > 1
+        wait = "dispatch" if expert_parallel or not nccl else "end"
+        if nccl:
+            self._split_sizes(index)
+            if self.moe.capacity_factor is not None:
+                wait = "permute"
+        if wait == "permute":
+            rec.host_wait()
         permuted = tokens.index_select(0, index)  # top_k copies of each token in expert order
         dispatch, combine = a2a_name(self.moe, "dispatch"), a2a_name(self.moe, "combine")
         elem = permuted.element_size()
+        if wait == "dispatch":
+            rec.host_wait()
         x = all_to_all(permuted, rec, (dispatch, combine), t.received, self.dispatch_wire or elem)
-        nccl = self.moe.dispatcher == "alltoall"
-        y = all_to_all(self._local(x, regroup=nccl), rec, (combine, dispatch), t.routed, elem)
+        local = self._local(x, regroup=nccl, wait=wait == "end")
+        y = all_to_all(local, rec, (combine, dispatch), t.routed, elem)
         if nccl:
             # Megatron-LM's unpermute scatters the copies back into token order (``moe_scatter``,
             # a gather in backward) before weighting them.
@@ -231,6 +338,9 @@ class MoELayer(nn.Module):
         gathered = comm(tokens, rec, AG, RS, self.ep, axis="ep")
         weights = comm(probs.to(tokens.dtype), rec, AG, RS, self.ep, axis="ep").reshape(-1)
         keep = torch.empty(received, dtype=torch.int64, device="meta")
+        counts = self._counts(keep)  # tokens per local expert, read on the host
+        self._to_host(counts[: self.tokens.local_experts])
+        rec.host_wait()
         y = self._local(gathered.index_select(0, keep))
         y = y * weights.index_select(0, keep).unsqueeze(-1)
         back = gathered.new_zeros(gathered.shape).index_add(0, keep, y)

@@ -24,6 +24,7 @@ from echo_view.model.aten_ops import (
     ALLOCATING,
     DETERMINISTIC_FILL,
     FUSED_OPTIMIZERS,
+    HOST_WAIT,
     INDEXED_READS,
     INDEXED_WRITES,
     NO_KERNEL,
@@ -216,6 +217,11 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             coll_bytes=int(nbytes),
             axis=AXES.index(axis),
         )
+
+    def host_wait(self) -> None:
+        """Record that the host waits here until the GPU has run everything issued so far
+        (:data:`~echo_view.model.aten_ops.HOST_WAIT`)."""
+        self.no_kernel_row(HOST_WAIT, OpClass.OTHER)
 
     def no_kernel_row(self, name: str, cls: int, **columns: float) -> None:
         """Record a row of no compute (no FLOPs, bytes, dtype or shapes): ``columns`` give

@@ -36,6 +36,7 @@ def test_defaults_follow_megatron_core() -> None:
     assert moe is not None
     assert (moe.top_k, moe.moe_ffn_hidden, moe.shared_ffn_hidden) == (2, 1024, 0)
     assert (moe.router, moe.dispatcher, moe.capacity_factor) == ("softmax", "alltoall", None)
+    assert moe.load_balancing == "aux_loss"
     assert moe.routing_imbalance == moe.imbalance == 1.0
     assert moe.moe_grouped_gemm  # grouped, as every shipped MoE config runs its experts
     # etp defaults to tp; the stage's 8 ranks fold into etp 1 x ep 4 x edp 2
@@ -91,6 +92,16 @@ def test_sequential_experts_round_trip_and_enter_the_tracing_key_only_when_set()
     assert "moe_grouped_gemm" not in config_to_mapping(grouped)["model"]
 
 
+def test_load_balancing_round_trips_and_enters_the_tracing_key_only_when_set() -> None:
+    data = _data({"load_balancing": "none"})
+    cfg = parse_workload_config(data)
+    assert cfg.model.moe is not None and cfg.model.moe.load_balancing == "none"
+    assert parse_workload_config(config_to_mapping(cfg)) == cfg
+    assert tracing_key(cfg)["model"]["load_balancing"] == "none"
+    del data["model"]["load_balancing"]
+    assert "load_balancing" not in tracing_key(parse_workload_config(data))["model"]
+
+
 def test_dense_layers_lie_in_the_first_chunk() -> None:
     cfg = parse_workload_config(_data({"first_dense_layers": 2}))
     assert [moe_dense_prefix(cfg, c) for c in range(2)] == [2, 0]
@@ -116,6 +127,8 @@ def test_dense_layers_lie_in_the_first_chunk() -> None:
         ({"dispatcher": "deepep"}, {"etp": 2, "sequence_parallel": True}, "model.dispatcher",
          "etp = 1"),
         ({"dispatcher": "ring"}, {}, "model.dispatcher", "alltoall, allgather, deepep"),
+        ({"load_balancing": "sinkhorn"}, {}, "model.load_balancing",
+         "aux_loss, seq_aux_loss, none"),
         ({"moe_node_limit": 0}, {}, "model.moe_node_limit", "from 1 to 8"),
         ({"experts": None, "moe_node_limit": 2}, {"ep": 1}, "model.moe_node_limit",
          "needs model.experts"),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
+from echo_view.model.aten_ops import HOST_WAIT
 from echo_view.model.config import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import LaneKind
@@ -169,3 +170,26 @@ def test_fills_of_new_buffers_cost_the_host_fill_us_each() -> None:
     assert sim.host_ns(0) == 20 * fill_ns + (20 + 80 + 3) * C
     assert sim.step_ns == 20 * fill_ns + (20 + 80) * C + SMALL + 3 * C + SMALL
     assert sim.fills(0) == 20
+
+
+def test_a_host_wait_in_a_pass_holds_the_rest_of_it_until_the_gpu_drains() -> None:
+    """A forward of two large GEMMs, with Megatron-Core's dispatcher wait between them in one
+    graph: the host issues the second GEMM only after the first has run, so the step grows by
+    one issue (the first GEMM outlasts it), and the wait itself issues nothing."""
+    strings = StringTable()
+    gemm = ("g", OpClass.GEMM, BIG_FLOPS, 0)
+    wait = (HOST_WAIT, OpClass.OTHER, 0.0, 0)
+    plain = _sim((2, 4, 1), BIG_FLOPS, rows=op_table(strings, [gemm, gemm]), strings=strings)
+    waited = _sim((2, 4, 1), BIG_FLOPS, rows=op_table(strings, [gemm, wait, gemm]), strings=strings)
+    g = int(plain.composed.tables[0].dur_ns[0])
+    assert g > C
+    assert waited.step_ns == plain.step_ns + C
+    assert waited.host_ns(0) == plain.host_ns(0) == (2 + 4 + 1) * C
+    assert int(waited.composed.tables[0].dur_ns[1]) == 0  # no kernel
+    wl = waited.composed.workload
+    host = [i for i, lane in enumerate(wl.lanes) if lane.kind == LaneKind.CPU_THREAD]
+    names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
+    assert names[:3] == ["dispatch", HOST_WAIT, "dispatch"]
+    # Its host cost is nothing, a fill's fill_us, any other kernel's kernel_us.
+    costs = HostParams().issue_ns(np.array([False, True, False]), np.array([True, False, False]))
+    assert costs.tolist() == [0, 10_500, C]

@@ -24,3 +24,6 @@ def test_context_parallel_sits_between_tp_and_dp() -> None:
     assert lay.group("dp_cp", 0) == (0, 2, 4, 6)
     assert lay.group("dp_cp", 3) == (1, 3, 5, 7)
     assert Layout(tp=2, pp=1, dp=2, cp=1).group("dp_cp", 1) == (1, 3)
+    # The sequence's shards: tensor and context parallel ranks together (tp fastest).
+    assert lay.group("tp_cp", 5) == (4, 5, 6, 7)
+    assert Layout(tp=2, pp=1, dp=2, cp=1).group("tp_cp", 2) == (2, 3)

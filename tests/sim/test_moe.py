@@ -90,6 +90,10 @@ def test_expert_groups_fold_the_stage_ranks() -> None:
     assert classic.group("etp", 2) == (2, 3)
     assert classic.group("edp", 0) == (0, 4)
     assert classic.group("ep", 0) == classic.group("dp", 0)[:2]
+    # Megatron-Core's tensor-and-expert group: etp fastest, then ep (the split sizes' gather).
+    assert classic.group("etp_ep", 3) == (0, 1, 2, 3)
+    assert classic.group("etp_ep", 5) == (4, 5, 6, 7)
+    assert lay.group("etp_ep", 9) == (8, 9, 10, 11)
 
 
 def test_ep8_stays_in_a_node_and_ep64_spans_eight() -> None:

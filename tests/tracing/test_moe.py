@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from echo_view.model.aten_ops import HOST_WAIT
 from echo_view.model.config import WorkloadConfig, parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
@@ -46,6 +47,8 @@ def test_alltoall_dispatcher_one_dispatch_and_one_combine_each_way() -> None:
     role = graph.roles[0]
     a2a = A2A.label
     assert _colls(graph, role.forward[0]) == [
+        # the split sizes: 8 experts' int64 counts from each of the 4 ranks of etp 1 x ep 4
+        ("nccl:all_gather", AG.label, "etp_ep", 4 * 8 * 8),
         ("moe_dispatch", a2a, "ep", ROUTED_BYTES),
         ("moe_combine", a2a, "ep", ROUTED_BYTES),
     ]
@@ -157,7 +160,11 @@ def test_expert_tensor_parallel_gathers_received_tokens() -> None:
     cfg = _cfg({"layers": 1}, tp=2, dp=4, ep=2, sequence_parallel=True)
     graph = trace_workload(cfg)
     fwd = _colls(graph, graph.roles[0].forward[0])
-    assert [(n, axis) for n, _, axis, _ in fwd if axis != "tp"] == [
+    assert [(n, axis, b) for n, _, axis, b in fwd if axis in ("tp_cp", "etp_ep")] == [
+        ("nccl:all_reduce", "tp_cp", 8 * 8),  # the aux loss's counts of 8 experts
+        ("nccl:all_gather", "etp_ep", 2 * 2 * 8 * 8),  # the split sizes of etp 2 x ep 2
+    ]
+    assert [(n, axis) for n, _, axis, _ in fwd if axis in ("ep", "etp")] == [
         ("moe_dispatch", "ep"),
         ("nccl:all_gather", "etp"),
         ("nccl:reduce_scatter", "etp"),
@@ -312,3 +319,81 @@ def test_repeated_moe_chunks_equal_whole_chunks(par: dict[str, Any], grouped: bo
     data["cluster"].update(cluster)
     cfg = parse_workload_config(data)
     assert_same_graph(trace_workload(cfg), trace_whole(cfg))
+
+
+def _routing(graph: TracedGraph, table: OpTable) -> list[str]:
+    """The names of ``table``'s rows from the router's top-k to the first dispatch."""
+    names = _names(graph, table)
+    start = names.index("aten::topk") + 1
+    return names[start : names.index("moe_dispatch") + 1]
+
+
+def test_megatron_routing_work_and_the_host_wait_before_the_dispatch() -> None:
+    """EP 4, 2 local experts, tp 1 (no all-reduce of the counts): the load-balancing loss
+    (counts, fp32 cast and softmax of all scores, sum over tokens times counts, sum, scale,
+    the tracker's division and addition), the dispatcher's split sizes (counts, per-rank sum
+    and its copy to the host, the all-gather of the counts, the slice to the local experts,
+    three sums each copied to the host and the per-expert counts for the regrouping), the
+    permutation, then the host wait right before the all-to-all."""
+    graph = trace_workload(_cfg({"layers": 1}))
+    fwd, bwd = graph.roles[0].forward[0], graph.roles[0].backward[0]
+    to_host = "aten::_to_copy (device to host)"
+    assert _routing(graph, fwd) == [
+        "aten::histc",
+        "aten::_to_copy",
+        "aten::_softmax",
+        "aten::sum",
+        "aten::mul",
+        "aten::sum",
+        "aten::mul",
+        "aten::div",
+        "aten::add_",
+        "aten::histc",
+        "aten::sum",
+        to_host,
+        "nccl:all_gather",
+        "aten::clone",
+        "aten::sum",
+        to_host,
+        "aten::sum",
+        to_host,
+        "aten::sum",
+        to_host,
+        to_host,
+        "aten::index_select",
+        HOST_WAIT,
+        "moe_dispatch",
+    ]
+    # One wait a layer, in forward only: backward reuses the split sizes.
+    assert _names(graph, fwd).count(HOST_WAIT) == 1
+    assert HOST_WAIT not in _names(graph, bwd)
+    # Backward: the loss's own gradient (ones times the scale) reaches the router's logits
+    # through the fp32 softmax's backward, beside the top-k's.
+    names = _names(graph, bwd)
+    assert names.count("aten::ones") == 1
+    assert names.count("aten::_softmax_backward_data") == 2
+
+
+def test_routing_work_follows_the_load_balancing_and_the_capacity() -> None:
+    plain = trace_workload(_cfg({"layers": 1, "load_balancing": "none"}))
+    fwd = _routing(plain, plain.roles[0].forward[0])
+    assert fwd[0] == "aten::histc" and fwd.count("aten::_softmax") == 0  # the dispatcher's
+    assert "aten::ones" not in _names(plain, plain.roles[0].backward[0])
+    # With a capacity factor the host waits before the permutation (Megatron-Core's
+    # "before_permutation_1"), not before the all-to-all.
+    capped = trace_workload(_cfg({"layers": 1, "capacity_factor": 1.5}))
+    assert _routing(capped, capped.roles[0].forward[0])[-3:] == [
+        HOST_WAIT,
+        "aten::index_select",
+        "moe_dispatch",
+    ]
+    # The all-gather dispatcher waits for its tokens per expert before the local permutation.
+    gathered = trace_workload(_cfg({"layers": 1, "dispatcher": "allgather"}))
+    names = _names(gathered, gathered.roles[0].forward[0])
+    at = names.index(HOST_WAIT)
+    assert names[at - 2 : at + 2] == [
+        "aten::histc",
+        "aten::_to_copy (device to host)",
+        HOST_WAIT,
+        "aten::index_select",
+    ]

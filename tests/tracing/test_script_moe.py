@@ -139,13 +139,20 @@ def test_script_and_builtin_moe_run_the_same_all_to_alls(
     traced: tuple[TracedGraph, TracedGraph],
 ) -> None:
     """Same names, bytes and EP axis each pass; the built-in graph holds no gradient
-    reduction (the composer adds it), the script's graph holds DDP's and its hooks'."""
+    reduction (the composer adds it), the script's graph holds DDP's and its hooks'; the
+    built-in layer's other collective is Megatron-Core's all-gather of the split sizes, which
+    the script's layer does not run."""
     script, builtin = traced
     for phase in ("forward", "backward"):
         s_table = getattr(script.roles[0], phase)[0]
         b_table = getattr(builtin.roles[0], phase)[0]
         s = Counter({k: n for k, n in _collectives(script, s_table).items() if k[3] == "ep"})
-        assert s == _collectives(builtin, b_table)
+        b = _collectives(builtin, b_table)
+        assert s == Counter({k: n for k, n in b.items() if k[3] == "ep"})
+        # 4 experts' int64 counts from each of the etp 1 x ep 2 ranks, once a layer forward
+        split_sizes = ("nccl:all_gather", "all_gather", 2 * 4 * 8, "etp_ep")
+        gathers = {k: n for k, n in b.items() if k[3] != "ep"}
+        assert gathers == ({split_sizes: MODEL["layers"]} if phase == "forward" else {})
 
 
 def test_routed_model_times_the_script_all_to_alls() -> None:
@@ -183,6 +190,7 @@ def test_routed_model_times_the_script_all_to_alls() -> None:
         ("capacity_factor", 1.25, "drops tokens as its code does"),
         ("dispatcher", "deepep", "deepep dispatch is not traced"),
         ("moe_grouped_gemm", False, "expert GEMMs are traced as its code runs them"),
+        ("load_balancing", "none", "router computes whatever loss its code does"),
     ],
 )
 def test_script_moe_config_refuses_builtin_routing_keys(
