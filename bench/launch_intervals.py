@@ -78,6 +78,8 @@ HOPPER_HOSTS = (
     "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
 )
 CI = ROOT / "samples" / "configs" / "megatron-ci-small"
+#: The small MoE CI cases, after the dense ones in the last table.
+CI_MOE = ROOT / "samples" / "configs" / "megatron-ci-small-moe"
 
 
 def _names(trace: Trace) -> np.ndarray:
@@ -228,7 +230,7 @@ def main() -> int:
         f"(µs; model: {host_params.kernel_us:g}) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for cfg_path in sorted(CI.glob("*.toml")):
+    for cfg_path in [*sorted(CI.glob("*.toml")), *sorted(CI_MOE.glob("*.toml"))]:
         cfg, graph, _, _ = load_workload(cfg_path)
         gpu = simulate_workload(cfg, graph, {"host.kernel_us": "0"}).step_ns / 1e9
         sim = simulate_workload(cfg, graph)
