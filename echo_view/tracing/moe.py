@@ -253,9 +253,12 @@ class MoELayer(nn.Module):
         else:
             scores = torch.sigmoid(logits.float())
             scores = scores / (scores.sum(-1, keepdim=True) + 1e-20)
-        aux = torch.sum(scores.sum(0) * counts) * 1e-2
-        with torch.no_grad():  # the tracker's copy of the loss for logging
-            self.tracked.add_(aux.detach() / 1e-2)
+        # Scaled by the loss coefficient (Megatron's --moe-aux-loss-coeff: its value changes
+        # no kernel), and divided by it again for the tracker's logged copy.
+        coeff = 1e-2
+        aux = torch.sum(scores.sum(0) * counts) * coeff
+        with torch.no_grad():
+            self.tracked.add_(aux.detach() / coeff)
         out: torch.Tensor = _AuxLossScaler.apply(probs, aux)  # type: ignore[no-untyped-call]
         return out
 
