@@ -21,8 +21,9 @@ Dispatchers (``model.dispatcher``, Megatron-Core's ``--moe-token-dispatcher-type
   routed to its experts, and the output reduce-scattered back.
 
 Around them, the small work Megatron-Core runs on each MoE layer's routing (its
-``router.py``, ``moe_utils.py`` and ``token_dispatcher.py``, the same from commit f1f03922 of
-2024 on):
+``router.py``, ``moe_utils.py`` and ``token_dispatcher.py`` as at commit f1f03922 of 2024;
+later versions run these and more, such as a scattered routing map and a second top-k for the
+loss's scores):
 
 - the load-balancing loss (``load_balancing``, default ``aux_loss``): the tokens per expert
   counted, all-reduced over the tensor-and-context parallel ranks, the scores of every expert
