@@ -1184,7 +1184,9 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: (no copies before the batched GEMMs; Megatron-LM of 2019's ``multiply`` form keeps them).
 #: 7: Megatron's DDP hook adds every gradient autograd produced to ``main_grad``, the norms',
 #: biases' and embeddings' too, one kernel per parameter tensor and micro-batch (only the
-#: weights of linears without gradient-accumulation fusion were traced).
+#: weights of linears without gradient-accumulation fusion were traced). 8: Megatron-Core's MoE
+#: routing work: the load-balancing loss, the alltoall dispatcher's split sizes and the host
+#: waits (``cudaStreamSynchronize`` rows) before each dispatch.
 TRACER_REVISION = 8
 
 

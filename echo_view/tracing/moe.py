@@ -306,17 +306,23 @@ class MoELayer(nn.Module):
             y = regroup_chunks(y, local, sources)
         return comm(y, self.rec, RS, AG, self.etp, axis="etp")
 
+    def _wait_point(self) -> str:
+        """Where the host waits for the split sizes (Megatron-Core's ``cuda_sync_point``):
+        ``permute`` with a capacity factor, ``dispatch`` with expert parallelism or several
+        local experts (and before DeepEP's dispatch), ``end`` of the dispatch otherwise."""
+        if self.moe.dispatcher != "alltoall":
+            return "dispatch"
+        if self.moe.capacity_factor is not None:
+            return "permute"
+        return "dispatch" if self.ep > 1 or self.tokens.local_experts > 1 else "end"
+
     def _alltoall(self, tokens: torch.Tensor, probs: torch.Tensor, index: torch.Tensor) -> Any:
         """Permute, dispatch, experts, combine, unpermute: ``[T, h]`` in and out."""
         t, rec, k = self.tokens, self.rec, self.moe.top_k
         nccl = self.moe.dispatcher == "alltoall"
-        # Where the host waits for the split sizes (Megatron-Core's ``cuda_sync_point``).
-        expert_parallel = self.ep > 1 or t.local_experts > 1
-        wait = "dispatch" if expert_parallel or not nccl else "end"
         if nccl:
             self._split_sizes(index)
-            if self.moe.capacity_factor is not None:
-                wait = "permute"
+        wait = self._wait_point()
         if wait == "permute":
             rec.host_wait()
         permuted = tokens.index_select(0, index)  # top_k copies of each token in expert order
