@@ -82,6 +82,33 @@ def text_ns(text: str | bytes) -> int | None:
     return ns if -NS_LIMIT < ns < NS_LIMIT else None
 
 
+#: Largest magnitude (exclusive) of the ns that :func:`us_floats_to_ns` converts: 2**43 ns
+#: (2.4 hours) keeps the double's error in ``x * 1000`` under 0.003 ns.
+FLOAT_NS_LIMIT = float(2**43)
+#: How far from an integer ns a double's ``x * 1000`` may lie and still be converted.
+_FLOAT_NS_SLACK = 0.49
+
+
+def us_floats_to_ns(
+    us: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """ns of µs times decoded as doubles, and where each is exact: equal to what
+    :func:`text_ns` gives on the text the double was read from, whatever its digits.
+
+    A double ``x`` read from a text of value ``d`` lies within an ULP of ``d``; below
+    :data:`FLOAT_NS_LIMIT` ns that puts ``x * 1000`` within 0.003 of ``d * 1000``. So where
+    ``x * 1000`` lies within 0.49 of an integer ``m``, ``d * 1000`` lies within 0.493 of it and
+    rounds to ``m`` (no tie is that close). Elsewhere (NaN, large times such as absolute-epoch
+    µs, texts that end half-way between two ns) the result is 0 and not exact: only the text
+    can say.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        ns = us * NS_PER_US
+        whole = np.rint(ns)
+        ok = (np.abs(ns) < FLOAT_NS_LIMIT) & (np.abs(ns - whole) <= _FLOAT_NS_SLACK)
+    return np.where(ok, whole, 0.0).astype(np.int64), ok
+
+
 def us_texts_to_ns(
     texts: Sequence[Any],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:

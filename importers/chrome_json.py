@@ -231,13 +231,15 @@ class Container(TextCursor):
         finally:
             self.close()
 
-    def decode_next_as(self, event_type: type[Any]) -> None:
+    def decode_next_as(self, event_type: type[Any], *, fallback: type[Any] | None = None) -> None:
         """Decode the chunks after the current one as ``list[event_type]`` (a reader that finds
-        it needs other fields switches once, without decoding each later chunk twice)."""
+        it needs other fields switches once, without decoding each later chunk twice);
+        ``fallback`` as in :meth:`chunks`."""
         if self._switchable is None:
             raise RuntimeError("Container.decode_next_as() applies while chunks() runs")
-        self._switchable.dec = _decoder(event_type, self._switchable.float_hook)
-        self._switchable.fallback = None
+        hook = self._switchable.float_hook
+        self._switchable.dec = _decoder(event_type, hook)
+        self._switchable.fallback = None if fallback is None else _decoder(fallback, hook)
 
     def __enter__(self) -> Container:
         return self

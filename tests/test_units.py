@@ -5,17 +5,20 @@ from __future__ import annotations
 from decimal import Decimal
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echo_view.units import (
+    FLOAT_NS_LIMIT,
     TEXT_BAD,
     TEXT_EMPTY,
     TEXT_OK,
     format_duration,
     ns_to_us_text,
     text_ns,
+    us_floats_to_ns,
     us_texts_to_ns,
     us_to_ns,
 )
@@ -176,3 +179,61 @@ def test_bulk_conversion_refuses_what_is_out_of_range_or_no_number(text: str) ->
 def test_bulk_conversion_takes_raw_values() -> None:
     raws = msgspec.json.decode(b"[1.5, 2, 1712195495519689.047]", type=list[msgspec.Raw])
     assert us_texts_to_ns(raws)[0].tolist() == [1500, 2000, 1712195495519689047]
+
+
+# -- us_floats_to_ns: exact where it says so ------------------------------------------------
+
+# Short times (durations, relative timestamps) with any digits: ties, long fractions, exponents.
+_SHORT = st.builds(
+    lambda sign, whole, frac, exp: sign + whole + (f".{frac}" if frac else "") + exp,
+    st.sampled_from(["", "-"]),
+    st.one_of(st.just("0"), st.from_regex(r"[1-9][0-9]{0,11}", fullmatch=True)),
+    st.one_of(st.just(""), st.from_regex(r"[0-9]{1,9}", fullmatch=True), st.just("0005")),
+    st.one_of(st.just(""), st.from_regex(r"[eE][+-]?[0-9]{1,2}", fullmatch=True)),
+)
+
+
+def _floats(texts: list[str]) -> list[float]:
+    return [msgspec.json.decode(t.encode(), type=float) for t in texts]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_SHORT, _NUMBER), min_size=1, max_size=40))
+def test_float_conversion_is_exact_where_it_says(texts: list[str]) -> None:
+    texts = [t for t in texts if abs(float(t)) < 1e300]  # (msgspec refuses larger doubles)
+    ns, exact = us_floats_to_ns(np.array(_floats(texts), dtype=np.float64))
+    for text, got, ok in zip(texts, ns.tolist(), exact.tolist(), strict=True):
+        want = text_ns(text)
+        assert got == (want if ok else 0), text
+        plain = "e" not in text.lower() and len(text.partition(".")[2]) <= 3
+        if plain and want is not None and abs(want) < FLOAT_NS_LIMIT / 2:
+            assert ok, text  # at most three decimals, well below the limit: no text needed
+
+
+@pytest.mark.parametrize(
+    ("text", "ns", "ok"),
+    [
+        ("1.5", 1500, True),
+        ("3.2704", 3270, True),  # more digits than ns: rounded, as Decimal does
+        ("3.2706", 3271, True),
+        ("3.2704999", 0, False),  # too near half a ns to trust the double
+        ("0.00049", 0, True),
+        ("0.0005", 0, False),  # half a ns: only the text can say which way to round
+        ("-0.0015", 0, False),
+        ("8796093022.207", 8796093022207, True),  # just below 2**43 ns
+        ("8796093022.209", 0, False),  # beyond
+        ("1712195495519689.047", 0, False),  # absolute-epoch µs: beyond a double
+        ("7", 7000, True),
+        ("1.5e3", 1_500_000, True),
+    ],
+)
+def test_float_conversion_edges(text: str, ns: int, ok: bool) -> None:
+    got, exact = us_floats_to_ns(np.array(_floats([text])))
+    assert (got.tolist(), exact.tolist()) == ([ns], [ok])
+    if ok:
+        assert text_ns(text) == ns
+
+
+def test_float_conversion_of_nan_is_not_exact() -> None:
+    got, exact = us_floats_to_ns(np.array([np.nan, 2.0]))
+    assert (got.tolist(), exact.tolist()) == ([0, 2000], [False, True])

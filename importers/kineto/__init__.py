@@ -114,13 +114,13 @@ def read_file(
 ) -> ParsedFile:
     """Read one trace-event file into columns (progress from ``done`` to ``done + share``)."""
     cols = Columns()
-    text = False
+    decoding: type[RawEvent] = IntEvent
     with read_container(path, chunk_bytes=chunk_bytes) as c:
         for chunk in c.chunks(IntEvent, fallback=NumberEvent):
             cols.add(chunk)
-            if cols.text_times and not text:
-                c.decode_next_as(RawEvent)  # fractional µs: their text from now on
-                text = True
+            if cols.event_type is not decoding:  # fractional µs: as doubles, or ts as text
+                decoding = cols.event_type
+                c.decode_next_as(decoding, fallback=RawEvent)
             chunk.release()
             progress(f"{path.name}: {c.event_count} events", done + share * c.fraction_read())
             del chunk

@@ -10,6 +10,7 @@ ends (matched to their begins later). Times are converted exactly (:mod:`importe
 from __future__ import annotations
 
 import codecs
+import math
 from dataclasses import dataclass, field
 from io import BytesIO
 from itertools import compress
@@ -23,7 +24,14 @@ import numpy.typing as npt
 from echo_view.errors import InputError
 from echo_view.model import NONE
 from echo_view.model.trace_rules import parse_flow_id
-from echo_view.units import INT_US_LIMIT, TEXT_BAD, TEXT_EMPTY, us_texts_to_ns
+from echo_view.units import (
+    FLOAT_NS_LIMIT,
+    INT_US_LIMIT,
+    TEXT_BAD,
+    TEXT_EMPTY,
+    us_floats_to_ns,
+    us_texts_to_ns,
+)
 from importers.chrome_json import EventChunk
 from importers.kineto.rows import (
     IDX,
@@ -106,6 +114,24 @@ class IntEvent(RawEvent, gc=False):
     dur: int = MISSING  # type: ignore[assignment]
 
 
+class FloatEvent(RawEvent, gc=False):
+    """:class:`RawEvent` with ``ts``/``dur`` decoded as doubles (NaN where absent), read after
+    the first float while the times stay small enough to be exact as doubles
+    (:func:`echo_view.units.us_floats_to_ns`); a column that is not is read again as
+    :class:`TimeTexts`, and a ``ts`` that is not switches the reader to :class:`FracEvent`."""
+
+    ts: float = math.nan  # type: ignore[assignment]
+    dur: float = math.nan  # type: ignore[assignment]
+
+
+class FracEvent(RawEvent, gc=False):
+    """:class:`RawEvent` with ``ts`` as text (absolute-epoch µs with decimals, beyond a double)
+    and ``dur`` as a double (short times are exact as doubles; a chunk where one is not is read
+    again as :class:`TimeTexts`)."""
+
+    dur: float = math.nan  # type: ignore[assignment]
+
+
 class TimeTexts(msgspec.Struct, gc=False):
     """The text of ``ts``/``dur``, from which fractional µs are converted exactly."""
 
@@ -163,8 +189,9 @@ class Columns:
     _string_ids: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     rows: int = 0
-    #: Chunks are decoded as :class:`RawEvent` (times as text), no longer :class:`NumberEvent`.
-    text_times: bool = False
+    #: The type the next chunks are best decoded as: :class:`IntEvent` until a time is a
+    #: float, then :class:`FloatEvent` or, once a ``ts`` needs its text, :class:`FracEvent`.
+    event_type: type[RawEvent] = IntEvent
 
     def __post_init__(self) -> None:
         self._thread_ids = ThreadIds(self.threads)
@@ -239,8 +266,9 @@ class Columns:
     def _times(self, chunk: EventChunk[Any]) -> tuple[I64, I64]:
         """Exact ns of the chunk's ``ts`` and ``dur`` (MISSING where absent)."""
         evs: list[Any] = chunk.events
-        if not self.text_times:
-            if type(evs[0]) is IntEvent:
+        kind = type(evs[0])
+        if kind is IntEvent or kind is NumberEvent:
+            if kind is IntEvent:
                 ts, dur = _int_column_times(evs, "ts"), _int_column_times(evs, "dur")
             else:
                 ts, dur = (
@@ -249,10 +277,33 @@ class Columns:
                 )
             if ts is not None and dur is not None:
                 return ts, dur
-            # A float: exact only from its text, here and (the reader switches) from now on.
-            self.text_times = True
-            evs = chunk.decode(TimeTexts)
-        return _text_times(chunk, evs, "ts"), _text_times(chunk, evs, "dur")
+            # A float: exact here from its text; later chunks as doubles where they are exact.
+            texts = chunk.decode(TimeTexts)
+            ts, dur = _text_times(chunk, texts, "ts"), _text_times(chunk, texts, "dur")
+            small = (ts == MISSING) | (np.abs(ts) < FLOAT_NS_LIMIT)
+            self.event_type = FloatEvent if small.all() else FracEvent
+            return ts, dur
+        if kind is RawEvent:  # (a chunk that fits neither: a time that is not a number)
+            return _text_times(chunk, evs, "ts"), _text_times(chunk, evs, "dur")
+        reread: list[TimeTexts] | None = None
+        out: list[I64] = []
+        for what in ("ts", "dur"):
+            if what == "ts" and kind is FracEvent:
+                out.append(_text_times(chunk, evs, "ts"))
+                continue
+            us = np.fromiter(map(_GET[what], evs), dtype=np.float64, count=len(evs))
+            ns, exact = us_floats_to_ns(us)
+            absent = np.isnan(us)
+            if (exact | absent).all():
+                ns[absent] = MISSING
+                out.append(ns)
+                continue
+            if reread is None:
+                reread = chunk.decode(TimeTexts)
+            out.append(_text_times(chunk, reread, what))
+            if what == "ts":
+                self.event_type = FracEvent
+        return out[0], out[1]
 
     def _key_args(
         self,

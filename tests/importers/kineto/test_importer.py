@@ -271,6 +271,33 @@ def test_integer_chunks_then_fractional_ones_are_all_exact(tmp_path: Path) -> No
         assert set(ev.dur_ns.tolist()) == {1500}
 
 
+def test_fractional_times_read_as_doubles_are_all_exact(tmp_path: Path) -> None:
+    """After the first float, times are read as doubles where a double is exact (relative µs,
+    durations) and as text where it is not (a chunk with a half-ns or a long duration; every
+    chunk once a ts is absolute-epoch µs): each time equals its text converted with Decimal."""
+    ts = [str(10 * i) for i in range(100)]  # integers first
+    ts += [f"{1000 + 10 * i}.{(i * 37) % 1000:03d}" for i in range(400)]  # relative, fractional
+    ts += [f"{1712195495519689 + 10 * i}.{(i * 7) % 1000:03d}" for i in range(300)]  # epoch
+    durs = [f"{i % 50}.{(i * 13) % 1000:03d}" for i in range(800)]
+    durs[250] = "0.0005"  # half a ns: to even, from the text
+    durs[260] = "3.2704999"  # too near half a ns for a double
+    durs[420] = "12345678901.5"  # 3.4 hours: beyond what a double holds to the ns here
+    durs[650] = "1.0015"
+    events = ",".join(
+        f'{{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": {t}, "dur": {d}}}'
+        for t, d in zip(ts, durs, strict=True)
+    )
+    path = tmp_path / "frac.json"
+    path.write_text(f'{{"traceEvents": [{events}]}}')
+    want_ts = [ns(Decimal(t)) for t in ts]
+    want_dur = [ns(Decimal(d)) for d in durs]
+    assert want_dur[250] == 0 and want_dur[260] == 3270 and want_dur[650] == 1002
+    for chunk_bytes in (1 << 10, 1 << 12, 1 << 20):
+        ev = KinetoImporter(chunk_bytes=chunk_bytes).read([path]).traces[0].events
+        assert ev.start_ns.tolist() == want_ts  # (in file order: the starts increase)
+        assert ev.dur_ns.tolist() == want_dur
+
+
 def test_a_time_that_is_no_time_is_named_after_the_switch_to_text(tmp_path: Path) -> None:
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1.5, "dur": 1}
