@@ -3,7 +3,8 @@
 Inside echo-view every time is an ``int`` (or int64 column) in nanoseconds. Microsecond floats
 exist only at the edges (Chrome/Kineto JSON). A double holds exact nanoseconds only below
 2**42 microseconds, so absolute-epoch microsecond floats are converted through their decimal
-text, never through ``float * 1000``.
+text, never through ``float * 1000``; short times read as doubles are converted where the
+double provably gives what the text would (:func:`us_floats_to_ns`).
 """
 
 from __future__ import annotations
