@@ -386,3 +386,30 @@ def test_chunks_fall_back_to_a_wider_type(tmp_path: Path) -> None:
             pass
     assert info.value.where == "traceEvents[450].ts"
     assert "expected `int | float`, got `str`" in info.value.message
+
+
+def test_a_switch_between_chunks_can_bring_its_own_fallback(tmp_path: Path) -> None:
+    class Ts(msgspec.Struct):
+        ts: int | float = 0
+
+    class Num(msgspec.Struct):
+        ts: float = 0.0
+
+    class Text(msgspec.Struct):
+        ts: msgspec.Raw = msgspec.Raw()
+
+    evs: list[dict[str, Any]] = [{"ph": "X", "ts": i + 0.5} for i in range(600)]
+    evs[450]["ts"] = "soon"
+    path = write(tmp_path / "s.json", json.dumps({"traceEvents": evs}).encode())
+    types, got = [], []
+    with read_container(path, chunk_bytes=1024) as c:
+        for n, chunk in enumerate(c.chunks(Ts)):
+            types.append({type(e) for e in chunk.events})
+            got += [bytes(e.ts) if isinstance(e, Text) else e.ts for e in chunk.events]
+            if n == 0:
+                c.decode_next_as(Num, fallback=Text)
+    first_text = types.index({Text})
+    assert types[0] == {Ts} and all(t == {Num} for t in types[1:first_text])
+    assert all(t == {Text} for t in types[first_text:])  # the fallback, from the chunk of 450 on
+    assert got[450] == b'"soon"' and got[599] == b"599.5" and got[1] == 1.5
+    assert all(isinstance(v, float) for v in got[:300])  # (the chunks before 450's)
