@@ -91,6 +91,9 @@ GRAD_ACCUMULATION = ("main_grad", "cast_add")
 TRANSFORMER_IMPLS = ("transformer_engine", "local")
 #: PyTorch FSDP sharding strategies (``ShardingStrategy``, lower case): ``none`` is no FSDP.
 FSDP = ("none", "full_shard", "shard_grad_op")
+#: When FSDP reduce-scatters gradients: after every micro-batch's backward (FSDP without
+#: ``no_sync``), or only after each model chunk's last one (``torch.distributed.pipelining``).
+FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
 #: ops, so they stay out of the tracing key (configs differing only in them share a graph).
 SIMULATION_ONLY = (
@@ -235,6 +238,9 @@ class ParallelConfig:
     overlap_p2p_comm: bool = True
     batch_p2p_sync: bool = True
     fsdp: str = "none"
+    #: :data:`FSDP_GRAD_SYNC`; ``None``: ``every_microbatch`` with pp = 1, ``last_microbatch``
+    #: with pipeline parallelism (:attr:`fsdp_sync`).
+    fsdp_grad_sync: str | None = None
     ep: int = 1
     etp: int | None = None
     #: The data-parallel wrapper: Megatron-Core's gradient buffer or PyTorch's
@@ -254,6 +260,14 @@ class ParallelConfig:
         """The interleaved schedule's contiguous micro-batches per chunk (default ``pp``)."""
         g = self.microbatch_group_size_per_vp_stage
         return self.pp if g is None else g
+
+    @property
+    def fsdp_sync(self) -> str:
+        """When FSDP reduce-scatters gradients (:data:`FSDP_GRAD_SYNC`): as set, else
+        ``every_microbatch`` with pp = 1 and ``last_microbatch`` with pipeline parallelism."""
+        if self.fsdp_grad_sync is not None:
+            return self.fsdp_grad_sync
+        return "every_microbatch" if self.pp == 1 else "last_microbatch"
 
     @property
     def world_size(self) -> int:
@@ -560,6 +574,11 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         ),
         batch_p2p_sync=p.get("batch_p2p_sync", bool, True),
         fsdp=fsdp,
+        fsdp_grad_sync=(
+            p.choice("fsdp_grad_sync", FSDP_GRAD_SYNC, "every_microbatch")
+            if "fsdp_grad_sync" in p.data
+            else None
+        ),
         ep=p.positive("ep", 1),
         etp=p.positive("etp", 1) if "etp" in p.data else None,
         ddp=ddp,
@@ -746,6 +765,8 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         )
     if par.fsdp != "none":
         _check_fsdp(par, err)
+    elif par.fsdp_grad_sync is not None:
+        raise err("parallel.fsdp_grad_sync", "applies to FSDP only: set fsdp or drop it")
     if par.virtual_stages > 1 and not par.overlap_p2p_comm and par.pp < 3:
         raise err(
             "parallel.overlap_p2p_comm",
@@ -817,13 +838,14 @@ def _check_flatten(par: ParallelConfig, err: Any) -> None:
 
 
 def _check_fsdp(par: ParallelConfig, err: Any) -> None:
-    """FSDP is modelled without pipeline parallelism (llm-foundry's and torchtitan's 1D/2D
-    layouts); it shards the optimizer states itself and gathers parameters per unit, so
-    Megatron's sharded-optimizer gather does not apply."""
-    if par.pp > 1:
+    """FSDP shards the optimizer states itself and gathers parameters per unit, so Megatron's
+    sharded-optimizer gather does not apply; its reduction after the last micro-batch only is
+    modelled under pipeline parallelism (the pp = 1 program reduces every micro-batch)."""
+    if par.fsdp_grad_sync == "last_microbatch" and par.pp == 1:
         raise err(
-            "parallel.fsdp",
-            f"needs pp = 1 (got pp = {par.pp}): FSDP with pipeline parallelism is not modelled",
+            "parallel.fsdp_grad_sync",
+            '"last_microbatch" is modelled with pp > 1 only: drop it (with pp = 1 FSDP '
+            "reduce-scatters after every micro-batch)",
         )
     if not par.distributed_optimizer:
         raise err(
@@ -1120,6 +1142,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                         True,
                     ),
                     ("fsdp", p.fsdp, "none"),
+                    ("fsdp_grad_sync", p.fsdp_grad_sync, None),
                     ("ep", p.ep, 1),
                     ("etp", p.etp, None),
                     ("ddp", p.ddp, "megatron"),

@@ -22,7 +22,9 @@ are then all-gathered: after the optimizer on the compute stream, or with
 ``overlap_param_gather`` bucket by bucket on the data-parallel stream, each bucket before the
 first forward pass that uses it).
 Gradients are reduced in the main-gradient dtype (:func:`grad_reduce_bytes`). With
-``[parallel] fsdp`` a rank runs PyTorch FSDP's program instead (:mod:`echo_view.sim.fsdp`).
+``[parallel] fsdp`` PyTorch FSDP's gathers and reduce-scatters replace these
+(:mod:`echo_view.sim.fsdp`): with pp = 1 as a program of its own, with pipeline parallelism
+around each chunk's passes in the schedule.
 With tied embeddings and pp > 1 the word-embedding gradient is all-reduced between the first
 and the last stage after the data-parallel reduction, before the optimizer (Megatron-LM's
 ``_allreduce_word_embedding_grads``). A graph traced from a script that runs on several
@@ -514,8 +516,9 @@ class _Composer:
         self.host_thread(rank)
         marker = self.op(rank, comp, "ProfilerStep#0", 0, kind=EventKind.GPU_ANNOTATION)
         self.step_markers.append((rank, marker))
-        if p.fsdp != "none":  # its own program: per-unit gathers and reduce-scatters
-            FsdpRank(self, rank, role_idx, (comp, dpl)).run(m)
+        fsdp = FsdpRank(self, rank, role_idx, (comp, dpl)) if p.fsdp != "none" else None
+        if fsdp is not None and p.pp == 1:  # its own program: per-unit gathers, reductions
+            fsdp.run(m)
             return
         if uses_streams((*role.forward, *role.backward, role.optimizer)):
             # A traced script's streams and waits (its collectives are all in the graph).
@@ -581,7 +584,10 @@ class _Composer:
             if self.blocking and xfer is not None and prev_key is not None:
                 # Rendezvous: the receiver posts its receive after its previous pass.
                 self.edges.append((self.pass_end[prev_key], xfer))
-            if gather_early and ps.forward and g not in gathered:
+            if fsdp is not None:  # the chunk's gathers and reduce-scatters, unit by unit
+                last = not ps.forward and ps.microbatch == last_bwd_mb
+                first_op, end = fsdp.chunk_pass(tc, label, ps.forward, ps.chunk, last)
+            elif gather_early and ps.forward and g not in gathered:
                 gathered.add(g)
                 bwd = self.costs[(role_idx, "backward", ps.chunk)].table
                 chunk_params = int(bwd.grad_bytes.sum()) // role.grad_dtype_bytes
@@ -604,7 +610,10 @@ class _Composer:
             self.next_op[prev_key] = len(self.c.rank)
         if syncs.at_end:
             self.host_sync(rank)
-        if grad_ranks > 1 and not overlap:
+        if fsdp is not None:
+            if fsdp.last_comm >= 0:
+                dp_ops.append(fsdp.last_comm)
+        elif grad_ranks > 1 and not overlap:
             for n, group, what in self.dp.reductions(role.params):
                 dp_ops.append(self.comm_op(rank, comp, red_kind, n * red_bytes, group, what))
         tied = self.tied_embedding_reduce(rank, comp, stage, red_bytes)
@@ -616,7 +625,7 @@ class _Composer:
         for op in dp_ops:
             if int(self.c.lane[op]) != comp:
                 self.edges.append((op, tied if tied >= 0 else first_opt))
-        if p.distributed_optimizer and grad_ranks > 1 and not gather_early:
+        if p.distributed_optimizer and grad_ranks > 1 and not gather_early and fsdp is None:
             for n, group, what in self.dp.reductions(role.params, "params"):
                 self.comm_op(rank, comp, CollectiveKind.ALL_GATHER, n * elem_bytes, group, what)
         loops.step_ends()

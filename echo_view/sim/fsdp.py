@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from echo_view.model.config import WorkloadConfig, grad_reduce_bytes
+from echo_view.model.config import WorkloadConfig, chunk_layers, grad_reduce_bytes
 from echo_view.model.dtypes import dtype_bytes
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.compose_costs import TableCost, time_cuts
@@ -70,11 +70,14 @@ class FsdpPlan:
     regather: bool
 
 
-def fsdp_plan(cfg: WorkloadConfig, params: int, group: tuple[int, ...]) -> FsdpPlan:
-    """The plan of a rank holding ``params`` parameters (all layers: FSDP runs with pp = 1)."""
-    layers = cfg.model.layers
+def fsdp_plan(
+    cfg: WorkloadConfig, params: int, group: tuple[int, ...], layers: int | None = None
+) -> FsdpPlan:
+    """The plan of a rank holding ``params`` parameters and ``layers`` transformer layers
+    (default all of them: ``pp = 1``)."""
+    layers = cfg.model.layers if layers is None else layers
     per_layer = layer_params(cfg.model, cfg.parallel.tp)
-    if per_layer * layers > params:  # a graph whose layers differ from the formula's
+    if layers and per_layer * layers > params:  # a graph whose layers differ from the formula's
         per_layer = params // layers
     elem = dtype_bytes("bf16" if cfg.dtype == "fp8" else cfg.dtype) or 2
     return FsdpPlan(
@@ -102,11 +105,18 @@ class FsdpRank:
         self.compute, self.dpl = lanes
         role = comp.graph.roles[role_idx]
         group = comp.layout.group("dp_cp", rank)
-        self.plan = fsdp_plan(comp.cfg, role.params, group) if len(group) > 1 else None
+        self.stage = comp.layout.coords(rank)[0]
+        #: Transformer layers of each local model chunk.
+        self.chunk_layers = chunk_layers(comp.cfg, self.stage)
+        layers = sum(self.chunk_layers)
+        plan = fsdp_plan(comp.cfg, role.params, group, layers) if len(group) > 1 else None
+        self.plan = plan
         #: End op of each gathered part's compute, in gather order (the rate limiter's queue).
         self.freed: list[int] = []
         self.gathers = 0
         self.last_comm = -1
+        #: Local chunks whose parameters are gathered now (pipeline parallelism).
+        self.gathered: set[int] = set()
 
     def comm(self, kind: CollectiveKind, params: int, what: str) -> int:
         """One all-gather (``params`` in the training dtype) or reduce-scatter (gradients in
@@ -158,6 +168,80 @@ class FsdpRank:
                 comp.edges.append((end, rs))
         if not forward and plan.root_params:
             comp.edges.append((end, self.comm(RS, plan.root_params, f"grads root, {label}")))
+
+    def units(self, chunk: int) -> tuple[int, int]:
+        """(transformer layers, other parameters) of local ``chunk``: the parameters outside
+        the layers (the embedding on the first stage, the output layer on the last) belong to
+        the stage's first chunk on stage 0 and to its last chunk elsewhere."""
+        plan = self.plan
+        root = plan.root_params if plan is not None else 0
+        home = 0 if self.stage == 0 else len(self.chunk_layers) - 1
+        return self.chunk_layers[chunk], root if chunk == home else 0
+
+    def chunk_pass(
+        self, tc: TableCost, label: str, forward: bool, chunk: int, last: bool
+    ) -> tuple[int, int]:
+        """One pass of local model ``chunk`` under pipeline parallelism (``last``: the
+        chunk's last backward of the step); returns the pass's first and last op. Each chunk
+        is an FSDP module of its own, whose parameters are gathered unit by unit where they
+        are sharded, before the pass:
+
+        - ``last_microbatch`` (``torch.distributed.pipelining``, as torchtitan runs FSDP2
+          under pipeline parallelism: no resharding after forward, and gradient sync and
+          resharding after backward only on the last backward): gathered at the chunk's first
+          forward and kept to its last backward, which reduce-scatters the gradients that the
+          step's backwards accumulated, unit by unit as each unit's backward ends;
+        - ``every_microbatch`` (FSDP without ``no_sync``): every backward reduce-scatters and
+          reshards; ``shard_grad_op`` keeps the parameters from a forward until a backward
+          ends, so a forward or backward finds them gathered unless a backward has freed them
+          since; ``full_shard`` frees them after every forward too."""
+        comp, plan, rank = self.comp, self.plan, self.rank
+        if plan is None:
+            first = len(comp.c.rank)
+            return first, comp.emit_table(rank, self.compute, tc, label, 0, len(tc.table))
+        layers, root = self.units(chunk)
+        every = comp.cfg.parallel.fsdp_sync == "every_microbatch"
+        cuts = time_cuts(tc, max(1, layers))
+        parts = spread(layers, len(cuts))
+        gathers = chunk not in self.gathered
+        reduces = not forward and (every or last)
+        limited = plan.regather and every
+        root_ag = -1
+        if gathers and root:
+            root_ag = self.comm(AG, root, f"params root, {label}")
+        ags: list[int] = []
+
+        def unit_gather(k: int) -> None:
+            params = parts[k] * plan.layer_params
+            ags.append(self.gather(params, f"params {label} unit {k}", limited) if params else -1)
+
+        if gathers:
+            unit_gather(0)
+        lo, first, end = 0, -1, -1
+        for k, hi in enumerate(cuts):
+            if gathers and k + 1 < len(cuts):
+                unit_gather(k + 1)
+            start = len(comp.c.rank)
+            end = comp.emit_table(rank, self.compute, tc, f"{label} unit {k}", lo, hi)
+            lo = hi
+            if first < 0:
+                first = start
+                if root_ag >= 0:
+                    comp.edges.append((root_ag, start))
+            if gathers:
+                if ags[k] >= 0:
+                    comp.edges.append((ags[k], start))
+                self.freed.append(end)
+            if reduces and parts[k]:
+                rs = self.comm(RS, parts[k] * plan.layer_params, f"grads {label} unit {k}")
+                comp.edges.append((end, rs))
+        if reduces and root:
+            comp.edges.append((end, self.comm(RS, root, f"grads root, {label}")))
+        if forward and not (every and plan.regather):
+            self.gathered.add(chunk)
+        elif not forward and (every or last):
+            self.gathered.discard(chunk)
+        return first, end
 
     def run(self, microbatches: int) -> None:
         """Every micro-batch's forward and backward (pp = 1), then the optimizer on the

@@ -17,7 +17,10 @@ forward passes waiting for their backward):
   ``MixedPrecisionPolicy`` likewise): an fp32 shard of the parameters, of their gradients and
   Adam's two moments, ``16/d`` bytes per parameter, with no extra master copy; ``full_shard``
   gathers the 16-bit parameters per unit (transient, below), ``shard_grad_op`` keeps them
-  gathered from the forward to the end of the backward (``2 + 16/d``).
+  gathered from the forward to the end of the backward (``2 + 16/d``). Under pipeline
+  parallelism with ``fsdp_grad_sync = "last_microbatch"`` either strategy keeps the stage's
+  parameters gathered all step and its gradients unsharded until the last backward, in the
+  reduction dtype (``2 + 16/d`` plus 4 bytes per parameter with fp32 reduction).
 - **activations** of Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   Transformer Models", arXiv 2205.05198, section 4): per layer and micro-batch ``sbh(34 +
   5as/h)`` bytes with 16-bit activations, 1-byte dropout masks and unfused attention, its terms
@@ -328,7 +331,10 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     fsdp = p.fsdp != "none" and shard_mode in ("full", "grad_op")
     if fsdp:  # PyTorch FSDP's mixed precision: what it gathers is in the compute dtype
         wb = _elem_bytes(cfg)
-        weights, grads, optimizer = _fsdp_states(cfg, n, d, shard_mode)
+        deferred = p.pp > 1 and p.fsdp_sync == "last_microbatch"
+        weights, grads, optimizer = _fsdp_states(cfg, n, d, "grad_op" if deferred else shard_mode)
+        if deferred:  # gradients accumulate unsharded until the last backward
+            grads += grad_reduce_bytes(cfg) * n
     else:
         weights, grads, optimizer = n * wb, n * gb, n * ob
         if shard_mode != "none":  # expert states over the expert data-parallel ranks

@@ -105,9 +105,10 @@ def test_simulate_writes_a_predicted_trace(
         ("[model\n", "invalid TOML"),
         (
             "[model]\nkind='gpt'\nlayers=2\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"
-            "[parallel]\ntp=1\npp=2\ndp=1\nfsdp='full_shard'\n[batch]\nglobal=2\nmicro=1\n"
+            "[parallel]\ntp=1\npp=1\ndp=2\nfsdp='full_shard'\nfsdp_grad_sync='last_microbatch'\n"
+            "[batch]\nglobal=2\nmicro=1\n"
             "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
-            "parallel.fsdp: needs pp = 1 (got pp = 2)",
+            'parallel.fsdp_grad_sync: "last_microbatch" is modelled with pp > 1 only',
         ),
         (
             "[model]\nkind='gpt'\nlayers=7\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"

@@ -205,7 +205,16 @@ def test_published_runs_are_all_there() -> None:
             "training.log_timers_to_tensorboard",
             "unknown",
         ),
-        (_with("parallel", fsdp="full_shard"), "parallel.fsdp", "needs pp = 1 (got pp = 8)"),
+        (
+            _with("parallel", fsdp="full_shard", fsdp_grad_sync="every"),
+            "parallel.fsdp_grad_sync",
+            "every_microbatch",
+        ),
+        (
+            _with("parallel", fsdp_grad_sync="last_microbatch"),
+            "parallel.fsdp_grad_sync",
+            "applies to FSDP only",
+        ),
         (
             _with(
                 "parallel",
