@@ -104,6 +104,7 @@ SIMULATION_ONLY = (
     "overlap_p2p_comm",
     "batch_p2p_sync",
     "fsdp",
+    "fsdp_grad_sync",
     "microbatch_group_size_per_vp_stage",
     "async_tensor_model_parallel_allreduce",
 )
