@@ -216,12 +216,15 @@ def enumerate_layouts(
     valid: list[WorkloadConfig] = []
     total = invalid = 0
     gpus = base.cluster.gpus
+    # An FSDP config without pipeline stages stands for a framework that has none (llm-foundry,
+    # Composer): its candidates keep pp = 1.
+    pipelines = base.parallel.fsdp == "none" or base.parallel.pp > 1
     for tp, pp, cp in itertools.product(ch["tp"], ch["pp"], ch["cp"]):
         for vp, micro, rec, dist in itertools.product(
             _vps(base, pp, dims), ch["micro"], ch["recompute"], ch["dist_opt"]
         ):
             total += 1
-            if gpus % (tp * pp * cp):
+            if gpus % (tp * pp * cp) or (pp > 1 and not pipelines):
                 invalid += 1
                 continue
             par = dict(mapping["parallel"])

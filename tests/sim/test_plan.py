@@ -152,3 +152,18 @@ def test_interleaving_is_searched_for_uneven_stages() -> None:
     valid, total, invalid = enumerate_layouts(llama, ("vp",))
     assert sorted(c.parallel.virtual_stages for c in valid) == [1, 2, 4, 8]
     assert (total, invalid) == (8, 4)
+
+
+def test_fsdp_keeps_the_base_configs_pipelining() -> None:
+    """An FSDP config without pipeline stages (llm-foundry's) is searched at pp = 1 only; one
+    with stages (torchtitan's FSDP under pipeline parallelism) over every pp."""
+    small = load_config(SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml")
+    mapping = config_to_mapping(retarget(small, 8, None))
+    dims = ("tp", "pp")
+    pps = {}
+    for pp in (1, 2):
+        mapping["parallel"] |= {"pp": pp, "dp": 8 // pp, "fsdp": "full_shard"}
+        mapping["parallel"] |= {"distributed_optimizer": True}
+        valid, _, _ = enumerate_layouts(parse_workload_config(mapping), dims)
+        pps[pp] = {cfg.parallel.pp for cfg in valid}
+    assert pps[1] == {1} and pps[2] > {1, 2}
