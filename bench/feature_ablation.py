@@ -74,6 +74,20 @@ ABLATIONS: list[tuple[str, str, dict[str, tuple[Any, Any]], float | None, str]] 
         "",
     ),
     (
+        "validation/megatron-ci-7b-tp1-pp4.toml",
+        "align_param_gather (off = --no-align-param-gather)",
+        {"parallel.align_param_gather": (False, True)},
+        None,
+        "",
+    ),
+    (
+        "validation/llama3-405b-8192.toml",
+        "align_param_gather (off = --no-align-param-gather)",
+        {"parallel.align_param_gather": (False, True)},
+        None,
+        "",
+    ),
+    (
         "validation/megatron-ci-7b-tp4-pp1.toml",
         "grad_reduce_in_fp32 (off = bf16 reduction)",
         {"parallel.grad_reduce_in_fp32": (True, False)},

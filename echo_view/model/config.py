@@ -99,6 +99,7 @@ FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
 SIMULATION_ONLY = (
     "tp_comm_overlap",
     "overlap_param_gather",
+    "align_param_gather",
     "ddp_bucket_size",
     "grad_reduce_in_fp32",
     "overlap_p2p_comm",
@@ -234,6 +235,11 @@ class ParallelConfig:
     account_for_loss_in_pipeline_split: bool = False
     tp_comm_overlap: bool = False
     overlap_param_gather: bool = False
+    #: Megatron-Core's ``align_param_gather`` (``--no-align-param-gather`` turns it off): with
+    #: the interleaved schedule and ``overlap_param_gather`` each chunk's parameter gather is
+    #: dispatched by the schedule, all stages at once, instead of bucket by bucket from the
+    #: forward pre-hook (:mod:`echo_view.sim.compose`).
+    align_param_gather: bool = True
     ddp_bucket_size: int | None = None
     grad_reduce_in_fp32: bool | None = None
     overlap_p2p_comm: bool = True
@@ -567,6 +573,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         account_for_loss_in_pipeline_split=p.get("account_for_loss_in_pipeline_split", bool, False),
         tp_comm_overlap=p.get("tp_comm_overlap", bool, False),
         overlap_param_gather=p.get("overlap_param_gather", bool, False),
+        align_param_gather=p.get("align_param_gather", bool, True),
         ddp_bucket_size=p.positive("ddp_bucket_size") if "ddp_bucket_size" in p.data else None,
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
@@ -1133,6 +1140,7 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
                     ),
                     ("tp_comm_overlap", p.tp_comm_overlap, False),
                     ("overlap_param_gather", p.overlap_param_gather, False),
+                    ("align_param_gather", p.align_param_gather, True),
                     ("ddp_bucket_size", p.ddp_bucket_size, None),
                     ("grad_reduce_in_fp32", p.grad_reduce_in_fp32, None),
                     ("overlap_p2p_comm", p.overlap_p2p_comm, True),

@@ -449,36 +449,61 @@ class _Composer:
         params: int,
         bucket_params: int,
         ag: tuple[int, tuple[int, ...]],
+        dispatched: list[int] | None = None,
     ) -> tuple[int, int]:
         """The first forward pass of a chunk with ``overlap_param_gather``: its parameters
         arrive in buckets all-gathered on the data-parallel lane; the pass is cut into as many
         pieces (equal shares of its time: parameters are spread evenly over its layers), piece
         ``i`` waits for bucket ``i``, and bucket ``i`` is dispatched when piece ``i - 1``
-        starts (Megatron's forward pre-hook prefetches the next bucket). Returns the first and
-        the last op of the pass."""
+        starts (Megatron's forward pre-hook prefetches the next bucket), or, given
+        ``dispatched`` (:meth:`param_gather_buckets`, ``align_param_gather``), was dispatched
+        by the schedule before. Returns the first and the last op of the pass."""
         comp, dpl = lanes
-        elem_bytes, group = ag
         cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
-        per_bucket = params // len(cuts)
-        dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
+        gathers = dispatched
+        if gathers is None:
+            gathers = []
         lo, first = 0, -1
         ends: list[int] = []
         for k, hi in enumerate(cuts):
-            gather = self.op(
-                rank,
-                dpl,
-                f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params {label} bucket {k})",
-                dur,
-                cls=OpClass.COLLECTIVE,
-            )
-            if k >= 2:
-                self.edges.append((ends[k - 2], gather))
+            if dispatched is None:
+                gathers += self.param_gather_buckets(
+                    rank, dpl, tc, label, params, bucket_params, ag, k
+                )
+                if k >= 2:
+                    self.edges.append((ends[k - 2], gathers[k]))
+            gather = gathers[k]
             piece_first = len(self.c.rank)
             ends.append(self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi))
             self.edges.append((gather, piece_first))
             first = piece_first if first < 0 else first
             lo = hi
         return first, ends[-1]
+
+    def param_gather_buckets(
+        self,
+        rank: int,
+        dpl: int,
+        tc: TableCost,
+        label: str,
+        params: int,
+        bucket_params: int,
+        ag: tuple[int, tuple[int, ...]],
+        only: int | None = None,
+    ) -> list[int]:
+        """The all-gathers of a chunk's parameter buckets (``tc``: its forward pass, cut as
+        :meth:`param_gather_forward` cuts it), on the data-parallel lane in bucket order; with
+        ``only``, that bucket's alone."""
+        elem_bytes, group = ag
+        cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
+        per_bucket = params // len(cuts)
+        dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
+        name = NCCL_KERNEL[CollectiveKind.ALL_GATHER]
+        buckets = range(len(cuts)) if only is None else (only,)
+        return [
+            self.op(rank, dpl, f"{name} (params {label} bucket {k})", dur, cls=OpClass.COLLECTIVE)
+            for k in buckets
+        ]
 
     def last_backward(
         self, rank: int, lanes: tuple[int, int], tc: TableCost, label: str, g: int, grad_b: int
@@ -558,7 +583,38 @@ class _Composer:
         syncs = PipeSyncs(p, stage)
         # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
         loops = HostLoops(self, rank, role_idx, dp_group if p.distributed_optimizer else ())
-        for ps in schedule(stage, p.pp, m, p.virtual_stages, p.microbatch_group):
+        passes = schedule(stage, p.pp, m, p.virtual_stages, p.microbatch_group)
+        ag = (elem_bytes, dp_group)
+
+        def chunk_params(chunk: int) -> int:
+            bwd = self.costs[(role_idx, "backward", chunk)].table
+            return int(bwd.grad_bytes.sum()) // role.grad_dtype_bytes
+
+        def dispatch(chunk: int) -> None:
+            tc = self.costs[(role_idx, "forward", chunk)]
+            label = f"forward chunk {chunk * p.pp + stage}"
+            gathers = self.param_gather_buckets(
+                rank, dpl, tc, label, chunk_params(chunk), bucket_params, ag
+            )
+            dispatched[chunk] = gathers
+
+        # align_param_gather: Megatron-Core's interleaved schedule dispatches whole chunks'
+        # parameter gathers itself: chunks 0 and 1 before the first forward, chunk k + 1 before
+        # the forward of the virtual micro-batch that is ``stage`` ahead of chunk k's first
+        # (``forward_step_helper_preprocess``), so that every stage dispatches it at once.
+        dispatched: dict[int, list[int]] = {}
+        dispatch_at: dict[int, int] = {}
+        if gather_early and p.virtual_stages > 1 and p.align_param_gather:
+            firsts: dict[int, int] = {}
+            for i, fwd in enumerate(x for x in passes if x.forward):
+                firsts.setdefault(fwd.chunk, i)
+            dispatch_at = {
+                f - stage: k + 1 for k, f in firsts.items() if 1 < k + 1 < p.virtual_stages
+            }
+            for chunk in (0, 1):
+                dispatch(chunk)
+        forwards = 0
+        for ps in passes:
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
             label = f"{'forward' if ps.forward else 'backward'} chunk {g} mb {ps.microbatch}"
@@ -580,6 +636,10 @@ class _Composer:
                 loops.backward_starts()
             if syncs.before(ps):
                 self.host_sync(rank)
+            if ps.forward:
+                if forwards in dispatch_at:
+                    dispatch(dispatch_at[forwards])
+                forwards += 1
             first_op = len(self.c.rank)
             if self.blocking and xfer is not None and prev_key is not None:
                 # Rendezvous: the receiver posts its receive after its previous pass.
@@ -589,11 +649,15 @@ class _Composer:
                 first_op, end = fsdp.chunk_pass(tc, label, ps.forward, ps.chunk, last)
             elif gather_early and ps.forward and g not in gathered:
                 gathered.add(g)
-                bwd = self.costs[(role_idx, "backward", ps.chunk)].table
-                chunk_params = int(bwd.grad_bytes.sum()) // role.grad_dtype_bytes
-                ag = (elem_bytes, dp_group)
                 first_op, end = self.param_gather_forward(
-                    rank, (comp, dpl), tc, label, chunk_params, bucket_params, ag
+                    rank,
+                    (comp, dpl),
+                    tc,
+                    label,
+                    chunk_params(ps.chunk),
+                    bucket_params,
+                    ag,
+                    dispatched.get(ps.chunk),
                 )
             elif ps.forward or ps.microbatch != last_bwd_mb or grad_ranks == 1:
                 end = self.emit_table(rank, comp, tc, label, 0, len(tc.table))
