@@ -95,7 +95,8 @@ FSDP = ("none", "full_shard", "shard_grad_op")
 #: ``no_sync``), or only after each model chunk's last one (``torch.distributed.pipelining``).
 FSDP_GRAD_SYNC = ("every_microbatch", "last_microbatch")
 #: Parallel options that change only how the simulator schedules communication, never a rank's
-#: ops, so they stay out of the tracing key (configs differing only in them share a graph).
+#: ops, so they stay out of the tracing key (configs differing only in them share a graph;
+#: whether ``fsdp`` is set does change the ops and :func:`tracing_key` adds it on its own).
 SIMULATION_ONLY = (
     "tp_comm_overlap",
     "overlap_param_gather",
@@ -1253,6 +1254,10 @@ def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
         key["deterministic"] = True
     if cfg.training.grad_accumulation != "main_grad":  # the casts and additions (traced)
         key["grad_accumulation"] = cfg.training.grad_accumulation
+    # FSDP has no Megatron main_grad, so its graph lacks the DDP hook's additions; its
+    # sharding mode is read by the simulator alone.
+    if cfg.parallel.fsdp != "none":
+        key["fsdp"] = True
     return key
 
 

@@ -345,7 +345,12 @@ def test_simulation_only_keys_share_the_graph_and_model_keys_do_not() -> None:
         {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "full_shard"}}
     )
     assert fsdp_cfg.parallel.fsdp == "full_shard"
-    assert tracing_key(fsdp_cfg) == tracing_key(parse_workload_config(fsdp))
+    # FSDP's graph lacks the additions to Megatron's main_grad, so it is traced on its own;
+    # its sharding mode is the simulator's alone.
+    assert tracing_key(fsdp_cfg) != tracing_key(parse_workload_config(fsdp))
+    assert tracing_key(fsdp_cfg) == tracing_key(fsdp_cfg) | {"fsdp": True}
+    grad_op = {**fsdp, "parallel": {**fsdp["parallel"], "fsdp": "shard_grad_op"}}
+    assert tracing_key(parse_workload_config(grad_op)) == tracing_key(fsdp_cfg)
     with_sp = tracing_key(parse_workload_config(_with("parallel", sequence_parallel=True)))
     assert tracing_key(parse_workload_config(sim_only)) == with_sp
     assert with_sp != base

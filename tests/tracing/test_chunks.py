@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig, parse_workload_config, tracing_key
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
 from tests.conftest import TORCH_MISSING
@@ -236,6 +236,21 @@ def test_no_main_grad_adds_without_megatrons_buffer() -> None:
         "precision": {"dtype": "fp16"},
     }
     assert _op_bytes(_cfg(flatten)) == []
+
+
+def test_fsdp_has_no_main_grad_adds_and_a_tracing_key_of_its_own() -> None:
+    """FSDP accumulates into its own sharded gradients, not Megatron's fp32 main_grad: no DDP
+    hook additions, so the same layout with the distributed optimizer (twelve additions,
+    :func:`test_megatrons_ddp_hook_adds_every_gradient_autograd_produced`) must not share its
+    graph."""
+    over: dict[str, dict[str, Any]] = {
+        "parallel": {"pp": 1, "distributed_optimizer": True},
+        "model": {"tie_embeddings": False},
+    }
+    fsdp = _cfg(over | {"parallel": {**over["parallel"], "fsdp": "full_shard"}})
+    distopt = _cfg(over)
+    assert _op_bytes(fsdp) == [] and len(_op_bytes(distopt)) == 12
+    assert tracing_key(fsdp) != tracing_key(distopt)
 
 
 def test_deepspeeds_bf16_optimizer_casts_then_adds_every_gradient() -> None:
