@@ -1219,8 +1219,10 @@ def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
 #: biases' and embeddings' too, one kernel per parameter tensor and micro-batch (only the
 #: weights of linears without gradient-accumulation fusion were traced). 8: Megatron-Core's MoE
 #: routing work: the load-balancing loss, the alltoall dispatcher's split sizes and the host
-#: waits (``cudaStreamSynchronize`` rows) before each dispatch.
-TRACER_REVISION = 8
+#: waits (``cudaStreamSynchronize`` rows) before each dispatch. 9: FSDP graphs (no ``main_grad``
+#: additions) keyed apart from the distributed-optimizer form of the same layout, which could
+#: have found one in a cache.
+TRACER_REVISION = 9
 
 
 def tracing_key(cfg: WorkloadConfig) -> dict[str, Any]:
