@@ -73,7 +73,7 @@ from echo_view.sim.host import HostParams, PipeSyncs, crosses_stage, issue_span_
 from echo_view.sim.host_loops import HostLoops
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import deepep_kernels
-from echo_view.sim.schedule import schedule
+from echo_view.sim.schedule import blocking_p2p_calls, schedule
 from echo_view.sim.streams import StreamRank, uses_streams
 
 COMPUTE_STREAM, PIPE_STREAM, DP_STREAM = 7, 20, 24
@@ -194,7 +194,9 @@ class _Composer:
         self.tables: list[TableCost] = []
         self.table_ids: dict[int, int] = {}
         self.step_markers: list[tuple[int, int]] = []
-        # Blocking sends: (receiver pass key) -> the sender's next compute op after that pass.
+        # Blocking p2p (no overlap_p2p_comm): a pass key -> the end of the pass after which its
+        # output is sent (its p2p call) and the sender's first op after that call.
+        self.send_end: dict[tuple[int, bool, int, int], int] = {}
         self.next_op: dict[tuple[int, bool, int, int], int] = {}
         self.blocking = cfg.parallel.virtual_stages > 1 and not cfg.parallel.overlap_p2p_comm
         self.dp = _DpPlan((), CollectiveKind.ALL_REDUCE, 2, False, 1)  # set per rank
@@ -578,7 +580,6 @@ class _Composer:
         )
         dp_ops: list[int] = []
         last_bwd_mb = m - 1
-        prev_key: tuple[int, bool, int, int] | None = None
         others = lay.coords(rank)[1:]
         syncs = PipeSyncs(p, stage)
         # The gradient tensors this rank's optimizer steps: a shard of them when it is sharded.
@@ -614,7 +615,18 @@ class _Composer:
             for chunk in (0, 1):
                 dispatch(chunk)
         forwards = 0
-        for ps in passes:
+        # Blocking p2p: after which passes the batched send/receive call comes, each pass's
+        # first and last op, and the last pass followed by a call.
+        calls = (
+            blocking_p2p_calls(stage, p.pp, m, p.virtual_stages, p.microbatch_group)
+            if self.blocking
+            else []
+        )
+        starts: list[int] = []
+        ends: list[int] = []
+        keys: list[tuple[int, bool, int, int]] = []
+        last_call = -1
+        for i, ps in enumerate(passes):
             g = ps.chunk * p.pp + stage
             tc = self.costs[(role_idx, "forward" if ps.forward else "backward", ps.chunk)]
             label = f"{'forward' if ps.forward else 'backward'} chunk {g} mb {ps.microbatch}"
@@ -641,9 +653,12 @@ class _Composer:
                     dispatch(dispatch_at[forwards])
                 forwards += 1
             first_op = len(self.c.rank)
-            if self.blocking and xfer is not None and prev_key is not None:
-                # Rendezvous: the receiver posts its receive after its previous pass.
-                self.edges.append((self.pass_end[prev_key], xfer))
+            if self.blocking and xfer is not None and last_call >= 0:
+                # Rendezvous: the receiver posts its receive in its call after pass
+                # ``last_call``, which then blocks it until the transfer is done.
+                self.edges.append((ends[last_call], xfer))
+                if last_call + 1 < i:
+                    self.edges.append((xfer, starts[last_call + 1]))
             if fsdp is not None:  # the chunk's gathers and reduce-scatters, unit by unit
                 last = not ps.forward and ps.microbatch == last_bwd_mb
                 first_op, end = fsdp.chunk_pass(tc, label, ps.forward, ps.chunk, last)
@@ -664,14 +679,21 @@ class _Composer:
             else:
                 end = self.last_backward(rank, (comp, dpl), tc, label, g, role.grad_dtype_bytes)
                 dp_ops += self.dp_pending
-            if prev_key is not None:
-                self.next_op[prev_key] = first_op
             if xfer is not None:
                 self.edges.append((xfer, first_op))
-            prev_key = (rank, ps.forward, g, ps.microbatch)
-            self.pass_end[prev_key] = end
-        if prev_key is not None:
-            self.next_op[prev_key] = len(self.c.rank)
+            key = (rank, ps.forward, g, ps.microbatch)
+            self.pass_end[key] = end
+            starts.append(first_op)
+            ends.append(end)
+            keys.append(key)
+            if calls and calls[i]:
+                last_call = i
+        after = len(self.c.rank)
+        for i, key in enumerate(keys if calls else ()):
+            # The call that sends this pass's output; the sender goes on when it is done.
+            at = i if calls[i] else i + 1
+            self.send_end[key] = ends[at]
+            self.next_op[key] = starts[at + 1] if at + 1 < len(starts) else after
         if syncs.at_end:
             self.host_sync(rank)
         if fsdp is not None:
@@ -719,7 +741,7 @@ class _Composer:
 
     def resolve(self) -> None:
         for key, dst in self.pending:
-            src = self.pass_end.get(key)
+            src = (self.send_end if self.blocking else self.pass_end).get(key)
             if src is None:
                 continue
             self.edges.append((src, dst))

@@ -105,6 +105,24 @@ def schedule(
     return _interleaved(stage, stages, microbatches, chunks, n)
 
 
+def blocking_p2p_calls(
+    stage: int, stages: int, microbatches: int, chunks: int, group: int | None = None
+) -> list[bool]:
+    """For each pass of :func:`schedule` (interleaved, same order), whether Megatron-Core's
+    schedule without ``overlap_p2p_comm`` makes its batched send/receive call right after it:
+    after every warm-up forward and every backward, not after a steady-state forward, whose
+    output goes out with its paired backward's gradient in one call after that backward
+    (``send_forward_backward_recv_forward_backward`` in
+    ``forward_backward_pipelining_with_interleaving``). A pass's input is received in the call
+    before it."""
+    n = stages if group is None else group
+    passes = schedule(stage, stages, microbatches, chunks, n)
+    warmup = interleaved_warmup(stage, stages, microbatches, chunks, n)
+    return [
+        not (ps.forward and i >= warmup and (i - warmup) % 2 == 0) for i, ps in enumerate(passes)
+    ]
+
+
 def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
     """The ideal pipeline bubble, ``(p - 1) / (v * m)`` of the compute time (Narayanan et al.,
     SC'21), for equal forward and backward times per chunk (with uneven chunks, an estimate)."""

@@ -276,6 +276,29 @@ def test_blocking_p2p_only_slows_the_interleaved_schedule() -> None:
     assert d.step_ns > c.step_ns
 
 
+def test_blocking_p2p_with_more_micro_batches_than_stages_completes() -> None:
+    """pp 4, v 2, m 8 (two groups of N = 4): a steady-state forward's output leaves in the call
+    after its paired backward, and each pass's input arrives in the call before it, as in
+    Megatron-Core. Pairing every transfer with the passes right before it instead made the
+    stages wait on each other in a cycle (no op of the step could finish). The blocking step
+    is at least as long as the overlapped one."""
+    strings = StringTable()
+    fwd = _table(strings, [("fwd_gemm", OpClass.GEMM, 4e11, 0)])
+    bwd = _table(strings, [("bwd_gemm", OpClass.GEMM, 8e11, 0)])
+    opt = _table(strings, [("adam", OpClass.OPTIMIZER, 0.0, 10**6)])
+    stages = ((0,), (1, 2), (3,))
+    roles = tuple(Role(st, (fwd, fwd), (bwd, bwd), opt, params=1000) for st in stages)
+    graph = TracedGraph(strings, roles)
+    inter = {"virtual_stages": 2}
+    over = _cfg(pp=4, dp=1, micro_batches=8, parallel=inter)
+    block = _cfg(pp=4, dp=1, micro_batches=8, parallel={**inter, "overlap_p2p_comm": False})
+    cluster = cluster_from_config(over.cluster)
+    comm = default_comm_model()
+    c = simulate_gpu(graph, over, cluster, comm, ComputeParams(), ranks="all")
+    d = simulate_gpu(graph, block, cluster, comm, ComputeParams(), ranks="all")
+    assert d.step_ns >= c.step_ns > 0
+
+
 def test_interleaved_uneven_chunks_step_equals_the_hand_computed_makespan() -> None:
     """6 layers on pp 2, vp 2 with the embedding and the loss counted as layers (8 slots, 2
     per chunk): global chunks g0..g3 hold 1, 2, 2, 1 layers (stage 0: g0, g2; stage 1: g1,

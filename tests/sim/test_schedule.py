@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_view.sim.schedule import Pass, bubble_fraction, schedule
+from echo_view.sim.schedule import Pass, blocking_p2p_calls, bubble_fraction, schedule
 
 
 def test_1f1b_small_case_by_hand() -> None:
@@ -125,3 +125,17 @@ def test_bad_arguments() -> None:
         schedule(0, 4, 8, 2, 3)
     with pytest.raises(ValueError, match="10 mod 8 = 2"):
         schedule(0, 4, 10, 2, 8)
+
+
+def test_blocking_p2p_calls_follow_megatrons_interleaved_schedule() -> None:
+    """pp 2, v 2, m 4 (N = 2). Stage 0 warms up (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4 forwards, a
+    call after each; then four forward / backward pairs, one call after each pair's backward
+    (the forward's output goes out with it); then four backwards, a call after each. Stage 1
+    warms up 2."""
+    t, f = True, False
+    assert blocking_p2p_calls(0, 2, 4, 2) == [t, t, t, t, f, t, f, t, f, t, f, t, t, t, t, t]
+    assert blocking_p2p_calls(1, 2, 4, 2) == [t, t, *[f, t] * 6, t, t]
+    order = schedule(0, 2, 4, 2)
+    calls = blocking_p2p_calls(0, 2, 4, 2)
+    # No call between a steady-state forward and the backward it is paired with.
+    assert all(order[i + 1].forward is False for i, c in enumerate(calls) if not c)
