@@ -33,6 +33,7 @@ from typing import Any
 from echo_view.cli.export import report_written
 from echo_view.formats import Registry, check_output, json_text
 from echo_view.loading import beside_graph, cache_dir, load_config, load_workload, setting_file
+from echo_view.model.config_settings import with_parallel_settings
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import cluster_from_config
@@ -54,6 +55,7 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         # The cluster's values are checked before a graph is looked up or traced (minutes).
         early = load_config(args.input)
         cluster_from_config(early.cluster, early.source)
+        with_parallel_settings(early, overrides)
     cfg, graph, origin, t_graph = load_workload(args.input)
     compute = getattr(args, "compute", None)
     t0 = time.perf_counter()

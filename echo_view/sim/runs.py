@@ -6,9 +6,10 @@ Knobs are ``KEY=VALUE`` strings (``--set`` on the command line). For a measured 
 (:data:`echo_view.sim.compute.SCALE_KEYS`), ``comm.scale``, ``interference`` (``on``, the
 default, ``off`` or a model file). For a config: ``cluster.<key>``, ``compute.<parameter>``
 (a kernel cost parameter), ``compute.scale.<class>`` (an op class or ``all``), ``comm.scale``,
-``interference``. The report dictionaries are the ``simulate --json`` objects (documented in
-:mod:`echo_view.cli.simulate` and :mod:`echo_view.cli.simulate_workload`) without ``input``
-and ``seconds``.
+``interference``, ``host.<parameter>`` and ``parallel.<key>`` for the simulation-only parallel
+keys (:mod:`echo_view.model.config_settings`). The report dictionaries are the ``simulate
+--json`` objects (documented in :mod:`echo_view.cli.simulate` and
+:mod:`echo_view.cli.simulate_workload`) without ``input`` and ``seconds``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, cast
 from echo_view.analysis.summary import summarize
 from echo_view.errors import ConfigError, known_keys_hint
 from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_settings import PARALLEL_SET_KEYS, with_parallel_settings
 from echo_view.model.gpus import gpu_generation
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import ClockAlignment, Job
@@ -63,7 +65,7 @@ _SCALE_KEYS = tuple(f"compute.scale.{c}" for c in (*OP_CLASS_NAMES[:-1], "all"))
 #: Knobs of a workload config's prediction.
 WORKLOAD_KEYS: tuple[str, ...] = (
     *(f"cluster.{k}" for k in OVERRIDE_KEYS), *_PARAM_KEYS, *_SCALE_KEYS, "comm.scale",
-    "interference", *_HOST_KEYS,
+    "interference", *_HOST_KEYS, *PARALLEL_SET_KEYS,
 )  # fmt: skip
 
 
@@ -231,6 +233,7 @@ def simulate_workload(
     cluster's GPU calls for, and the ``--set`` knobs ``overrides`` (already checked);
     ``compute`` and ``interference_file`` are files the caller read (:func:`predict_workload`)."""
     overrides = overrides or {}
+    cfg = with_parallel_settings(cfg, overrides)
     cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
@@ -296,7 +299,7 @@ def predict_workload(
     sim = simulate_workload(
         cfg, graph, overrides, compute=compute, interference_file=interference_file, ranks=ranks
     )
-    cluster = sim.cluster
+    cfg, cluster = sim.cfg, sim.cluster  # (with the parallel.* knobs applied)
     # The breakdown is reported for the slowest simulated rank; the whole predicted job is
     # expanded only when asked for (it is written out).
     ends = sim.rank_end_ns()

@@ -181,3 +181,32 @@ def test_bad_scale_values_are_one_line_errors(
     assert main(["simulate", str(config), "--set", f"compute.scale.all={value}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "compute.scale.all" in err and "\n" not in err
+
+
+def test_set_a_simulation_only_parallel_key_equals_editing_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--set parallel.overlap_param_gather=false`` predicts what the config with the key
+    edited predicts, from the same graph (the key is simulation-only); a value the file could
+    not hold is refused as the file's would be, naming --set."""
+    src = VALIDATION / "megatron-ci-7b-tp4-pp1.toml"
+    edited = tmp_path / src.name
+    text = src.read_text()
+    assert "overlap_param_gather = true" in text
+    edited.write_text(text.replace("overlap_param_gather = true", "overlap_param_gather = false"))
+    shutil.copy(src.with_name(src.stem + ".graph.json.gz"), tmp_path)
+
+    def step(*args: str) -> float:
+        assert main(["simulate", *args, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["graph"]["origin"] == "beside"
+        return float(report["step_time_s"])
+
+    knob = "parallel.overlap_param_gather=false"
+    assert step(str(src), "--set", knob) == step(str(edited)) != step(str(src))
+    assert main(["simulate", str(src), "--set", "parallel.overlap_param_gather=maybe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--set: parallel.overlap_param_gather: expected bool" in err and "\n" not in err
+    # Settings that change the traced graph stay in the file.
+    assert main(["simulate", str(src), "--set", "parallel.fsdp=full_shard"]) == 2
+    assert "unknown knob 'parallel.fsdp'" in capsys.readouterr().err

@@ -1,0 +1,68 @@
+"""``--set parallel.KEY=VALUE``: a config's simulation-only parallel settings changed for one
+prediction, without editing the file and without tracing again.
+
+Only the keys of :data:`~echo_view.model.config.SIMULATION_ONLY` that leave the traced graph as
+it is may be set (``fsdp`` changes the graph: it is edited in the file). The new value is
+checked as the file's own would be (:func:`~echo_view.model.config.parse_workload_config`), so
+``--set parallel.overlap_param_gather=true`` without the distributed optimizer is refused as
+the same key in the file is.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+from echo_view.errors import ConfigError
+from echo_view.model.config import (
+    SIMULATION_ONLY,
+    WorkloadConfig,
+    config_to_mapping,
+    parse_workload_config,
+    tracing_key,
+)
+
+#: The ``parallel`` keys ``--set`` may change for a workload config.
+SETTABLE_PARALLEL: tuple[str, ...] = tuple(k for k in SIMULATION_ONLY if k != "fsdp")
+#: Their ``--set`` spellings.
+PARALLEL_SET_KEYS: tuple[str, ...] = tuple(f"parallel.{k}" for k in SETTABLE_PARALLEL)
+
+
+def setting_value(text: str) -> Any:
+    """A ``--set`` value as TOML reads it (``true``, ``40000000``, ``"ring"``), ``True`` /
+    ``False`` in either case (the Python API passes ``str(value)``), else the text itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def with_parallel_settings(cfg: WorkloadConfig, overrides: Mapping[str, str]) -> WorkloadConfig:
+    """``cfg`` with the ``parallel.*`` knobs of ``overrides`` applied and checked (the others
+    are left to their own readers); ``cfg`` itself when there are none."""
+    settings = {
+        k.removeprefix("parallel."): setting_value(v)
+        for k, v in overrides.items()
+        if k in PARALLEL_SET_KEYS
+    }
+    if not settings:
+        return cfg
+    data = config_to_mapping(cfg)
+    data["parallel"] = {**data["parallel"], **settings}
+    try:
+        out = parse_workload_config(data, cfg.source)
+    except ConfigError as exc:
+        place = f"{exc.where}: " if exc.where else ""
+        raise ConfigError(
+            place + exc.message, path=cfg.source or None, where="--set", hint=exc.hint
+        ) from None
+    # The keys are simulation-only by construction; a graph traced for ``cfg`` must still be
+    # the one for ``out``.
+    if tracing_key(out) != tracing_key(cfg):
+        keys = ", ".join(f"parallel.{k}" for k in settings)
+        raise ConfigError(f"{keys} would change the traced graph: edit the config instead")
+    return out
