@@ -34,3 +34,9 @@ def markup_safe(text: str) -> str:
     from rich.markup import escape  # only the CLI and the TUI need rich
 
     return escape(printable(text))
+
+
+def clipped(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters, ``...`` marking the cut: an input's value quoted in
+    a one-line message stays short however long the value is."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.errors import InputError
-from echo_view.text import markup_safe, printable
+from echo_view.text import clipped, markup_safe, printable
 
 HOSTILE = "[/] [bold]B[link=http://x]L \x1b[2J\x1b]8;;http://e\x07X\x1b]8;;\x07 \r\b\x9b \u202e"
 
@@ -37,3 +37,9 @@ def test_markup_is_printed_as_written() -> None:
 def test_an_error_line_shows_the_input_escaped() -> None:
     line = InputError(f"bad name {HOSTILE!s}", path="a\x1b[2J.json").one_line()
     assert line.isprintable() and "a\\x1b[2J.json" in line
+
+
+def test_clipped_keeps_short_text_and_marks_a_cut() -> None:
+    assert clipped("abc") == "abc"
+    long = "x" * 1000
+    assert clipped(long) == "x" * 77 + "..." and len(clipped(long, 10)) == 10

@@ -24,6 +24,7 @@ from echo_view.model.moe_config import (
     check_moe_layout,
     parse_moe,
 )
+from echo_view.text import clipped
 
 #: Upper bounds of config magnitudes: far beyond any real job (the largest today: ~10^5 GPUs,
 #: ~10^2 layers, hidden ~10^4, vocab ~10^5, 10^3-10^4 micro-batches), so that a typo or a
@@ -459,9 +460,10 @@ class _Section:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if kind is int and isinstance(value, bool):
-            raise self._err(key, f"expected an integer, got {value!r}")
+            raise self._err(key, f"expected an integer, got {clipped(repr(value))}")
         if not isinstance(value, kind):
-            raise self._err(key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            what = f"{type(value).__name__} {clipped(repr(value))}"
+            raise self._err(key, f"expected {kind.__name__}, got {what}")
         return value
 
     def positive(self, key: str, default: int | None = None, *, required: bool = True) -> int:
@@ -484,7 +486,7 @@ class _Section:
     def choice(self, key: str, options: tuple[str, ...], default: str | None = None) -> str:
         value = self.get(key, str, default, required=default is None)
         if value not in options:
-            raise self._err(key, f"must be one of {', '.join(options)}; got {value!r}")
+            raise self._err(key, f"must be one of {', '.join(options)}; got {clipped(repr(value))}")
         return str(value)
 
     def rest(self) -> dict[str, Any]:

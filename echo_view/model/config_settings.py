@@ -30,15 +30,19 @@ PARALLEL_SET_KEYS: tuple[str, ...] = tuple(f"parallel.{k}" for k in SETTABLE_PAR
 
 
 def setting_value(text: str) -> Any:
-    """A ``--set`` value as TOML reads it (``true``, ``40000000``, ``"ring"``), ``True`` /
-    ``False`` in either case (the Python API passes ``str(value)``), else the text itself."""
+    """A ``--set`` value as TOML reads a scalar (``true``, ``40000000``, ``"ring"``), ``True``
+    / ``False`` in either case (the Python API passes ``str(value)``), else the text itself
+    (which the key's check then refuses where it wants another type)."""
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
+    if "\n" in text or "\r" in text or text.lstrip()[:1] in ("[", "{"):
+        return text  # one scalar only (deeply nested arrays would also exhaust the parser)
     try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):  # (ValueError: > 4,300 digits)
         return text
+    return value if isinstance(value, bool | int | float | str) else text
 
 
 def with_parallel_settings(cfg: WorkloadConfig, overrides: Mapping[str, str]) -> WorkloadConfig:

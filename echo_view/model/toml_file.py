@@ -32,6 +32,11 @@ _DOTTED = re.compile(
 )
 
 
+#: Python refuses to convert integers of more digits than this (``sys.get_int_max_str_digits``).
+_MAX_DIGITS = 4300
+_LONG_NUMBER = re.compile(r"[0-9_]{" + str(_MAX_DIGITS + 1) + ",}")
+
+
 def parse_toml(text: str, path: str | Path | None = None) -> dict[str, Any]:
     """Decode TOML ``text``; syntax errors and excess nesting are :class:`ConfigError`."""
     m = _DOTTED.search(text)
@@ -43,6 +48,15 @@ def parse_toml(text: str, path: str | Path | None = None) -> dict[str, Any]:
         raise ConfigError(f"invalid TOML: {exc}", path=path, hint="fix the syntax") from None
     except RecursionError:
         raise _too_deep(path, _deep_line(text)) from None
+    except ValueError:  # an integer past Python's 4,300-digit conversion limit
+        m = _LONG_NUMBER.search(text)
+        line = text.count("\n", 0, m.start()) + 1 if m else None
+        raise ConfigError(
+            f"a number of more than {_MAX_DIGITS:,} digits",
+            path=path,
+            where=None if line is None else f"line {line}",
+            hint="numbers in a config have a few digits",
+        ) from None
     _check_depth(data, path, text)
     return data
 

@@ -33,6 +33,11 @@ def test_values_read_as_toml_with_either_case_booleans() -> None:
     assert setting_value("true") is True and setting_value("False") is False
     assert setting_value("40000000") == 40_000_000
     assert setting_value('"ring"') == "ring" and setting_value("ring") == "ring"
+    # One scalar only: arrays, tables and extra lines stay text (refused by the key's check).
+    deep = "[" * 50_000
+    assert setting_value(deep) == deep and setting_value("1\nv = 2") == "1\nv = 2"
+    assert setting_value("{a = 1}") == "{a = 1}"
+    assert setting_value("9" * 5000) == "9" * 5000  # past int()'s digit limit: text
 
 
 def test_settings_apply_and_keep_the_tracing_key() -> None:
@@ -60,6 +65,11 @@ def test_settings_are_checked_as_the_file_is() -> None:
     with pytest.raises(ConfigError, match="ddp_bucket_size") as err2:
         with_parallel_settings(cfg, bad)
     assert err2.value.where == "--set" and err2.value.path == "x.toml"
+    # A long value is quoted cut short: the message stays one short line.
+    with pytest.raises(ConfigError) as err3:
+        with_parallel_settings(cfg, {"parallel.ddp_bucket_size": "[" * 50_000})
+    assert "expected int, got str '[[[" in err3.value.message
+    assert len(err3.value.one_line()) < 200
 
 
 def test_only_keys_that_keep_the_graph_are_settable() -> None:

@@ -51,6 +51,14 @@ def test_nesting_beyond_the_limit(text: str) -> None:
         parse_toml("y = 2\n" + text, "c.toml")
 
 
+def test_a_number_past_pythons_digit_limit() -> None:
+    """tomllib converts integers with ``int()``, which refuses more than 4,300 digits with a
+    ValueError: a one-line error naming the line instead."""
+    with pytest.raises(ConfigError, match="more than 4,300 digits") as exc:
+        parse_toml("y = 2\nx = " + "9" * 5000 + "\n", "c.toml")
+    assert exc.value.where == "line 2" and exc.value.path == "c.toml"
+
+
 def test_nesting_within_the_limit() -> None:
     depth = MAX_TOML_DEPTH - 1
     assert parse_toml("x = " + "[" * depth + "]" * depth)
