@@ -458,23 +458,19 @@ class _Composer:
         pieces (equal shares of its time: parameters are spread evenly over its layers), piece
         ``i`` waits for bucket ``i``, and bucket ``i`` is dispatched when piece ``i - 1``
         starts (Megatron's forward pre-hook prefetches the next bucket), or, given
-        ``dispatched`` (:meth:`param_gather_buckets`, ``align_param_gather``), was dispatched
+        ``dispatched`` (``align_param_gather``: one gather a bucket, in order), was dispatched
         by the schedule before. Returns the first and the last op of the pass."""
         comp, dpl = lanes
-        cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
-        gathers = dispatched
-        if gathers is None:
-            gathers = []
+        cuts, dur = self.bucket_plan(tc, params, bucket_params, ag)
         lo, first = 0, -1
         ends: list[int] = []
         for k, hi in enumerate(cuts):
             if dispatched is None:
-                gathers += self.param_gather_buckets(
-                    rank, dpl, tc, label, params, bucket_params, ag, k
-                )
+                gather = self.bucket_gather(rank, dpl, label, k, dur)
                 if k >= 2:
-                    self.edges.append((ends[k - 2], gathers[k]))
-            gather = gathers[k]
+                    self.edges.append((ends[k - 2], gather))
+            else:
+                gather = dispatched[k]
             piece_first = len(self.c.rank)
             ends.append(self.emit_table(rank, comp, tc, f"{label} part {k}", lo, hi))
             self.edges.append((gather, piece_first))
@@ -482,30 +478,20 @@ class _Composer:
             lo = hi
         return first, ends[-1]
 
-    def param_gather_buckets(
-        self,
-        rank: int,
-        dpl: int,
-        tc: TableCost,
-        label: str,
-        params: int,
-        bucket_params: int,
-        ag: tuple[int, tuple[int, ...]],
-        only: int | None = None,
-    ) -> list[int]:
-        """The all-gathers of a chunk's parameter buckets (``tc``: its forward pass, cut as
-        :meth:`param_gather_forward` cuts it), on the data-parallel lane in bucket order; with
-        ``only``, that bucket's alone."""
+    def bucket_plan(
+        self, tc: TableCost, params: int, bucket_params: int, ag: tuple[int, tuple[int, ...]]
+    ) -> tuple[list[int], int]:
+        """A chunk's forward pass ``tc`` cut into one piece per parameter bucket, and one
+        bucket's all-gather time (``ag``: element bytes and the data-parallel group)."""
         elem_bytes, group = ag
         cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
         per_bucket = params // len(cuts)
-        dur = self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
-        name = NCCL_KERNEL[CollectiveKind.ALL_GATHER]
-        buckets = range(len(cuts)) if only is None else (only,)
-        return [
-            self.op(rank, dpl, f"{name} (params {label} bucket {k})", dur, cls=OpClass.COLLECTIVE)
-            for k in buckets
-        ]
+        return cuts, self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
+
+    def bucket_gather(self, rank: int, dpl: int, label: str, k: int, dur: int) -> int:
+        """The all-gather of parameter bucket ``k`` of the chunk pass ``label``."""
+        name = f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params {label} bucket {k})"
+        return self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
 
     def last_backward(
         self, rank: int, lanes: tuple[int, int], tc: TableCost, label: str, g: int, grad_b: int
@@ -594,10 +580,10 @@ class _Composer:
         def dispatch(chunk: int) -> None:
             tc = self.costs[(role_idx, "forward", chunk)]
             label = f"forward chunk {chunk * p.pp + stage}"
-            gathers = self.param_gather_buckets(
-                rank, dpl, tc, label, chunk_params(chunk), bucket_params, ag
-            )
-            dispatched[chunk] = gathers
+            cuts, dur = self.bucket_plan(tc, chunk_params(chunk), bucket_params, ag)
+            dispatched[chunk] = [
+                self.bucket_gather(rank, dpl, label, k, dur) for k in range(len(cuts))
+            ]
 
         # align_param_gather: Megatron-Core's interleaved schedule dispatches whole chunks'
         # parameter gathers itself: chunks 0 and 1 before the first forward, chunk k + 1 before
