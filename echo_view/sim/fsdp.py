@@ -139,76 +139,36 @@ class FsdpRank:
         return op
 
     def run_pass(self, tc: TableCost, label: str, forward: bool) -> None:
-        comp, plan, rank = self.comp, self.plan, self.rank
-        if plan is None:
-            comp.emit_table(rank, self.compute, tc, label, 0, len(tc.table))
-            return
-        cuts = time_cuts(tc, plan.layers)
-        units = spread(plan.layers, len(cuts))
-        gathers = forward or plan.regather
-        limited = plan.regather
-        if forward and plan.root_params:
-            self.comm(AG, plan.root_params, f"params root, {label}")
-        ags: list[int] = []
-        if gathers:
-            ags.append(self.gather(units[0] * plan.layer_params, f"params {label} unit 0", limited))
-        lo = 0
-        for k, hi in enumerate(cuts):
-            if gathers and k + 1 < len(cuts):
-                what = f"params {label} unit {k + 1}"
-                ags.append(self.gather(units[k + 1] * plan.layer_params, what, limited))
-            first = len(comp.c.rank)
-            end = comp.emit_table(rank, self.compute, tc, f"{label} unit {k}", lo, hi)
-            lo = hi
-            if gathers:
-                comp.edges.append((ags[k], first))
-                self.freed.append(end)
-            if not forward:
-                rs = self.comm(RS, units[k] * plan.layer_params, f"grads {label} unit {k}")
-                comp.edges.append((end, rs))
-        if not forward and plan.root_params:
-            comp.edges.append((end, self.comm(RS, plan.root_params, f"grads root, {label}")))
-
-    def units(self, chunk: int) -> tuple[int, int]:
-        """(transformer layers, other parameters) of local ``chunk``: the parameters outside
-        the layers (the embedding on the first stage, the output layer on the last) belong to
-        the stage's first chunk on stage 0 and to its last chunk elsewhere."""
+        """One pass of the whole model (pp = 1): every forward gathers (the root too), every
+        backward reduce-scatters and, with ``full_shard``, gathers again."""
         plan = self.plan
-        root = plan.root_params if plan is not None else 0
-        home = 0 if self.stage == 0 else len(self.chunk_layers) - 1
-        return self.chunk_layers[chunk], root if chunk == home else 0
-
-    def chunk_pass(
-        self, tc: TableCost, label: str, forward: bool, chunk: int, last: bool
-    ) -> tuple[int, int]:
-        """One pass of local model ``chunk`` under pipeline parallelism (``last``: the
-        chunk's last backward of the step); returns the pass's first and last op. Each chunk
-        is an FSDP module of its own, whose parameters are gathered unit by unit where they
-        are sharded, before the pass:
-
-        - ``last_microbatch`` (``torch.distributed.pipelining``, as torchtitan runs FSDP2
-          under pipeline parallelism: no resharding after forward, and gradient sync and
-          resharding after backward only on the last backward): gathered at the chunk's first
-          forward and kept to its last backward, which reduce-scatters the gradients that the
-          step's backwards accumulated, unit by unit as each unit's backward ends;
-        - ``every_microbatch`` (FSDP without ``no_sync``): every backward reduce-scatters and
-          reshards; ``shard_grad_op`` keeps the parameters from a forward until a backward
-          ends, so a forward or backward finds them gathered unless a backward has freed them
-          since; ``full_shard`` frees them after every forward too."""
-        comp, plan, rank = self.comp, self.plan, self.rank
         if plan is None:
-            first = len(comp.c.rank)
-            return first, comp.emit_table(rank, self.compute, tc, label, 0, len(tc.table))
-        layers, root = self.units(chunk)
-        every = comp.cfg.parallel.fsdp_sync == "every_microbatch"
+            self.comp.emit_table(self.rank, self.compute, tc, label, 0, len(tc.table))
+            return
+        gathers = forward or plan.regather
+        units = (plan.layers, plan.root_params)
+        self.unit_pass(tc, label, units, (gathers, forward, not forward), plan.regather)
+
+    def unit_pass(
+        self,
+        tc: TableCost,
+        label: str,
+        units: tuple[int, int],
+        acts: tuple[bool, bool, bool],
+        limited: bool,
+    ) -> tuple[int, int]:
+        """One pass over ``units`` (transformer layers, parameters outside them), cut into one
+        piece a layer; ``acts``: whether the layers' parameters are gathered first (each
+        unit's gather issued as the piece before it starts, ``limited`` by the rate limiter),
+        whether the root's are, and whether the gradients are reduce-scattered as each piece
+        ends. Returns the pass's first and last op."""
+        comp, plan, rank = self.comp, self.plan, self.rank
+        assert plan is not None
+        layers, root = units
+        gathers, gather_root, reduces = acts
         cuts = time_cuts(tc, max(1, layers))
         parts = spread(layers, len(cuts))
-        gathers = chunk not in self.gathered
-        reduces = not forward and (every or last)
-        limited = plan.regather and every
-        root_ag = -1
-        if gathers and root:
-            root_ag = self.comm(AG, root, f"params root, {label}")
+        root_ag = self.comm(AG, root, f"params root, {label}") if gather_root and root else -1
         ags: list[int] = []
 
         def unit_gather(k: int) -> None:
@@ -237,11 +197,48 @@ class FsdpRank:
                 comp.edges.append((end, rs))
         if reduces and root:
             comp.edges.append((end, self.comm(RS, root, f"grads root, {label}")))
+        return first, end
+
+    def units(self, chunk: int) -> tuple[int, int]:
+        """(transformer layers, other parameters) of local ``chunk``: the parameters outside
+        the layers (the embedding on the first stage, the output layer on the last) belong to
+        the stage's first chunk on stage 0 and to its last chunk elsewhere."""
+        plan = self.plan
+        root = plan.root_params if plan is not None else 0
+        home = 0 if self.stage == 0 else len(self.chunk_layers) - 1
+        return self.chunk_layers[chunk], root if chunk == home else 0
+
+    def chunk_pass(
+        self, tc: TableCost, label: str, forward: bool, chunk: int, last: bool
+    ) -> tuple[int, int]:
+        """One pass of local model ``chunk`` under pipeline parallelism (``last``: the
+        chunk's last backward of the step); returns the pass's first and last op. Each chunk
+        is an FSDP module of its own, whose parameters are gathered unit by unit where they
+        are sharded, before the pass:
+
+        - ``last_microbatch`` (``torch.distributed.pipelining``, as torchtitan runs FSDP2
+          under pipeline parallelism: no resharding after forward, and gradient sync and
+          resharding after backward only on the last backward): gathered at the chunk's first
+          forward and kept to its last backward, which reduce-scatters the gradients that the
+          step's backwards accumulated, unit by unit as each unit's backward ends;
+        - ``every_microbatch`` (FSDP without ``no_sync``): every backward reduce-scatters and
+          reshards; ``shard_grad_op`` keeps the parameters from a forward until a backward
+          ends, so a forward or backward finds them gathered unless a backward has freed them
+          since; ``full_shard`` frees them after every forward too."""
+        comp, plan = self.comp, self.plan
+        if plan is None:
+            first = len(comp.c.rank)
+            return first, comp.emit_table(self.rank, self.compute, tc, label, 0, len(tc.table))
+        every = comp.cfg.parallel.fsdp_sync == "every_microbatch"
+        gathers = chunk not in self.gathered
+        reduces = not forward and (every or last)
+        acts = (gathers, gathers, reduces)
+        out = self.unit_pass(tc, label, self.units(chunk), acts, plan.regather and every)
         if forward and not (every and plan.regather):
             self.gathered.add(chunk)
         elif not forward and (every or last):
             self.gathered.discard(chunk)
-        return first, end
+        return out
 
     def run(self, microbatches: int) -> None:
         """Every micro-batch's forward and backward (pp = 1), then the optimizer on the
