@@ -115,8 +115,10 @@ class FsdpRank:
         self.freed: list[int] = []
         self.gathers = 0
         self.last_comm = -1
-        #: Local chunks whose parameters are gathered now (pipeline parallelism).
+        #: Local chunks whose layers' / root's parameters are gathered now (pipeline
+        #: parallelism; they differ only under ``full_shard`` with ``every_microbatch``).
         self.gathered: set[int] = set()
+        self.root_gathered: set[int] = set()
 
     def comm(self, kind: CollectiveKind, params: int, what: str) -> int:
         """One all-gather (``params`` in the training dtype) or reduce-scatter (gradients in
@@ -224,20 +226,25 @@ class FsdpRank:
         - ``every_microbatch`` (FSDP without ``no_sync``): every backward reduce-scatters and
           reshards; ``shard_grad_op`` keeps the parameters from a forward until a backward
           ends, so a forward or backward finds them gathered unless a backward has freed them
-          since; ``full_shard`` frees them after every forward too."""
+          since; ``full_shard`` frees the layers' after every forward too, but not the
+          root's (the chunk is its own FSDP root, which is not resharded after forward, as
+          with ``pp = 1``): a backward gathers the root only after another backward."""
         comp, plan = self.comp, self.plan
         if plan is None:
             first = len(comp.c.rank)
             return first, comp.emit_table(self.rank, self.compute, tc, label, 0, len(tc.table))
         every = comp.cfg.parallel.fsdp_sync == "every_microbatch"
-        gathers = chunk not in self.gathered
-        reduces = not forward and (every or last)
-        acts = (gathers, gathers, reduces)
-        out = self.unit_pass(tc, label, self.units(chunk), acts, plan.regather and every)
-        if forward and not (every and plan.regather):
-            self.gathered.add(chunk)
-        elif not forward and (every or last):
+        regather = every and plan.regather
+        reshards = not forward and (every or last)
+        acts = (regather or chunk not in self.gathered, chunk not in self.root_gathered, reshards)
+        out = self.unit_pass(tc, label, self.units(chunk), acts, regather)
+        if forward:
+            self.root_gathered.add(chunk)
+            if not regather:
+                self.gathered.add(chunk)
+        elif reshards:
             self.gathered.discard(chunk)
+            self.root_gathered.discard(chunk)
         return out
 
     def run(self, microbatches: int) -> None:

@@ -88,8 +88,10 @@ def test_last_microbatch_gathers_once_and_reduces_after_the_last_backward(rank: 
     ("fsdp", "gathers"),
     # 1F1B with two stages and two micro-batches. First stage: F0 F1 B0 B1; last: F0 B0 F1 B1.
     # shard_grad_op gathers where a backward has freed the parameters since: first stage at F0
-    # and B1, last stage at F0 and F1. full_shard frees after every forward too: all four.
-    [("shard_grad_op", 2 * UNITS), ("full_shard", 2 * M * UNITS)],
+    # and B1, last stage at F0 and F1. full_shard frees the layers after every forward too
+    # (their units gathered in all four passes), but the root (the chunk's FSDP root, not
+    # resharded after forward) only after a backward: gathered in the same two passes.
+    [("shard_grad_op", 2 * UNITS), ("full_shard", 2 * M * (UNITS - 1) + 2)],
 )
 def test_every_microbatch_reduces_and_reshards_after_each_backward(fsdp: str, gathers: int) -> None:
     sim = _sim(_cfg(fsdp=fsdp, fsdp_grad_sync="every_microbatch"))
@@ -128,3 +130,18 @@ def test_memory_of_a_stage(sync: str) -> None:
     mem = stage_memory(cfg, 0)
     assert mem.weights == -(-4 * n // DP) + 2 * n and mem.optimizer == -(-8 * n // DP)
     assert mem.grads == -(-4 * n // DP) + (4 * n if sync == "last_microbatch" else 0)
+
+
+@pytest.mark.parametrize(
+    ("rank", "passes"),
+    # First stage F0 F1 B0 B1: the root gathered at F0, kept through F1 and B0 (which frees
+    # it), gathered again for B1. Last stage F0 B0 F1 B1: at F0 and, after B0, at F1.
+    [
+        (0, ["forward chunk 0 mb 0", "backward chunk 0 mb 1"]),
+        (DP, ["forward chunk 1 mb 0", "forward chunk 1 mb 1"]),
+    ],
+)
+def test_full_shard_keeps_the_root_gathered_after_forward(rank: int, passes: list[str]) -> None:
+    sim = _sim(_cfg(fsdp="full_shard", fsdp_grad_sync="every_microbatch"))
+    roots = [n for n in _collectives(_rank_ops(sim, rank), "AllGather") if "params root" in n]
+    assert [n.split("params root, ")[1].rstrip(")") for n in roots] == passes
