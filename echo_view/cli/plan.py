@@ -41,7 +41,8 @@ from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import graph_for_config, load_config
-from echo_view.model.config import WorkloadConfig, tracing_key
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_keys import tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.schema import json_schema
 from echo_view.sim.plan import (

@@ -15,13 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import (
-    SIMULATION_ONLY,
-    WorkloadConfig,
-    config_to_mapping,
-    parse_workload_config,
-    tracing_key,
-)
+from echo_view.model.config import SIMULATION_ONLY, WorkloadConfig, parse_workload_config
+from echo_view.model.config_keys import config_to_mapping, tracing_key
 
 #: The ``parallel`` keys ``--set`` may change for a workload config.
 SETTABLE_PARALLEL: tuple[str, ...] = tuple(k for k in SIMULATION_ONLY if k != "fsdp")

@@ -7,7 +7,7 @@ data-parallel size follows (``N / (tp * pp * cp)``). A candidate is valid when t
 accepts it (the same rules as a hand-written config: divisibility of layers, heads, batch and
 sequence, interleaving's micro-batch rule, fused attention for context parallelism), and it is
 simulated only when :mod:`echo_view.sim.memory` says it fits. Candidates whose model chunks run
-the same ops (same :func:`~echo_view.model.config.chunk_key`: they differ only in the pipeline
+the same ops (same :func:`~echo_view.model.config_keys.chunk_key`: they differ only in the pipeline
 layout and optimizer sharding) form one :class:`Group`: a group is simulated in one place, where
 its chunks are traced once and every candidate's graph is built from them, so neither chunks nor
 graphs travel between processes.
@@ -34,13 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from echo_view.errors import ConfigError, UsageError
-from echo_view.model.config import (
-    LIMITS,
-    WorkloadConfig,
-    chunk_key,
-    config_to_mapping,
-    parse_workload_config,
-)
+from echo_view.model.config import LIMITS, WorkloadConfig, parse_workload_config
+from echo_view.model.config_keys import chunk_key, config_to_mapping
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model

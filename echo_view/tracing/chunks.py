@@ -3,7 +3,7 @@
 A chunk of ``n`` transformer layers runs, forward and backward, a head (the embedding on the
 model's first chunk; the leaf input's gradient otherwise), ``n`` times the same layer block
 and a tail (the final norm, output layer and loss on the last chunk). A layer's ops depend
-only on the chunk key (:func:`~echo_view.model.config.chunk_key`: model dimensions, tensor and
+only on the chunk key (:func:`~echo_view.model.config_keys.chunk_key`: model dimensions, tensor and
 context parallelism, sequence parallelism, micro-batch, recomputation, dtype and attention),
 not on the pipeline layout or the layer count. So :class:`ChunkCache` traces each chunk kind
 (first or not, last or not) with one and with two layers, finds the repeated block in each op
@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from echo_view.model.config import WorkloadConfig, chunk_key
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_keys import chunk_key
 from echo_view.model.graph import OP_COLUMNS, OpTable
 from echo_view.model.strings import StringTable
 from echo_view.tracing.gpt import GPTChunk, param_dtype

@@ -22,14 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from echo_view.model.config import (
-    WorkloadConfig,
-    chunk_layers,
-    config_to_mapping,
-    moe_dense_prefix,
-    resolve_attention,
-    tracing_key,
-)
+from echo_view.model.config import WorkloadConfig, chunk_layers, moe_dense_prefix, resolve_attention
+from echo_view.model.config_keys import config_to_mapping, tracing_key
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.tracing.chunks import GRAD_BYTES, ChunkBody, ChunkCache, copy_strings, trace_chunk

@@ -11,14 +11,12 @@ import pytest
 from echo_view.errors import ConfigError
 from echo_view.model.config import (
     WorkloadConfig,
-    chunk_key,
     chunk_layers,
-    config_to_mapping,
     ddp_bucket_params,
     grad_reduce_bytes,
     parse_workload_config,
-    tracing_key,
 )
+from echo_view.model.config_keys import chunk_key, config_to_mapping, tracing_key
 from tests.conftest import SAMPLES, SHARED
 
 BASE: dict[str, Any] = {

@@ -10,12 +10,8 @@ from typing import Any
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import (
-    config_to_mapping,
-    moe_dense_prefix,
-    parse_workload_config,
-    tracing_key,
-)
+from echo_view.model.config import moe_dense_prefix, parse_workload_config
+from echo_view.model.config_keys import config_to_mapping, tracing_key
 from tests.moe_data import moe_data
 
 ROOT = Path(__file__).resolve().parents[2]

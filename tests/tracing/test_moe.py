@@ -288,7 +288,7 @@ def test_fp8_expert_gemms_run_in_fp8_in_every_pass(dispatcher: str) -> None:
 
 
 def _cfg_data(model: dict[str, Any]) -> dict[str, Any]:
-    from echo_view.model.config import config_to_mapping
+    from echo_view.model.config_keys import config_to_mapping
 
     return config_to_mapping(_cfg(model))
 
