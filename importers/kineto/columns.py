@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from itertools import compress
 from operator import attrgetter
+from operator import index as int_index
 from typing import Any
 
 import msgspec
@@ -250,9 +251,10 @@ class Columns:
         self.dur_ns.append(np.where(dur[rows] == MISSING, 0, dur[rows]))
         corr = _int_column(keys, _CORR)
         ext = _int_column(keys, _EXT)
-        old = _int_column(keys, _EXT_OLD)  # 2021 traces spell it "external id"
-        if (old != NONE).any():
-            ext = np.where(ext == NONE, old, ext)
+        # 2021 traces spell it "external id": read only where "External id" is absent.
+        no_ext = np.flatnonzero(ext == NONE)
+        if len(no_ext):
+            ext[no_ext] = _int_column(list(map(keys.__getitem__, no_ext.tolist())), _EXT_OLD)
         if len(keys) < len(rows):
             corr, ext = _spread(corr, linked), _spread(ext, linked)
         self.correlation.append(corr)
@@ -260,7 +262,7 @@ class Columns:
         self.index.append(_file_index(rows, chunk.first_index))
         row_ph = ph[rows]
         for j in np.flatnonzero((row_ph == PH_AB) | (row_ph == PH_AN)).tolist():
-            self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j].id])[0])
+            self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j]])[0])
         self.rows += len(rows)
 
     def _times(self, chunk: EventChunk[Any]) -> tuple[I64, I64]:
@@ -358,17 +360,23 @@ class Columns:
             if not len(idx):
                 continue
             points = list(map(evs.__getitem__, idx.tolist()))
+            point_ph = ph[idx]
+            # A source binds to its enclosing slice whatever its "bp"; only the other flow
+            # points read it (ends do not bind).
+            bind = point_ph == PH_S
+            if out is self.flows and not bind.all():
+                rest = np.flatnonzero(~bind)
+                bps = map(_BP, map(points.__getitem__, rest.tolist()))
+                bind[rest] = np.fromiter(map(_BIND_END.__eq__, bps), np.bool_, len(rest))
             out.append(
                 PointColumns(
-                    phase=ph[idx],
+                    phase=point_ph,
                     thread=threads[idx],
                     ts=ts[idx],
-                    id=self.flow_ids(list(map(_ID, points))),
+                    id=self.flow_ids(points),
                     cat=cats[idx],
                     name=names[idx],
-                    bind_enclosing=np.fromiter(
-                        map(_BIND_END.__eq__, map(_BP, points)), dtype=np.bool_, count=len(idx)
-                    ),
+                    bind_enclosing=bind,
                     index=_file_index(idx, chunk.first_index),
                 )
             )
@@ -411,9 +419,14 @@ class Columns:
             skipped=self.skipped,
         )
 
-    def flow_ids(self, values: list[Any]) -> I64:
-        """Flow/async ids as int64: ints as they are, strings as hex (Perfetto's rule) or,
-        when not hex, a per-file number; -1 for none."""
+    def flow_ids(self, events: list[Any]) -> I64:
+        """The ``id`` of flow/async ``events`` as int64: ints as they are, strings as hex
+        (Perfetto's rule) or, when not hex, a per-file number; -1 for none."""
+        try:  # every id an int64 (Kineto's): one pass in C (int_index refuses str, None)
+            return np.fromiter(map(int_index, map(_ID, events)), dtype=np.int64, count=len(events))
+        except (TypeError, OverflowError):
+            pass
+        values = list(map(_ID, events))
         if str not in set(map(type, values)):
             return ints(values)
         out: list[int] = []

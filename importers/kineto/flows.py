@@ -27,7 +27,7 @@ def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int])
     pts = fc.flows
     if not len(pts):
         return FlowTable.empty()
-    bound = _bind(fc, thread, dur, pts.thread, pts.ts, pts.bind_enclosing | (pts.phase == PH_S))
+    bound = _bind(fc, thread, dur, pts.thread, pts.ts, pts.bind_enclosing)
     # Group points by key (name, cat, id); within a key the sources come first, in file order.
     is_src = pts.phase == PH_S
     order = np.lexsort((pts.index, ~is_src, pts.id, pts.cat, pts.name))

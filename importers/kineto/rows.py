@@ -60,7 +60,8 @@ class PointColumns:
     id: I64
     cat: I32
     name: I32
-    #: ``"bp": "e"`` (bind to the enclosing slice rather than the next one).
+    #: Binds to the enclosing slice rather than the next one: a source (``s``) always,
+    #: another flow point with ``"bp": "e"``; False for ends.
     bind_enclosing: npt.NDArray[np.bool_]
     #: Index in ``traceEvents`` (file order).
     index: IDX

@@ -282,3 +282,19 @@ def test_missing_and_empty_inputs(tmp_path: Path) -> None:
     assert "no such file" in error_of(tmp_path / "nope.json").message
     (tmp_path / "empty").mkdir()
     assert "no trace files" in error_of(tmp_path / "empty").message
+
+
+def test_link_ids_in_either_spelling(tmp_path: Path) -> None:
+    """2021 traces spell the link "external id"; either spelling is read, "External id" first,
+    in one chunk; a row with neither has none (-1)."""
+    args: list[dict[str, int] | None] = [
+        {"External id": 7},
+        {"external id": 8},
+        {"External id": 9, "external id": 10},
+        {"Sequence number": 3},
+        None,
+    ]
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 1}
+    events = [{**op, "ts": 2 * i, **({"args": a} if a else {})} for i, a in enumerate(args)]
+    trace = read(write_trace(tmp_path / "links.json", events)).traces[0]
+    assert trace.events.external_id.tolist() == [7, 8, 9, -1, -1]
