@@ -174,6 +174,9 @@ def design(f: KernelFeatures, kind: str) -> F64:
 SOLO_SCALE_NS = 10_000
 #: Solo-time scales that tuning (cross-validation within the fitting samples) chooses from.
 SOLO_SCALES_NS: tuple[float, ...] = (3_000, 10_000, 30_000, 100_000)
+#: Solo-time scales a model file may give (1 ns to 1,000 s: a kernel's time, not 1e-300, whose
+#: weights overflow).
+SOLO_SCALE_RANGE_NS = (1.0, 1e12)
 #: Shrink factors of the fitted excess that tuning chooses from.
 SHRINKS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -274,8 +277,9 @@ class InterferenceFit:
         scale = _number(d.get("solo_scale_ns", SOLO_SCALE_NS), "solo_scale_ns")
         if not 0.0 <= shrink <= 1.0:
             raise ValueError(f"shrink is {shrink}, not within [0, 1]")
-        if scale <= 0:
-            raise ValueError(f"solo_scale_ns is {scale}, not positive")
+        if not SOLO_SCALE_RANGE_NS[0] <= scale <= SOLO_SCALE_RANGE_NS[1]:
+            lo, hi = SOLO_SCALE_RANGE_NS
+            raise ValueError(f"solo_scale_ns is {scale:g}, not within [{lo:g}, {hi:g}] ns")
         return cls(
             kind,
             coef,

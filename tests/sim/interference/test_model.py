@@ -93,6 +93,12 @@ def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
     assert back.kind == "fitted" and np.allclose(back.coef, fit.coef)
     assert back.shrink == 0.75 and back.generations == fit.generations
     assert back.solo_scale_ns == 10_000
+    # A scale outside 1 ns .. 1,000 s is refused (1e-300 made the weights overflow).
+    text = path.read_text()
+    for bad in ("1e-300", "0.5", "1e13", "0"):
+        path.write_text(text.replace("solo_scale_ns = 10000", f"solo_scale_ns = {bad}"))
+        with pytest.raises(ConfigError, match="solo_scale_ns"):
+            model_from_doc(read_toml_doc(path))
 
 
 def test_replay_removes_the_measured_slowdown(dlrm: tuple[Job, Workload]) -> None:
