@@ -174,8 +174,8 @@ def design(f: KernelFeatures, kind: str) -> F64:
 SOLO_SCALE_NS = 10_000
 #: Solo-time scales that tuning (cross-validation within the fitting samples) chooses from.
 SOLO_SCALES_NS: tuple[float, ...] = (3_000, 10_000, 30_000, 100_000)
-#: Solo-time scales a model file may give (1 ns to 1,000 s: a kernel's time, not 1e-300, whose
-#: weights overflow).
+#: Solo-time scales a model file may give (1 ns to 1,000 s: a kernel's time; at 1e-300 the
+#: weights of long kernels overflow).
 SOLO_SCALE_RANGE_NS = (1.0, 1e12)
 #: Shrink factors of the fitted excess that tuning chooses from.
 SHRINKS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
