@@ -33,7 +33,7 @@ from echo_view.sim.comm import (
     comm_model_from_toml,
 )
 from echo_view.sim.comm.defaults import default_comm_model
-from echo_view.text import markup_safe
+from echo_view.text import clipped, markup_safe
 
 _UNITS = {
     "": 1,
@@ -53,6 +53,8 @@ _UNITS = {
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*$")
 _MAX_SWEEP = 64
+#: Largest message size accepted (1024 TiB).
+MAX_BYTES = 1 << 50
 
 
 def parse_size(text: str) -> int:
@@ -65,6 +67,11 @@ def parse_size(text: str) -> int:
             hint="write bytes as 1048576, 1MiB, 1M (binary), 1MB (decimal)",
         )
     value = float(m.group(1)) * _UNITS[unit]
+    if not value <= MAX_BYTES:  # (1e400 reads as inf)
+        raise UsageError(
+            f"size {clipped(text)!r} is more than 1024 TiB",
+            hint="one collective's message is at most a few GiB in practice",
+        )
     if value != int(value):
         raise UsageError(f"size {text!r} is not a whole number of bytes")
     return int(value)

@@ -14,6 +14,7 @@ keys (:mod:`echo_view.model.config_settings`). The report dictionaries are the `
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -80,6 +81,10 @@ def scale_value(key: str, value: str) -> float:
     return x
 
 
+#: Config tables whose keys (other than the ``parallel`` ones in :data:`WORKLOAD_KEYS`) change
+#: the traced graph or the layout, so ``--set`` does not take them.
+GRAPH_SECTIONS = ("model", "parallel", "batch", "precision", "training")
+
 #: Deprecated ``cluster.*`` spellings: accepted (the cluster model warns), never listed.
 DEPRECATED_SET_KEYS = tuple(f"cluster.{k}" for k in DEPRECATED_KEYS)
 
@@ -90,6 +95,21 @@ def check_keys(overrides: Mapping[str, str], known: tuple[str, ...], what: str) 
     is traced, which takes minutes)."""
     for key, value in overrides.items():
         if key not in known and key not in DEPRECATED_SET_KEYS:
+            section = key.partition(".")[0]
+            typo = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+            if known is WORKLOAD_KEYS and section in GRAPH_SECTIONS and not typo:
+                settable = [k for k in known if k.startswith(f"{section}.")]
+                raise ConfigError(
+                    f"{key!r} is not a simulation knob: it changes the traced graph or the layout",
+                    where="--set",
+                    hint="edit the config file, whose graph is then traced again, or search"
+                    " layouts with echo-view plan"
+                    + (
+                        f"; the {section} knobs --set takes: {', '.join(settable)}"
+                        if settable
+                        else ""
+                    ),
+                )
             raise ConfigError(
                 f"unknown knob {key!r} for {what}",
                 where="--set",

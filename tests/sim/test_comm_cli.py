@@ -36,6 +36,10 @@ def test_sizes() -> None:
     for bad in ("3x", "1.5", "", "64:8"):
         with pytest.raises(UsageError):
             parse_sizes(bad)
+    assert parse_size("1024T") == 1 << 50
+    for huge in ("1e400", "1025T", "1e16"):  # 1e400 reads as an infinite float
+        with pytest.raises(UsageError, match="more than 1024 TiB"):
+            parse_size(huge)
 
 
 def test_comm_json(capsys: pytest.CaptureFixture[str]) -> None:

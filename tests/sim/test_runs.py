@@ -30,6 +30,28 @@ def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
     assert {"cluster.net_latency_us", "compute.kernel_gap_ns"} <= set(WORKLOAD_KEYS)
 
 
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        # A config key that changes the graph or the layout: edit the config or use plan.
+        ("parallel.tp", "'parallel.tp' is not a simulation knob"),
+        ("model.layers", "'model.layers' is not a simulation knob"),
+        ("batch.global", "'batch.global' is not a simulation knob"),
+        # A misspelt knob is one: the nearest is suggested.
+        ("parallel.tp_comm_overlp", "did you mean 'parallel.tp_comm_overlap'"),
+        ("bogus.x", "unknown knob 'bogus.x'"),
+    ],
+)
+def test_config_keys_that_are_no_knobs(key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_keys({key: "1"}, WORKLOAD_KEYS, "a workload config")
+    text = str(err.value)
+    assert says in text and "\n" not in text
+    if "simulation knob" in text:
+        assert "echo-view plan" in text
+        assert ("parallel.overlap_param_gather" in text) == key.startswith("parallel.")
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "fast"])
 def test_scale_values_are_finite_and_not_negative(value: str) -> None:
     with pytest.raises(ConfigError, match=r"comm\.scale"):
