@@ -10,6 +10,7 @@ from typing import Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.progress import add_progress_option, stderr_progress
+from echo_view.errors import UsageError
 from echo_view.formats import Registry
 from echo_view.model import Job
 from echo_view.text import printable
@@ -30,6 +31,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def has_terminal() -> bool:
+    """Whether standard input and output are both a terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def run(args: argparse.Namespace, registry: Registry) -> int:
     """Read the inputs, then run the app until the user quits; an input error ends the command
     with the usual one-line error before the screen is taken."""
@@ -38,6 +44,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     paths: list[Path] = [args.path] + ([args.path2] if args.path2 is not None else [])
     for path in paths:
         registry.importer_for(path)  # a wrong path fails here, before the screen is taken
+    if not has_terminal():
+        # Without one the app draws to a pipe and waits for keys that never come.
+        raise UsageError(
+            "the terminal UI needs a terminal: standard input and output are not one",
+            hint="run it in a terminal (ssh -t for a remote one); echo-view info and diff print"
+            " the same summaries without one",
+        )
 
     # Read before the app starts, with progress on stderr as other commands show it: an import
     # beside the app's event loop ran 1.2-1.7x as long as alone (the two threads share the GIL).

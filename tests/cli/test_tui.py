@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import build_parser, main
+from echo_view.cli import tui as tui_cli
 
 
 def test_parser_takes_one_or_two_paths() -> None:
@@ -37,6 +38,7 @@ def test_a_crash_inside_the_app_exits_non_zero_with_one_line(
         raise RuntimeError("index 7 out of range")
 
     run = EchoViewApp.run
+    monkeypatch.setattr(tui_cli, "has_terminal", lambda: True)
     monkeypatch.setattr(app, "prepare", broken)
     monkeypatch.setattr(EchoViewApp, "run", lambda self: run(self, headless=True))
     assert main(["tui", "samples/dlrm_kineto"]) == 1
@@ -44,3 +46,12 @@ def test_a_crash_inside_the_app_exits_non_zero_with_one_line(
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("echo-view: error: the terminal UI stopped on an internal error")
     assert "RuntimeError: index 7 out of range" in err and "Traceback" not in err
+
+
+def test_without_a_terminal_it_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under pytest neither standard stream is a terminal: the app would draw to a pipe and
+    wait for keys forever."""
+    assert main(["tui", "samples/dlrm_kineto"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("echo-view: error: the terminal UI needs a terminal")
+    assert len(err.strip().splitlines()) == 1
