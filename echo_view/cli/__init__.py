@@ -139,7 +139,7 @@ def _sigterm_raises() -> Iterator[None]:
 def _inflation_limit(text: str | None) -> int | None:
     if text is None:
         return None
-    from echo_view.cli.comm import parse_size
+    from echo_view.cli.sizes import parse_size
 
     limit = parse_size(text)
     if limit <= 0:

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
-from echo_view.cli.comm import parse_size, parse_sizes
-from echo_view.errors import UsageError
 from echo_view.model import CollectiveKind
 from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import NcclModel, comm_model_from_toml
@@ -23,23 +21,6 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: i
     command = argv[0] if argv[0] == "comm" else f"{argv[0]}-{argv[1]}"
     assert out["schema"] == f"echo-view.{command}/1"
     return out
-
-
-def test_sizes() -> None:
-    assert parse_size("64MiB") == 64 << 20
-    assert parse_size("1GB") == 10**9
-    assert parse_size("4K") == 4096
-    assert parse_size("1e6") == 10**6
-    assert parse_size("1048576") == 1 << 20
-    assert parse_sizes("8:64") == [8, 16, 32, 64]
-    assert parse_sizes("1MiB,2MiB") == [1 << 20, 2 << 20]
-    for bad in ("3x", "1.5", "", "64:8"):
-        with pytest.raises(UsageError):
-            parse_sizes(bad)
-    assert parse_size("1024T") == 1 << 50
-    for huge in ("1e400", "1025T", "1e16"):  # 1e400 reads as an infinite float
-        with pytest.raises(UsageError, match="more than 1024 TiB"):
-            parse_size(huge)
 
 
 def test_comm_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,25 @@
+"""``echo_view.cli.sizes``: byte sizes as the command line takes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from echo_view.cli.sizes import parse_size, parse_sizes
+from echo_view.errors import UsageError
+
+
+def test_sizes() -> None:
+    assert parse_size("64MiB") == 64 << 20
+    assert parse_size("1GB") == 10**9
+    assert parse_size("4K") == 4096
+    assert parse_size("1e6") == 10**6
+    assert parse_size("1048576") == 1 << 20
+    assert parse_sizes("8:64") == [8, 16, 32, 64]
+    assert parse_sizes("1MiB,2MiB") == [1 << 20, 2 << 20]
+    for bad in ("3x", "1.5", "", "64:8"):
+        with pytest.raises(UsageError):
+            parse_sizes(bad)
+    assert parse_size("1024T") == 1 << 50
+    for huge in ("1e400", "1025T", "1e16"):  # 1e400 reads as an infinite float
+        with pytest.raises(UsageError, match="more than 1024 TiB"):
+            parse_size(huge)
