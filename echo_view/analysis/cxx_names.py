@@ -181,7 +181,9 @@ def _libcxx_demangler() -> ctypes._NamedFuncPointer | None:
 
 
 _DEMANGLER: list[ctypes._NamedFuncPointer | None] = []
-_LENGTH_PREFIXED = re.compile(r"(\d+)")
+# (an identifier's length has at most 9 digits: a longer run is no length, and would overflow
+# a slice)
+_LENGTH_PREFIXED = re.compile(r"(\d{1,9})(?!\d)")
 #: A nested-name start and/or a substitution (``N``, ``S_``, ``S0_``) before a template argument.
 _SUBSTITUTION = re.compile(r"N?(?:S[0-9A-Z]*_)?")
 

@@ -56,14 +56,18 @@ def decode_args(raws: list[msgspec.Raw]) -> list[KinetoArgs | None]:
 
 
 def as_int(value: Any) -> int:
+    """An int64 from an int or a decimal string; -1 for anything else, or beyond int64 (such
+    ids and counts are none: they would overflow the int64 columns the rules compare)."""
     if isinstance(value, bool):
         return -1
     if isinstance(value, int):
-        return value
+        return value if -(2**63) <= value < 2**63 else -1
     if isinstance(value, str):
         s = value.strip()
         digits = s[1:] if s.startswith("-") else s
-        if digits.isascii() and digits.isdigit():  # not '²', '--5' and such
+        # ASCII digits only (not '²', '--5' and such), and 18 at most (int64; int() also
+        # refuses more than 4,300).
+        if digits.isascii() and digits.isdigit() and len(digits) <= 18:
             return int(s)
     return -1
 

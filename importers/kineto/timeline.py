@@ -217,22 +217,30 @@ def _names(fc: FileColumns) -> _Names:
     return out
 
 
+def _number(m: re.Match[str] | None) -> int | None:
+    """The matched number when it fits int64 (18 digits; a longer one is no device or stream
+    number: it would overflow the int64 columns, or, past 4,300 digits, Python's ``int``)."""
+    if m is None or len(m.group(1).lstrip("-")) > 18:
+        return None
+    return int(m.group(1))
+
+
 def _device(pid: int | str, names: _Names) -> int:
     for text in (names.labels.get(pid, ""), names.processes.get(pid, "")):
-        m = _GPU_LABEL.search(text)
-        if m:
-            return int(m.group(1))
+        n = _number(_GPU_LABEL.search(text))
+        if n is not None:
+            return n
     return pid if isinstance(pid, int) else NONE
 
 
 def _stream(tid: int | str, name: str) -> int:
-    m = _STREAM.match(name)
-    if m:
-        return int(m.group(1))
+    n = _number(_STREAM.match(name))
+    if n is not None:
+        return n
     if isinstance(tid, int):
         return tid
-    m = _TRAILING_INT.search(tid)
-    return int(m.group(1)) if m else NONE
+    n = _number(_TRAILING_INT.search(tid))
+    return NONE if n is None else n
 
 
 def _lanes(

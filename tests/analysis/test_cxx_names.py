@@ -157,3 +157,12 @@ def test_any_text_gets_a_name_without_error() -> None:
     assert short_kernel_name(deep) == "k"
     assert short_kernel_name("void k<" * 5000) == "k"  # never closed
     assert qualified_base("_Z") == "_Z" and short_kernel_name("_ZN3foo") == "foo"
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_mangled_names_with_absurd_lengths(digits: int) -> None:
+    """A length prefix too long to be one (past a slice's range, or Python's 4,300-digit int
+    limit) ends the nested name instead of raising."""
+    name = "_ZN" + "9" * digits + "abc"
+    for f in (demangle, short_kernel_name, qualified_base):
+        assert isinstance(f(name), str)

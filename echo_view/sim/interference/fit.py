@@ -261,7 +261,7 @@ class InterferenceFit:
                 raise ValueError(f"coefficient {name} is {value!r}, not a number")
             if not np.isfinite(value):
                 raise ValueError(f"coefficient {name} is {value!r}, not a finite number")
-        samples = {str(k): int(v) for k, v in dict(d.get("samples", {})).items()}
+        samples = {str(k): _count(v, f"samples.{k}") for k, v in dict(d.get("samples", {})).items()}
         if kind == "constant":
             coef = np.array([float(given.get(n, 1.0 if n.startswith("class.") else 0.0))
                              for n in names])  # fmt: skip
@@ -288,6 +288,15 @@ class InterferenceFit:
             generations=tuple(GENERATIONS.index(g) for g in gens),
             solo_scale_ns=scale,
         )
+
+
+def _count(value: Any, name: str) -> int:
+    """A sample count from a model file (a whole number, 0 to 10^12), else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e12:
+        raise ValueError(f"{name} is {value!r}, not a count of samples")
+    if value != int(value):
+        raise ValueError(f"{name} is {value!r}, not a whole number")
+    return int(value)
 
 
 def _number(value: Any, name: str) -> float:

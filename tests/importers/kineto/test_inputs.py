@@ -298,3 +298,19 @@ def test_link_ids_in_either_spelling(tmp_path: Path) -> None:
     events = [{**op, "ts": 2 * i, **({"args": a} if a else {})} for i, a in enumerate(args)]
     trace = read(write_trace(tmp_path / "links.json", events)).traces[0]
     assert trace.events.external_id.tolist() == [7, 8, 9, -1, -1]
+
+
+@pytest.mark.parametrize("digits", [20, 5000])
+def test_device_and_stream_numbers_beyond_int64(tmp_path: Path, digits: int) -> None:
+    """A 'GPU N' process label or 'stream N' thread name whose N does not fit int64 (or
+    Python's 4,300-digit int()) names no device or stream: the pid and tid stand in."""
+    big = "9" * digits
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 5, "args": {"name": f"GPU {big}"}},
+        {"ph": "M", "name": "thread_name", "pid": 5, "tid": 7, "args": {"name": f"stream {big}"}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 5, "tid": 7, "ts": 0, "dur": 2,
+         "args": {"correlation": 1}},
+    ]  # fmt: skip
+    trace = read(write_trace(tmp_path / "big.json", events)).traces[0]
+    gpu = [lane for lane in trace.lanes if lane.kind == LaneKind.GPU_STREAM]
+    assert [(lane.device, lane.stream) for lane in gpu] == [(5, 7)]

@@ -99,6 +99,12 @@ def test_fitted_model_file_keeps_its_settings(tmp_path: Path) -> None:
         path.write_text(text.replace("solo_scale_ns = 10000", f"solo_scale_ns = {bad}"))
         with pytest.raises(ConfigError, match="solo_scale_ns"):
             model_from_doc(read_toml_doc(path))
+    # A sample count that is no count (inf raised OverflowError: found by fuzzing).
+    assert "gemm = 3" in text
+    for bad in ("inf", "-1", "2.5", "1e300", '"x"'):
+        path.write_text(text.replace("gemm = 3", f"gemm = {bad}"))
+        with pytest.raises(ConfigError, match=r"samples\.gemm"):
+            model_from_doc(read_toml_doc(path))
 
 
 def test_replay_removes_the_measured_slowdown(dlrm: tuple[Job, Workload]) -> None:
