@@ -23,6 +23,27 @@ def rank_problem(rank: object, world_size: object) -> str | None:
     return None
 
 
+def group_ranks(value: object) -> tuple[int, ...] | None:
+    """A process group's ranks as PyTorch records them: a list (``distributedInfo.pg_config``)
+    or the text ``"[0, 1]"`` (``Process Group Ranks``). ``None`` when absent, or when any
+    entry is not a rank (an integer ``0 <= r < MAX_RANKS``, or its decimal text)."""
+    if isinstance(value, list):
+        items: list[object] = value
+    elif isinstance(value, str):
+        text = value.strip().strip("[]")
+        items = [v for v in text.replace(" ", "").split(",") if v] if text else []
+    else:
+        return None
+    out: list[int] = []
+    for v in items:
+        if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 7:
+            v = int(v)  # (7 digits: MAX_RANKS; int() of a long text is slow or refused)
+        if type(v) is not int or not 0 <= v < MAX_RANKS:
+            return None
+        out.append(v)
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ClockAlignment:
     """How the ranks' clocks were put on one time axis.

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import CollectiveKind, collective_kind_from_name, parse_comm_kernel_name
+from echo_view.model.job import group_ranks
 from echo_view.units import format_duration
 from echo_view.validate.context import FileContext
 from echo_view.validate.events import (
@@ -33,7 +34,6 @@ from echo_view.validate.kineto_args import (
     KinetoArgs,
     as_int,
     decode_args,
-    parse_ranks,
     rank_summary,
 )
 from echo_view.validate.nesting import _Cols
@@ -232,7 +232,7 @@ class KinetoRule:
                 dtype = a.dtype
             if a.pg_name is not UNSET:
                 group = str(a.pg_name)
-                ranks = parse_ranks(a.pg_ranks)
+                ranks = group_ranks(a.pg_ranks)
                 if ranks is not None:
                     self.pg_ranks.setdefault(group, ranks)
             seq, n_in, n_out = as_int(a.seq), as_int(a.in_nelems), as_int(a.out_nelems)

@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.job import group_ranks
 from echo_view.validate.events import UNSET
 from echo_view.validate.summary import RankSummary
 
@@ -72,19 +73,6 @@ def as_int(value: Any) -> int:
     return -1
 
 
-def parse_ranks(value: Any) -> tuple[int, ...] | None:
-    """Process-group ranks as PyTorch writes them: a list or the string ``"[0, 1]"``."""
-    if isinstance(value, list):
-        vals = value
-    elif isinstance(value, str):
-        text = value.strip().strip("[]")
-        vals = [v for v in text.replace(" ", "").split(",") if v] if text else []
-    else:
-        return None
-    out = [as_int(v) for v in vals]
-    return None if any(v < 0 for v in out) else tuple(out)
-
-
 def rank_summary(
     path: str,
     top: Mapping[str, Any],
@@ -106,7 +94,7 @@ def rank_summary(
     if isinstance(pg_config, list):
         for pg in pg_config:
             if isinstance(pg, dict) and "pg_name" in pg:
-                ranks = parse_ranks(pg.get("ranks"))
+                ranks = group_ranks(pg.get("ranks"))
                 if ranks is not None:
                     groups[str(pg["pg_name"])] = ranks
     for name, ranks in pg_ranks.items():

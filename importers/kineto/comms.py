@@ -25,7 +25,6 @@ Process groups come from ``distributedInfo.pg_config`` (``ranks`` a list or a st
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,22 +44,12 @@ from echo_view.model import (
 )
 from echo_view.model.collectives import collective
 from echo_view.model.dtypes import canonical_dtype, dtype_bytes
+from echo_view.model.job import group_ranks
 from echo_view.model.trace import Text
 from importers.event_args import RowDecoder
 from importers.kineto.rows import I32, I64, unique
 
 _COMMS_OP = "record_param_comms"
-_INTS = re.compile(r"-?\d+")
-
-
-def parse_ranks(value: object) -> tuple[int, ...] | None:
-    """Ranks of a group from a list or a string like ``"[0, 1]"`` (None when absent)."""
-    if isinstance(value, list):
-        ints = [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
-        return tuple(ints) if len(ints) == len(value) else None
-    if isinstance(value, str) and value.strip():
-        return tuple(int(x) for x in _INTS.findall(value))
-    return None
 
 
 @dataclass
@@ -133,7 +122,7 @@ class _Groups:
             if not isinstance(pg, dict):
                 continue
             name = pg.get("pg_name")
-            ranks = parse_ranks(pg.get("ranks"))
+            ranks = group_ranks(pg.get("ranks"))
             if name is None or ranks is None:
                 continue
             desc = pg.get("pg_desc")
@@ -154,7 +143,7 @@ class _Groups:
         name = str(name)
         if name in self.by_name:
             return self.by_name[name]
-        ranks = parse_ranks(args.pg_ranks)
+        ranks = group_ranks(args.pg_ranks)
         if ranks is None:
             return NONE
         desc = args.pg_desc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from echo_view.model import ClockAlignment, EventKind, Job, TraceBuilder
+from echo_view.model.job import MAX_RANKS, group_ranks
 
 
 def _trace(rank: int, start: int) -> TraceBuilder:
@@ -35,3 +36,14 @@ def test_unknown_rank_names_the_ranks_present() -> None:
     job = Job((_trace(0, 0).build(),), ClockAlignment("single-rank", (0,), 0))
     with pytest.raises(KeyError, match=r"rank 5 is not in this job \(ranks \[0\]\)"):
         job.trace(5)
+
+
+def test_group_ranks_as_pytorch_records_them() -> None:
+    """A list or the text "[0, 1]"; a group with any entry that is not a rank is unknown
+    (a 5,000-digit rank made the importer's int() raise, one past int64 overflowed later)."""
+    assert group_ranks([0, 1, 2]) == (0, 1, 2) and group_ranks("[0, 1]") == (0, 1)
+    assert group_ranks(" [ 4,5 ] ") == (4, 5) and group_ranks("[]") == () and group_ranks([]) == ()
+    assert group_ranks(["3", 4]) == (3, 4)
+    for bad in ("[0, " + "9" * 5000 + "]", "[0, 99999999999999999999]", [0, 2**63], "[0, -1]",
+                [True], [1.0], "[0, x]", "[0, ²]", None, 5, {"a": 1}, [MAX_RANKS]):  # fmt: skip
+        assert group_ranks(bad) is None, bad
