@@ -23,6 +23,7 @@ from echo_view.cli.sizes import parse_sizes
 from echo_view.errors import ConfigError, UsageError, warn_deprecated
 from echo_view.formats import Registry, json_text
 from echo_view.model import CollectiveKind, collective_kind_from_name
+from echo_view.model.job import MAX_RANKS
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import read_toml_text
 from echo_view.sim.cluster import Cluster, known_presets, make_cluster
@@ -192,8 +193,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     del registry
     kind = parse_collective(args.collective)
     sizes = parse_sizes(args.bytes)
-    if args.ranks < 1:
-        raise UsageError(f"--ranks must be at least 1, got {args.ranks}")
+    if not 1 <= args.ranks <= MAX_RANKS:
+        raise UsageError(f"--ranks must be between 1 and {MAX_RANKS:,}, got {args.ranks}")
     model = load_model(args.model)
     cluster, per_node = build_cluster(args, args.ranks)
     ranks = group_ranks(args.ranks, per_node, cluster.gpus_per_node)

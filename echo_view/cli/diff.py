@@ -83,8 +83,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     """Read both jobs, compare, print; the exit status follows ``--fail-above``."""
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more, got {args.top}")
-    if args.fail_above is not None and args.fail_above < 0:
-        raise UsageError(f"--fail-above must be 0 or more, got {args.fail_above:g}")
+    if args.fail_above is not None and not 0 <= args.fail_above <= 1e6:  # (also nan, inf)
+        raise UsageError(
+            f"--fail-above must be a percentage from 0 to 1,000,000, got {args.fail_above:g}"
+        )
     if args.plot is not None:
         plot_format(args.plot)  # fail before the (possibly long) import
     diff = diff_jobs(

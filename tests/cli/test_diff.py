@@ -108,6 +108,16 @@ def test_fail_above(
     assert ("exceeds --fail-above" in err) == (want == 1)
 
 
+@pytest.mark.parametrize("pct", ["-1", "nan", "inf", "1e400"])
+def test_fail_above_must_be_a_percentage(
+    pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], pct: str
+) -> None:
+    """nan passed the old `< 0` check and then never failed anything."""
+    a, b, _ = pair
+    with pytest.raises(UsageError, match="--fail-above must be a percentage"):
+        _run(["diff", str(a), str(b), "--fail-above", pct], capsys)
+
+
 def test_fail_above_passes_on_a_match(
     pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -59,7 +59,8 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
         (["comm", "all_mix", "--bytes", "1", "--ranks", "2"], "unknown collective"),
         (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpu", "Z1"], "known presets"),
         (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "nic=1"], "known keys"),
-        (["comm", "all_reduce", "--bytes", "1", "--ranks", "0"], "at least 1"),
+        (["comm", "all_reduce", "--bytes", "1", "--ranks", "0"], "between 1 and 1,000,000"),
+        (["comm", "all_reduce", "--bytes", "1", "--ranks", "9" * 20], "--ranks must be between"),
         (
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--ranks-per-node", "9"],
             "between",
