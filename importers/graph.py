@@ -21,6 +21,7 @@ from echo_view.model.graph import (
     TracedGraph,
 )
 from echo_view.model.strings import StringTable
+from echo_view.text import clipped
 from importers.chrome_json_text import HINT_DEEP, TOO_DEEP, file_blocks, line_col, too_deep_at
 
 FORMAT_NAME = "echo-view.traced-graph"
@@ -82,7 +83,7 @@ def _fits(col: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> bool:
 def _int(value: Any, path: Path, where: str) -> int:
     """A JSON integer (not a bool, float or string), else an InputError at ``where``."""
     if type(value) is not int:
-        raise InputError(f"expected an integer, got {value!r}", path=path, where=where)
+        raise InputError(f"expected an integer, got {clipped(repr(value))}", path=path, where=where)
     return value
 
 
@@ -113,7 +114,7 @@ def read_graph(path: Path) -> TracedGraph:
     version = doc.get("version")
     if version != GRAPH_SCHEMA_VERSION:
         raise InputError(
-            f"unknown traced-graph version {version!r} (this echo-view reads "
+            f"unknown traced-graph version {clipped(repr(version))} (this echo-view reads "
             f"{GRAPH_SCHEMA_VERSION})",
             path=path,
             where="version",

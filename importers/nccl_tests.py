@@ -28,6 +28,7 @@ from types import MappingProxyType
 from echo_view.errors import InputError
 from echo_view.model import CollectiveKind
 from echo_view.model.collectives import collective, collective_in_text
+from echo_view.text import clipped
 from echo_view.units import us_to_ns
 
 _TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
@@ -354,17 +355,19 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
             value = int(tokens[i])
         except ValueError:
             raise InputError(
-                f"{what} {tokens[i]!r} is not an integer", path=path, where=where
+                f"{what} {clipped(tokens[i])!r} is not an integer", path=path, where=where
             ) from None
         if not lo <= value <= _MAX_INT:
-            raise InputError(f"{what} {value} is outside {lo}..2^63-1", path=path, where=where)
+            raise InputError(
+                f"{what} {clipped(str(value))} is outside {lo}..2^63-1", path=path, where=where
+            )
         return value
 
     def number(i: int, what: str) -> float:
         value = _float(tokens[i])
         if value is None or not 0 <= value <= _MAX_NUMBER:
             raise InputError(
-                f"{what} {tokens[i]!r} is not a number from 0 to {_MAX_NUMBER:g}",
+                f"{what} {clipped(tokens[i])!r} is not a number from 0 to {_MAX_NUMBER:g}",
                 path=path,
                 where=where,
             )

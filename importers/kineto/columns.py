@@ -25,6 +25,7 @@ import numpy.typing as npt
 from echo_view.errors import InputError
 from echo_view.model import NONE
 from echo_view.model.trace_rules import parse_flow_id
+from echo_view.text import clipped
 from echo_view.units import (
     FLOAT_NS_LIMIT,
     INT_US_LIMIT,
@@ -561,9 +562,9 @@ def _text_times(chunk: EventChunk[Any], evs: list[Any], what: str) -> I64:
         chunk.decode(NumberEvent)  # a value that is no number is named by the decoder's error
         i = int(bad[0])
         e = chunk.events[i]
-        return_text = bytes(texts[i]).decode()
+        value = clipped(bytes(texts[i]).decode())
         raise InputError(
-            f"{e.ph!r} event {e.name!r} has {what} {return_text}, not a time in µs",
+            f"{_event(e)} has {what} {value}, not a time in µs",
             path=chunk.path,
             where=f"traceEvents[{chunk.first_index + i}].{what}",
             hint="times are microseconds within ±146 years of the trace's clock origin",
@@ -572,10 +573,14 @@ def _text_times(chunk: EventChunk[Any], evs: list[Any], what: str) -> I64:
 
 
 def _missing(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
-    e = chunk.events[i]
     return InputError(
-        f"{e.ph!r} event {e.name!r} has no {what}",
+        f"{_event(chunk.events[i])} has no {what}",
         path=chunk.path,
         where=f"traceEvents[{chunk.first_index + i}]",
         hint="every event except 'M' needs ts, and complete ('X') events need dur (µs)",
     )
+
+
+def _event(e: RawEvent) -> str:
+    """``'X' event 'name'`` for a message, each part cut to 80 characters."""
+    return f"{clipped(repr(e.ph))} event {clipped(repr(e.name))}"

@@ -104,6 +104,11 @@ def test_malformed_row_names_file_and_line() -> None:
     with pytest.raises(InputError, match="columns") as info:
         parse_nccl_tests("short.log", truncated)
     assert info.value.where == "line 15"
+    # A 5,000-digit size (past Python's int() limit) is quoted cut to 80 characters.
+    huge = NEW_FORMAT.replace("        4096           512", "9" * 5000 + "           512", 1)
+    with pytest.raises(InputError, match=r"size '9+\.\.\.' is not an integer") as info:
+        parse_nccl_tests("huge.log", huge)
+    assert len(info.value.message) < 120
 
 
 def test_missing_parts_are_errors() -> None:

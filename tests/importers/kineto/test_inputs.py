@@ -314,3 +314,11 @@ def test_device_and_stream_numbers_beyond_int64(tmp_path: Path, digits: int) -> 
     trace = read(write_trace(tmp_path / "big.json", events)).traces[0]
     gpu = [lane for lane in trace.lanes if lane.kind == LaneKind.GPU_STREAM]
     assert [(lane.device, lane.stream) for lane in gpu] == [(5, 7)]
+
+
+def test_messages_quote_long_names_cut(tmp_path: Path) -> None:
+    """An event's name is quoted in an error cut to 80 characters (a 100,000-character name
+    made a 100 KB line)."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "A" * 100_000, "pid": 1, "tid": 1, "dur": 3}]
+    err = error_of(write_trace(tmp_path / "long.json", events))
+    assert "has no ts" in err.message and len(err.message) < 120
