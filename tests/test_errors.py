@@ -21,3 +21,14 @@ def test_known_keys_hint_suggests_the_nearest_name() -> None:
         "did you mean 'nvlink_gbytes_per_s'? known keys: nvlink_gbytes_per_s, "
     )
     assert known_keys_hint("zzz", known) == "known keys: " + ", ".join(known)
+
+
+def test_a_long_message_is_cut_in_the_middle() -> None:
+    """A value an input put into a message whole (a 100,000-character name) leaves a line of
+    bounded length, its start and its end kept."""
+    err = InputError(f"event {'A' * 100_000!r} has no ts", path="t.json", where="traceEvents[0]")
+    line = err.one_line()
+    assert len(line) < 600 and line.startswith("t.json: traceEvents[0]: event 'AAA")
+    assert line.endswith("AAA' has no ts") and " ... " in line
+    short = InputError("x" * 500)
+    assert short.one_line() == "x" * 500
