@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from echo_view.text import printable
+from echo_view.text import cut_middle, printable
 
 
 class EchoViewError(Exception):
@@ -39,24 +39,13 @@ class EchoViewError(Exception):
         """The error as a single line: ``file: place: message (hint)``, with any control
         character an input put into it shown as an escape (see :mod:`echo_view.text`)."""
         parts = [p for p in (self.path, self.where) if p]
-        text = ": ".join([*parts, _cut(self.message)])
+        text = ": ".join([*parts, cut_middle(self.message)])
         if self.hint:
             text += f" ({self.hint})"
         return printable(text.replace("\n", " "))
 
     def __str__(self) -> str:
         return self.one_line()
-
-
-#: Longest message :meth:`EchoViewError.one_line` prints whole: a value an input put into a
-#: message (a name, a number of 5,000 digits) that its raiser did not clip is cut in the middle.
-MESSAGE_LIMIT = 500
-
-
-def _cut(message: str) -> str:
-    if len(message) <= MESSAGE_LIMIT:
-        return message
-    return f"{message[: MESSAGE_LIMIT - 150]} ... {message[-120:]}"
 
 
 class InputError(EchoViewError):

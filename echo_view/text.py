@@ -40,3 +40,17 @@ def clipped(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters, ``...`` marking the cut: an input's value quoted in
     a one-line message stays short however long the value is."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: Longest input-derived message a one-line error or a check finding prints whole.
+MESSAGE_LIMIT = 500
+
+
+def cut_middle(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` with its middle cut out past ``limit`` characters (`` ... `` marks the cut;
+    the start and the end stay): a value an input put into a message whole (a name of 100,000
+    characters, a number of 5,000 digits) leaves a line of bounded length."""
+    if len(text) <= limit:
+        return text
+    tail = min(120, limit // 4)
+    return f"{text[: limit - tail - 5]} ... {text[-tail:]}"

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.errors import InputError
-from echo_view.text import clipped, markup_safe, printable
+from echo_view.text import clipped, cut_middle, markup_safe, printable
 
 HOSTILE = "[/] [bold]B[link=http://x]L \x1b[2J\x1b]8;;http://e\x07X\x1b]8;;\x07 \r\b\x9b \u202e"
 
@@ -43,3 +43,11 @@ def test_clipped_keeps_short_text_and_marks_a_cut() -> None:
     assert clipped("abc") == "abc"
     long = "x" * 1000
     assert clipped(long) == "x" * 77 + "..." and len(clipped(long, 10)) == 10
+
+
+def test_cut_middle_keeps_the_start_and_the_end() -> None:
+    assert cut_middle("x" * 500) == "x" * 500
+    long = "start " + "A" * 100_000 + " end"
+    cut = cut_middle(long)
+    assert len(cut) <= 500 and cut.startswith("start AAA") and cut.endswith("AAA end")
+    assert " ... " in cut and len(cut_middle(long, 100)) <= 100

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from echo_view.text import printable
+from echo_view.text import cut_middle, printable
 from echo_view.validate.findings import CODES, FAMILIES, Report, Severity
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
@@ -46,9 +46,9 @@ def render_report(
             line = Text("    ")
             where = finding.location.text()
             if where:
-                line.append(printable(where), style="dim")
+                line.append(printable(cut_middle(where)), style="dim")
                 line.append(": ")
-            line.append(printable(finding.message))
+            line.append(printable(cut_middle(finding.message)))
             parts.append(line)
         if tally.count > show:
             parts.append(

@@ -186,3 +186,17 @@ def test_deepep_kernels_are_the_collectives_ranks_are_compared_on(
     _, out, _ = _run(capsys, str(tmp_path), "--json")
     (ev703,) = [f for f in json.loads(out)["findings"] if f["code"] == "EV703"]
     assert ev703["count"] == 1
+
+
+def test_findings_quote_long_names_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finding that names an event of 100,000 characters prints a line of bounded length."""
+    name = "A" * 100_000
+    events = [
+        {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": 5, "dur": 10},  # overlaps: EV301
+    ]
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    code, out, _ = _run(capsys, str(path))
+    assert code == 1 and "EV301" in out and "AAA" in out
+    assert max(map(len, out.splitlines())) < 1200
