@@ -21,6 +21,7 @@ from typing import Any
 from echo_view import __version__
 from echo_view.errors import Deprecated, EchoViewError, UsageError
 from echo_view.formats import INFLATION_FLOOR, MAX_INFLATION_RATIO, set_max_inflated_bytes
+from echo_view.text import cut_middle, printable
 
 #: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
 #: ``echo_view.cli.<name>``, which exposes ``register(subparsers)``. A command's module is
@@ -75,7 +76,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def _show_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
     """echo-view's own warnings as one ``echo-view: warning:`` line on stderr."""
     if issubclass(category, Deprecated):
-        print(f"echo-view: warning: {message}", file=sys.stderr)
+        print(f"echo-view: warning: {printable(cut_middle(str(message)))}", file=sys.stderr)
     else:
         _SHOW_WARNING(message, category, *rest, **kw)
 
