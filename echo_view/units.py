@@ -50,6 +50,22 @@ def us_to_ns(value: int | float | str | Decimal) -> int:
 #: on two such times (an end, a difference) cannot overflow.
 NS_LIMIT = 2**62
 
+
+#: What :func:`float_ns` makes of a value beyond :data:`NS_LIMIT` (with its sign): 1.5 times
+#: the limit, exact as a double and as an int64.
+OUT_OF_RANGE_NS = 3 * 2**61
+
+
+def float_ns(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Float ns rounded (half to even) to int64. A value that is not finite or not within
+    :data:`NS_LIMIT` becomes ``±OUT_OF_RANGE_NS`` (NaN the negative) instead of wrapping
+    around in the cast, so that a check downstream can name it."""
+    x = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=-np.inf)
+    x = np.where(np.abs(x) < NS_LIMIT, x, np.sign(x) * OUT_OF_RANGE_NS)
+    out: npt.NDArray[np.int64] = np.rint(x).astype(np.int64)
+    return out
+
+
 #: What :func:`us_texts_to_ns` says about each text.
 TEXT_OK, TEXT_EMPTY, TEXT_BAD = 0, 1, 2
 

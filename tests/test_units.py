@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 
 from echo_view.units import (
     FLOAT_NS_LIMIT,
+    NS_LIMIT,
+    OUT_OF_RANGE_NS,
     TEXT_BAD,
     TEXT_EMPTY,
     TEXT_OK,
+    float_ns,
     format_duration,
     ns_to_us_text,
     text_ns,
@@ -237,3 +240,11 @@ def test_float_conversion_edges(text: str, ns: int, ok: bool) -> None:
 def test_float_conversion_of_nan_is_not_exact() -> None:
     got, exact = us_floats_to_ns(np.array([np.nan, 2.0]))
     assert (got.tolist(), exact.tolist()) == ([0, 2000], [False, True])
+
+
+def test_float_ns_rounds_and_never_wraps() -> None:
+    x = np.array([0.5, 1.5, 2.4, -2.6, 1e30, -1e30, np.inf, -np.inf, np.nan])
+    got = float_ns(x).tolist()
+    assert got[:4] == [0, 2, 2, -3]  # half to even, as np.rint
+    big = OUT_OF_RANGE_NS
+    assert got[4:] == [big, -big, big, -big, -big] and big > NS_LIMIT

@@ -34,6 +34,7 @@ from echo_view.sim.kernel_cost import ComputeParams, op_times_ns, peak_for
 from echo_view.sim.layout import Layout
 from echo_view.sim.moe import A2A_PHASES, busiest_rank_share
 from echo_view.sim.tp_overlap import WGRAD_GATHER, overlap_linear_backward, overlap_tp_comm
+from echo_view.units import float_ns
 
 I64 = npt.NDArray[np.int64]
 
@@ -304,7 +305,7 @@ def table_cost(
         factor = np.ones(len(dur))
         for cls, k in scales.items():
             factor[table.op_class == cls] = k
-        dur = np.rint(dur * factor).astype(np.int64)
+        dur = float_ns(dur * factor)
     waits = graph.rows_named(table, HOST_WAIT)
     dur[(table.wait >= 0) | waits] = 0  # a stream or host wait runs no kernel
     is_coll = table.op_class == OpClass.COLLECTIVE

@@ -30,6 +30,7 @@ from echo_view.model.workload import (
     OP_CLASS_NAMES,
     Workload,
 )
+from echo_view.units import float_ns
 
 I64 = npt.NDArray[np.integer[Any]]
 
@@ -143,7 +144,7 @@ def _scaled(values: npt.ArrayLike, factor: npt.NDArray[np.float64]) -> I64:
     v = np.asarray(values, dtype=np.int64)
     if np.all(factor == 1.0):
         return v.copy()
-    return np.round(v * factor).astype(np.int64)
+    return float_ns(v * factor)
 
 
 __all__ = [

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from echo_view.errors import SimulationError
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import Workload
+from echo_view.units import float_ns
 
 I64 = npt.NDArray[np.integer[Any]]
 
@@ -88,6 +89,6 @@ def collective_costs(
                 hint="use a communication model and a trace that records message sizes",
             )
     if scale != 1.0:
-        out = np.round(out * scale).astype(np.int64)
+        out = float_ns(out * scale)
     n_model = int(used_model.sum())
     return CollectiveCosts(dur_ns=out, modelled=n_model, measured=m - n_model)

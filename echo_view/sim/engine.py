@@ -43,6 +43,7 @@ from echo_view.model.kinds import LaneKind
 from echo_view.model.trace import NONE
 from echo_view.model.workload import DepMode, Workload
 from echo_view.sim.result import SimResult
+from echo_view.units import NS_LIMIT
 
 if TYPE_CHECKING:
     from echo_view.sim.interference.rates import RateHook
@@ -73,13 +74,12 @@ def run(
         raise ValueError(f"dur_ns has {len(dur)} values for {n} ops")
     if len(cdur) != len(workload.collectives):
         raise ValueError(f"coll_dur_ns has {len(cdur)} values for {len(workload.collectives)}")
-    if (n and dur.min() < 0) or (len(cdur) and cdur.min() < 0):
-        raise ValueError("durations must be >= 0")
+    gaps = workload.ops.gap_ns if gap_ns is None else np.asarray(gap_ns, dtype=np.int64)
+    if len(gaps) != n:
+        raise ValueError("gap_ns needs one value per op")
+    _check_durations(dur, cdur, gaps)
     parts_ptr, parts = _participants(workload)
     _check_collectives_complete(workload, parts_ptr, parts)
-    gaps = workload.ops.gap_ns if gap_ns is None else np.asarray(gap_ns, dtype=np.int64)
-    if len(gaps) != n or (n and gaps.min() < 0):
-        raise ValueError("gap_ns needs one value >= 0 per op")
     hook = rates if rates is not None and rates.active else None
     graph = _Graph(workload, gaps, coarsen, None if hook is None else hook.pinned)
     start, end, cstart, cend, done = _loop(workload, graph, dur, cdur, parts_ptr, parts, hook)
@@ -167,6 +167,19 @@ def _csr(n: int, src: I64, slot: I64, lag: I64) -> tuple[list[int], list[int], l
     if len(src):
         np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
     return ptr.tolist(), slot[order].tolist(), lag[order].tolist()
+
+
+def _check_durations(*columns: npt.NDArray[np.integer[Any]]) -> None:
+    """Every duration and gap is at least 0, and all of them together stay within
+    :data:`~echo_view.units.NS_LIMIT` (146 years), so that no time the schedule adds up can
+    overflow int64. Past it lies a scale factor or an input duration no step has."""
+    total = sum(float(c.sum(dtype=np.float64)) for c in columns)
+    if any(len(c) and c.min() < 0 for c in columns) or not total < NS_LIMIT:
+        raise SimulationError(
+            "the op durations (with their scale factors) add up to more than 146 years, or "
+            "one of them is out of range",
+            hint="lower --set compute.scale.* / comm.scale, or check the input's durations",
+        )
 
 
 def _participants(wl: Workload) -> tuple[list[int], list[int]]:

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.params import ParamSet, param
+from echo_view.units import float_ns
 
 # Op classes (shared with echo_view.model.graph.OpClass and echo_view.model.workload).
 GEMM, ATTENTION, COLLECTIVE = 0, 1, 9
@@ -154,6 +155,6 @@ def op_times_ns(
         known = (is_gemm | is_attn) & np.isfinite(math_ns)
         t_math = np.where(known, np.nan_to_num(math_ns) * 1e-9, t_math)
     t = np.maximum(np.maximum(t_math, t_mem) * 1e9, params.kernel_min_ns) + params.kernel_gap_ns
-    out: npt.NDArray[np.int64] = np.rint(t).astype(np.int64)
+    out = float_ns(t)
     out[cls == COLLECTIVE] = 0
     return out

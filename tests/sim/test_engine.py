@@ -54,6 +54,17 @@ def test_hand_computed_two_ranks() -> None:
     assert [end[i] for i in ids["sync"]] == [86, 86]
 
 
+@pytest.mark.parametrize("kernel_ns", [10**16, 3 * 10**15])
+def test_durations_past_146_years_are_a_simulation_error(kernel_ns: int) -> None:
+    """A scale factor that takes an op past int64 (10^16 ns x 1,000: the cast used to wrap
+    around to a negative duration and end in a ValueError) or the ops past 2^62 ns in all
+    (2 x 3 x 10^18 ns) is a one-line error, not a wrong time; unscaled they simulate."""
+    wl, _ = _two_ranks((kernel_ns, kernel_ns))
+    assert simulate(wl).result.end_ns.max() > kernel_ns
+    with pytest.raises(SimulationError, match="146 years"):
+        simulate(wl, compute=MeasuredCompute(scale={"all": 1000}))
+
+
 def test_sync_that_does_not_block_takes_its_own_time() -> None:
     b = WorkloadBuilder()
     cpu = b.lane(0, LaneKind.CPU_THREAD, "main")

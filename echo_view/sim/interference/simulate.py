@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from echo_view.model import Job
 from echo_view.model.workload import Workload
 from echo_view.sim import Simulation, engine, simulate
@@ -20,6 +18,7 @@ from echo_view.sim.compute import MeasuredCompute
 from echo_view.sim.costs import CollectiveTimer, collective_costs
 from echo_view.sim.interference.model import InterferenceModel, config_slowdowns, replay_slowdowns
 from echo_view.sim.interference.rates import RateHook
+from echo_view.units import float_ns
 
 
 def simulate_replay(
@@ -39,7 +38,7 @@ def simulate_replay(
     model = compute if compute is not None else MeasuredCompute()
     slow = replay_slowdowns(workload, job, interference)
     factors = model.factors(workload)
-    dur = np.rint(slow.solo_ns * factors).astype(np.int64)
+    dur = float_ns(slow.solo_ns * factors)
     costs = collective_costs(workload, comm, cluster, comm_scale)
     hook = RateHook(workload, slow.slowdown, dur, slow.ops)
     result = engine.run(workload, dur, costs.dur_ns, model.gaps(workload), rates=hook)
