@@ -118,26 +118,61 @@ def predicted_job(
     )
 
 
-def _lane_map(t: I64, ms: I64, me: I64, ps: I64, pe: I64) -> I64:
-    """Map measured times ``t`` to predicted ones through anchors sorted by ``ms``: linear
-    inside an op, gap-preserving (capped at the next op's start) between ops."""
-    k = np.searchsorted(ms, t, side="right") - 1
-    out = np.empty(len(t), dtype=np.int64)
-    before = k < 0
-    out[before] = ps[0] - (ms[0] - t[before])
-    kk = k[~before]
-    tt = t[~before]
-    m_s, m_e, p_s, p_e = ms[kk], me[kk], ps[kk], pe[kk]
-    inside = tt <= m_e
-    span = np.maximum(m_e - m_s, 1)
-    ratio = (p_e - p_s) / span
-    lin = p_s + np.round((tt - m_s) * ratio).astype(np.int64)
-    gap = p_e + (tt - m_e)
-    nxt = np.minimum(kk + 1, len(ms) - 1)
-    cap = np.where(kk + 1 < len(ms), ps[nxt], np.iinfo(np.int64).max)
-    res = np.where(inside, np.minimum(lin, p_e), np.minimum(gap, cap))
-    out[~before] = res
-    return out
+@dataclass(frozen=True)
+class _Anchors:
+    """Every lane's anchors, the replayed ops (measured and predicted start and end), sorted by
+    lane, then by measured start (ties in op order). Times map through them in one pass for
+    all lanes: a trace may have 10^5 lanes, and a loop over them, each scanning the whole
+    trace, took minutes."""
+
+    lane: I64  # dense lane index of each anchor
+    ms: I64
+    me: I64
+    ps: I64
+    pe: I64
+    lanes: I64  # the distinct lanes, sorted
+    first: I64  # each distinct lane's first anchor
+    stop: I64  # one past its last
+
+    @classmethod
+    def of(cls, lane: I64, ms: I64, me: I64, ps: I64, pe: I64) -> _Anchors:
+        order = np.lexsort((ms, lane))
+        lanes, first, counts = np.unique(lane[order], return_index=True, return_counts=True)
+        dense = np.repeat(np.arange(len(lanes), dtype=np.int64), counts)
+        return cls(dense, ms[order], me[order], ps[order], pe[order], lanes, first, first + counts)
+
+    def map(self, lane: I64, t: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """Predicted times of measured times ``t`` on lanes ``lane`` (``t`` itself where the
+        lane has no anchor, as the second array says): linear inside an op, gap-preserving
+        (capped at the next op's start) between ops."""
+        out = t.copy()
+        li = np.searchsorted(self.lanes, lane)
+        has = li < len(self.lanes)
+        has[has] = self.lanes[li[has]] == lane[has]
+        if not has.any():
+            return out, has
+        li, tq = li[has], t[has]
+        # The last anchor of the same lane starting at or before each time: one search over
+        # keys (lane, rank of the time among all anchor starts and query times).
+        _, rank = np.unique(np.concatenate([self.ms, tq]), return_inverse=True)
+        width = np.int64(rank.max() + 1)
+        n = len(self.ms)
+        k = np.searchsorted(self.lane * width + rank[:n], li * width + rank[n:], side="right")
+        k -= 1
+        lo, hi = self.first[li], self.stop[li]
+        before = k < lo
+        res = np.empty(len(tq), dtype=np.int64)
+        res[before] = self.ps[lo[before]] - (self.ms[lo[before]] - tq[before])
+        kk, tt, nxt_ok = k[~before], tq[~before], (k + 1 < hi)[~before]
+        m_s, m_e, p_s, p_e = self.ms[kk], self.me[kk], self.ps[kk], self.pe[kk]
+        inside = tt <= m_e
+        ratio = (p_e - p_s) / np.maximum(m_e - m_s, 1)
+        lin = p_s + np.round((tt - m_s) * ratio).astype(np.int64)
+        gap = p_e + (tt - m_e)
+        cap = np.where(nxt_ok, self.ps[np.where(nxt_ok, kk + 1, kk)], np.iinfo(np.int64).max)
+        res[~before] = np.where(inside, np.minimum(lin, p_e), np.minimum(gap, cap))
+        out[has] = res
+        return out, has
 
 
 def _replayed_trace(wl: Workload, res: SimResult, trace: Trace, shift: int) -> Trace:
@@ -148,23 +183,12 @@ def _replayed_trace(wl: Workload, res: SimResult, trace: Trace, shift: int) -> T
     src = wl.ops.source[ops].astype(np.int64)
     m_start = ev.start_ns + shift
     m_end = m_start + ev.dur_ns
-    new_start = m_start.copy()
-    new_end = m_end.copy()
-    lanes = ev.lane
-    op_lane = lanes[src]
-    anchors: dict[int, tuple[I64, I64, I64, I64]] = {}
-    for lane in np.unique(op_lane).tolist():
-        a = ops[op_lane == lane]
-        rows = src[op_lane == lane]
-        order = np.argsort(m_start[rows], kind="stable")
-        a, rows = a[order], rows[order]
-        anchor = (m_start[rows], m_end[rows], res.start_ns[a], res.end_ns[a])
-        anchors[lane] = anchor
-        on = np.flatnonzero(lanes == lane)
-        s_map = _lane_map(m_start[on], *anchor)
-        e_map = _lane_map(m_end[on], *anchor)
-        new_start[on] = s_map
-        new_end[on] = np.maximum(e_map, s_map)
+    lanes = ev.lane.astype(np.int64)
+    anchors = _Anchors.of(lanes[src], m_start[src], m_end[src], res.start_ns[ops], res.end_ns[ops])
+    s_map, has = anchors.map(lanes, m_start)
+    e_map, _ = anchors.map(lanes, m_end)
+    new_start = s_map
+    new_end = np.where(has, np.maximum(e_map, s_map), m_end)
     new_start[src] = res.start_ns[ops]
     new_end[src] = res.end_ns[ops]
     return replace(
@@ -180,7 +204,7 @@ def _replayed_steps(
     res: SimResult,
     trace: Trace,
     shift: int,
-    anchors: dict[int, tuple[I64, I64, I64, I64]],
+    anchors: _Anchors,
 ) -> StepTable:
     """Steps of the replayed trace: each starts at its marker's simulated start and ends where
     the marker's lane map takes the measured step end; ``gpu_end_ns`` is left for the
@@ -197,9 +221,11 @@ def _replayed_steps(
     for i, m in enumerate(marker.tolist()):
         measured_end = m_step_end.get((trace.rank, int(number[i])))
         lane = int(wl.ops.lane[m]) - lane_base
-        if measured_end is not None and lane in anchors:
-            mapped = _lane_map(np.array([measured_end], dtype=np.int64), *anchors[lane])
-            end[i] = max(int(mapped[0]), int(start[i]))
+        if measured_end is not None:
+            one = np.array([lane], dtype=np.int64), np.array([measured_end], dtype=np.int64)
+            mapped, has = anchors.map(*one)
+            if has[0]:
+                end[i] = max(int(mapped[0]), int(start[i]))
     return StepTable(
         number=number,
         start_ns=start - shift,
