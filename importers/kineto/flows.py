@@ -14,6 +14,8 @@ so its temporaries set the importer's peak memory: they are kept to one thread's
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import numpy.typing as npt
 
@@ -86,14 +88,9 @@ def _bind(
     q_bounds = np.append(np.searchsorted(q_sorted, q_threads), len(q_sorted)).tolist()
     del q_sorted
     slices = fc.phase != PH_C
-    # One thread's rows at a time, found by a scan per thread (flow points sit on a handful of
-    # threads), int32 row numbers, no column of slice ends, points in blocks: these
-    # temporaries set the importer's peak memory (docs/performance.md).
-    for i, t in enumerate(q_threads.tolist()):
-        on_thread = thread == t
-        on_thread &= slices
-        seg = np.flatnonzero(on_thread).astype(np.int32)  # file order
-        del on_thread
+    # One thread's rows at a time, int32 row numbers, no column of slice ends, points in
+    # blocks: these temporaries set the importer's peak memory (docs/performance.md).
+    for i, seg in enumerate(_rows_by_thread(thread, slices, q_threads)):
         if not len(seg):
             continue
         seg, starts = thread_order(seg, fc.start_ns, dur)
@@ -103,6 +100,33 @@ def _bind(
             out[q] = bind_points(seg, starts, dur, q_ts[q], enclosing[q])
     return out
 
+
+def _rows_by_thread(
+    thread: I32, slices: npt.NDArray[np.bool_], threads: I32
+) -> Iterator[npt.NDArray[np.int32]]:
+    """The slice rows of each of ``threads``, in file order. Flow points sit on a handful of
+    threads in real traces: a scan of the thread column per thread holds the least memory.
+    Past :data:`_SCAN_THREADS` of them (a damaged or generated trace with a thread per
+    event, where the scans took seconds to minutes) one stable sort groups them all."""
+    if len(threads) <= _SCAN_THREADS:
+        for t in threads.tolist():
+            on_thread = thread == t
+            on_thread &= slices
+            yield np.flatnonzero(on_thread).astype(np.int32)
+        return
+    rows = np.flatnonzero(slices).astype(np.int32)
+    th = thread[rows]
+    order = np.argsort(th, kind="stable")
+    rows, th = rows[order], th[order]
+    del order
+    lo = np.searchsorted(th, threads, side="left").tolist()
+    hi = np.searchsorted(th, threads, side="right").tolist()
+    for a, b in zip(lo, hi, strict=True):
+        yield rows[a:b]
+
+
+#: Threads with flow points past which :func:`_rows_by_thread` sorts instead of scanning.
+_SCAN_THREADS = 64
 
 #: Flow points bound at a time (bounds the per-point temporaries of :func:`_bind`).
 _POINT_BLOCK = 8192

@@ -106,6 +106,22 @@ def test_dlrm_launch_flows(dlrm: Job) -> None:
         assert ev.correlation[s] == ev.correlation[d] == fid
 
 
+@pytest.mark.parametrize(
+    "path", [DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz", NCCL_DATA]
+)
+def test_flows_bind_alike_by_scan_or_by_sort(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past a few dozen threads with flow points the binder groups rows by one sort instead of
+    a scan per thread (a trace with a thread per event took seconds to minutes): same flows."""
+    from importers.kineto import flows
+
+    scanned = KinetoImporter().read([path]).traces[0].flows
+    monkeypatch.setattr(flows, "_SCAN_THREADS", 0)
+    sorted_ = KinetoImporter().read([path]).traces[0].flows
+    assert len(scanned) > 0
+    for col in ("src", "dst", "flow_id", "cat"):
+        assert (getattr(scanned, col) == getattr(sorted_, col)).all(), col
+
+
 def test_dlrm_step_gpu_end(dlrm: Job) -> None:
     for trace in dlrm:
         ev = trace.events
