@@ -185,6 +185,7 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
     if not len(bd):
         return [_cpu_only_row(bd, steps)]
     rows = []
+    cpu_ns, window_ns = bd.cpu_ns, bd.window_ns  # (computed columns: once, not per step)
     for dev in bd.devices:
         sel = bd.device == dev
         per_step: list[dict[str, int | None]] = []
@@ -192,11 +193,11 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
             step: dict[str, int | None] = {
                 "step": int(bd.step[i]),
                 "cpu_start_ns": int(bd.cpu_start_ns[i]),
-                "cpu_ns": int(bd.cpu_ns[i]),
+                "cpu_ns": int(cpu_ns[i]),
                 "gpu_end_ns": int(bd.gpu_end_ns[i]),
                 "gpu_span_ns": _span(int(bd.cpu_start_ns[i]), int(bd.gpu_end_ns[i])),
                 "window_start_ns": int(bd.window_start_ns[i]),
-                "step_ns": int(bd.window_ns[i]),
+                "step_ns": int(window_ns[i]),
             }
             step.update({name: int(getattr(bd, name)[i]) for name in CATEGORIES})
             per_step.append(step)

@@ -99,10 +99,12 @@ def compare(predicted: JobSteps, measured: JobSteps | None) -> dict[str, Any]:
             row["error_pct"] = _err(r.step_ns, m.step_ns)
         ranks.append(row)
     steps: list[dict[str, Any]] = []
+    # (once: a trace may hold 10^5 steps)
+    measured_steps = set(measured.common_steps()) if measured else set()
     for number in predicted.common_steps():
         ns, rank = predicted.step_ns(number)
         item: dict[str, Any] = {"step": number, "step_time_s": _s(ns), "slowest_rank": rank}
-        if measured and number in measured.common_steps():
+        if measured and number in measured_steps:
             mns, mrank = measured.step_ns(number)
             item.update(
                 measured_step_time_s=_s(mns),

@@ -218,9 +218,10 @@ def _rank_ops(
     if len(ev):
         table = find_steps(trace).table
         busiest = max(entries, key=lambda k: len(entries[k])) if entries else None
+        opener = _annotation_lanes(trace)
         for num, s0, s1 in zip(table.number.tolist(), table.start_ns.tolist(),
                                table.end_ns.tolist(), strict=True):  # fmt: skip
-            lane_s = _step_lane(trace, s0, busiest)
+            lane_s = opener.get(s0, busiest)
             if lane_s is not None:
                 entries.setdefault(lane_s, []).append((s0 + shift, 0, -1 - len(marks)))
                 marks.append((num, s0 + shift, s1 + shift))
@@ -316,14 +317,17 @@ def _split_overlaps(rows: I64, lane: I64, start: I64, end: I64) -> dict[int, lis
     return out
 
 
-def _step_lane(trace: Trace, step_start: int, fallback: int | None) -> int | None:
-    """The CPU lane of the annotation that opens a step (else the busiest CPU lane)."""
+def _annotation_lanes(trace: Trace) -> dict[int, int]:
+    """The CPU lane of the first annotation (in row order) starting at each start time: the
+    lane of the annotation that opens a step. One pass for all steps (a trace may hold 10^5)."""
     ev = trace.events
-    hit = np.flatnonzero((ev.start_ns == step_start) & (ev.kind == int(EventKind.USER_ANNOTATION)))
-    for r in hit.tolist():
-        if trace.lanes[int(ev.lane[r])].kind == LaneKind.CPU_THREAD:
-            return int(ev.lane[r])
-    return fallback
+    rows = np.flatnonzero(ev.kind == int(EventKind.USER_ANNOTATION))
+    cpu = np.array([lane.kind == LaneKind.CPU_THREAD for lane in trace.lanes], dtype=bool)
+    rows = rows[cpu[ev.lane[rows]]] if len(cpu) else rows[:0]
+    out: dict[int, int] = {}
+    for start, lane in zip(ev.start_ns[rows].tolist(), ev.lane[rows].tolist(), strict=True):
+        out.setdefault(start, lane)
+    return out
 
 
 def _arr(values: list[int]) -> I64:

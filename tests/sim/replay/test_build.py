@@ -212,3 +212,25 @@ def test_cuda_sync_records_of_a_real_trace() -> None:
     assert len(_edges(wl, DepKind.EVENT)) > 0 and len(_edges(wl, DepKind.HOST_SYNC)) > 0
     res = simulate(wl).result
     assert np.array_equal(res.end_ns, wl.measured_end_ns)
+
+
+def test_the_lane_that_opens_each_step() -> None:
+    """The first annotation (row order) on a CPU thread starting at each time; a GPU
+    annotation at the same time does not count. One pass for all steps."""
+    from echo_view.model import EventKind, LaneKind, TraceBuilder
+    from echo_view.sim.replay.build import _annotation_lanes
+
+    b = TraceBuilder(0)
+    s7 = b.gpu_stream(0, 7)
+    main = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    other = b.lane(LaneKind.CPU_THREAD, 1, 2)
+    ua = EventKind.USER_ANNOTATION
+    b.event(ua, "ProfilerStep#1", 0, 10, s7)  # a GPU lane: skipped
+    b.event(ua, "ProfilerStep#1", 0, 10, other)
+    b.event(ua, "ProfilerStep#1", 0, 10, main)
+    b.event(ua, "ProfilerStep#2", 10, 10, main)
+    b.event(EventKind.CPU_OP, "aten::mm", 20, 5, other)  # not an annotation
+    trace = b.build()
+    lanes = _annotation_lanes(trace)
+    assert set(lanes) == {0, 10}
+    assert trace.lanes[lanes[0]].tid == 2 and trace.lanes[lanes[10]].tid == 1
