@@ -185,10 +185,10 @@ def _replayed_trace(wl: Workload, res: SimResult, trace: Trace, shift: int) -> T
     m_end = m_start + ev.dur_ns
     lanes = ev.lane.astype(np.int64)
     anchors = _Anchors.of(lanes[src], m_start[src], m_end[src], res.start_ns[ops], res.end_ns[ops])
-    s_map, has = anchors.map(lanes, m_start)
-    e_map, _ = anchors.map(lanes, m_end)
-    new_start = s_map
-    new_end = np.where(has, np.maximum(e_map, s_map), m_end)
+    n = len(lanes)
+    mapped, has2 = anchors.map(np.concatenate([lanes, lanes]), np.concatenate([m_start, m_end]))
+    new_start, e_map, has = mapped[:n], mapped[n:], has2[:n]
+    new_end = np.where(has, np.maximum(e_map, new_start), m_end)
     new_start[src] = res.start_ns[ops]
     new_end[src] = res.end_ns[ops]
     return replace(
@@ -218,14 +218,13 @@ def _replayed_steps(
     end = start.copy()
     m_step_end = wl.meta.get("measured_step_end_ns", {})
     lane_base = int(np.flatnonzero(wl.lane_rank == trace.rank)[0])
-    for i, m in enumerate(marker.tolist()):
-        measured_end = m_step_end.get((trace.rank, int(number[i])))
-        lane = int(wl.ops.lane[m]) - lane_base
-        if measured_end is not None:
-            one = np.array([lane], dtype=np.int64), np.array([measured_end], dtype=np.int64)
-            mapped, has = anchors.map(*one)
-            if has[0]:
-                end[i] = max(int(mapped[0]), int(start[i]))
+    # The measured ends of the steps that have one, mapped in one pass (not one a step).
+    ends = [m_step_end.get((trace.rank, n)) for n in number.tolist()]
+    with_end = np.array([e is not None for e in ends], dtype=bool)
+    if with_end.any():
+        lane = wl.ops.lane[marker[with_end]].astype(np.int64) - lane_base
+        mapped, has = anchors.map(lane, np.array([e for e in ends if e is not None], np.int64))
+        end[with_end] = np.where(has, np.maximum(mapped, start[with_end]), end[with_end])
     return StepTable(
         number=number,
         start_ns=start - shift,
