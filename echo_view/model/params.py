@@ -154,17 +154,23 @@ class ParamSet:
             changes["source"] = source
         return replace(self, **changes)  # type: ignore[type-var]
 
-    def with_overrides(self, overrides: Mapping[str, Any], *, path: str | None = None) -> Self:
+    def with_overrides(
+        self, overrides: Mapping[str, Any], *, path: str | None = None, where: str = ""
+    ) -> Self:
         """A copy with parameters replaced by flat name, each checked against its bounds; an
-        unknown name is a :class:`ConfigError` naming the nearest known one."""
+        unknown name is a :class:`ConfigError` naming the nearest known one. An error's place
+        is ``where`` followed by the name (e.g. ``--set compute.``)."""
         known = self.flat()
         values: dict[str, float] = {}
         for name, value in overrides.items():
             if name not in known:
                 raise ConfigError(
-                    f"unknown {self.NOUN} {name!r}", path=path, hint=known_keys_hint(name, known)
+                    f"unknown {self.NOUN} {name!r}",
+                    path=path,
+                    where=f"{where}{name}" if where else None,
+                    hint=known_keys_hint(name, known),
                 )
-            values[name] = self.check(name, value, path=path)
+            values[name] = self.check(name, value, path=path, where=f"{where}{name}")
         return self.with_flat(values)
 
     def to_tables(self) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from echo_view.model.gpus import (
     known_presets,
     match_gpu,
 )
+from echo_view.model.config import LIMITS
+from echo_view.model.job import MAX_RANKS
 from echo_view.model.params import ParamSet, param
 
 if TYPE_CHECKING:
@@ -178,9 +180,11 @@ class Cluster:
         }
 
 
-def _key(default: float, help: str, unit: str, lo: float = 1e-3, *, integer: bool = False) -> Any:
+def _key(
+    default: float, help: str, unit: str, lo: float = 1e-3, *, hi: float = 1e9, integer: bool = False
+) -> Any:
     # Every value is bounded (in the key's own unit) so that derived times stay finite int64 ns.
-    return param(default, help=help, unit=unit, lo=lo, hi=1e9, integer=integer)
+    return param(default, help=help, unit=unit, lo=lo, hi=hi, integer=integer)
 
 
 _A100 = PRESETS["A100-SXM4-80GB"]
@@ -202,9 +206,10 @@ class ClusterKeys(ParamSet):
 
     NOUN: ClassVar[str] = "cluster key"
 
+    # The same bounds as a workload config's [cluster] (echo_view.model.config.LIMITS).
     gpus_per_node: int = _key(8, "GPUs per node; rank r runs on node r // gpus_per_node", "GPUs",
-                              1, integer=True)  # fmt: skip
-    nodes: int = _key(1, "nodes", "nodes", 1, integer=True)
+                              1, hi=LIMITS["gpus_per_node"], integer=True)  # fmt: skip
+    nodes: int = _key(1, "nodes", "nodes", 1, hi=MAX_RANKS, integer=True)
     nic_gbytes_per_s: float = _key(_A100.default_nic_bits_per_s / 8 / GB, "NIC bandwidth per GPU",
                                    "GB/s")  # fmt: skip
     nvlink_gbytes_per_s: float = _key(_A100.nvlink_bytes_per_s / GB, "NVLink bandwidth per GPU",

@@ -36,6 +36,7 @@ from typing import Any
 from echo_view.errors import ConfigError, UsageError
 from echo_view.model.config import LIMITS, WorkloadConfig, parse_workload_config
 from echo_view.model.config_keys import chunk_key, config_to_mapping
+from echo_view.model.gpus import gpu_preset
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
@@ -162,10 +163,15 @@ def retarget(base: WorkloadConfig, gpus: int, gpu: str | None) -> WorkloadConfig
             f"--gpus {gpus} is not a whole number of {per_node}-GPU nodes",
             hint=f"give a multiple of {per_node}",
         )
+    if gpu is not None:
+        try:
+            gpu_preset(gpu)
+        except ConfigError as exc:  # the name came from --gpu, not from the config file
+            raise UsageError(f"--gpu: {exc.message}", hint=exc.hint) from None
     cluster = replace(
         base.cluster, gpu=gpu or base.cluster.gpu, gpus_per_node=per_node, nodes=gpus // per_node
     )
-    cluster_from_config(cluster, base.source)  # an unknown GPU fails here, once
+    cluster_from_config(cluster, base.source)  # an unknown GPU in the config fails here, once
     return replace(base, cluster=cluster)
 
 

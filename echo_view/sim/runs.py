@@ -261,7 +261,8 @@ def simulate_workload(
     if compute is not None:
         params = compute_params_from_doc(compute, cluster.gpu, params)
     params = params.with_overrides(
-        {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS}
+        {k.removeprefix("compute."): v for k, v in overrides.items() if k in _PARAM_KEYS},
+        where="--set compute.",
     )
     scales: dict[int, float] = {}
     every = scale_value("compute.scale.all", overrides.get("compute.scale.all", "1"))
@@ -283,7 +284,8 @@ def simulate_workload(
             interference_file,
         ),
         host=HostParams().with_overrides(
-            {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS}
+            {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS},
+            where="--set host.",
         ),
     )
 

@@ -116,7 +116,8 @@ def test_bad_options_are_one_line_errors(
         (["--gpus", "12"], "whole number of 8-GPU nodes"),
         (["--gpus", "64", "--search", "tp,bogus"], "unknown dimension 'bogus'"),
         (["--gpus", "64", "--top", "0"], "--top must be at least 1"),
-        (["--gpus", "64", "--gpu", "Z999"], "Z999"),
+        # The name came from the command line: the error names --gpu, not the config file.
+        (["--gpus", "64", "--gpu", "Z999"], "error: --gpu: unknown GPU preset 'Z999'"),
         (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "cannot tell the plot format"),
     ]
     for extra, message in cases:

@@ -144,6 +144,22 @@ def test_unknown_set_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert "compute.foo" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("knob", "message"),
+    [
+        ("compute.gemm_eff_max=0", "--set compute.gemm_eff_max: compute parameter"),
+        ("host.kernel_us=1e15", "--set host.kernel_us: host parameter"),
+    ],
+)
+def test_out_of_range_knobs_name_the_set_option(
+    knob: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml"), "--set", knob]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"echo-view: error: {message}") and "\n" not in err
+
+
 def test_trace_then_simulate_the_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch", reason=TORCH_MISSING)
     graph = tmp_path / "g.json.gz"

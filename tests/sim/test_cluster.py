@@ -66,7 +66,10 @@ def test_overrides() -> None:
         ("nic_gbs", "1", "unknown cluster key 'nic_gbs'"),
         ("nic_gbytes_per_s", "-5", "must be a number from 0.001 to 1e[+]09 GB/s"),
         ("gpus_per_node", "eight", "needs a number"),
-        ("nodes", "0", "must be a number from 1 to 1e[+]09 nodes"),
+        ("nodes", "0", "must be a number from 1 to 1e[+]06 nodes"),
+        # The bounds of a workload config's [cluster]: `comm --gpus-per-node 99999999` ran.
+        ("gpus_per_node", "1025", "must be a number from 1 to 1024 GPUs"),
+        ("nodes", "1000001", "must be a number from 1 to 1e[+]06 nodes"),
         ("fabric", "ethernet", "unknown fabric"),
         ("cpu", "sparc", "unknown CPU vendor"),
         ("gpu", "Z9", "unknown GPU preset"),
@@ -159,7 +162,11 @@ def test_published_runs_with_gigabit_keys_still_load() -> None:
 def test_numeric_keys_are_a_parameter_set_with_a_dgx_a100s_defaults() -> None:
     specs = ClusterKeys.specs()
     assert set(OVERRIDE_KEYS) == {"gpu", "fabric", "cpu", "nccl_algo", *specs}
-    assert all(s.unit and s.help and s.hi == 1e9 for s in specs.values())
+    assert all(s.unit and s.help for s in specs.values())
+    # Counts have a workload config's bounds; every rate, size and latency 1e9 of its unit.
+    his = {k: s.hi for k, s in specs.items()}
+    assert his.pop("gpus_per_node") == 1024 and his.pop("nodes") == 1_000_000
+    assert set(his.values()) == {1e9}
     described = make_cluster("A100-SXM4-80GB").describe()
     defaults = ClusterKeys().flat()
     shared = set(described) & set(defaults)

@@ -65,6 +65,11 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--ranks-per-node", "9"],
             "between",
         ),
+        # A config's bounds (1,024 GPUs a node): 99,999,999 ran before.
+        (
+            ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpus-per-node", "99999999"],
+            "cluster.gpus_per_node: cluster key 'gpus_per_node' must be a number from 1 to 1024",
+        ),
     ],
 )
 def test_comm_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
