@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from echo_view.errors import ConfigError, in_file, known_keys_hint, warn_deprecated
+from echo_view.model.config import LIMITS
 from echo_view.model.gpus import (
     GB,
     PRESETS,
@@ -23,7 +24,6 @@ from echo_view.model.gpus import (
     known_presets,
     match_gpu,
 )
-from echo_view.model.config import LIMITS
 from echo_view.model.job import MAX_RANKS
 from echo_view.model.params import ParamSet, param
 
@@ -181,7 +181,13 @@ class Cluster:
 
 
 def _key(
-    default: float, help: str, unit: str, lo: float = 1e-3, *, hi: float = 1e9, integer: bool = False
+    default: float,
+    help: str,
+    unit: str,
+    lo: float = 1e-3,
+    *,
+    hi: float = 1e9,
+    integer: bool = False,
 ) -> Any:
     # Every value is bounded (in the key's own unit) so that derived times stay finite int64 ns.
     return param(default, help=help, unit=unit, lo=lo, hi=hi, integer=integer)
