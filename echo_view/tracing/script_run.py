@@ -208,6 +208,23 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
         raise InputError(
             f"syntax error: {exc.msg}", path=spec.path, where=f"line {exc.lineno}"
         ) from exc
+    except SystemExit as exc:
+        raise InputError(
+            f"the script called sys.exit({exc.code!r}) when imported",
+            path=spec.path,
+            where=_script_line(exc, spec.path),
+            hint="run a script's own entry point under `if __name__ == \"__main__\":`",
+        ) from exc
+    except Exception as exc:  # what the script's own top-level code raised
+        missing = isinstance(exc, ModuleNotFoundError)
+        raise InputError(
+            f"importing the script raised {type(exc).__name__}: {_first_line(exc)}",
+            path=spec.path,
+            where=_script_line(exc, spec.path),
+            hint="install it in echo-view's environment"
+            if missing
+            else "fix the script; --debug shows the traceback",
+        ) from exc
     finally:
         sys.modules.pop(name, None)
     fn = getattr(module, spec.function, None)
@@ -260,9 +277,14 @@ def timeout_error(spec: ScriptSpec, timeout_s: float, where: str | None) -> Inpu
     )
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, at most 200 characters."""
+    return (str(exc).strip().splitlines() or [""])[0][:200]
+
+
 def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> EchoViewError:
     where = _script_line(exc, spec.path)
-    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    text = _first_line(exc)
     if isinstance(exc, _Timeout):
         return timeout_error(spec, timeout_s, where)
     if isinstance(exc, UnsupportedCollective):
@@ -329,6 +351,13 @@ def trace_rank(
             rec.finish()
         except EchoViewError:
             raise
+        except SystemExit as exc:
+            raise InputError(
+                f"{spec.function}() called sys.exit({exc.code!r})",
+                path=spec.path,
+                where=_script_line(exc, spec.path),
+                hint="the step function must return; leave exiting to the script's entry point",
+            ) from exc
         except Exception as exc:
             raise _script_error(exc, spec, timeout_s) from exc
         finally:
@@ -425,10 +454,18 @@ def finish_rank(job: RankJob, strings: StringTable) -> RankProgram:
         msg = job.recv.recv()
     except EOFError:
         job.proc.join()
+        code = job.proc.exitcode
+        if code is not None and code < 0:  # killed by a signal: the kernel's OOM killer, mostly
+            raise InputError(
+                f"tracing rank {job.rank} was killed by signal {-code}",
+                path=spec.path,
+                hint="out of memory? trace fewer layers with --set, or on a larger machine",
+            ) from None
         raise InputError(
-            f"tracing rank {job.rank} ended without a result (exit code {job.proc.exitcode})",
+            f"the script ended rank {job.rank}'s process (exit code {code}) before "
+            f"{spec.function}() returned",
             path=spec.path,
-            hint="out of memory? trace fewer layers with --set, or on a larger machine",
+            hint="the step function must return; it may not call os._exit()",
         ) from None
     finally:
         stop_rank(job)

@@ -83,8 +83,9 @@ def train_step():
             "a second forward pass after the backward pass",
             [],
         ),
+        ("import sys; sys.exit(3)", 9, "train_step() called sys.exit(3) (the step", []),
     ],
-    ids=["raises", "cuda", "item", "collective", "timeout", "accumulation"],
+    ids=["raises", "cuda", "item", "collective", "timeout", "accumulation", "exit"],
 )
 def test_trace_script_errors_are_one_line_with_the_script_line(
     capsys: pytest.CaptureFixture[str],
@@ -105,6 +106,38 @@ def test_trace_script_errors_are_one_line_with_the_script_line(
     assert err.startswith(f"echo-view: error: {script}: line {line}: {message}")
     if "device" in message:
         assert "choose the device with torch.cuda.is_available()" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "import no_such_module_here\n",
+            "line 1: importing the script raised ModuleNotFoundError: No module named "
+            "'no_such_module_here' (install it in echo-view's environment)",
+        ),
+        ("x = 1\nraise KeyError('top')\n", "line 2: importing the script raised KeyError: 'top'"),
+        ("import sys\nsys.exit(2)\n", "line 2: the script called sys.exit(2) when imported"),
+        (
+            "import os\ndef train_step():\n    os._exit(0)\n",
+            "the script ended rank 0's process (exit code 0) before train_step() returned",
+        ),
+    ],
+    ids=["import", "raises", "exit", "os-exit"],
+)
+def test_trace_script_that_fails_outside_its_step_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, message: str
+) -> None:
+    # Each was a RuntimeError traceback from the traced rank's process.
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text(text)
+    out = tmp_path / "graph.json.gz"
+    assert main(["trace", "--script", str(script), "--world", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"echo-view: error: {script}: {message}") and err.count("\n") == 1
     assert not out.exists()
 
 
