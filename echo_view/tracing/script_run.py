@@ -213,7 +213,7 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
             f"the script called sys.exit({exc.code!r}) when imported",
             path=spec.path,
             where=_script_line(exc, spec.path),
-            hint="run a script's own entry point under `if __name__ == \"__main__\":`",
+            hint='run a script\'s own entry point under `if __name__ == "__main__":`',
         ) from exc
     except Exception as exc:  # what the script's own top-level code raised
         missing = isinstance(exc, ModuleNotFoundError)
