@@ -30,12 +30,16 @@ T_INVALID = 5  # null, bool, object, non-numeric string
 T_RANGE = 6  # a number outside int64 nanoseconds or not finite
 
 _INT64_US = 9_223_372_036_854_775  # |µs| above this overflows int64 ns
+#: Largest power of ten of a Decimal's leading digit that can fit int64 ns (``adjusted()``):
+#: checked before any arithmetic, so that ``1e999999999`` is refused, not computed (decimal
+#: raises Overflow on it; ``1e500000`` would become a 500,000-digit integer).
+_MAX_US_EXPONENT = 15
 
 
 def _decimal_ns(value: Decimal) -> int | None:
-    """Exact ns of a Decimal µs value (:func:`echo_view.units.us_to_ns`), ``None`` when it is
-    not finite or leaves int64."""
-    if not value.is_finite():
+    """Exact ns of a Decimal µs value (:func:`echo_view.units.us_to_ns`: sub-ns digits
+    rounded half to even), ``None`` when it is not finite or leaves int64."""
+    if not value.is_finite() or value.adjusted() > _MAX_US_EXPONENT:
         return None
     ns = us_to_ns(value)
     return ns if -_INT64_US * 1000 <= ns <= _INT64_US * 1000 else None
@@ -88,9 +92,14 @@ def _homogeneous(values: list[Any], t: type) -> tuple[I64, U8] | None:
             return None  # non-finite, or a big float that did not come through the hook
         return np.rint(arr_f * 1000).astype(np.int64), np.full(n, T_FLOAT, dtype=np.uint8)
     if t is Decimal:
+        if not all(map(Decimal.is_finite, values)) or (
+            n and max(map(Decimal.adjusted, values)) > _MAX_US_EXPONENT
+        ):
+            return None  # (one by one: each out-of-range value gets T_RANGE)
         try:
-            ns = np.array([int(v * 1000) for v in values], dtype=np.int64)
-        except (OverflowError, ValueError, InvalidOperation):
+            # Rounded as us_to_ns rounds (half to even), not truncated: the importer's ns.
+            ns = np.array([int((v * 1000).to_integral_value()) for v in values], dtype=np.int64)
+        except OverflowError:
             return None
         return ns, np.full(n, T_BIG_FLOAT, dtype=np.uint8)
     if values and values[0] is UNSET:

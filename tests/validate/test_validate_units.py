@@ -12,6 +12,7 @@ import pytest
 
 from echo_view.model import ClockAlignment, CollectiveKind, EventKind, Job, LaneKind, TraceBuilder
 from echo_view.model.trace_rules import parse_flow_id, partial_overlaps
+from echo_view.units import us_texts_to_ns
 from echo_view.validate import (
     CODES,
     FileValidator,
@@ -61,6 +62,26 @@ def test_times_convert_exactly_in_every_form() -> None:
         T_INVALID,
         T_RANGE,
     ]
+
+
+def test_big_float_times_beyond_decimal_range_are_out_of_range() -> None:
+    # A fuzzer's one-byte edit made a time 4458676524648e797: decimal raised Overflow (a
+    # traceback from `check`); 1e500000 would have become a 500,000-digit integer.
+    huge = [Decimal("4458676524648e797"), Decimal("1e999999999"), Decimal("-1e500000")]
+    ns, kind = times_to_ns([*huge, Decimal("4458676524648.797")])
+    assert kind.tolist() == [T_RANGE, T_RANGE, T_RANGE, T_BIG_FLOAT]
+    assert ns[3] == 4458676524648797
+    ns, kind = times_to_ns(huge)  # all of one type: the bulk path, then one by one
+    assert kind.tolist() == [T_RANGE] * 3
+
+
+def test_sub_ns_digits_round_half_to_even_as_the_importer_rounds() -> None:
+    texts = ["4458676524648.7975", "4458676524648.7985", "-4458676524648.7975"]
+    ns, kind = times_to_ns([Decimal(t) for t in texts])  # the bulk path truncated before
+    assert ns.tolist() == [4458676524648798, 4458676524648798, -4458676524648798]
+    assert ns.tolist() == us_texts_to_ns([t.encode() for t in texts])[0].tolist()
+    one = [times_to_ns([t])[0][0] for t in texts]  # numeric strings: one by one
+    assert one == ns.tolist()
 
 
 def test_decoder_keeps_big_float_text() -> None:
