@@ -79,6 +79,7 @@ def test_sub_ns_digits_round_half_to_even_as_the_importer_rounds() -> None:
     texts = ["4458676524648.7975", "4458676524648.7985", "-4458676524648.7975"]
     ns, kind = times_to_ns([Decimal(t) for t in texts])  # the bulk path truncated before
     assert ns.tolist() == [4458676524648798, 4458676524648798, -4458676524648798]
+    assert kind.tolist() == [T_BIG_FLOAT] * 3
     assert ns.tolist() == us_texts_to_ns([t.encode() for t in texts])[0].tolist()
     one = [times_to_ns([t])[0][0] for t in texts]  # numeric strings: one by one
     assert one == ns.tolist()
