@@ -233,7 +233,9 @@ class SchemaRule:
             "EV211",
             chunk,
             np.flatnonzero((ts_kind == T_RANGE) | (dur_kind == T_RANGE)),
-            lambda r: f"ts={ev[r].ts!r} dur={ev[r].dur!r} is not a finite int64-ns time",
+            lambda r: (
+                f"ts={_number(ev[r].ts)} dur={_number(ev[r].dur)} is not a finite int64-ns time"
+            ),
         )
         is_x = ph == PH["X"]
         ctx.emit_rows(
@@ -359,6 +361,11 @@ def _type_msg(e: Any) -> str:
         ):
             parts.append(f"{f}={v!r}")
     return ", ".join(parts) + " is not a number"
+
+
+def _number(v: Any) -> str:
+    """A raw time for a message: a big float as its text (``1E+400``), not the Decimal's repr."""
+    return str(v) if isinstance(v, Decimal) else repr(v)
 
 
 def _string_msg(e: Any) -> str:

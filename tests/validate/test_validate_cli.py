@@ -200,3 +200,15 @@ def test_findings_quote_long_names_cut(tmp_path: Path, capsys: pytest.CaptureFix
     code, out, _ = _run(capsys, str(path))
     assert code == 1 and "EV301" in out and "AAA" in out
     assert max(map(len, out.splitlines())) < 1200
+
+
+def test_a_time_beyond_decimal_range_is_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A one-byte edit of a real trace (a digit turned into "e") raised decimal.Overflow.
+    path = tmp_path / "t.json"
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": ts, "dur": 3} for ts in ("TS", 5)]
+    path.write_text(json.dumps({"traceEvents": events}).replace('"TS"', "1e94128201427195"))
+    code, out, _ = _run(capsys, str(path), "--select", "EV211")
+    assert code == 1
+    assert "ts=1E+94128201427195 dur=3 is not a finite int64-ns time" in out
