@@ -36,6 +36,7 @@ from echo_view.validate.imported import check_rank, join_rank_checks
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
+from importers.nsys import captures_in
 
 if TYPE_CHECKING:
     from echo_view.loading import Parallel
@@ -53,6 +54,7 @@ _JSON_SUFFIXES = (".json", ".json.gz")
 CHECK_FORMATS = (
     "Chrome/Perfetto JSON traces (.json, .json.gz)",
     "Perfetto protobuf traces (.pftrace)",
+    "Nsight Systems exports (.nsys-rep, .sqlite, .sqlite.gz)",
 )
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 _PROTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
@@ -111,7 +113,9 @@ class _Job:
 
 
 def _trace_files(directory: Path) -> list[Path]:
-    return sorted(
+    """The traces in ``directory``: JSON, protobuf and Nsight Systems captures (each capture
+    once: not a report beside its SQLite export)."""
+    own = [
         p
         for p in directory.iterdir()
         if p.is_file()
@@ -119,7 +123,8 @@ def _trace_files(directory: Path) -> list[Path]:
             (p.name.endswith(_JSON_SUFFIXES) and looks_like_trace(sniff_head(p)))
             or p.name.endswith(_PROTO_SUFFIXES)
         )
-    )
+    ]
+    return sorted({*own, *captures_in(directory)})
 
 
 def expand(paths: list[Path], as_job: bool) -> list[_Job]:

@@ -28,7 +28,7 @@ from importers.nsys.build import (
     link_launches,
     time_order,
 )
-from importers.nsys.db import KERNEL_HINT, Export, file_kind, open_export
+from importers.nsys.db import KERNEL_HINT, REPORT_SUFFIXES, Export, file_kind, open_export
 from importers.nsys.nccl import find_collectives, nccl_args
 from importers.nsys.nvtx import read_nvtx
 from importers.nsys.ranks import RANK_BY, plan_ranks
@@ -68,8 +68,12 @@ class NsysImporter:
         self.rank_by = rank_by
 
     def sniff(self, path: Path) -> bool:
-        """SQLite magic (also inside gzip) or a ``.nsys-rep`` suffix."""
-        return Path(path).is_file() and file_kind(Path(path)) is not None
+        """SQLite magic (also inside gzip) or a ``.nsys-rep`` suffix; a directory holding at
+        least one such file (one capture per node, say)."""
+        path = Path(path)
+        if path.is_dir():
+            return any(f.is_file() and file_kind(f) is not None for f in sorted(path.iterdir()))
+        return path.is_file() and file_kind(path) is not None
 
     def read(
         self,
@@ -94,9 +98,13 @@ class NsysImporter:
     # -- one file at a time, in any process (echo_view.loading.RankFileReader) -------------
 
     def rank_files(self, paths: Sequence[Path]) -> tuple[list[Path], bool]:
-        """The captures :meth:`read` reads, in natural file-name order (a capture's ranks are
-        numbered from its processes or devices, never stated: hence ``False``)."""
-        return sorted((Path(p) for p in paths), key=_natural_key), False
+        """The captures :meth:`read` reads, directories listed, in natural file-name order (a
+        capture's ranks are numbered from its processes or devices, never stated: hence
+        ``False``)."""
+        files: list[Path] = []
+        for p in map(Path, paths):
+            files.extend(_captures_in(p) if p.is_dir() else [p])
+        return sorted(files, key=_natural_key), False
 
     def read_rank_file(self, path: Path, many: bool) -> CapturePart:
         """One capture read into its ranks, numbered from 0 (:class:`CaptureParts` shifts
@@ -172,6 +180,36 @@ def _shift_ranks(trace: Trace, first: int) -> Trace:
         return trace
     groups = tuple(replace(g, ranks=tuple(r + first for r in g.ranks)) for g in trace.groups)
     return replace(trace, rank=trace.rank + first, groups=groups)
+
+
+def captures_in(folder: Path) -> list[Path]:
+    """The captures in ``folder`` (not its sub-folders), by name; a report whose SQLite export
+    lies beside it (``nsys export`` writes ``NAME.sqlite`` next to ``NAME.nsys-rep``) is left
+    out, so that each capture is read once."""
+    kinds = {f: file_kind(f) for f in sorted(folder.iterdir()) if f.is_file()}
+    found = {f: k for f, k in kinds.items() if k is not None}
+    exported = {_stem(f) for f, k in found.items() if k != "report"}
+    return [f for f, k in found.items() if k != "report" or _stem(f) not in exported]
+
+
+def _captures_in(folder: Path) -> list[Path]:
+    """:func:`captures_in`, at least one."""
+    files = captures_in(folder)
+    if not files:
+        raise InputError(
+            "no Nsight Systems exports in this directory",
+            path=folder,
+            hint="give .nsys-rep, .sqlite or .sqlite.gz files, or a directory of them",
+        )
+    return files
+
+
+def _stem(path: Path) -> str:
+    """``NAME`` of ``NAME.nsys-rep``, ``NAME.qdrep``, ``NAME.sqlite`` or ``NAME.sqlite.gz``."""
+    name = path.name
+    for suffix in (".gz", ".sqlite", *REPORT_SUFFIXES):
+        name = name.removesuffix(suffix)
+    return name
 
 
 def _natural_key(path: Path) -> list[Any]:

@@ -24,6 +24,8 @@ def test_check_reads_every_real_trace_without_crashing() -> None:
     data = shared_path("data")
     files = sorted(data.rglob("*.json.gz"))
     assert len(files) == 24
+    files += sorted(data.rglob("*.sqlite.gz"))  # the Nsight Systems captures
+    assert len(files) == 27
     report = run_check(data)
     assert {f.path for f in report.files} == {str(f) for f in files}
     assert all(f.usable and f.events > 0 for f in report.files)

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from echo_view.errors import InputError
 from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
 from echo_view.model.trace import ProcessGroup
 from importers.nsys import CaptureParts, NsysImporter
 from tests.importers.nsys.capture import Proc, build
-from tests.importers.nsys.helpers import SAMPLE_NAMES, query, sample, unpacked
+from tests.importers.nsys.helpers import SAMPLE_NAMES, SAMPLES, query, sample, unpacked
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
 
@@ -304,7 +305,37 @@ def test_sniff(tmp_path: Path) -> None:
     other = tmp_path / "trace.json"
     other.write_text('{"traceEvents": []}')
     assert not imp.sniff(other)
-    assert not imp.sniff(tmp_path)
+    # A directory holding a capture is read as its captures (one per node, say).
+    assert imp.sniff(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "trace.json").write_text('{"traceEvents": []}')
+    assert not imp.sniff(empty)
+
+
+def test_a_directory_of_captures_is_the_job_of_its_files(tmp_path: Path) -> None:
+    # `info samples/nsys` said "no trace files in this directory" before.
+    imp = NsysImporter()
+    listed = imp.read([sample(n) for n in SAMPLE_NAMES])
+    folder = imp.read([SAMPLES])
+    assert folder.ranks == listed.ranks == (0, 1, 2, 3, 4, 5)
+    for a, b in zip(folder.traces, listed.traces, strict=True):
+        assert a.metadata == b.metadata and np.array_equal(a.events.start_ns, b.events.start_ns)
+    # `nsys export` writes NAME.sqlite beside NAME.nsys-rep: that capture is read once.
+    unpacked("h100_2gpu_1s", tmp_path)
+    (tmp_path / "h100_2gpu_1s.nsys-rep").write_bytes(b"\x00" * 16)
+    (tmp_path / "other.nsys-rep").write_bytes(b"\x00" * 16)
+    (tmp_path / "notes.txt").write_text("not a capture")
+    files, _ = imp.rank_files([tmp_path])
+    assert [f.name for f in files] == ["h100_2gpu_1s.sqlite", "other.nsys-rep"]
+    with pytest.raises(InputError, match="no Nsight Systems exports in this directory"):
+        imp.rank_files([tmp_path / "notes.txt", _folder(tmp_path / "none")])
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    (path / "a.json").write_text("{}")
+    return path
 
 
 def test_captures_from_two_hosts_are_placed_by_wall_clock(tmp_path: Path) -> None:
