@@ -37,7 +37,7 @@ from echo_view.model.config_settings import with_parallel_settings
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import cluster_from_config
-from echo_view.sim.runs import WORKLOAD_KEYS, check_keys, predict_workload
+from echo_view.sim.runs import check_keys, predict_workload
 from echo_view.text import printable
 
 GB = 1e9
@@ -45,7 +45,7 @@ GB = 1e9
 
 def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[str, str]) -> int:
     """Simulate a config or traced graph; print the report, write ``-o`` if given."""
-    check_keys(overrides, WORKLOAD_KEYS, "a workload config")  # before tracing, which is slow
+    check_keys(overrides, workload=True)  # before tracing, which is slow
     exporter = None
     if args.output is not None:
         exporter = registry.exporter_for(args.output)

@@ -89,15 +89,18 @@ GRAPH_SECTIONS = ("model", "parallel", "batch", "precision", "training")
 DEPRECATED_SET_KEYS = tuple(f"cluster.{k}" for k in DEPRECATED_KEYS)
 
 
-def check_keys(overrides: Mapping[str, str], known: tuple[str, ...], what: str) -> None:
-    """A ConfigError naming the first knob of ``overrides`` that ``known`` lacks, and the
-    nearest one it has; or the first scale factor out of range (checked here: before a config
-    is traced, which takes minutes)."""
+def check_keys(overrides: Mapping[str, str], *, workload: bool) -> None:
+    """A ConfigError naming the first knob of ``overrides`` that a workload config's
+    simulation (``workload``) or a measured job's replay does not take, and the nearest one it
+    does; or the first scale factor out of range (checked here: before a config is traced,
+    which takes minutes)."""
+    known = WORKLOAD_KEYS if workload else REPLAY_KEYS
+    what = "a workload config" if workload else "a measured job"
     for key, value in overrides.items():
         if key not in known and key not in DEPRECATED_SET_KEYS:
             section = key.partition(".")[0]
             typo = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
-            if known is WORKLOAD_KEYS and section in GRAPH_SECTIONS and not typo:
+            if workload and section in GRAPH_SECTIONS and not typo:
                 settable = [k for k in known if k.startswith(f"{section}.")]
                 raise ConfigError(
                     f"{key!r} is not a simulation knob: it changes the traced graph or the layout",
@@ -181,7 +184,7 @@ def replay_job(
     ``measured`` (collective times from the trace) or ``model`` (the NCCL model);
     ``interference_file`` is the model file ``--set interference=FILE`` names, read by the
     caller (``echo_view.loading.setting_file``)."""
-    check_keys(overrides, REPLAY_KEYS, "a measured job")
+    check_keys(overrides, workload=False)
     if comm not in ("measured", "model"):
         raise ConfigError(f"comm must be measured or model, got {comm!r}", where="--comm")
     scales = {
@@ -315,7 +318,7 @@ def predict_workload(
     ``compute`` holds kernel cost parameters from ``echo-view calibrate compute`` and
     ``interference_file`` the model ``--set interference=FILE`` names, both read by the caller
     (``echo_view.loading``); ``ranks`` is ``stages`` (one rank per pipeline stage) or ``all``."""
-    check_keys(overrides, WORKLOAD_KEYS, "a workload config")
+    check_keys(overrides, workload=True)
     if ranks not in ("stages", "all"):
         raise ConfigError(f"ranks must be stages or all, got {ranks!r}", where="--ranks")
     sim = simulate_workload(

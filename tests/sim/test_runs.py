@@ -9,7 +9,6 @@ import pytest
 from echo_view.errors import ConfigError
 from echo_view.loading import load_workload
 from echo_view.sim.runs import (
-    REPLAY_KEYS,
     WORKLOAD_KEYS,
     check_keys,
     scale_value,
@@ -18,13 +17,13 @@ from echo_view.sim.runs import (
 
 
 def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
-    check_keys({"comm.scale": "2"}, REPLAY_KEYS, "a measured job")
+    check_keys({"comm.scale": "2"}, workload=False)
     with pytest.raises(ConfigError) as err:
-        check_keys({"compute.gemm_eff_max": "0.7"}, REPLAY_KEYS, "a measured job")
+        check_keys({"compute.gemm_eff_max": "0.7"}, workload=False)
     text = str(err.value)
     assert "unknown knob 'compute.gemm_eff_max' for a measured job" in text
     assert "comm.scale" in text and "\n" not in text
-    check_keys({"compute.gemm_eff_max": "0.7"}, WORKLOAD_KEYS, "a workload config")
+    check_keys({"compute.gemm_eff_max": "0.7"}, workload=True)
     # The parameter sets' class attributes (NOUN) are no knobs.
     assert not [k for k in WORKLOAD_KEYS if "NOUN" in k]
     assert {"cluster.net_latency_us", "compute.kernel_gap_ns"} <= set(WORKLOAD_KEYS)
@@ -44,7 +43,7 @@ def test_unknown_knobs_name_the_input_kind_and_the_known_ones() -> None:
 )
 def test_config_keys_that_are_no_knobs(key: str, says: str) -> None:
     with pytest.raises(ConfigError) as err:
-        check_keys({key: "1"}, WORKLOAD_KEYS, "a workload config")
+        check_keys({key: "1"}, workload=True)
     text = str(err.value)
     assert says in text and "\n" not in text
     if "simulation knob" in text:
