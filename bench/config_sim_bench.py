@@ -54,7 +54,7 @@ def _one(config: Path) -> tuple[float, float, float, float]:
 def _trace_role() -> tuple[float, float]:
     code = (
         "import time,resource,tomllib;"
-        "from echo_view.model.config import parse_workload_config;"
+        "from echo_view.model.config_parse import parse_workload_config;"
         "from echo_view.tracing.roles import trace_workload;"
         "p='samples/configs/echo-gpt175b-96xH800.toml';"
         "c=parse_workload_config(tomllib.load(open(p,'rb')));t=time.perf_counter();"

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import graph_for_config  # noqa: E402
-from echo_view.model.config import parse_workload_config  # noqa: E402
+from echo_view.model.config_parse import parse_workload_config  # noqa: E402
 from echo_view.model.gpus import gpu_generation  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402
 from echo_view.sim.comm.defaults import default_comm_model  # noqa: E402

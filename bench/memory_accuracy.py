@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import load_config  # noqa: E402
-from echo_view.model.config import WorkloadConfig, parse_workload_config  # noqa: E402
+from echo_view.model.config import WorkloadConfig  # noqa: E402
+from echo_view.model.config_parse import parse_workload_config  # noqa: E402
 from echo_view.sim.memory import ALLOCATOR_MARGIN, memory_report  # noqa: E402
 
 GiB = 1 << 30

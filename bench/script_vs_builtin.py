@@ -33,8 +33,8 @@ DDP_BUCKET_PARAMS = 25 * 2**20 // 4
 sys.path.insert(0, str(ROOT))
 
 from echo_view.loading import load_workload, trace_config  # noqa: E402
-from echo_view.model.config import parse_workload_config  # noqa: E402
 from echo_view.model.config_keys import config_to_mapping  # noqa: E402
+from echo_view.model.config_parse import parse_workload_config  # noqa: E402
 from echo_view.model.graph import AXES, OpClass, TracedGraph  # noqa: E402
 from echo_view.model.kinds import CollectiveKind  # noqa: E402
 from echo_view.sim.cluster import cluster_from_config  # noqa: E402

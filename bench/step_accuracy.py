@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from echo_view.errors import EchoViewError  # noqa: E402
 from echo_view.loading import graph_for_config  # noqa: E402
-from echo_view.model.config import WorkloadConfig, parse_workload_config  # noqa: E402
+from echo_view.model.config import WorkloadConfig  # noqa: E402
+from echo_view.model.config_parse import parse_workload_config  # noqa: E402
 from echo_view.model.gpus import gpu_generation  # noqa: E402
 from echo_view.model.graph import TracedGraph  # noqa: E402
 from echo_view.sim.calibrate.steps import (  # noqa: E402

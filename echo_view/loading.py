@@ -33,8 +33,9 @@ from echo_view.formats import (
     no_progress,
     set_max_inflated_bytes,
 )
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig
 from echo_view.model.config_keys import config_to_mapping, tracing_key
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import TracedGraph
 from echo_view.model.job import Job, JobHead
 from echo_view.model.params import switch_value

@@ -19,7 +19,8 @@ from echo_view.model.config import (
 
 
 def config_to_mapping(cfg: WorkloadConfig) -> dict[str, Any]:
-    """The TOML-shaped mapping that :func:`parse_workload_config` turns back into ``cfg``."""
+    """The TOML-shaped mapping that
+    :func:`~echo_view.model.config_parse.parse_workload_config` turns back into ``cfg``."""
     m, p, b, c = cfg.model, cfg.parallel, cfg.batch, cfg.cluster
     cluster: dict[str, Any] = {"gpu": c.gpu, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes}
     cluster.update(c.overrides)

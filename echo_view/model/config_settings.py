@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import SIMULATION_ONLY, WorkloadConfig, parse_workload_config
+from echo_view.model.config import SIMULATION_ONLY, WorkloadConfig
 from echo_view.model.config_keys import config_to_mapping, tracing_key
+from echo_view.model.config_parse import parse_workload_config
 
 #: The ``parallel`` keys ``--set`` may change for a workload config.
 SETTABLE_PARALLEL: tuple[str, ...] = tuple(k for k in SIMULATION_ONLY if k != "fsdp")

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from echo_view.errors import ConfigError, UsageError
-from echo_view.model.config import LIMITS, WorkloadConfig, parse_workload_config
+from echo_view.model.config import LIMITS, WorkloadConfig
 from echo_view.model.config_keys import chunk_key, config_to_mapping
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.gpus import gpu_preset
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config

@@ -14,9 +14,9 @@ from echo_view.model.config import (
     chunk_layers,
     ddp_bucket_params,
     grad_reduce_bytes,
-    parse_workload_config,
 )
 from echo_view.model.config_keys import chunk_key, config_to_mapping, tracing_key
+from echo_view.model.config_parse import parse_workload_config
 from tests.conftest import SAMPLES, SHARED
 
 BASE: dict[str, Any] = {

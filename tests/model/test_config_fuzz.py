@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_view.errors import EchoViewError
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.sim.cluster import cluster_from_config
 from tests.fuzz_data import ODD_VALUES, SETTINGS
 

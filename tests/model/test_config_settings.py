@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import SIMULATION_ONLY, parse_workload_config
+from echo_view.model.config import SIMULATION_ONLY
 from echo_view.model.config_keys import tracing_key
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.config_settings import (
     PARALLEL_SET_KEYS,
     setting_value,

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import moe_dense_prefix, parse_workload_config
+from echo_view.model.config import moe_dense_prefix
 from echo_view.model.config_keys import config_to_mapping, tracing_key
+from echo_view.model.config_parse import parse_workload_config
 from tests.moe_data import moe_data
 
 ROOT = Path(__file__).resolve().parents[2]

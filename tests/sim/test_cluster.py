@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from echo_view.errors import ConfigError, Deprecated
-from echo_view.model.config import ClusterConfig, parse_workload_config
+from echo_view.model.config import ClusterConfig
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.sim.cluster import (
     DEPRECATED_KEYS,
     OVERRIDE_KEYS,

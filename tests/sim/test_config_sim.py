@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from echo_view.analysis.summary import summarize
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compute_presets import compute_params_for

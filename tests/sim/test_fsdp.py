@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable

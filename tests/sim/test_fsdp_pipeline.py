@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from echo_view.errors import ConfigError
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpClass, Role, TracedGraph
 from echo_view.model.strings import StringTable
 from echo_view.sim.cluster import cluster_from_config

@@ -10,7 +10,7 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.model.aten_ops import HOST_WAIT
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import LaneKind
 from echo_view.model.strings import StringTable

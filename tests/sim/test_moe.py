@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from echo_view.model import is_comm_kernel
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.moe_config import MoEConfig
 from echo_view.sim.cluster import cluster_from_config, make_cluster

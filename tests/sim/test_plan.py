@@ -9,8 +9,8 @@ import pytest
 
 from echo_view.errors import UsageError
 from echo_view.loading import load_config
-from echo_view.model.config import parse_workload_config
 from echo_view.model.config_keys import chunk_key, config_to_mapping
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.sim.plan import (
     DIMENSIONS,
     Frontier,

@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.strings import StringTable

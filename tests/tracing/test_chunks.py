@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig
 from echo_view.model.config_keys import tracing_key
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
 from tests.conftest import TORCH_MISSING

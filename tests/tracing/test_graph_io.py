@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from echo_view.errors import InputError
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OP_COLUMNS, OPTIONAL_COLUMNS, TracedGraph
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph

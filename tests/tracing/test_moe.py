@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from echo_view.model.aten_ops import HOST_WAIT
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.memory import stage_expert_params, stage_params

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from tests.conftest import TORCH_MISSING

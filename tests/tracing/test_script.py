@@ -12,7 +12,7 @@ import pytest
 
 from echo_view.loading import trace_config
 from echo_view.model.aten_ops import attention_flops
-from echo_view.model.config import parse_workload_config
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
 from echo_view.sim.layout import Layout
 from echo_view.sim.runs import predict_workload

@@ -14,7 +14,8 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.loading import load_workload, trace_config
-from echo_view.model.config import WorkloadConfig, parse_workload_config
+from echo_view.model.config import WorkloadConfig
+from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpTable, TracedGraph
 from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.cluster import cluster_from_config
