@@ -261,13 +261,12 @@ def _file_rank(parsed: ParsedFile, many: bool) -> tuple[int, str]:
 
 
 def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
-    """The trace files of ``paths`` (directories listed) and whether ranks must be explicit."""
+    """The trace files of ``paths`` (directories listed) and whether ranks must be explicit:
+    with two files or more (one file, also alone in a directory, is rank 0 unless it says)."""
     files: list[Path] = []
-    dirs = False
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            dirs = True
             found = sorted(
                 f
                 for f in p.iterdir()
@@ -288,7 +287,7 @@ def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
             raise InputError("no such file or directory", path=p, hint="check the path")
     if not files:
         raise InputError("no input files given", hint="give trace files or a directory")
-    return files, dirs or len(files) > 1
+    return files, len(files) > 1
 
 
 class KinetoImporter:
@@ -479,7 +478,8 @@ class JobParts:
             )
         restored = self.restored
         alignment = restored if restored is not None and len(files) == 1 else align_ranks(clocks())
-        source = str(files[0].parent if self.many and len(paths) == 1 else files[0])
+        one_dir = len(paths) == 1 and Path(paths[0]).is_dir()
+        source = str(files[0].parent if one_dir else files[0])
         meta = dict(self.meta)
         return JobHead(
             ranks=tuple(ranks),

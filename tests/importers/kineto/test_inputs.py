@@ -271,6 +271,16 @@ def test_files_without_rank(tmp_path: Path) -> None:
     assert "cannot tell which rank" in err.message and "rank-3.json" in (err.hint or "")
 
 
+def test_one_file_alone_in_a_directory_is_rank_0(tmp_path: Path) -> None:
+    # As when the file is given itself: a directory used to make any file state its rank
+    # (`info DIR` of a one-GPU profile said "cannot tell which rank this file is").
+    write_trace(tmp_path / "host_123.pt.trace.json", [{"ph": "X", "name": "a", "pid": 1,
+                                                       "tid": 1, "ts": 1, "dur": 1}])  # fmt: skip
+    job = KinetoImporter().read([tmp_path])
+    assert job.ranks == (0,) and job.source == str(tmp_path)
+    assert job.traces[0].metadata["rank_source"] == "default (a single file that states no rank)"
+
+
 def test_files_of_different_jobs(tmp_path: Path) -> None:
     shutil.copy(DLRM / "worker1_step_12.1694128201556.pt.trace.json.gz", tmp_path / "a.json.gz")
     doc = json.loads(gzip.decompress(NCCL_DATA.read_bytes()))
