@@ -87,7 +87,8 @@ _SUFFIXES = (".json", ".json.gz", ".gz")
 _KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 _NAME_HINT = (
     "name each file after its rank (rank-3.json, worker3.pt.trace.json.gz) or profile with "
-    "torch.distributed initialised so that distributedInfo.rank is recorded"
+    "torch.distributed initialised so that distributedInfo.rank is recorded; files of several "
+    "profiling cycles of one process are not ranks: give one of them"
 )
 
 
