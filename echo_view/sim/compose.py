@@ -84,6 +84,11 @@ HOST_THREAD, HOST_SYNC = "host (dispatch)", "cudaDeviceSynchronize"
 HOST_TAIL = "host-bound tail"
 #: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
 MAX_ALL_RANK_OPS = 20_000_000
+#: Largest step (traced ops per micro-batch over the stages, times the micro-batches) that
+#: ``ranks="stages"`` builds: 13x the largest shipped config (GPT-175B on 96 GPUs with 1,536
+#: micro-batches, 7.3 M, which simulates in 2.4 s and 355 MB), so a few GB and about a minute;
+#: 10,000 layers with 8,192 micro-batches (5 G) exhausted a 24 GB machine before this bound.
+MAX_STEP_OPS = 100_000_000
 #: Kernel names for the collectives a composed workload runs (NCCL >= 2.19 naming); the
 #: point-to-point kind first, so that a SendRecv kernel reads back as send/recv.
 NCCL_KERNEL = {
@@ -793,13 +798,21 @@ def compose(
     sim_ranks = (
         tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
     )
+    per_step = sum(
+        (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)
+        for r in graph.roles
+        for c in range(len(r.forward))
+    )
+    if per_step * cfg.micro_batches > MAX_STEP_OPS:  # checked before any cost is computed
+        raise ConfigError(
+            f"one step would simulate about {per_step * cfg.micro_batches:,} ops "
+            f"({per_step:,} a micro-batch over the stages, {cfg.micro_batches:,} micro-batches)",
+            path=cfg.source or None,
+            hint=f"echo-view simulates up to {MAX_STEP_OPS:,}: fewer layers per stage or "
+            "micro-batches (a larger micro-batch, more data parallelism)",
+        )
     costs = role_costs(graph, cfg, colls, compute_params, scales, gemm_slowdown)
     if ranks == "all":
-        per_step = sum(
-            (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)
-            for r in graph.roles
-            for c in range(len(r.forward))
-        )
         estimate = per_step * cfg.micro_batches * layout.world // max(p.pp, 1)
         if estimate > MAX_ALL_RANK_OPS:
             raise ConfigError(

@@ -67,7 +67,7 @@ from echo_view.model.config import (
     resolve_attention,
 )
 from echo_view.sim.moe import expert_tokens, local_tokens, routed_expert_params
-from echo_view.sim.schedule import group_table, interleaved_warmup
+from echo_view.sim.schedule import interleaved_warmup
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -232,11 +232,22 @@ def inflight(cfg: WorkloadConfig, stage: int) -> list[int]:
     m, pp, v = cfg.micro_batches, p.pp, p.virtual_stages
     if v == 1:  # 1F1B: the warm-up forwards and the first steady one
         return [min(pp - stage, m)]
+    g = p.microbatch_group
     held = [0] * v
-    table = group_table(m, v, p.microbatch_group)
-    forwards = min(interleaved_warmup(stage, pp, m, v, p.microbatch_group) + 1, len(table))
-    for _, chunk in table[:forwards]:
-        held[chunk] += 1
+    # The first `forwards` entries of group_table(m, v, g), counted group by group (the table
+    # has m * v entries: 10 M for 1,250 chunks of 8,192 micro-batches, per stage and layout).
+    left = min(interleaved_warmup(stage, pp, m, v, g) + 1, m * v)
+    for first in range(0, m, g):
+        if left <= 0:
+            break
+        size = m - first if first + g >= m else g  # the last group takes the rest
+        taken = min(left, v * size)
+        full, part = divmod(taken, size)
+        for c in range(full):
+            held[c] += size
+        if part:
+            held[full] += part
+        left -= taken
     return held
 
 

@@ -182,6 +182,22 @@ def test_config_only_options_are_refused_for_measured_jobs(
     assert "applies to workload configs" in capsys.readouterr().err
 
 
+def test_a_step_too_large_to_simulate_is_refused_before_its_costs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 10,000 layers with 8,192 micro-batches (4.4 G ops) was OOM-killed on 24 GB; the bound
+    # (100 M) is lowered here so that a shipped config (7.3 M ops) meets it.
+    import echo_view.sim.compose as compose
+
+    monkeypatch.setattr(compose, "MAX_STEP_OPS", 1_000_000)
+    config = SAMPLES / "configs" / "echo-gpt175b-96xH800.toml"
+    assert main(["simulate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"echo-view: error: {config}: one step would simulate about 7,305,216")
+    assert "(4,756 a micro-batch over the stages, 1,536 micro-batches)" in err
+    assert err.count("\n") == 1
+
+
 def test_all_ranks_refuses_a_job_too_large_to_build(capsys: pytest.CaptureFixture[str]) -> None:
     config = SAMPLES / "configs" / "echo-gpt175b-96xH800.toml"
     assert main(["simulate", str(config), "--ranks", "all"]) == 2

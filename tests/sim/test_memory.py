@@ -236,6 +236,28 @@ def test_in_flight_passes_follow_the_schedule(pp: int, vp: int, m: int) -> None:
         assert inflight(cfg, stage) == held, stage
 
 
+@pytest.mark.parametrize(("pp", "vp", "m", "n"), [(2, 2, 5, 3), (4, 3, 12, 6), (3, 2, 7, 7)])
+def test_in_flight_passes_follow_the_schedule_with_groups(pp: int, vp: int, m: int, n: int) -> None:
+    base = _cfg(layers=24 * vp, pp=pp, vp=vp, global_batch=m)
+    cfg = replace(base, parallel=replace(base.parallel, microbatch_group_size_per_vp_stage=n))
+    for stage in range(pp):
+        held = [0] * vp
+        for step in schedule(stage, pp, m, vp, n):
+            if not step.forward:
+                break
+            held[step.chunk] += 1
+        assert inflight(cfg, stage) == held, stage
+
+
+def test_in_flight_passes_of_a_deep_interleaving_without_its_table() -> None:
+    # 1,250 chunks of 8,192 micro-batches: the schedule's table has 10 M entries, which `plan`
+    # built for every stage of every layout it screened (minutes for one config). Stage 0 warms
+    # up (8 - 1) * 2 + (1,250 - 1) * 8 = 10,006 forwards and holds the next: the first group of
+    # 8 micro-batches through all 1,250 chunks (10,000 passes), then 7 of the next group's.
+    cfg = _cfg(layers=10_000, pp=8, vp=1250, global_batch=8192)
+    assert inflight(cfg, 0) == [15] + [8] * 1249
+
+
 def test_contiguous_micro_batches_per_chunk_raise_the_in_flight_count() -> None:
     # pp 2, v 2, m 5, N 3 (Megatron-Core's example): stage 0 warms up (2 - 1) * 2 + 3 = 5
     # forwards and holds the 6th too (micro-batches 0-2 of both chunks); stage 1 warms up 3
