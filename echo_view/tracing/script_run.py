@@ -209,12 +209,10 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
             f"syntax error: {exc.msg}", path=spec.path, where=f"line {exc.lineno}"
         ) from exc
     except SystemExit as exc:
-        raise InputError(
-            f"the script called sys.exit({exc.code!r}) when imported",
-            path=spec.path,
-            where=_script_line(exc, spec.path),
-            hint='run a script\'s own entry point under `if __name__ == "__main__":`',
-        ) from exc
+        raise _exit_error(
+            exc, spec, "the script", "when imported",
+            'run a script\'s own entry point under `if __name__ == "__main__":`',
+        ) from exc  # fmt: skip
     except Exception as exc:  # what the script's own top-level code raised
         missing = isinstance(exc, ModuleNotFoundError)
         raise InputError(
@@ -274,6 +272,16 @@ def timeout_error(spec: ScriptSpec, timeout_s: float, where: str | None) -> Inpu
         path=spec.path,
         where=where,
         hint="a step that loops or waits forever; raise the limit with --timeout",
+    )
+
+
+def _exit_error(exc: SystemExit, spec: ScriptSpec, who: str, when: str, hint: str) -> InputError:
+    """``WHO called sys.exit(CODE) WHEN``, at the script's line."""
+    return InputError(
+        f"{who} called sys.exit({exc.code!r}){' ' + when if when else ''}",
+        path=spec.path,
+        where=_script_line(exc, spec.path),
+        hint=hint,
     )
 
 
@@ -352,12 +360,10 @@ def trace_rank(
         except EchoViewError:
             raise
         except SystemExit as exc:
-            raise InputError(
-                f"{spec.function}() called sys.exit({exc.code!r})",
-                path=spec.path,
-                where=_script_line(exc, spec.path),
-                hint="the step function must return; leave exiting to the script's entry point",
-            ) from exc
+            raise _exit_error(
+                exc, spec, f"{spec.function}()", "",
+                "the step function must return; leave exiting to the script's entry point",
+            ) from exc  # fmt: skip
         except Exception as exc:
             raise _script_error(exc, spec, timeout_s) from exc
         finally:
