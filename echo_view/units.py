@@ -86,17 +86,29 @@ _INTS = msgspec.json.Decoder(list[int])
 INT_US_LIMIT = (NS_LIMIT - 1) // NS_PER_US
 
 
+#: Largest power of ten of a µs value's leading digit (``Decimal.adjusted()``) that is
+#: converted: 10**19 µs and more lies beyond int64 ns, and is refused before any arithmetic
+#: (decimal overflows past 10**999999; ``int()`` of ``1e500000`` makes 500,000 digits).
+MAX_US_EXPONENT = 18
+
+
+def decimal_ns(value: Decimal) -> int | None:
+    """Exact ns of a Decimal µs value, rounded half to even (as ``us_to_ns``); None when it
+    is not finite or its leading digit lies past :data:`MAX_US_EXPONENT` (a zero is 0, whatever
+    its exponent: ``0E20``)."""
+    if not value.is_finite() or (value and value.adjusted() > MAX_US_EXPONENT):
+        return None
+    return int((value * NS_PER_US).to_integral_value())
+
+
 def text_ns(text: str | bytes) -> int | None:
     """Exact ns of one µs number text, rounded half to even (as ``us_to_ns``); None when it is
     not a finite number or lies outside ±:data:`NS_LIMIT`."""
     try:
-        value = Decimal(text.decode() if isinstance(text, bytes) else text)
-        if not value.is_finite() or (value and value.adjusted() > 21):
-            return None  # (the second: >= 10**22 µs, far out of range; int() of it is slow)
-        ns = int((value * NS_PER_US).to_integral_value())
-    except (DecimalException, ValueError):  # not a number, or an exponent beyond Decimal's
+        ns = decimal_ns(Decimal(text.decode() if isinstance(text, bytes) else text))
+    except (DecimalException, ValueError):  # not a number
         return None
-    return ns if -NS_LIMIT < ns < NS_LIMIT else None
+    return ns if ns is not None and -NS_LIMIT < ns < NS_LIMIT else None
 
 
 #: Largest magnitude (exclusive) of the ns that :func:`us_floats_to_ns` converts: 2**43 ns

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.units import EXACT_FLOAT_US_LIMIT, us_to_ns
+from echo_view.units import EXACT_FLOAT_US_LIMIT, MAX_US_EXPONENT, decimal_ns, us_to_ns
 
 UNSET = msgspec.UNSET
 I64 = npt.NDArray[np.int64]
@@ -30,19 +30,13 @@ T_INVALID = 5  # null, bool, object, non-numeric string
 T_RANGE = 6  # a number outside int64 nanoseconds or not finite
 
 _INT64_US = 9_223_372_036_854_775  # |µs| above this overflows int64 ns
-#: Largest power of ten of a Decimal's leading digit that can fit int64 ns (``adjusted()``):
-#: checked before any arithmetic, so that ``1e999999999`` is refused, not computed (decimal
-#: raises Overflow on it; ``1e500000`` would become a 500,000-digit integer).
-_MAX_US_EXPONENT = 15
 
 
 def _decimal_ns(value: Decimal) -> int | None:
-    """Exact ns of a Decimal µs value (:func:`echo_view.units.us_to_ns`: sub-ns digits
+    """Exact ns of a Decimal µs value (:func:`echo_view.units.decimal_ns`: sub-ns digits
     rounded half to even), ``None`` when it is not finite or leaves int64."""
-    if not value.is_finite() or value.adjusted() > _MAX_US_EXPONENT:
-        return None
-    ns = us_to_ns(value)
-    return ns if -_INT64_US * 1000 <= ns <= _INT64_US * 1000 else None
+    ns = decimal_ns(value)
+    return ns if ns is not None and -_INT64_US * 1000 <= ns <= _INT64_US * 1000 else None
 
 
 def _one_to_ns(value: Any) -> tuple[int, int]:
@@ -93,9 +87,9 @@ def _homogeneous(values: list[Any], t: type) -> tuple[I64, U8] | None:
         return np.rint(arr_f * 1000).astype(np.int64), np.full(n, T_FLOAT, dtype=np.uint8)
     if t is Decimal:
         if not all(map(Decimal.is_finite, values)) or (
-            n and max(map(Decimal.adjusted, values)) > _MAX_US_EXPONENT
+            n and max(map(Decimal.adjusted, values)) > MAX_US_EXPONENT
         ):
-            return None  # (one by one: each out-of-range value gets T_RANGE)
+            return None  # (one by one: each out-of-range value gets T_RANGE, 0E20 is 0)
         try:
             # Rounded as us_to_ns rounds (half to even), not truncated: the importer's ns.
             ns = np.array([int((v * 1000).to_integral_value()) for v in values], dtype=np.int64)
