@@ -45,7 +45,7 @@ from echo_view.sim.calibrate.comm import (
     fit_nccl,
     leave_one_out,
 )
-from echo_view.sim.cluster import Cluster, make_cluster, match_gpu
+from echo_view.sim.cluster import Cluster, gpu_preset, make_cluster, match_gpu
 from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.text import markup_safe
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
@@ -105,7 +105,7 @@ def register_comm(subparsers: Any) -> None:
 
 def log_cluster(log: NcclTestsLog, args: argparse.Namespace) -> Cluster:
     """The cluster a log ran on, as far as it and the options tell."""
-    gpu = args.gpu
+    gpu = gpu_preset(args.gpu, where="--gpu").name if args.gpu is not None else None
     if gpu is None:
         names = log.device_names
         spec = match_gpu(names[0]) if len(names) == 1 else None

@@ -132,6 +132,8 @@ def by_gpu(
 def run_compute(args: argparse.Namespace, registry: Registry) -> int:
     if args.output.suffix.lower() != ".toml":
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
+    if args.gpu is not None:
+        gpu_preset(args.gpu, where="--gpu")  # before the traces are read
     samples = read_samples(list(args.traces), registry, parallel_of(args))
     groups, skipped = by_gpu(samples, args.gpu)
     if not groups:

@@ -26,7 +26,7 @@ from echo_view.model import CollectiveKind, collective_kind_from_name
 from echo_view.model.job import MAX_RANKS
 from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import read_toml_text
-from echo_view.sim.cluster import Cluster, known_presets, make_cluster
+from echo_view.sim.cluster import Cluster, gpu_preset, known_presets, make_cluster
 from echo_view.sim.comm import (
     AlphaBetaModel,
     CollectiveEstimate,
@@ -149,7 +149,8 @@ def build_cluster(args: argparse.Namespace, ranks: int) -> tuple[Cluster, int]:
     if args.gpus_per_node is not None:
         sets["gpus_per_node"] = str(args.gpus_per_node)
     nodes_given = sets.pop("nodes", None)
-    cluster = make_cluster(args.gpu, nic_gbytes_per_s=nic_option(args)).with_overrides(sets)
+    spec = gpu_preset(args.gpu, where="--gpu")
+    cluster = make_cluster(spec, nic_gbytes_per_s=nic_option(args)).with_overrides(sets)
     gpn = cluster.gpus_per_node
     per_node = args.ranks_per_node if args.ranks_per_node is not None else min(ranks, gpn)
     if not 1 <= per_node <= gpn:

@@ -222,8 +222,9 @@ def known_presets() -> tuple[str, ...]:
     return (*PRESETS, *(a for a in _ALIASES if a not in PRESETS))
 
 
-def gpu_preset(name: str) -> GpuSpec:
-    """The preset called ``name`` (full name or short alias, case-insensitive)."""
+def gpu_preset(name: str, where: str = "cluster.gpu") -> GpuSpec:
+    """The preset called ``name`` (full name or short alias, case-insensitive); an unknown
+    name is an error at ``where`` (the config key, or the option that gave it)."""
     key = name.strip()
     by_upper = {k.upper(): v for k, v in PRESETS.items()}
     alias = {k.upper(): v for k, v in _ALIASES.items()}
@@ -234,7 +235,7 @@ def gpu_preset(name: str) -> GpuSpec:
         return PRESETS[alias[up]]
     raise ConfigError(
         f"unknown GPU preset {name!r}",
-        where="cluster.gpu",
+        where=where,
         hint=f"known presets: {', '.join(known_presets())}",
     )
 

@@ -88,7 +88,7 @@ def test_simulate_with_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
             "the traces need record_shapes=True",
         ),
         ([str(SAMPLED)], "no trace names a GPU this version has a preset for"),
-        ([str(DLRM), "--gpu", "Z100"], "unknown GPU preset"),
+        ([str(DLRM), "--gpu", "Z100"], "error: --gpu: unknown GPU preset 'Z100'"),
     ],
 )
 def test_errors(

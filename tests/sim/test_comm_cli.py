@@ -57,7 +57,11 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["comm", "all_mix", "--bytes", "1", "--ranks", "2"], "unknown collective"),
-        (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpu", "Z1"], "known presets"),
+        # The name came from the command line: the error names --gpu, not a config key.
+        (
+            ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpu", "Z1"],
+            "error: --gpu: unknown GPU preset 'Z1' (known presets:",
+        ),
         (["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "nic=1"], "known keys"),
         (["comm", "all_reduce", "--bytes", "1", "--ranks", "0"], "between 1 and 1,000,000"),
         (["comm", "all_reduce", "--bytes", "1", "--ranks", "9" * 20], "--ranks must be between"),
@@ -123,6 +127,8 @@ def test_calibrate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     odd.write_text(sample.read_text().replace("NVIDIA H100 80GB HBM3", "Mystery GPU 9000"))
     assert main(["calibrate", "comm", str(odd), "-o", str(tmp_path / "c.toml")]) == 2
     assert "--gpu" in capsys.readouterr().err
+    assert main(["calibrate", "comm", str(odd), "-o", str(tmp_path / "c.toml"), "--gpu", "Z1"]) == 2
+    assert "error: --gpu: unknown GPU preset 'Z1'" in capsys.readouterr().err
     assert not (tmp_path / "c.toml").exists()  # nothing half-written
     # With the GPU named, the same log calibrates.
     copy = tmp_path / "all_gather_perf.log"
