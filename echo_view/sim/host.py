@@ -163,4 +163,58 @@ class IssueFold:
         self.issued_ns += issued_ns
 
 
-__all__ = ["HostParams", "IssueFold", "PipeSyncs", "crosses_stage", "issue_span_ns", "p2p_synced"]
+def pipe_syncs_before(
+    p: ParallelConfig, stage: int, forward: npt.NDArray[np.bool_], chunk: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """:meth:`PipeSyncs.before` of each pass of a stage's schedule at once (the passes as
+    :func:`~echo_view.sim.schedule.schedule_arrays` gives them)."""
+    if not p2p_synced(p):
+        return np.zeros(len(forward), dtype=bool)
+    g = chunk * p.pp + stage
+    up = np.where(forward, -1, 1)  # the neighbour a pass receives from
+
+    def crosses(other: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        inside = (other >= 0) & (other < p.pp * p.virtual_stages)
+        return np.asarray(inside & (other % p.pp != stage), dtype=bool)
+
+    sends = crosses(g - up)
+    after_send = np.concatenate([[False], sends[:-1]])
+    return np.asarray(crosses(g + up) | after_send, dtype=bool)
+
+
+def folded_spans_ns(
+    span_ns: npt.NDArray[np.int64],
+    gpu_ns: npt.NDArray[np.int64],
+    issued_ns: npt.NDArray[np.int64],
+    cut_before: npt.NDArray[np.bool_],
+) -> int:
+    """The host path of runs issued in order, each run cut from the one before it where
+    ``cut_before`` (a sync) is set: the sum over the stretches between cuts of
+    :class:`IssueFold`'s ``span_ns`` after adding the stretch's runs, computed at once.
+    Unrolled, a fold of runs ``1..n`` spans ``max(sum of gpu, max_i(issued before i +
+    span_i + gpu after i))``."""
+    if len(span_ns) == 0:
+        return 0
+    cut = np.asarray(cut_before, dtype=bool).copy()
+    cut[0] = True
+    starts = np.flatnonzero(cut)
+    seg = np.cumsum(cut) - 1
+    issued_before = np.cumsum(issued_ns) - issued_ns
+    issued_before -= issued_before[starts][seg]
+    gpu_through = np.cumsum(gpu_ns)
+    seg_gpu = np.add.reduceat(gpu_ns, starts)
+    gpu_after = seg_gpu[seg] - (gpu_through - gpu_through[starts][seg] + gpu_ns[starts][seg])
+    value = issued_before + span_ns + gpu_after
+    return int(np.maximum(np.maximum.reduceat(value, starts), seg_gpu).sum())
+
+
+__all__ = [
+    "HostParams",
+    "IssueFold",
+    "PipeSyncs",
+    "crosses_stage",
+    "folded_spans_ns",
+    "issue_span_ns",
+    "p2p_synced",
+    "pipe_syncs_before",
+]

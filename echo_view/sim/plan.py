@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from echo_view.errors import ConfigError, UsageError
 from echo_view.model.config import LIMITS, WorkloadConfig
 from echo_view.model.config_keys import chunk_key, config_to_mapping
@@ -44,10 +46,10 @@ from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose import role_costs
 from echo_view.sim.compose_costs import CollectiveCache, TableCost
 from echo_view.sim.compute_presets import compute_params_for
-from echo_view.sim.host import HostParams, IssueFold, PipeSyncs, issue_span_ns
+from echo_view.sim.host import HostParams, folded_spans_ns, issue_span_ns, pipe_syncs_before
 from echo_view.sim.memory import memory_report
 from echo_view.sim.runs import simulate_workload
-from echo_view.sim.schedule import schedule
+from echo_view.sim.schedule import schedule_arrays
 from echo_view.sim.throughput import throughput
 
 DIMENSIONS = ("tp", "pp", "vp", "cp", "micro", "recompute", "dist_opt")
@@ -329,20 +331,26 @@ def host_floor_ns(
     for key, tc in costs.items():
         issue = host.issue_ns(tc.fills, tc.waits)
         spans[key] = (issue_span_ns(tc.dur_ns, issue), tc.total_ns, int(issue.sum()))
+    cut_optimizer = cfg.training.optimizer_sync and p.fsdp == "none"
     best = 0
     for ri, role in enumerate(graph.roles):
         for stage in role.stages[:1]:  # any one stage bounds the step; the first is enough
-            total, fold, syncs = 0, IssueFold(), PipeSyncs(p, stage)
-            for ps in schedule(
+            # Whole arrays, not a loop over passes: a step can hold millions of them.
+            forward, chunk, _ = schedule_arrays(
                 stage, p.pp, cfg.micro_batches, p.virtual_stages, p.microbatch_group
-            ):
-                if syncs.before(ps):
-                    total, fold = total + fold.span_ns, IssueFold()
-                fold.add(*spans[(ri, "forward" if ps.forward else "backward", ps.chunk)])
-            if cfg.training.optimizer_sync and p.fsdp == "none":
-                total, fold = total + fold.span_ns, IssueFold()
-            fold.add(*spans[(ri, "optimizer", 0)])
-            best = max(best, total + fold.span_ns)
+            )
+            table = np.array(
+                [
+                    [spans[(ri, phase, c)] for c in range(p.virtual_stages)]
+                    for phase in ("backward", "forward")
+                ],
+                dtype=np.int64,
+            )  # [phase, chunk, (span, gpu, issued)]
+            runs = np.concatenate(
+                [table[forward.astype(np.int64), chunk], [spans[(ri, "optimizer", 0)]]]
+            )
+            cuts = np.append(pipe_syncs_before(p, stage, forward, chunk), cut_optimizer)
+            best = max(best, folded_spans_ns(runs[:, 0], runs[:, 1], runs[:, 2], cuts))
     return best
 
 

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from echo_view.model.config import microbatch_group_error
 
 
@@ -94,6 +97,11 @@ def schedule(
     if chunks == 1:
         return _one_f_one_b(stage, stages, microbatches)
     n = stages if group is None else group
+    _check_interleaved(stages, microbatches, n)
+    return _interleaved(stage, stages, microbatches, chunks, n)
+
+
+def _check_interleaved(stages: int, microbatches: int, n: int) -> None:
     if microbatches % stages and n == stages:
         raise ValueError(
             f"the interleaved schedule needs micro-batches ({microbatches}) to be a multiple "
@@ -102,7 +110,46 @@ def schedule(
     why = microbatch_group_error(stages, microbatches, n)
     if why is not None:
         raise ValueError(why)
-    return _interleaved(stage, stages, microbatches, chunks, n)
+
+
+Int64s = npt.NDArray[np.int64]
+
+
+def schedule_arrays(
+    stage: int, stages: int, microbatches: int, chunks: int = 1, group: int | None = None
+) -> tuple[npt.NDArray[np.bool_], Int64s, Int64s]:
+    """:func:`schedule` as three arrays (``forward``, ``chunk``, ``microbatch`` of each pass,
+    in order), built without a Python object per pass: a step can hold millions of passes."""
+    if not 0 <= stage < stages:
+        raise ValueError(f"stage {stage} is outside 0..{stages - 1}")
+    m, v = microbatches, chunks
+    n = m if v == 1 else (stages if group is None else group)
+    if v > 1:
+        _check_interleaved(stages, m, n)
+    total = m * v
+    warmup = min(stages - stage - 1, m) if v == 1 else interleaved_warmup(stage, stages, m, v, n)
+    remaining = total - warmup
+    # Position k of the forward table: groups of n micro-batches through chunk 0, 1, ...;
+    # the last group (m mod n micro-batches, when not 0) after the whole ones.
+    k = np.arange(total, dtype=np.int64)
+    whole = (m // n) * n * v
+    size = np.where(k < whole, n, max(m % n, 1))
+    w = np.where(k < whole, k % (n * v), k - whole)  # position in its group
+    table_chunk = w // size
+    table_mb = np.where(k < whole, (k // (n * v)) * n, (m // n) * n) + w % size
+    fwd_k = np.arange(warmup, total, dtype=np.int64)
+    bwd_k = np.arange(remaining, dtype=np.int64)
+    steady = np.stack([fwd_k, bwd_k], axis=1).ravel()
+    order = np.concatenate([k[:warmup], steady, k[remaining:]])
+    forward = np.concatenate(
+        [
+            np.ones(warmup, dtype=bool),
+            np.tile(np.array([True, False]), remaining),
+            np.zeros(total - remaining, dtype=bool),
+        ]
+    )
+    chunk = np.where(forward, table_chunk[order], v - 1 - table_chunk[order])
+    return forward, chunk, table_mb[order]
 
 
 def blocking_p2p_calls(

@@ -10,6 +10,7 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.model.aten_ops import HOST_WAIT
+from echo_view.model.config import ParallelConfig
 from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
 from echo_view.model.kinds import LaneKind
@@ -17,8 +18,16 @@ from echo_view.model.strings import StringTable
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.config_sim import ConfigSimulation, simulate_config
-from echo_view.sim.host import HostParams, IssueFold, issue_span_ns
+from echo_view.sim.host import (
+    HostParams,
+    IssueFold,
+    PipeSyncs,
+    folded_spans_ns,
+    issue_span_ns,
+    pipe_syncs_before,
+)
 from echo_view.sim.kernel_cost import ComputeParams
+from echo_view.sim.schedule import Pass, schedule_arrays
 from tests.sim.op_tables import op_table
 
 C = 73_700  # the default host time per kernel, ns
@@ -193,3 +202,38 @@ def test_a_host_wait_in_a_pass_holds_the_rest_of_it_until_the_gpu_drains() -> No
     # Its host cost is nothing, a fill's fill_us, any other kernel's kernel_us.
     costs = HostParams().issue_ns(np.array([False, True, False]), np.array([True, False, False]))
     assert costs.tolist() == [0, 10_500, C]
+
+
+def test_folded_spans_by_hand() -> None:
+    # Two stretches: [run a, run b] | [run c]. The first folds to max(10 + 20, 5 + 20) = 30:
+    # b's GPU work after a's span, or b's span after a's 5 ns of host time; the second is 7.
+    span = np.array([10, 20, 7])
+    gpu = np.array([1, 20, 7])
+    issued = np.array([5, 3, 2])
+    assert folded_spans_ns(span, gpu, issued, np.array([False, False, True])) == 30 + 7
+    assert folded_spans_ns(span, gpu, issued, np.zeros(3, dtype=bool)) == max(10 + 20 + 7, 5 + 20 + 7, 5 + 3 + 7)
+    assert folded_spans_ns(span[:0], gpu[:0], issued[:0], np.zeros(0, dtype=bool)) == 0
+
+
+def test_folded_spans_and_pipe_syncs_are_the_pass_by_pass_walk() -> None:
+    # The plan's host floor takes whole arrays; the simulator walks pass by pass.
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        pp, v = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        m, stage = pp * int(rng.integers(1, 5)), int(rng.integers(0, pp))
+        p = ParallelConfig(
+            tp=1, pp=pp, dp=1, virtual_stages=v, overlap_p2p_comm=bool(rng.integers(0, 2))
+        )
+        forward, chunk, _ = schedule_arrays(stage, pp, m, v)
+        walk = PipeSyncs(p, stage)
+        cuts = pipe_syncs_before(p, stage, forward, chunk)
+        passes = zip(forward.tolist(), chunk.tolist(), strict=True)
+        assert cuts.tolist() == [walk.before(Pass(f, c, 0)) for f, c in passes]
+        cuts |= rng.random(len(cuts)) < 0.1  # and cuts anywhere
+        runs = rng.integers(0, 1000, size=(len(forward), 3))
+        total, fold = 0, IssueFold()
+        for cut, (s, g, i) in zip(cuts, runs.tolist(), strict=True):
+            if cut:
+                total, fold = total + fold.span_ns, IssueFold()
+            fold.add(s, g, i)
+        assert folded_spans_ns(runs[:, 0], runs[:, 1], runs[:, 2], cuts) == total + fold.span_ns

@@ -3,9 +3,19 @@ and by an ideal-time replay that must reproduce the textbook bubble."""
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from echo_view.sim.schedule import Pass, blocking_p2p_calls, bubble_fraction, schedule
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from echo_view.sim.schedule import (
+    Pass,
+    blocking_p2p_calls,
+    bubble_fraction,
+    schedule,
+    schedule_arrays,
+)
 
 
 def test_1f1b_small_case_by_hand() -> None:
@@ -139,3 +149,35 @@ def test_blocking_p2p_calls_follow_megatrons_interleaved_schedule() -> None:
     calls = blocking_p2p_calls(0, 2, 4, 2)
     # No call between a steady-state forward and the backward it is paired with.
     assert all(order[i + 1].forward is False for i, c in enumerate(calls) if not c)
+
+
+@given(
+    p=st.integers(1, 9),
+    v=st.integers(1, 5),
+    m=st.integers(1, 40),
+    n=st.one_of(st.none(), st.integers(1, 45)),
+    data=st.data(),
+)
+@settings(max_examples=400, deadline=None)
+def test_schedule_arrays_are_the_schedule(
+    p: int, v: int, m: int, n: int | None, data: st.DataObject
+) -> None:
+    stage = data.draw(st.integers(0, p - 1))
+    try:
+        passes = schedule(stage, p, m, v, n)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            schedule_arrays(stage, p, m, v, n)
+        return
+    forward, chunk, microbatch = schedule_arrays(stage, p, m, v, n)
+    got = list(zip(forward.tolist(), chunk.tolist(), microbatch.tolist(), strict=True))
+    assert got == [(ps.forward, ps.chunk, ps.microbatch) for ps in passes]
+
+
+def test_schedule_arrays_of_a_step_with_millions_of_passes() -> None:
+    # 250 chunks x 16,384 micro-batches: 8.2 M passes, as a 2,000-layer plan candidate has.
+    forward, chunk, microbatch = schedule_arrays(0, 8, 16_384, 250)
+    assert len(forward) == 2 * 250 * 16_384 and int(forward.sum()) == 250 * 16_384
+    warmup = 7 * 2 + 249 * 8  # (p - s - 1) * 2 + (v - 1) * N
+    assert forward[: warmup + 1].all() and not forward[warmup + 1]
+    assert (chunk[-1], microbatch[-1]) == (0, 16_383)  # the last backward: chunk 0, last micro
