@@ -6,7 +6,7 @@ The search runs on a Dask cluster (:func:`echo_view.workers.dask_client`): a loc
 ``--serial``. Each group of layouts sharing a chunk key has its model chunks traced once per
 process (the base layout's graph may be found beside the config or in the cache instead) and
 each layout's graph built from them, so neither chunks nor graphs travel. First one task per
-group computes its layouts' compute floors (:func:`~echo_view.sim.plan.compute_floor_ns`);
+few layouts of a group computes their compute floors (:func:`~echo_view.sim.plan.compute_floor_ns`);
 then one task per layout, in ascending floor order, a few per worker at a time, skipping the
 layouts the results so far rule out of the ``--top`` fastest and of the Pareto front
 (:class:`~echo_view.sim.plan.Frontier`; the text table needs only the ``--top`` fastest, whose
@@ -18,7 +18,8 @@ Ctrl-C (which stops the workers) leaves no partial output.
 ``--json`` prints ``counts`` (``enumerated``, ``invalid``, ``out_of_memory``, ``simulated``,
 ``pruned``: fitting layouts whose compute floor rules them out of the ``--top`` fastest and of
 the Pareto front, left out even when simulated on the way so that every run reports the same
-layouts; 0 with ``--all``), ``ranked`` (every reported layout, fastest first: ``layout``,
+layouts; 0 with ``--all``; ``too_large``: fitting layouts whose step holds more ops than the
+simulator takes), ``ranked`` (every reported layout, fastest first: ``layout``,
 ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``peak_bytes``, ``needed_bytes``, ``parallel``),
 ``pareto`` (the layout names on the step-time / peak-memory Pareto front), ``gpus``, ``gpu``,
 ``search``, ``seconds``.
@@ -45,6 +46,7 @@ from echo_view.model.config import WorkloadConfig
 from echo_view.model.config_keys import tracing_key
 from echo_view.model.graph import TracedGraph
 from echo_view.model.schema import json_schema
+from echo_view.sim.compose import MAX_STEP_OPS
 from echo_view.sim.plan import (
     DIMENSIONS,
     Counts,
@@ -53,7 +55,7 @@ from echo_view.sim.plan import (
     Ranked,
     check_memory,
     enumerate_layouts,
-    floor_group,
+    floor_layouts,
     floor_order,
     group_by_chunks,
     layout_name,
@@ -147,18 +149,19 @@ def _key_text(cfg: WorkloadConfig) -> str:
 
 def run_serial(
     groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
-) -> Iterator[list[Ranked]]:
-    """Each group's results, simulated in this process."""
+) -> Iterator[list[Ranked | None]]:
+    """Each group's results (``None``: too large to simulate), simulated in this process."""
     for g in groups:
         yield simulate_group(g, graph_for)
 
 
 def run_on_dask(
     client: Any, groups: list[Group], graph_for: Callable[[WorkloadConfig], TracedGraph]
-) -> Iterator[list[Ranked]]:
-    """Each group's results as its task finishes on ``client``'s workers (one task per group:
-    its chunks are traced where its layouts are simulated; the largest submitted first, so
-    that the last tasks to finish are short); leaving early cancels the rest."""
+) -> Iterator[list[Ranked | None]]:
+    """Each group's results (``None``: too large to simulate) as its task finishes on
+    ``client``'s workers (one task per group: its chunks are traced where its layouts are
+    simulated; the largest submitted first, so that the last tasks to finish are short);
+    leaving early cancels the rest."""
     executor = client.get_executor(pure=False)
     largest_first = sorted(groups, key=lambda g: g.work(), reverse=True)
     futures = [executor.submit(simulate_group, g, graph_for) for g in largest_first]
@@ -179,6 +182,11 @@ class _InProcess:
         return fut
 
 
+#: Layouts per compute-floor task: progress and the workers' share move a few layouts at a
+#: time (a group can hold hundreds of layouts of seconds each), at a few ms of overhead a task.
+FLOOR_TASK_LAYOUTS = 8
+
+
 def run_pruned(
     executor: Any,
     slots: int,
@@ -190,21 +198,34 @@ def run_pruned(
     """The layouts that can be among the ``top`` fastest or (``keep_front``) on the Pareto
     front, simulated on ``executor`` (``submit`` returning
     :class:`concurrent.futures.Future`) with at most ``slots`` layouts in flight. Yields
-    ``(results, ruled out, groups)``: an empty batch as each group's floors arrive (the groups
-    done so far), then each batch of results with the layouts ruled out since the last one;
-    the last item is every result to report (those the final frontier does not rule out: the
-    same whatever the order results came in) and ``-1``. Leaving early cancels the rest."""
+    ``(results, ruled out, floors)``: an empty batch as each task's floors arrive (the layouts
+    whose floors are known so far), then each batch of results with the layouts ruled out
+    since the last one (and every layout's floor known); the last item is every result to
+    report (those the final frontier does not rule out: the same whatever the order results
+    came in), ``-1`` and how many layouts were too large to simulate. Leaving early cancels
+    the rest."""
     largest_first = sorted(range(len(groups)), key=lambda i: groups[i].work(), reverse=True)
-    floors: list[list[int]] = [[] for _ in groups]
+    fitting = sum(len(g.candidates) for g in groups)
+    floors: list[list[int | None]] = [[None] * len(g.candidates) for g in groups]
     running: set[concurrent.futures.Future[Any]] = set()
     try:
-        by_group = {executor.submit(floor_group, groups[i], graph_for): i for i in largest_first}
-        running = set(by_group)
-        for k, fut in enumerate(concurrent.futures.as_completed(by_group), 1):
-            floors[by_group[fut]] = fut.result()
+        tasks = {}
+        for i in largest_first:  # a group's layouts stay together: its chunks are traced once
+            cands = groups[i].candidates
+            for lo in range(0, len(cands), FLOOR_TASK_LAYOUTS):
+                part = cands[lo : lo + FLOOR_TASK_LAYOUTS]
+                tasks[executor.submit(floor_layouts, part, graph_for)] = (i, lo)
+        running = set(tasks)
+        known = 0
+        for fut in concurrent.futures.as_completed(tasks):
+            i, lo = tasks[fut]
+            part = fut.result()
+            floors[i][lo : lo + len(part)] = part
             running.discard(fut)
-            yield [], 0, k
+            known += len(part)
+            yield [], 0, known
         pending = deque(floor_order(groups, floors))
+        too_large = fitting - len(pending)
         floor_of = {layout_name(cfg): f for f, _, cfg in pending}
         frontier = Frontier(top, keep_front)
         results: list[Ranked] = []
@@ -219,12 +240,13 @@ def run_pruned(
             done, running = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED
             )
-            batch = [f.result() for f in done]
+            batch = [r for f in done if (r := f.result()) is not None]
             for r in batch:
                 frontier.add(r)
             results += batch
-            yield batch, skipped, len(groups)
-        yield [r for r in results if not frontier.excludes(floor_of[r.layout], r.peak_bytes)], -1, 0
+            yield batch, skipped, fitting
+        reported = [r for r in results if not frontier.excludes(floor_of[r.layout], r.peak_bytes)]
+        yield reported, -1, too_large
     finally:
         for fut in running:
             fut.cancel()
@@ -246,24 +268,30 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     graph_for = PlanGraphs(args.config, base)
     exhaustive = args.all or args.plot is not None
     results: list[Ranked] = []
+    too_large = 0
     with stderr_progress(args) as progress:
 
-        def collect(stream: Iterator[list[Ranked]]) -> None:
+        def collect(stream: Iterator[list[Ranked | None]]) -> None:
+            nonlocal too_large
+            done = 0
             for part in stream:
-                results.extend(part)
-                done = len(results)
+                results.extend(r for r in part if r is not None)
+                too_large += sum(r is None for r in part)
+                done += len(part)
                 progress(f"simulated {done:,} of {fitting:,} layouts", done / fitting)
 
         def collect_pruned(stream: Iterator[tuple[list[Ranked], int, int]]) -> None:
+            nonlocal too_large
             simulated = ruled_out = 0
             for part, skipped, floored in stream:
-                if skipped < 0:  # the end: what is reported
+                if skipped < 0:  # the end: what is reported, and the layouts too large
                     results.extend(part)
+                    too_large = floored
                     break
-                if floored < len(groups):
+                if floored < fitting:
                     progress(
-                        f"timed the compute of {floored:,} of {len(groups):,} layout groups",
-                        floored / len(groups),
+                        f"timed the compute of {floored:,} of {fitting:,} layouts",
+                        floored / fitting,
                     )
                     continue
                 simulated += len(part)
@@ -292,7 +320,14 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                         run_pruned(executor, slots, groups, graph_for, args.top, args.json)
                     )
     ranked = rank(results)
-    counts = Counts(total, invalid, len(candidates) - fitting, len(ranked), fitting - len(ranked))
+    counts = Counts(
+        total,
+        invalid,
+        len(candidates) - fitting,
+        len(ranked),
+        fitting - len(ranked) - too_large,
+        too_large,
+    )
     front = pareto_front(ranked)
     if args.plot is not None:
         write_plot(ranked, front, args.plot)
@@ -326,6 +361,12 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
             f"out of the "
             f"{top:,} fastest (--all simulates them)"
         )
+    if c["too_large"]:
+        lines.append(
+            f"{c['too_large']:,} more fit but one step of each would simulate more than "
+            f"{MAX_STEP_OPS:,} ops (fewer layers per stage or micro-batches: a larger "
+            "micro-batch, more data parallelism)"
+        )
     if not ranked:
         if c["invalid"] == c["enumerated"]:
             # Nothing passed the config rules (a GPU count no tp x pp x cp divides, say).
@@ -333,6 +374,8 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
                 "no valid layout: the config's rules refuse every one (is the GPU count a "
                 "multiple of the parallel sizes and the batch a multiple of micro x dp?)"
             )
+        elif c["too_large"]:
+            lines.append("no layout that fits is small enough to simulate")
         else:
             lines.append(
                 "no layout fits: try more GPUs, recomputation or the distributed optimizer"

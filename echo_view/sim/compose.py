@@ -740,6 +740,22 @@ class _Composer:
                 self.edges.append((dst, self.next_op[key]))
 
 
+def micro_batch_ops(graph: TracedGraph) -> int:
+    """The ops one micro-batch's forward and backward passes run over every pipeline stage
+    of ``graph`` (times the micro-batches: the ops of a simulated step, less the optimizer)."""
+    return sum(
+        (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)
+        for r in graph.roles
+        for c in range(len(r.forward))
+    )
+
+
+def too_large_to_simulate(graph: TracedGraph, cfg: WorkloadConfig) -> bool:
+    """Whether a step of ``cfg`` would run more than :data:`MAX_STEP_OPS` ops, which
+    :func:`compose` refuses."""
+    return micro_batch_ops(graph) * cfg.micro_batches > MAX_STEP_OPS
+
+
 def role_costs(
     graph: TracedGraph,
     cfg: WorkloadConfig,
@@ -798,11 +814,7 @@ def compose(
     sim_ranks = (
         tuple(range(layout.world)) if ranks == "all" else tuple(layout.rank(s) for s in range(p.pp))
     )
-    per_step = sum(
-        (len(r.forward[c]) + len(r.backward[c])) * len(r.stages)
-        for r in graph.roles
-        for c in range(len(r.forward))
-    )
+    per_step = micro_batch_ops(graph)
     if per_step * cfg.micro_batches > MAX_STEP_OPS:  # checked before any cost is computed
         raise ConfigError(
             f"one step would simulate about {per_step * cfg.micro_batches:,} ops "

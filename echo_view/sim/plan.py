@@ -43,7 +43,7 @@ from echo_view.model.gpus import gpu_preset
 from echo_view.model.graph import TracedGraph
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
-from echo_view.sim.compose import role_costs
+from echo_view.sim.compose import role_costs, too_large_to_simulate
 from echo_view.sim.compose_costs import CollectiveCache, TableCost
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.host import HostParams, folded_spans_ns, issue_span_ns, pipe_syncs_before
@@ -95,6 +95,9 @@ class Counts:
     simulated: int = 0
     #: Fitting layouts not simulated: neither among the fastest nor on the Pareto front.
     pruned: int = 0
+    #: Fitting layouts whose step holds more ops than the simulator takes
+    #: (:data:`~echo_view.sim.compose.MAX_STEP_OPS`).
+    too_large: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -103,6 +106,7 @@ class Counts:
             "out_of_memory": self.out_of_memory,
             "simulated": self.simulated,
             "pruned": self.pruned,
+            "too_large": self.too_large,
         }
 
 
@@ -273,9 +277,15 @@ def group_by_chunks(candidates: Iterable[Candidate]) -> list[Group]:
     return [Group(tuple(c.cfg for c in v), tuple(c.peak_bytes for c in v)) for v in groups.values()]
 
 
-def simulate_one(cfg: WorkloadConfig, graph_for: Callable[[WorkloadConfig], TracedGraph]) -> Ranked:
-    """Simulate one candidate on its graph from ``graph_for``."""
-    sim = simulate_workload(cfg, graph_for(cfg))
+def simulate_one(
+    cfg: WorkloadConfig, graph_for: Callable[[WorkloadConfig], TracedGraph]
+) -> Ranked | None:
+    """Simulate one candidate on its graph from ``graph_for``; ``None`` when its step is too
+    large to simulate (:func:`~echo_view.sim.compose.too_large_to_simulate`)."""
+    graph = graph_for(cfg)
+    if too_large_to_simulate(graph, cfg):
+        return None
+    sim = simulate_workload(cfg, graph)
     step_s = sim.step_ns / 1e9
     tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
     rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)
@@ -293,8 +303,8 @@ def simulate_one(cfg: WorkloadConfig, graph_for: Callable[[WorkloadConfig], Trac
 
 def simulate_group(
     group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]
-) -> list[Ranked]:
-    """Simulate each candidate of the group on its graph from ``graph_for``."""
+) -> list[Ranked | None]:
+    """:func:`simulate_one` of each candidate of the group, in its order."""
     return [simulate_one(cfg, graph_for) for cfg in group.candidates]
 
 
@@ -354,20 +364,28 @@ def host_floor_ns(
     return best
 
 
-def floor_group(group: Group, graph_for: Callable[[WorkloadConfig], TracedGraph]) -> list[int]:
-    """:func:`compute_floor_ns` of each candidate of the group, in its order."""
-    return [compute_floor_ns(cfg, graph_for(cfg)) for cfg in group.candidates]
+def floor_layouts(
+    cfgs: Sequence[WorkloadConfig], graph_for: Callable[[WorkloadConfig], TracedGraph]
+) -> list[int | None]:
+    """:func:`compute_floor_ns` of each layout, in order; ``None`` for one too large to
+    simulate (:func:`~echo_view.sim.compose.too_large_to_simulate`)."""
+    out: list[int | None] = []
+    for cfg in cfgs:
+        graph = graph_for(cfg)
+        out.append(None if too_large_to_simulate(graph, cfg) else compute_floor_ns(cfg, graph))
+    return out
 
 
 def floor_order(
-    groups: Sequence[Group], floors: Sequence[Sequence[int]]
+    groups: Sequence[Group], floors: Sequence[Sequence[int | None]]
 ) -> list[tuple[int, int, WorkloadConfig]]:
-    """Every candidate as ``(compute floor, peak bytes, config)``, ascending floor (ties by
-    layout name); ``floors`` holds :func:`floor_group` of each group."""
+    """Every candidate with a floor as ``(compute floor, peak bytes, config)``, ascending floor
+    (ties by layout name); ``floors`` holds :func:`floor_layouts` of each group's candidates."""
     rows = [
         (f, peak, cfg)
         for g, fl in zip(groups, floors, strict=True)
         for f, peak, cfg in zip(fl, g.peaks, g.candidates, strict=True)
+        if f is not None
     ]
     return sorted(rows, key=lambda r: (r[0], layout_name(r[2])))
 

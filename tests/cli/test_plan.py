@@ -35,7 +35,7 @@ def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFix
     counts = out["counts"]
     assert isinstance(counts, dict)
     assert counts["enumerated"] == sum(
-        counts[k] for k in ("invalid", "out_of_memory", "simulated", "pruned")
+        counts[k] for k in ("invalid", "out_of_memory", "simulated", "pruned", "too_large")
     )
     ranked = out["ranked"]
     assert isinstance(ranked, list) and ranked
@@ -176,3 +176,33 @@ def test_a_gpu_count_no_layout_accepts_says_so(capsys: pytest.CaptureFixture[str
     assert main(["plan", str(cfg), "--gpus", "7", "--search", "tp,pp", "--serial"]) == 0
     out = capsys.readouterr().out
     assert "invalid, 0 out of memory, 0 simulated" in out and "no valid layout" in out
+
+
+@needs_torch
+def test_layouts_too_large_to_simulate_are_counted_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from echo_view.loading import graph_for_config, load_config
+    from echo_view.sim import compose
+
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    base = load_config(SMALL)
+    per_micro_batch = compose.micro_batch_ops(graph_for_config(base, SMALL)[0])
+    # On 8 GPUs (dp 4, global batch 32) micro 1, 2, 4, 8 run 8, 4, 2, 1 micro-batches a step,
+    # each of the same ops: a limit of two micro-batches' ops leaves micro 4 and 8.
+    monkeypatch.setattr(compose, "MAX_STEP_OPS", 2 * per_micro_batch)
+    args = [str(SMALL), "--gpus", "8", "--search", "micro", "--serial"]
+    for extra in ([], ["--all"]):
+        out = _plan(capsys, *args, *extra)
+        counts = out["counts"]
+        assert isinstance(counts, dict) and counts["too_large"] == 2, extra
+        assert counts["simulated"] + counts["pruned"] == 2
+        ranked = out["ranked"]
+        assert isinstance(ranked, list)
+        assert {r["layout"].split()[5] for r in ranked} <= {"mb4", "mb8"}
+    assert main(["plan", *args]) == 0
+    assert "2 more fit but one step of each would simulate more than" in capsys.readouterr().out
+    monkeypatch.setattr(compose, "MAX_STEP_OPS", 0)
+    assert main(["plan", *args]) == 0
+    text = capsys.readouterr().out
+    assert "4 more fit but one step" in text and "no layout that fits is small enough" in text
