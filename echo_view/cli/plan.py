@@ -182,6 +182,27 @@ class _InProcess:
         return fut
 
 
+def _completed(
+    executor: Any,
+    fn: Callable[..., Any],
+    calls: list[tuple[Any, tuple[Any, ...]]],
+    running: set[concurrent.futures.Future[Any]],
+) -> Iterator[tuple[Any, Any]]:
+    """``(key, fn(*args))`` for each ``(key, args)`` of ``calls``, as each finishes on
+    ``executor``; ``running`` holds the futures in flight (the caller cancels them when it
+    leaves). In this process (:class:`_InProcess`) each call runs when its result is
+    wanted, so that progress moves call by call."""
+    if isinstance(executor, _InProcess):
+        for key, args in calls:
+            yield key, fn(*args)
+        return
+    keys = {executor.submit(fn, *args): key for key, args in calls}
+    running.update(keys)
+    for fut in concurrent.futures.as_completed(keys):
+        running.discard(fut)
+        yield keys[fut], fut.result()
+
+
 #: Layouts per compute-floor task: progress and the workers' share move a few layouts at a
 #: time (a group can hold hundreds of layouts of seconds each), at a few ms of overhead a task.
 FLOOR_TASK_LAYOUTS = 8
@@ -209,19 +230,15 @@ def run_pruned(
     floors: list[list[int | None]] = [[None] * len(g.candidates) for g in groups]
     running: set[concurrent.futures.Future[Any]] = set()
     try:
-        tasks = {}
-        for i in largest_first:  # a group's layouts stay together: its chunks are traced once
-            cands = groups[i].candidates
-            for lo in range(0, len(cands), FLOOR_TASK_LAYOUTS):
-                part = cands[lo : lo + FLOOR_TASK_LAYOUTS]
-                tasks[executor.submit(floor_layouts, part, graph_for)] = (i, lo)
-        running = set(tasks)
+        tasks = [
+            ((i, lo), (groups[i].candidates[lo : lo + FLOOR_TASK_LAYOUTS], graph_for))
+            # a group's layouts stay together: its chunks are traced once
+            for i in largest_first
+            for lo in range(0, len(groups[i].candidates), FLOOR_TASK_LAYOUTS)
+        ]
         known = 0
-        for fut in concurrent.futures.as_completed(tasks):
-            i, lo = tasks[fut]
-            part = fut.result()
+        for (i, lo), part in _completed(executor, floor_layouts, tasks, running):
             floors[i][lo : lo + len(part)] = part
-            running.discard(fut)
             known += len(part)
             yield [], 0, known
         pending = deque(floor_order(groups, floors))

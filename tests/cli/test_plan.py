@@ -206,3 +206,31 @@ def test_layouts_too_large_to_simulate_are_counted_not_fatal(
     assert main(["plan", *args]) == 0
     text = capsys.readouterr().out
     assert "4 more fit but one step" in text and "no layout that fits is small enough" in text
+
+
+@needs_torch
+def test_serial_floors_report_progress_as_they_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from echo_view.cli.plan import FLOOR_TASK_LAYOUTS, PlanGraphs, _InProcess, run_pruned
+    from echo_view.loading import load_config
+    from echo_view.sim.plan import DIMENSIONS, check_memory, enumerate_layouts, group_by_chunks
+
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    base = load_config(SMALL)
+    groups = group_by_chunks(check_memory(enumerate_layouts(base, ("micro", "recompute"))[0]))
+    fitting = sum(len(g.candidates) for g in groups)
+    assert fitting > FLOOR_TASK_LAYOUTS and set(DIMENSIONS) >= {"micro", "recompute"}
+    graphs = PlanGraphs(SMALL, base)
+    built: list[str] = []
+
+    def graph_for(cfg: object) -> object:
+        built.append("x")
+        return graphs(cfg)  # type: ignore[arg-type]
+
+    stream = run_pruned(_InProcess(), 1, groups, graph_for, 2)  # type: ignore[arg-type]
+    _, _, known = next(stream)
+    # The first floors arrive before the other layouts' graphs are built: progress moves.
+    assert 0 < known <= FLOOR_TASK_LAYOUTS and len(built) == known < fitting
+    *_, (reported, end, too_large) = stream
+    assert end == -1 and too_large == 0 and reported
