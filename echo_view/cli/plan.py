@@ -203,9 +203,10 @@ def _completed(
         yield keys[fut], fut.result()
 
 
-#: Layouts per compute-floor task: progress and the workers' share move a few layouts at a
-#: time (a group can hold hundreds of layouts of seconds each), at a few ms of overhead a task.
-FLOOR_TASK_LAYOUTS = 8
+#: Layouts per compute-floor task on workers: a group can hold hundreds of layouts of seconds
+#: each, so progress and the workers' share move a part of a group at a time; larger parts
+#: keep most groups whole, as each worker that gets a part of a group traces its chunks.
+FLOOR_TASK_LAYOUTS = 32
 
 
 def run_pruned(
@@ -230,11 +231,12 @@ def run_pruned(
     floors: list[list[int | None]] = [[None] * len(g.candidates) for g in groups]
     running: set[concurrent.futures.Future[Any]] = set()
     try:
+        # In this process every part shares one chunk cache: a layout a part.
+        size = 1 if isinstance(executor, _InProcess) else FLOOR_TASK_LAYOUTS
         tasks = [
-            ((i, lo), (groups[i].candidates[lo : lo + FLOOR_TASK_LAYOUTS], graph_for))
-            # a group's layouts stay together: its chunks are traced once
+            ((i, lo), (groups[i].candidates[lo : lo + size], graph_for))
             for i in largest_first
-            for lo in range(0, len(groups[i].candidates), FLOOR_TASK_LAYOUTS)
+            for lo in range(0, len(groups[i].candidates), size)
         ]
         known = 0
         for (i, lo), part in _completed(executor, floor_layouts, tasks, running):
