@@ -5,7 +5,7 @@ from echo_view.model.builder import TraceBuilder
 from echo_view.model.collectives import collective_kind_from_name
 from echo_view.model.comm_kernels import CommKernelInfo, is_comm_kernel, parse_comm_kernel_name
 from echo_view.model.event_info import EventFacts, LaunchTable, OpInputTable, SyncTable
-from echo_view.model.job import ClockAlignment, Job, JobHead
+from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job, JobHead
 from echo_view.model.kinds import (
     GPU_KINDS,
     GPU_WORK_KINDS,
@@ -30,6 +30,7 @@ __all__ = [
     "GPU_KINDS",
     "GPU_WORK_KINDS",
     "NONE",
+    "SEPARATE_RUNS",
     "ClockAlignment",
     "CollectiveKind",
     "CollectiveTable",

@@ -44,13 +44,20 @@ def group_ranks(value: object) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+#: :attr:`ClockAlignment.method` of files that are not ranks of one run (they ran at different
+#: times): the cross-rank rules do not apply to them.
+SEPARATE_RUNS = "separate-runs"
+
+
 @dataclass(frozen=True, slots=True)
 class ClockAlignment:
     """How the ranks' clocks were put on one time axis.
 
     ``offsets_ns[i]`` is added to trace ``i``'s times to place it on the job's clock.
     ``uncertainty_ns`` bounds the remaining error of that placement; ``method`` names how it
-    was obtained (``single-rank``, ``shared-host-clock``, ``collective-end``, ``none``).
+    was obtained (``single-rank``, ``shared-host-clock``, ``collective-end``, ``wall-clock``,
+    ``none``, or :data:`SEPARATE_RUNS`: files that did not run at the same time, each on its
+    own clock).
     """
 
     method: str

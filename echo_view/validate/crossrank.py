@@ -90,6 +90,15 @@ define(
     "the file has no distributedInfo.rank; the rank was taken from the file name or order",
 )
 
+define(
+    "EV711",
+    Severity.INFO,
+    "captures of different runs",
+    "the files did not run at the same time, so they are not ranks of one run and the "
+    "cross-rank rules (EV7xx) were not applied: check each capture alone, or give the captures "
+    "of one run",
+)
+
 #: Collective kinds whose per-rank sizes must be equal on every member.
 SYMMETRIC = frozenset(c.kind.label for c in COLLECTIVES if c.matched)
 #: Skew below this is noise (kernel end jitter is a few µs on one host).

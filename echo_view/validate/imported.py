@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import GPU_WORK_KINDS, EventKind, JobHead, LaneKind, Trace
+from echo_view.model import GPU_WORK_KINDS, SEPARATE_RUNS, EventKind, JobHead, LaneKind, Trace
 from echo_view.units import format_duration, ns_to_us_text
 from echo_view.validate.crossrank import check_job
 from echo_view.validate.findings import FileFacts, Finding, Location, Report, Selection
@@ -73,7 +73,10 @@ def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report,
         )
     for c in checks:
         report.merge(c.findings)
-    if len(checks) > 1:
+    if head.alignment.method == SEPARATE_RUNS:
+        # Ranks of different runs need not run the same collectives or end them together.
+        report.add(Finding("EV711", head.alignment.note, Location(file=name, where="job")))
+    elif len(checks) > 1:
         # The cross-rank rules locate collectives by row; rewrite those rows as source rows.
         scratch = Report(report.selection, report.keep)
         offsets = head.alignment.offsets_ns

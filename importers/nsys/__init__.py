@@ -11,6 +11,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Progress, no_progress
-from echo_view.model.job import ClockAlignment, Job
+from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
 from importers.nsys.build import (
@@ -49,10 +50,13 @@ _DIGITS = re.compile(r"(\d+)")
 
 @dataclass(frozen=True)
 class _Clock:
-    """What a capture says about its clock: host name and wall-clock anchor."""
+    """What a capture says about its clock: host name, wall-clock anchor, and the span of its
+    events on its own clock (first start, last end)."""
 
     host: str | None
     utc_minus_clock_ns: int | None
+    first_ns: int = 0
+    last_ns: int = 0
 
 
 class NsysImporter:
@@ -150,7 +154,7 @@ class CaptureParts:
             warnings.warn(note, stacklevel=3)
         return Job(
             traces=tuple(self.traces),
-            alignment=_alignment(self.clocks, self.per_file),
+            alignment=_alignment(self.clocks, self.per_file, self.files),
             world_size=None,
             source=", ".join(str(p) for p in self.files),
             meta={"format": "nsys", "rank_by": self.rank_by, "notes": self.notes},
@@ -300,7 +304,7 @@ def _read_capture(
             process_ranks=_process_ranks(plan.mode, rows.process[:n_work], plan.rank_of[:n_work]),
         )
         gpus = _gpu_info(exp)
-        clock = _clock(exp)
+        clock = replace(_clock(exp), first_ns=int(rows.start.min()), last_ns=int(rows.end.max()))
         report("building ranks", 0.8)
         traces: list[Trace] = []
         order = time_order(rows)
@@ -415,7 +419,18 @@ def _clock(exp: Export) -> _Clock:
     return _Clock(host, anchor)
 
 
-def _alignment(clocks: list[_Clock], per_file: list[int]) -> ClockAlignment:
+#: How far apart two captures' wall-clock anchors (UTC minus the capture's clock) may be and
+#: still be one host clock: NTP slews the wall clock by milliseconds, while another boot or
+#: container (hosts that share a name) moves it by the time between them.
+SAME_CLOCK_NS = 1_000_000_000
+
+
+def _alignment(
+    clocks: list[_Clock], per_file: list[int], files: Sequence[Path] = ()
+) -> ClockAlignment:
+    """How the captures' ranks share one clock: one capture, one host clock, placed by their
+    UTC session starts, or neither; captures that did not run at the same time are
+    ``separate-runs`` (each keeps its own clock: they are not ranks of one run)."""
     n = len(clocks)
     zeros = (0,) * n
     if n == 1:
@@ -424,19 +439,55 @@ def _alignment(clocks: list[_Clock], per_file: list[int]) -> ClockAlignment:
         return ClockAlignment(
             "shared-host-clock", zeros, 0, "one Nsight Systems capture: one session clock"
         )
+    anchors = [c.utc_minus_clock_ns for c in clocks if c.utc_minus_clock_ns is not None]
+    anchored = len(anchors) == n
+    if anchored:
+        apart = _separate_runs(clocks, per_file, files)
+        if apart:
+            return ClockAlignment(SEPARATE_RUNS, zeros, 0, apart)
     hosts = {c.host for c in clocks}
-    if len(hosts) == 1 and None not in hosts:
+    one_clock = not anchored or max(anchors) - min(anchors) <= SAME_CLOCK_NS
+    if len(hosts) == 1 and None not in hosts and one_clock:
         return ClockAlignment(
             "shared-host-clock", zeros, 0, f"all captures ran on host {next(iter(hosts))}"
         )
-    anchors = [c.utc_minus_clock_ns for c in clocks if c.utc_minus_clock_ns is not None]
-    if len(anchors) == n:
+    if anchored:
         offsets = tuple(a - anchors[0] for a in anchors)
         return ClockAlignment(
             "wall-clock",
             offsets,
             1_000_000,
-            "captures from different hosts placed by their UTC session start; "
-            "assumes host clocks agree to about 1 ms",
+            "captures placed by their UTC session start (from different hosts, or from one "
+            "host name on different boots); assumes host clocks agree to about 1 ms",
         )
     return ClockAlignment("none", zeros, 0, "captures from different hosts without clock anchors")
+
+
+def _separate_runs(clocks: list[_Clock], per_file: list[int], files: Sequence[Path]) -> str:
+    """Why the captures cannot be ranks of one run (some two of them have no instant in common
+    on the wall clock, give or take :data:`SAME_CLOCK_NS`), or ``""``."""
+    spans: list[tuple[int, int, str]] = []
+    at = 0
+    for k, count in enumerate(per_file):
+        if not count:
+            continue
+        c = clocks[at]
+        at += count
+        utc = c.utc_minus_clock_ns or 0
+        name = Path(files[k]).name if k < len(files) else f"capture {k + 1}"
+        spans.append((utc + c.first_ns, utc + c.last_ns, name))
+    if max(s[0] for s in spans) <= min(s[1] for s in spans) + SAME_CLOCK_NS:
+        return ""
+    spans.sort()
+    runs = "; ".join(f"{name} from {_utc_text(lo)}" for lo, _, name in spans[:4])
+    more = f"; and {len(spans) - 4} more" if len(spans) > 4 else ""
+    return f"captures of different runs (not running at the same time): {runs}{more}"
+
+
+def _utc_text(ns: int) -> str:
+    """``2026-05-24 13:42:14 UTC`` (or the ns when out of the calendar's range)."""
+    try:
+        t = datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns after the epoch"
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")

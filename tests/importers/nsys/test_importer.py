@@ -9,13 +9,14 @@ import hashlib
 import sqlite3
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from echo_view.errors import InputError
-from echo_view.model import CollectiveKind, EventKind, Job, LaneKind, Trace
+from echo_view.model import SEPARATE_RUNS, CollectiveKind, EventKind, Job, LaneKind, Trace
 from echo_view.model.trace import ProcessGroup
 from importers.nsys import CaptureParts, NsysImporter
 from tests.importers.nsys.capture import Proc, build
@@ -239,8 +240,9 @@ def test_several_files_make_one_job() -> None:
     # Natural file-name order: "after" before "before".
     assert job.traces[0].metadata["file"].endswith("mfu_2gpu_after.sqlite.gz")
     assert job.traces[3].metadata["file"].endswith("mfu_2gpu_before.sqlite.gz")
-    # Both captures ran on the same host: one clock, no offsets.
-    assert job.alignment.method == "shared-host-clock"
+    # Two runs 80 minutes apart on hosts named "modal" (other boots: the wall-clock anchors
+    # differ by 80 minutes): each capture keeps its clock.
+    assert job.alignment.method == SEPARATE_RUNS
     assert job.alignment.offsets_ns == (0, 0, 0, 0)
 
 
@@ -339,9 +341,13 @@ def _folder(path: Path) -> Path:
 
 
 def test_captures_from_two_hosts_are_placed_by_wall_clock(tmp_path: Path) -> None:
+    # Another capture made to run on node2 while the first ran: its session start moved so
+    # that its first event falls 50 ms after the first capture's.
     first, second = unpacked("mfu_2gpu_after", tmp_path), unpacked("mfu_2gpu_before", tmp_path)
+    shift = _first_utc_ns(first) + 50_000_000 - _first_utc_ns(second)
     con = sqlite3.connect(second)
     con.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = 'node2' WHERE name = 'Hostname'")
+    con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (shift,))
     con.commit()
     con.close()
     anchor = "SELECT utcEpochNs - systemClockNs FROM TARGET_INFO_SESSION_START_TIME"
@@ -350,6 +356,55 @@ def test_captures_from_two_hosts_are_placed_by_wall_clock(tmp_path: Path) -> Non
     assert job.alignment.method == "wall-clock"
     assert job.alignment.offsets_ns == (0, 0, offset, offset)
     assert job.alignment.uncertainty_ns == 1_000_000
+
+
+def _first_utc_ns(path: Path) -> int:
+    """UTC ns of a capture's first event, by SQL: its wall-clock anchor plus the earliest
+    start of the tables the importer reads."""
+    anchor = query(path, "SELECT utcEpochNs - systemClockNs FROM TARGET_INFO_SESSION_START_TIME")
+    kinds = ("MEMCPY", "MEMSET", "RUNTIME", "SYNCHRONIZATION")
+    tables = (K, *(f"CUPTI_ACTIVITY_KIND_{k}" for k in kinds), "NVTX_EVENTS")
+    have = {r[0] for r in query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    first = min(query(path, f"SELECT min(start) FROM {t}")[0][0] for t in tables if t in have)
+    return int(anchor[0][0] + first)
+
+
+def _first_utc(path: Path) -> str:
+    """:func:`_first_utc_ns` as the second it falls in."""
+    when = datetime.fromtimestamp(_first_utc_ns(path) // 10**9, tz=UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def test_captures_of_different_runs_keep_their_clocks(tmp_path: Path) -> None:
+    # The three samples ran on hosts named "modal" days apart; they were taken as one host
+    # clock ("shared-host-clock"), and `check` compared their collectives (EV703, EV707).
+    job = NsysImporter().read([SAMPLES])
+    al = job.alignment
+    assert al.method == SEPARATE_RUNS
+    assert al.offsets_ns == (0,) * 6
+    names = ["h100_2gpu_1s", "mfu_2gpu_before", "mfu_2gpu_after"]  # by their first event
+    starts = [_first_utc(unpacked(n, tmp_path)) for n in names]
+    assert starts[0].startswith("2026-05-24") and starts[2].startswith("2026-05-26")
+    expected = "; ".join(f"{n}.sqlite.gz from {t}" for n, t in zip(names, starts, strict=True))
+    assert al.note == f"captures of different runs (not running at the same time): {expected}"
+
+
+def test_one_host_name_on_two_boots_is_not_one_clock(tmp_path: Path) -> None:
+    # Same host name, wall-clock anchors 1.2 s apart: another boot (or container) of a host
+    # with that name, whose clock is not this one's; its 0.3 s capture ends 0.9 s before the
+    # other's begins, within the 1 s that is not taken as proof of another run.
+    first = unpacked("mfu_2gpu_after", tmp_path)
+    second = tmp_path / "mfu_2gpu_after_boot2.sqlite"  # after the first, by name
+    second.write_bytes(first.read_bytes())
+    con = sqlite3.connect(second)
+    con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + 1200000000")
+    con.commit()
+    con.close()
+    job = NsysImporter().read([first, second])
+    assert job.alignment.method == "wall-clock"
+    assert job.alignment.offsets_ns == (0, 0, 1_200_000_000, 1_200_000_000)
+    # The same capture twice is one host clock.
+    assert NsysImporter().read([first, first]).alignment.method == "shared-host-clock"
 
 
 def test_captures_without_clock_anchors_are_not_aligned(tmp_path: Path) -> None:
