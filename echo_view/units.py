@@ -86,6 +86,14 @@ _INTS = msgspec.json.Decoder(list[int])
 INT_US_LIMIT = (NS_LIMIT - 1) // NS_PER_US
 
 
+def int_us_in_range(us: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Whether each integer µs time lies within ±:data:`INT_US_LIMIT` (its ns fit). Both ends
+    are compared: ``np.abs`` of int64's least value is that value, which passed a test of
+    ``abs(us) <= limit`` and wrapped around to 0 ns."""
+    out: npt.NDArray[np.bool_] = (us >= -INT_US_LIMIT) & (us <= INT_US_LIMIT)
+    return out
+
+
 #: Largest power of ten of a µs value's leading digit (``Decimal.adjusted()``) that is
 #: converted: 10**19 µs and more lies beyond int64 ns, and is refused before any arithmetic
 #: (decimal overflows past 10**999999; ``int()`` of ``1e500000`` makes 500,000 digits).
@@ -208,7 +216,7 @@ def _integers(texts: Sequence[Any]) -> npt.NDArray[np.int64] | None:
         us = np.array(_INTS.decode(b"[" + joined + b"]"), dtype=np.int64)
     except OverflowError:
         return None
-    if (np.abs(us) > INT_US_LIMIT).any():
+    if not int_us_in_range(us).all():
         return None  # (the general path marks them)
     return us * NS_PER_US
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from echo_view.units import (
     FLOAT_NS_LIMIT,
+    INT_US_LIMIT,
     NS_LIMIT,
     OUT_OF_RANGE_NS,
     TEXT_BAD,
@@ -19,6 +20,7 @@ from echo_view.units import (
     TEXT_OK,
     float_ns,
     format_duration,
+    int_us_in_range,
     ns_to_us_text,
     text_ns,
     us_floats_to_ns,
@@ -177,6 +179,16 @@ def test_bulk_conversion_refuses_what_is_out_of_range_or_no_number(text: str) ->
     got, status = us_texts_to_ns([b"1", text.encode(), b""])
     assert status.tolist() == [TEXT_OK, TEXT_BAD, TEXT_EMPTY]
     assert got.tolist() == [1000, 0, 0]
+
+
+def test_int64_least_is_out_of_range_not_zero() -> None:
+    # abs() of int64's least value is itself: it passed the range test and its ns wrapped to 0.
+    least = str(-(2**63)).encode()
+    for texts in ([least], [b"1", least], [least, b"-1"]):
+        got, status = us_texts_to_ns(texts)
+        assert status[texts.index(least)] == TEXT_BAD and got[texts.index(least)] == 0
+    assert not int_us_in_range(np.array([-(2**63), 2**63 - 1, INT_US_LIMIT + 1])).any()
+    assert int_us_in_range(np.array([-INT_US_LIMIT, INT_US_LIMIT])).all()
 
 
 def test_bulk_conversion_takes_raw_values() -> None:

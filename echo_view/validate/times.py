@@ -77,7 +77,8 @@ def _homogeneous(values: list[Any], t: type) -> tuple[I64, U8] | None:
             arr = np.array(values, dtype=np.int64)
         except OverflowError:
             return None
-        if n and int(np.abs(arr).max()) > _INT64_US:
+        # min and max, not abs: abs(-2**63) is -2**63 in int64.
+        if n and (int(arr.max()) > _INT64_US or int(arr.min()) < -_INT64_US):
             return None
         return arr * 1000, np.full(n, T_INT, dtype=np.uint8)
     if t is float:
@@ -90,12 +91,11 @@ def _homogeneous(values: list[Any], t: type) -> tuple[I64, U8] | None:
             n and max(map(Decimal.adjusted, values)) > MAX_US_EXPONENT
         ):
             return None  # (one by one: each out-of-range value gets T_RANGE, 0E20 is 0)
-        try:
-            # Rounded as us_to_ns rounds (half to even), not truncated: the importer's ns.
-            ns = np.array([int((v * 1000).to_integral_value()) for v in values], dtype=np.int64)
-        except OverflowError:
-            return None
-        return ns, np.full(n, T_BIG_FLOAT, dtype=np.uint8)
+        # Rounded as us_to_ns rounds (half to even), not truncated: the importer's ns.
+        ns = [int((v * 1000).to_integral_value()) for v in values]
+        if n and (max(ns) > _INT64_US * 1000 or min(ns) < -_INT64_US * 1000):
+            return None  # (one by one, as _decimal_ns bounds them: T_RANGE)
+        return np.array(ns, dtype=np.int64), np.full(n, T_BIG_FLOAT, dtype=np.uint8)
     if values and values[0] is UNSET:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.uint8)
     return None

@@ -28,9 +28,9 @@ from echo_view.model.trace_rules import parse_flow_id
 from echo_view.text import clipped
 from echo_view.units import (
     FLOAT_NS_LIMIT,
-    INT_US_LIMIT,
     TEXT_BAD,
     TEXT_EMPTY,
+    int_us_in_range,
     us_floats_to_ns,
     us_texts_to_ns,
 )
@@ -547,7 +547,7 @@ def _int_column_times(evs: list[IntEvent], what: str) -> I64 | None:
 def _us_ns(us: I64) -> I64 | None:
     """ns of int64 µs (MISSING kept); None when one is out of range."""
     missing = us == MISSING
-    if not (missing | (np.abs(us) <= INT_US_LIMIT)).all():
+    if not (missing | int_us_in_range(us)).all():
         return None  # (the text path names the event)
     return np.where(missing, MISSING, us * 1000)
 

@@ -75,6 +75,26 @@ def test_big_float_times_beyond_decimal_range_are_out_of_range() -> None:
     assert kind.tolist() == [T_RANGE] * 3
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        -(2**63),  # int64's least: its abs is itself, and its ns wrapped to 0 in bulk
+        2**63 - 1,
+        9_223_372_036_854_776,  # one µs past the largest whole µs that ns hold
+        Decimal("9223372036854775.5"),  # past it by less than 1 µs: bulk converted these
+        Decimal("-9223372036854775.807"),
+    ],
+)
+def test_the_bulk_path_bounds_times_as_one_by_one(value: object) -> None:
+    for values in ([value], [value, value], [value, 0 if isinstance(value, int) else Decimal(0)]):
+        ns, kind = times_to_ns(values)
+        assert kind[0] == T_RANGE and ns[0] == 0
+    # The edge itself converts in either form.
+    edge = [9_223_372_036_854_775, -9_223_372_036_854_775]
+    assert times_to_ns(edge)[0].tolist() == [e * 1000 for e in edge]
+    assert times_to_ns([Decimal(e) for e in edge])[0].tolist() == [e * 1000 for e in edge]
+
+
 def test_sub_ns_digits_round_half_to_even_as_the_importer_rounds() -> None:
     texts = ["4458676524648.7975", "4458676524648.7985", "-4458676524648.7975"]
     ns, kind = times_to_ns([Decimal(t) for t in texts])  # the bulk path truncated before

@@ -314,6 +314,14 @@ def test_fractional_times_read_as_doubles_are_all_exact(tmp_path: Path) -> None:
         assert ev.dur_ns.tolist() == want_dur
 
 
+def test_int64_least_time_is_refused_not_read_as_zero(tmp_path: Path) -> None:
+    event = {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "dur": 1}
+    path = write_trace(tmp_path / "least.json", [{**event, "ts": 5}, {**event, "ts": -(2**63)}])
+    with pytest.raises(InputError) as info:
+        KinetoImporter().read([path])
+    assert info.value.where == "traceEvents[1].ts"
+
+
 def test_a_time_that_is_no_time_is_named_after_the_switch_to_text(tmp_path: Path) -> None:
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 1.5, "dur": 1}
