@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.errors import InputError
+from echo_view.units import NS_LIMIT
 from importers.chrome_json_text import file_blocks
 from importers.nsys.columns import Columns, read_columns
 from importers.nsys.pages import PageFile
@@ -33,10 +34,19 @@ REQUIRED_TIME = -(2**63)
 
 
 def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
-    """The required time columns of ``cols`` are set and do not run backwards."""
+    """The required time columns of ``cols`` are set and do not run backwards, and no time
+    lies beyond ±:data:`~echo_view.units.NS_LIMIT` (where an end, or a sum of two times, would
+    no longer fit an int64)."""
     start, end = (ints.get(c) == REQUIRED_TIME for c in ("start", "end"))
-    checks = [(c, cols.ints[c] == REQUIRED_TIME, f"have no {c} time (NULL)")
-              for c, needed in (("start", start), ("end", end)) if needed]  # fmt: skip
+    checks = []
+    for c, needed in (("start", start), ("end", end)):
+        if c not in ints:
+            continue
+        values = cols.ints[c]
+        if needed:  # (a stored -2**63 reads as NULL too)
+            checks.append((c, values == REQUIRED_TIME, f"have no {c} time (NULL)"))
+        beyond = (values < -NS_LIMIT) | (values >= NS_LIMIT)
+        checks.append((c, beyond, f"have {c} times beyond ±146 years of the capture's clock"))
     if start and end:
         checks.append(("end", cols.ints["end"] < cols.ints["start"], "end before they start"))
     for col, bad, what in checks:

@@ -172,3 +172,32 @@ def test_missing_file(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "no such file" in _error(tmp_path / "absent.sqlite").message
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value", "where", "message"),
+    [
+        # (The schema has start NOT NULL; a stored -2**63 is what a NULL reads as.)
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "start", -(2**63), "start", "have no start time (NULL)"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "start", 10**15, "end", "end before they start"),
+        # Read as int64 these reached info, check and export (a kernel lasting 292 years) or
+        # made a duration that wrapped around (`export`: a negative duration).
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "end", 2**63 - 1, "end", "have end times beyond"),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "start", -(2**62) - 1, "start", "have start times beyond"),
+        ("NVTX_EVENTS", "start", -(2**63), "start", "have start times beyond"),
+        ("NVTX_EVENTS", "end", 2**62, "end", "have end times beyond"),
+    ],
+)
+def test_times_that_are_missing_backwards_or_out_of_range(
+    tmp_path: Path, table: str, column: str, value: int, where: str, message: str
+) -> None:
+    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
+    con.commit()
+    con.close()
+    err = _error(path)
+    assert err.where == f"{table}.{where}"
+    if message.endswith("beyond"):
+        message += " ±146 years of the capture's clock"
+    assert err.message == f"1 row(s) {message}; first at rowid 2"
