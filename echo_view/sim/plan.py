@@ -15,14 +15,16 @@ graphs travel between processes.
 Pruning (:class:`Frontier`): a layout's step is at least its *compute floor*
 (:func:`compute_floor_ns`), the op time its busiest pipeline stage runs on its compute stream
 (every forward and backward pass of every micro-batch, and the optimizer), because that stream
-runs one op at a time from the step's start and interference only slows ops down; and at least
+runs one op at a time from the step's start and interference only slows ops down; at least
 the host path of those kernels (:mod:`echo_view.sim.host`): issued one after another in the
-stage's order, each run between two pipeline syncs ending no earlier than its issue span. A layout
-whose floor is above the step of ``K`` simulated layouts cannot be among the ``K`` fastest, and
-one whose floor is above the step of a simulated layout that needs no more memory cannot be on
-the step-time / memory Pareto front; one excluded both ways (or, when only the ``K`` fastest are
-wanted, the first way) is not simulated. Simulating in ascending floor order, the ``K`` fastest
-layouts (and the Pareto front) are those of the exhaustive search, with the same numbers.
+stage's order, each run between two pipeline syncs ending no earlier than its issue span; and
+at least the pipeline's fill and drain around a stage's passes (:func:`pipeline_floor_ns`).
+A layout whose floor is above the step of ``K`` simulated layouts cannot be among the ``K``
+fastest, and one whose floor is above the step of a simulated layout that needs no more memory
+cannot be on the step-time / memory Pareto front; one excluded both ways (or, when only the
+``K`` fastest are wanted, the first way) is not simulated. Simulating in ascending floor order,
+the ``K`` fastest layouts (and the Pareto front) are those of the exhaustive search, with the
+same numbers.
 """
 
 from __future__ import annotations
@@ -311,8 +313,9 @@ def simulate_group(
 def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
     """A lower bound on ``cfg``'s simulated step (see the module docstring): the largest, over
     the graph's roles, of every micro-batch's forward and backward passes of every model chunk
-    and the optimizer, timed as :func:`~echo_view.sim.runs.simulate_workload` times them, or
-    their host path (:func:`host_floor_ns`), whichever is longer."""
+    and the optimizer, timed as :func:`~echo_view.sim.runs.simulate_workload` times them, their
+    host path (:func:`host_floor_ns`) or the pipeline's fill and drain around them
+    (:func:`pipeline_floor_ns`), whichever is longest."""
     cluster = cluster_from_config(cfg.cluster, cfg.source)
     colls = CollectiveCache(default_comm_model(), cluster)
     costs = role_costs(graph, cfg, colls, compute_params_for(cluster.gpu))
@@ -321,7 +324,39 @@ def compute_floor_ns(cfg: WorkloadConfig, graph: TracedGraph) -> int:
         times = 1 if phase == "optimizer" else cfg.micro_batches
         per_role[role] = per_role.get(role, 0) + times * tc.total_ns
     compute = max(per_role.values(), default=0)
-    return max(compute, host_floor_ns(cfg, graph, costs))
+    return max(compute, host_floor_ns(cfg, graph, costs), pipeline_floor_ns(cfg, graph, costs))
+
+
+def pipeline_floor_ns(
+    cfg: WorkloadConfig, graph: TracedGraph, costs: dict[tuple[int, str, int], TableCost]
+) -> int:
+    """A lower bound from the pipeline's dependencies: stage ``s`` starts no pass before each
+    earlier stage has run its first forward (chunk 0 of the first micro-batch, whose output
+    the next stage waits for), then runs all of its passes on its compute stream, and after its
+    last pass (a backward of chunk ``c``) each earlier stage still runs that backward of chunk
+    ``c``, while stage ``s`` runs its optimizer. The largest such chain over the stages: the
+    pipeline's fill and drain, which the per-stage sum leaves out. Transfers and everything
+    else on the chains only lengthen them, so leaving them out keeps a bound."""
+    p = cfg.parallel
+    if p.pp < 2:
+        return 0
+    role_of = {s: ri for ri, role in enumerate(graph.roles) for s in role.stages}
+    m, v = cfg.micro_batches, p.virtual_stages
+
+    def total(stage: int, phase: str, chunk: int) -> int:
+        return costs[(role_of[stage], phase, chunk)].total_ns
+
+    best = head = 0
+    tails = [0] * v  # backward of chunk c on the stages before this one
+    for s in range(p.pp):
+        passes = m * sum(total(s, ph, c) for ph in ("forward", "backward") for c in range(v))
+        forward, chunk, _ = schedule_arrays(s, p.pp, m, v, p.microbatch_group)
+        last = int(chunk[-1]) if not forward[-1] else -1
+        tail = tails[last] if last >= 0 else 0
+        best = max(best, head + passes + max(total(s, "optimizer", 0), tail))
+        head += total(s, "forward", 0)
+        tails = [t + total(s, "backward", c) for c, t in enumerate(tails)]
+    return best
 
 
 def host_floor_ns(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,7 @@ from echo_view.sim.plan import (
     group_by_chunks,
     pareto_front,
     parse_dimensions,
+    pipeline_floor_ns,
     rank,
     retarget,
 )
@@ -168,3 +170,32 @@ def test_fsdp_keeps_the_base_configs_pipelining() -> None:
         valid, _, _ = enumerate_layouts(parse_workload_config(mapping), dims)
         pps[pp] = {cfg.parallel.pp for cfg in valid}
     assert pps[1] == {1} and pps[2] > {1, 2}
+
+
+def _pipeline(pp: int, v: int, m: int, roles: list[tuple[tuple[int, ...], int, int, int]]) -> int:
+    """:func:`pipeline_floor_ns` with ``roles`` of (stages, forward, backward, optimizer) ns
+    per chunk pass (stand-ins for the graph, its costs and the config)."""
+    graph = SimpleNamespace(roles=[SimpleNamespace(stages=r[0]) for r in roles])
+    costs = {}
+    for ri, (_, f, b, opt) in enumerate(roles):
+        for c in range(v):
+            costs[(ri, "forward", c)] = SimpleNamespace(total_ns=f)
+            costs[(ri, "backward", c)] = SimpleNamespace(total_ns=b)
+        costs[(ri, "optimizer", 0)] = SimpleNamespace(total_ns=opt)
+    parallel = SimpleNamespace(pp=pp, virtual_stages=v, microbatch_group=None)
+    cfg = SimpleNamespace(parallel=parallel, micro_batches=m)
+    return pipeline_floor_ns(cfg, graph, costs)  # type: ignore[arg-type]
+
+
+def test_the_pipeline_floor_is_the_fill_and_drain() -> None:
+    # 1F1B, 4 equal stages, 8 micro-batches of 10 ns forward and 20 backward: the last stage
+    # waits 3 forwards, runs 8 x 30 ns, then 3 backwards drain: (m + pp - 1)(F + B) = 330.
+    assert _pipeline(4, 1, 8, [((0, 1, 2, 3), 10, 20, 5)]) == 330
+    # Interleaved, 2 stages of 2 chunks: one chunk pass of fill and one of drain around 240.
+    assert _pipeline(2, 2, 4, [((0, 1), 10, 20, 5)]) == 10 + 240 + 20
+    # A heavier last stage (the loss): 3 forwards of 10, 8 x 40, 3 backwards of 20 = 410,
+    # where its own passes and optimizer, the per-stage floor, are 325.
+    assert _pipeline(4, 1, 8, [((0, 1, 2), 10, 20, 5), ((3,), 15, 25, 5)]) == 410
+    # A stage's optimizer after its passes, when it outlasts the drain.
+    assert _pipeline(2, 1, 1, [((0, 1), 10, 20, 50)]) == 10 + 30 + 50
+    assert _pipeline(1, 1, 8, [((0,), 10, 20, 5)]) == 0  # no pipeline: the per-stage floor
