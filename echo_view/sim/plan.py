@@ -333,10 +333,11 @@ def pipeline_floor_ns(
     """A lower bound from the pipeline's dependencies: stage ``s`` starts no pass before each
     earlier stage has run its first forward (chunk 0 of the first micro-batch, whose output
     the next stage waits for), then runs all of its passes on its compute stream, and after its
-    last pass (a backward of chunk ``c``) each earlier stage still runs that backward of chunk
-    ``c``, while stage ``s`` runs its optimizer. The largest such chain over the stages: the
-    pipeline's fill and drain, which the per-stage sum leaves out. Transfers and everything
-    else on the chains only lengthen them, so leaving them out keeps a bound."""
+    last pass (in every schedule a backward of chunk 0: ``tests/sim/test_schedule.py``) each
+    earlier stage still runs that backward, while stage ``s`` runs its optimizer. The largest
+    such chain over the stages: the pipeline's fill and drain, which the per-stage sum leaves
+    out. Transfers and everything else on the chains only lengthen them, so leaving them out
+    keeps a bound."""
     p = cfg.parallel
     if p.pp < 2:
         return 0
@@ -346,16 +347,12 @@ def pipeline_floor_ns(
     def total(stage: int, phase: str, chunk: int) -> int:
         return costs[(role_of[stage], phase, chunk)].total_ns
 
-    best = head = 0
-    tails = [0] * v  # backward of chunk c on the stages before this one
+    best = head = tail = 0  # the earlier stages' first forward and last backward
     for s in range(p.pp):
         passes = m * sum(total(s, ph, c) for ph in ("forward", "backward") for c in range(v))
-        forward, chunk, _ = schedule_arrays(s, p.pp, m, v, p.microbatch_group)
-        last = int(chunk[-1]) if not forward[-1] else -1
-        tail = tails[last] if last >= 0 else 0
         best = max(best, head + passes + max(total(s, "optimizer", 0), tail))
         head += total(s, "forward", 0)
-        tails = [t + total(s, "backward", c) for c, t in enumerate(tails)]
+        tail += total(s, "backward", 0)
     return best
 
 

@@ -172,6 +172,8 @@ def test_schedule_arrays_are_the_schedule(
     forward, chunk, microbatch = schedule_arrays(stage, p, m, v, n)
     got = list(zip(forward.tolist(), chunk.tolist(), microbatch.tolist(), strict=True))
     assert got == [(ps.forward, ps.chunk, ps.microbatch) for ps in passes]
+    # Every stage ends on a backward of chunk 0, which plan's pipeline floor relies on.
+    assert not passes[-1].forward and passes[-1].chunk == 0
 
 
 def test_schedule_arrays_of_a_step_with_millions_of_passes() -> None:
