@@ -7,6 +7,7 @@ A :class:`Case` writes its input(s) into a directory and names the command lines
 
 - ``"error"``: exactly one line on stderr, exit 2, no traceback, no output file;
 - ``"finding:CODE"``: ``check`` reports ``CODE`` (exit 1), no traceback;
+- ``"note:CODE"``: ``check`` reports ``CODE``, an info finding, and no error (exit 0);
 - ``"shown"``: exit 0 and the input's markup and escape sequences printed as text (stdout holds
   no ESC, CSI, BEL or backspace byte and shows the markup literally);
 - ``"ok"``: exit 0 or 1 (check's findings), no traceback: the input is valid once read within
@@ -116,6 +117,19 @@ def _big_rank(d: Path) -> None:
     doc = _doc()
     doc["distributedInfo"] = {**doc["distributedInfo"], "rank": 2**64, "world_size": -5}
     _write_json(d / "t.json", doc)
+
+
+def _least_time(d: Path) -> None:
+    """int64's least as a ``ts`` (its abs is itself: it was read as 0 ns)."""
+    doc = _doc()
+    doc["traceEvents"][-1]["ts"] = -(2**63)
+    _write_json(d / "t.json", doc)
+
+
+def _nsys_runs(d: Path) -> None:
+    """Two of the shipped captures, made two days apart, in one directory."""
+    for name in ("h100_2gpu_1s", "mfu_2gpu_after"):
+        shutil.copy(SAMPLES / "nsys" / f"{name}.sqlite.gz", d / f"{name}.sqlite.gz")
 
 
 def _odd_events(d: Path) -> None:
@@ -310,6 +324,14 @@ CASES: list[Case] = [
         _nsys_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = start - 5 WHERE rowid % 3 = 0"),
         (("info", "{d}/t.sqlite"),),
     ),
+    Case(
+        "nsys-time-beyond-int64",
+        _nsys_sql(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = {2**63 - 1} WHERE rowid = 5"),
+        (("info", "{d}/t.sqlite"), ("export", "{d}/t.sqlite", *_OUT)),
+    ),
+    Case("nsys-separate-runs", _nsys_runs, (("check", "{d}"),), "note:EV711"),
+    Case("int-least-time", _least_time, (("info", _T), ("export", _T, *_OUT))),
+    Case("int-least-time-check", _least_time, (("check", _T),), "finding:EV211"),
     Case("pftrace-zeros", _zero_pftrace, (("check", "{d}/t.pftrace"),)),
     Case("config-utf16", _config(CONFIG.encode("utf-16")), (_SIM,)),
     Case("config-stray-byte", _config(CONFIG.encode() + b"# \xff\n"), (_SIM,)),

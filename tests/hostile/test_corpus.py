@@ -104,6 +104,10 @@ def check_run(case: Case, argv: list[str], run: Run, d: Path) -> None:
         code = case.expect.split(":")[1]
         assert run.code == 1, (argv, run.code, run.stderr)
         assert code.encode() in run.stdout, (argv, run.stdout[-2000:])
+    elif case.expect.startswith("note:"):
+        code = case.expect.split(":")[1]
+        assert run.code == 0, (argv, run.code, run.stderr)
+        assert code.encode() in run.stdout, (argv, run.stdout[-2000:])
     elif case.expect == "ok":
         assert run.code in (0, 1), (argv, run.code, run.stderr)
     else:
