@@ -33,7 +33,17 @@ import numpy.typing as npt
 
 from echo_view.analysis.steps import find_steps
 from echo_view.errors import InputError
-from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Job, Lane, LaneKind, StringTable, Trace
+from echo_view.model import (
+    GPU_WORK_KINDS,
+    NONE,
+    SEPARATE_RUNS,
+    EventKind,
+    Job,
+    Lane,
+    LaneKind,
+    StringTable,
+    Trace,
+)
 from echo_view.model.workload import (
     CLASS_COLLECTIVE,
     CLASS_COPY,
@@ -111,6 +121,13 @@ def workload_from_job(job: Job) -> Workload:
     :class:`~echo_view.errors.InputError` when the job holds nothing to replay."""
     if not len(job) or job.event_count() == 0:
         raise InputError("the job holds no events to replay", path=job.source or None)
+    if job.alignment.method == SEPARATE_RUNS:
+        # Their collectives would be matched across runs and wait for each other forever.
+        raise InputError(
+            f"a replay needs the ranks of one run, and these files are {job.alignment.note}",
+            path=job.source or None,
+            hint="replay one run's files at a time",
+        )
     origin = job.start_ns()
     strings = StringTable()
     lanes: list[Lane] = []

@@ -66,6 +66,15 @@ def test_simulate_replay_matches_the_measured_window(capsys: pytest.CaptureFixtu
         assert abs(busy - want_busy) <= 0.02 * want_busy
 
 
+def test_no_replay_of_captures_of_different_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # Their collectives were matched across the runs: "collective send_recv (group ranks
+    # [0..5], seq 0) never completes: rank(s) 0, 1 never arrive".
+    assert main(["simulate", str(Path(BEFORE).parent)]) == 2  # samples/nsys: three runs
+    err = capsys.readouterr().err
+    assert "a replay needs the ranks of one run, and these files are captures of different" in err
+    assert "(replay one run's files at a time)" in err and len(err.strip().splitlines()) == 1
+
+
 def test_diff(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", BEFORE, AFTER]) == 0
     assert "Step time per rank" in capsys.readouterr().out
