@@ -31,6 +31,7 @@ from echo_view.cli.parallel import add_parallel_options, read_ranks
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
+from echo_view.model import SEPARATE_RUNS
 from echo_view.text import markup_safe, printable
 from echo_view.units import format_duration
 
@@ -123,9 +124,13 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     al = job.alignment
     names = sorted({markup_safe(d["name"] or f"GPU {d['index']}") for d in summary.devices()})
     console.print(printable(title or job.source or "job"), style="bold", markup=False)
+    of = (
+        "from captures of different runs"
+        if al.method == SEPARATE_RUNS
+        else f"of world size {job.world_size if job.world_size is not None else 'unknown'}"
+    )
     console.print(
-        f"ranks {_ranks_text(job.ranks)} ({len(job.ranks)} of world size "
-        f"{job.world_size if job.world_size is not None else 'unknown'}); "
+        f"ranks {_ranks_text(job.ranks)} ({len(job.ranks)} {of}); "
         f"{_count(len(summary.devices()), 'GPU')} with work: {', '.join(names) or 'none'}"
     )
     console.print(

@@ -34,6 +34,11 @@ def test_info(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", BEFORE]) == 0
     out = capsys.readouterr().out
     assert "ranks 0, 1" in out and "send_recv 66" in out
+    # The samples directory: three runs, not one job of six ranks.
+    assert main(["info", str(Path(BEFORE).parent)]) == 0
+    out = capsys.readouterr().out
+    assert "ranks 0-5 (6 from captures of different runs)" in out
+    assert "clock alignment: separate-runs" in out
 
 
 @pytest.mark.parametrize("suffix", [".json", ".pftrace"])
