@@ -421,7 +421,9 @@ def _clock(exp: Export) -> _Clock:
 
 #: How far apart two captures' wall-clock anchors (UTC minus the capture's clock) may be and
 #: still be one host clock: NTP slews the wall clock by milliseconds, while another boot or
-#: container (hosts that share a name) moves it by the time between them.
+#: container (hosts that share a name) moves it by the time between them. Also how far apart
+#: two captures' wall-clock windows may lie and still be taken as one run (host clocks that
+#: disagree by more make one run's captures look like separate runs).
 SAME_CLOCK_NS = 1_000_000_000
 
 
