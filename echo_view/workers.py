@@ -40,6 +40,36 @@ def check_workers(n: int) -> int:
     return n
 
 
+#: Schemes of a scheduler address a client in another process reaches by host and port (Dask's
+#: ``inproc`` lives in one process; its ``ucx`` needs a separate package and crashes without it).
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def check_scheduler(address: str) -> str:
+    """``address`` if it reads as a Dask scheduler's ``[SCHEME://]HOST:PORT``, else a
+    :class:`UsageError`. Checked before a ``Client`` is made: a client that fails on a malformed
+    address waits 20 s at exit and prints a traceback from its destructor."""
+    _dask()  # the extra's message if it is missing
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    def bad(why: str) -> UsageError:
+        return UsageError(
+            f"--scheduler {address}: {why}",
+            hint="give the address `dask scheduler` prints: tcp://HOST:PORT",
+        )
+
+    try:
+        scheme, _ = parse_address(address, strict=False)
+        if scheme not in SCHEDULER_SCHEMES:
+            raise bad(f"scheme {scheme!r} is not one of {', '.join(SCHEDULER_SCHEMES)}")
+        _, port = get_address_host_port(address)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if not 1 <= port <= 65535:
+        raise bad(f"port {port} is not between 1 and 65535")
+    return address
+
+
 def _dask() -> Any:
     try:
         import distributed
@@ -161,6 +191,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     distributed = _dask()
     with ExitStack() as stack:  # closes the client, then a local cluster's processes
         if scheduler is not None:
+            check_scheduler(scheduler)
             try:
                 client = distributed.Client(
                     scheduler,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from echo_view import workers
 from echo_view.errors import UsageError
-from echo_view.workers import check_workers, dask_client, default_workers
+from echo_view.workers import check_scheduler, check_workers, dask_client, default_workers
 from tests.conftest import ROOT
 
 pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -139,3 +140,29 @@ def test_unreachable_scheduler_is_one_usage_error() -> None:
     unreachable = r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9"
     with pytest.raises(UsageError, match=unreachable), dask_client(scheduler="tcp://127.0.0.1:9"):
         pass
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("not a url", "missing port number"),
+        ("localhost", "missing port number"),
+        ("tcp://[::1", "invalid address"),
+        ("ucx://h:1", "scheme 'ucx' is not one of tcp, tls, ws, wss"),
+        ("inproc://x", "scheme 'inproc'"),
+        ("tcp://h:0", "port 0 is not between 1 and 65535"),
+        ("tcp://h:99999", "port 99999 is not"),
+    ],
+)
+def test_malformed_scheduler_address_fails_at_once(address: str, why: str) -> None:
+    # Before the check each of these either printed a traceback (ucx) or left a half-made
+    # client whose destructor waited 20 s and printed one at exit. The message is the check's:
+    # no client was made.
+    with pytest.raises(UsageError, match=re.escape(why)) as info, dask_client(scheduler=address):
+        pass
+    assert str(info.value).startswith(f"--scheduler {address}: ")
+
+
+def test_well_formed_scheduler_addresses_pass() -> None:
+    for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://h:1", "tcp://[::1]:8786"):
+        assert check_scheduler(address) == address

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, no_progress
-from echo_view.workers import check_workers
+from echo_view.workers import check_scheduler, check_workers
 
 if TYPE_CHECKING:
     from echo_view.loading import Parallel
@@ -53,6 +53,8 @@ def parallel_of(args: argparse.Namespace) -> Parallel:
         )
     if workers is not None:
         check_workers(workers)
+    if scheduler is not None:  # also where one file is read in this process
+        check_scheduler(scheduler)
     from echo_view.loading import Parallel  # not at import: `--help` needs none of it
 
     return Parallel(workers=workers, scheduler=scheduler)

@@ -364,5 +364,14 @@ CASES: list[Case] = [
         (("calibrate", "comm", "{d}/n.log", "-o", "{d}/out.toml"),),
         output="out.toml",
     ),
+    Case(
+        "scheduler-malformed",
+        valid_trace,
+        (
+            ("info", _T, "--scheduler", "not a url"),
+            ("export", _T, *_OUT, "--scheduler", "ucx://h:1"),
+        ),
+        names="--scheduler ",
+    ),
     Case("dir-symlink-escape", _symlink_out, (("check", "{d}/job"),), "ok", absent=b"/link/"),
 ]
