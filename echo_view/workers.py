@@ -70,6 +70,58 @@ def check_scheduler(address: str) -> str:
     return address
 
 
+#: Seconds a scheduler has to accept the connection and answer an identity request.
+SCHEDULER_REPLY_S = 10.0
+
+
+def _scheduler_identity(address: str, timeout: float) -> dict[str, Any]:
+    """The reply of whatever listens at ``address`` to Dask's identity request, within
+    ``timeout`` s in all. ``Client`` bounds only the connection attempts: on a port that accepts
+    and never answers (an HTTP server, e.g. the dashboard's 8787 given for the scheduler's 8786)
+    it waits forever, and on one that speaks first (an SSH banner) it reads the banner as frame
+    sizes and fails allocating exabytes."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    distributed = _dask()
+    tls = distributed.security.Security().get_connection_args("client")  # dask config's TLS
+
+    async def ask() -> Any:
+        comm = await distributed.comm.connect(address, timeout=timeout, **tls)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    # In a thread of its own: the caller may be running an event loop (the TUI's loader).
+    with ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(asyncio.run, asyncio.wait_for(ask(), timeout)).result()
+    return reply if isinstance(reply, dict) else {}
+
+
+def _check_is_scheduler(address: str) -> None:
+    try:
+        reply = _scheduler_identity(address, SCHEDULER_REPLY_S)
+    except TimeoutError:
+        why = f"no Dask scheduler answered within {SCHEDULER_REPLY_S:g} s"
+    except OSError as exc:  # refused, reset, closed: Dask's messages say which
+        why = str(exc) or type(exc).__name__
+    except Exception as exc:  # another protocol's bytes read as Dask frames fail in many ways
+        detail = f"{type(exc).__name__}: {exc}"[:120] if str(exc) else type(exc).__name__
+        why = f"what answers there does not speak Dask's protocol ({detail})"
+    else:
+        kind = reply.get("type")
+        if kind == "Scheduler":
+            return
+        why = f"a Dask {kind} answers there, not a scheduler" if kind else "no Dask scheduler there"
+    raise UsageError(
+        f"cannot reach the Dask scheduler at {address}: {why}",
+        hint="start one with `dask scheduler` and give the address it prints, or drop "
+        "--scheduler for a local cluster",
+    )
+
+
 def _dask() -> Any:
     try:
         import distributed
@@ -192,6 +244,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
     with ExitStack() as stack:  # closes the client, then a local cluster's processes
         if scheduler is not None:
             check_scheduler(scheduler)
+            _check_is_scheduler(scheduler)
             try:
                 client = distributed.Client(
                     scheduler,

@@ -6,8 +6,12 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -166,3 +170,57 @@ def test_malformed_scheduler_address_fails_at_once(address: str, why: str) -> No
 def test_well_formed_scheduler_addresses_pass() -> None:
     for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://h:1", "tcp://[::1]:8786"):
         assert check_scheduler(address) == address
+
+
+@contextmanager
+def _listener(greeting: bytes | None) -> Iterator[str]:
+    """A TCP server on a free port that accepts, sends ``greeting`` (or nothing) and then holds
+    the connection without a word, as an HTTP or SSH server does to a Dask client."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            held.append(conn)
+            if greeting is not None:
+                conn.sendall(greeting)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_a_port_that_never_answers_is_refused_after_the_reply_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Client itself waited forever here (an HTTP server given as the scheduler).
+    monkeypatch.setattr(workers, "SCHEDULER_REPLY_S", 0.5)
+    never = pytest.raises(UsageError, match=r"no Dask scheduler answered within 0\.5 s")
+    with _listener(None) as address, never:
+        workers._check_is_scheduler(address)
+
+
+def test_another_protocol_is_refused_not_read_as_dask_frames() -> None:
+    # Client read an SSH banner as frame sizes and failed allocating 2.82 EiB.
+    banner = b"SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.6\r\n"
+    other = pytest.raises(UsageError, match="does not speak Dask's protocol")
+    with _listener(banner) as address, other:
+        workers._check_is_scheduler(address)
+
+
+@pytest.mark.slow
+def test_a_worker_address_is_not_a_scheduler() -> None:
+    with dask_client(workers=1) as client:
+        worker = next(iter(client.scheduler_info()["workers"]))
+        with pytest.raises(UsageError, match="a Dask Worker answers there, not a scheduler"):
+            workers._check_is_scheduler(worker)
+        workers._check_is_scheduler(client.scheduler.address)  # the scheduler passes
