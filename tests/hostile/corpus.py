@@ -157,6 +157,29 @@ def _markup_names(d: Path) -> None:
     _write_json(d / "b.json", _doc())
 
 
+def _overlapping_kernels(d: Path) -> None:
+    """30,000 kernels on one stream, every one overlapping all the others (a stream's kernels
+    overlap only under CUDA graphs, a few at a time): the replay's split of a stream into
+    sequential sub-lanes scanned every sub-lane per kernel, O(n^2), about 13 s here."""
+    n = 30_000
+    doc = {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": 0,
+                "tid": 7,
+                "ts": i,
+                "dur": 10 * n,
+                "args": {"correlation": i, "device": 0, "stream": 7},
+            }
+            for i in range(n)
+        ]
+    }
+    _write_json(d / "t.json", doc)
+
+
 def _nsys(d: Path) -> Path:
     out = d / "t.sqlite"
     with gzip.open(SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz", "rb") as src, out.open("wb") as f:
@@ -332,6 +355,7 @@ CASES: list[Case] = [
     Case("nsys-separate-runs", _nsys_runs, (("check", "{d}"),), "note:EV711"),
     Case("int-least-time", _least_time, (("info", _T), ("export", _T, *_OUT))),
     Case("int-least-time-check", _least_time, (("check", _T),), "finding:EV211"),
+    Case("kernels-all-overlap", _overlapping_kernels, (("simulate", _T),), "ok"),
     Case("pftrace-zeros", _zero_pftrace, (("check", "{d}/t.pftrace"),)),
     Case("config-utf16", _config(CONFIG.encode("utf-16")), (_SIM,)),
     Case("config-stray-byte", _config(CONFIG.encode() + b"# \xff\n"), (_SIM,)),

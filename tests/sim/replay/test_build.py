@@ -3,6 +3,8 @@ that measured durations reproduce the measured timeline exactly; then what-if mo
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ from echo_view.model import (
 )
 from echo_view.model.workload import DepKind, DepMode, Workload
 from echo_view.sim import predicted_job, simulate, step_spans
-from echo_view.sim.replay import workload_from_job
+from echo_view.sim.replay import build, workload_from_job
 
 US = 1_000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -234,3 +236,40 @@ def test_the_lane_that_opens_each_step() -> None:
     lanes = _annotation_lanes(trace)
     assert set(lanes) == {0, 10}
     assert trace.lanes[lanes[0]].tid == 2 and trace.lanes[lanes[10]].tid == 1
+
+
+def _first_fit_by_scan(rows: list[int], lane: list[int], start: list[int], end: list[int]) -> Any:
+    """First fit by scanning every sub-lane: the definition the heaps must reproduce."""
+    out: dict[int, list[list[int]]] = {}
+    ends: dict[int, list[int]] = {}
+    for r in rows:
+        subs, last = out.setdefault(lane[r], []), ends.setdefault(lane[r], [])
+        k = next((k for k, e in enumerate(last) if e <= start[r]), len(subs))
+        if k == len(subs):
+            subs.append([])
+            last.append(0)
+        subs[k].append(r)
+        last[k] = end[r]
+    return out
+
+
+def test_overlap_split_is_first_fit() -> None:
+    # One stream, by hand: a [0, 10) b [2, 5) c [5, 8) d [6, 12) e [10, 11) f [12, 12).
+    # a -> 0; b -> 1 (0 busy until 10); c -> 1 (free at 5); d -> 2 (1 busy until 8); e -> 0
+    # (free at 10, the lowest of 0 and 1); f -> 0 (e ended at 11, lowest of 0, 1, 2 free).
+    start = np.array([0, 2, 5, 6, 10, 12])
+    end = np.array([10, 5, 8, 12, 11, 12])
+    got = build._split_overlaps(np.arange(6), np.zeros(6, dtype=np.int64), start, end)
+    assert got == {0: [[0, 4, 5], [1, 2], [3]]}
+
+
+def test_overlap_split_matches_the_scan_on_random_streams() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        lane = rng.integers(0, 3, n)
+        start = rng.integers(0, 40, n)
+        end = start + rng.integers(0, 15, n)
+        rows = np.lexsort((np.arange(n), start, lane))  # as the caller orders them
+        want = _first_fit_by_scan(rows.tolist(), lane.tolist(), start.tolist(), end.tolist())
+        assert build._split_overlaps(rows, lane, start, end) == want
