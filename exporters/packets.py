@@ -29,7 +29,7 @@ from exporters.protoevents import (
     Interned,
     Packets,
 )
-from exporters.protowire import Rows, varint_bytes, varint_len, with_suffixes
+from exporters.protowire import U8, Rows, varint_bytes, varint_len, with_suffixes
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -129,20 +129,28 @@ class PacketEncoder:
         self.out_gev, self.out_id = src[o], links.flow_id[o]
         self.end_gev, self.end_id = dst[e], links.flow_id[e]
 
-    def _flows(self, te: Rows, key: bytes, gevs: I64, ids: I64, gev: I64, mask: Mask) -> None:
+    @staticmethod
+    def _flows(key: bytes, gevs: I64, ids: I64, gev: I64, mask: Mask) -> tuple[U8, I64]:
+        """The ``key`` fields (fixed64 flow ids) of every row of ``mask``: their bytes, row after
+        row, and each row's length. Written after the rows' fixed-width fields, not into them:
+        one event may hold thousands of flows (a hostile trace), and a row of ``Rows`` that
+        long widens every row."""
+        n = len(gev)
         rows = np.flatnonzero(mask)
+        lens = np.zeros(n, dtype=np.int64)
         if not len(gevs) or not len(rows):
-            return
+            return np.zeros(0, dtype=np.uint8), lens
         lo = np.searchsorted(gevs, gev[rows], "left")
         cnt = np.searchsorted(gevs, gev[rows], "right") - lo
-        for j in range(int(cnt.max())):
-            m = cnt > j
-            sel = np.zeros(len(gev), dtype=bool)
-            sel[rows[m]] = True
-            vals = np.zeros(len(gev), dtype=np.int64)
-            vals[rows[m]] = ids[lo[m] + j]
-            te.raw(key, sel)
-            te.fixed64(vals, sel)
+        total = int(cnt.sum())
+        # Flow k of a row is ids[lo + k]: the ids of all rows' flows, in row order.
+        within = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        flow_ids = ids[np.repeat(lo, cnt) + within].astype("<i8")
+        fields = np.empty((total, len(key) + 8), dtype=np.uint8)
+        fields[:, : len(key)] = np.frombuffer(key, dtype=np.uint8)
+        fields[:, len(key) :] = flow_ids.view(np.uint8).reshape(total, 8)
+        lens[rows] = cnt * (len(key) + 8)
+        return fields.reshape(-1), lens
 
     def _collectives(self, te: Rows, gev: I64, mask: Mask) -> None:
         rows = np.flatnonzero(mask)
@@ -200,8 +208,8 @@ class PacketEncoder:
         step_no[st] = self.step_number[ref[st]]
         _int_annotation(te, _STEP, step_no, named & st)
         begin = evn & (typ == SLICE_BEGIN)
-        self._flows(te, _FLOW_OUT, self.out_gev, self.out_id, gev, begin)
-        self._flows(te, _FLOW_END, self.end_gev, self.end_id, gev, begin)
+        outs, out_len = self._flows(_FLOW_OUT, self.out_gev, self.out_id, gev, begin)
+        ends, end_len = self._flows(_FLOW_END, self.end_gev, self.end_id, gev, begin)
         value = np.zeros(n, dtype=np.float64)
         value[ct] = self.ctrs.value[ref[ct]]
         ctr = typ == COUNTER
@@ -225,7 +233,13 @@ class PacketEncoder:
                 )
             ]
         )
-        te_len = te.len + size
+        # Each TrackEvent ends in its arguments' text (the body of the annotation whose header
+        # closes its fixed-width part), then its flow ids (outgoing, then terminating).
+        flow_len = out_len + end_len
+        flows = with_suffixes(outs, out_len, ends.tobytes(), end_len)
+        tail_len = size + flow_len
+        tail = with_suffixes(np.frombuffer(args, np.uint8), size, flows, flow_len)
+        te_len = te.len + tail_len
 
         head = Rows(n, _HEAD_ROOM)
         head.raw(b"\x0a")  # Trace.packet (1, length-delimited)
@@ -237,4 +251,4 @@ class PacketEncoder:
         head.raw(_PACKET_MID)
         head.varint(te_len)
         te.prepend(head)
-        return with_suffixes(te.flat(), te.total_len(), args, size)
+        return with_suffixes(te.flat(), te.total_len(), tail, tail_len)

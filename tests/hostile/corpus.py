@@ -180,6 +180,19 @@ def _overlapping_kernels(d: Path) -> None:
     _write_json(d / "t.json", doc)
 
 
+def _one_launch_many_kernels(d: Path) -> None:
+    """3,000 kernels that name one launch's correlation id: 3,000 flows from one slice. The
+    protobuf export wrote flows into its fixed-width rows, widening all of them per flow
+    (O(n^2) time and memory: 2,000 took 7.6 s, 10,000 over a minute)."""
+    n = 3_000
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+    events: list[dict[str, Any]] = [{**launch, "ts": 0, "dur": 5, "args": {"correlation": 1}}]
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1}
+    args = {"correlation": 1, "device": 0, "stream": 7}
+    events += [{**kernel, "ts": 10 + i, "args": args} for i in range(n)]
+    _write_json(d / "t.json", {"traceEvents": events})
+
+
 def _nsys(d: Path) -> Path:
     out = d / "t.sqlite"
     with gzip.open(SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz", "rb") as src, out.open("wb") as f:
@@ -356,6 +369,13 @@ CASES: list[Case] = [
     Case("int-least-time", _least_time, (("info", _T), ("export", _T, *_OUT))),
     Case("int-least-time-check", _least_time, (("check", _T),), "finding:EV211"),
     Case("kernels-all-overlap", _overlapping_kernels, (("simulate", _T),), "ok"),
+    Case(
+        "flows-from-one-slice",
+        _one_launch_many_kernels,
+        (("export", _T, "-o", "{d}/out.pftrace"),),
+        "ok",
+        output="none",
+    ),
     Case("pftrace-zeros", _zero_pftrace, (("check", "{d}/t.pftrace"),)),
     Case("config-utf16", _config(CONFIG.encode("utf-16")), (_SIM,)),
     Case("config-stray-byte", _config(CONFIG.encode() + b"# \xff\n"), (_SIM,)),
