@@ -13,14 +13,13 @@ lanes that fail the check run the greedy first-fit assignment, in Python.
 
 from __future__ import annotations
 
-import heapq
-import math
+import itertools
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.trace_rules import nesting_order
+from echo_view.model.trace_rules import first_fit_lanes, nesting_order
 
 Ints = npt.NDArray[np.integer[Any]]
 I64 = npt.NDArray[np.int64]
@@ -98,7 +97,7 @@ def assign_lanes(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.in
     ``group`` is the original lane of each row. Rows of groups that already nest stay on lane
     0 without entering Python. In the other groups, slices are taken in Perfetto's order and
     each goes to the first lane where it nests (after closing the slices that ended), else to a
-    new lane (:class:`_FirstFit`): O(n log n).
+    new lane (:func:`~echo_view.model.trace_rules.first_fit_lanes`): O(n log n).
     """
     n = len(start_ns)
     lane = np.zeros(n, dtype=np.int32)
@@ -111,108 +110,7 @@ def assign_lanes(start_ns: Ints, dur_ns: Ints, group: Ints) -> npt.NDArray[np.in
     rows = rows[nesting_order(np.asarray(start_ns)[rows], dur[rows], group[rows])]
     starts = np.asarray(start_ns)[rows].astype(np.int64).tolist()
     ends = (np.asarray(start_ns)[rows].astype(np.int64) + dur[rows]).tolist()
-    groups = group[rows].tolist()
-    out = np.zeros(len(rows), dtype=np.int32)
-    current: object = None
-    fit = _FirstFit()
-    for i, (g, s, e) in enumerate(zip(groups, starts, ends, strict=True)):
-        if g != current:
-            current, fit = g, _FirstFit()
-        out[i] = fit.place(s, e)
+    cuts = [0, *(np.flatnonzero(np.diff(group[rows])) + 1).tolist(), len(rows)]
+    out = [k for a, b in itertools.pairwise(cuts) for k in first_fit_lanes(starts[a:b], ends[a:b])]
     lane[rows] = out
     return lane
-
-
-#: Lanes of one group tried one by one (the common case: a few overlaps, a few lanes); past
-#: this many, a search tree finds the first that fits (:class:`_TopTree`).
-SCAN_LANES = 16
-
-
-class _FirstFit:
-    """One group's lanes, each a stack of the ends of its open slices (innermost on top, so
-    non-increasing). Slices come in start order; one nests on a lane when, after closing the
-    slices that ended by its start, the lane is empty or its innermost open slice ends at or
-    after it. Each goes to the lowest-numbered such lane, else to a new one."""
-
-    def __init__(self) -> None:
-        self.stacks: list[list[int]] = []
-        self.tree: _TopTree | None = None
-
-    def place(self, s: int, e: int) -> int:
-        """The lane of the slice ``[s, e)``."""
-        if self.tree is not None:
-            return self.tree.place(s, e)
-        for k, stack in enumerate(self.stacks):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                return k
-        if len(self.stacks) < SCAN_LANES:
-            self.stacks.append([e])
-            return len(self.stacks) - 1
-        # Every lane was closed up to s by the scan above: the tree starts from there.
-        self.tree = _TopTree(self.stacks)
-        return self.tree.place(s, e)
-
-
-class _TopTree:
-    """First fit over many lanes in O(log lanes) a slice: a max-tree over each lane's innermost
-    open end (``inf`` for an empty lane, ``-inf`` past the last lane) finds the lowest lane whose
-    value is at least the slice's end; a heap of the lanes' innermost ends closes the slices
-    that ended before each start (starts only grow, so each end is closed once)."""
-
-    def __init__(self, stacks: list[list[int]]) -> None:
-        self.stacks = stacks
-        self.heap = [(stack[-1], k) for k, stack in enumerate(stacks) if stack]
-        heapq.heapify(self.heap)
-        self.size = 1
-        self.top: list[float] = []
-        self._build()
-
-    def _build(self) -> None:
-        """The tree over the lanes, with room for as many again."""
-        while self.size < 2 * len(self.stacks):
-            self.size *= 2
-        self.top = [-math.inf] * (2 * self.size)
-        for k, stack in enumerate(self.stacks):
-            self.top[self.size + k] = stack[-1] if stack else math.inf
-        for i in range(self.size - 1, 0, -1):
-            self.top[i] = max(self.top[2 * i], self.top[2 * i + 1])
-
-    def _set(self, k: int, value: float) -> None:
-        i = self.size + k
-        top = self.top
-        top[i] = value
-        i //= 2
-        while i:
-            top[i] = max(top[2 * i], top[2 * i + 1])
-            i //= 2
-
-    def place(self, s: int, e: int) -> int:
-        stacks, heap = self.stacks, self.heap
-        while heap and heap[0][0] <= s:
-            k = heapq.heappop(heap)[1]
-            stack = stacks[k]
-            if not stack or stack[-1] > s:
-                continue  # an earlier top of this lane, already closed
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if stack:
-                heapq.heappush(heap, (stack[-1], k))
-            self._set(k, stack[-1] if stack else math.inf)
-        top = self.top
-        if top[1] >= e:
-            i = 1
-            while i < self.size:
-                i = 2 * i if top[2 * i] >= e else 2 * i + 1
-            k = i - self.size
-        else:
-            k = len(stacks)
-            stacks.append([])
-            if k >= self.size:
-                self._build()
-        stacks[k].append(e)
-        heapq.heappush(heap, (e, k))
-        self._set(k, e)
-        return k

@@ -20,6 +20,8 @@ the model (pairs as written) and the checks (Perfetto's uint32 coercion,
 
 from __future__ import annotations
 
+import heapq
+import math
 from typing import Any
 
 import numpy as np
@@ -111,6 +113,110 @@ def partial_overlaps(starts: list[int], ends: list[int]) -> list[tuple[int, int]
             push_e(e)
             push_k(k)
     return out
+
+
+#: Lanes of one group tried one by one (the common case: a few overlaps, a few lanes); past
+#: this many, a search tree finds the first that fits (:class:`_TopTree`).
+SCAN_LANES = 16
+
+
+def first_fit_lanes(starts: list[int], ends: list[int]) -> list[int]:
+    """The lane of each of one thread's slices (given in :func:`nesting_order`) so that every
+    lane nests: each slice goes to the lowest-numbered lane where it nests, else to a new one.
+    Lane 0 holds what Perfetto's stack keeps (:func:`partial_overlaps`), lane 1 what that
+    spills and lane 2 what lane 1 spills, and so on; O(n log n)."""
+    fit = _FirstFit()
+    return [fit.place(s, e) for s, e in zip(starts, ends, strict=True)]
+
+
+class _FirstFit:
+    """One thread's lanes, each a stack of the ends of its open slices (innermost on top, so
+    non-increasing). Slices come in start order; one nests on a lane when, after closing the
+    slices that ended by its start, the lane is empty or its innermost open slice ends at or
+    after it. Each goes to the lowest-numbered such lane, else to a new one."""
+
+    def __init__(self) -> None:
+        self.stacks: list[list[int]] = []
+        self.tree: _TopTree | None = None
+
+    def place(self, s: int, e: int) -> int:
+        """The lane of the slice ``[s, e)``."""
+        if self.tree is not None:
+            return self.tree.place(s, e)
+        for k, stack in enumerate(self.stacks):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                stack.append(e)
+                return k
+        if len(self.stacks) < SCAN_LANES:
+            self.stacks.append([e])
+            return len(self.stacks) - 1
+        # Every lane was closed up to s by the scan above: the tree starts from there.
+        self.tree = _TopTree(self.stacks)
+        return self.tree.place(s, e)
+
+
+class _TopTree:
+    """First fit over many lanes in O(log lanes) a slice: a max-tree over each lane's innermost
+    open end (``inf`` for an empty lane, ``-inf`` past the last lane) finds the lowest lane whose
+    value is at least the slice's end; a heap of the lanes' innermost ends closes the slices
+    that ended before each start (starts only grow, so each end is closed once)."""
+
+    def __init__(self, stacks: list[list[int]]) -> None:
+        self.stacks = stacks
+        self.heap = [(stack[-1], k) for k, stack in enumerate(stacks) if stack]
+        heapq.heapify(self.heap)
+        self.size = 1
+        self.top: list[float] = []
+        self._build()
+
+    def _build(self) -> None:
+        """The tree over the lanes, with room for as many again."""
+        while self.size < 2 * len(self.stacks):
+            self.size *= 2
+        self.top = [-math.inf] * (2 * self.size)
+        for k, stack in enumerate(self.stacks):
+            self.top[self.size + k] = stack[-1] if stack else math.inf
+        for i in range(self.size - 1, 0, -1):
+            self.top[i] = max(self.top[2 * i], self.top[2 * i + 1])
+
+    def _set(self, k: int, value: float) -> None:
+        i = self.size + k
+        top = self.top
+        top[i] = value
+        i //= 2
+        while i:
+            top[i] = max(top[2 * i], top[2 * i + 1])
+            i //= 2
+
+    def place(self, s: int, e: int) -> int:
+        stacks, heap = self.stacks, self.heap
+        while heap and heap[0][0] <= s:
+            k = heapq.heappop(heap)[1]
+            stack = stacks[k]
+            if not stack or stack[-1] > s:
+                continue  # an earlier top of this lane, already closed
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if stack:
+                heapq.heappush(heap, (stack[-1], k))
+            self._set(k, stack[-1] if stack else math.inf)
+        top = self.top
+        if top[1] >= e:
+            i = 1
+            while i < self.size:
+                i = 2 * i if top[2 * i] >= e else 2 * i + 1
+            k = i - self.size
+        else:
+            k = len(stacks)
+            stacks.append([])
+            if k >= self.size:
+                self._build()
+        stacks[k].append(e)
+        heapq.heappush(heap, (e, k))
+        self._set(k, e)
+        return k
 
 
 def _covers(start: Any, end: Any, ts: Any) -> Any:

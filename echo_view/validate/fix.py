@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.trace_rules import parse_flow_id, partial_overlaps
+from echo_view.model.trace_rules import first_fit_lanes, parse_flow_id
 from echo_view.units import ns_to_us_text
 from echo_view.validate.events import (
     PH,
@@ -126,37 +126,43 @@ def _meta(kind: str, pid: Any, tid: Any, label: str) -> bytes:
 
 
 class _Ids:
-    """Numeric pids in use, and tids in use per pid, to pick free ids."""
+    """Numeric pids in use, and tids in use per pid, to pick free ids. The largest of each is
+    kept as ids are added: a trace may need tens of thousands of new ones (one per overlap
+    lane), and taking ``max`` of the set for each was quadratic."""
 
     def __init__(self, ev: _Events) -> None:
         self.pids: set[int] = set()
         self.tids: dict[Hashable, set[int]] = {}
+        self.top_pid = 0  # max(pids, default=0)
+        self.top_tid: dict[Hashable, int] = {}  # per pid: max of its tids and of pid (or 0)
         for info in ev.threads.infos:
             p, t = info.pid, info.tid
             if isinstance(p, int) and id_in_range(p):
-                self.pids.add(p)
+                self._add_pid(p)
             if isinstance(t, int) and id_in_range(t):
-                self.tids.setdefault(p, set()).add(t)
+                self._add_tid(p, t)
+
+    def _add_pid(self, pid: int) -> None:
+        self.top_pid = max(self.top_pid, pid) if self.pids else pid
+        self.pids.add(pid)
+
+    def _add_tid(self, pid: Hashable, tid: int) -> None:
+        self.tids.setdefault(pid, set()).add(tid)
+        floor = pid if isinstance(pid, int) else 0
+        self.top_tid[pid] = max(self.top_tid.get(pid, floor), tid)
 
     def free_pid(self, old: Any) -> int:
         want = abs(int(old)) if isinstance(old, int | float) and not isinstance(old, bool) else -1
-        pid = (
-            want
-            if 0 < want <= 0xFFFFFFFF and want not in self.pids
-            else max(self.pids, default=0) + 1
-        )
-        self.pids.add(pid)
+        pid = want if 0 < want <= 0xFFFFFFFF and want not in self.pids else self.top_pid + 1
+        self._add_pid(pid)
         return pid
 
     def free_tid(self, pid: Any, old: Any) -> int:
-        used = self.tids.setdefault(pid, set())
+        used = self.tids.get(pid, set())
         want = abs(int(old)) if isinstance(old, int | float) and not isinstance(old, bool) else -1
-        tid = (
-            want
-            if 0 < want <= 0xFFFFFFFF and want not in used and want != pid
-            else max(used | {pid if isinstance(pid, int) else 0}, default=0) + 1
-        )
-        used.add(tid)
+        top = self.top_tid.get(pid, pid if isinstance(pid, int) else 0)
+        tid = want if 0 < want <= 0xFFFFFFFF and want not in used and want != pid else top + 1
+        self._add_tid(pid, tid)
         return tid
 
 
@@ -230,16 +236,9 @@ def _lanes(
         starts, ends = ev.ts[seg], ev.ts[seg] + ev.dur[seg]
         if len(seg) < 2 or bool(np.all(ends[:-1] <= starts[1:])):
             continue
-        lane = np.zeros(len(seg), dtype=np.int32)
-        rest = np.arange(len(seg))
-        k = 0
-        while len(rest):
-            spilled = [j for j, _ in partial_overlaps(starts[rest].tolist(), ends[rest].tolist())]
-            if not spilled:
-                break
-            k += 1
-            rest = rest[spilled]
-            lane[rest] = k
+        # Lane 1 holds what Perfetto would spill from the thread, lane 2 what lane 1 spills...
+        lane = np.array(first_fit_lanes(starts.tolist(), ends.tolist()), dtype=np.int32)
+        k = int(lane.max())
         if k == 0:
             continue
         first = int(seg[0])

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo_view.model.trace_rules import nesting_order
-from exporters.lanes import SCAN_LANES, _badly_nested_lexsort, assign_lanes, badly_nested
+from echo_view.model.trace_rules import SCAN_LANES, nesting_order
+from exporters.lanes import _badly_nested_lexsort, assign_lanes, badly_nested
 
 Intervals = tuple[list[int], list[int], list[int]]
 
