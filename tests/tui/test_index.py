@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from echo_view.loading import read_job
-from echo_view.model import EventKind, Job, LaneKind
+from echo_view.model import ClockAlignment, EventKind, Job, LaneKind, Trace, TraceBuilder
 from echo_view.tui.index import Source, TimelineIndex, display_classes
 from echo_view.tui.raster import GLYPHS, Window, cells, display_name, render_row, short_name
 from echo_view.tui.ruler import format_tick, nice_step, ruler_text
@@ -188,3 +188,29 @@ def test_deepep_kernels_show_as_communication() -> None:
     # Its layout kernel is local work, drawn as a kernel.
     layout = [i for i in range(len(trace.events)) if "get_dispatch_layout" in trace.name(i)]
     assert len(layout) == 4 and (display_classes(trace)[layout] == int(EventKind.KERNEL)).all()
+
+
+def test_index_of_many_ranks_reads_each_rank_span_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The index asked the job for its origin once per rank, and the job worked it out over
+    # all ranks each time: 3,000 ranks took 40 s to open.
+    traces = []
+    for rank in range(60):
+        b = TraceBuilder(rank)
+        cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+        b.event(EventKind.CPU_OP, "op", 1000 + 7 * rank, 50, cpu)
+        traces.append(b.build())
+    job = Job(tuple(traces), ClockAlignment("none", (0,) * 60, 0), 60, "j")
+    calls = 0
+    span = Trace.span_ns
+
+    def counted(trace: Trace) -> tuple[int, int]:
+        nonlocal calls
+        calls += 1
+        return span(trace)
+
+    monkeypatch.setattr(Trace, "span_ns", counted)
+    index = TimelineIndex.build([Source(job, "")])
+    assert [g.rank for g in index.groups] == list(range(60))
+    assert job.start_ns() == 1000
+    assert calls <= 2 * 60
+    assert job.index_of(59) == 59
