@@ -248,7 +248,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             try:
                 client = distributed.Client(
                     scheduler,
-                    timeout="10s",
+                    timeout=f"{SCHEDULER_REPLY_S:g}s",
                     set_as_default=False,
                     direct_to_workers=_direct_to_workers(),
                 )
