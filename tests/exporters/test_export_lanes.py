@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo_view.model.trace_rules import SCAN_LANES, nesting_order
+from echo_view.model.trace_rules import nesting_order
 from exporters.lanes import _badly_nested_lexsort, assign_lanes, badly_nested
 
 Intervals = tuple[list[int], list[int], list[int]]
@@ -87,45 +87,6 @@ def test_pdl_kernels_alternate_lanes() -> None:
     d = np.full(len(s), 10)
     lane = assign_lanes(s, d, np.zeros(len(s), dtype=np.int64))
     assert lane.tolist() == [0, 1] * (len(s) // 2) + [0] * (len(s) % 2)
-
-
-def _first_fit_by_scan(starts: list[int], ends: list[int]) -> list[int]:
-    """The first-fit definition, one group, slices in nesting order: every lane scanned."""
-    stacks: list[list[int]] = []
-    out = []
-    for s, e in zip(starts, ends, strict=True):
-        for k, stack in enumerate(stacks):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                out.append(k)
-                break
-        else:
-            stacks.append([e])
-            out.append(len(stacks) - 1)
-    return out
-
-
-def test_first_fit_past_the_scanned_lanes_is_the_same_first_fit() -> None:
-    # Dense, long slices with many equal times: up to dozens of lanes, past SCAN_LANES (where
-    # the tree takes over), and ends equal to later starts and to other ends.
-    rng = np.random.default_rng(11)
-    deepest = 0
-    for _ in range(150):
-        n = int(rng.integers(20, 400))
-        s = rng.integers(0, int(rng.integers(10, 300)), n)
-        d = rng.integers(1, int(rng.integers(2, 400)), n)
-        g = np.zeros(n, dtype=np.int64)
-        order = nesting_order(s, d, g)
-        want = _first_fit_by_scan(s[order].tolist(), (s + d)[order].tolist())
-        lane = assign_lanes(s, d, g)
-        if badly_nested(s, d, g).any():
-            assert lane[order].tolist() == want
-        else:
-            assert not lane.any()
-        deepest = max(deepest, int(lane.max()))
-    assert deepest >= 2 * SCAN_LANES  # the tree was used, and grown (from 2 x SCAN_LANES leaves)
 
 
 def test_slices_that_all_cross_get_a_lane_each() -> None:

@@ -139,6 +139,24 @@ def test_walk_back_is_bounded() -> None:
     assert got == [-1, 0]
 
 
+def _first_fit_by_scan(starts: list[int], ends: list[int]) -> list[int]:
+    """First fit by its definition: every lane scanned for each slice."""
+    stacks: list[list[int]] = []
+    out = []
+    for s, e in zip(starts, ends, strict=True):
+        for k, stack in enumerate(stacks):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                stack.append(e)
+                out.append(k)
+                break
+        else:
+            stacks.append([e])
+            out.append(len(stacks) - 1)
+    return out
+
+
 def _peeled(starts: list[int], ends: list[int]) -> list[int]:
     """Lanes by peeling: lane 1 is what Perfetto's stack spills from lane 0, lane 2 what it
     spills from lane 1, ... (how ``check --fix`` numbered its overlap lanes before)."""
@@ -157,7 +175,9 @@ def _peeled(starts: list[int], ends: list[int]) -> list[int]:
     return lane
 
 
-def test_first_fit_lanes_are_the_peeled_lanes() -> None:
+def test_first_fit_lanes_are_the_scanned_and_the_peeled_lanes() -> None:
+    # Dense slices with many equal times, past SCAN_LANES (where the tree takes over) and past
+    # the tree's first size (where it grows).
     rng = np.random.default_rng(5)
     widest = 0
     for _ in range(150):
@@ -167,7 +187,7 @@ def test_first_fit_lanes_are_the_peeled_lanes() -> None:
         order = nesting_order(s, d, np.zeros(n, dtype=np.int64))
         starts, ends = s[order].tolist(), (s + d)[order].tolist()
         lanes = first_fit_lanes(starts, ends)
-        assert lanes == _peeled(starts, ends)
+        assert lanes == _first_fit_by_scan(starts, ends) == _peeled(starts, ends)
         widest = max(widest, *lanes)
     assert widest > 2 * SCAN_LANES  # past the scanned lanes, into the tree
 
