@@ -33,6 +33,7 @@ balanced: the meta device cannot compute the split sizes of an all-to-all-v.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -102,11 +103,18 @@ def axis_of(
 ) -> str:
     """The parallel axis whose group of ``rank`` is exactly ``ranks`` (an all-to-all's
     ``kind``: the expert-parallel group first)."""
-    members = set(ranks)
+    members = frozenset(ranks)
     for axis in _A2A_AXES if kind == CollectiveKind.ALL_TO_ALL else _AXES:
-        if set(layout.group(axis, rank)) == members:
+        if _group_set(layout, axis, rank) == members:
             return axis
     raise ValueError(ranks)
+
+
+@functools.lru_cache(maxsize=64)
+def _group_set(layout: Layout, axis: str, rank: int) -> frozenset[int]:
+    # Once per axis and rank, not per collective: a data-parallel group is the whole world
+    # (a script traced at --world 131,072 spent 8 s building the same groups again).
+    return frozenset(layout.group(axis, rank))
 
 
 def _with_axes(
