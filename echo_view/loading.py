@@ -258,7 +258,9 @@ def map_files(
     name = getattr(work, "func", work).__name__.strip("_")  # the tasks' name on the cluster
     # The folder outlives the cluster (closed first, on leaving the inner block), so that no
     # worker still writes into it when it is removed.
-    with spool_folder() as spool_to, dask_client(parallel.scheduler, parallel.workers) as client:
+    # A local cluster of no more workers than files: the others would only start and wait.
+    local = min(len(files), parallel.workers or default_workers())
+    with spool_folder() as spool_to, dask_client(parallel.scheduler, local) as client:
         cores = sum(client.nthreads().values())
         batches = file_batches(sizes, cores)
         groups = [[files[i] for i in batch] for batch in batches]

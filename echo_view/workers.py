@@ -20,6 +20,10 @@ from typing import Any
 from echo_view.errors import UsageError
 
 MAX_WORKERS = 1024  # a local cluster larger than this is a typo, not a machine
+#: Local workers per core at most: more processes than cores only share them, and each holds
+#: its own interpreter and a rank file's working set (``--workers 512`` on 2 cores and 24 GB
+#: drove the machine out of memory).
+WORKERS_PER_CORE = 4
 
 
 def default_workers() -> int:
@@ -30,12 +34,20 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def max_local_workers() -> int:
+    """The most local worker processes this machine takes: :data:`WORKERS_PER_CORE` per core
+    this process may run on, and at most :data:`MAX_WORKERS`."""
+    return min(MAX_WORKERS, WORKERS_PER_CORE * default_workers())
+
+
 def check_workers(n: int) -> int:
     """``n`` if it is a sensible local worker count, else a :class:`UsageError`."""
-    if not 1 <= n <= MAX_WORKERS:
+    limit = max_local_workers()
+    if not 1 <= n <= limit:
         raise UsageError(
-            f"--workers must be between 1 and {MAX_WORKERS}, got {n}",
-            hint="give the number of local worker processes, or --scheduler ADDRESS",
+            f"--workers must be between 1 and {limit}, got {n}",
+            hint=f"{WORKERS_PER_CORE} local worker processes per core at most "
+            f"({default_workers()} here); a cluster of more machines: --scheduler ADDRESS",
         )
     return n
 

@@ -344,3 +344,21 @@ def test_the_graph_cache_drops_the_least_recently_used_graphs_past_its_cap(
     assert prune_cache(tmp_path, max_bytes=800) == 0
     assert prune_cache(tmp_path, max_bytes=0) == 800
     assert not mid.exists() and not new.exists() and other.exists()
+
+
+def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[object, object]] = []
+
+    class Stop(Exception):
+        pass
+
+    def record(scheduler: object, workers: object) -> None:
+        asked.append((scheduler, workers))
+        raise Stop
+
+    monkeypatch.setattr(loading, "dask_client", record)
+    files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[:3]
+    for parallel in (Parallel(workers=8), Parallel(workers=2), Parallel(scheduler="tcp://h:1")):
+        with pytest.raises(Stop):
+            list(map_files(files, _size_or_error, parallel, sizes=[1, 1, 1]))
+    assert asked[0] == (None, 3) and asked[1] == (None, 2) and asked[2][0] == "tcp://h:1"

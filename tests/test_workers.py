@@ -131,12 +131,19 @@ def test_a_process_that_loaded_torch_spawns(monkeypatch: pytest.MonkeyPatch) -> 
     assert workers.start_method() == "spawn"
 
 
-def test_worker_count_is_bounded() -> None:
+def test_worker_count_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert check_workers(1) == 1
     assert default_workers() >= 1
-    for bad in (0, -3, 10**6):
-        with pytest.raises(UsageError, match="--workers must be between 1 and 1024"):
+    # 4 per core: --workers 512 on 2 cores (24 GB) ran the machine out of memory.
+    monkeypatch.setattr(workers, "default_workers", lambda: 2)
+    assert workers.max_local_workers() == 8 and check_workers(8) == 8
+    for bad in (0, -3, 9, 512, 10**6):
+        with pytest.raises(
+            UsageError, match=r"--workers must be between 1 and 8, got .*\(2 here\)"
+        ):
             check_workers(bad)
+    monkeypatch.setattr(workers, "default_workers", lambda: 512)
+    assert workers.max_local_workers() == 1024  # and MAX_WORKERS on any machine
 
 
 @pytest.mark.slow

@@ -177,7 +177,7 @@ def test_workers_and_scheduler_are_checked() -> None:
     assert parallel_of(argparse.Namespace(workers=3, scheduler=None)) == Parallel(workers=3)
     with pytest.raises(UsageError, match="exclude each other"):
         parallel_of(argparse.Namespace(workers=2, scheduler="tcp://127.0.0.1:8786"))
-    with pytest.raises(UsageError, match="--workers must be between 1 and 1024"):
+    with pytest.raises(UsageError, match="--workers must be between 1 and "):
         parallel_of(argparse.Namespace(workers=0, scheduler=None))
 
 

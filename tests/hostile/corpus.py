@@ -203,6 +203,11 @@ def _crossing_slices(d: Path) -> None:
     _write_json(d / "t.json", {"traceEvents": [{**op, "ts": i} for i in range(n)]})
 
 
+def _two_traces(d: Path) -> None:
+    valid_trace(d)
+    _write_json(d / "b.json", _doc())
+
+
 def _nsys(d: Path) -> Path:
     out = d / "t.sqlite"
     with gzip.open(SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz", "rb") as src, out.open("wb") as f:
@@ -434,5 +439,8 @@ CASES: list[Case] = [
         ),
         names="--scheduler ",
     ),
+    # 1,000 local workers for two files: before the per-core bound, --workers 512 drove a
+    # 2-core, 24 GB machine out of memory.
+    Case("workers-absurd", _two_traces, (("info", "{d}", "--workers", "1000"),), names="--workers"),
     Case("dir-symlink-escape", _symlink_out, (("check", "{d}/job"),), "ok", absent=b"/link/"),
 ]
