@@ -8,6 +8,7 @@ only when a cluster is asked for.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -191,9 +192,38 @@ def start_method() -> str:
 def _worker_signals() -> None:
     """In a forked worker, the signal handlers a new interpreter has: the command's SIGTERM
     handler (which raises in its main thread to clean up its outputs) must not run in a
-    worker, which the nanny stops with SIGTERM when it does not exit on request."""
+    worker, which the nanny stops with SIGTERM when it does not exit on request. And the
+    worker ends with the command, however the command ends (:func:`_die_with_parent`)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent()
+
+
+_PARENT_PID = 0  # the forking process, recorded just before each fork
+
+
+def _before_fork() -> None:
+    global _PARENT_PID
+    _PARENT_PID = os.getpid()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM to this forked worker when the command that forked it dies. Dask's own
+    check (a pipe whose other end the parent holds) never fires for forked workers, as each
+    also holds its siblings' ends: a command killed by the OOM killer or ``kill -9`` left its
+    workers running, holding their memory, until killed by hand."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: Dask's check is all there is
+        return
+    if os.getppid() != _PARENT_PID:  # the command died before prctl took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 _FORK_HOOKED = False
@@ -204,7 +234,7 @@ def _hook_forks() -> None:
     only fork echo-view makes is a local Dask worker's (subprocesses exec)."""
     global _FORK_HOOKED
     if not _FORK_HOOKED:
-        os.register_at_fork(after_in_child=_worker_signals)
+        os.register_at_fork(before=_before_fork, after_in_child=_worker_signals)
         # Python 3.12+ warns that forking a threaded process may deadlock the child: see
         # start_method for why this one does not.
         warnings.filterwarnings(

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -231,3 +232,57 @@ def test_a_worker_address_is_not_a_scheduler() -> None:
         with pytest.raises(UsageError, match="a Dask Worker answers there, not a scheduler"):
             workers._check_is_scheduler(worker)
         workers._check_is_scheduler(client.scheduler.address)  # the scheduler passes
+
+
+def _parent_death_signal() -> int:
+    """PR_GET_PDEATHSIG of the calling process (Linux)."""
+    import ctypes
+
+    out = ctypes.c_int(0)
+    ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(out), 0, 0, 0)
+    return out.value
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_forked_workers_die_with_the_command() -> None:
+    # The kernel signals each forked worker when the command dies, however it dies: Dask's
+    # own check (a pipe per worker) is defeated by forked siblings holding each other's pipe
+    # ends, and a command killed by the OOM killer left 499 workers holding the machine.
+    script = (
+        "import os, sys, time\n"
+        "from echo_view.workers import dask_client\n"
+        "from tests.test_workers import _parent_death_signal\n"
+        "with dask_client(workers=2) as c:\n"
+        "    info = c.run(lambda: (os.getpid(), _parent_death_signal()))\n"
+        "    print(' '.join(f'{p} {s}' for p, s in info.values()), flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    cmd = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert cmd.stdout is not None
+        fields = [int(x) for x in cmd.stdout.readline().split()]
+        pids, signals = fields[0::2], fields[1::2]
+        assert len(pids) == 2 and set(signals) == {signal.SIGTERM}
+    finally:
+        cmd.kill()
+        cmd.wait()
+    alive = set(pids)
+    for _ in range(600):  # a deadline for the test, not a speed it checks
+        alive = {p for p in alive if _running(p)}
+        if not alive:
+            break
+        time.sleep(0.05)
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, "workers outlived the command"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
