@@ -110,10 +110,11 @@ def axis_of(
     raise ValueError(ranks)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=2 * len(_AXES))
 def _group_set(layout: Layout, axis: str, rank: int) -> frozenset[int]:
     # Once per axis and rank, not per collective: a data-parallel group is the whole world
-    # (a script traced at --world 131,072 spent 8 s building the same groups again).
+    # (a script traced at --world 131,072 spent 8 s building the same groups again). Room for
+    # the two ranks a trace names, no more: at --world 1,000,000 a group set is tens of MB.
     return frozenset(layout.group(axis, rank))
 
 
