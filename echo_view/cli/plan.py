@@ -23,6 +23,9 @@ simulator takes), ``ranked`` (every reported layout, fastest first: ``layout``,
 ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``peak_bytes``, ``needed_bytes``, ``parallel``),
 ``pareto`` (the layout names on the step-time / peak-memory Pareto front), ``gpus``, ``gpu``,
 ``search``, ``seconds``.
+
+Exit code 0 when a layout is ranked, 1 when none is (the report is printed either way), 2 on bad
+input.
 """
 
 from __future__ import annotations
@@ -79,7 +82,9 @@ def register(subparsers: Any) -> None:
         description="Enumerate the tensor/pipeline/virtual/context-parallel layouts, "
         "micro-batch sizes, recomputation and optimizer sharding of CONFIG's model on N GPUs, "
         "drop those that do not fit in the GPU's memory, simulate the rest (on a Dask "
-        "cluster) and rank them by step time.",
+        "cluster) and rank them by step time. Exit code: 0 when at least one layout is "
+        "ranked, 1 when none is (none valid, none fits, or none small enough to simulate), "
+        "2 on bad input.",
     )
     p.add_argument("config", type=Path, metavar="CONFIG.toml")
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs to plan for")
@@ -364,7 +369,9 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         sys.stdout.write(json_text({"schema": json_schema("plan"), **report}))
     else:
         sys.stdout.write(_render(report, ranked, args.top))
-    return 0
+    # A search that ranks nothing is an answer, not an error, but scripts looping over GPU
+    # counts need to tell it from a ranking without parsing the table.
+    return 0 if ranked else 1
 
 
 def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:

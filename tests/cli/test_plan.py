@@ -173,9 +173,25 @@ def test_a_gpu_count_no_layout_accepts_says_so(capsys: pytest.CaptureFixture[str
     """7 GPUs: no tp x pp x dp of the CI config gives 7, so every layout is invalid, not out of
     memory, and the advice says what to check."""
     cfg = SAMPLES / "configs" / "megatron-ci-small" / "tp2-pp2.toml"
-    assert main(["plan", str(cfg), "--gpus", "7", "--search", "tp,pp", "--serial"]) == 0
+    assert main(["plan", str(cfg), "--gpus", "7", "--search", "tp,pp", "--serial"]) == 1
     out = capsys.readouterr().out
     assert "invalid, 0 out of memory, 0 simulated" in out and "no valid layout" in out
+
+
+def test_a_model_no_layout_fits_exits_1_with_the_report(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Llama 3 405B on one 8-GPU node: valid layouts exist but none fits in 80 GB; the report
+    (text or JSON) is printed and the exit code tells a script that nothing was ranked."""
+    cfg = SAMPLES / "configs" / "validation" / "llama3-405b-8192.toml"
+    args = ["plan", str(cfg), "--gpus", "8", "--search", "tp,pp,recompute", "--serial"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "0 simulated" in out and "no layout fits: try more GPUs" in out
+    assert main([*args, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ranked"] == [] and report["counts"]["out_of_memory"] > 0
+    assert report["counts"]["simulated"] == 0
 
 
 @needs_torch
@@ -203,7 +219,7 @@ def test_layouts_too_large_to_simulate_are_counted_not_fatal(
     assert main(["plan", *args]) == 0
     assert "2 more fit but one step of each would simulate more than" in capsys.readouterr().out
     monkeypatch.setattr(compose, "MAX_STEP_OPS", 0)
-    assert main(["plan", *args]) == 0
+    assert main(["plan", *args]) == 1
     text = capsys.readouterr().out
     assert "4 more fit but one step" in text and "no layout that fits is small enough" in text
 
