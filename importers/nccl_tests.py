@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import TextIO
 
 from echo_view.errors import InputError
 from echo_view.model import CollectiveKind
@@ -220,12 +221,40 @@ def parse_nccl_tests(
     """Parse one nccl-tests log. ``text`` overrides reading ``path``; ``collective`` overrides
     the inference (use it for old logs of all-gather or all-to-all)."""
     path = Path(path)
-    if text is None:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
+    if text is not None:
+        return _parse_lines(path, text.splitlines(), collective)
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            return _parse_lines(path, _bounded_lines(fh), collective)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=path) from exc
 
+
+#: Result rows a log may hold. nccl-tests writes one row per message size: a ``-f 2`` sweep
+#: from 8 B to 16 GiB has 32; even a ``-i`` sweep in 1 MiB steps to 8 GiB has 8,192. The fit
+#: costs time and memory per row, so a larger table is refused rather than fitted for minutes.
+MAX_ROWS = 10_000
+
+#: Characters of the longest line read. Result rows and headers are under 200; a line this
+#: long is chatter or damage and is skipped.
+MAX_LINE_CHARS = 1 << 16
+
+
+def _bounded_lines(fh: TextIO) -> Iterator[str]:
+    """The file's lines; one of :data:`MAX_LINE_CHARS` or more is read in pieces and given as
+    an empty line (it cannot be a row or a header), so a file with no newline holds at most
+    that much in memory at once."""
+    while line := fh.readline(MAX_LINE_CHARS):
+        if len(line) == MAX_LINE_CHARS and not line.endswith("\n"):
+            while (rest := fh.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                pass
+            line = ""
+        yield line.rstrip("\r\n")
+
+
+def _parse_lines(
+    path: Path, lines: Iterable[str], collective: CollectiveKind | None
+) -> NcclTestsLog:
     params: dict[str, str] = {}
     ranks: dict[int, NcclTestsRank] = {}
     rows: list[NcclTestsRow] = []
@@ -236,7 +265,7 @@ def parse_nccl_tests(
     avg_busbw: float | None = None
     header_line = 0
 
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in enumerate(lines, start=1):
         line = _TAG.sub("", raw).rstrip()
         stripped = line.strip()
         if not stripped:
@@ -278,6 +307,14 @@ def parse_nccl_tests(
             continue
         if not _ROW_START.match(line):
             continue  # NCCL INFO lines, MPI chatter, warnings
+        if len(rows) == MAX_ROWS:
+            raise InputError(
+                f"more than {MAX_ROWS:,} result rows",
+                path=path,
+                where=f"line {lineno}",
+                hint="nccl-tests writes one row per message size; fit on a sweep such as "
+                "-b 8 -e 8G -f 2",
+            )
         tokens = stripped.split()
         layout = table if table is not None else _Table.default(len(tokens))
         rows.append(_parse_row(path, lineno, tokens, layout))

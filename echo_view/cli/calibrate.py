@@ -172,7 +172,27 @@ def read_logs(args: argparse.Namespace) -> list[Measurement]:
         measurements += measurements_from_log(log, log_cluster(log, args), in_place=args.in_place)
     if not measurements:
         raise UsageError("the logs hold no timed rows to fit")
+    if len(measurements) > MAX_FIT_ROWS:
+        raise UsageError(
+            f"the logs hold {len(measurements):,} timed rows, more than the {MAX_FIT_ROWS:,} "
+            "one fit takes (each costs time and memory in every iteration): fit on fewer logs"
+        )
+    if args.holdout and len(args.logs) * len(measurements) > MAX_HOLDOUT_ROW_FITS:
+        raise UsageError(
+            f"--holdout refits once per log: {len(args.logs):,} fits of up to "
+            f"{len(measurements):,} rows is more than {MAX_HOLDOUT_ROW_FITS:,} rows in all "
+            "(give fewer logs, or leave --holdout out)"
+        )
     return measurements
+
+
+#: Timed rows one fit takes: each is predicted in every iteration of the least squares (about
+#: 0.2 ms a row for the whole fit here), so 20,000 rows take seconds; real logs hold tens each.
+MAX_FIT_ROWS = 20_000
+
+#: ``--holdout`` fits once per log left out: logs x rows is bounded so that it takes about as
+#: long as ten full fits.
+MAX_HOLDOUT_ROW_FITS = 10 * MAX_FIT_ROWS
 
 
 def run_comm(args: argparse.Namespace, registry: Registry) -> int:

@@ -343,6 +343,14 @@ def _symlink_out(d: Path) -> None:
     (d / "job" / "link").symlink_to(outside, target_is_directory=True)
 
 
+def _nccl_rows(d: Path) -> None:
+    """An nccl-tests log whose table repeats the sample's 28 rows 400 times (11,200 rows)."""
+    lines = (SAMPLES / "echo_nccl_tests" / "nccl_8.log").read_text().splitlines()
+    head = [x for x in lines if x.startswith("#")]
+    rows = [x for x in lines if x.strip() and not x.startswith("#")]
+    (d / "nccl_8.log").write_text("\n".join(head + rows * 400) + "\n")
+
+
 _T = "{d}/t.json"
 _OUT = ("-o", "{d}/out.json")
 _SIM = ("simulate", "{d}/c.toml", "--json")
@@ -442,5 +450,11 @@ CASES: list[Case] = [
     # 1,000 local workers for two files: before the per-core bound, --workers 512 drove a
     # 2-core, 24 GB machine out of memory.
     Case("workers-absurd", _two_traces, (("info", "{d}", "--workers", "1000"),), names="--workers"),
+    Case(
+        "nccl-rows-bomb",
+        _nccl_rows,
+        (("calibrate", "comm", "{d}/nccl_8.log", "-o", "{d}/out.toml"),),
+        output="out.toml",
+    ),
     Case("dir-symlink-escape", _symlink_out, (("check", "{d}/job"),), "ok", absent=b"/link/"),
 ]

@@ -3,6 +3,7 @@ located errors on malformed input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,39 @@ def test_sniff(tmp_path: Path) -> None:
     assert is_nccl_tests_log(good)
     assert not is_nccl_tests_log(other)
     assert not is_nccl_tests_log(tmp_path / "missing.log")
+
+
+def test_over_long_lines_are_skipped_without_holding_them(tmp_path: Path) -> None:
+    """A line of ``MAX_LINE_CHARS`` or more (no row is near it) is skipped in pieces, so a log
+    with a huge line, or no newline at all, never holds more than that at once."""
+    from importers import nccl_tests
+
+    text = _log("nccl_8.log").read_text()
+    head, sep, rest = text.partition("#       size")
+    junk = "x" * (3 * nccl_tests.MAX_LINE_CHARS + 5)
+    odd = tmp_path / "nccl_8.log"
+    odd.write_text(head + junk + "\n" + sep + rest)
+    got, want = parse_nccl_tests(odd).rows, parse_nccl_tests(_log("nccl_8.log")).rows
+    # The same rows, each one line further down (the junk line counts once).
+    assert [replace(r, line=r.line - 1) for r in got] == list(want)
+    with odd.open(encoding="utf-8") as fh:
+        lengths = [len(x) for x in nccl_tests._bounded_lines(fh)]
+    assert max(lengths) < 200
+    assert len(lengths) == len(text.splitlines()) + 1  # the junk line counts as one
+    one_line = tmp_path / "one.log"
+    one_line.write_text("  1048576 " * 100_000)  # a "row" start, with no newline
+    with pytest.raises(InputError, match="no nccl-tests result rows"):
+        parse_nccl_tests(one_line)
+
+
+def test_a_table_past_max_rows_is_refused_at_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importers import nccl_tests
+
+    monkeypatch.setattr(nccl_tests, "MAX_ROWS", 10)
+    lines = _log("nccl_8.log").read_text().splitlines()
+    eleventh = [i for i, x in enumerate(lines, 1) if x.strip() and not x.startswith("#")][10]
+    with pytest.raises(InputError, match="more than 10 result rows") as err:
+        parse_nccl_tests(_log("nccl_8.log"))
+    assert err.value.where == f"line {eleventh}"

@@ -14,6 +14,8 @@ from echo_view.sim.cluster import make_cluster
 from echo_view.sim.comm import NcclModel, comm_model_from_toml
 from tests.conftest import SAMPLES
 
+ECHO_LOGS = SAMPLES / "echo_nccl_tests"
+
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
     assert main([*argv, "--json"]) == 0
@@ -136,3 +138,26 @@ def test_calibrate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     target = tmp_path / "c.toml"
     assert main(["calibrate", "comm", str(copy), "-o", str(target), "--gpu", "H100"]) == 0
     assert "[latency_us]" in target.read_text()
+
+
+def test_calibrate_bounds_the_rows_it_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fit costs time per row and ``--holdout`` one fit per log, so both are bounded: past
+    the bound one line says what to give instead, and no output is written."""
+    from echo_view.cli import calibrate
+
+    logs = [str(ECHO_LOGS / "nccl_8.log"), str(ECHO_LOGS / "nccl_4.log")]  # 28 rows each
+    out = tmp_path / "c.toml"
+    monkeypatch.setattr(calibrate, "MAX_FIT_ROWS", 50)
+    assert main(["calibrate", "comm", *logs, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the logs hold 56 timed rows, more than the 50 one fit takes" in err
+    assert err.count("\n") == 1 and not out.exists()
+    monkeypatch.setattr(calibrate, "MAX_FIT_ROWS", 56)
+    monkeypatch.setattr(calibrate, "MAX_HOLDOUT_ROW_FITS", 111)  # 2 logs x 56 rows = 112
+    assert main(["calibrate", "comm", *logs, "-o", str(out), "--holdout"]) == 2
+    assert "--holdout refits once per log: 2 fits of up to 56 rows" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["calibrate", "comm", *logs, "-o", str(out)]) == 0
+    assert out.exists()
