@@ -29,7 +29,7 @@ from exporters.protoevents import (
     Interned,
     Packets,
 )
-from exporters.protowire import U8, Rows, varint_bytes, varint_len, with_suffixes
+from exporters.protowire import U8, Rows, gathered, varint_bytes, varint_len, with_suffixes
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -152,22 +152,33 @@ class PacketEncoder:
         lens[rows] = cnt * (len(key) + 8)
         return fields.reshape(-1), lens
 
-    def _collectives(self, te: Rows, gev: I64, mask: Mask) -> None:
+    def _collectives(self, te: Rows, gev: I64, mask: Mask) -> tuple[U8, I64, I64, Mask]:
+        """Write the ``collective`` and ``bytes`` annotations of the collectives among the rows
+        of ``mask`` into ``te``. Return their ``group`` annotations (a group's name is the
+        trace's text, of any length: they go to the tail), each row's bytes concatenated, and
+        their lengths; then each row's ``seq`` and which rows have one."""
         rows = np.flatnonzero(mask)
+        n = len(gev)
+        none = (
+            np.zeros(0, dtype=np.uint8),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=bool),
+        )
         if not len(self.coll_gev) or not len(rows):
-            return
+            return none
         pos = np.zeros(len(gev), dtype=np.int64)
         pos[rows] = np.minimum(np.searchsorted(self.coll_gev, gev[rows]), len(self.coll_gev) - 1)
         hit = mask & (self.coll_gev[pos] == gev)
         if not hit.any():
-            return
+            return none
         te.pooled(self.kind_pool, self.coll_kind[pos], hit)
         nbytes = self.coll_bytes[pos]
         _int_annotation(te, _BYTES, nbytes, hit & (nbytes >= 0))
         group = self.coll_group[pos]
-        te.pooled(self.group_pool, group, hit & (group >= 0))
+        names, name_len = gathered(self.group_pool, group, hit & (group >= 0))
         seq = self.coll_seq[pos]
-        _int_annotation(te, _SEQ, seq, hit & (seq >= 0))
+        return names, name_len, seq, hit & (seq >= 0)
 
     def encode(self, packets: Packets, part: slice) -> bytes:
         """The bytes of packets ``part`` (in order)."""
@@ -203,7 +214,7 @@ class PacketEncoder:
         corr, ext = self.corr[gev], self.ext[gev]
         _int_annotation(te, _CORR, corr, evn & (corr != NONE))
         _int_annotation(te, _EXT, ext, evn & (ext != NONE))
-        self._collectives(te, gev, evn)
+        groups, group_len, seq, has_seq = self._collectives(te, gev, evn)
         step_no = np.zeros(n, dtype=np.int64)
         step_no[st] = self.step_number[ref[st]]
         _int_annotation(te, _STEP, step_no, named & st)
@@ -219,10 +230,14 @@ class PacketEncoder:
         lo, hi = self.lo[gev], self.hi[gev]
         has = evn & (hi > lo)
         size = np.where(has, hi - lo, 0)
-        te.raw(_ANNOTATION, has)
-        te.varint(3 + varint_len(size) + size, has)
-        te.raw(bytes([0x08, _ARGS, 0x32]), has)
-        te.varint(size, has)
+        # Between the group's name and the arguments' text: the seq annotation and the header
+        # of the arguments' annotation.
+        mid = Rows(n, 48)
+        _int_annotation(mid, _SEQ, seq, has_seq)
+        mid.raw(_ANNOTATION, has)
+        mid.varint(3 + varint_len(size) + size, has)
+        mid.raw(bytes([0x08, _ARGS, 0x32]), has)
+        mid.varint(size, has)
         rows = np.flatnonzero(has)
         blobs = self.blobs
         args = b"".join(
@@ -233,12 +248,17 @@ class PacketEncoder:
                 )
             ]
         )
-        # Each TrackEvent ends in its arguments' text (the body of the annotation whose header
-        # closes its fixed-width part), then its flow ids (outgoing, then terminating).
+        # Each TrackEvent ends in its variable-length fields, after the fixed-width ones: its
+        # collective group's annotation, the seq and arguments' annotations (the text last),
+        # then its flow ids (outgoing, then terminating). The field order is the same as when
+        # all but the text and flows were fixed-width rows.
         flow_len = out_len + end_len
         flows = with_suffixes(outs, out_len, ends.tobytes(), end_len)
-        tail_len = size + flow_len
-        tail = with_suffixes(np.frombuffer(args, np.uint8), size, flows, flow_len)
+        args_flows = with_suffixes(np.frombuffer(args, np.uint8), size, flows, flow_len)
+        head_len = group_len + mid.len
+        heads = with_suffixes(groups, group_len, mid.flat().tobytes(), mid.len)
+        tail_len = head_len + size + flow_len
+        tail = with_suffixes(np.frombuffer(heads, np.uint8), head_len, args_flows, size + flow_len)
         te_len = te.len + tail_len
 
         head = Rows(n, _HEAD_ROOM)

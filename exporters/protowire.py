@@ -10,6 +10,7 @@ tests parse the result with ``perfetto_trace_pb2`` to check it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,8 @@ class Rows:
         self.len[rows] += 8
 
     def pooled(self, pool: list[bytes], index: npt.NDArray[Any], mask: Mask | None = None) -> None:
-        """Append ``pool[index[i]]`` to row ``i`` (a few distinct values: one pass per value)."""
+        """Append ``pool[index[i]]`` to row ``i``: for a few short distinct values (one pass per
+        value, rows widened to the longest); :func:`gathered` takes any."""
         rows = self._rows(mask)
         idx = np.asarray(index)
         for value in np.unique(idx[rows]).tolist():
@@ -165,6 +167,26 @@ class Rows:
             valid |= cols < self.head_len[:, None]
         out: U8 = self.buf[:, :used][valid]
         return out
+
+
+def gathered(pool: Sequence[bytes], index: npt.NDArray[Any], mask: Mask) -> tuple[U8, I64]:
+    """``pool[index[i]]`` for every row ``i`` of ``mask``, concatenated in row order, and each
+    row's length (0 outside ``mask``): one gather, whatever the number of distinct values or
+    their lengths (written row by row into :class:`Rows`, one long value would widen every
+    row, and each distinct value would cost a pass)."""
+    lens = np.zeros(len(index), dtype=np.int64)
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return np.zeros(0, dtype=np.uint8), lens
+    sizes = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))
+    starts = np.cumsum(sizes) - sizes
+    data = np.frombuffer(b"".join(pool), dtype=np.uint8)
+    which = np.asarray(index)[rows]
+    cnt = sizes[which]
+    lens[rows] = cnt
+    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    out: U8 = data[np.repeat(starts[which], cnt) + within]
+    return out, lens
 
 
 def with_suffixes(head: U8, head_len: I64, tail: bytes, tail_len: I64) -> bytes:

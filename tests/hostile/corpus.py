@@ -193,6 +193,22 @@ def _one_launch_many_kernels(d: Path) -> None:
     _write_json(d / "t.json", {"traceEvents": events})
 
 
+def _long_group_name(d: Path) -> None:
+    """3,000 collectives, each in a group of its own, one group's name 1 MB long. The protobuf
+    export wrote group names into its fixed-width rows: a pass per distinct name (40,000:
+    4.5 s), and every row of a chunk widened to the longest (a 61 GiB allocation, exit 1 with
+    a traceback)."""
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "dur": 5}
+    kernel["name"] = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)"
+    events = []
+    for i in range(3_000):
+        args = {"device": 0, "stream": 7, "correlation": i, "Collective name": "allreduce"}
+        args |= {"In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float"}
+        args |= {"Process Group Name": "G" * 1_000_000 if i == 7 else f"pg{i}"}
+        events.append({**kernel, "ts": 10 * i, "args": {**args, "Process Group Ranks": "[0]"}})
+    _write_json(d / "t.json", {"traceEvents": events})
+
+
 def _crossing_slices(d: Path) -> None:
     """20,000 slices on one thread, each opening inside all earlier ones and outliving them:
     none nests with another, so each needs an overlap lane of its own. The export's lane
@@ -395,6 +411,13 @@ CASES: list[Case] = [
     Case(
         "flows-from-one-slice",
         _one_launch_many_kernels,
+        (("export", _T, "-o", "{d}/out.pftrace"),),
+        "ok",
+        output="none",
+    ),
+    Case(
+        "group-name-long",
+        _long_group_name,
         (("export", _T, "-o", "{d}/out.pftrace"),),
         "ok",
         output="none",
