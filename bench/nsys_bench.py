@@ -9,16 +9,23 @@ third line runs the importer with its page reader switched off, so that every co
 through Python's row-at-a-time sqlite3 API (its fallback path for files the page reader does not
 handle): the gain of reading columns from the pages.
 
-Run: ``python bench/nsys_bench.py [export.sqlite[.gz]]``. Prints the medians of 5 interleaved
-runs each (wall and CPU time) and the ratios.
+Each path's peak memory is measured too, in a fresh process per path (its maximum resident set).
+``--record-shapes K`` first grows the export: its ``emit_nvtx`` ranges repeated K times, later
+in time, each text ending in ``, sizes = [[...]]`` as ``emit_nvtx(record_shapes=True)`` writes
+them (the layout that takes the importer's general text path).
+
+Run: ``python bench/nsys_bench.py [export.sqlite[.gz]] [--record-shapes K]``. Prints the
+medians of 5 interleaved runs each (wall and CPU time), the peak memory, and the ratios.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,26 +94,89 @@ def timed(fn: Callable[[Path], int], path: Path) -> tuple[float, float, int]:
     return time.perf_counter() - w0, time.process_time() - c0, n
 
 
+PATHS: dict[str, Callable[[Path], int]] = {
+    "base": baseline,
+    "imp": importer,
+    "sql": sql_importer,
+}
+
+
+def grow_record_shapes(path: Path, copies: int) -> None:
+    """Append ``copies`` copies of the export's ``emit_nvtx`` ranges (domain 0, inline text),
+    each shifted past the capture and with record_shapes' ``sizes`` at the end of its text."""
+    con = sqlite3.connect(path)
+    try:
+        (lo, hi) = con.execute("SELECT min(start), max(end) FROM NVTX_EVENTS").fetchone()
+        span = int(hi) - int(lo) + 1_000_000
+        for k in range(1, copies + 1):
+            con.execute(
+                "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                "SELECT start + ?, end + ?, eventType, "
+                "text || ', sizes = [[' || (rowid % 97 + ?) || ', 4096], [4096, 1024], []]', "
+                "globalTid, domainId FROM NVTX_EVENTS WHERE text LIKE '%op_id = %' "
+                "AND text NOT LIKE '%sizes = %' AND domainId = 0",
+                (k * span, k * span, k),
+            )
+        con.commit()
+    finally:
+        con.close()
+
+
+def peak_mb(key: str, path: Path) -> float:
+    """Peak resident memory of a fresh process that imports, then runs path ``key`` once
+    (its ``VmHWM``: the process's own high-water mark; ``ru_maxrss`` would include this
+    process's memory at the fork)."""
+    out = subprocess.run(
+        [sys.executable, __file__, str(path), "--peak-of", key],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(out.split()[-1]) / 1024  # kB
+
+
+def _own_peak_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise SystemExit("no VmHWM in /proc/self/status (Linux only)")
+
+
 def main() -> None:
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("export", type=Path, nargs="?", default=DEFAULT)
+    ap.add_argument("--record-shapes", type=int, default=0, metavar="K")
+    ap.add_argument("--peak-of", choices=sorted(PATHS), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.peak_of:  # a child of peak_mb
+        PATHS[args.peak_of](args.export)
+        print(_own_peak_kb())
+        return
+    src: Path = args.export
     with tempfile.TemporaryDirectory() as tmp:
         path = src
-        if src.name.endswith(".gz"):
+        if src.name.endswith(".gz") or args.record_shapes:
             path = Path(tmp) / src.name.removesuffix(".gz")
-            with gzip.open(src, "rb") as fin, path.open("wb") as fout:
-                shutil.copyfileobj(fin, fout)
+            if src.name.endswith(".gz"):
+                with gzip.open(src, "rb") as fin, path.open("wb") as fout:
+                    shutil.copyfileobj(fin, fout)
+            else:  # grown below: a copy, the user's file stays as it is
+                shutil.copyfile(src, path)
+        if args.record_shapes:
+            grow_record_shapes(path, args.record_shapes)
         size = path.stat().st_size
         baseline(path), importer(path), sql_importer(path)  # warm the page cache and imports
         runs: dict[str, list[tuple[float, float, int]]] = {"base": [], "imp": [], "sql": []}
         for _ in range(RUNS):  # interleaved, so that load changes hit all alike
-            runs["base"].append(timed(baseline, path))
-            runs["imp"].append(timed(importer, path))
-            runs["sql"].append(timed(sql_importer, path))
+            for key in runs:
+                runs[key].append(timed(PATHS[key], path))
+        peaks = {key: peak_mb(key, path) for key in runs}
 
     def med(key: str, col: int) -> float:
         return statistics.median(r[col] for r in runs[key])
 
-    print(f"file: {src.name} ({size / 1e6:.2f} MB SQLite), {RUNS} interleaved runs each")
+    grown = f", its emit_nvtx ranges repeated {args.record_shapes}x" if args.record_shapes else ""
+    print(f"file: {src.name} ({size / 1e6:.2f} MB SQLite{grown}), {RUNS} interleaved runs each")
     labels = (
         ("pandas read_sql baseline", "base"),
         ("echo-view NsysImporter", "imp"),
@@ -116,11 +186,12 @@ def main() -> None:
         what = "rows" if key == "base" else "events"
         print(
             f"{label:26s} median wall {med(key, 0) * 1e3:7.1f} ms, "
-            f"CPU {med(key, 1) * 1e3:7.1f} ms ({runs[key][0][2]} {what})"
+            f"CPU {med(key, 1) * 1e3:7.1f} ms ({runs[key][0][2]} {what}), "
+            f"peak RSS {peaks[key]:,.0f} MB"
         )
     print(
         f"ratio baseline/importer: wall {med('base', 0) / med('imp', 0):.2f}x, "
-        f"CPU {med('base', 1) / med('imp', 1):.2f}x"
+        f"CPU {med('base', 1) / med('imp', 1):.2f}x, peak RSS {peaks['base'] / peaks['imp']:.2f}x"
     )
     print(
         f"ratio sqlite3-rows importer/importer: wall {med('sql', 0) / med('imp', 0):.2f}x, "

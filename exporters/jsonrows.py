@@ -16,10 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import Trace
+from echo_view.model.columns import byte_slices
 from exporters.layout import OutThread, RankLayout
 
 #: Rows formatted per chunk: bounds the memory of one chunk's text (~200 bytes a row).
 CHUNK_ROWS = 65_536
+#: Bytes of one chunk's text (less the fixed fields): a chunk of rows whose names or args are
+#: long is cut to this (an Nsight export can name 1,700 kernels by one 1 MB string, held once).
+CHUNK_BYTES = 32 << 20
 
 _X_TAIL = b'%b%d.%03d,"dur":%d.%03d,"args":%b},\n'
 _TAIL = b'%b%d.%03d,"args":%b},\n'
@@ -68,7 +72,7 @@ class _HeadCache:
 
     def heads(
         self, cat: npt.NDArray[Any], name: npt.NDArray[Any], thread: npt.NDArray[Any]
-    ) -> tuple[list[bytes], list[int]]:
+    ) -> tuple[list[bytes], npt.NDArray[np.intp]]:
         """Distinct heads of these rows and each row's index into them."""
         # Two int64 keys instead of a row-wise unique (which sorts void records, ~10x slower):
         # (cat, name) < 2**62 since string ids are int32; then (that pair's rank, thread).
@@ -86,7 +90,7 @@ class _HeadCache:
                 h = self._head(self._string(c), self._string(n), self._threads[t])
                 self._heads[(c, n, t)] = h
             out.append(h)
-        return out, inv.reshape(-1).tolist()
+        return out, inv.reshape(-1)
 
 
 def _args_list(trace: Trace, rows: npt.NDArray[Any]) -> list[bytes] | None:
@@ -126,46 +130,43 @@ def event_chunks(
     blob = ev.args_blob
     for lo_row in range(0, len(rows), chunk_rows):
         part = rows[lo_row : lo_row + chunk_rows]
-        heads, inv = cache.heads(ev.cat[part], ev.name[part], rl.thread[part])
+        heads, head_of = cache.heads(ev.cat[part], ev.name[part], rl.thread[part])
+        inv = head_of.tolist()
         ts_us, ts_ns = np.divmod(rl.start_ns[part], 1000)
-        offs = ev.args_offsets[part].tolist()
-        ends = ev.args_offsets[part + 1].tolist()
+        lo_b, hi_b = ev.args_offsets[part], ev.args_offsets[part + 1]
+        # Bytes per row, near enough to cut chunks by: the head and the args (an empty one is
+        # written "{}", a wrapped one 10 bytes longer).
+        head_len = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
+        sizes = head_len[head_of] + (hi_b - lo_b) + 12
         fixed = _args_list(trace, part)
+        us, ns = ts_us.tolist(), ts_ns.tolist()
+        offs, ends = lo_b.tolist(), hi_b.tolist()
         if with_dur:
-            dur_us, dur_ns = np.divmod(ev.dur_ns[part], 1000)
-            if fixed is None:
+            dur_us, dur_ns = (d.tolist() for d in np.divmod(ev.dur_ns[part], 1000))
+        for i, j in byte_slices(sizes, CHUNK_BYTES):
+            if with_dur and fixed is None:
                 text = [
                     _X_TAIL % (heads[h], a, b, c, d, blob[lo:hi] or b"{}")
                     for h, a, b, c, d, lo, hi in zip(
-                        inv,
-                        ts_us.tolist(),
-                        ts_ns.tolist(),
-                        dur_us.tolist(),
-                        dur_ns.tolist(),
-                        offs,
-                        ends,
-                        strict=True,
+                        inv[i:j], us[i:j], ns[i:j], dur_us[i:j], dur_ns[i:j], offs[i:j],
+                        ends[i:j], strict=True,
                     )
-                ]
-            else:
+                ]  # fmt: skip
+            elif with_dur:
+                assert fixed is not None
                 text = [
-                    _X_TAIL % (heads[h], a, b, c, d, args)
-                    for h, a, b, c, d, args in zip(
-                        inv,
-                        ts_us.tolist(),
-                        ts_ns.tolist(),
-                        dur_us.tolist(),
-                        dur_ns.tolist(),
-                        fixed,
+                    _X_TAIL % (heads[h], a, b, c, d, x)
+                    for h, a, b, c, d, x in zip(
+                        inv[i:j], us[i:j], ns[i:j], dur_us[i:j], dur_ns[i:j], fixed[i:j],
                         strict=True,
                     )
+                ]  # fmt: skip
+            else:
+                args = fixed[i:j] if fixed is not None else [
+                    blob[lo:hi] or b"{}" for lo, hi in zip(offs[i:j], ends[i:j], strict=True)
+                ]  # fmt: skip
+                text = [
+                    _TAIL % (heads[h], a, b, x)
+                    for h, a, b, x in zip(inv[i:j], us[i:j], ns[i:j], args, strict=True)
                 ]
-        else:
-            args_list = fixed or [blob[lo:hi] or b"{}" for lo, hi in zip(offs, ends, strict=True)]
-            text = [
-                _TAIL % (heads[h], a, b, args)
-                for h, a, b, args in zip(
-                    inv, ts_us.tolist(), ts_ns.tolist(), args_list, strict=True
-                )
-            ]
-        yield lo_row + len(part), b"".join(text)
+            yield lo_row + j, b"".join(text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,19 @@ def frozen(values: Any, dtype: str) -> npt.NDArray[Any]:
             arr = arr.copy()
         arr.flags.writeable = False
     return arr
+
+
+def byte_slices(sizes: npt.NDArray[np.int64], budget: int) -> Iterator[tuple[int, int]]:
+    """``(i, j)`` row ranges covering ``sizes`` (bytes per row) in order, each of at most
+    ``budget`` bytes, or of one row where that row alone is larger: the rows a step that costs
+    memory per byte takes at once."""
+    cum = np.cumsum(sizes)
+    i, n = 0, len(sizes)
+    while i < n:
+        before = int(cum[i - 1]) if i else 0
+        j = max(i + 1, int(np.searchsorted(cum, before + budget, side="right")))
+        yield i, j
+        i = j
 
 
 def check_lengths(table: str, columns: Mapping[str, npt.NDArray[Any]]) -> int:

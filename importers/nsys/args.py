@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import byte_slices
+
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
@@ -148,18 +150,20 @@ def spans(start: I64, length: I64) -> I64:
     return np.cumsum(idx, out=idx)
 
 
-#: Rows gathered per step: the index arrays stay small enough to be reused from cache.
-_CHUNK = 4096
+#: Bytes gathered per step: the index arrays (8 bytes per byte) stay small enough to be
+#: reused from cache, whatever the rows' lengths.
+_CHUNK_BYTES = 1 << 18
 
 
 def gather(src: U8, start: I64, length: I64) -> Packed:
     """Row ``i`` is ``src[start[i] : start[i] + length[i]]``, copied into one buffer."""
     first = np.cumsum(length) - length
     out = np.empty(int(length.sum()), dtype=np.uint8)
-    for lo in range(0, len(start), _CHUNK):
-        hi = min(lo + _CHUNK, len(start))
-        if hi > lo:
-            at = int(first[lo])
-            end = int(first[hi - 1] + length[hi - 1])
+    for lo, hi in byte_slices(length, _CHUNK_BYTES):
+        at = int(first[lo])
+        end = int(first[hi - 1] + length[hi - 1])
+        if hi - lo == 1:  # one row, perhaps longer than a step: a slice, no index
+            out[at:end] = src[int(start[lo]) : int(start[lo]) + end - at]
+        else:
             out[at:end] = src[spans(start[lo:hi], length[lo:hi])]
     return Packed(out, first, length)

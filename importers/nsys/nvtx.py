@@ -28,7 +28,7 @@ from importers.nsys.tables import (
     json_pieces,
     torch_op,
 )
-from importers.nsys.text import decode_all, intern_ranges, split_torch_ops
+from importers.nsys.text import decoded, intern_ranges, split_torch_ops
 
 TABLE = "NVTX_EVENTS"
 _ENCODE = msgspec.json.Encoder()
@@ -102,20 +102,23 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
         ],
     )
     gid = names.from_ids(np.maximum(text_id, 0))
-    inline = np.flatnonzero(text_id < 0)
+    # The rare layouts (record_shapes' "sizes = [...]") go through the full pattern, which
+    # names them too: their whole texts (nearly all distinct) are not interned.
+    odd = torch_rows[ops.odd]
+    is_inline = text_id < 0
+    is_inline[odd] = False
+    inline = np.flatnonzero(is_inline)
     if len(inline):
         gid[inline] = intern_ranges(names, text.data, text.start[inline], name_length[inline])
-    # The rare layouts (record_shapes' "sizes = [...]") go through the full pattern.
     odd_args: dict[int, bytes] = {}
-    odd = torch_rows[ops.odd]
-    wholes = decode_all(text.data, text.start[odd], text.length[odd])
-    for r, whole in zip(odd.tolist(), wholes, strict=True):
-        parsed = torch_op(whole)
-        if parsed is not None:
-            is_op[r] = True
+    for first, wholes in decoded(text.data, text.start[odd], text.length[odd]):
+        for r, whole in zip(odd[first : first + len(wholes)].tolist(), wholes, strict=True):
+            parsed = torch_op(whole)
+            if parsed is not None:
+                is_op[r] = True
+                odd_args[r] = parsed[1]
             if text_id[r] < 0:
-                gid[r] = names.intern(parsed[0])
-            odd_args[r] = parsed[1]
+                gid[r] = names.intern(whole if parsed is None else parsed[0])
     args = args.replace(odd_args)
 
     domain_names: dict[int, str] = {}

@@ -38,6 +38,8 @@ _SIZE = np.concatenate(
 _SHIFT = np.array([63, 56, 48, 40, 32, 16, 0, 0, 63, 63], dtype=np.int64)
 _ROWID = -1  # stand-in serial type of an INTEGER PRIMARY KEY column: the value is the rowid
 _PAD = 64  # bytes of zero padding after the file's tail copy (see ``_window``)
+#: Records whose multi-byte headers are decoded at once (at most 64 header bytes each).
+_HEADER_ROWS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -344,8 +346,7 @@ class PageFile:
             return out
         # The others: decode their headers as varint streams, all at once.
         span = header_end[rows] - first[rows]
-        width = int(span.max())
-        if width > _PAD:  # a very wide header: decode it column by column
+        if int(span.max()) > _PAD:  # a very wide header: decode it column by column
             at = first[rows]
             for k in range(want):
                 if (at >= header_end[rows]).any():
@@ -353,7 +354,21 @@ class PageFile:
                 value, at = self._varints(at)
                 out[k, rows] = value
             return out
-        m = self._window(first[rows], width).astype(np.int64)
+        # A few rows at a time: each byte of a header costs ~60 bytes of masks and values.
+        for lo in range(0, len(rows), _HEADER_ROWS):
+            part, part_span = rows[lo : lo + _HEADER_ROWS], span[lo : lo + _HEADER_ROWS]
+            if not self._multibyte_types(out, part, first[part], part_span, want):
+                return None
+        return out
+
+    def _multibyte_types(
+        self, out: npt.NDArray[np.int32], rows: I64, first: I64, span: I64, want: int
+    ) -> bool:
+        """Decode the headers of ``rows`` (starting at ``first``, ``span`` bytes each) as
+        varint streams into ``out``; ``False`` when a record has fewer than ``want`` types or
+        one this reader does not know."""
+        width = int(span.max())
+        m = self._window(first, width).astype(np.int64)
         inside = np.arange(width) < span[:, None]
         cont = m >= 0x80
         last = ~cont & inside  # the final byte of each varint
@@ -368,10 +383,10 @@ class PageFile:
             value[:, back:] |= np.where(run[:, back:], part, 0)
         r, c = np.nonzero(last)
         if (np.bincount(r, minlength=len(rows)) < want).any():
-            return None
+            return False
         col = np.arange(len(r)) - np.searchsorted(r, r)  # the varint's column in its record
         keep = col < want
         if int(value[r[keep], c[keep]].max(initial=0)) >= len(_SIZE):
-            return None
+            return False
         out[col[keep], rows[r[keep]]] = value[r[keep], c[keep]]
-        return out
+        return True

@@ -10,11 +10,13 @@ Python strings.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import byte_slices
 from importers.nsys.args import gather, spans
 from importers.nsys.pages import Text
 from importers.nsys.tables import Names
@@ -28,11 +30,36 @@ _SEQ = b", seq = "
 _MAX_DIGITS = 18  # fits int64; longer numbers go to the regular-expression path
 
 
+#: Text bytes decoded at once: the index of a group's bytes costs 8 bytes per byte.
+DECODE_BYTES = 1 << 22
+#: Text bytes searched at once by the general path of :func:`split_torch_ops` (its masks and
+#: running counts cost several bytes per byte).
+SEARCH_BYTES = 1 << 24
+
+
+def decoded(data: U8, start: I64, length: I64) -> Iterator[tuple[int, list[str]]]:
+    """The byte ranges as strings, :data:`DECODE_BYTES` at a time: ``(first row, strings)``
+    per group, so that a caller can use and drop each group's strings."""
+    for i, j in byte_slices(length + 1, DECODE_BYTES):
+        yield i, _decode_group(data, start[i:j], length[i:j])
+
+
 def decode_all(data: U8, start: I64, length: I64) -> list[str]:
-    """The byte ranges as strings: one C-level decode and split, not one call per row."""
+    """The byte ranges as strings (:func:`decoded`'s groups, joined)."""
+    out: list[str] = []
+    for _, texts in decoded(data, start, length):
+        out += texts
+    return out
+
+
+def _decode_group(data: U8, start: I64, length: I64) -> list[str]:
+    """One C-level decode and split of the ranges, not one call per row."""
     n = len(start)
     if not n:
         return []
+    if n == 1:  # one row, perhaps longer than a group: a slice, no index
+        a, b = int(start[0]), int(length[0])
+        return [data[a : a + b].tobytes().decode("utf-8", "replace")]
     # Each range and the byte after it (made a NUL), then one decode and one split.
     ends = np.cumsum(length + 1)
     idx = spans(start, length + 1)
@@ -42,6 +69,7 @@ def decode_all(data: U8, start: I64, length: I64) -> list[str]:
         buf = data[np.minimum(idx, len(data) - 1)]
     else:
         buf = data[idx]
+    del idx
     buf[ends - 1] = 0
     parts = buf.tobytes().decode("utf-8", "replace").split("\x00")
     if len(parts) == n + 1:
@@ -87,10 +115,13 @@ def intern_ranges(names: Names, data: U8, start: I64, length: I64) -> I64:
         else:  # two texts with one hash: decode them all
             short[:] = False
     rest = np.flatnonzero(~short)
-    if len(rest):
-        texts = decode_all(data, start[rest], length[rest])
-        ids = {t: names.intern(t) for t in dict.fromkeys(texts)}
-        out[rest] = np.fromiter(map(ids.__getitem__, texts), dtype=np.int64, count=len(texts))
+    ids: dict[str, int] = {}
+    for i, texts in decoded(data, start[rest], length[rest]):
+        for t in dict.fromkeys(texts):
+            if t not in ids:
+                ids[t] = names.intern(t)
+        at = rest[i : i + len(texts)]
+        out[at] = np.fromiter(map(ids.__getitem__, texts), dtype=np.int64, count=len(texts))
     return out
 
 
@@ -132,20 +163,23 @@ def _last_per_row(at: I64, offsets: I64, size: int, stop: I64 | None = None) -> 
 
 def _digits(d: U8, lo: I64, hi: I64) -> tuple[Bools, Bools, I64]:
     """Whether ``d[lo:hi]`` is one or more ASCII digits, whether there are too many of them
-    for an int64, and the value of those that fit."""
+    for an int64, and the value of those that fit. Only the ranges' bytes are read (a count
+    over the whole buffer cost 8 bytes of memory per byte of text)."""
     n = len(lo)
     width = hi - lo
-    # Non-digits before each position: a range is all digits when none lie inside it.
-    before = np.zeros(len(d) + 1, dtype=np.int64)
-    np.cumsum((d < 48) | (d > 57), out=before[1:])
-    ok = (width >= 1) & (before[np.maximum(hi, lo)] == before[lo])
+    ok = width >= 1
     value = np.zeros(n, dtype=np.int64)
     fits = ok & (width <= _MAX_DIGITS)
     for j in range(int(width[fits].max(initial=0))):
         live = fits & (width > j)
-        value = np.where(
-            live, value * 10 + d[np.where(live, lo + j, 0)].astype(np.int64) - 48, value
-        )
+        byte = d[np.where(live, lo + j, 0)].astype(np.int64)
+        ok &= ~live | ((byte >= 48) & (byte <= 57))
+        value = np.where(live, value * 10 + byte - 48, value)
+    wide = np.flatnonzero(ok & ~fits)
+    if len(wide):  # more digits than an int64 holds (rare): are they all digits?
+        packed = gather(d, lo[wide], width[wide])
+        other = (packed.data < 48) | (packed.data > 57)
+        ok[wide[np.logical_or.reduceat(other, packed.start)]] = False
     return ok, ok & ~fits, value
 
 
@@ -200,7 +234,7 @@ def split_torch_ops(text: Text, rows: I64) -> TorchOps:
     ops, good, sat, seq = ops[sure], good[sure], sat[sure], seq[sure]
     # The others by searching: texts without the pattern, odd layouts (record_shapes' sizes).
     rest = np.setdiff1d(np.arange(len(rows)), ops, assume_unique=True)
-    slow = _search(text, rows[rest])
+    slow = _search_all(text, rows[rest])
     found = np.concatenate([ops, rest[slow.rows]])
     order = np.argsort(found, kind="stable")
     return TorchOps(
@@ -210,6 +244,19 @@ def split_torch_ops(text: Text, rows: I64) -> TorchOps:
         np.concatenate([op_id[ops], slow.op_id])[order],
         rest[slow.odd],
     )
+
+
+def _search_all(text: Text, rows: I64) -> TorchOps:
+    """:func:`_search` over ``rows``, :data:`SEARCH_BYTES` of text at a time."""
+    parts = [(i, _search(text, rows[i:j])) for i, j in byte_slices(text.length[rows], SEARCH_BYTES)]
+    if len(parts) == 1:
+        return parts[0][1]
+    empty = np.zeros(0, dtype=np.int64)
+    return TorchOps(*(
+        np.concatenate([empty, *(getattr(p, f) + (i if f in ("rows", "odd") else 0)
+                                 for i, p in parts)])
+        for f in ("rows", "name_length", "seq", "op_id", "odd")
+    ))  # fmt: skip
 
 
 def _search(text: Text, rows: I64) -> TorchOps:

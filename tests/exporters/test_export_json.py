@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import exporters.perfetto_json as pj
@@ -180,6 +182,31 @@ def test_small_chunks_give_the_same_bytes(job: Job, tmp_path: Path) -> None:
     PerfettoJsonExporter().write(job, whole)
     PerfettoJsonExporter(chunk_rows=3).write(job, chunked)
     assert chunked.read_bytes() == whole.read_bytes()
+
+
+def test_chunks_cut_by_bytes_give_the_same_bytes(
+    job: Job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk of rows is cut further where its text would pass ``CHUNK_BYTES`` (long names
+    or args: an Nsight export can name thousands of kernels by one 1 MB string); with a budget
+    of a few rows the file is the same."""
+    from exporters import jsonrows
+
+    whole, cut = tmp_path / "whole.json", tmp_path / "cut.json"
+    PerfettoJsonExporter().write(job, whole)
+    pieces: list[int] = []
+    slices = jsonrows.byte_slices
+
+    def counted(sizes: np.ndarray, budget: int) -> Iterator[tuple[int, int]]:
+        for i, j in slices(sizes, budget):
+            pieces.append(j - i)
+            yield i, j
+
+    monkeypatch.setattr(jsonrows, "CHUNK_BYTES", 300)
+    monkeypatch.setattr(jsonrows, "byte_slices", counted)
+    PerfettoJsonExporter().write(job, cut)
+    assert cut.read_bytes() == whole.read_bytes()
+    assert max(pieces) < 5 < len(pieces)  # cut into pieces of a few rows
 
 
 def test_failed_export_leaves_no_file(

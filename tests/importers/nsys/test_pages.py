@@ -71,8 +71,17 @@ def _build(path: Path, page_size: int, rows: list[tuple[Any, ...]]) -> sqlite3.C
     return con
 
 
+@pytest.mark.parametrize("header_rows", [None, 7])
 @pytest.mark.parametrize("page_size", [512, 4096, 65536])
-def test_deep_trees_and_wide_values(tmp_path: Path, page_size: int) -> None:
+def test_deep_trees_and_wide_values(
+    tmp_path: Path, page_size: int, header_rows: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also with the multi-byte headers decoded 7 records at a time (a bound on the memory
+    that decoding takes) instead of all at once."""
+    if header_rows is not None:
+        from importers.nsys import pages as nsys_pages
+
+        monkeypatch.setattr(nsys_pages, "_HEADER_ROWS", header_rows)
     rng = np.random.default_rng(page_size)
     big = [0, 1, -1, 127, 128, -129, 2**15, -(2**23), 2**31 - 1, -(2**47), 2**63 - 1, -(2**63)]
     rows: list[tuple[Any, ...]] = []

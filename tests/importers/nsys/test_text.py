@@ -97,3 +97,58 @@ def test_decode_all_with_a_nul_inside() -> None:
     data = np.frombuffer(b"ab\x00cdef", dtype=np.uint8)
     got = decode_all(data, np.array([0, 3]), np.array([3, 3]))
     assert got == ["ab\x00", "cde"]
+
+
+def _digits_reference(d: bytes, lo: int, hi: int) -> tuple[bool, bool, int]:
+    part = d[lo:hi]
+    ok = hi - lo >= 1 and all(48 <= c <= 57 for c in part)
+    wide = ok and len(part) > 18
+    return ok, wide, int(part) if ok and not wide else 0
+
+
+def test_digits_read_only_the_ranges() -> None:
+    from importers.nsys.text import _digits
+
+    rng = np.random.default_rng(3)
+    d = bytes(rng.choice(list(b"0123456789x "), 5000).tolist())
+    lo = rng.integers(0, 4900, 800)
+    hi = lo + rng.integers(-2, 40, 800)
+    ok, wide, value = _digits(np.frombuffer(d, dtype=np.uint8), lo, hi)
+    want = [_digits_reference(d, a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    assert list(zip(ok.tolist(), wide.tolist(), strict=True)) == [w[:2] for w in want]
+    assert [v if o and not w else 0 for v, o, w in zip(value.tolist(), ok, wide, strict=True)] == [
+        w[2] for w in want
+    ]
+    assert ok.any() and wide.any()  # both kinds of range occur
+
+
+LONG_TEXTS = [
+    *TEXTS,
+    "big, seq = 3, op_id = 123456789012345678901234",
+    "bigseq, seq = 99999999999999999999, op_id = 5",
+    "aten::cat, seq = 8, op_id = 9, sizes = [[" + "7" * 300 + "]]",
+    "z" * 500,
+]
+
+
+def test_small_groups_give_the_same_split_and_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text work runs a bounded number of bytes at a time (decode, search, gather); with
+    groups of a few bytes, or one row each, the results are those of one group."""
+    from importers.nsys import args as nsys_args
+    from importers.nsys import text as nsys_text
+
+    raw = [t.encode() for t in LONG_TEXTS]
+    length = np.array([len(r) for r in raw], dtype=np.int64)
+    start = np.cumsum(length) - length + 5
+    data = np.frombuffer(b"#" * 5 + b"".join(raw), dtype=np.uint8)
+    text = Text(data, start, length, np.zeros(len(raw), dtype=bool))
+    rows = np.arange(len(raw))
+    whole = split_torch_ops(text, rows), decode_all(data, start, length)
+    for budget in (1, 40, 300):
+        monkeypatch.setattr(nsys_text, "DECODE_BYTES", budget)
+        monkeypatch.setattr(nsys_text, "SEARCH_BYTES", budget)
+        monkeypatch.setattr(nsys_args, "_CHUNK_BYTES", budget)
+        ops, texts = split_torch_ops(text, rows), decode_all(data, start, length)
+        assert texts == whole[1] == LONG_TEXTS
+        for field in ("rows", "name_length", "seq", "op_id", "odd"):
+            assert np.array_equal(getattr(ops, field), getattr(whole[0], field)), (budget, field)
