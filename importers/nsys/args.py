@@ -82,6 +82,15 @@ class Packed:
         data = np.concatenate([self.data, np.frombuffer(b"".join(extra), dtype=np.uint8)])
         return Packed(data, start, length)
 
+    def replace_rows(self, rows: I64, new: Packed) -> Packed:
+        """A copy with rows ``rows`` set to ``new``'s rows, in that order."""
+        if not len(rows):
+            return self
+        start, length = self.start.copy(), self.length.copy()
+        start[rows] = len(self.data) + new.start
+        length[rows] = new.length
+        return Packed(np.concatenate([self.data, new.data]), start, length)
+
     def pack(self) -> tuple[bytes, I64]:
         """The rows back to back, and the offset of each (``n + 1`` offsets)."""
         out = gather(self.data, self.start, self.length)
@@ -167,3 +176,31 @@ def gather(src: U8, start: I64, length: I64) -> Packed:
         else:
             out[at:end] = src[spans(start[lo:hi], length[lo:hi])]
     return Packed(out, first, length)
+
+
+def literal(n: int, text: bytes) -> Packed:
+    """``n`` rows, each ``text`` (one copy of it, shared)."""
+    return Packed(
+        np.frombuffer(text, dtype=np.uint8),
+        np.zeros(n, dtype=np.int64),
+        np.full(n, len(text), dtype=np.int64),
+    )
+
+
+def concat_rows(parts: Sequence[Packed]) -> Packed:
+    """Row ``i`` is row ``i`` of each part, one after another (copied :data:`_CHUNK_BYTES` at a
+    time, so the index arrays stay small)."""
+    total = np.sum([p.length for p in parts], axis=0).astype(np.int64)
+    start = np.cumsum(total) - total
+    out = np.empty(int(total.sum()), dtype=np.uint8)
+    at = start.copy()
+    for p in parts:
+        for lo, hi in byte_slices(p.length, _CHUNK_BYTES):
+            if hi - lo == 1:
+                a, b, size = int(at[lo]), int(p.start[lo]), int(p.length[lo])
+                out[a : a + size] = p.data[b : b + size]
+            else:
+                dst = spans(at[lo:hi], p.length[lo:hi])
+                out[dst] = p.data[spans(p.start[lo:hi], p.length[lo:hi])]
+        at += p.length
+    return Packed(out, start, total)

@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 
 from echo_view.model.kinds import EventKind
-from importers.nsys.args import Packed, assemble
+from importers.nsys.args import Packed, assemble, concat_rows, literal
 from importers.nsys.db import Export
 from importers.nsys.pages import Text
 from importers.nsys.tables import (
@@ -28,7 +28,7 @@ from importers.nsys.tables import (
     json_pieces,
     torch_op,
 )
-from importers.nsys.text import decoded, intern_ranges, split_torch_ops
+from importers.nsys.text import SizedOps, decoded, intern_ranges, split_sized_ops, split_torch_ops
 
 TABLE = "NVTX_EVENTS"
 _ENCODE = msgspec.json.Encoder()
@@ -110,6 +110,16 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
     inline = np.flatnonzero(is_inline)
     if len(inline):
         gid[inline] = intern_ranges(names, text.data, text.start[inline], name_length[inline])
+    # Those in record_shapes' plain form all at once on the bytes, the rest by the pattern.
+    sized = split_sized_ops(text, odd)
+    sized_rows = odd[sized.rows]
+    is_op[sized_rows] = True
+    own = text_id[sized_rows] < 0
+    gid[sized_rows[own]] = intern_ranges(
+        names, text.data, text.start[sized_rows[own]], sized.name_length[own]
+    )
+    args = args.replace_rows(sized_rows, _sized_args(text, sized))
+    odd = np.delete(odd, sized.rows)
     odd_args: dict[int, bytes] = {}
     for first, wholes in decoded(text.data, text.start[odd], text.length[odd]):
         for r, whole in zip(odd[first : first + len(wholes)].tolist(), wholes, strict=True):
@@ -177,6 +187,33 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
         blob_payloads,
         int(open_range.sum()),
     )
+
+
+def _sized_args(text: Text, sized: SizedOps) -> Packed:
+    """The args :func:`~importers.nsys.tables.torch_op` gives these ranges,
+    ``{"seq":N,"op_id":M,"sizes":"S"}`` (``seq`` and ``sizes`` where present), column-wise."""
+    n = len(sized.rows)
+    if not n:
+        return Packed.empty()
+    with_seq, with_sizes = sized.seq >= 0, sized.sizes_length >= 0
+    parts: list[Packed] = []
+    order: list[I64] = []
+    for seq_on in (True, False):
+        for sizes_on in (True, False):
+            g = np.flatnonzero((with_seq == seq_on) & (with_sizes == sizes_on))
+            if not len(g):
+                continue
+            fields = [("seq", sized.seq[g])] if seq_on else []
+            fields.append(("op_id", sized.op_id[g]))
+            part = assemble(len(g), [*json_pieces(fields), b',"sizes":"' if sizes_on else b"}"])
+            if sizes_on:
+                sizes = Packed(text.data, sized.sizes_start[g], sized.sizes_length[g])
+                part = concat_rows([part, sizes, literal(len(g), b'"}')])
+            parts.append(part)
+            order.append(g)
+    position = np.empty(n, dtype=np.int64)
+    position[np.concatenate(order)] = np.arange(n)
+    return Packed.concat(parts).take(position)
 
 
 def _scatter(n: int, groups: list[tuple[I64, list[tuple[str, I64]]]]) -> Packed:

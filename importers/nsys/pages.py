@@ -379,12 +379,16 @@ class PageFile:
         for back in range(1, min(width, 9)):
             run[:, back:] &= cont[:, : width - back]
             run[:, :back] = False
+            if not run.any():  # no varint is longer than ``back`` bytes
+                break
             part = (m[:, : width - back] & 0x7F) << (7 * back)
             value[:, back:] |= np.where(run[:, back:], part, 0)
         r, c = np.nonzero(last)
-        if (np.bincount(r, minlength=len(rows)) < want).any():
+        per_row = np.bincount(r, minlength=len(rows))
+        if (per_row < want).any():
             return False
-        col = np.arange(len(r)) - np.searchsorted(r, r)  # the varint's column in its record
+        # The varint's column in its record: its place after the record's first (r is sorted).
+        col = np.arange(len(r)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
         keep = col < want
         if int(value[r[keep], c[keep]].max(initial=0)) >= len(_SIZE):
             return False

@@ -11,7 +11,7 @@ Python strings.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -285,3 +285,127 @@ def _search(text: Text, rows: I64) -> TorchOps:
     name_end = end.copy()
     name_end[srow[good]] = sat[good]
     return TorchOps(ops, name_end[ops] - off[ops], seq[ops], op_id, odd)
+
+
+_SIZES = b", sizes = "
+
+
+@dataclass(frozen=True)
+class SizedOps:
+    """``emit_nvtx(record_shapes=True)`` ranges ``op, [seq = N, ]op_id = M[, sizes = S]``
+    among the rows given to :func:`split_sized_ops` (positions in that selection): the name
+    is the first ``name_length`` bytes of the text, ``seq`` -1 where absent, the sizes text
+    ``data[sizes_start : sizes_start + sizes_length]`` (length -1: no sizes)."""
+
+    rows: I64
+    name_length: I64
+    seq: I64
+    op_id: I64
+    sizes_start: I64
+    sizes_length: I64
+
+
+def _match_at(d: U8, at: I64, limit: I64, pattern: bytes) -> Bools:
+    """Whether ``pattern`` starts at each ``at`` and ends by ``limit``."""
+    ok = at + len(pattern) <= limit
+    for j, byte in enumerate(pattern):
+        ok &= d[np.where(ok, at + j, 0)] == byte
+    return ok
+
+
+def _digit_run(d: U8, at: I64, limit: I64) -> I64:
+    """Digits from each ``at`` (before ``limit``), counted up to ``_MAX_DIGITS + 1``."""
+    count = np.zeros(len(at), dtype=np.int64)
+    alive = at < limit
+    for j in range(_MAX_DIGITS + 1):
+        alive &= at + j < limit
+        byte = d[np.where(alive, at + j, 0)]
+        alive &= (byte >= 48) & (byte <= 57)
+        if not alive.any():
+            break
+        count += alive
+    return count
+
+
+def _number(d: U8, at: I64, count: I64) -> I64:
+    value = np.zeros(len(at), dtype=np.int64)
+    for j in range(int(count.max(initial=0))):
+        live = count > j
+        value = np.where(
+            live, value * 10 + d[np.where(live, at + j, 0)].astype(np.int64) - 48, value
+        )
+    return value
+
+
+def split_sized_ops(text: Text, rows: I64) -> SizedOps:
+    """The texts among ``rows`` that read ``op, [seq = N, ]op_id = M[, sizes = S]`` with an op
+    free of commas, numbers of at most 18 digits and sizes without a newline, quote or
+    backslash (which :func:`~importers.nsys.tables.torch_op` would escape): on the bytes,
+    :data:`SEARCH_BYTES` of text at a time. The others are left to that function's pattern."""
+    parts: list[SizedOps] = []
+    for i, j in byte_slices(text.length[rows], SEARCH_BYTES):
+        packed = gather(text.data, text.start[rows[i:j]], text.length[rows[i:j]])
+        got = _split_sized(packed.data, packed.start, packed.start + packed.length)
+        # Back to positions in the selection and offsets in the column's text.
+        from_text = text.start[rows[i:j]] - packed.start
+        parts.append(
+            replace(got, rows=got.rows + i, sizes_start=got.sizes_start + from_text[got.rows])
+        )
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return SizedOps(empty, empty, empty, empty, empty, empty)
+    return SizedOps(
+        *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(SizedOps))
+    )
+
+
+def _split_sized(d: U8, start: I64, stop: I64) -> SizedOps:
+    """:func:`split_sized_ops` on texts ``d[start:stop]`` (disjoint, in order)."""
+    # The op ends at the text's first comma.
+    commas = _find_in(d, start, stop, ord(","))
+    ok = commas > start
+    at = np.where(ok, commas, start)
+    ok &= _match_at(d, at, stop, b", ")
+    seq_at = at + 2 + len(b"seq = ")
+    has_seq = ok & _match_at(d, at + 2, stop, b"seq = ")
+    n_seq = np.where(has_seq, _digit_run(d, seq_at, stop), 0)
+    has_seq &= (n_seq >= 1) & (n_seq <= _MAX_DIGITS)
+    op_at = np.where(has_seq, seq_at + n_seq + 2, at + 2)
+    ok &= ~has_seq | _match_at(d, seq_at + n_seq, stop, b", ")
+    ok &= _match_at(d, op_at, stop, b"op_id = ")
+    num_at = op_at + len(b"op_id = ")
+    n_op = np.where(ok, _digit_run(d, num_at, stop), 0)
+    ok &= (n_op >= 1) & (n_op <= _MAX_DIGITS)
+    end = num_at + n_op
+    sized = ok & _match_at(d, end, stop, _SIZES)
+    ok &= sized | (end == stop)
+    sizes_at = end + len(_SIZES)
+    # Sizes with a byte the JSON string would need escaped, or a newline: the pattern's way.
+    for byte in b'\n"\\':
+        hits = _find_in(d, np.where(sized & ok, sizes_at, stop), stop, byte)
+        ok &= hits >= stop
+    keep = np.flatnonzero(ok)
+    return SizedOps(
+        keep,
+        (commas - start)[keep],
+        np.where(has_seq, _number(d, seq_at, n_seq), -1)[keep],
+        _number(d, num_at, n_op)[keep],
+        sizes_at[keep],
+        np.where(sized, stop - sizes_at, -1)[keep],
+    )
+
+
+def _find_in(d: U8, start: I64, stop: I64, byte: int) -> I64:
+    """The first position of ``byte`` in each ``d[start:stop]`` (``stop`` where there is none);
+    the ranges are disjoint and in order."""
+    out = stop.copy()
+    if not len(start):
+        return out
+    hits = np.flatnonzero(d == byte)
+    # The first hit at or after each start, if it lies before that range's stop.
+    i = np.searchsorted(hits, start)
+    found = i < len(hits)
+    pos = hits[np.minimum(i, len(hits) - 1)] if len(hits) else start
+    found &= pos < stop
+    out[found] = pos[found]
+    return out

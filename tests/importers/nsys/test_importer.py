@@ -449,3 +449,41 @@ def test_long_nvtx_texts_cost_a_few_times_their_bytes(tmp_path: Path) -> None:
     assert peak < 8 * text_bytes, (peak, text_bytes)
     names = {s for t in job.traces for s in t.strings.strings}
     assert not any(len(s) > 1000 for s in names)  # the ops are named, not their whole texts
+
+
+def test_record_shapes_texts_split_on_the_bytes_match_the_pattern(tmp_path: Path) -> None:
+    """The plain record_shapes texts are split column-wise; the job is the one the per-row
+    pattern gives (names, args and every column)."""
+    import itertools
+    from unittest import mock
+
+    import importers.nsys.nvtx as nvtx
+    from importers.nsys.text import SizedOps
+
+    path = unpacked("h100_2gpu_1s", tmp_path)
+    con = sqlite3.connect(path)
+    con.execute(
+        "UPDATE NVTX_EVENTS SET text = text || ', sizes = [[' || (rowid % 13) || ', 8], []]' "
+        "WHERE rowid % 3 = 0 AND text LIKE '%op_id = %'"
+    )
+    con.execute("UPDATE NVTX_EVENTS SET text = text || ', sizes = [\"q\"]' WHERE rowid % 7 = 1")
+    con.commit()
+    con.close()
+    fast = NsysImporter().read([path])
+    empty = np.zeros(0, dtype=np.int64)
+    with mock.patch.object(nvtx, "split_sized_ops", lambda text, rows: SizedOps(*(empty,) * 6)):
+        slow = NsysImporter().read([path])
+    sized = 0
+    for a, b in zip(fast.traces, slow.traces, strict=True):
+        for col in ("kind", "start_ns", "dur_ns", "cat", "lane", "correlation"):
+            assert np.array_equal(getattr(a.events, col), getattr(b.events, col)), col
+        assert [a.strings[i] for i in a.events.name.tolist()] == [
+            b.strings[i] for i in b.events.name.tolist()
+        ]
+        assert a.events.args_offsets is not None and b.events.args_offsets is not None
+        bounds_a = itertools.pairwise(a.events.args_offsets.tolist())
+        bounds_b = itertools.pairwise(b.events.args_offsets.tolist())
+        args_a = [a.events.args_blob[x:y] for x, y in bounds_a]
+        assert args_a == [b.events.args_blob[x:y] for x, y in bounds_b]
+        sized += sum(b'"sizes":"[[' in x for x in args_a)
+    assert sized > 1000

@@ -152,3 +152,74 @@ def test_small_groups_give_the_same_split_and_decode(monkeypatch: pytest.MonkeyP
         assert texts == whole[1] == LONG_TEXTS
         for field in ("rows", "name_length", "seq", "op_id", "odd"):
             assert np.array_equal(getattr(ops, field), getattr(whole[0], field)), (budget, field)
+
+
+SIZED_TEXTS = [
+    *LONG_TEXTS,
+    "aten::mm, seq = 3, op_id = 7, sizes = [[1, 2], [3]]",
+    "aten::x, op_id = 9, sizes = []",
+    'a, op_id = 9, sizes = ["q"]',
+    "a, op_id = 9, sizes = x\n",
+    "a, op_id = 9, sizes = back\\slash",
+    "a, b, op_id = 1",
+    ", op_id = 5, sizes = []",
+    "a, op_id = 5, sizes = ",
+    "a, op_id = 5,",
+    "a, seq = 1, op_id = 2, sizes = [[4, 4096], [4096, 1024], []]",
+]
+
+
+@pytest.mark.parametrize("budget", [None, 30])
+def test_sized_split_agrees_with_the_pattern(
+    budget: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the byte-level split of record_shapes' texts takes, it names and gives args as
+    ``torch_op``'s pattern does; what it leaves (quotes, newlines, long numbers, other
+    layouts) is left to the pattern; the plain record_shapes forms it takes."""
+    from importers.nsys import text as nsys_text
+    from importers.nsys.text import split_sized_ops
+
+    if budget is not None:
+        monkeypatch.setattr(nsys_text, "SEARCH_BYTES", budget)
+    raw = [t.encode() for t in SIZED_TEXTS]
+    length = np.array([len(r) for r in raw], dtype=np.int64)
+    start = np.cumsum(length) - length + 3
+    data = np.frombuffer(b"xyz" + b"".join(raw), dtype=np.uint8)
+    ops = split_sized_ops(
+        Text(data, start, length, np.zeros(len(raw), dtype=bool)), np.arange(len(raw))
+    )
+    got: dict[int, tuple[str, bytes]] = {}
+    for k, r in enumerate(ops.rows.tolist()):
+        parts = [f'"op_id":{ops.op_id[k]}']
+        if ops.seq[k] >= 0:
+            parts.insert(0, f'"seq":{ops.seq[k]}')
+        if ops.sizes_length[k] >= 0:
+            a = int(ops.sizes_start[k])
+            parts.append(f'"sizes":"{data[a : a + int(ops.sizes_length[k])].tobytes().decode()}"')
+        got[r] = (
+            raw[r][: int(ops.name_length[k])].decode(),
+            ("{" + ",".join(parts) + "}").encode(),
+        )
+    for r, t in enumerate(SIZED_TEXTS):
+        if r in got:
+            assert got[r] == torch_op(t), t
+    taken = {SIZED_TEXTS[r] for r in got}
+    assert {
+        "aten::mm, seq = 3, op_id = 7, sizes = [[1, 2], [3]]",
+        "aten::x, op_id = 9, sizes = []",
+        "a, seq = 1, op_id = 2, sizes = [[4, 4096], [4096, 1024], []]",
+        "a, op_id = 5, sizes = ",
+    } <= taken
+    assert not taken & {'a, op_id = 9, sizes = ["q"]', "a, op_id = 9, sizes = x\n"}
+    assert "a, op_id = 9, sizes = back\\slash" not in taken
+
+
+def test_concat_and_replace_rows() -> None:
+    from importers.nsys.args import concat_rows, literal
+
+    a = Packed(np.frombuffer(b"abcdef", dtype=np.uint8), np.array([0, 2, 5]), np.array([2, 3, 0]))
+    b = Packed(np.frombuffer(b"XYZ", dtype=np.uint8), np.array([2, 0, 1]), np.array([1, 0, 2]))
+    joined = concat_rows([a, b, literal(3, b"!")])
+    assert [joined.get(i) for i in range(3)] == [b"abZ!", b"cde!", b"YZ!"]
+    swapped = a.replace_rows(np.array([2, 0]), b.take(np.array([0, 2])))
+    assert [swapped.get(i) for i in range(3)] == [b"YZ", b"cde", b"Z"]
