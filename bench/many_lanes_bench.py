@@ -1,11 +1,20 @@
 """Commands on traces with a thread, stream or step per event (hostile layouts whose time must
 stay bounded), against ``json.load`` of the same file in the same rounds.
 
-Three traces are generated once into ``bench/data/`` (git-ignored), plain JSON:
+Seven traces are generated once into ``bench/data/`` (git-ignored), plain JSON:
 
 - **threads**: 200,000 ``cpu_op`` events, each on its own thread;
 - **streams**: 100,000 kernels, each on its own stream, with their launches;
-- **steps**: 100,000 ``ProfilerStep#N`` annotations with a kernel in each.
+- **steps**: 100,000 ``ProfilerStep#N`` annotations with a kernel in each;
+- **overlap**: 100,000 kernels on one stream, each overlapping all the others;
+- **flows**: one launch and 40,000 kernels that name its correlation id (40,000 flows from
+  one slice);
+- **crossing**: 40,000 slices on one thread, each opening inside all earlier ones and outliving
+  them (an overlap lane each);
+- **groups**: 40,000 collectives, each in a process group of its own, one group's name 1 MB.
+
+These are the shapes of ``tests/hostile/corpus.py`` at sizes where time quadratic in the events
+would show (minutes), each with the command it was slow in.
 
 Each command runs in a fresh process (``echo-view ...``, output discarded); wall times are
 medians over the rounds, and the ratio to ``json.load`` (what reading the file costs at least)
@@ -66,16 +75,60 @@ def _steps() -> list[dict[str, object]]:
     return steps + kernels
 
 
+def _overlap() -> list[dict[str, object]]:
+    n = 100_000
+    return [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 10 * n,
+         "args": {"correlation": i, "device": 0, "stream": 7}}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _flows() -> list[dict[str, object]]:
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+              "ts": 0, "dur": 5, "args": {"correlation": 1}}  # fmt: skip
+    return [launch] + [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10 + i, "dur": 1,
+         "args": {"correlation": 1, "device": 0, "stream": 7}}
+        for i in range(40_000)
+    ]  # fmt: skip
+
+
+def _crossing() -> list[dict[str, object]]:
+    n = 40_000
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": i, "dur": 2 * n}
+        for i in range(n)
+    ]
+
+
+def _groups() -> list[dict[str, object]]:
+    name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    return [
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 10 * i, "dur": 5,
+         "args": {"device": 0, "stream": 7, "correlation": i, "Collective name": "allreduce",
+                  "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+                  "Process Group Name": "G" * 1_000_000 if i == 7 else f"pg{i}",
+                  "Process Group Ranks": "[0]"}}
+        for i in range(40_000)
+    ]  # fmt: skip
+
+
 CASES = {
     "threads": (_threads, [["info"]]),
     "streams": (_streams, [["simulate"], ["diff", "{export}"]]),
     "steps": (_steps, [["simulate"], ["info"]]),
+    "overlap": (_overlap, [["simulate"]]),
+    "flows": (_flows, [["export", "-o", "{out}.pftrace"]]),
+    "crossing": (_crossing, [["export", "-o", "{out}.json"]]),
+    "groups": (_groups, [["export", "-o", "{out}.pftrace"]]),
 }
 
 
 def _wall(argv: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    # Output discarded (export's summary line goes to stderr); a failure still raises.
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 
@@ -95,7 +148,8 @@ def main() -> None:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         base = [sys.executable, "-c", f"import json; json.load(open({str(path)!r}))"]
         for cmd in commands:
-            argv = [*EV, cmd[0], str(path), *(a.format(export=export) for a in cmd[1:])]
+            out = DATA / f"many_{name}.out"
+            argv = [*EV, cmd[0], str(path), *(a.format(export=export, out=out) for a in cmd[1:])]
             ours, ref = [], []
             for _ in range(args.runs):
                 ours.append(_wall(argv))
