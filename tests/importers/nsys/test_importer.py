@@ -487,3 +487,39 @@ def test_record_shapes_texts_split_on_the_bytes_match_the_pattern(tmp_path: Path
         assert args_a == [b.events.args_blob[x:y] for x, y in bounds_b]
         sized += sum(b'"sizes":"[[' in x for x in args_a)
     assert sized > 1000
+
+
+def test_tiny_budgets_import_the_same_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVTX text and record headers are worked a bounded number of bytes or records at a
+    time; with budgets of a few bytes (a row or two each) the job is the same."""
+    from importers.nsys import args as nsys_args
+    from importers.nsys import pages as nsys_pages
+    from importers.nsys import text as nsys_text
+
+    path = unpacked("h100_2gpu_1s", tmp_path)
+    con = sqlite3.connect(path)
+    for sql in (
+        "UPDATE NVTX_EVENTS SET text = text || ', sizes = ' WHERE rowid % 5 = 0",
+        "UPDATE NVTX_EVENTS SET text = text || ', sizes = [\"a\\b\"]' WHERE rowid % 11 = 0",
+        "UPDATE NVTX_EVENTS SET text = text || ', sizes = ' || printf('%.*c', 3000, '9') "
+        "WHERE rowid = 50",
+    ):
+        con.execute(sql)
+    con.commit()
+    con.close()
+    whole = NsysImporter().read([path])
+    for module, name, value in (
+        (nsys_text, "DECODE_BYTES", 7),
+        (nsys_text, "SEARCH_BYTES", 50),
+        (nsys_args, "_CHUNK_BYTES", 9),
+        (nsys_pages, "_HEADER_ROWS", 3),
+    ):
+        monkeypatch.setattr(module, name, value)
+    small = NsysImporter().read([path])
+    for a, b in zip(whole.traces, small.traces, strict=True):
+        assert a.events.args_blob == b.events.args_blob
+        assert [a.strings[i] for i in a.events.name.tolist()] == [
+            b.strings[i] for i in b.events.name.tolist()
+        ]
+        for col in ("kind", "start_ns", "dur_ns", "cat", "lane", "correlation"):
+            assert np.array_equal(getattr(a.events, col), getattr(b.events, col)), col
