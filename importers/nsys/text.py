@@ -361,6 +361,9 @@ def split_sized_ops(text: Text, rows: I64) -> SizedOps:
 
 def _split_sized(d: U8, start: I64, stop: I64) -> SizedOps:
     """:func:`split_sized_ops` on texts ``d[start:stop]`` (disjoint, in order)."""
+    if not len(d):  # empty texts only: none is an op
+        empty = np.zeros(0, dtype=np.int64)
+        return SizedOps(empty, empty, empty, empty, empty, empty)
     # The op ends at the text's first comma.
     commas = _find_in(d, start, stop, ord(","))
     ok = commas > start

@@ -223,3 +223,15 @@ def test_concat_and_replace_rows() -> None:
     assert [joined.get(i) for i in range(3)] == [b"abZ!", b"cde!", b"YZ!"]
     swapped = a.replace_rows(np.array([2, 0]), b.take(np.array([0, 2])))
     assert [swapped.get(i) for i in range(3)] == [b"YZ", b"cde", b"Z"]
+
+
+def test_sized_split_of_empty_texts() -> None:
+    from importers.nsys.text import split_sized_ops
+
+    empty = Text(
+        np.zeros(0, dtype=np.uint8),
+        np.zeros(3, dtype=np.int64),
+        np.zeros(3, dtype=np.int64),
+        np.zeros(3, dtype=bool),
+    )
+    assert len(split_sized_ops(empty, np.arange(3)).rows) == 0
