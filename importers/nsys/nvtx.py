@@ -102,8 +102,8 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
         ],
     )
     gid = names.from_ids(np.maximum(text_id, 0))
-    # The rare layouts (record_shapes' "sizes = [...]") go through the full pattern, which
-    # names them too: their whole texts (nearly all distinct) are not interned.
+    # The other layouts (record_shapes' "sizes = [...]") are named below, by the byte split or
+    # the pattern: their whole texts (nearly all distinct) are not interned.
     odd = torch_rows[ops.odd]
     is_inline = text_id < 0
     is_inline[odd] = False
