@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def _models(devices: list[dict[str, Any]]) -> str:
+    """The GPU models among ``devices``: the name alone when all share one, else a count per
+    name (``unnamed`` where the trace names none; device ids repeat across ranks, so they do
+    not tell GPUs apart)."""
+    counts = Counter(d["name"] for d in devices)
+    if not counts:
+        return "none"
+    if len(counts) == 1 and None not in counts:
+        return markup_safe(next(iter(counts)))
+    named = sorted((n, k) for n, k in counts.items() if n is not None)
+    parts = [f"{k} x {markup_safe(n)}" for n, k in named]
+    if None in counts:
+        parts.append(f"{counts[None]} unnamed")
+    return ", ".join(parts)
+
+
 def _share(ns: int, whole: int) -> str:
     pct = f" ({100 * ns / whole:.1f}%)" if whole else ""
     return format_duration(ns) + pct
@@ -122,7 +139,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     """Print ``summary`` as text tables under ``title`` (default: the job's source)."""
     job = summary.job
     al = job.alignment
-    names = sorted({markup_safe(d["name"] or f"GPU {d['index']}") for d in summary.devices()})
+    devices = summary.devices()
     console.print(printable(title or job.source or "job"), style="bold", markup=False)
     of = (
         "from captures of different runs"
@@ -131,7 +148,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
     )
     console.print(
         f"ranks {_ranks_text(job.ranks)} ({len(job.ranks)} {of}); "
-        f"{_count(len(summary.devices()), 'GPU')} with work: {', '.join(names) or 'none'}"
+        f"{_count(len(devices), 'GPU')} with work: {_models(devices)}"
     )
     console.print(
         f"clock alignment: {al.method}, uncertainty {format_duration(al.uncertainty_ns)}"

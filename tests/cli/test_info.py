@@ -206,7 +206,24 @@ def test_table_on_samples(capsys: pytest.CaptureFixture[str]) -> None:
     code, out = _run(capsys, _kineto_registry(), *paths)
     assert code == 0
     assert "Per rank" in out and "ranks 0-7" in out
-    assert "Tesla V100-SXM2-32GB" in out or "GPU 0" in out
+    assert "8 GPUs with work: Tesla V100-SXM2-32GB\n" in out
+
+
+def test_gpu_models_are_counted_not_listed_by_device_id() -> None:
+    """Device ids repeat across ranks (every rank's GPU may be GPU 0), so the line counts the
+    GPUs per model name; the separate-runs directory of two 2-GPU Nsight captures listed
+    "GPU 0, GPU 1" for 4 GPUs."""
+    from echo_view.cli.info import _models
+
+    def dev(rank: int, index: int, name: str | None) -> dict[str, object]:
+        return {"rank": rank, "index": index, "name": name}
+
+    assert _models([]) == "none"
+    assert _models([dev(r, 0, "H100") for r in range(4)]) == "H100"
+    assert _models([dev(r, r % 2, None) for r in range(4)]) == "4 unnamed"
+    mixed = [dev(0, 0, "H100"), dev(1, 0, "A100"), dev(2, 0, "H100"), dev(3, 1, None)]
+    assert _models(mixed) == "1 x A100, 2 x H100, 1 unnamed"
+    assert _models([dev(0, 0, "[bold]x")]) == "\\[bold]x"  # markup shown as text
 
 
 def test_main_errors_are_one_line_exit_2(
