@@ -127,6 +127,9 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         #: ``(row, group ranks)`` of each dispatcher collective in the current op sequence,
         #: for the caller to map groups onto parallel axes (:meth:`end` keeps the last list).
         self.groups: list[tuple[int, tuple[int, ...]]] = []
+        # One tuple object per distinct group, shared by its collectives: a program pickles
+        # each group once (a data-parallel group at --world 1,000,000 is 1 M ranks).
+        self._group_tuples: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     @contextmanager
     def gemm_dtype(self, name: str) -> Iterator[None]:
@@ -365,7 +368,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             else:
                 nbytes = sum(_nbytes(t) for t in outs)
         assert self._cols is not None
-        self.groups.append((len(self._cols), group_ranks(args)))
+        ranks = group_ranks(args)
+        self.groups.append((len(self._cols), self._group_tuples.setdefault(ranks, ranks)))
         self.collective(kind, nbytes, "none", name)
 
 

@@ -85,14 +85,18 @@ def infer_layout(programs: list[RankProgram], world: int) -> Layout:
     tp = world
     ep = 1
     for prog in programs:
-        a2a = set(_all_to_all_groups(prog))
-        for groups in prog.groups.values():
-            for _, ranks in groups:
-                consecutive = list(ranks) == list(range(ranks[0], ranks[0] + len(ranks)))
-                if ranks in a2a:
-                    ep = max(ep, len(ranks))
-                elif 1 < len(ranks) < world and consecutive:
-                    tp = min(tp, len(ranks))
+        a2a = list({id(g): g for g in _all_to_all_groups(prog)}.values())
+        # Each distinct group once (the recorder shares one tuple per group), not once per
+        # collective: a group may hold a million ranks.
+        distinct = {id(r): r for groups in prog.groups.values() for _, r in groups}
+        for ranks in distinct.values():
+            consecutive = ranks[-1] - ranks[0] == len(ranks) - 1 and (
+                list(ranks) == list(range(ranks[0], ranks[0] + len(ranks)))
+            )
+            if ranks in a2a:  # identity first, then equality
+                ep = max(ep, len(ranks))
+            elif 1 < len(ranks) < world and consecutive:
+                tp = min(tp, len(ranks))
     tp = 1 if tp == world else tp
     dp = world // tp
     return Layout(tp=tp, pp=1, dp=dp, ep=ep if dp % ep == 0 else 1)
@@ -125,6 +129,15 @@ def _with_axes(
     named as MoE dispatch and combine (module docstring)."""
     out = {}
     a2a_names = [strings.intern(n) for n in _A2A_NAMES]
+    # Each distinct group once (one shared tuple per group; its set costs a pass over it).
+    axes: dict[tuple[int, bool], str] = {}
+
+    def axis_for(ranks: tuple[int, ...], kind: CollectiveKind) -> str:
+        key = (id(ranks), kind == CollectiveKind.ALL_TO_ALL)
+        if key not in axes:
+            axes[key] = axis_of(ranks, prog.rank, layout, kind)
+        return axes[key]
+
     for phase, table in prog.tables.items():
         axis = np.array(table.axis, copy=True)
         name = np.array(table.name, copy=True)
@@ -132,7 +145,7 @@ def _with_axes(
         for row, ranks in prog.groups[phase]:
             kind = table.coll(row)
             try:
-                axis[row] = AXES.index(axis_of(ranks, prog.rank, layout, kind))
+                axis[row] = AXES.index(axis_for(ranks, kind))
             except ValueError:
                 shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
                 raise InputError(

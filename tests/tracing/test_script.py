@@ -311,3 +311,38 @@ def test_dropout_is_traced_as_the_gpus_fused_kernel(tmp_path: Path) -> None:
         int(bwd.bytes[i]) for i, n in enumerate(b_names) if n == "aten::native_dropout_backward"
     ]
     assert backs == [9 * 8 * 32] * 2
+
+
+def test_layout_inference_on_shared_and_on_equal_groups() -> None:
+    """The recorder shares one tuple per process group among its collectives (so a program
+    pickles a group once: at --world 1,000,000 the data-parallel group is a million ranks);
+    inference then visits each distinct group once. Equal groups that are not shared give the
+    same layout."""
+    from typing import cast
+
+    from echo_view.model import CollectiveKind
+    from echo_view.model.graph import OpTable
+    from echo_view.tracing.script import infer_layout
+    from echo_view.tracing.script_run import RankProgram
+
+    class Table:
+        def __init__(self, kinds: list[CollectiveKind]) -> None:
+            self.kinds = kinds
+
+        def coll(self, row: int) -> CollectiveKind:
+            return self.kinds[row]
+
+    ar, a2a = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_TO_ALL
+    tp, dp, ep = tuple(range(4)), tuple(range(0, 32, 4)), (0, 4)
+
+    def program(copy: bool) -> RankProgram:
+        def g(ranks: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(list(ranks)) if copy else ranks
+
+        rows = [(0, g(tp)), (1, g(dp)), (2, g(ep)), (3, g(tp)), (4, g(dp)), (5, g(ep))]
+        table = cast(OpTable, Table([ar, ar, a2a, ar, ar, a2a]))
+        return RankProgram(0, {"forward": table}, {"forward": rows}, 0, 2)
+
+    shared, equal = infer_layout([program(False)], 32), infer_layout([program(True)], 32)
+    assert shared == equal
+    assert (shared.tp, shared.dp, shared.ep) == (4, 8, 2)
