@@ -6,7 +6,10 @@ processes, so the peak RSS is the largest of the command and its children: a wra
 per case runs the command and reports its ``RUSAGE_CHILDREN`` maximum (Linux folds every
 waited-for descendant into it).
 
-    python bench/script_trace_bench.py [--repeat 1]
+``--large-worlds`` traces ``samples/scripts/gpt_ddp.py`` (DDP: one data-parallel group of every
+rank) at ``--world`` 8, 131,072 and 1,000,000 instead: the cost that grows with the world size.
+
+    python bench/script_trace_bench.py [--repeat 1] [--large-worlds]
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ CASES = [
         "Llama 3.1 70B, FSDP2 32 x TP 8, 256 ranks",
         [str(SCRIPTS / "llama3_70b_fsdp_tp_256xh100.toml")],
     ),
+]
+LARGE_WORLDS = [
+    (f"GPT DDP, {w:,} ranks", ["--script", str(SCRIPTS / "gpt_ddp.py"), "--world", str(w)])
+    for w in (8, 131_072, 1_000_000)
 ]
 
 #: Runs argv[1:] and prints the peak RSS (KB) of it and its descendants on stderr.
@@ -70,9 +77,10 @@ def _one(args: list[str]) -> tuple[float, float, float, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--large-worlds", action="store_true", help="GPT DDP at 8 to 1 M ranks")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}")
-    for name, argv in CASES:
+    for name, argv in LARGE_WORLDS if args.large_worlds else CASES:
         for _ in range(args.repeat):
             wall, cpu, rss, line = _one(argv)
             print(f"{name}: wall {wall:.1f} s, CPU {cpu:.1f} s, peak RSS {rss:.0f} MB")
