@@ -95,7 +95,7 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
 
 
 def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _models(devices: list[dict[str, Any]]) -> str:
@@ -108,9 +108,9 @@ def _models(devices: list[dict[str, Any]]) -> str:
     if len(counts) == 1 and None not in counts:
         return markup_safe(next(iter(counts)))
     named = sorted((n, k) for n, k in counts.items() if n is not None)
-    parts = [f"{k} x {markup_safe(n)}" for n, k in named]
+    parts = [f"{k:,} x {markup_safe(n)}" for n, k in named]
     if None in counts:
-        parts.append(f"{counts[None]} unnamed")
+        parts.append(f"{counts[None]:,} unnamed")
     return ", ".join(parts)
 
 
