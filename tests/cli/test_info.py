@@ -224,6 +224,8 @@ def test_gpu_models_are_counted_not_listed_by_device_id() -> None:
     mixed = [dev(0, 0, "H100"), dev(1, 0, "A100"), dev(2, 0, "H100"), dev(3, 1, None)]
     assert _models(mixed) == "1 x A100, 2 x H100, 1 unnamed"
     assert _models([dev(0, 0, "[bold]x")]) == "\\[bold]x"  # markup shown as text
+    many = [dev(r, 0, None) for r in range(1200)] + [dev(1200, 0, "H100")]
+    assert _models(many) == "1 x H100, 1,200 unnamed"
 
 
 def test_main_errors_are_one_line_exit_2(
