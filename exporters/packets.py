@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, CollectiveKind
+from echo_view.model.columns import spans
 from exporters.layout import ExportLayout
 from exporters.protoevents import (
     COUNTER,
@@ -144,8 +145,7 @@ class PacketEncoder:
         cnt = np.searchsorted(gevs, gev[rows], "right") - lo
         total = int(cnt.sum())
         # Flow k of a row is ids[lo + k]: the ids of all rows' flows, in row order.
-        within = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        flow_ids = ids[np.repeat(lo, cnt) + within].astype("<i8")
+        flow_ids = ids[spans(lo, cnt)].astype("<i8")
         fields = np.empty((total, len(key) + 8), dtype=np.uint8)
         fields[:, : len(key)] = np.frombuffer(key, dtype=np.uint8)
         fields[:, len(key) :] = flow_ids.view(np.uint8).reshape(total, 8)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import spans
+
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -184,8 +186,7 @@ def gathered(pool: Sequence[bytes], index: npt.NDArray[Any], mask: Mask) -> tupl
     which = np.asarray(index)[rows]
     cnt = sizes[which]
     lens[rows] = cnt
-    within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    out: U8 = data[np.repeat(starts[which], cnt) + within]
+    out: U8 = data[spans(starts[which], cnt)]
     return out, lens
 
 

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+I64 = npt.NDArray[np.int64]
+
 # array.array typecodes for the dtypes the model uses.
 _TYPECODES = {"i1": "b", "u1": "B", "i4": "i", "i8": "q", "f8": "d"}
 
@@ -25,7 +27,7 @@ def frozen(values: Any, dtype: str) -> npt.NDArray[Any]:
     return arr
 
 
-def byte_slices(sizes: npt.NDArray[np.int64], budget: int) -> Iterator[tuple[int, int]]:
+def byte_slices(sizes: I64, budget: int) -> Iterator[tuple[int, int]]:
     """``(i, j)`` row ranges covering ``sizes`` (bytes per row) in order, each of at most
     ``budget`` bytes, or of one row where that row alone is larger: the rows a step that costs
     memory per byte takes at once."""
@@ -36,6 +38,22 @@ def byte_slices(sizes: npt.NDArray[np.int64], budget: int) -> Iterator[tuple[int
         j = max(i + 1, int(np.searchsorted(cum, before + budget, side="right")))
         yield i, j
         i = j
+
+
+def spans(start: I64, length: I64) -> I64:
+    """The indices ``start[i] .. start[i] + length[i] - 1`` of every row, back to back (with
+    ``start`` 0, each element's place in its row): ones with a jump at each row's first index,
+    summed up (two passes over the output)."""
+    keep = length > 0
+    start, length = start[keep], length[keep]
+    total = int(length.sum())
+    idx = np.ones(total, dtype=np.int64)
+    if not total:
+        return idx
+    first = np.cumsum(length) - length
+    idx[0] = start[0]
+    idx[first[1:]] = start[1:] - (start[:-1] + length[:-1]) + 1
+    return np.cumsum(idx, out=idx)
 
 
 def check_lengths(table: str, columns: Mapping[str, npt.NDArray[Any]]) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.columns import byte_slices
+from echo_view.model.columns import byte_slices, spans
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
@@ -142,21 +142,6 @@ def assemble(n: int, pieces: Sequence[bytes | Ints]) -> Packed:
         col += width
     flat = np.ascontiguousarray(grid.T)
     return Packed(flat[flat != 0], np.cumsum(length) - length, length)
-
-
-def spans(start: I64, length: I64) -> I64:
-    """The indices ``start[i] .. start[i] + length[i] - 1`` of every row, back to back: ones
-    with a jump at each row's first index, summed up (two passes over the output)."""
-    keep = length > 0
-    start, length = start[keep], length[keep]
-    total = int(length.sum())
-    idx = np.ones(total, dtype=np.int64)
-    if not total:
-        return idx
-    first = np.cumsum(length) - length
-    idx[0] = start[0]
-    idx[first[1:]] = start[1:] - (start[:-1] + length[:-1]) + 1
-    return np.cumsum(idx, out=idx)
 
 
 #: Bytes gathered per step: the index arrays (8 bytes per byte) stay small enough to be

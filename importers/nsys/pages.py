@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import spans
+
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 Bools = npt.NDArray[np.bool_]
@@ -388,7 +390,7 @@ class PageFile:
         if (per_row < want).any():
             return False
         # The varint's column in its record: its place after the record's first (r is sorted).
-        col = np.arange(len(r)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        col = spans(np.zeros(len(per_row), dtype=np.int64), per_row)
         keep = col < want
         if int(value[r[keep], c[keep]].max(initial=0)) >= len(_SIZE):
             return False

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model.columns import byte_slices
-from importers.nsys.args import gather, spans
+from echo_view.model.columns import byte_slices, spans
+from importers.nsys.args import gather
 from importers.nsys.pages import Text
 from importers.nsys.tables import Names
 
@@ -248,15 +249,11 @@ def split_torch_ops(text: Text, rows: I64) -> TorchOps:
 
 def _search_all(text: Text, rows: I64) -> TorchOps:
     """:func:`_search` over ``rows``, :data:`SEARCH_BYTES` of text at a time."""
-    parts = [(i, _search(text, rows[i:j])) for i, j in byte_slices(text.length[rows], SEARCH_BYTES)]
-    if len(parts) == 1:
-        return parts[0][1]
-    empty = np.zeros(0, dtype=np.int64)
-    return TorchOps(*(
-        np.concatenate([empty, *(getattr(p, f) + (i if f in ("rows", "odd") else 0)
-                                 for i, p in parts)])
-        for f in ("rows", "name_length", "seq", "op_id", "odd")
-    ))  # fmt: skip
+    parts = []
+    for i, j in byte_slices(text.length[rows], SEARCH_BYTES):
+        got = _search(text, rows[i:j])
+        parts.append(replace(got, rows=got.rows + i, odd=got.odd + i))  # positions in ``rows``
+    return _joined(TorchOps, parts)
 
 
 def _search(text: Text, rows: I64) -> TorchOps:
@@ -305,6 +302,16 @@ class SizedOps:
     sizes_length: I64
 
 
+_Parts = TypeVar("_Parts")  # a dataclass of columns: TorchOps, SizedOps
+
+
+def _joined(cls: type[_Parts], parts: list[_Parts]) -> _Parts:
+    """One result of ``cls`` holding each part's rows in turn (every field is a column)."""
+    empty = np.zeros(0, dtype=np.int64)
+    names = [f.name for f in fields(cast(Any, cls))]
+    return cls(*(np.concatenate([empty, *[getattr(p, n) for p in parts]]) for n in names))
+
+
 def _match_at(d: U8, at: I64, limit: I64, pattern: bytes) -> Bools:
     """Whether ``pattern`` starts at each ``at`` and ends by ``limit``."""
     ok = at + len(pattern) <= limit
@@ -327,16 +334,6 @@ def _digit_run(d: U8, at: I64, limit: I64) -> I64:
     return count
 
 
-def _number(d: U8, at: I64, count: I64) -> I64:
-    value = np.zeros(len(at), dtype=np.int64)
-    for j in range(int(count.max(initial=0))):
-        live = count > j
-        value = np.where(
-            live, value * 10 + d[np.where(live, at + j, 0)].astype(np.int64) - 48, value
-        )
-    return value
-
-
 def split_sized_ops(text: Text, rows: I64) -> SizedOps:
     """The texts among ``rows`` that read ``op, [seq = N, ]op_id = M[, sizes = S]`` with an op
     free of commas, numbers of at most 18 digits and sizes without a newline, quote or
@@ -351,12 +348,7 @@ def split_sized_ops(text: Text, rows: I64) -> SizedOps:
         parts.append(
             replace(got, rows=got.rows + i, sizes_start=got.sizes_start + from_text[got.rows])
         )
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return SizedOps(empty, empty, empty, empty, empty, empty)
-    return SizedOps(
-        *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(SizedOps))
-    )
+    return _joined(SizedOps, parts)
 
 
 def _split_sized(d: U8, start: I64, stop: I64) -> SizedOps:
@@ -391,8 +383,8 @@ def _split_sized(d: U8, start: I64, stop: I64) -> SizedOps:
     return SizedOps(
         keep,
         (commas - start)[keep],
-        np.where(has_seq, _number(d, seq_at, n_seq), -1)[keep],
-        _number(d, num_at, n_op)[keep],
+        np.where(has_seq, _digits(d, seq_at, seq_at + n_seq)[2], -1)[keep],
+        _digits(d, num_at, num_at + n_op)[2][keep],
         sizes_at[keep],
         np.where(sized, stop - sizes_at, -1)[keep],
     )
@@ -404,7 +396,7 @@ def _find_in(d: U8, start: I64, stop: I64, byte: int) -> I64:
     out = stop.copy()
     if not len(start):
         return out
-    hits = np.flatnonzero(d == byte)
+    hits = _find(d, bytes([byte]))
     # The first hit at or after each start, if it lies before that range's stop.
     i = np.searchsorted(hits, start)
     found = i < len(hits)
