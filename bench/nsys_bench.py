@@ -35,6 +35,9 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from ingest_bench import hwm_bytes  # noqa: E402  (bench/ingest_bench.py: this process's VmHWM)
 
 from importers.nsys import NsysImporter  # noqa: E402
 from importers.nsys import pages as nsys_pages  # noqa: E402
@@ -135,13 +138,6 @@ def peak_mb(key: str, path: Path) -> float:
     return float(out.split()[-1]) / 1024  # kB
 
 
-def _own_peak_kb() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise SystemExit("no VmHWM in /proc/self/status (Linux only)")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("export", type=Path, nargs="?", default=DEFAULT)
@@ -150,7 +146,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.peak_of:  # a child of peak_mb
         PATHS[args.peak_of](args.export)
-        print(_own_peak_kb())
+        print(hwm_bytes() // 1024)
         return
     src: Path = args.export
     with tempfile.TemporaryDirectory() as tmp:
