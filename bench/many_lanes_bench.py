@@ -1,7 +1,7 @@
 """Commands on traces with a thread, stream or step per event (hostile layouts whose time must
 stay bounded), against ``json.load`` of the same file in the same rounds.
 
-Seven traces are generated once into ``bench/data/`` (git-ignored), plain JSON:
+Eight traces are generated once into ``bench/data/`` (git-ignored), plain JSON:
 
 - **threads**: 200,000 ``cpu_op`` events, each on its own thread;
 - **streams**: 100,000 kernels, each on its own stream, with their launches;
@@ -11,7 +11,8 @@ Seven traces are generated once into ``bench/data/`` (git-ignored), plain JSON:
   one slice);
 - **crossing**: 40,000 slices on one thread, each opening inside all earlier ones and outliving
   them (an overlap lane each);
-- **groups**: 40,000 collectives, each in a process group of its own, one group's name 1 MB.
+- **groups**: 40,000 collectives, each in a process group of its own, one group's name 1 MB;
+- **devices**: 40,000 kernels, each on a GPU of its own (a per-GPU table of 40,000 rows).
 
 These are the shapes of ``tests/hostile/corpus.py`` at sizes where time quadratic in the events
 would show (minutes), each with the command it was slow in.
@@ -20,7 +21,7 @@ Each command runs in a fresh process (``echo-view ...``, output discarded); wall
 medians over the rounds, and the ratio to ``json.load`` (what reading the file costs at least)
 is the figure to compare across machines.
 
-    python bench/many_lanes_bench.py [--runs 3]
+    python bench/many_lanes_bench.py [--runs 3] [--cases devices,steps]
 """
 
 from __future__ import annotations
@@ -114,6 +115,14 @@ def _groups() -> list[dict[str, object]]:
     ]  # fmt: skip
 
 
+def _devices() -> list[dict[str, object]]:
+    return [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": i, "tid": 7, "ts": i, "dur": 3,
+         "args": {"correlation": i, "device": i, "stream": 7}}
+        for i in range(40_000)
+    ]  # fmt: skip
+
+
 CASES = {
     "threads": (_threads, [["info"]]),
     "streams": (_streams, [["simulate"], ["diff", "{export}"]]),
@@ -122,6 +131,7 @@ CASES = {
     "flows": (_flows, [["export", "-o", "{out}.pftrace"]]),
     "crossing": (_crossing, [["export", "-o", "{out}.json"]]),
     "groups": (_groups, [["export", "-o", "{out}.pftrace"]]),
+    "devices": (_devices, [["info"], ["diff", "{export}"], ["interference"]]),
 }
 
 
@@ -135,10 +145,16 @@ def _wall(argv: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated case names")
     args = parser.parse_args()
+    chosen = args.cases.split(",")
+    unknown = sorted(set(chosen) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {sorted(CASES)}")
     DATA.mkdir(parents=True, exist_ok=True)
     print(f"python {sys.version.split()[0]}, medians of {args.runs} rounds (wall s)")
-    for name, (make, commands) in CASES.items():
+    for name in chosen:
+        make, commands = CASES[name]
         path = DATA / f"many_{name}.json"
         if not path.exists():
             path.write_text(json.dumps({"traceEvents": make()}))

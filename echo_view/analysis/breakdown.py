@@ -36,6 +36,7 @@ import numpy.typing as npt
 from echo_view.analysis.intervals import pattern_measure
 from echo_view.analysis.steps import StepDetection, find_steps
 from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Lane, LaneKind, Trace, is_comm_kernel
+from echo_view.model.columns import groups
 
 I64 = npt.NDArray[np.int64]
 
@@ -197,21 +198,14 @@ def breakdown(trace: Trace, steps: StepDetection | None = None) -> StepBreakdown
     win_start, win_end = step_windows(cpu_start, cpu_end, gpu_end)
 
     work = gpu_work(trace)
-    devices = work.devices
     n_steps = len(order)
+    starts, ends = trace.events.start_ns, trace.events.end_ns  # (end_ns is computed: once)
+    devices: list[int] = []
     parts: list[Categories] = []
-    for dev in devices:
-        sel = work.device == dev
+    for dev, sel in groups(work.device):
         rows = work.rows[sel]
-        parts.append(
-            categorize(
-                trace.events.start_ns[rows],
-                trace.events.end_ns[rows],
-                work.labels[sel],
-                win_start,
-                win_end,
-            )
-        )
+        devices.append(dev)
+        parts.append(categorize(starts[rows], ends[rows], work.labels[sel], win_start, win_end))
 
     def col(values: I64) -> I64:
         return np.tile(values, len(devices))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ import numpy.typing as npt
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.analysis.cxx_names import qualified_base
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_comm_kernel_name
+from echo_view.model.columns import groups
 from echo_view.model.schema import json_schema
 from echo_view.units import format_duration
 
@@ -228,13 +230,22 @@ class _Side:
     trace: Trace
     bd: StepBreakdown
 
+    @cached_property
+    def _by_device(self) -> dict[int, npt.NDArray[np.intp]]:
+        return dict(groups(self.bd.device))
+
+    @cached_property
+    def window_ns(self) -> I64:
+        """The breakdown's computed step windows, computed once (read per device)."""
+        return self.bd.window_ns
+
     def devices(self) -> list[int]:
-        return list(self.bd.devices)
+        return list(self._by_device)
 
     def rows(self, device: int | None) -> I64:
         if device is None:
             return np.arange(len(self.bd))
-        idx = np.flatnonzero(self.bd.device == device)
+        idx = self._by_device[device]
         return idx[np.argsort(self.bd.window_start_ns[idx], kind="stable")]
 
 
@@ -403,7 +414,7 @@ def diff_jobs(
                     tuple(int(x) for x in sa.bd.step[ia]),
                     tuple(int(x) for x in sb.bd.step[ib]),
                     how,
-                    Pair(_mean(sa.bd.window_ns[ia]), _mean(sb.bd.window_ns[ib])),
+                    Pair(_mean(sa.window_ns[ia]), _mean(sb.window_ns[ib])),
                     cats,
                 )
             )

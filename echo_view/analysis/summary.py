@@ -54,6 +54,7 @@ from echo_view.model import (
     Trace,
     parse_comm_kernel_name,
 )
+from echo_view.model.columns import groups
 from echo_view.model.schema import json_schema
 
 I64 = npt.NDArray[np.int64]
@@ -186,10 +187,9 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
         return [_cpu_only_row(bd, steps)]
     rows = []
     cpu_ns, window_ns = bd.cpu_ns, bd.window_ns  # (computed columns: once, not per step)
-    for dev in bd.devices:
-        sel = bd.device == dev
+    for dev, sel in groups(bd.device):
         per_step: list[dict[str, int | None]] = []
-        for i in np.flatnonzero(sel):
+        for i in sel.tolist():
             step: dict[str, int | None] = {
                 "step": int(bd.step[i]),
                 "cpu_start_ns": int(bd.cpu_start_ns[i]),
@@ -205,11 +205,11 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
             RankRow(
                 rank=bd.rank,
                 device=dev,
-                steps=int(sel.sum()),
+                steps=len(sel),
                 step_rule=bd.rule,
                 steps_detected=bd.detected,
-                cpu_step_ns=int(bd.cpu_ns[sel].sum()),
-                step_ns=int(bd.window_ns[sel].sum()),
+                cpu_step_ns=int(cpu_ns[sel].sum()),
+                step_ns=int(window_ns[sel].sum()),
                 categories={name: int(getattr(bd, name)[sel].sum()) for name in CATEGORIES},
                 per_step=per_step,
             )

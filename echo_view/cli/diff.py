@@ -26,6 +26,7 @@ from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
+from echo_view.cli.tables import print_rows
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.model import Job
@@ -159,18 +160,21 @@ def render(diff: JobDiff, console: Console) -> None:
     rt = Table(box=box.SIMPLE_HEAD, title="Step time per rank", title_justify="left")
     for h in ("rank", "steps", "A", "B", "delta", "delta %", "error %"):
         rt.add_column(h, justify="right")
+    rows = []
     for r in diff.ranks:
         e = r.step.error_pct(ref_b)
-        rt.add_row(
-            str(r.rank),
-            f"{len(r.steps_a)} ({r.step_alignment})",
-            format_duration(r.step.a_ns),
-            format_duration(r.step.b_ns),
-            _delta(r.step.delta_ns),
-            _pct(r.step.delta_pct()),
-            "-" if e is None else f"{e:.2f}",
+        rows.append(
+            [
+                str(r.rank),
+                f"{len(r.steps_a)} ({r.step_alignment})",
+                format_duration(r.step.a_ns),
+                format_duration(r.step.b_ns),
+                _delta(r.step.delta_ns),
+                _pct(r.step.delta_pct()),
+                "-" if e is None else f"{e:.2f}",
+            ]
         )
-    console.print(rt)
+    print_rows(console, rt, rows)
     ct = Table(box=box.SIMPLE_HEAD, title="Categories (mean over ranks)", title_justify="left")
     for h in ("category", "A", "B", "delta", "delta %"):
         ct.add_column(h, justify="right" if h != "category" else "left")

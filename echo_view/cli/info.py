@@ -30,6 +30,7 @@ from echo_view.analysis.summary import (
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_ranks
 from echo_view.cli.progress import add_progress_option, stderr_progress
+from echo_view.cli.tables import print_rows
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.model import SEPARATE_RUNS
@@ -169,9 +170,7 @@ def render(summary: JobSummary, console: Console, title: str | None = None) -> N
         table.add_column(head, justify="right")
     for name in CATEGORIES:
         table.add_column(_LABELS[name], justify="right")
-    for row in summary.rows:
-        table.add_row(*_rank_cells(row))
-    console.print(table)
+    print_rows(console, table, [_rank_cells(row) for row in summary.rows])
     slow = summary.slowest
     if slow is not None:
         console.print(

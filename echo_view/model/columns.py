@@ -56,6 +56,19 @@ def spans(start: I64, length: I64) -> I64:
     return np.cumsum(idx, out=idx)
 
 
+def groups(keys: I64) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
+    """``(key, indices)`` for each distinct value of ``keys``, ascending, with the indices of its
+    rows in order: one stable sort for all groups, where a mask per key would read every row
+    once per key (a trace with a device per event has as many keys as rows)."""
+    if not len(keys):
+        return
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    cuts = (np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist()
+    for lo, hi in zip([0, *cuts], [*cuts, len(keys)], strict=True):
+        yield int(ordered[lo]), order[lo:hi]
+
+
 def check_lengths(table: str, columns: Mapping[str, npt.NDArray[Any]]) -> int:
     """Return the common length of ``columns`` or raise naming the odd one out."""
     lengths = {name: len(col) for name, col in columns.items()}

@@ -38,6 +38,7 @@ from echo_view.analysis.breakdown import COMM, MEMORY, gpu_work
 from echo_view.analysis.intervals import union
 from echo_view.analysis.steps import find_steps, step_of_gpu_work
 from echo_view.model import NONE, Job, Trace
+from echo_view.model.columns import groups
 from echo_view.model.workload import CLASS_COPY, OP_CLASS_NAMES
 from echo_view.sim.interference.features import (
     comm_features,
@@ -225,18 +226,19 @@ def _measure_trace(trace: Trace, classify: Classifier, source: str) -> OverlapSa
     comm: dict[tuple[int, int], tuple[I64, I64]] = {}
     alone = np.zeros(len(OP_CLASS_NAMES), dtype=np.int64)
     n_comm = 0
-    for dev in work.devices:
-        on = work.device == dev
-        c_rows = work.rows[on & (work.labels == COMM)]
-        k_sel = on & (work.labels != COMM)
+    starts, ends = ev.start_ns, ev.end_ns  # (end_ns is computed: once, not per device)
+    for dev, on in groups(work.device):
+        is_comm = work.labels[on] == COMM
+        c_rows = work.rows[on[is_comm]]
+        k_sel = on[~is_comm]
         k_rows = work.rows[k_sel]
         k_cls = cls[k_sel]
         if not len(k_rows):
             continue
         n_comm += len(c_rows)
-        cs, ce = ev.start_ns[c_rows], ev.end_ns[c_rows]
+        cs, ce = starts[c_rows], ends[c_rows]
         us, ue = union(cs, ce)
-        ks, ke = ev.start_ns[k_rows], ev.end_ns[k_rows]
+        ks, ke = starts[k_rows], ends[k_rows]
         overlap = coverage(us, ue, ke) - coverage(us, ue, ks)
         shapes = launch_shapes(trace, k_rows)
         keys = _kernel_keys(trace, k_rows, cfg, shapes)
