@@ -56,7 +56,7 @@ def spans(start: I64, length: I64) -> I64:
     return np.cumsum(idx, out=idx)
 
 
-def groups(keys: I64) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
+def groups(keys: npt.NDArray[np.integer[Any]]) -> Iterator[tuple[int, npt.NDArray[np.intp]]]:
     """``(key, indices)`` for each distinct value of ``keys``, ascending, with the indices of its
     rows in order: one stable sort for all groups, where a mask per key would read every row
     once per key (a trace with a device per event has as many keys as rows)."""

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import groups
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.graph import OpClass, TracedGraph
 from echo_view.model.job import ClockAlignment, Job
@@ -61,11 +62,11 @@ class ConfigSimulation:
 
     def rank_end_ns(self) -> dict[int, int]:
         """Each simulated rank's last op end."""
-        ops = self.composed.workload.ops
-        out: dict[int, int] = {}
-        for r in self.composed.simulated_ranks:
-            sel = ops.rank == r
-            out[r] = int(self.result.end_ns[sel].max()) if sel.any() else 0
+        ends = self.result.end_ns
+        out = dict.fromkeys(self.composed.simulated_ranks, 0)
+        for r, sel in groups(self.composed.workload.ops.rank):
+            if r in out:
+                out[r] = int(ends[sel].max())
         return out
 
     def stage_ns(self) -> dict[int, int]:
@@ -137,18 +138,18 @@ class ConfigSimulation:
         p = self.cfg.parallel
         wl, res = self.composed.workload, self.result
         on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
-        passes = on_compute[wl.ops.lane] & np.array(
-            [wl.strings[int(n)].startswith(("forward", "backward")) for n in wl.ops.name],
-            dtype=bool,
+        names, name_of = np.unique(wl.ops.name, return_inverse=True)  # (a test per name)
+        is_pass = np.array(
+            [wl.strings[int(n)].startswith(("forward", "backward")) for n in names], dtype=bool
         )
-        shares = []
-        for r in self.composed.simulated_ranks:
-            sel = passes & (wl.ops.rank == r)
-            if not sel.any():
-                continue
-            busy = int((res.end_ns[sel] - res.start_ns[sel]).sum())
-            span = int(res.end_ns[sel].max())
-            shares.append(1.0 - busy / span if span else 0.0)
+        passes = np.flatnonzero(on_compute[wl.ops.lane] & is_pass[name_of])
+        share_of = {}
+        for r, sel in groups(wl.ops.rank[passes]):
+            rows = passes[sel]
+            busy = int((res.end_ns[rows] - res.start_ns[rows]).sum())
+            span = int(res.end_ns[rows].max())
+            share_of[r] = 1.0 - busy / span if span else 0.0
+        shares = [share_of[r] for r in self.composed.simulated_ranks if r in share_of]
         return {
             "ideal": bubble_fraction(p.pp, self.composed.microbatches, p.virtual_stages),
             "simulated": float(np.mean(shares)) if shares else 0.0,
@@ -223,12 +224,12 @@ def expanded_times(
 
 
 def _instances(
-    wl: Workload, rank: int, src_op: I64, is_coll: npt.NDArray[np.bool_]
+    wl: Workload, mine: list[int], src_op: I64, is_coll: npt.NDArray[np.bool_]
 ) -> tuple[tuple[ProcessGroup, ...], I64, I64]:
-    """Process groups of ``rank`` and (group, seq) of each collective row, so that exports link
-    one instance across its ranks: a row is the instance of its source op when that op is a
-    workload collective and the row is its (first) collective kernel; else both are -1."""
-    mine = [g for g, pg in enumerate(wl.groups) if rank in pg.ranks]
+    """A rank's process groups (``mine``: their ids, ascending) and (group, seq) of each
+    collective row, so that exports link one instance across its ranks: a row is the instance
+    of its source op when that op is a workload collective and the row is its (first)
+    collective kernel; else both are -1."""
     local = np.full(len(wl.groups) + 1, NONE, dtype=np.int64)
     local[mine] = np.arange(len(mine))
     c = np.where(is_coll, wl.ops.coll[src_op], NONE).astype(np.int64)
@@ -288,12 +289,19 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     name_kind = np.full(len(strings), int(CollectiveKind.UNKNOWN), dtype=np.int64)
     for sid, text in enumerate(strings.strings):
         name_kind[sid] = _coll_kind_of(text)
+    # Each rank's ops from one sort (a mask per rank read every op once per rank).
+    ops_of = dict(groups(wl.ops.rank))
+    groups_of: dict[int, list[int]] = {}
+    for g, pg in enumerate(wl.groups):
+        for member in pg.ranks:
+            groups_of.setdefault(member, []).append(g)
+    no_ops = np.empty(0, dtype=np.intp)
     for r in comp.simulated_ranks if ranks is None else ranks:
-        mine = wl.ops.rank == r
+        mine = ops_of.get(r, no_ops)
         # Coarse ops kept as they are (transfers, bucket reductions, markers, the host).
-        keep = np.flatnonzero(mine & ~expanded & (wl.ops.name != tail))
+        keep = mine[~expanded[mine] & (wl.ops.name[mine] != tail)]
         # Coarse ops expanded into fine kernels.
-        ex = np.flatnonzero(mine & expanded & (comp.src_hi > comp.src_lo))
+        ex = mine[expanded[mine] & (comp.src_hi[mine] > comp.src_lo[mine])]
         lo, hi = comp.src_lo[ex], comp.src_hi[ex]
         lengths = hi - lo
         total = int(lengths.sum())
@@ -312,10 +320,9 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
             ]
         )
         lane_global = np.concatenate([wl.ops.lane[keep], np.repeat(wl.ops.lane[ex], lengths)])
-        my_lanes = lanes_of[int(r)]
-        remap = np.full(len(wl.lanes), -1, dtype=np.int64)
-        remap[my_lanes] = np.arange(len(my_lanes))
-        order = np.lexsort((start, remap[lane_global]))
+        my_lanes = lanes_of[int(r)]  # ascending: a lane's place in it is its local id
+        local_lane = np.searchsorted(my_lanes, lane_global)
+        order = np.lexsort((start, local_lane))
         n = len(order)
         cat = strings.intern("kernel")
         events = EventTable(
@@ -324,7 +331,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
             dur_ns=dur[order],
             name=name[order],
             cat=np.full(n, cat, dtype=np.int64),
-            lane=remap[lane_global][order],
+            lane=local_lane[order],
             correlation=np.full(n, NONE, dtype=np.int64),
             external_id=np.full(n, NONE, dtype=np.int64),
         )
@@ -336,7 +343,9 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         ][coll_rows]
         src_op = np.concatenate([keep, np.repeat(ex, lengths)])[order][coll_rows]
         fine_coll = np.concatenate([np.ones(len(keep), bool), fcls == OpClass.COLLECTIVE])
-        groups, group, seq = _instances(wl, int(r), src_op, fine_coll[order][coll_rows])
+        pgs, group, seq = _instances(
+            wl, groups_of.get(int(r), []), src_op, fine_coll[order][coll_rows]
+        )
         colls = CollectiveTable(
             event=coll_rows,
             kind=name_kind[ev_name[coll_rows]],
@@ -364,7 +373,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
                 events=events,
                 lanes=lanes,
                 collectives=colls,
-                groups=groups,
+                groups=pgs,
                 steps=steps,
                 metadata=meta,
             )

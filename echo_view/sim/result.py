@@ -25,6 +25,7 @@ from echo_view.model import (
     Trace,
     TraceBuilder,
 )
+from echo_view.model.columns import groups
 from echo_view.model.kinds import CollectiveKind
 from echo_view.model.workload import DepKind, Workload
 
@@ -68,15 +69,16 @@ def step_spans(workload: Workload, start: I64, end: I64) -> dict[tuple[int, int]
     steps = workload.steps
     if not len(steps):
         return out
-    ops = workload.ops
     gpu = workload.gpu_mask()
+    by_step = dict(groups(workload.ops.step))  # (one sort, not a pass over the ops per step)
+    no_ops = np.empty(0, dtype=np.intp)
     for s in range(len(steps)):
-        members = ops.step == s
-        sel = members & gpu
-        if not sel.any():
+        members = by_step.get(s, no_ops)
+        sel = members[gpu[members]]
+        if not len(sel):
             sel = members
         t0 = int(start[int(steps.marker[s])])
-        t1 = int(end[sel].max()) if sel.any() else t0
+        t1 = int(end[sel].max()) if len(sel) else t0
         out[(int(steps.rank[s]), int(steps.number[s]))] = t1 - t0
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from echo_view.sim.layout import Layout
 
 
@@ -27,3 +29,18 @@ def test_context_parallel_sits_between_tp_and_dp() -> None:
     # The sequence's shards: tensor and context parallel ranks together (tp fastest).
     assert lay.group("tp_cp", 5) == (4, 5, 6, 7)
     assert Layout(tp=2, pp=1, dp=2, cp=1).group("tp_cp", 2) == (2, 3)
+
+
+def test_groups_are_shared_and_are_the_groups_each_rank_computes() -> None:
+    axes = ("tp", "dp", "cp", "pp", "tp_cp", "dp_cp", "ep", "etp", "edp", "etp_ep")
+    for tp, pp, dp, cp in itertools.product((1, 2, 4), (1, 3), (1, 2, 6), (1, 2)):
+        for ep, etp in ((1, 1), (2, 1), (2, 2), (4, 1)):
+            if (tp * cp * dp) % (ep * etp):
+                continue
+            lay = Layout(tp, pp, dp, cp, ep, etp)
+            for axis in axes:
+                for r in range(lay.world):
+                    group = lay.group(axis, r)
+                    assert group == lay._members(axis, r)
+                    # the least member names the group; every member gets the same tuple
+                    assert r in group and group is lay.group(axis, group[-1])

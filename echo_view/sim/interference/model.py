@@ -34,6 +34,7 @@ import numpy.typing as npt
 from echo_view.analysis.intervals import union
 from echo_view.errors import ConfigError
 from echo_view.model import GPU_WORK_KINDS, NONE, Job, Lane, LaneKind
+from echo_view.model.columns import groups
 from echo_view.model.gpus import GENERATIONS, gpu_generation
 from echo_view.model.graph import OpClass
 from echo_view.model.kinds import CollectiveKind
@@ -259,9 +260,11 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
     us, ue = union(mstart[c_all] + shift[c_all], mend[c_all] + shift[c_all])
     ks, ke = mstart[k_all] + shift[k_all], mend[k_all] + shift[k_all]
     overlap[k_all] = coverage(us, ue, ke) - coverage(us, ue, ks)
-    for d in np.unique(dev[compute]).tolist() if model.fit.uses_features else ():
-        c_ops = np.flatnonzero(comm & (dev == d))
-        k_ops = np.flatnonzero(compute & (dev == d))
+    # Each GPU's ops from one sort (a mask per GPU read every op once per GPU).
+    comm_of = dict(groups(dev[c_all])) if model.fit.uses_features else {}
+    for d, k_sel in groups(dev[k_all]) if model.fit.uses_features else ():
+        c_ops = c_all[comm_of.get(d, np.empty(0, dtype=np.intp))]
+        k_ops = k_all[k_sel]
         cs, ce = mstart[c_ops], mend[c_ops]
         ov = overlap[k_ops]
         # Each kernel meets the collective that overlapped it longest, else the one that

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model import NONE, Trace
+from echo_view.model.columns import groups
 from echo_view.model.workload import DepKind, DepMode
 from echo_view.sim.replay.lags import finish_lags
 
@@ -209,8 +210,8 @@ def _thread_launches(
     if not len(gpu_ids):
         return out
     lanes = op_lane[launch_of[gpu_ids - base] - base]
-    for lane in np.unique(lanes).tolist():
-        g = gpu_ids[lanes == lane]
+    for lane, sel in groups(lanes):  # (one sort; a mask per lane read every op per lane)
+        g = gpu_ids[sel]
         t = launch_t[g]
         order = np.lexsort((g, t))
         out[lane] = (t[order], g[order])
