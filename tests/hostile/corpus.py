@@ -113,6 +113,21 @@ def _big_nelems(d: Path) -> None:
     _write_json(d / "t.json", doc)
 
 
+def _big_devices(d: Path) -> None:
+    """Two real DLRM ranks (kernels that overlap NCCL's) with GPU numbers past 2^20, where
+    `calibrate interference` once packed (trace, GPU) into one integer and lost them."""
+    for i, src in enumerate(sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))[:2]):
+        with gzip.open(src, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+        for e in doc["traceEvents"]:
+            args = e.get("args")
+            if isinstance(args, dict) and isinstance(args.get("device"), int):
+                args["device"] += 1 << 21
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                e["pid"] += 1 << 21  # Kineto: a GPU event's pid is its device
+        _write_json(d / f"r{i}.json", doc)
+
+
 def _big_rank(d: Path) -> None:
     doc = _doc()
     doc["distributedInfo"] = {**doc["distributedInfo"], "rank": 2**64, "world_size": -5}
@@ -385,6 +400,13 @@ CASES: list[Case] = [
     Case("int-rank", _big_rank, (("export", _T, *_OUT),)),
     Case("int-rank-check", _big_rank, (("check", _T),), "finding:EV702"),
     Case("int-nelems", _big_nelems, (("check", _T),), "ok"),
+    Case(
+        "int-device-number",
+        _big_devices,
+        (("calibrate", "interference", "{d}/r0.json", "{d}/r1.json", "-o", "{d}/m.toml"),),
+        "ok",
+        output="none",
+    ),
     Case("event-odd", _odd_events, (("check", _T),), "finding:EV201"),
     Case("event-only-odd", _only_odd_event, (("check", _T),), "finding:EV201"),
     Case("event-odd-import", _odd_events, (("info", _T),)),

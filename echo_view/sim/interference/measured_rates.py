@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.columns import groups
 from echo_view.sim.interference.measure import OverlapSamples
 
 I64 = npt.NDArray[np.int64]
@@ -78,10 +79,11 @@ def predict_durations(samples: OverlapSamples, slowdown: F64) -> I64:
     full-overlap ``slowdown`` (one value per sample)."""
     c = samples.cols
     out = np.empty(len(samples), dtype=np.int64)
-    keys = c["trace"] * (1 << 20) + c["device"]
-    for key in np.unique(keys).tolist():
-        sel = keys == key
-        us, ue = samples.comm[(key >> 20, key & ((1 << 20) - 1))]
+    # Per (trace, device) pair, as they are (a device number may be any int64 a trace gives).
+    pairs = np.stack([c["trace"], c["device"]], axis=1).astype(np.int64)
+    uniq, which = np.unique(pairs, axis=0, return_inverse=True) if len(pairs) else (pairs, pairs)
+    for k, sel in groups(which.reshape(-1)):
+        us, ue = samples.comm[(int(uniq[k, 0]), int(uniq[k, 1]))]
         end = finish_times(c["start_ns"][sel], c["solo_ns"][sel], 1.0 / slowdown[sel], us, ue)
         out[sel] = end - c["start_ns"][sel]
     return out

@@ -186,9 +186,11 @@ def op_devices(workload: Workload) -> I64:
     lanes = workload.lanes
     gpu_lane = np.array([lane.kind == LaneKind.GPU_STREAM for lane in lanes], dtype=bool)
     dev = np.array([_device_id(lane) for lane in lanes], dtype=np.int64)
-    key = np.where(gpu_lane, workload.lane_rank.astype(np.int64) * (1 << 20) + (dev + 1), -1)
-    _, lane_dev = np.unique(key, return_inverse=True)
-    lane_dev = np.where(gpu_lane, lane_dev.reshape(-1), NONE)
+    # (rank, device) pairs as they are: a device number may be any int64 a trace gives.
+    pairs = np.stack([workload.lane_rank.astype(np.int64), dev], axis=1)[gpu_lane]
+    lane_dev = np.full(len(lanes), NONE, dtype=np.int64)
+    if len(pairs):
+        lane_dev[gpu_lane] = np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1)
     out: I64 = lane_dev[workload.ops.lane] if len(workload.ops) else np.empty(0, np.int64)
     return out
 
@@ -237,8 +239,10 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
     ops = workload.ops
     feats = _empty_features(n)
     # Launch configurations and collectives are read only for a model that uses them.
+    wanted = np.flatnonzero((compute | comm) & (ops.source >= 0))
+    of_rank = dict(groups(ops.rank[wanted])) if model.fit.uses_features else {}
     for trace in job.traces if model.fit.uses_features else ():
-        mine = np.flatnonzero((ops.rank == trace.rank) & (compute | comm) & (ops.source >= 0))
+        mine = wanted[of_rank.get(trace.rank, np.empty(0, dtype=np.intp))]
         if not len(mine):
             continue
         cfg = launch_config(trace)

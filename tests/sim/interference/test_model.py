@@ -3,6 +3,7 @@ measured slowdown removed, what-ifs that move communication, and workload config
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from echo_view.errors import ConfigError
 from echo_view.loading import build_registry
-from echo_view.model import Job
+from echo_view.model import Job, LaneKind
 from echo_view.model.gpus import GENERATIONS
 from echo_view.model.toml_file import read_toml_doc
 from echo_view.model.workload import OP_CLASS_NAMES, Workload
@@ -27,6 +28,7 @@ from echo_view.sim.interference import (
     replay_slowdowns,
 )
 from echo_view.sim.interference.fit import CLASSES, InterferenceFit
+from echo_view.sim.interference.model import op_devices
 from echo_view.sim.interference.simulate import simulate_replay
 from echo_view.sim.replay import workload_from_job
 from tests.conftest import SAMPLES, shared_path
@@ -193,3 +195,19 @@ def test_config_interference() -> None:
     d = t.dur_ns[lo:hi].astype(float)
     f = np.where(t.coll[lo:hi], 1.0, 1.189)
     assert slow[i] == pytest.approx((d * f).sum() / d.sum())
+
+
+def test_op_devices_tell_every_rank_and_gpu_apart(dlrm: tuple[Job, Workload]) -> None:
+    _, wl = dlrm
+    gpu = [lane.kind == LaneKind.GPU_STREAM for lane in wl.lanes]
+    # Rank 0's GPU numbered 2^20 + 1: packed as rank * 2^20 + device + 1 it once took the id
+    # of rank 1's GPU 1.
+    odd = tuple(
+        dataclasses.replace(lane, device=(1 << 20) + 1) if g and r == 0 else lane
+        for lane, g, r in zip(wl.lanes, gpu, wl.lane_rank.tolist(), strict=True)
+    )
+    for w in (wl, dataclasses.replace(wl, lanes=odd)):
+        dev = op_devices(w)
+        on_gpu = dev >= 0
+        pairs = {(int(r), int(d)) for r, d in zip(w.ops.rank[on_gpu], dev[on_gpu], strict=True)}
+        assert len(pairs) == len({d for _, d in pairs}) == 8  # one id per rank's GPU
