@@ -51,7 +51,6 @@ from echo_view.sim.interference.measure import coverage, longest_overlap
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-_SHIFT = 1 << 46  # ns (19.5 hours): one GPU's time range when all are handled at once
 
 _ECHO = "Echo (arXiv 2412.12487) motivation study: A100, DDP, 25 MB all-reduce"
 _ECHO_T3 = "Echo Table 3, A800, CUDA 12.1"
@@ -195,6 +194,37 @@ def op_devices(workload: Workload) -> I64:
     return out
 
 
+def _measured_overlap(dev: I64, start: I64, end: I64, c_ops: I64, k_ops: I64) -> I64:
+    """Time each of ``k_ops`` overlaps the union of its GPU's ``c_ops``, all GPUs at once: each
+    GPU's times are moved into a range of their own, the GPUs' spans back to back, so that no
+    interval reaches another GPU's (their clocks may be days apart: separate captures). Where
+    the spans add up past 2^62 ns, GPU by GPU."""
+    rows = np.concatenate([c_ops, k_ops])
+    d = dev[rows]
+    n_dev = int(d.max()) + 1 if len(d) else 0
+    lo = np.full(n_dev, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_dev, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, d, start[rows])
+    np.maximum.at(hi, d, end[rows])
+    offset, at = [], 0  # (Python ints: exact whatever the spans)
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        offset.append(at - a if b >= a else 0)
+        at += b - a + 1 if b >= a else 0
+    if at < 1 << 62:
+        shift = np.array(offset, dtype=np.int64)
+        cs, ks = shift[dev[c_ops]], shift[dev[k_ops]]
+        us, ue = union(start[c_ops] + cs, end[c_ops] + cs)
+        return coverage(us, ue, end[k_ops] + ks) - coverage(us, ue, start[k_ops] + ks)
+    out = np.zeros(len(k_ops), dtype=np.int64)
+    comm_of = dict(groups(dev[c_ops]))
+    for g, k_sel in groups(dev[k_ops]):
+        c = c_ops[comm_of.get(g, np.empty(0, dtype=np.intp))]
+        k = k_ops[k_sel]
+        us, ue = union(start[c], end[c])
+        out[k_sel] = coverage(us, ue, end[k]) - coverage(us, ue, start[k])
+    return out
+
+
 def interference_ops(
     workload: Workload,
 ) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
@@ -257,13 +287,8 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
         feats["comm_kind"][mine[is_comm]] = kind
         feats["comm_protocol"][mine[is_comm]] = proto
         feats["comm_channels"][mine[is_comm]] = chan
-    # Measured overlap of every compute op with its GPU's communication, all GPUs at once: each
-    # GPU's times are moved into a range of their own so no interval crosses to another GPU.
-    shift = dev * _SHIFT
     c_all, k_all = np.flatnonzero(comm), np.flatnonzero(compute)
-    us, ue = union(mstart[c_all] + shift[c_all], mend[c_all] + shift[c_all])
-    ks, ke = mstart[k_all] + shift[k_all], mend[k_all] + shift[k_all]
-    overlap[k_all] = coverage(us, ue, ke) - coverage(us, ue, ks)
+    overlap[k_all] = _measured_overlap(dev, mstart, mend, c_all, k_all)
     # Each GPU's ops from one sort (a mask per GPU read every op once per GPU).
     comm_of = dict(groups(dev[c_all])) if model.fit.uses_features else {}
     for d, k_sel in groups(dev[k_all]) if model.fit.uses_features else ():

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from echo_view.errors import ConfigError
@@ -211,3 +212,53 @@ def test_op_devices_tell_every_rank_and_gpu_apart(dlrm: tuple[Job, Workload]) ->
         on_gpu = dev >= 0
         pairs = {(int(r), int(d)) for r, d in zip(w.ops.rank[on_gpu], dev[on_gpu], strict=True)}
         assert len(pairs) == len({d for _, d in pairs}) == 8  # one id per rank's GPU
+
+
+def test_measured_overlap_stays_on_each_gpu_whatever_the_clocks(
+    dlrm: tuple[Job, Workload],
+) -> None:
+    # Rank 1's clock 2^46 ns (19.5 hours) behind rank 0's, as captures of separate runs are: a
+    # fixed stride of 2^46 ns per GPU once laid its work onto rank 0's communication.
+    job, wl = dlrm
+    model = default_model("volta")
+    base = replay_slowdowns(wl, job, model).overlap_ns
+    assert wl.measured_start_ns is not None and wl.measured_end_ns is not None
+    back = np.where(wl.ops.rank == 1, 1 << 46, 0)
+    for shift in (back, -back, np.where(wl.ops.rank == 1, 1 << 61, 0)):
+        moved = dataclasses.replace(
+            wl,
+            measured_start_ns=np.asarray(wl.measured_start_ns) - shift,
+            measured_end_ns=np.asarray(wl.measured_end_ns) - shift,
+        )
+        assert replay_slowdowns(moved, job, model).overlap_ns.tolist() == base.tolist()
+
+
+def test_measured_overlap_by_hand_and_past_int64_spans() -> None:
+    from echo_view.sim.interference.model import _measured_overlap
+
+    rng = np.random.default_rng(3)
+    n = 400
+    dev = rng.integers(0, 5, n).astype(np.int64)
+    start = rng.integers(0, 10_000, n).astype(np.int64)
+    end = start + rng.integers(0, 500, n)
+    is_comm = rng.random(n) < 0.3
+
+    def by_hand(s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]) -> list[int]:
+        out = []
+        for k in np.flatnonzero(~is_comm).tolist():
+            covered: set[int] = set()
+            for c in np.flatnonzero(is_comm & (dev == dev[k])).tolist():
+                covered.update(range(max(s[c], s[k]), min(e[c], e[k])))
+            out.append(len(covered))
+        return out
+
+    c_ops, k_ops = np.flatnonzero(is_comm), np.flatnonzero(~is_comm)
+    want = by_hand(start, end)
+    assert _measured_overlap(dev, start, end, c_ops, k_ops).tolist() == want
+    # GPU 2's clock 2^62 - 2^20 ns away: the GPUs' spans add up past 2^62 (GPU by GPU then).
+    far = np.where(dev == 2, (1 << 62) - (1 << 20), 0)
+    # One op of GPU 3 and one of GPU 4 starting 2^61 ns early: their spans add up past 2^62.
+    firsts = [int(np.flatnonzero(dev == g)[0]) for g in (3, 4)]
+    wide = np.where(np.isin(np.arange(n), firsts), -(1 << 61), 0)
+    for s_, e_ in ((start + far, end + far), (start - far, end - far), (start + wide, end)):
+        assert _measured_overlap(dev, s_, e_, c_ops, k_ops).tolist() == by_hand(s_, e_)
