@@ -53,7 +53,12 @@ def launch_config(trace: Trace) -> dict[str, Any]:
 
 
 def _product(x: I64, y: I64, z: I64) -> I64:
-    return x.astype(np.int64) * y.astype(np.int64) * z.astype(np.int64)
+    """``x * y * z``, held at int64's largest where it would wrap: CUDA bounds a grid to
+    (2^31 - 1) x 65,535 x 65,535, whose product fits, but a trace's numbers are its own."""
+    out = x.astype(np.int64) * y.astype(np.int64) * z.astype(np.int64)
+    big = np.abs(x.astype(np.float64) * y.astype(np.float64) * z.astype(np.float64)) >= 2.0**63
+    out[big] = np.iinfo(np.int64).max
+    return out
 
 
 def launch_shapes(trace: Trace, rows: I64) -> I64:

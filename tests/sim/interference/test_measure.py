@@ -175,3 +175,17 @@ def test_dlrm_sample() -> None:
     assert sum(s.comm_kernels.values()) == 64  # 8 NCCL kernels per rank
     rows = class_table(s)
     assert sum(r.samples for r in rows) == len(s)
+
+
+def test_grid_products_do_not_wrap() -> None:
+    from echo_view.sim.interference.features import _product
+
+    big = np.array([2**31 - 1, 2**31 - 1, 7], dtype=np.int32)
+    mid = np.array([2**31 - 1, 65_535, 1], dtype=np.int32)
+    got = _product(big, big, mid)
+    assert got.tolist() == [2**63 - 1, 2**63 - 1, 49]
+    assert _product(mid, np.array([65_535] * 3, np.int32), np.ones(3, np.int32)).tolist() == [
+        (2**31 - 1) * 65_535,
+        65_535**2,
+        65_535,
+    ]
