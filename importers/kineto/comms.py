@@ -289,7 +289,9 @@ def build_collectives(ev: EventView, strings: StringTable, pg_config: object) ->
 def _payload(args: CollArgs, kind: CollectiveKind, dtype: str | None) -> int:
     n = _int(args.out_nelems if collective(kind).output_sized else args.in_nelems)
     size = dtype_bytes(dtype)
-    return n * size if n is not None and n >= 0 and size is not None else NONE
+    if n is None or n < 0 or size is None or n * size >= 1 << 63:
+        return NONE  # (a byte count past int64 is no size: unknown, as a count past it is)
+    return n * size
 
 
 def _sequence(ev: EventView, rows: list[Any], seqs: list[int | None]) -> I64:

@@ -332,3 +332,13 @@ def test_messages_quote_long_names_cut(tmp_path: Path) -> None:
     events = [{"ph": "X", "cat": "cpu_op", "name": "A" * 100_000, "pid": 1, "tid": 1, "dur": 3}]
     err = error_of(write_trace(tmp_path / "long.json", events))
     assert "has no ts" in err.message and len(err.message) < 120
+
+
+@pytest.mark.parametrize(("nelems", "want"), [(256, 1024), (2**61 - 1, 2**63 - 4), (2**61, -1)])
+def test_collective_bytes_past_int64_are_unknown(tmp_path: Path, nelems: int, want: int) -> None:
+    """A payload of 2^61 floats is 2^63 bytes: once an OverflowError traceback, now unknown."""
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    args = {"Collective name": "allreduce", "In msg nelems": nelems, "dtype": "Float"}
+    event = {"ph": "X", "cat": "kernel", "name": nccl, "pid": 0, "tid": 7, "ts": 1, "dur": 5}
+    write_trace(tmp_path / "r0.json", [{**event, "args": args}])
+    assert read(tmp_path).trace(0).collectives.bytes.tolist() == [want]
