@@ -133,22 +133,33 @@ def time_order(rows: Rows) -> I64:
 class LaneIndex:
     """The lanes of a whole capture: ``keys`` ascending and the lane of each row.
 
-    One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is
-    ``(process index << 48 | device << 32 | stream) - 2**62``, negative, so GPU lanes come first,
-    by process, device and stream. Stream ids are per CUDA context: when several processes
-    share a GPU in one rank, the process keeps their streams apart."""
+    One int64 key per lane: a CPU thread is its globalTid (>= 0); a GPU stream is its place
+    among the (process, device, stream) triples, ascending, minus 2**62: negative, so GPU lanes
+    come first, by process, device and stream. ``gpu_proc`` and ``gpu_stream`` give each GPU
+    lane's process (an index into ``procs``) and ``device << 32 | stream``. Stream ids are per
+    CUDA context: when several processes share a GPU in one rank, the process keeps their
+    streams apart."""
 
     keys: I64
     of_row: I64
     procs: I64
+    gpu_proc: I64
+    gpu_stream: I64
 
 
 def lane_index(rows: Rows) -> LaneIndex:
     on_gpu = rows.device >= 0
     procs, pidx = factorize(np.where(on_gpu, rows.process, -1))
-    gpu_key = ((pidx << 48) | (rows.device << 32) | (rows.stream & 0xFFFFFFFF)) - _GPU_LANE_BASE
-    keys, of_row = factorize(np.where(on_gpu, gpu_key, rows.thread))
-    return LaneIndex(keys, of_row, procs)
+    g = np.flatnonzero(on_gpu)
+    # A device fits 16 bits and a stream 32 (checked where they are read); the process index
+    # does not fit what is left, so the triple is numbered in two steps.
+    streams, sid = factorize((rows.device[g] << 32) | (rows.stream[g] & 0xFFFFFFFF))
+    n = max(len(streams), 1)
+    triples, gid = factorize(pidx[g] * n + sid)  # (both below the rows' count: no overflow)
+    key = rows.thread.copy()
+    key[g] = gid - _GPU_LANE_BASE
+    keys, of_row = factorize(key)
+    return LaneIndex(keys, of_row, procs, triples // n, streams[triples % n])
 
 
 def _lanes(
@@ -157,7 +168,7 @@ def _lanes(
     """The lanes of rows ``order`` (a rank) and each row's lane among them."""
     used, lane_of = compact(index.of_row[order], len(index.keys))
     keys = index.keys[used].tolist()
-    gpu_procs = {(k + _GPU_LANE_BASE) >> 48 for k in keys if k < 0}
+    gpu_procs = {int(index.gpu_proc[k + _GPU_LANE_BASE]) for k in keys if k < 0}
     shared = len(gpu_procs) > 1  # then lane names tell the processes apart
     lanes: list[Lane] = []
     for k in keys:
@@ -167,8 +178,10 @@ def _lanes(
             lanes.append(Lane(LaneKind.CPU_THREAD, (k >> 24) & 0xFFFFFF, tid, name))
             continue
         k += _GPU_LANE_BASE
-        d, s = (k >> 32) & 0xFFFF, k & 0xFFFFFFFF
-        suffix = f" (pid {(int(index.procs[k >> 48]) >> 24) & 0xFFFFFF})" if shared else ""
+        ds = int(index.gpu_stream[k])
+        d, s = ds >> 32, ds & 0xFFFFFFFF
+        pid = (int(index.procs[index.gpu_proc[k]]) >> 24) & 0xFFFFFF
+        suffix = f" (pid {pid})" if shared else ""
         if s == NO_STREAM:  # event and context syncs wait on no stream
             lanes.append(Lane(LaneKind.OTHER, d, "cuda sync", "CUDA sync" + suffix, device=d))
         else:

@@ -59,6 +59,29 @@ def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path)
             )
 
 
+#: Id columns the lanes are keyed by, and the values they may take (a NULL's default aside):
+#: the lane key gives a device 16 bits, a stream 32 (CUPTI's ids are uint32; real ones small).
+ID_RANGES = {"deviceId": (0, 0xFFFF), "streamId": (0, 0xFFFFFFFF)}
+
+
+def _check_ids(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+    """Device and stream ids within :data:`ID_RANGES`: a device id of -3 or 2^40 once broke
+    or merged the GPU lanes."""
+    for c, (lo, hi) in ID_RANGES.items():
+        if c not in ints:
+            continue
+        v = cols.ints[c]
+        bad = ((v < lo) | (v > hi)) & (v != ints[c])
+        if bad.any():
+            raise InputError(
+                f"{int(bad.sum())} row(s) have {c} values outside {lo}..{hi:,}; first "
+                f"{int(v[bad.argmax()])} at rowid {int(cols.rowid[bad.argmax()])}",
+                path=path,
+                where=f"{table}.{c}",
+                hint="the export is damaged; export the report again with nsys",
+            )
+
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Report suffixes: ``.nsys-rep`` (2021.3 and later) and the older ``.qdrep``.
@@ -178,6 +201,7 @@ class Export:
         capture) and a negative duration into nothing, silently."""
         cols = read_columns(self, table, ints, texts, present)
         _check_times(cols, table, ints, self.path)
+        _check_ids(cols, table, ints, self.path)
         return cols
 
     def col(self, table: str, column: str, default: str = "-1") -> str:

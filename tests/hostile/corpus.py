@@ -428,6 +428,11 @@ CASES: list[Case] = [
         _nsys_sql(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = {2**63 - 1} WHERE rowid = 5"),
         (("info", "{d}/t.sqlite"), ("export", "{d}/t.sqlite", *_OUT)),
     ),
+    Case(
+        "nsys-device-id",
+        _nsys_sql("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = -3 WHERE rowid % 3 = 0"),
+        (("info", "{d}/t.sqlite"), ("export", "{d}/t.sqlite", *_OUT)),
+    ),
     Case("nsys-separate-runs", _nsys_runs, (("check", "{d}"),), "note:EV711"),
     Case("int-least-time", _least_time, (("info", _T), ("export", _T, *_OUT))),
     Case("int-least-time-check", _least_time, (("check", _T),), "finding:EV211"),

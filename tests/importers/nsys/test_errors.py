@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.errors import InputError
-from echo_view.model import EventKind
+from echo_view.model import EventKind, LaneKind
 from importers.nsys import NsysImporter
 from tests.importers.nsys.capture import Proc, build
 from tests.importers.nsys.helpers import export_2022_4, sample, unpacked
@@ -201,3 +201,57 @@ def test_times_that_are_missing_backwards_or_out_of_range(
     if message.endswith("beyond"):
         message += " ±146 years of the capture's clock"
     assert err.message == f"1 row(s) {message}; first at rowid 2"
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        # deviceId -3 broke the lane table (an IndexError); 2^40 and 2^62 spilled into the
+        # lane key's other fields and merged lanes, silently.
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", -3),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", 2**40),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", 2**62),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", -2),
+    ],
+)
+def test_device_and_stream_ids_out_of_range(
+    tmp_path: Path, table: str, column: str, value: int
+) -> None:
+    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
+    con.commit()
+    con.close()
+    err = _error(path)
+    assert err.where == f"{table}.{column}"
+    hi = "65,535" if column == "deviceId" else "4,294,967,295"
+    assert err.message == f"1 row(s) have {column} values outside 0..{hi}; first {value} at rowid 2"
+
+
+def test_gpu_lanes_of_many_processes(tmp_path: Path) -> None:
+    """Past 16,384 processes with GPU work the lane key's process field overflowed into its
+    sign: GPU streams were read as CPU threads."""
+    path = unpacked("h100_2gpu_1s", tmp_path)
+    con = sqlite3.connect(path)
+    for _ in range(3):
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        )
+    con.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = (rowid << 24) | (globalPid & 16777215)"
+    )
+    n = con.execute("SELECT count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[
+        0
+    ]
+    con.commit()
+    con.close()
+    assert n > 1 << 14
+    job = NsysImporter().read([path])
+    kernels, streams = 0, 0
+    for t in job.traces:
+        on = t.events.kind == int(EventKind.KERNEL)
+        kernels += int(on.sum())
+        used = {t.lanes[int(i)] for i in set(t.events.lane[on].tolist())}
+        assert {lane.kind for lane in used} <= {LaneKind.GPU_STREAM}  # no kernel on a thread
+        streams += len(used)
+    assert kernels == 8 * 3442 and streams >= n  # a stream per process: none merged
