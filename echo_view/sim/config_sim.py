@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -289,14 +290,17 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     name_kind = np.full(len(strings), int(CollectiveKind.UNKNOWN), dtype=np.int64)
     for sid, text in enumerate(strings.strings):
         name_kind[sid] = _coll_kind_of(text)
-    # Each rank's ops from one sort (a mask per rank read every op once per rank).
+    wanted = list(comp.simulated_ranks if ranks is None else ranks)
+    # Each rank's ops, and the process groups it is in, from one sort each (a pass over every
+    # op, or every group, per rank was quadratic in the ranks).
     ops_of = dict(groups(wl.ops.rank))
-    groups_of: dict[int, list[int]] = {}
-    for g, pg in enumerate(wl.groups):
-        for member in pg.ranks:
-            groups_of.setdefault(member, []).append(g)
+    members = np.fromiter(chain.from_iterable(pg.ranks for pg in wl.groups), dtype=np.int64)
+    owner = np.repeat(np.arange(len(wl.groups)), [len(pg.ranks) for pg in wl.groups])
+    keep = np.isin(members, wanted)
+    owner = owner[keep]
+    groups_of = {r: owner[sel].tolist() for r, sel in groups(members[keep])}
     no_ops = np.empty(0, dtype=np.intp)
-    for r in comp.simulated_ranks if ranks is None else ranks:
+    for r in wanted:
         mine = ops_of.get(r, no_ops)
         # Coarse ops kept as they are (transfers, bucket reductions, markers, the host).
         keep = mine[~expanded[mine] & (wl.ops.name[mine] != tail)]
