@@ -174,6 +174,16 @@ def test_missing_file(tmp_path: Path) -> None:
         assert "no such file" in _error(tmp_path / "absent.sqlite").message
 
 
+def _error_with(tmp_path: Path, table: str, column: str, value: int) -> InputError:
+    """The import error of a small capture whose ``table`` row 2 has ``column`` = ``value``."""
+    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
+    con = sqlite3.connect(path)
+    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
+    con.commit()
+    con.close()
+    return _error(path)
+
+
 @pytest.mark.parametrize(
     ("table", "column", "value", "where", "message"),
     [
@@ -191,12 +201,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_times_that_are_missing_backwards_or_out_of_range(
     tmp_path: Path, table: str, column: str, value: int, where: str, message: str
 ) -> None:
-    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
-    con = sqlite3.connect(path)
-    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
-    con.commit()
-    con.close()
-    err = _error(path)
+    err = _error_with(tmp_path, table, column, value)
     assert err.where == f"{table}.{where}"
     if message.endswith("beyond"):
         message += " ±146 years of the capture's clock"
@@ -217,12 +222,7 @@ def test_times_that_are_missing_backwards_or_out_of_range(
 def test_device_and_stream_ids_out_of_range(
     tmp_path: Path, table: str, column: str, value: int
 ) -> None:
-    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
-    con = sqlite3.connect(path)
-    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
-    con.commit()
-    con.close()
-    err = _error(path)
+    err = _error_with(tmp_path, table, column, value)
     assert err.where == f"{table}.{column}"
     hi = "65,535" if column == "deviceId" else "4,294,967,295"
     assert err.message == f"1 row(s) have {column} values outside 0..{hi}; first {value} at rowid 2"
