@@ -15,7 +15,6 @@ parallel groups in Megatron-Core's order ``etp-ep-edp`` (its expert rank generat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from echo_view.model.config import ParallelConfig
 
@@ -125,8 +124,19 @@ class Layout:
         return tuple(at(etp_i, ep_i, d) for d in range(edp))
 
 
-@lru_cache(maxsize=1 << 16)
+#: The groups built for the latest layout asked about, by (axis, least rank). One layout's
+#: groups at a time: a search goes through thousands of layouts, and a group of a million-GPU
+#: layout is a tuple of a million ranks.
+_GROUPS: dict[tuple[str, int], tuple[int, ...]] = {}
+_GROUPS_OF: list[Layout] = []
+
+
 def _shared(layout: Layout, axis: str, least: int) -> tuple[int, ...]:
-    """The group whose least rank is ``least`` (kept for the layouts of a search: a plan
-    worker composes thousands, each with few distinct groups)."""
-    return layout._members(axis, least)
+    """The group of ``layout`` whose least rank is ``least``, built once."""
+    if not _GROUPS_OF or _GROUPS_OF[0] != layout:
+        _GROUPS.clear()
+        _GROUPS_OF[:] = [layout]
+    group = _GROUPS.get((axis, least))
+    if group is None:
+        group = _GROUPS[(axis, least)] = layout._members(axis, least)
+    return group

@@ -44,3 +44,15 @@ def test_groups_are_shared_and_are_the_groups_each_rank_computes() -> None:
                     assert group == lay._members(axis, r)
                     # the least member names the group; every member gets the same tuple
                     assert r in group and group is lay.group(axis, group[-1])
+
+
+def test_only_the_latest_layouts_groups_are_kept() -> None:
+    from echo_view.sim import layout as module
+
+    big = Layout(tp=1, pp=1, dp=4096)
+    assert len(big.group("dp", 7)) == 4096
+    small = Layout(tp=2, pp=2, dp=2)
+    for r in range(small.world):
+        small.group("tp", r)
+    # a search's thousands of layouts do not pile up: the 4,096-rank group is gone
+    assert set(module._GROUPS) == {("tp", 0), ("tp", 2), ("tp", 4), ("tp", 6)}
