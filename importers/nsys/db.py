@@ -59,14 +59,20 @@ def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path)
             )
 
 
-#: Id columns the lanes are keyed by, and the values they may take (a NULL's default aside):
-#: the lane key gives a device 16 bits, a stream 32 (CUPTI's ids are uint32; real ones small).
-ID_RANGES = {"deviceId": (0, 0xFFFF), "streamId": (0, 0xFFFFFFFF)}
+#: Id columns lanes and links are keyed by, and the values they may take (a NULL's default
+#: aside): CUPTI's ids are unsigned 32-bit, and a lane key gives a device 16 bits (real ones
+#: are small); launches are matched on the low 32 bits of a correlation id.
+ID_RANGES = {
+    "deviceId": (0, 0xFFFF),
+    "streamId": (0, 0xFFFFFFFF),
+    "correlationId": (0, 0xFFFFFFFF),
+}
 
 
 def _check_ids(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
-    """Device and stream ids within :data:`ID_RANGES`: a device id of -3 or 2^40 once broke
-    or merged the GPU lanes."""
+    """Device, stream and correlation ids within :data:`ID_RANGES`: a device id of -3 or 2^40
+    once broke or merged the GPU lanes, and correlation ids 2^32 apart linked one launch to
+    another's kernel."""
     for c, (lo, hi) in ID_RANGES.items():
         if c not in ints:
             continue

@@ -217,9 +217,12 @@ def test_times_that_are_missing_backwards_or_out_of_range(
         ("CUPTI_ACTIVITY_KIND_KERNEL", "deviceId", 2**40),
         ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", 2**62),
         ("CUPTI_ACTIVITY_KIND_KERNEL", "streamId", -2),
+        # Launches are matched on a correlation id's low 32 bits: 2^32 + n met launch n.
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId", 2**32 + 1),
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId", -5),
     ],
 )
-def test_device_and_stream_ids_out_of_range(
+def test_device_stream_and_correlation_ids_out_of_range(
     tmp_path: Path, table: str, column: str, value: int
 ) -> None:
     err = _error_with(tmp_path, table, column, value)
