@@ -8,19 +8,27 @@ Each sub-command lives in its own module under ``echo_view.cli`` and exposes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from echo_view import __version__
-from echo_view.errors import Deprecated, EchoViewError, UsageError
-from echo_view.formats import INFLATION_FLOOR, MAX_INFLATION_RATIO, set_max_inflated_bytes
+from echo_view.errors import Deprecated, EchoViewError, OutputError, UsageError
+from echo_view.formats import (
+    INFLATION_FLOOR,
+    MAX_INFLATION_RATIO,
+    set_max_inflated_bytes,
+    write_error,
+)
 from echo_view.text import cut_middle, printable
 
 #: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
@@ -137,6 +145,50 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _CheckedStdout:
+    """``sys.stdout`` while a command runs: a write or flush that fails (a full disk, an I/O
+    error, `> /dev/full`) raises a one-line :class:`~echo_view.errors.OutputError` instead of
+    an ``OSError`` traceback; a closed pipe stays a ``BrokenPipeError``."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def _checked(self, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise write_error(exc, Path("standard output")) from None
+
+    def write(self, text: str) -> int:
+        return int(self._checked(self._out.write, text))
+
+    def flush(self) -> None:
+        self._checked(self._out.flush)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding... as the stream's
+        return getattr(self._out, name)
+
+
+@contextmanager
+def _checked_stdout() -> Iterator[None]:
+    """Route the command's standard output through :class:`_CheckedStdout`; when it can no
+    longer be written, point file descriptor 1 at ``/dev/null`` so that the interpreter's own
+    flush at exit does not print a second error."""
+    real = sys.stdout
+    sys.stdout = _CheckedStdout(real)
+    try:
+        yield
+        sys.stdout.flush()  # (what is still buffered fails here, inside the error handling)
+    except (OutputError, BrokenPipeError):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+        raise
+    finally:
+        sys.stdout = real
+
+
 def _inflation_limit(text: str | None) -> int | None:
     if text is None:
         return None
@@ -160,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from echo_view.loading import build_registry
 
     try:
-        with _sigterm_raises():
+        with _sigterm_raises(), _checked_stdout():
             set_max_inflated_bytes(_inflation_limit(args.max_inflated_bytes))
             check_command_paths(args)
             code: int = args.func(args, build_registry())

@@ -103,6 +103,29 @@ def test_write_errors_are_one_line(
         assert err.startswith(f"echo-view: error: {out}: cannot write the output")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize(
+    "argv",
+    [["info", str(DLRM[0])], ["info", str(DLRM[0]), "--json"], ["simulate", str(DLRM[0])]],
+)
+def test_a_full_standard_output_is_one_line(argv: list[str]) -> None:
+    """`> /dev/full`: every command once ended in an OSError traceback from its first print."""
+    with open("/dev/full", "w") as full:
+        run = subprocess.run(
+            [sys.executable, "-m", "echo_view", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr == (
+        "echo-view: error: standard output: cannot write the output (No space left on device) "
+        "(the disk is full; free space or write elsewhere)\n"
+    )
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
 def test_a_read_only_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ro = tmp_path / "ro"
