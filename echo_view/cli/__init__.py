@@ -161,11 +161,16 @@ class _CheckedStdout:
         except OSError as exc:
             raise write_error(exc, Path("standard output")) from None
 
-    def write(self, text: str) -> int:
-        return int(self._checked(self._out.write, text))
+    def write(self, data: str | bytes) -> int:
+        return int(self._checked(self._out.write, data))
 
     def flush(self) -> None:
         self._checked(self._out.flush)
+
+    @property
+    def buffer(self) -> _CheckedStdout:
+        """The binary stream under it, checked the same way (`check --json` writes bytes)."""
+        return _CheckedStdout(self._out.buffer)
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding... as the stream's
         return getattr(self._out, name)

@@ -106,7 +106,12 @@ def test_write_errors_are_one_line(
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
 @pytest.mark.parametrize(
     "argv",
-    [["info", str(DLRM[0])], ["info", str(DLRM[0]), "--json"], ["simulate", str(DLRM[0])]],
+    [
+        ["info", str(DLRM[0])],
+        ["info", str(DLRM[0]), "--json"],
+        ["simulate", str(DLRM[0])],
+        ["check", str(DLRM[0]), "--json"],  # (bytes, written to the binary stream)
+    ],
 )
 def test_a_full_standard_output_is_one_line(argv: list[str]) -> None:
     """`> /dev/full`: every command once ended in an OSError traceback from its first print."""
