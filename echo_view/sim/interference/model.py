@@ -24,7 +24,7 @@ gets the duration-weighted slowdown of its kernels, its collectives counted at 1
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,13 +216,20 @@ def _measured_overlap(dev: I64, start: I64, end: I64, c_ops: I64, k_ops: I64) ->
         us, ue = union(start[c_ops] + cs, end[c_ops] + cs)
         return coverage(us, ue, end[k_ops] + ks) - coverage(us, ue, start[k_ops] + ks)
     out = np.zeros(len(k_ops), dtype=np.int64)
-    comm_of = dict(groups(dev[c_ops]))
-    for g, k_sel in groups(dev[k_ops]):
-        c = c_ops[comm_of.get(g, np.empty(0, dtype=np.intp))]
+    for c, k_sel in _per_gpu(dev, c_ops, k_ops):
         k = k_ops[k_sel]
         us, ue = union(start[c], end[c])
         out[k_sel] = coverage(us, ue, end[k]) - coverage(us, ue, start[k])
     return out
+
+
+def _per_gpu(dev: I64, c_ops: I64, k_ops: I64) -> Iterator[tuple[I64, npt.NDArray[np.intp]]]:
+    """For each GPU that runs any of ``k_ops``: its ``c_ops``, and the places in ``k_ops`` of
+    its own (one sort each, not a mask per GPU over every op)."""
+    comm_of = dict(groups(dev[c_ops]))
+    none = np.empty(0, dtype=np.intp)
+    for g, k_sel in groups(dev[k_ops]):
+        yield c_ops[comm_of.get(g, none)], k_sel
 
 
 def interference_ops(
@@ -269,9 +276,10 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
     ops = workload.ops
     feats = _empty_features(n)
     # Launch configurations and collectives are read only for a model that uses them.
-    wanted = np.flatnonzero((compute | comm) & (ops.source >= 0))
-    of_rank = dict(groups(ops.rank[wanted])) if model.fit.uses_features else {}
-    for trace in job.traces if model.fit.uses_features else ():
+    traces = job.traces if model.fit.uses_features else ()
+    wanted = np.flatnonzero((compute | comm) & (ops.source >= 0)) if traces else np.empty(0, int)
+    of_rank = dict(groups(ops.rank[wanted]))
+    for trace in traces:
         mine = wanted[of_rank.get(trace.rank, np.empty(0, dtype=np.intp))]
         if not len(mine):
             continue
@@ -289,10 +297,7 @@ def replay_slowdowns(workload: Workload, job: Job, model: InterferenceModel) -> 
         feats["comm_channels"][mine[is_comm]] = chan
     c_all, k_all = np.flatnonzero(comm), np.flatnonzero(compute)
     overlap[k_all] = _measured_overlap(dev, mstart, mend, c_all, k_all)
-    # Each GPU's ops from one sort (a mask per GPU read every op once per GPU).
-    comm_of = dict(groups(dev[c_all])) if model.fit.uses_features else {}
-    for d, k_sel in groups(dev[k_all]) if model.fit.uses_features else ():
-        c_ops = c_all[comm_of.get(d, np.empty(0, dtype=np.intp))]
+    for c_ops, k_sel in _per_gpu(dev, c_all, k_all) if model.fit.uses_features else ():
         k_ops = k_all[k_sel]
         cs, ce = mstart[c_ops], mend[c_ops]
         ov = overlap[k_ops]
