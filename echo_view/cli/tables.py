@@ -12,6 +12,7 @@ otherwise, and for short tables, ``rich`` draws everything.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Sequence
@@ -98,38 +99,14 @@ def _direct(console: Console, table: Table, rows: Sequence[Sequence[str]]) -> st
 
 
 def _with_widths(table: Table, widths: list[int]) -> Table:
-    """``table`` without rows, each column at least ``widths[j]`` wide."""
-    return Table(
-        *(
-            dataclasses.replace(c, min_width=w, _cells=[])
-            for c, w in zip(table.columns, widths, strict=True)
-        ),
-        title=table.title,
-        caption=table.caption,
-        box=table.box,
-        safe_box=table.safe_box,
-        padding=table.padding,
-        collapse_padding=table.collapse_padding,
-        pad_edge=table.pad_edge,
-        expand=table.expand,
-        show_header=table.show_header,
-        show_footer=table.show_footer,
-        show_edge=table.show_edge,
-        show_lines=table.show_lines,
-        leading=table.leading,
-        style=table.style,
-        row_styles=table.row_styles,
-        header_style=table.header_style,
-        footer_style=table.footer_style,
-        border_style=table.border_style,
-        title_style=table.title_style,
-        caption_style=table.caption_style,
-        title_justify=table.title_justify,
-        caption_justify=table.caption_justify,
-        highlight=table.highlight,
-        width=table.width,
-        min_width=table.min_width,
-    )
+    """``table`` (every setting kept) without rows, each column at least ``widths[j]`` wide."""
+    out = copy.copy(table)
+    out.columns = [
+        dataclasses.replace(c, min_width=w, _cells=[])
+        for c, w in zip(table.columns, widths, strict=True)
+    ]
+    out.rows = []
+    return out
 
 
 def _captured(console: Console, table: Table, rows: list[Sequence[str]]) -> str:
