@@ -23,6 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from echo_view.errors import InputError
 from echo_view.units import NS_LIMIT
 from importers.chrome_json_text import file_blocks
@@ -33,30 +36,30 @@ from importers.nsys.pages import PageFile
 REQUIRED_TIME = -(2**63)
 
 
-def _check_times(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+#: A check of one column: its name, the rows that fail it, what they do, and whether the
+#: message quotes the first failing value.
+_Check = tuple[str, npt.NDArray[np.bool_], str, bool]
+
+
+def _time_checks(cols: Columns, ints: Mapping[str, int]) -> list[_Check]:
     """The required time columns of ``cols`` are set and do not run backwards, and no time
     lies beyond ±:data:`~echo_view.units.NS_LIMIT` (where an end, or a sum of two times, would
     no longer fit an int64)."""
     start, end = (ints.get(c) == REQUIRED_TIME for c in ("start", "end"))
-    checks = []
+    checks: list[_Check] = []
     for c, needed in (("start", start), ("end", end)):
         if c not in ints:
             continue
         values = cols.ints[c]
         if needed:  # (a stored -2**63 reads as NULL too)
-            checks.append((c, values == REQUIRED_TIME, f"have no {c} time (NULL)"))
+            checks.append((c, values == REQUIRED_TIME, f"have no {c} time (NULL)", False))
         beyond = (values < -NS_LIMIT) | (values >= NS_LIMIT)
-        checks.append((c, beyond, f"have {c} times beyond ±146 years of the capture's clock"))
+        what = f"have {c} times beyond ±146 years of the capture's clock"
+        checks.append((c, beyond, what, False))
     if start and end:
-        checks.append(("end", cols.ints["end"] < cols.ints["start"], "end before they start"))
-    for col, bad, what in checks:
-        if bad.any():
-            raise InputError(
-                f"{int(bad.sum())} row(s) {what}; first at rowid {int(cols.rowid[bad.argmax()])}",
-                path=path,
-                where=f"{table}.{col}",
-                hint="the export is damaged; export the report again with nsys",
-            )
+        backwards = cols.ints["end"] < cols.ints["start"]
+        checks.append(("end", backwards, "end before they start", False))
+    return checks
 
 
 #: Id columns lanes and links are keyed by, and the values they may take (a NULL's default
@@ -69,21 +72,30 @@ ID_RANGES = {
 }
 
 
-def _check_ids(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+def _id_checks(cols: Columns, ints: Mapping[str, int]) -> list[_Check]:
     """Device, stream and correlation ids within :data:`ID_RANGES`: a device id of -3 or 2^40
     once broke or merged the GPU lanes, and correlation ids 2^32 apart linked one launch to
     another's kernel."""
+    checks: list[_Check] = []
     for c, (lo, hi) in ID_RANGES.items():
-        if c not in ints:
-            continue
-        v = cols.ints[c]
-        bad = ((v < lo) | (v > hi)) & (v != ints[c])
+        if c in ints:
+            v = cols.ints[c]
+            bad = ((v < lo) | (v > hi)) & (v != ints[c])
+            checks.append((c, bad, f"have {c} values outside {lo}..{hi:,}", True))
+    return checks
+
+
+def _check_values(cols: Columns, table: str, ints: Mapping[str, int], path: Path) -> None:
+    """Refuse the export at the first check of :func:`_time_checks` and :func:`_id_checks`
+    that a row fails."""
+    for col, bad, what, quote in [*_time_checks(cols, ints), *_id_checks(cols, ints)]:
         if bad.any():
+            k = int(bad.argmax())
+            value = f"{int(cols.ints[col][k])} " if quote else ""
             raise InputError(
-                f"{int(bad.sum())} row(s) have {c} values outside {lo}..{hi:,}; first "
-                f"{int(v[bad.argmax()])} at rowid {int(cols.rowid[bad.argmax()])}",
+                f"{int(bad.sum())} row(s) {what}; first {value}at rowid {int(cols.rowid[k])}",
                 path=path,
-                where=f"{table}.{c}",
+                where=f"{table}.{col}",
                 hint="the export is damaged; export the report again with nsys",
             )
 
@@ -206,8 +218,7 @@ class Export:
         row and ``end >= start``: a NULL would turn into time 0 (a kernel spanning the whole
         capture) and a negative duration into nothing, silently."""
         cols = read_columns(self, table, ints, texts, present)
-        _check_times(cols, table, ints, self.path)
-        _check_ids(cols, table, ints, self.path)
+        _check_values(cols, table, ints, self.path)
         return cols
 
     def col(self, table: str, column: str, default: str = "-1") -> str:
