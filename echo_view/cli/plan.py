@@ -19,7 +19,10 @@ Ctrl-C (which stops the workers) leaves no partial output.
 ``pruned``: fitting layouts whose compute floor rules them out of the ``--top`` fastest and of
 the Pareto front, left out even when simulated on the way so that every run reports the same
 layouts; 0 with ``--all``; ``too_large``: fitting layouts whose step holds more ops than the
-simulator takes), ``ranked`` (every reported layout, fastest first: ``layout``,
+simulator takes; ``unsearched``: fitting layouts left when the search stopped at
+``--max-passes``), ``stopped`` (``null``, or ``max_passes``, ``unsearched`` and
+``exact_up_to_s``: no layout left can be faster, so the ranking up to it is exact),
+``ranked`` (every reported layout, fastest first: ``layout``,
 ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``, ``peak_bytes``, ``needed_bytes``, ``parallel``),
 ``pareto`` (the layout names on the step-time / peak-memory Pareto front), ``gpus``, ``gpu``,
 ``search``, ``seconds``.
@@ -52,10 +55,13 @@ from echo_view.model.schema import json_schema
 from echo_view.sim.compose import MAX_STEP_OPS
 from echo_view.sim.plan import (
     DIMENSIONS,
+    MAX_PLAN_PASSES,
     Counts,
     Frontier,
     Group,
     Ranked,
+    SearchEnd,
+    SerialReplay,
     check_memory,
     enumerate_layouts,
     floor_layouts,
@@ -64,6 +70,7 @@ from echo_view.sim.plan import (
     layout_name,
     pareto_front,
     parse_dimensions,
+    passes,
     rank,
     retarget,
     simulate_group,
@@ -102,6 +109,16 @@ def register(subparsers: Any) -> None:
         help="simulate every layout that fits (default: skip those whose compute or kernel "
         "dispatch alone rules them out of the --top fastest and of the Pareto front; implied "
         "by --plot)",
+    )
+    p.add_argument(
+        "--max-passes",
+        type=int,
+        default=MAX_PLAN_PASSES,
+        metavar="N",
+        help="stop after simulating layouts of N forward and backward chunk passes in all "
+        f"(default {MAX_PLAN_PASSES:,}: about 15 minutes on one core); the layouts left are "
+        "counted, with the step below which the ranking is still exact; --all and --plot "
+        "refuse a search above it",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="step time vs memory, Pareto")
@@ -221,16 +238,19 @@ def run_pruned(
     graph_for: Callable[[WorkloadConfig], TracedGraph],
     top: int,
     keep_front: bool = True,
-) -> Iterator[tuple[list[Ranked], int, int]]:
+    budget: int = MAX_PLAN_PASSES,
+) -> Iterator[tuple[list[Ranked], int, int | SearchEnd]]:
     """The layouts that can be among the ``top`` fastest or (``keep_front``) on the Pareto
     front, simulated on ``executor`` (``submit`` returning
-    :class:`concurrent.futures.Future`) with at most ``slots`` layouts in flight. Yields
+    :class:`concurrent.futures.Future`) with at most ``slots`` layouts in flight, taken in
+    floor order until the passes (:func:`~echo_view.sim.plan.passes`) of those a serial search
+    simulates reach ``budget`` (:class:`~echo_view.sim.plan.SerialReplay`). Yields
     ``(results, ruled out, floors)``: an empty batch as each task's floors arrive (the layouts
     whose floors are known so far), then each batch of results with the layouts ruled out
     since the last one (and every layout's floor known); the last item is every result to
-    report (those the final frontier does not rule out: the same whatever the order results
-    came in), ``-1`` and how many layouts were too large to simulate. Leaving early cancels
-    the rest."""
+    report (those the final frontier does not rule out), ``-1`` and a
+    :class:`~echo_view.sim.plan.SearchEnd`: the same whatever the order results came in.
+    Leaving early cancels the rest."""
     largest_first = sorted(range(len(groups)), key=lambda i: groups[i].work(), reverse=True)
     fitting = sum(len(g.candidates) for g in groups)
     floors: list[list[int | None]] = [[None] * len(g.candidates) for g in groups]
@@ -251,26 +271,37 @@ def run_pruned(
         pending = deque(floor_order(groups, floors))
         too_large = fitting - len(pending)
         floor_of = {layout_name(cfg): f for f, _, cfg in pending}
-        frontier = Frontier(top, keep_front)
+        frontier = Frontier(top, keep_front)  # every result: what a taken layout may skip
+        replay = SerialReplay(top, keep_front, budget)  # what the serial search decides
+        index: dict[concurrent.futures.Future[Any], int] = {}
         results: list[Ranked] = []
-        while pending or running:
+        while (pending and replay.may_take()) or running:
             skipped = 0
-            while pending and len(running) < slots:
+            while pending and len(running) < slots and replay.may_take():
                 floor, peak, cfg = pending.popleft()
                 if frontier.excludes(floor, peak):
                     skipped += 1
+                    replay.take(floor, peak, passes(cfg), False)
                 else:
-                    running.add(executor.submit(simulate_one, cfg, graph_for))
+                    i = replay.take(floor, peak, passes(cfg), True)
+                    fut = executor.submit(simulate_one, cfg, graph_for)
+                    index[fut] = i
+                    running.add(fut)
             done, running = concurrent.futures.wait(
                 running, return_when=concurrent.futures.FIRST_COMPLETED
             )
-            batch = [r for f in done if (r := f.result()) is not None]
-            for r in batch:
-                frontier.add(r)
+            batch = []
+            for f in done:
+                replay.done(index[f], r := f.result())
+                if r is not None:
+                    frontier.add(r)
+                    batch.append(r)
             results += batch
             yield batch, skipped, fitting
-        reported = [r for r in results if not frontier.excludes(floor_of[r.layout], r.peak_bytes)]
-        yield reported, -1, too_large
+        final = replay.frontier
+        reported = [r for r in results if not final.excludes(floor_of[r.layout], r.peak_bytes)]
+        left = [f for f, peak, _ in pending if not final.excludes(f, peak)]  # floor order
+        yield reported, -1, SearchEnd(too_large, len(left), left[0] if left else None)
     finally:
         for fut in running:
             fut.cancel()
@@ -280,6 +311,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     del registry
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")
+    if args.max_passes < 1:
+        raise UsageError(f"--max-passes must be at least 1, got {args.max_passes}")
     dims = parse_dimensions(args.search)
     if args.plot is not None:
         plot_format(args.plot)  # before the search, which takes minutes
@@ -291,8 +324,17 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     fitting = sum(len(g.candidates) for g in groups)
     graph_for = PlanGraphs(args.config, base)
     exhaustive = args.all or args.plot is not None
+    if exhaustive and (work := sum(g.work() for g in groups)) > args.max_passes:
+        raise UsageError(
+            f"{'--plot' if args.plot is not None else '--all'} would simulate {work:,} "
+            f"forward and backward chunk passes (of {fitting:,} layouts that fit), more than "
+            f"--max-passes {args.max_passes:,}",
+            hint="leave out --all and --plot (the search then skips what cannot rank and "
+            "stops at the budget), narrow --search, or raise --max-passes",
+        )
     results: list[Ranked] = []
     too_large = 0
+    end = SearchEnd()
     with stderr_progress(args) as progress:
 
         def collect(stream: Iterator[list[Ranked | None]]) -> None:
@@ -304,13 +346,13 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 done += len(part)
                 progress(f"simulated {done:,} of {fitting:,} layouts", done / fitting)
 
-        def collect_pruned(stream: Iterator[tuple[list[Ranked], int, int]]) -> None:
-            nonlocal too_large
+        def collect_pruned(stream: Iterator[tuple[list[Ranked], int, int | SearchEnd]]) -> None:
+            nonlocal too_large, end
             simulated = ruled_out = 0
             for part, skipped, floored in stream:
-                if skipped < 0:  # the end: what is reported, and the layouts too large
+                if isinstance(floored, SearchEnd):  # the end: what is reported, and the rest
                     results.extend(part)
-                    too_large = floored
+                    too_large, end = floored.too_large, floored
                     break
                 if floored < fitting:
                     progress(
@@ -332,7 +374,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             if exhaustive:
                 collect(run_serial(groups, graph_for))
             else:
-                collect_pruned(run_pruned(_InProcess(), 1, groups, graph_for, args.top, args.json))
+                collect_pruned(
+                    run_pruned(
+                        _InProcess(), 1, groups, graph_for, args.top, args.json, args.max_passes
+                    )
+                )
         else:
             with dask_client(args.scheduler, args.workers) as client:
                 if exhaustive:
@@ -340,17 +386,19 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 else:
                     slots = 2 * max(1, len(client.scheduler_info()["workers"]))
                     executor = client.get_executor(pure=False)
-                    collect_pruned(
-                        run_pruned(executor, slots, groups, graph_for, args.top, args.json)
+                    stream = run_pruned(
+                        executor, slots, groups, graph_for, args.top, args.json, args.max_passes
                     )
+                    collect_pruned(stream)
     ranked = rank(results)
     counts = Counts(
         total,
         invalid,
         len(candidates) - fitting,
         len(ranked),
-        fitting - len(ranked) - too_large,
+        fitting - len(ranked) - too_large - end.unsearched,
         too_large,
+        end.unsearched,
     )
     front = pareto_front(ranked)
     if args.plot is not None:
@@ -363,6 +411,15 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         "counts": counts.to_json(),
         "ranked": [r.to_json() for r in ranked],
         "pareto": [r.layout for r in front],
+        # Where the search stopped at its budget: no layout left can be faster than
+        # exact_up_to_s, so the ranking and the front up to that step are exact.
+        "stopped": None
+        if end.least_floor_ns is None
+        else {
+            "max_passes": args.max_passes,
+            "unsearched": end.unsearched,
+            "exact_up_to_s": end.least_floor_ns / 1e9,
+        },
         "seconds": round(time.perf_counter() - t0, 3),
     }
     if args.json:
@@ -392,6 +449,17 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
             f"{c['too_large']:,} more fit but one step of each would simulate more than "
             f"{MAX_STEP_OPS:,} ops (fewer layers per stage or micro-batches: a larger "
             "micro-batch, more data parallelism)"
+        )
+    stopped = report["stopped"]
+    if stopped is not None:
+        limit = stopped["exact_up_to_s"]
+        exact = sum(r.step_time_s <= limit for r in ranked[:top])
+        lines.append(
+            f"{stopped['unsearched']:,} more fit but were not simulated: the search stopped at "
+            f"--max-passes {stopped['max_passes']:,}; none of them can be faster than "
+            f"{limit:.3f} s, so "
+            + (f"rows 1-{exact} are exact" if exact else "no row below is sure of its rank")
+            + " (a larger --max-passes searches further)"
         )
     if not ranked:
         if c["invalid"] == c["enumerated"]:

@@ -25,6 +25,15 @@ cannot be on the step-time / memory Pareto front; one excluded both ways (or, wh
 ``K`` fastest are wanted, the first way) is not simulated. Simulating in ascending floor order,
 the ``K`` fastest layouts (and the Pareto front) are those of the exhaustive search, with the
 same numbers.
+
+Budget: simulation time grows with a layout's pipeline passes (:func:`passes`), and a model of
+thousands of thin layers can hold thousands of layouts of millions of passes whose floors all
+lie within a fraction of a percent of each other, where no floor rules anything out (hours of
+search). The search stops once the layouts it simulates hold a budget of passes
+(:data:`MAX_PLAN_PASSES` by default; :class:`SerialReplay` makes a parallel search stop where a
+serial one does) and reports how (:class:`SearchEnd`): the layouts left are
+reported by count with the least of their floors, below which the ranking is still exact (no
+layout left can be faster than its floor).
 """
 
 from __future__ import annotations
@@ -59,6 +68,18 @@ DIMENSIONS = ("tp", "pp", "vp", "cp", "micro", "recompute", "dist_opt")
 CP_SIZES = (1, 2, 4, 8)
 MICRO_SIZES = (1, 2, 4, 8)
 RECOMPUTE = ("none", "selective", "full")
+#: The pipeline passes (:func:`passes`) a search simulates by default before it stops: about
+#: 15 minutes of simulation on one core at the 20-50 us a pass of thin layers' layouts, and
+#: above every layout of every config in ``samples/configs`` together (the most: 35 M passes
+#: for GPT-175B on 96 H800, 611 layouts).
+MAX_PLAN_PASSES = 40_000_000
+
+
+def passes(cfg: WorkloadConfig) -> int:
+    """The forward and backward passes of a model chunk that one step of ``cfg`` runs over its
+    pipeline stages (2 x stages x virtual stages x micro-batches): what a layout's simulation
+    time grows with."""
+    return 2 * cfg.parallel.pp * cfg.parallel.virtual_stages * cfg.micro_batches
 
 
 def parse_dimensions(text: str) -> tuple[str, ...]:
@@ -100,6 +121,8 @@ class Counts:
     #: Fitting layouts whose step holds more ops than the simulator takes
     #: (:data:`~echo_view.sim.compose.MAX_STEP_OPS`).
     too_large: int = 0
+    #: Fitting layouts neither simulated nor ruled out: the search stopped at its budget.
+    unsearched: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -109,7 +132,20 @@ class Counts:
             "simulated": self.simulated,
             "pruned": self.pruned,
             "too_large": self.too_large,
+            "unsearched": self.unsearched,
         }
+
+
+@dataclass(frozen=True)
+class SearchEnd:
+    """How a pruned search ended."""
+
+    #: Layouts whose step holds more ops than the simulator takes.
+    too_large: int = 0
+    #: Layouts the search stopped before (its pass budget spent) that the results do not rule
+    #: out, and the least of their floors (ns): no reported step up to it can be beaten.
+    unsearched: int = 0
+    least_floor_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,11 +167,8 @@ class Group:
     peaks: tuple[int, ...] = ()
 
     def work(self) -> int:
-        """A relative measure of the group's simulation time: the chunk passes its layouts'
-        stages run per step (stages x virtual stages x micro-batches, summed)."""
-        return sum(
-            c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in self.candidates
-        )
+        """A measure of the group's simulation time: its layouts' :func:`passes`, summed."""
+        return sum(passes(c) for c in self.candidates)
 
 
 @dataclass(frozen=True)
@@ -459,6 +492,69 @@ class Frontier:
         # Front points faster than the floor: the last of them is the lightest.
         i = bisect.bisect_left(self._front, (floor_s, -1))
         return i > 0 and self._front[i - 1][1] <= peak_bytes
+
+
+class SerialReplay:
+    """The decisions of a serial search with a pass budget, replayed in floor order while the
+    results of a parallel one come back in any order.
+
+    Serially, layouts are taken in floor order; one the frontier of the results before it
+    rules out is skipped, every other (a *needed* one) is simulated and its passes charged,
+    until the charge reaches the budget. A parallel search decides with fewer results at hand,
+    so it simulates every needed layout and maybe a few more; a result the frontier of the
+    needed ones before it rules out leaves that frontier as it was (it is neither among the
+    fastest nor off the front), so replaying the layouts in order finds the needed ones, the
+    serial charge and the serial stop whatever the order. :meth:`may_take` lets the parallel
+    search take a layout only when the serial one surely would: the charge so far plus every
+    undecided taken layout's passes is under the budget.
+    """
+
+    def __init__(self, top: int, keep_front: bool, budget: int) -> None:
+        self.frontier = Frontier(top, keep_front)
+        self.budget = budget
+        #: Passes of the needed layouts replayed so far, and of the taken ones not yet decided.
+        self.charge = 0
+        self.undecided = 0
+        self._rows: list[tuple[int, int, int, bool]] = []  # floor, peak, passes, submitted
+        self._results: dict[int, Ranked | None] = {}
+        self._next = 0
+
+    def may_take(self) -> bool:
+        """Whether the serial search surely takes the next layout in floor order."""
+        return self.charge + self.undecided < self.budget
+
+    def take(self, floor_ns: int, peak_bytes: int, n_passes: int, submitted: bool) -> int:
+        """Record the next layout in floor order (``submitted``: simulated, not skipped);
+        returns its index for :meth:`done`."""
+        self._rows.append((floor_ns, peak_bytes, n_passes, submitted))
+        self.undecided += n_passes if submitted else 0
+        self._advance()
+        return len(self._rows) - 1
+
+    def done(self, index: int, result: Ranked | None) -> None:
+        """The result of the layout :meth:`take` returned ``index`` for (``None``: too large
+        to simulate, which the serial search skips too)."""
+        self._results[index] = result
+        self._advance()
+
+    def stopped(self) -> bool:
+        """Whether the serial search has spent its budget."""
+        return self.charge >= self.budget
+
+    def _advance(self) -> None:
+        while self._next < len(self._rows) and not self.stopped():
+            floor, peak, n, submitted = self._rows[self._next]
+            # A layout skipped when taken was ruled out by results this frontier also holds.
+            if not submitted or self.frontier.excludes(floor, peak):
+                self.undecided -= n if submitted else 0
+            elif self._next in self._results:
+                if (result := self._results[self._next]) is not None:
+                    self.frontier.add(result)
+                    self.charge += n
+                self.undecided -= n
+            else:
+                return  # a needed layout whose result is still to come
+            self._next += 1
 
 
 def rank(results: Iterable[Ranked]) -> list[Ranked]:

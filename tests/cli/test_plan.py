@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import main
+from echo_view.sim.plan import SearchEnd
 from tests.cli.sigint import as_in_a_terminal
 from tests.conftest import ROOT, SAMPLES, TORCH_MISSING
 
@@ -35,7 +37,8 @@ def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFix
     counts = out["counts"]
     assert isinstance(counts, dict)
     assert counts["enumerated"] == sum(
-        counts[k] for k in ("invalid", "out_of_memory", "simulated", "pruned", "too_large")
+        counts[k]
+        for k in ("invalid", "out_of_memory", "simulated", "pruned", "too_large", "unsearched")
     )
     ranked = out["ranked"]
     assert isinstance(ranked, list) and ranked
@@ -119,6 +122,13 @@ def test_bad_options_are_one_line_errors(
         # The name came from the command line: the error names --gpu, not the config file.
         (["--gpus", "64", "--gpu", "Z999"], "error: --gpu: unknown GPU preset 'Z999'"),
         (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "cannot tell the plot format"),
+        (["--gpus", "64", "--max-passes", "0"], "--max-passes must be at least 1, got 0"),
+        # One layout fits (the paper's tp8 pp8 vp3 dp1, global batch 64 of micro-batch 1):
+        # a forward and a backward of 8 stages x 3 chunks x 64 micro-batches, 3,072 passes.
+        (
+            ["--gpus", "64", "--search", "tp,pp", "--all", "--max-passes", "3071"],
+            "--all would simulate 3,072 forward and backward chunk passes (of 1 layouts that fit)",
+        ),
     ]
     for extra, message in cases:
         assert main([*base, *extra]) == 2
@@ -248,5 +258,65 @@ def test_serial_floors_report_progress_as_they_go(
     _, _, known = next(stream)
     # The first floor arrives before the other layouts' graphs are built: progress moves.
     assert known == 1 and len(built) == 1
-    *_, (reported, end, too_large) = stream
-    assert end == -1 and too_large == 0 and reported
+    *_, (reported, end, search_end) = stream
+    assert end == -1 and search_end == SearchEnd() and reported
+
+
+@needs_torch
+def test_a_search_stops_at_its_pass_budget_exact_below_the_least_floor_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Layouts are taken in floor order until their passes reach --max-passes: the ones left
+    are counted with the least of their floors, below which the ranking is the exhaustive
+    search's, and which ones are taken does not depend on the order results come in."""
+    from echo_view.cli.plan import PlanGraphs, _InProcess, run_pruned
+    from echo_view.loading import load_config
+    from echo_view.sim.plan import (
+        check_memory,
+        enumerate_layouts,
+        floor_layouts,
+        floor_order,
+        group_by_chunks,
+        passes,
+    )
+
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    args = [str(SMALL), "--gpus", "8", "--search", "micro,recompute", "--serial", "--top", "2"]
+    every = _plan(capsys, *args, "--all")
+    assert every["stopped"] is None
+    base = load_config(SMALL)
+    groups = group_by_chunks(check_memory(enumerate_layouts(base, ("micro", "recompute"))[0]))
+    graphs = PlanGraphs(SMALL, base)
+    order = floor_order(groups, [floor_layouts(g.candidates, graphs) for g in groups])
+    assert len(order) == 12
+    # A budget the first six layouts' passes reach (the sixth's crossing it): six taken.
+    budget = sum(passes(cfg) for _, _, cfg in order[:5]) + 1
+    out = _plan(capsys, *args, "--max-passes", str(budget))
+    counts, stopped = out["counts"], out["stopped"]
+    assert isinstance(counts, dict) and isinstance(stopped, dict)
+    # With --json the front is kept: on this model no floor rules out a layout, and the six
+    # left (micro-batches 1 and 2) need less memory than any simulated one.
+    assert counts["simulated"] == 6 and counts["unsearched"] == 6
+    assert stopped == {"max_passes": budget, "unsearched": 6, "exact_up_to_s": order[6][0] / 1e9}
+    # Every layout of the exhaustive search faster than the least floor left is reported, in
+    # the same place, with the same numbers.
+    ranked_all, ranked = every["ranked"], out["ranked"]
+    assert isinstance(ranked_all, list) and isinstance(ranked, list)
+    sure = [r for r in ranked_all if r["step_time_s"] <= stopped["exact_up_to_s"]]
+    assert len(sure) >= 2 and ranked[: len(sure)] == sure
+    # The text table needs only the 2 fastest: the floors left rule them all out, so the
+    # search is whole, and with a budget of one layout it says which rows are sure.
+    assert main(["plan", *args, "--max-passes", str(budget)]) == 0
+    text = capsys.readouterr().out
+    assert "not simulated" not in text and "6 more fit but their compute" in text
+    assert main(["plan", *args, "--max-passes", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "11 more fit but were not simulated: the search stopped at --max-passes 1" in text
+    assert f"none of them can be faster than {order[1][0] / 1e9:.3f} s" in text
+    assert "no row below is sure of its rank" in text
+    # Results coming back in any order (three threads) take the same layouts.
+    serial = list(run_pruned(_InProcess(), 1, groups, graphs, 2, True, budget))[-1]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        threaded = list(run_pruned(pool, 3, groups, graphs, 2, True, budget))[-1]
+    assert serial[2] == threaded[2] == SearchEnd(0, 6, order[6][0])
+    assert sorted(serial[0], key=repr) == sorted(threaded[0], key=repr)

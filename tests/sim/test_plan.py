@@ -16,13 +16,16 @@ from echo_view.sim.plan import (
     DIMENSIONS,
     Frontier,
     Ranked,
+    SerialReplay,
     check_memory,
     compute_floor_ns,
     enumerate_layouts,
     floor_order,
     group_by_chunks,
+    layout_name,
     pareto_front,
     parse_dimensions,
+    passes,
     pipeline_floor_ns,
     rank,
     retarget,
@@ -60,10 +63,13 @@ def test_memory_pruning_and_grouping() -> None:
     keys = [{chunk_key(cfg) for cfg in g.candidates} for g in groups]
     assert all(len(k) == 1 for k in keys) and len(set.union(*keys)) == len(groups)
     assert any(len({cfg.parallel.pp for cfg in g.candidates}) > 1 for g in groups)
-    # Work: chunk passes per step, stages x virtual stages x micro-batches, summed.
+    # Work: a forward and a backward per chunk and micro-batch on every stage, summed.
     g = max(groups, key=lambda g: len(g.candidates))
-    passes = [c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in g.candidates]
-    assert g.work() == sum(passes) > 0
+    each = [2 * c.parallel.pp * c.parallel.virtual_stages * c.micro_batches for c in g.candidates]
+    assert g.work() == sum(each) > 0
+    # The paper's layout: 8 stages of 3 chunks, 64 micro-batches of 1 (dp 1).
+    paper = next(c.cfg for c in fits if layout_name(c.cfg) == "tp8 pp8 vp3 cp1 dp1 mb1 none ddp")
+    assert passes(paper) == 2 * 8 * 3 * 64
 
 
 def test_retarget_and_dimensions_are_checked() -> None:
@@ -115,6 +121,34 @@ def test_the_frontier_rules_out_what_cannot_reach_the_top_or_the_front() -> None
     assert top_only.excludes(3 * 10**9, 1) and not top_only.excludes(2 * 10**9, 1)
     with pytest.raises(ValueError, match="at least 1"):
         Frontier(0)
+
+
+def test_the_serial_replay_decides_as_a_serial_search_whatever_the_order() -> None:
+    """Top 1, a budget of 10 passes, layouts of 4 passes with floors 1, 2, 3, 4 s: serially A
+    (2.5 s) and B (2.2 s) are simulated, C and D ruled out by B, 8 passes charged."""
+    r = SerialReplay(1, keep_front=False, budget=10)
+    a, b = r.take(10**9, 0, 4, True), r.take(2 * 10**9, 0, 4, True)
+    assert r.may_take()  # 8 undecided passes: under 10
+    c = r.take(3 * 10**9, 0, 4, True)
+    assert not r.may_take()  # 12: a fourth could be past the serial search's stop
+    r.done(c, _r("C", 3.5, 1))
+    r.done(a, _r("A", 2.5, 1))  # C waits for B, which could rule it out
+    assert (r.charge, r.undecided) == (4, 8) and not r.may_take()
+    r.done(b, _r("B", 2.2, 1))  # B's 2.2 s is below C's floor: C was not needed
+    assert (r.charge, r.undecided) == (8, 0) and r.may_take() and not r.stopped()
+    r.take(4 * 10**9, 0, 4, False)  # D, skipped when taken: not charged
+    assert (r.charge, r.undecided) == (8, 0) and not r.stopped()
+    # With a budget of 6, B's passes spend it: the serial search stops after B.
+    r = SerialReplay(1, keep_front=False, budget=6)
+    a, b = r.take(10**9, 0, 4, True), r.take(2 * 10**9, 0, 4, True)
+    r.done(b, _r("B", 2.2, 1))
+    assert not r.stopped() and not r.may_take()
+    r.done(a, _r("A", 2.5, 1))
+    assert r.stopped() and r.charge == 8 and not r.may_take()
+    # A layout too large to simulate (no result) is not charged.
+    r = SerialReplay(1, keep_front=False, budget=6)
+    r.done(r.take(10**9, 0, 4, True), None)
+    assert (r.charge, r.undecided) == (0, 0) and r.may_take()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=TORCH_MISSING)
