@@ -184,7 +184,11 @@ def _checked_stdout() -> Iterator[None]:
     real = sys.stdout
     sys.stdout = _CheckedStdout(real)
     try:
-        yield
+        try:
+            yield
+        except SystemExit:  # --help and --version exit, and what they print must arrive too
+            sys.stdout.flush()
+            raise
         sys.stdout.flush()  # (what is still buffered fails here, inside the error handling)
     except (OutputError, BrokenPipeError):
         with contextlib.suppress(OSError, ValueError):
@@ -209,9 +213,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     warnings.showwarning = _show_warning
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
-    if not hasattr(args, "func"):  # argv named its command in an unusual place: build them all
-        args = build_parser().parse_args(argv)
+    try:
+        # argparse drops an error writing --help or --version: the checked stream raises it.
+        with _checked_stdout():
+            args = build_parser(argv).parse_args(argv)
+            if not hasattr(args, "func"):  # argv named its command in an unusual place
+                args = build_parser().parse_args(argv)
+    except OutputError as exc:
+        print(f"echo-view: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
     # Only a command needs these (--help and --version have exited by now).
     from echo_view.cli.guard import check_command_paths
     from echo_view.loading import build_registry
