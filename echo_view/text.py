@@ -11,22 +11,40 @@ through one of them.
 
 from __future__ import annotations
 
-#: C0 controls, DEL and C1 controls (``\\x1b``, ``\\x9b``...) and the bidi embeddings,
-#: overrides and isolates (U+202A-202E, U+2066-2069; "Trojan Source", CVE-2021-42574).
-_ESCAPES: dict[int, str] = {
-    **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
-    0x09: "\\t",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    **{c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
-}
+import unicodedata
+
+#: Categories a terminal shows as nothing or as a line break, or cannot encode: controls,
+#: format characters (zero-width spaces and joiners, bidi marks and controls, the word joiner,
+#: the byte-order mark, tag characters that hide text in plain sight), lone surrogates (a file
+#: name that is not UTF-8) and the line and paragraph separators.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+_NAMED = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
+def _escape(code: int) -> str:
+    if code in _NAMED:
+        return _NAMED[code]
+    if code <= 0xFF:  # C0 controls, DEL, C1 controls
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with control and bidi characters written as visible escapes (``\\x1b``)."""
+    """``text`` with control, invisible and bidi characters (the bidi controls of "Trojan
+    Source", CVE-2021-42574, among them) written as visible escapes: ``\\x1b``, ``\\n``,
+    ``\\u200b``."""
     if text.isprintable():  # the common case, and cheap
         return text
-    return text.translate(_ESCAPES)
+    # One table for the string's distinct hidden characters: C-speed over the text however
+    # long it is, and as current as the interpreter's Unicode database.
+    table = {
+        ord(c): _escape(ord(c))
+        for c in set(text)
+        if not c.isprintable() and unicodedata.category(c) in _HIDDEN
+    }
+    return text.translate(table)
 
 
 def markup_safe(text: str) -> str:

@@ -21,6 +21,20 @@ def test_control_and_bidi_characters_become_visible_escapes() -> None:
     assert printable("aten::mm (void) é 中") == "aten::mm (void) é 中"
 
 
+def test_invisible_characters_become_visible_escapes() -> None:
+    # Zero-width space, joiners, bidi marks, word joiner, byte-order mark, a tag character,
+    # a lone surrogate (a file name that is not UTF-8), the line separator: each hides text,
+    # moves it, breaks a line or cannot be encoded for the terminal.
+    hidden = "\u200b\u200c\u200d\u200e\u200f\u061c\u2060\ufeff\U000e0041\udcff\u2028"
+    shown = printable(f"a{hidden}b")
+    assert shown == (
+        "a\\u200b\\u200c\\u200d\\u200e\\u200f\\u061c\\u2060\\ufeff\\U000e0041\\udcff\\u2028b"
+    )
+    assert shown.isprintable() and shown.encode("ascii")
+    # Spaces other than U+0020 are visible gaps, not hidden text: kept.
+    assert printable("a\u00a0b\u3000c") == "a\u00a0b\u3000c"
+
+
 def test_markup_is_printed_as_written() -> None:
     out = io.StringIO()
     console = Console(file=out, width=200, color_system=None)
