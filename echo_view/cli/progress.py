@@ -7,11 +7,16 @@ script or test that reads it never sees progress lines unless it asks for them.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
+
+from echo_view.text import printable
 
 
 def add_progress_option(parser: Any) -> None:
@@ -36,8 +41,11 @@ def stderr_progress(args: argparse.Namespace) -> Iterator[StderrProgress]:
 class StderrProgress:
     """A :data:`~echo_view.formats.Progress` that prints to ``stream``, if at all, once worth it.
 
-    On a terminal it redraws one line. Elsewhere it prints nothing unless ``forced``
-    (``--progress``); then plain lines, at most one a second, once the work has run ``delay_s``.
+    On a terminal it redraws one line, cut to the terminal's width (a wrapped line could not be
+    redrawn), with ``\\r`` and spaces where ``TERM=dumb`` has no erase sequence. Elsewhere it
+    prints nothing unless ``forced`` (``--progress``); then plain lines, at most one a second,
+    once the work has run ``delay_s``. Messages hold input file names: they are shown with
+    :func:`~echo_view.text.printable`, never as escape sequences.
     """
 
     def __init__(self, stream: TextIO, *, forced: bool = False, delay_s: float = 1.0) -> None:
@@ -47,7 +55,8 @@ class StderrProgress:
         self.delay_s = delay_s
         self.t0 = time.monotonic()
         self.last = -1.0e9
-        self.drawn = False
+        self.drawn = 0  # cells of the line drawn on the terminal
+        self.dumb = os.environ.get("TERM") == "dumb"
 
     def __call__(self, message: str, fraction: float) -> None:
         if not self.enabled:
@@ -58,16 +67,35 @@ class StderrProgress:
         if now - self.last < (0.1 if self.tty else 1.0) and fraction < 1.0:
             return
         self.last = now
-        text = message if fraction < 0 else f"{message} {100 * fraction:.0f}%"
+        text = printable(message if fraction < 0 else f"{message} {100 * fraction:.0f}%")
         if self.tty:
-            self.stream.write(f"\r\x1b[K{text}")
-            self.drawn = True
+            text, cells = _cut(text, shutil.get_terminal_size().columns - 1)
+            self.stream.write(self._erase() + text)
+            self.drawn = cells
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def _erase(self) -> str:
+        if not self.dumb:
+            return "\r\x1b[K"
+        return f"\r{' ' * self.drawn}\r" if self.drawn else "\r"
+
     def close(self) -> None:
         """Clear the redrawn line, if any."""
         if self.drawn:
-            self.stream.write("\r\x1b[K")
+            self.stream.write(self._erase())
             self.stream.flush()
+            self.drawn = 0
+
+
+def _cut(text: str, width: int) -> tuple[str, int]:
+    """``text`` cut to ``width`` terminal cells (East Asian wide characters take two), and
+    the cells it takes."""
+    cells = 0
+    for i, c in enumerate(text):
+        w = 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        if cells + w > max(width, 1):
+            return text[:i], cells
+        cells += w
+    return text, cells

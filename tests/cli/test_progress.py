@@ -4,6 +4,7 @@ forced; one redrawn line on a terminal. Slowness is simulated with ``delay_s=0``
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,40 @@ def test_terminal_gets_one_redrawn_line_cleared_at_the_end() -> None:
     p("parsing", -1.0)
     p.close()
     assert term.getvalue() == "\r\x1b[Kparsing\r\x1b[K"
+
+
+def test_file_names_in_progress_are_escaped_and_cut_to_the_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A rank file named with a colour and a window-title sequence once reached the terminal raw.
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setattr(progress_mod.shutil, "get_terminal_size", lambda: os.terminal_size((21, 5)))
+    term = Terminal()
+    p = StderrProgress(term)
+    p("r0_\x1b[31mRED\x1b]0;pwned\x07.json.gz", 0.5)
+    # 20 cells: a wrapped line could not be redrawn with a carriage return.
+    assert term.getvalue() == "\r\x1b[Kr0_\\x1b[31mRED\\x1b]0"
+    forced = io.StringIO()
+    p = StderrProgress(forced, forced=True, delay_s=0.0)
+    p("r0_\x1b[31mRED\u202e.json.gz", 1.0)
+    assert forced.getvalue() == "r0_\\x1b[31mRED\\u202e.json.gz 100%\n"
+    # Wide characters take two cells each: 10 of them fill 20.
+    term = Terminal()
+    StderrProgress(term)("中" * 15, -1.0)
+    assert term.getvalue() == "\r\x1b[K" + "中" * 10
+
+
+def test_a_dumb_terminal_gets_spaces_not_erase_sequences(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    monkeypatch.setattr(progress_mod.shutil, "get_terminal_size", lambda: os.terminal_size((80, 5)))
+    term = Terminal()
+    p = StderrProgress(term)
+    p("reading", 0.5)
+    p.last = -1.0e9  # past the redraw interval
+    p("done", 1.0)
+    p.close()
+    assert "\x1b" not in term.getvalue()
+    assert term.getvalue() == "\rreading 50%\r           \rdone 100%\r         \r"
 
 
 def test_slow_export_keeps_captured_stderr_to_the_result(
