@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -423,9 +424,15 @@ def key_hash(cfg: WorkloadConfig) -> str:
 
 
 def cache_dir() -> Path:
-    """Where traced graphs are cached."""
+    """Where traced graphs are cached: ``$ECHO_VIEW_CACHE``, else ``echo-view/graphs`` in
+    ``$XDG_CACHE_HOME`` (when set to an absolute path, as the XDG base directory rules ask)
+    or in ``~/.cache``."""
     env = os.environ.get("ECHO_VIEW_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "echo-view" / "graphs"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "echo-view" / "graphs"
 
 
 #: What the graph cache may hold: past it, the graphs used least recently go (a layout
@@ -433,12 +440,19 @@ def cache_dir() -> Path:
 CACHE_MAX_BYTES = 256 << 20
 
 
+#: The name of a cached graph (:func:`key_hash` and the suffix): the only files pruned, since
+#: ``$ECHO_VIEW_CACHE`` may name a folder that holds the user's own traces too.
+_CACHE_ENTRY = re.compile(r"[0-9a-f]{16}\.json\.gz")
+
+
 def prune_cache(folder: Path, max_bytes: int = CACHE_MAX_BYTES) -> int:
     """Remove the least recently used graphs of ``folder`` (by modification time, which a
-    cache hit refreshes) until it holds at most ``max_bytes``; the bytes removed. Entries
-    another process removes meanwhile are skipped."""
+    cache hit refreshes) until it holds at most ``max_bytes``; the bytes removed. Only the
+    cache's own entries count; those another process removes meanwhile are skipped."""
     entries = []
     for path in folder.glob("*.json.gz"):
+        if not _CACHE_ENTRY.fullmatch(path.name):  # a file of the user's, not a cached graph
+            continue
         try:
             st = path.stat()
         except OSError:

@@ -20,6 +20,7 @@ from echo_view.loading import (
     _on_worker,
     _read_rank_file,
     build_registry,
+    cache_dir,
     fan_out_sizes,
     fans_out,
     file_batches,
@@ -333,17 +334,33 @@ def _entry(folder: Path, name: str, size: int, age_s: int) -> Path:
 def test_the_graph_cache_drops_the_least_recently_used_graphs_past_its_cap(
     tmp_path: Path,
 ) -> None:
-    old = _entry(tmp_path, "old", 400, 300)
-    mid = _entry(tmp_path, "mid", 400, 200)
-    new = _entry(tmp_path, "new", 400, 100)
+    old = _entry(tmp_path, "0" * 16, 400, 300)
+    mid = _entry(tmp_path, "1" * 16, 400, 200)
+    new = _entry(tmp_path, "abcdef0123456789", 400, 100)
     other = tmp_path / "notes.txt"
     other.write_bytes(b"y" * 4000)  # not a graph: never counted or removed
+    # $ECHO_VIEW_CACHE may name a folder of the user's traces: an older, larger trace there
+    # is not the cache's to remove (it once was, by its suffix).
+    trace = _entry(tmp_path, "rank0", 4000, 400)
     # 1,200 bytes held, 900 allowed: the oldest goes (800 left), the rest stay.
     assert prune_cache(tmp_path, max_bytes=900) == 400
     assert not old.exists() and mid.exists() and new.exists() and other.exists()
     assert prune_cache(tmp_path, max_bytes=800) == 0
     assert prune_cache(tmp_path, max_bytes=0) == 800
-    assert not mid.exists() and not new.exists() and other.exists()
+    assert not mid.exists() and not new.exists() and other.exists() and trace.exists()
+
+
+def test_the_graph_cache_follows_xdg_cache_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ECHO_VIEW_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "echo-view" / "graphs"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG rules say: ignore it
+    assert cache_dir() == tmp_path / "home" / ".cache" / "echo-view" / "graphs"
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
 
 
 def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.MonkeyPatch) -> None:
