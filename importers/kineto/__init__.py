@@ -40,7 +40,9 @@ from importers.chrome_json import (
     read_container,
     sniff_head,
 )
+from importers.chrome_json_text import GZIP_MAGIC
 from importers.event_args import event_facts
+from importers.folder import folder_files
 from importers.kineto.align import ClockFacts, align_ranks, clock_facts
 from importers.kineto.columns import Columns, IntEvent, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
@@ -268,13 +270,17 @@ def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            found = sorted(
-                f
-                for f in p.iterdir()
-                if f.is_file()
-                and f.name.lower().endswith(_SUFFIXES)
-                and looks_like_trace(sniff_head(f))
-            )
+            found = []
+            for f in folder_files(p, _SUFFIXES):
+                head = sniff_head(f)
+                if looks_like_trace(head):
+                    found.append(f)
+                elif f.name.lower().endswith(".gz") and _damaged_gzip(f, head):
+                    raise InputError(
+                        "empty or damaged gzip data: cannot read its start",
+                        path=f,
+                        hint="copy the rank file again, or move it out of the folder",
+                    )
             if not found:
                 raise InputError(
                     "no trace files (.json or .json.gz holding trace events) in this directory",
@@ -289,6 +295,13 @@ def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
     if not files:
         raise InputError("no input files given", hint="give trace files or a directory")
     return files, len(files) > 1
+
+
+def _damaged_gzip(path: Path, head: bytes) -> bool:
+    """Whether a ``.gz`` file of a job folder does not start as gzip data that decompresses
+    (``head``: :func:`sniff_head` of it): a damaged rank file, not some other file."""
+    with open(path, "rb") as fh:
+        return fh.read(2) != GZIP_MAGIC or not head
 
 
 class KinetoImporter:

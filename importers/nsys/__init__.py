@@ -22,6 +22,7 @@ from echo_view.formats import Progress, no_progress
 from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
+from importers.folder import folder_files
 from importers.nsys.build import (
     CaptureInfo,
     build_trace,
@@ -190,6 +191,8 @@ def captures_in(folder: Path) -> list[Path]:
     """The captures in ``folder`` (not its sub-folders), by name; a report whose SQLite export
     lies beside it (``nsys export`` writes ``NAME.sqlite`` next to ``NAME.nsys-rep``) is left
     out, so that each capture is read once."""
+    # A capture by its name that cannot be read is refused, not skipped (a rank would go).
+    folder_files(folder, (".sqlite", ".sqlite.gz", *REPORT_SUFFIXES))
     kinds = {f: file_kind(f) for f in sorted(folder.iterdir()) if f.is_file()}
     found = {f: k for f, k in kinds.items() if k is not None}
     exported = {_stem(f) for f, k in found.items() if k != "report"}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -286,6 +288,38 @@ def test_files_of_different_jobs(tmp_path: Path) -> None:
     doc = json.loads(gzip.decompress(NCCL_DATA.read_bytes()))
     (tmp_path / "b.json").write_text(json.dumps(doc))
     assert "different jobs" in error_of(tmp_path).message
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: os.mkfifo(p), "not a regular file"),  # reading it would block
+        (lambda p: p.symlink_to(p.parent / "gone.json.gz"), "cannot read this file (No such"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 not gzip"), "empty or damaged gzip data"),
+        (lambda p: p.write_bytes(b""), "empty or damaged gzip data"),
+        (lambda p: p.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64), "damaged gzip"),
+    ],
+    ids=["fifo", "dangling-link", "not-gzip", "empty", "bad-deflate"],
+)
+def test_a_rank_file_of_a_folder_that_cannot_be_read_is_named_not_skipped(
+    tmp_path: Path, make: Callable[[Path], object], message: str
+) -> None:
+    # A folder of rank files read without one of them gives wrong numbers with exit 0.
+    shutil.copy(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz", tmp_path / "rank0.json.gz")
+    bad = tmp_path / "rank1.json.gz"
+    make(bad)
+    err = error_of(tmp_path)
+    assert message in err.message and err.path == str(bad), err.one_line()
+    assert "move it out of the folder" in (err.hint or "")
+
+
+def test_other_files_and_folders_of_a_job_folder_are_left_alone(tmp_path: Path) -> None:
+    shutil.copy(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz", tmp_path / "rank0.json.gz")
+    (tmp_path / "settings.json").write_text('{"lr": 1}')  # readable, not a trace
+    (tmp_path / "logs.json").mkdir()
+    os.mkfifo(tmp_path / "pipe")  # no trace suffix
+    (tmp_path / "extra.gz").write_bytes(gzip.compress(b"some other data"))
+    assert read(tmp_path).ranks == (0,)
 
 
 def test_missing_and_empty_inputs(tmp_path: Path) -> None:

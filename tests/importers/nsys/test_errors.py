@@ -51,6 +51,20 @@ def test_not_sqlite(tmp_path: Path) -> None:
     assert "nsys export --type sqlite" in (err.hint or "")
 
 
+def test_a_capture_of_a_folder_that_cannot_be_read_is_named_not_skipped(tmp_path: Path) -> None:
+    # Skipped, the folder's other captures were read as the whole job, with exit 0.
+    (tmp_path / "node0.sqlite.gz").write_bytes(sample("h100_2gpu_1s").read_bytes())
+    fifo = tmp_path / "node1.sqlite"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as info:
+        NsysImporter().read([tmp_path])
+    assert info.value.path == str(fifo) and "not a regular file" in info.value.message
+    fifo.unlink()
+    (tmp_path / "node1.nsys-rep").symlink_to(tmp_path / "gone.nsys-rep")
+    with pytest.raises(InputError, match="cannot read this file"):
+        NsysImporter().read([tmp_path])
+
+
 def test_truncated_gzip(tmp_path: Path) -> None:
     data = sample("h100_2gpu_1s").read_bytes()
     bad = tmp_path / "cut.sqlite.gz"

@@ -1,0 +1,37 @@
+"""The files of a job folder that an importer considers: a rank file that cannot be read must not
+drop out of the job unnoticed, so one that is not a regular file or cannot be opened is refused
+by name instead of skipped (a job read from 127 of 128 ranks gives wrong numbers quietly)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from echo_view.errors import InputError
+
+
+def folder_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` (not its sub-folders) whose names end with one of ``suffixes``
+    (any case), sorted; an :class:`~echo_view.errors.InputError` names the first such entry
+    that is not a regular file (a FIFO, a socket, a device, a dangling link) or cannot be
+    opened for reading."""
+    found = []
+    for path in sorted(folder.iterdir()):
+        if not path.name.lower().endswith(suffixes):
+            continue
+        try:
+            mode = path.stat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):  # opening a FIFO would block until a writer comes
+                raise _unreadable(path, "not a regular file")
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise _unreadable(path, f"cannot read this file ({exc.strerror})") from None
+        found.append(path)
+    return found
+
+
+def _unreadable(path: Path, message: str) -> InputError:
+    return InputError(message, path=path, hint="make it readable, or move it out of the folder")
