@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import os
 import signal
 import sys
@@ -212,6 +213,24 @@ def _inflation_limit(text: str | None) -> int | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     warnings.showwarning = _show_warning
+    # Started with a standard stream closed (`>&-`, `<&-`), Python leaves it None.
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, for its life)
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115 (reads as empty, never a terminal)
+    if sys.stdout is None:
+        print(
+            "echo-view: error: standard output is closed (give the command an output: "
+            "> FILE, or | less)",
+            file=sys.stderr,
+        )
+        return 2
+    # An ASCII terminal or PYTHONIOENCODING=ascii cannot encode µ, ×, ± or a name's é: shown
+    # as \xb5 escapes instead of a UnicodeEncodeError traceback.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         # argparse drops an error writing --help or --version: the checked stream raises it.

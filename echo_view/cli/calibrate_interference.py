@@ -15,8 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from rich.console import Console
-
+from echo_view.cli.console import console
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError, warn_deprecated
@@ -86,14 +85,14 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         sys.stdout.write(json_text({"schema": json_schema("calibrate-interference"), **rep}))
     else:
-        console = Console(highlight=False, soft_wrap=True)
-        render(rep, console)
-        console.print(
+        term = console(80, soft_wrap=True)
+        render(rep, term)
+        term.print(
             f"wrote the {kind} model to {markup_safe(str(args.output))}"
             + ("" if better else " (the fitted model did not beat the constant one held out)")
         )
         if errs[kind].weighted_abs >= errs["none"].weighted_abs:
-            console.print(
+            term.print(
                 "note: held out, it does not beat ignoring interference on these traces "
                 "(their overlapped kernels show no consistent slowdown)"
             )

@@ -30,6 +30,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         sys.stdout.write(json_text({"schema": json_schema("interference"), **rep}))
     else:
-        render(rep, Console(highlight=False, soft_wrap=True))
+        render(rep, console(80, soft_wrap=True))
     return 0
 
 
