@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -190,12 +191,13 @@ def start_method() -> str:
 
 
 def _worker_signals() -> None:
-    """In a forked worker, the signal handlers a new interpreter has: the command's SIGTERM
-    handler (which raises in its main thread to clean up its outputs) must not run in a
-    worker, which the nanny stops with SIGTERM when it does not exit on request. And the
-    worker ends with the command, however the command ends (:func:`_die_with_parent`)."""
+    """In a forked worker: the command's SIGTERM handler (which raises in its main thread to
+    clean up its outputs) must not run in a worker, which the nanny stops with SIGTERM when it
+    does not exit on request; SIGINT is ignored, as in a spawned one
+    (:func:`_children_ignore_sigint`). And the worker ends with the command, however the
+    command ends (:func:`_die_with_parent`)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
 
 
@@ -275,6 +277,24 @@ def _direct_to_workers() -> bool:
 
 
 @contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """SIGINT ignored while the block starts worker processes, which keep it ignored (an
+    ignored signal stays ignored across exec, and Python installs no handler for it then).
+    A terminal's Ctrl-C reaches its whole foreground process group: workers interrupted in a
+    task printed KeyboardInterrupt tracebacks, or a nanny half-started failed at exit, while
+    the command itself stops them as it leaves. Only the main thread may set handlers; a
+    Ctrl-C in the few seconds the block takes is lost (press it again)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
 def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: on the scheduler at ``scheduler``, else on a local cluster of
     ``workers`` single-threaded worker processes (default: :func:`default_workers`).
@@ -303,7 +323,8 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             n = check_workers(workers if workers is not None else default_workers())
             # Processes, one thread each: the work is pure Python (parsing, simulating) and
             # holds the GIL.
-            with _local_cluster_config():  # read as the servers are made, sent to the workers
+            # read as the servers are made, sent to the workers
+            with _local_cluster_config(), _children_ignore_sigint():
                 cluster = distributed.LocalCluster(
                     n_workers=n,
                     threads_per_worker=1,

@@ -16,7 +16,7 @@ import pytest
 
 from echo_view.cli import main
 from echo_view.sim.plan import SearchEnd
-from tests.cli.sigint import as_in_a_terminal
+from tests.cli.sigint import as_a_terminal_job
 from tests.conftest import ROOT, SAMPLES, TORCH_MISSING
 
 SMALL = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
@@ -149,7 +149,7 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=as_in_a_terminal,
+        preexec_fn=as_a_terminal_job,
     )
     try:
         # A progress line: the workers are tracing and simulating (blocks until one comes;
@@ -160,7 +160,9 @@ def test_ctrl_c_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
         # Worker processes are started from the cluster's threads: every thread's children.
         tasks = Path(f"/proc/{proc.pid}/task").glob("*/children")
         children = [c for t in tasks for c in t.read_text().split()]
-        proc.send_signal(signal.SIGINT)
+        # To the whole group, as a terminal sends it: workers interrupted mid-task printed
+        # KeyboardInterrupt tracebacks of their own.
+        os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
