@@ -88,12 +88,14 @@ class Registry:
 
     def importer_for(self, path: Path) -> Importer:
         """The first importer that recognises ``path``."""
-        if not path.exists():
-            raise InputError("no such file or directory", path=path, hint="check the path")
-        for imp in self.importers:
-            if imp.sniff(path):
-                return imp
-        raise not_a_trace(path, self.formats())
+        reach_input(path)
+        try:
+            imp = next((i for i in self.importers if i.sniff(path)), None)
+        except OSError as exc:  # a sniffer met an unreadable file or directory under ``path``
+            raise unreachable(exc, path) from None
+        if imp is None:
+            raise not_a_trace(path, self.formats())
+        return imp
 
     def formats(self) -> list[str]:
         """The importers' formats in words (their ``description``, else their name)."""
@@ -189,14 +191,52 @@ def _special(mode: int) -> str | None:
     return next((name for test, name in _SPECIAL if test(mode)), None)
 
 
+_UNREACHABLE = {
+    errno.ENOENT: ("no such file or directory", "check the path"),
+    errno.ENOTDIR: ("a part of the path is a file, not a directory", "check the path"),
+    errno.ENAMETOOLONG: ("the name is too long for the file system", "check the path"),
+    errno.ELOOP: ("too many levels of symbolic links", "check the path for a link loop"),
+    errno.EACCES: ("permission denied", "check the permissions of it and the folders above it"),
+    errno.EPERM: ("permission denied", "check the permissions of it and the folders above it"),
+}
+
+
+def unreachable(exc: OSError, path: Path) -> InputError:
+    """An :class:`OSError` met reaching or reading the input ``path`` as a one-line error that
+    names the file it was about (``path``, or a file found under it)."""
+    what, hint = _UNREACHABLE.get(exc.errno or 0, (f"cannot read ({exc.strerror})", "check it"))
+    return InputError(what, path=exc.filename or path, hint=hint)
+
+
+def reach_input(path: Path, *, missing_ok: bool = False) -> os.stat_result | None:
+    """``os.stat(path)`` (links followed), every failure as a one-line :class:`InputError`:
+    a missing path (``None`` where ``missing_ok``), a too long name, a link loop, a file used as
+    a directory, no permission to pass a directory on the way; a directory must be listable."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise unreachable(exc, path) from None
+    except OSError as exc:
+        raise unreachable(exc, path) from None
+    except ValueError:  # a NUL in the name: no file can have it
+        if missing_ok:
+            return None
+        raise InputError("no such file or directory", path=path, hint="check the path") from None
+    if stat.S_ISDIR(st.st_mode) and not os.access(path, os.R_OK | os.X_OK):
+        raise unreachable(OSError(errno.EACCES, os.strerror(errno.EACCES)), path)
+    return st
+
+
 def check_input(path: Path, *, directory_ok: bool = True, wants: str = "a file") -> None:
     """Refuse an input that is not a regular file (or a directory, where ``directory_ok``)
     before anything opens it: a FIFO would block the open, a device never ends. Symbolic links
-    are followed. A missing or unreadable path is left to the reader, which names it.
+    are followed. A path that cannot be reached, or a directory that cannot be listed, is
+    refused (:func:`reach_input`); a missing path is left to the reader, which names it.
     ``wants`` says what to give instead of a directory."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
+    st = reach_input(path, missing_ok=True)
+    if st is None:
         return
     if stat.S_ISDIR(st.st_mode):
         if not directory_ok:
@@ -230,17 +270,33 @@ def _found_in(inp: Path, key: tuple[int, int]) -> Path | None:
     return None
 
 
+def output_target(path: Path) -> Path:
+    """The file an output named ``path`` is written to: where a symbolic link leads, so that the
+    link is kept (renaming a temporary file over the link would replace the link itself)."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+
+
+def _is_file(path: Path, st: os.stat_result) -> bool:
+    """True when ``path`` names the file ``st`` describes."""
+    try:
+        return os.path.samestat(os.stat(path), st)
+    except OSError:
+        return False
+
+
 def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or would replace an input.
 
     The output's directory must exist; an existing output must be a regular file and must not
     be any of ``inputs`` nor a file under an input directory: files are compared by device and
-    inode, so another spelling, a symbolic link or a hard link to an input is caught too.
+    inode, so another spelling, a symbolic link or a hard link to an input is caught too. A
+    symbolic link is judged by the file it leads to (:func:`output_target`).
     """
     path = Path(path)
-    if not path.parent.is_dir():
+    target = output_target(path)
+    if not target.parent.is_dir():
         raise UsageError(
-            f"output directory {str(path.parent)!r} does not exist",
+            f"output directory {str(target.parent)!r} does not exist",
             path=path,
             hint="create it first or write elsewhere",
         )
@@ -256,6 +312,14 @@ def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
     if kind is not None:
         raise UsageError(
             f"the output is {kind}", path=path, hint="echo-view writes regular files only"
+        )
+    if target != path and not _is_file(target, st):
+        # A link the kernel resolves otherwise than its text (/proc/self/fd/N to a deleted
+        # file): writing to the name it spells would not write that file.
+        raise OutputError(
+            "the symbolic link leads to a file that has no name to write to",
+            path=path,
+            hint="give the file itself",
         )
     key = (st.st_dev, st.st_ino)
     for inp in inputs:
@@ -309,7 +373,8 @@ def write_error(exc: OSError, path: Path) -> OutputError:
 
 @contextlib.contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it over ``path``.
+    """Yield a temporary path beside ``path``; on success rename it over ``path`` (over the file
+    a symbolic link ``path`` leads to, keeping the link: :func:`output_target`).
 
     On any exception (and on SIGTERM, which the CLI turns into one) the temporary file is
     removed, so a failed run never leaves a half-written output behind; write errors become
@@ -319,8 +384,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
     """
     path = Path(path)
     check_output(path)
+    target = output_target(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise write_error(exc, path) from None
     tmp_path = Path(tmp)
@@ -330,7 +396,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         yield tmp_path
-        os.replace(tmp_path, path)
+        os.replace(tmp_path, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp_path.unlink()

@@ -20,6 +20,7 @@ from echo_view.errors import InputError, LimitError, OutputError, UsageError
 from echo_view.formats import (
     INFLATION_FLOOR,
     MAX_INFLATION_RATIO,
+    Registry,
     atomic_output,
     check_inflation,
     check_input,
@@ -191,3 +192,95 @@ def test_not_a_trace_says_what_the_input_is_and_what_was_expected(tmp_path: Path
     )
     assert describe_file(tmp_path) == "a directory"
     assert not_a_trace(tmp_path, ["x"]).message == "no trace files in this directory"
+
+
+def test_an_output_link_is_written_through_and_kept(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real.name)
+    with atomic_output(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and real.read_text() == "new"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to("made.json")  # a link to a file yet to be written: it is created
+    with atomic_output(dangling) as tmp:
+        tmp.write_text("made")
+    assert dangling.is_symlink() and (tmp_path / "made.json").read_text() == "made"
+    names = sorted(p.name for p in tmp_path.iterdir())  # no temporary file left
+    assert names == ["dangling.json", "link.json", "made.json", "real.json"]
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+
+
+@needs_proc
+def test_output_links_are_judged_by_where_they_lead(tmp_path: Path) -> None:
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "no" / "out.json")
+    with pytest.raises(UsageError, match=f"output directory '{tmp_path / 'no'}' does not exist"):
+        check_output(link)
+    read_end, write_end = os.pipe()
+    gone = tmp_path / "gone.json"
+    fd = os.open(gone, os.O_CREAT | os.O_WRONLY)
+    gone.unlink()  # /proc/self/fd/N now reads "/…/gone.json (deleted)"
+    try:
+        link.unlink()
+        link.symlink_to(f"/proc/self/fd/{read_end}")  # as /dev/stdout into a pipe
+        with pytest.raises(UsageError, match="the output is a FIFO"):
+            check_output(link)
+        link.unlink()
+        link.symlink_to(f"/proc/self/fd/{fd}")  # as /dev/stdout into a deleted file
+        with pytest.raises(OutputError, match="leads to a file that has no name"):
+            check_output(link)
+    finally:
+        for n in (read_end, write_end, fd):
+            os.close(n)
+    assert link.is_symlink()
+
+
+def test_inputs_that_cannot_be_reached_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "loop_a").symlink_to("loop_b")
+    (tmp_path / "loop_b").symlink_to("loop_a")
+    (tmp_path / "file").write_text("x")
+    cases = {
+        tmp_path / ("n" * 300 + ".json"): "the name is too long for the file system",
+        tmp_path / "loop_a": "too many levels of symbolic links",
+        tmp_path / "file" / "x.json": "a part of the path is a file, not a directory",
+    }
+    registry = Registry()
+    for path, what in cases.items():
+        for call in (check_input, registry.importer_for):
+            with pytest.raises(InputError) as err:
+                call(path)
+            assert err.value.path == str(path) and err.value.message == what
+
+
+def test_a_directory_that_cannot_be_listed_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    # Root may list anything: deny the permission check as a chmod 000 would for a user.
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != job)
+    for call in (check_input, Registry().importer_for):
+        with pytest.raises(InputError, match="permission denied") as err:
+            call(job)
+        assert err.value.path == str(job)
+    check_input(tmp_path)
+
+
+def test_a_sniffer_meeting_an_unreadable_file_names_it(tmp_path: Path) -> None:
+    locked = tmp_path / "rank0.json"
+
+    class Sniffer:
+        name = "sniffer"
+
+        def sniff(self, path: Path) -> bool:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(locked))
+
+    registry = Registry()
+    registry.add_importer(Sniffer())  # type: ignore[arg-type]  # sniff is all it needs
+    with pytest.raises(InputError) as err:
+        registry.importer_for(tmp_path)
+    assert err.value.one_line().startswith(f"{locked}: permission denied (")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
+import stat
 import sys
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -16,11 +18,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
 
+from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.errors import InputError, LimitError, UsageError
-from echo_view.formats import Importer, Registry, atomic_output, check_output, not_a_trace
+from echo_view.formats import (
+    Importer,
+    Registry,
+    atomic_output,
+    check_output,
+    not_a_trace,
+    reach_input,
+    unreachable,
+)
 from echo_view.validate import (
     ContainerFacts,
     FileValidator,
@@ -36,6 +46,7 @@ from echo_view.validate.imported import check_rank, join_rank_checks
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
+from importers.folder import folder_files
 from importers.nsys import captures_in
 
 if TYPE_CHECKING:
@@ -115,16 +126,18 @@ class _Job:
 def _trace_files(directory: Path) -> list[Path]:
     """The traces in ``directory``: JSON, protobuf and Nsight Systems captures (each capture
     once: not a report beside its SQLite export)."""
+    # A trace by its name that cannot be read is refused, not skipped.
     own = [
         p
-        for p in directory.iterdir()
-        if p.is_file()
-        and (
-            (p.name.endswith(_JSON_SUFFIXES) and looks_like_trace(sniff_head(p)))
-            or p.name.endswith(_PROTO_SUFFIXES)
-        )
+        for p in folder_files(directory, (*_JSON_SUFFIXES, *_PROTO_SUFFIXES))
+        if p.name.endswith(_PROTO_SUFFIXES) or looks_like_trace(sniff_head(p))
     ]
     return sorted({*own, *captures_in(directory)})
+
+
+def _fail(exc: OSError) -> None:
+    """``os.walk``'s ``onerror``: a directory it cannot list stops the walk."""
+    raise exc
 
 
 def expand(paths: list[Path], as_job: bool) -> list[_Job]:
@@ -133,15 +146,19 @@ def expand(paths: list[Path], as_job: bool) -> list[_Job]:
     jobs: list[_Job] = []
     loose = _Job("the given files")
     for path in paths:
-        if not path.exists():
-            raise InputError("no such file or directory", path=path, hint="check the path")
-        if path.is_dir():
+        st = reach_input(path)
+        if st is not None and stat.S_ISDIR(st.st_mode):
             # os.walk does not descend into symbolic links: a linked directory may lead out
-            # of the one given (or back into it, forever).
-            for d in sorted({path, *(Path(top) for top, _, _ in os.walk(path))}):
-                files = _trace_files(d)
-                if files:
-                    jobs.append(_Job(str(d), files))
+            # of the one given (or back into it, forever). A sub-directory it cannot list is
+            # an error, not skipped: its ranks would be missing from the job.
+            try:
+                tops = {path, *(Path(top) for top, _, _ in os.walk(path, onerror=_fail))}
+                for d in sorted(tops):
+                    files = _trace_files(d)
+                    if files:
+                        jobs.append(_Job(str(d), files))
+            except OSError as exc:
+                raise unreachable(exc, path) from None
         elif as_job:
             loose.files.append(path)
         else:
@@ -324,6 +341,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.fix:
         if args.output is None:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
+        if not args.output.name.endswith(_JSON_SUFFIXES):  # the rule of every other writer
+            raise UsageError(
+                f"cannot write a repaired trace to {args.output.name!r}",
+                hint="use .json or .json.gz",
+            )
         src = _fix_input(args.paths)
         if src.name.endswith(_PROTO_SUFFIXES) or importer_for_other(src, registry):
             raise UsageError("--fix repairs JSON traces only", path=src)
@@ -341,7 +363,32 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         doc = report.to_json()
         if args.fix:
             doc["fix"] = {"output": str(args.output), "changes": changes}
-        sys.stdout.buffer.write(_ENCODER.encode(doc) + b"\n")
+        sys.stdout.buffer.write(_encode(doc) + b"\n")
     else:
-        Console(highlight=False, soft_wrap=True).print(render_report(report, args.show, changes))
+        console(80, soft_wrap=True).print(render_report(report, args.show, changes))
     return report.exit_code()
+
+
+def _encode(doc: Any) -> bytes:
+    """``doc`` as JSON; a string holding a lone surrogate (a file name that is not UTF-8, as
+    Python decodes it), which UTF-8 cannot encode, is written with ``\\udcXX`` escapes, as
+    :func:`~echo_view.formats.json_text` writes it for the other commands."""
+    try:
+        return _ENCODER.encode(doc)
+    except UnicodeEncodeError:
+        return _ENCODER.encode(_escape_surrogates(doc))
+
+
+def _escape_surrogates(value: Any) -> Any:
+    """``value`` with each string UTF-8 cannot encode pre-encoded as ASCII JSON."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return msgspec.Raw(json.dumps(value).encode("ascii"))
+        return value
+    if isinstance(value, dict):
+        return {k: _escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escape_surrogates(v) for v in value]
+    return value

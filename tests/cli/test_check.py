@@ -5,9 +5,14 @@ many keeps its finding or its one-line error."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
+import json
+import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -108,3 +113,78 @@ def test_a_damaged_rank_file_among_many(tmp_path: Path, capsys: pytest.CaptureFi
         f"{gz}/rank0.json.gz",
     )
     assert "--max-inflated-bytes" in err
+
+
+def test_json_report_on_a_file_name_that_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    name = os.fsdecode(b"r0_\xff.json.gz")  # Python's surrogate escape: UTF-8 cannot encode it
+    (job / name).write_bytes(min(DLRM.glob("*.json.gz")).read_bytes())
+    assert main(["check", str(job), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["files"][0]["path"] == str(job / name)  # as info --json writes it: \udcff
+    main(["info", str(job / name), "--json"])
+    assert json.loads(capsys.readouterr().out)["source"] == str(job / name)
+
+
+def test_fix_writes_only_json_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = min(DLRM.glob("*.json.gz"))
+    for out in ("-", "fixed.txt", "fixed"):
+        err = refused(
+            ["check", str(src), "--fix", "-o", str(tmp_path / out)], capsys, tmp_path, [src], ""
+        )
+        assert (
+            err
+            == f"echo-view: error: cannot write a repaired trace to '{out}' (use .json or .json.gz)"
+        )
+
+
+def test_fix_writes_through_an_output_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = min(DLRM.glob("*.json.gz"))
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert main(["check", str(src), "--fix", "-o", str(link)]) == 0
+    assert link.is_symlink() and real.read_bytes().startswith(b"{")
+    # A link to a device or a pipe (what /dev/stdout is) is refused as what it leads to.
+    link.unlink()
+    link.symlink_to("/dev/null")
+    refused(
+        ["check", str(src), "--fix", "-o", str(link)], capsys, tmp_path, [src], "a character device"
+    )
+    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+
+
+def test_a_sub_directory_that_cannot_be_listed_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = tmp_path / "job"
+    (job / "locked").mkdir(parents=True)
+    (job / "rank0.json.gz").write_bytes(min(DLRM.glob("*.json.gz")).read_bytes())
+    listdir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        # Root may list anything: refuse as a chmod 000 would for a user.
+        if Path(path) == job / "locked":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    err = refused(["check", str(job)], capsys, tmp_path, [job], "permission denied")
+    assert err.startswith(f"echo-view: error: {job / 'locked'}: permission denied (")
+
+
+def test_a_trace_of_a_folder_that_cannot_be_read_is_named_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A FIFO named as a rank file: skipped, the folder was checked without it (exit 0).
+    shutil.copy(SAMPLES / "hta_sampled_128" / "sampled_rank-0.json.gz", tmp_path / "r0.json.gz")
+    os.mkfifo(tmp_path / "r1.json.gz")
+    assert main(["check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "r1.json.gz: not a regular file" in err and len(err.splitlines()) == 1, err

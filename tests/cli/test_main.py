@@ -135,6 +135,50 @@ def test_a_full_standard_output_is_one_line(argv: list[str]) -> None:
     )
 
 
+def test_an_ascii_output_encoding_gets_escapes_not_a_traceback() -> None:
+    # info prints µs and a per-GPU table; it ended in a UnicodeEncodeError traceback.
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert b"\\xb5s" in run.stdout and run.stdout.isascii()
+
+
+def test_closed_standard_streams_are_one_line() -> None:
+    """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
+    AttributeError traceback."""
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        pass_fds=(),
+        preexec_fn=lambda: os.close(1),
+    )
+    assert run.returncode == 2
+    assert run.stderr == (
+        "echo-view: error: standard output is closed (give the command an output: > FILE, or "
+        "| less)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "tui", str(DLRM[0])],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert run.returncode == 2 and "the terminal UI needs a terminal" in run.stderr
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
 def test_a_read_only_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ro = tmp_path / "ro"
@@ -236,3 +280,74 @@ def test_a_full_or_read_only_tmpdir_is_one_line(
     monkeypatch.setattr("tempfile.TemporaryDirectory", read_only)
     err = refused(["info", str(NSYS)], capsys, tmp_path, [NSYS], "Read-only file system")
     assert err.startswith(f"echo-view: error: {NSYS}: cannot create a temporary directory")
+
+
+_UNREACHABLE_COMMANDS = [
+    ["info", "{path}"],
+    ["check", "{path}"],
+    ["export", "{path}", "-o", "{tmp}/out.json"],
+    ["simulate", "{path}"],
+    ["diff", "{path}", str(DLRM[0])],
+]
+
+
+@pytest.mark.parametrize("command", _UNREACHABLE_COMMANDS, ids=lambda c: c[0])
+def test_inputs_that_cannot_be_reached_are_one_line(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A too long name, a link loop, a file used as a directory: once OSError tracebacks."""
+    (tmp_path / "loop_a").symlink_to("loop_b")
+    (tmp_path / "loop_b").symlink_to("loop_a")
+    (tmp_path / "file").write_text("x")
+    for path, what in [
+        (tmp_path / ("n" * 300 + ".json"), "the name is too long for the file system"),
+        (tmp_path / "loop_a", "too many levels of symbolic links"),
+        (tmp_path / "file" / "x.json", "a part of the path is a file, not a directory"),
+    ]:
+        argv = [a.format(path=path, tmp=tmp_path) for a in command]
+        err = refused(argv, capsys, tmp_path, [tmp_path / "file"], what)
+        assert err.startswith(f"echo-view: error: {path}: {what} (")
+
+
+@pytest.mark.parametrize("command", _UNREACHABLE_COMMANDS, ids=lambda c: c[0])
+def test_a_directory_that_cannot_be_listed_is_one_line(
+    command: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(DLRM[0], job)
+    # Root may list anything: deny the permission check as a chmod 000 would for a user.
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != job and access(p, mode))
+    argv = [a.format(path=job, tmp=tmp_path) for a in command]
+    err = refused(argv, capsys, tmp_path, [job], "permission denied")
+    assert err.startswith(f"echo-view: error: {job}: permission denied (")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a directory without permissions anyway")
+def test_an_unreadable_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job"
+    (job / "inner").mkdir(parents=True)
+    shutil.copy(DLRM[0], job / "inner")
+    for locked in (job, job / "inner"):
+        locked.chmod(0)
+        try:
+            path = job / "inner" if locked == job else locked  # passing, then listing
+            refused(["info", str(path)], capsys, tmp_path, [], "permission denied")
+        finally:
+            locked.chmod(0o755)
+
+
+def test_export_writes_through_an_output_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "lo.json"
+    link.symlink_to(real.name)
+    assert main(["export", str(DLRM[0]), "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(real.read_text())["traceEvents"]
+    assert listing(tmp_path) == ["lo.json", "real.json"]
