@@ -24,6 +24,7 @@ from echo_view.analysis.diff import JobDiff, diff_jobs
 from echo_view.errors import EchoViewError
 from echo_view.formats import Progress
 from echo_view.model import Job
+from echo_view.text import printable
 from echo_view.tui.calltree import CallTreeScreen
 from echo_view.tui.commands import EchoCommands
 from echo_view.tui.diffscreen import DiffScreen
@@ -153,15 +154,18 @@ class EchoViewApp(App[None]):
             for i, item in enumerate(self.inputs):
                 if isinstance(item, Job):
                     jobs.append(item)
-                    titles.append(item.source or f"input {i + 1}")
+                    title = item.source or f"input {i + 1}"
                 else:
                     if self.loader is None:
                         raise ValueError("a path was given but no loader")
                     self._progress(f"reading {item}", -1)
                     jobs.append(self.loader(item, self._progress))
-                    titles.append(str(item))
+                    title = str(item)
                 if self.titles is not None:
-                    titles[-1] = self.titles[i]
+                    title = self.titles[i]
+                # File names and sources are input: an ESC or U+202E in one would reach the
+                # terminal through every header that shows it.
+                titles.append(printable(title))
                 if worker.is_cancelled:
                     return
         except EchoViewError as exc:

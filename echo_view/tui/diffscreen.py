@@ -177,7 +177,7 @@ class DiffScreen(Screen[None]):
         code, text = d.verdict
         colour = {"match": "#98c379", "b_slower": "#e06c75", "b_faster": "#61afef"}.get(code, "")
         head = Text(f"A: {printable(d.a_source)}\nB: {printable(d.b_source)}\n", style="dim")
-        head.append(text, style=f"bold {colour}")
+        head.append(printable(text), style=f"bold {colour}")  # names the top kernel class
         head.append(verdict_line(d))
         self.query_one("#verdict", Static).update(head)
         bars = Table.grid()

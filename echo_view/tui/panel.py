@@ -10,10 +10,12 @@ import numpy as np
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Input
 
 from echo_view.analysis.steps import steps_of
+from echo_view.text import printable
 from echo_view.tui.calltree import MIN_DURATIONS, CallTreeScreen
 from echo_view.tui.details import DetailsPane
 from echo_view.tui.index import TimelineIndex
@@ -58,7 +60,11 @@ def view_steps(index: TimelineIndex, source: int = 0) -> Steps:
 
 
 class StatusLine(Widget):
-    """One line of text; redrawn without a layout pass (it changes on every key)."""
+    """One line of text; redrawn without a layout pass (it changes on every key).
+
+    The text holds input strings (lane and kernel names, the typed query): it is shown as
+    written, control characters escaped and never parsed as markup (``[/]`` would end the app,
+    ``[@click=app.quit]`` would make a click quit it)."""
 
     DEFAULT_CSS = "StatusLine { height: 1; background: $panel; color: $text-muted; }"
 
@@ -67,12 +73,13 @@ class StatusLine(Widget):
         self.text = ""
 
     def show(self, text: str) -> None:
+        text = printable(text)
         if text != self.text:
             self.text = text
             self.refresh()
 
-    def render(self) -> str:
-        return self.text
+    def render(self) -> Content:
+        return Content(self.text)  # plain text: a str would be parsed as markup
 
 
 class TimelinePanel(Vertical):
@@ -263,7 +270,7 @@ class TimelinePanel(Vertical):
 
     def find_exact(self, name: str) -> None:
         """Search for events named exactly ``name`` and select the first one."""
-        self._run_search(f"^{re.escape(name)}$", label=name[:40])
+        self._run_search(f"^{re.escape(name)}$", label=printable(name)[:40])
         self.action_next_match(1)
 
     def _run_search(self, query: str, label: str | None = None) -> None:
@@ -276,7 +283,8 @@ class TimelinePanel(Vertical):
         tl.matches = self.matches.starts
         tl.invalidate()
         if not len(self.matches):
-            self.notify(f"no event name matches {query!r}", severity="warning")
+            # repr escapes control characters; markup=False keeps "[/]" from being parsed.
+            self.notify(f"no event name matches {query!r}", severity="warning", markup=False)
         self._update_status()
 
     def action_next_match(self, direction: int) -> None:

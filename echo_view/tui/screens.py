@@ -7,9 +7,11 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Center, Middle
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, ProgressBar
 
+from echo_view.text import printable
 from echo_view.tui.index import TimelineIndex
 from echo_view.tui.panel import Steps, TimelinePanel
 
@@ -29,7 +31,8 @@ class LoadingScreen(Screen[None]):
 
     def report(self, message: str, fraction: float) -> None:
         """Show ``message``; ``fraction`` in [0, 1], or negative when unknown."""
-        self.query_one("#message", Label).update(message)
+        # The message names the input file: shown as written, never parsed as markup.
+        self.query_one("#message", Label).update(Content(printable(message)))
         bar = self.query_one("#progress", ProgressBar)
         if fraction < 0:
             bar.update(total=None)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -56,6 +57,16 @@ def default_label_width(longest: int, width: int) -> int:
     """The lane-name column for labels of ``longest`` characters on a ``width``-cell terminal:
     the labels plus the separator, within ``MIN_LABEL_WIDTH`` and a fifth of the width."""
     return max(MIN_LABEL_WIDTH, min(longest + 1, max(12, width // 5)))
+
+
+@lru_cache(maxsize=4096)
+def fit_label(label: str, width: int) -> str:
+    """``label`` cut (``…`` marking the cut) or padded to ``width - 1`` terminal cells, then the
+    ``│`` separator: ``width`` cells in all, whatever wide (CJK, emoji) or zero-width characters
+    it holds. Cached: every row's label is fitted on each redraw, from few distinct labels."""
+    if cell_len(label) > width - 1:  # cut: say so (widen the column with >)
+        return set_cell_size(label, width - 2) + "…│"
+    return set_cell_size(label, width - 1) + "│"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +228,7 @@ class TimelineView(ScrollView, can_focus=True):
                 else:
                     rows.append(RowRef(gi, t, False))
         self.rows = rows
-        self._longest_label = max((len(self._label_text(r)) for r in rows), default=0)
+        self._longest_label = max((cell_len(self._label_text(r)) for r in rows), default=0)
         self.virtual_size = Size(self.size.width, len(rows))
         self.cursor = min(self.cursor, max(0, len(rows) - 1))
         self._forget_rows()
@@ -352,10 +363,7 @@ class TimelineView(ScrollView, can_focus=True):
         if row_no == self.cursor and self.has_focus:
             label_style += _REVERSE
         lw = self.label_width
-        if len(label) > lw - 1:  # cut: say so (widen the column with >)
-            label = label[: lw - 2] + "…"
-        label = label.ljust(lw - 1) + "│"
-        segs = [Segment(label, label_style)]
+        segs = [Segment(fit_label(label, lw), label_style)]
         track = ref.track
         if track is not None:
             trace = self.index.trace(track.source, track.trace)
