@@ -11,14 +11,22 @@ from rich.console import Console
 MIN_WIDTH = 40
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1, which `check` uses for "errors found": let the CLI end
+        # the command as for any other write to a closed pipe.
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console(width: int = 160, *, soft_wrap: bool = False) -> Console:
     """A console that does not squeeze tables when output is piped (``width`` columns then)
     and never draws narrower than :data:`MIN_WIDTH`; ``soft_wrap``: long lines of text are
     left for the terminal to wrap, not folded."""
-    out = Console(highlight=False, soft_wrap=soft_wrap)
+    out = _Console(highlight=False, soft_wrap=soft_wrap)
     if out.is_terminal and out.width >= MIN_WIDTH:
         return out
-    return Console(
+    return _Console(
         highlight=False,
         soft_wrap=soft_wrap,
         width=max(MIN_WIDTH, out.width) if out.is_terminal else width,

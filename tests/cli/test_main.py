@@ -148,6 +148,26 @@ def test_an_ascii_output_encoding_gets_escapes_not_a_traceback() -> None:
     assert b"\\xb5s" in run.stdout and run.stdout.isascii()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["info", str(DLRM[0])], ["check", str(DLRM[0])], ["info", str(DLRM[0]), "--json"]],
+    ids=["info", "check", "info-json"],
+)
+def test_a_reader_that_stops_early_ends_the_command_quietly(argv: list[str]) -> None:
+    """`| head -1`: rich's tables exited with status 1 (`check`'s "errors found")."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echo_view", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(5)
+    proc.stdout.close()  # the reader goes: every later write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and err == b""
+
+
 def test_closed_standard_streams_are_one_line() -> None:
     """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
     AttributeError traceback."""
