@@ -225,6 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        os.getcwd()
+    except OSError:  # relative paths, imports and worker processes all need it
+        print(
+            "echo-view: error: the current directory no longer exists (cd to one that does)",
+            file=sys.stderr,
+        )
+        return 2
     # An ASCII terminal or PYTHONIOENCODING=ascii cannot encode µ, ×, ± or a name's é: shown
     # as \xb5 escapes instead of a UnicodeEncodeError traceback.
     for stream in (sys.stdout, sys.stderr):

@@ -168,6 +168,29 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(argv: list[str]) -> 
     assert proc.wait(timeout=120) == 0 and err == b""
 
 
+def test_a_current_directory_removed_is_one_line(tmp_path: Path) -> None:
+    # `plan --workers 2` hung (its workers could not start), `trace` printed a foreign error.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_and_remove() -> None:
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=enter_and_remove,
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (
+        "echo-view: error: the current directory no longer exists (cd to one that does)\n"
+    )
+
+
 def test_closed_standard_streams_are_one_line() -> None:
     """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
     AttributeError traceback."""
