@@ -96,12 +96,12 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         top=args.top,
         tolerance_pct=args.tolerance,
     )
+    if args.plot is not None:  # first: an output that cannot be written stops the report too
+        write_plot(diff, args.plot)
     if args.json:
         sys.stdout.write(json_text(diff.to_json()))
     else:
         render(diff, console(width=140))
-    if args.plot is not None:
-        write_plot(diff, args.plot)
     if args.fail_above is not None:
         err = diff.error_pct
         if err is None or err > args.fail_above:

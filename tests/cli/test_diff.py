@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Sequence
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.cli import build_parser
-from echo_view.errors import InputError, UsageError
+from echo_view.errors import InputError, OutputError, UsageError
 from echo_view.formats import Progress, Registry, no_progress
 from echo_view.model import (
     ClockAlignment,
@@ -143,6 +144,27 @@ def test_plot_is_written_atomically(
     assert code == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_plot_that_cannot_be_written_stops_before_the_report(
+    pair: tuple[Path, Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A read-only folder (which root writes anyway, so the refusal is made here): the report
+    # was printed whole before the error.
+    pytest.importorskip("matplotlib")
+    import echo_view.formats as formats
+
+    def denied(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(formats.tempfile, "mkstemp", denied)
+    a, b, _ = pair
+    with pytest.raises(OutputError, match="Permission denied"):
+        _run(["diff", str(a), str(b), "--plot", str(tmp_path / "diff.png")], capsys)
+    assert capsys.readouterr().out == ""
 
 
 def test_plot_title_is_whole_and_legends_cover_no_bar(pair: tuple[Path, Path, Path]) -> None:
