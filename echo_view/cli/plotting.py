@@ -3,6 +3,7 @@ matplotlib imported only when a plot is drawn, and the figure written atomically
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ def plot_format(path: Path) -> str:
 
 def new_figure(**kwargs: Any) -> Figure:
     """A matplotlib Figure on the Agg backend; a UsageError when matplotlib is missing."""
+    # With a home folder it cannot write, matplotlib logs two lines about the temporary
+    # folder it takes instead (which works): noise on stderr for the user.
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     try:
         import matplotlib
 

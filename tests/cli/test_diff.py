@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ from echo_view.model import (
     Trace,
     TraceBuilder,
 )
+from tests.conftest import ROOT, SAMPLES
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -165,6 +168,24 @@ def test_a_plot_that_cannot_be_written_stops_before_the_report(
     with pytest.raises(OutputError, match="Permission denied"):
         _run(["diff", str(a), str(b), "--plot", str(tmp_path / "diff.png")], capsys)
     assert capsys.readouterr().out == ""
+
+
+def test_a_home_folder_matplotlib_cannot_write_adds_nothing_to_stderr(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    home = tmp_path / "home"
+    home.write_text("a file, not a folder")
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CONFIG_HOME")}
+    job = str(SAMPLES / "hta_sampled_128")
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "diff", job, job, "--plot", str(tmp_path / "d.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**env, "HOME": str(home)},
+    )
+    assert run.returncode == 0 and run.stderr == ""  # matplotlib logged two lines here
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_title_is_whole_and_legends_cover_no_bar(pair: tuple[Path, Path, Path]) -> None:
