@@ -27,9 +27,10 @@ the ``K`` fastest layouts (and the Pareto front) are those of the exhaustive sea
 same numbers.
 
 Budget: simulation time grows with a layout's pipeline passes (:func:`passes`), and a model of
-thousands of thin layers can hold thousands of layouts of millions of passes whose floors all
-lie within a fraction of a percent of each other, where no floor rules anything out (hours of
-search). The search stops once the layouts it simulates hold a budget of passes
+thousands of thin layers holds thousands of layouts of up to millions of passes, a few seconds
+to minutes each, whose floors can lie within a fraction of a percent of each other, so that
+little is ruled out. So that a search ends in bounded time whatever the model, it stops once
+the layouts it simulates hold a budget of passes
 (:data:`MAX_PLAN_PASSES` by default; :class:`SerialReplay` makes a parallel search stop where a
 serial one does) and reports how (:class:`SearchEnd`): the layouts left are
 reported by count with the least of their floors, below which the ranking is still exact (no
