@@ -165,7 +165,7 @@ class EventChunk(Generic[T]):
         except msgspec.ValidationError as exc:
             raise validation_error(self.path, self.first_index, exc) from None
         except msgspec.DecodeError as exc:
-            msg, k = split_decode_error(exc)
+            msg, k = split_decode_error(exc, self.text)
             where = self.locate(len(self.text) - 1 if k is None else k)
             raise InputError(
                 f"invalid JSON: {msg}", path=self.path, where=where, hint=HINT_JSON
@@ -351,7 +351,7 @@ class Container(TextCursor):
         except msgspec.ValidationError as exc:
             raise validation_error(self.path, self.event_count, exc) from None
         except msgspec.DecodeError as exc:
-            msg, k = split_decode_error(exc)
+            msg, k = split_decode_error(exc, text)
             return None, msg, k, text
         self.event_count += len(chunk.events)
         return chunk, "", None, text
@@ -384,8 +384,8 @@ class Container(TextCursor):
             self._restore(view)
             raise validation_error(self.path, self.event_count, exc) from None
         except msgspec.DecodeError as exc:
+            msg, k = split_decode_error(exc, view)
             self._restore(view)
-            msg, k = split_decode_error(exc)
             return None, msg, k, end - start + 2
         chunk: EventChunk[Any] = EventChunk(
             self.path, self.event_count, events, view, self._base + start

@@ -76,13 +76,28 @@ def json_kind(first: int) -> str:
     return "a number" if c == "-" or c.isdigit() else ""
 
 
-def split_decode_error(exc: msgspec.DecodeError) -> tuple[str, int | None]:
-    """msgspec's message without its ``(byte N)`` suffix, and N (``None`` when absent)."""
-    text = str(exc)
-    m = _BYTE.search(text)
-    if m is None:
-        return text.removeprefix("JSON is malformed: "), None
-    return text[: m.start()].removeprefix("JSON is malformed: "), int(m.group(1))
+def split_decode_error(
+    exc: msgspec.DecodeError, text: bytes | bytearray | memoryview | None = None
+) -> tuple[str, int | None]:
+    """msgspec's message without its ``(byte N)`` suffix, and N (``None`` when absent).
+
+    msgspec names no byte for a string that is not UTF-8: given the ``text`` it decoded, the
+    first such byte is found here, so that bad bytes are told from a text cut short (a
+    truncated array form would otherwise end at them, the rest of its events dropped)."""
+    message = str(exc)
+    m = _BYTE.search(message)
+    if m is not None:
+        return message[: m.start()].removeprefix("JSON is malformed: "), int(m.group(1))
+    if text is not None and message.startswith("Invalid UTF-8"):
+        try:
+            bytes(text).decode("utf-8")
+        except UnicodeDecodeError as bad:
+            if bad.reason != "unexpected end of data":  # not a character cut by the text's end
+                return (
+                    f"a string holds bytes that are not UTF-8 (0x{bad.object[bad.start]:02x})",
+                    bad.start,
+                )
+    return message.removeprefix("JSON is malformed: "), None
 
 
 def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError) -> InputError:
@@ -364,7 +379,8 @@ class TextCursor:
         try:
             key = msgspec.json.decode(self._buf[self._pos : end], type=str)
         except msgspec.DecodeError as exc:
-            raise self._json_error(f"invalid JSON: {split_decode_error(exc)[0]}") from None
+            msg, k = split_decode_error(exc, self._buf[self._pos : end])
+            raise self._json_error(f"invalid JSON: {msg}", self._pos + (k or 0)) from None
         self._pos = end
         if self._skip_ws() != ord(":"):
             raise self._json_error("invalid JSON: expected ':' after a key")
@@ -380,7 +396,7 @@ class TextCursor:
         try:
             value = msgspec.json.decode(self._buf[start:end])
         except msgspec.DecodeError as exc:
-            msg, k = split_decode_error(exc)
+            msg, k = split_decode_error(exc, self._buf[start:end])
             raise self._json_error(f"invalid JSON: {msg}", start + (k or 0)) from None
         self._pos = end
         return value

@@ -285,6 +285,33 @@ def test_invalid_json_reports_line_and_column(tmp_path: Path) -> None:
         assert err.where == "line 103 column 21"  # the second comma
 
 
+@pytest.mark.parametrize(
+    "bad", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80"], ids=["0xff", "overlong", "surrogate"]
+)
+@pytest.mark.parametrize("form", ["array", "object"])
+def test_bytes_that_are_not_utf8_are_named_where_they_are(
+    tmp_path: Path, bad: bytes, form: str
+) -> None:
+    # msgspec names no byte for them: the array form read them as the file's end and dropped
+    # every later event (exit 0); the object form blamed the end of the file.
+    lines = [json.dumps(e) + "," for e in events(120)]
+    lines[100] = lines[100].replace('"a},', '"a}BAD,', 1)
+    body = "\n".join(lines)[:-1]
+    text = ("[\n" + body + "]" if form == "array" else '{"traceEvents": [\n' + body + "]}").encode()
+    path = write(tmp_path / "bad.json", text.replace(b"BAD", bad))
+    for chunk_bytes in (1024, 1 << 20):
+        err = error_of(path, chunk_bytes)
+        assert f"not UTF-8 (0x{bad[0]:02x})" in err.message
+        assert err.where == f"line 102 column {lines[100].index('BAD') + 1}"
+
+
+def test_a_character_cut_by_the_end_of_an_array_form_is_a_truncation(tmp_path: Path) -> None:
+    evs = events(50)
+    text = json.dumps(evs).encode()[:-1] + b', {"ph": "X", "name": "\xe4\xb8'  # 中, cut
+    c, got = read_all(write(tmp_path / "cut.json", text))
+    assert got == evs and c.truncated
+
+
 def test_invalid_json_in_the_header(tmp_path: Path) -> None:
     err = error_of(write(tmp_path / "h.json", b'{"a": [1, 2,, 3], "traceEvents": []}'))
     assert "invalid JSON" in err.message and err.where == "line 1 column 13"
