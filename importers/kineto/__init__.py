@@ -136,6 +136,14 @@ def read_file(
             )
         trim_heap()
         columns = cols.finish()
+        if not len(columns.phase):  # only metadata, flows or unmatched ends: nothing to show
+            raise InputError(
+                f"the trace holds no slices, instants or counters ({c.event_count:,} events, "
+                "all metadata, flow or unmatched end records)",
+                path=path,
+                where="traceEvents",
+                hint="check that the profiler recorded anything",
+            )
         check_args_text(columns.args_blob, columns.args_offsets, columns.index, path)
         trim_heap()
         return ParsedFile(path, columns, c.top, c.form, c.truncated, c.dropped_bytes, c.text_bytes)

@@ -322,6 +322,15 @@ def test_other_files_and_folders_of_a_job_folder_are_left_alone(tmp_path: Path) 
     assert read(tmp_path).ranks == (0,)
 
 
+def test_a_trace_of_metadata_only_is_refused_like_an_empty_one(tmp_path: Path) -> None:
+    # It was read as a job of 0 events, whose export (traceEvents: []) was then refused.
+    meta = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}]
+    flows = [{"ph": "s", "id": 1, "name": "f", "cat": "c", "pid": 1, "tid": 1, "ts": 1}]
+    path = write_trace(tmp_path / "meta.json", meta + flows)
+    err = error_of(path)
+    assert err.message.startswith("the trace holds no slices, instants or counters (2 events")
+
+
 def test_missing_and_empty_inputs(tmp_path: Path) -> None:
     assert "no such file" in error_of(tmp_path / "nope.json").message
     (tmp_path / "empty").mkdir()
