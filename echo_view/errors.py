@@ -85,6 +85,12 @@ def in_file(path: str | Path | None) -> Iterator[None]:
         raise
 
 
+class InputNote(UserWarning):
+    """What reading an input repaired or left out that the results carry (a slice of negative
+    duration read as 0 long, a trace cut short): the CLI prints it as one ``echo-view:
+    warning:`` line; Python callers see a ``UserWarning``."""
+
+
 class Deprecated(FutureWarning):
     """A deprecated spelling (config key, option) that still works for one release. The CLI
     prints it as one ``echo-view: warning:`` line; Python callers see a ``FutureWarning``."""

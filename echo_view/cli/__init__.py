@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from echo_view import __version__
-from echo_view.errors import Deprecated, EchoViewError, OutputError, UsageError
+from echo_view.errors import Deprecated, EchoViewError, InputNote, OutputError, UsageError
 from echo_view.formats import (
     INFLATION_FLOOR,
     MAX_INFLATION_RATIO,
@@ -84,7 +84,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _show_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
     """echo-view's own warnings as one ``echo-view: warning:`` line on stderr."""
-    if issubclass(category, Deprecated):
+    if issubclass(category, Deprecated | InputNote):
         print(f"echo-view: warning: {printable(cut_middle(str(message)))}", file=sys.stderr)
     else:
         _SHOW_WARNING(message, category, *rest, **kw)

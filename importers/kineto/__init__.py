@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from echo_view.errors import InputError
+from echo_view.errors import InputError, InputNote
 from echo_view.model import ClockAlignment, EventTable, Job, JobHead, StringTable, Trace
 from echo_view.model.job import rank_problem
 from importers.chrome_json import (
@@ -372,7 +373,7 @@ class KinetoImporter:
         digests = [
             RankDigest(t.rank, t.world_size, len(t), clock_facts(t), digest(t)) for t in part.traces
         ]
-        return FilePart(part.path, [], part.alignment, part.meta, digests)
+        return FilePart(part.path, [], part.alignment, part.meta, digests, part.notes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,6 +399,35 @@ class FilePart:
     meta: dict[str, object] = field(default_factory=dict)
     #: The traces as :class:`RankDigest` instead (:meth:`KinetoImporter.digest_part`).
     digests: list[RankDigest] = field(default_factory=list)
+    #: What reading the file repaired or dropped (:func:`repair_notes`), warned by the client.
+    notes: list[str] = field(default_factory=list)
+
+
+#: Import notes that change what the results count, in words (the others, such as flow ends
+#: whose start a sampled trace left out, are routine and stay in the trace's metadata).
+_REPAIRS = {
+    "negative_durations_set_to_zero": "slice(s) of negative duration read as 0 long (Perfetto "
+    "drops them)",
+    "unmatched_end_events": "end event(s) (E, e) without a begin, dropped",
+    "unclosed_begin_events": "begin event(s) (B, b) never ended, read as 0 long",
+}
+
+
+def repair_notes(path: Path, parsed: ParsedFile, traces: Sequence[Trace]) -> list[str]:
+    """One line per repair reading ``path`` made: an array form cut inside an event (without
+    its ``]``, which the format lets a tracer leave out, but with a half-written last event),
+    and the counts of :data:`_REPAIRS` over its traces."""
+    notes = []
+    if parsed.truncated and parsed.dropped_bytes:
+        notes.append(
+            f"{path}: the event array ends inside an event (a trace cut short): "
+            f"{parsed.dropped_bytes:,} bytes of a half-written last event dropped"
+        )
+    for key, words in _REPAIRS.items():
+        count = sum(int(t.metadata.get("import_notes", {}).get(key, 0)) for t in traces)
+        if count:
+            notes.append(f"{path}: {count:,} {words}")
+    return notes
 
 
 def read_part(
@@ -421,6 +451,7 @@ def read_part(
         pieces = [(rank, parsed.columns, {"rank_source": how})]
     for rank, fc, extra in pieces:
         part.traces.append(build_trace(parsed, fc, rank, extra))
+    part.notes = repair_notes(path, parsed, part.traces)
     return part
 
 
@@ -439,12 +470,14 @@ class JobParts:
         self.world: dict[int, Path] = {}
         self.restored: ClockAlignment | None = None
         self.meta: dict[str, object] = {}
+        self.notes: list[str] = []
 
     def add(self, part: FilePart) -> None:
         """Take the next file's traces or digests (raises when a rank is claimed twice)."""
         if part.alignment is not None:
             self.restored = part.alignment
         self.meta.update(part.meta)
+        self.notes += part.notes
         claims = [(t.rank, t.world_size) for t in part.traces]
         claims += [(d.rank, d.world_size) for d in part.digests]
         for rank, ws in claims:
@@ -489,7 +522,11 @@ class JobParts:
     def _head(
         self, ranks: list[int], clocks: Callable[[], list[ClockFacts]], events: int
     ) -> JobHead:
-        """Checks across files, the clock alignment and the job's metadata."""
+        """Checks across files, the clock alignment and the job's metadata; the files'
+        repairs warned (:class:`~echo_view.errors.InputNote`), here where they are joined,
+        however they were read."""
+        for note in self.notes:
+            warnings.warn(note, InputNote, stacklevel=3)
         world, files, paths = self.world, self.files, self.paths
         if len(world) > 1:
             (a, pa), (b, pb) = list(world.items())[:2]

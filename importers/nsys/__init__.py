@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from echo_view.errors import InputError, UsageError
+from echo_view.errors import InputError, InputNote, UsageError
 from echo_view.formats import Progress, no_progress
 from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job
 from echo_view.model.kinds import EventKind
@@ -152,7 +152,7 @@ class CaptureParts:
     def finish(self) -> Job:
         """The job, once every capture is added; the captures' notes become warnings."""
         for note in self.notes:
-            warnings.warn(note, stacklevel=3)
+            warnings.warn(note, InputNote, stacklevel=3)
         return Job(
             traces=tuple(self.traces),
             alignment=_alignment(self.clocks, self.per_file, self.files),

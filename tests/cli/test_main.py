@@ -191,6 +191,24 @@ def test_a_current_directory_removed_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_an_input_repair_is_one_warning_line(tmp_path: Path) -> None:
+    trace = tmp_path / "neg.json"
+    x = {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": -5}
+    trace.write_text(json.dumps([x, {**x, "ts": 20, "dur": 2}]))
+    run = subprocess.run(
+        [sys.executable, "-m", "echo_view", "info", str(trace)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert run.returncode == 0 and run.stdout
+    assert run.stderr == (
+        f"echo-view: warning: {trace}: 1 slice(s) of negative duration read as 0 long "
+        "(Perfetto drops them)\n"
+    )
+
+
 def test_closed_standard_streams_are_one_line() -> None:
     """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
     AttributeError traceback."""

@@ -6,13 +6,14 @@ import gzip
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from echo_view.errors import InputError
+from echo_view.errors import InputError, InputNote
 from echo_view.model import GPU_KINDS, EventKind, Job, LaneKind
 from importers.chrome_json import read_container
 from importers.kineto import KinetoImporter
@@ -329,6 +330,30 @@ def test_a_trace_of_metadata_only_is_refused_like_an_empty_one(tmp_path: Path) -
     path = write_trace(tmp_path / "meta.json", meta + flows)
     err = error_of(path)
     assert err.message.startswith("the trace holds no slices, instants or counters (2 events")
+
+
+def test_repairs_that_change_the_counts_are_warned_once_per_file(tmp_path: Path) -> None:
+    # A negative duration read as 0 long, an end without a begin dropped, an array cut inside
+    # an event: each was silent (the trace's metadata only), the results counting otherwise.
+    x = {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+    events = [x, {**x, "ts": 5, "dur": -2}, {"ph": "E", "pid": 1, "tid": 1, "ts": 9}]
+    text = json.dumps(events).encode()[:-1] + b', {"ph": "X", "na'
+    path = tmp_path / "rank-0.json"
+    path.write_bytes(text)
+    with pytest.warns(InputNote) as seen:
+        read(path)
+    assert [str(w.message) for w in seen] == [
+        f"{path}: the event array ends inside an event (a trace cut short): 15 bytes of a "
+        "half-written last event dropped",
+        f"{path}: 1 slice(s) of negative duration read as 0 long (Perfetto drops them)",
+        f"{path}: 1 end event(s) (E, e) without a begin, dropped",
+    ]
+    # Without its "]" but whole (the format allows it), and routine notes: nothing to warn.
+    path.write_bytes(json.dumps([x]).encode()[:-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read(path)
+        read(DLRM / "worker0_step_12.1694128201545.pt.trace.json.gz")
 
 
 def test_missing_and_empty_inputs(tmp_path: Path) -> None:
