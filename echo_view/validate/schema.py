@@ -249,7 +249,7 @@ class SchemaRule:
             "EV209",
             chunk,
             np.flatnonzero(is_x & dur_ok & (chunk.dur_ns < 0)),
-            lambda r: f"dur={ev[r].dur} (the slice is dropped)",
+            lambda r: f"dur={ev[r].dur} (Perfetto drops the slice; echo-view reads it as 0 long)",
         )
         ts_ok = (ts_kind != T_MISSING) & (ts_kind != T_INVALID) & (ts_kind != T_RANGE)
         ctx.emit_rows(
