@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMM, StepBreakdown, breakdown, gpu_work
 from echo_view.analysis.cxx_names import qualified_base
+from echo_view.errors import UsageError
 from echo_view.model import GPU_KINDS, CollectiveKind, EventKind, Job, Trace, parse_comm_kernel_name
 from echo_view.model.columns import groups
 from echo_view.model.schema import json_schema
@@ -376,7 +377,15 @@ def _items(
 def diff_jobs(
     a: Job, b: Job, *, top: int = 10, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
 ) -> JobDiff:
-    """Compare job ``a`` with job ``b`` (see the module docstring for the rules)."""
+    """Compare job ``a`` with job ``b`` (see the module docstring for the rules); a
+    :class:`~echo_view.errors.UsageError` for a ``top`` that is not a whole number 0 or more
+    or a ``tolerance_pct`` outside 0-1,000,000 (NaN included)."""
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise UsageError(f"top must be a whole number 0 or more, got {top!r}")
+    if not isinstance(tolerance_pct, int | float) or not 0 <= tolerance_pct <= 1e6:
+        raise UsageError(
+            f"the tolerance must be a percentage from 0 to 1,000,000, got {tolerance_pct!r}"
+        )
     notes: list[str] = []
     only_a = sorted(set(a.ranks) - set(b.ranks))
     only_b = sorted(set(b.ranks) - set(a.ranks))

@@ -88,6 +88,10 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         raise UsageError(
             f"--fail-above must be a percentage from 0 to 1,000,000, got {args.fail_above:g}"
         )
+    if not 0 <= args.tolerance <= 1e6:  # (also nan)
+        raise UsageError(
+            f"--tolerance must be a percentage from 0 to 1,000,000, got {args.tolerance:g}"
+        )
     if args.plot is not None:
         plot_format(args.plot)  # fail before the (possibly long) import
     diff = diff_jobs(

@@ -3,8 +3,10 @@ and a predicted-vs-measured pair on the real DLRM sample."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from echo_view.analysis.diff import (
     kernel_class,
     kernel_similarity,
 )
+from echo_view.errors import UsageError
 from echo_view.model import (
     ClockAlignment,
     CollectiveKind,
@@ -62,6 +65,21 @@ def test_identical_jobs_match() -> None:
     assert d.error_pct == 0.0
     assert all(r.step.delta_ns == 0 and r.step_alignment == "number" for r in d.ranks)
     assert all(p.delta_ns == 0 for p in d.categories.values())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"top": -1}, "top must be a whole number 0 or more, got -1"),  # it dropped a row
+        ({"top": 2.5}, "got 2.5"),  # a TypeError from slicing
+        ({"tolerance_pct": -1}, "from 0 to 1,000,000, got -1"),  # "B is 0.0% faster"
+        ({"tolerance_pct": float("nan")}, "got nan"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(kwargs: dict[str, Any], message: str) -> None:
+    a = _job(200, 200, [3, 4])
+    with pytest.raises(UsageError, match=re.escape(message)):
+        diff_jobs(a, a, **kwargs)
 
 
 def test_hand_computed_step_time_categories_and_kernels() -> None:

@@ -236,6 +236,9 @@ def test_bad_arguments(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixt
     a, b, _ = pair
     with pytest.raises(UsageError, match="--fail-above"):
         _run(["diff", str(a), str(b), "--fail-above", "-1"], capsys)
+    for bad in ("-1", "nan", "inf"):  # -1 and nan gave "B is 0.0% faster than A" for A vs A
+        with pytest.raises(UsageError, match="--tolerance must be a percentage"):
+            _run(["diff", str(a), str(a), "--tolerance", bad], capsys)
     with pytest.raises(InputError, match="no such file"):
         _run(["diff", str(a), str(a.parent / "missing.pair")], capsys)
 
