@@ -158,12 +158,11 @@ def test_a_plot_that_cannot_be_written_stops_before_the_report(
     # A read-only folder (which root writes anyway, so the refusal is made here): the report
     # was printed whole before the error.
     pytest.importorskip("matplotlib")
-    import echo_view.formats as formats
 
     def denied(*args: object, **kwargs: object) -> tuple[int, str]:
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(formats.tempfile, "mkstemp", denied)
+    monkeypatch.setattr("echo_view.formats.tempfile.mkstemp", denied)
     a, b, _ = pair
     with pytest.raises(OutputError, match="Permission denied"):
         _run(["diff", str(a), str(b), "--plot", str(tmp_path / "diff.png")], capsys)
