@@ -75,9 +75,15 @@ class Job:
 
 
 def _paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
-    if isinstance(paths, str | os.PathLike):
-        return [Path(paths)]
-    return [Path(p) for p in paths]
+    """``paths`` as a list; a UsageError for what names no file (``""`` would be the current
+    directory, a ``bytes`` or ``None`` a TypeError deep inside)."""
+    items = [paths] if isinstance(paths, str | os.PathLike) else paths
+    if not isinstance(items, Sequence) or isinstance(items, bytes):
+        raise UsageError(f"expected a path or a list of paths, got {type(paths).__name__}")
+    for item in items:
+        if not isinstance(item, str | os.PathLike) or not os.fspath(item):
+            raise UsageError(f"not a file or directory name: {item!r}")
+    return [Path(p) for p in items]
 
 
 def load(paths: PathLike | Sequence[PathLike], *, registry: Registry | None = None) -> Job:

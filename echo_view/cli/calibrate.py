@@ -34,6 +34,7 @@ from echo_view.cli.comm import (
     parse_sets,
 )
 from echo_view.cli.console import console
+from echo_view.cli.pathargs import path_arg
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
@@ -77,8 +78,8 @@ def register_comm(subparsers: Any) -> None:
         "tier, bandwidth efficiencies, per-channel costs) to nccl-tests logs and write the "
         "constants as TOML. Prints the fit error per log, split at 1 MiB.",
     )
-    p.add_argument("logs", nargs="+", type=Path, metavar="LOG", help="nccl-tests stdout logs")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    p.add_argument("logs", nargs="+", type=path_arg, metavar="LOG", help="nccl-tests stdout logs")
+    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="FILE.toml")
     p.add_argument(
         "--model",
         choices=("nccl", "alphabeta"),

@@ -18,6 +18,7 @@ from typing import Any
 from echo_view.cli.console import console
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.cli.parallel import add_parallel_options, parallel_of
+from echo_view.cli.pathargs import path_arg
 from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
@@ -29,7 +30,6 @@ from echo_view.text import markup_safe
 
 def register(subparsers: Any) -> None:
     """Add ``calibrate interference``."""
-    from pathlib import Path
 
     p = subparsers.add_parser(
         "interference",
@@ -38,8 +38,8 @@ def register(subparsers: Any) -> None:
         "per kernel class, and a model of kernel and collective features), evaluate both on "
         "held-out data and write the better one as TOML.",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="measured jobs")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.toml")
+    p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="measured jobs")
+    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="FILE.toml")
     p.add_argument(
         "--holdout",
         choices=SPLITS,

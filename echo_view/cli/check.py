@@ -21,6 +21,7 @@ import msgspec
 
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
+from echo_view.cli.pathargs import path_arg
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import (
     Importer,
@@ -79,7 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "paths",
         nargs="+",
-        type=Path,
+        type=path_arg,
         metavar="PATH",
         help="trace files (.json, .json.gz, .pftrace, Nsight Systems .sqlite[.gz] or .nsys-rep) "
         "or job directories",
@@ -112,7 +113,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--fix", action="store_true", help="write a repaired copy of the (single) input to -o OUT"
     )
-    p.add_argument("-o", "--output", type=Path, metavar="OUT", help="where --fix writes")
+    p.add_argument("-o", "--output", type=path_arg, metavar="OUT", help="where --fix writes")
     add_parallel_options(p)
     p.set_defaults(func=run)
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.cli.console import console
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.sizes import parse_sizes
 from echo_view.errors import ConfigError, UsageError, warn_deprecated
 from echo_view.formats import Registry, json_text
@@ -130,7 +131,7 @@ def register(subparsers: Any) -> None:
         "group across tensor-parallel nodes)",
     )
     add_cluster_options(p, gpu_default="A100")
-    p.add_argument("--model", type=Path, metavar="FILE.toml", help="calibrated constants")
+    p.add_argument("--model", type=path_arg, metavar="FILE.toml", help="calibrated constants")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 

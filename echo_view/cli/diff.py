@@ -24,6 +24,7 @@ from rich.text import Text
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.cli.tables import print_rows
@@ -47,8 +48,8 @@ def register(subparsers: Any) -> None:
         "most; and a verdict. The reference for the error is the measured input when exactly "
         "one input is predicted, else A.",
     )
-    p.add_argument("a", type=Path, metavar="A", help="first job (trace file or directory)")
-    p.add_argument("b", type=Path, metavar="B", help="second job (trace file or directory)")
+    p.add_argument("a", type=path_arg, metavar="A", help="first job (trace file or directory)")
+    p.add_argument("b", type=path_arg, metavar="B", help="second job (trace file or directory)")
     p.add_argument("--json", action="store_true", help="print the stable JSON object")
     p.add_argument(
         "--fail-above",
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--plot",
-        type=Path,
+        type=path_arg,
         metavar="OUT",
         help="write step-time and breakdown bars (.png/.svg/.pdf)",
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.formats import Exporter, Registry
 from echo_view.model import Job
@@ -29,12 +30,12 @@ def register(subparsers: Any) -> None:
         "launch -> kernel and cross-rank collective flows, a steps track per rank, times "
         "relative to the job start (exact to the nanosecond). See docs/perfetto.md.",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
+    p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="trace files of one job")
     p.add_argument(
         "-o",
         "--output",
         required=True,
-        type=Path,
+        type=path_arg,
         metavar="OUT",
         help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
     )

@@ -29,6 +29,7 @@ from echo_view.analysis.summary import (
 )
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, read_ranks
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.cli.tables import print_rows
 from echo_view.errors import UsageError
@@ -54,7 +55,7 @@ def register(subparsers: Any) -> None:
         "collectives, and per rank the mean step time split into compute, communication, "
         "exposed communication, memory copies/sets and idle GPU time.",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace files of one job")
+    p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="trace files of one job")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
     p.add_argument(
         "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"

@@ -32,6 +32,7 @@ from rich.table import Table
 
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
+from echo_view.cli.pathargs import path_arg
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.loading import SERIAL, Parallel, read_ranks
@@ -52,7 +53,7 @@ def register(subparsers: Any) -> None:
         "GPU, compare each with the same kernel running alone, and report the slowdown per "
         "kernel class.",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="measured jobs")
+    p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="measured jobs")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
     p.add_argument(
         "--holdout",

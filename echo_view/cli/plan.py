@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
@@ -93,7 +94,7 @@ def register(subparsers: Any) -> None:
         "ranked, 1 when none is (none valid, none fits, or none small enough to simulate), "
         "2 on bad input.",
     )
-    p.add_argument("config", type=Path, metavar="CONFIG.toml")
+    p.add_argument("config", type=path_arg, metavar="CONFIG.toml")
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs to plan for")
     p.add_argument("--gpu", metavar="G", help="GPU preset (default: the config's)")
     p.add_argument(
@@ -121,7 +122,7 @@ def register(subparsers: Any) -> None:
         "refuse a search above it",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    p.add_argument("--plot", type=Path, metavar="OUT.png", help="step time vs memory, Pareto")
+    p.add_argument("--plot", type=path_arg, metavar="OUT.png", help="step time vs memory, Pareto")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, metavar="N", help="local Dask worker processes")
     where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")

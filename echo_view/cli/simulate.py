@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.pathargs import path_arg
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, json_text
 from echo_view.text import printable
@@ -46,11 +47,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "input",
-        type=Path,
+        type=path_arg,
         metavar="INPUT",
         help="a measured job (trace file or dir), a workload config (.toml) or a traced graph",
     )
-    p.add_argument("-o", "--output", type=Path, metavar="OUT", help="write the predicted job")
+    p.add_argument("-o", "--output", type=path_arg, metavar="OUT", help="write the predicted job")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument(
         "--set",
@@ -69,7 +70,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--compute",
-        type=Path,
+        type=path_arg,
         metavar="FILE",
         help="workload configs: kernel cost parameters from echo-view calibrate compute "
         "(the table of the config's GPU; --set compute.* still overrides)",

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.simulate import parse_overrides
 from echo_view.errors import ConfigError, UsageError
 from echo_view.formats import Registry, check_input, check_output
@@ -31,8 +32,8 @@ def register(subparsers: Any) -> None:
         "config's [model] script), run a PyTorch training step on fake tensors and a fake "
         "process group instead. Needs torch (the `trace` extra).",
     )
-    p.add_argument("config", type=Path, metavar="CONFIG.toml", nargs="?")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="GRAPH.json")
+    p.add_argument("config", type=path_arg, metavar="CONFIG.toml", nargs="?")
+    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="GRAPH.json")
     p.add_argument(
         "--script",
         metavar="FILE.py[:FUNCTION]",

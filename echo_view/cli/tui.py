@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
+from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Registry
@@ -24,8 +25,8 @@ def register(subparsers: Any) -> None:
         "terminal, with zoom, search, details and a summary. With a second input, a diff screen "
         "compares the two (for example predicted vs measured). Press ? in the app for the keys.",
     )
-    p.add_argument("path", type=Path, metavar="PATH", help="a job (trace file or directory)")
-    p.add_argument("path2", type=Path, nargs="?", metavar="PATH2", help="a second job to diff")
+    p.add_argument("path", type=path_arg, metavar="PATH", help="a job (trace file or directory)")
+    p.add_argument("path2", type=path_arg, nargs="?", metavar="PATH2", help="a second job to diff")
     add_parallel_options(p)
     add_progress_option(p)
     p.set_defaults(func=run)

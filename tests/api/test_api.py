@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,18 @@ def test_dataframes_without_pandas_name_the_extra(
 def test_the_hta_adapter_without_hta_names_the_extra(dlrm: ev.Job) -> None:
     with pytest.raises(UsageError, match=r"pip install 'echo-view\[hta\]'"):
         dlrm.to_hta()
+
+
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        ("", "not a file or directory name: ''"),  # the current directory, read as a job
+        ([""], "not a file or directory name: ''"),
+        (None, "expected a path or a list of paths, got NoneType"),
+        (b"trace.json", "expected a path or a list of paths, got bytes"),  # iterated as ints
+        ([None], "not a file or directory name: None"),
+    ],
+)
+def test_load_refuses_what_names_no_file(paths: Any, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        ev.load(paths)
