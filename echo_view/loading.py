@@ -475,10 +475,20 @@ def _matches(graph: TracedGraph, cfg: WorkloadConfig) -> bool:
     return bool(graph.config.get("key") == json.loads(json.dumps(graph_key(cfg))))
 
 
-_NO_TORCH = ConfigError(
-    "tracing a config needs torch, which is not installed",
-    hint="pip install 'echo-view[trace]' (torch==2.13.0), or pass a traced graph",
-)
+def torch_missing(exc: ImportError, what: str = "tracing a config") -> ConfigError:
+    """The error for ``exc``, met importing the tracer: torch not installed, or installed
+    but failing to load (a memory limit, ``ulimit -v``, fails its shared libraries: saying
+    "not installed" then sent the user to install what they had)."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch":
+        return ConfigError(
+            f"{what} needs torch, which is not installed",
+            hint="pip install 'echo-view[trace]' (torch==2.13.0), or pass a traced graph",
+        )
+    return ConfigError(
+        f"{what} needs torch, which could not be loaded ({exc})",
+        hint="too little memory or address space for it (ulimit -v), or a damaged install "
+        "(pip install --force-reinstall torch==2.13.0)",
+    )
 
 
 def trace_config(cfg: WorkloadConfig) -> TracedGraph:
@@ -490,7 +500,7 @@ def trace_config(cfg: WorkloadConfig) -> TracedGraph:
     try:
         from echo_view.tracing.roles import trace_workload
     except ImportError as exc:
-        raise _NO_TORCH from exc
+        raise torch_missing(exc) from exc
     return trace_workload(cfg)
 
 
@@ -502,7 +512,7 @@ def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> 
     try:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:
-        raise _NO_TORCH from exc
+        raise torch_missing(exc) from exc
     path, function = script_file(cfg)
     if not path.exists():
         raise ConfigError(f"no such script: {path}", path=cfg.source or None, where="model.script")

@@ -379,3 +379,20 @@ def test_a_local_cluster_has_no_more_workers_than_files(monkeypatch: pytest.Monk
         with pytest.raises(Stop):
             list(map_files(files, _size_or_error, parallel, sizes=[1, 1, 1]))
     assert asked[0] == (None, 3) and asked[1] == (None, 2) and asked[2][0] == "tcp://h:1"
+
+
+def test_torch_that_cannot_load_is_not_called_missing() -> None:
+    # Under `ulimit -v 500000` torch's shared library fails to map: "torch is not installed"
+    # sent the user to install what they had.
+    from echo_view.loading import torch_missing
+
+    missing = torch_missing(ModuleNotFoundError("No module named 'torch'", name="torch"))
+    assert missing.message == "tracing a config needs torch, which is not installed"
+    broken = torch_missing(
+        ImportError("libtorch_cpu.so: failed to map segment from shared object"), "tracing a script"
+    )
+    assert broken.message == (
+        "tracing a script needs torch, which could not be loaded (libtorch_cpu.so: failed to map "
+        "segment from shared object)"
+    )
+    assert "ulimit -v" in (broken.hint or "")

@@ -286,3 +286,28 @@ def _running(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_low_open_files_limit_is_refused_before_the_cluster_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ulimit -n 16`: Dask's servers looped on accept errors (188 MB of tracebacks in 20 s);
+    24-40: a nanny failed to start with a traceback."""
+    import resource
+
+    from echo_view.workers import cluster_open_files, dask_client
+
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (16, 16))
+    refused = pytest.raises(UsageError, match="needs at least 64 open files, and this process")
+    with refused, dask_client(workers=2):
+        pass
+    assert cluster_open_files(2) == 64
+    # A soft limit under the need but a hard one above: raised, not refused.
+    asked: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (16, 4096))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, limits: asked.append(limits))
+    from echo_view.workers import _check_open_files
+
+    _check_open_files(2)
+    assert asked == [(64, 4096)]

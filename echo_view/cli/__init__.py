@@ -269,6 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("echo-view: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        if args.debug:
+            raise
+        print(
+            "echo-view: error: out of memory (run it where more memory is free or allowed, "
+            "ulimit -v; or read fewer ranks at once: --workers 1)",
+            file=sys.stderr,
+        )
+        return 2
     except Terminated:
         print("echo-view: terminated", file=sys.stderr)
         return 143

@@ -15,9 +15,9 @@ from typing import Any
 
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.simulate import parse_overrides
-from echo_view.errors import ConfigError, UsageError
+from echo_view.errors import UsageError
 from echo_view.formats import Registry, check_input, check_output
-from echo_view.loading import load_config, trace_config, trace_script_config
+from echo_view.loading import load_config, torch_missing, trace_config, trace_script_config
 from echo_view.model.config import LIMITS
 from exporters.graph import write_graph
 
@@ -108,10 +108,7 @@ def _trace_script(args: argparse.Namespace) -> Any:
     try:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:
-        raise ConfigError(
-            "tracing a script needs torch, which is not installed",
-            hint="pip install 'echo-view[trace]' (torch==2.13.0)",
-        ) from exc
+        raise torch_missing(exc, "tracing a script") from exc
     world = args.world
     if world is None or not 1 <= world <= LIMITS["gpus"]:
         raise UsageError(

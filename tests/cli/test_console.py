@@ -3,28 +3,21 @@ to print (at 0 columns rich printed nothing, exit 0)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from rich.console import Console
 
-import echo_view.cli.console as console_mod
 from echo_view.cli import main
 from echo_view.cli.console import MIN_WIDTH, console
 from tests.conftest import SAMPLES
-
-
-class _Terminal(Console):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(force_terminal=True, **kwargs)
 
 
 @pytest.mark.parametrize(("columns", "width"), [("0", MIN_WIDTH), ("5", MIN_WIDTH), ("120", 120)])
 def test_a_terminal_is_drawn_at_least_min_width(
     monkeypatch: pytest.MonkeyPatch, columns: str, width: int
 ) -> None:
-    monkeypatch.setattr(console_mod, "Console", _Terminal)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich then takes the output for a terminal
     monkeypatch.setenv("COLUMNS", columns)
+    assert Console().is_terminal
     assert console().width == width and console(soft_wrap=True).soft_wrap
 
 

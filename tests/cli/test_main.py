@@ -209,6 +209,23 @@ def test_an_input_repair_is_one_warning_line(tmp_path: Path) -> None:
     )
 
 
+def test_running_out_of_memory_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Under `ulimit -v`, a MemoryError from the importer ended in a 27-line traceback.
+    import importers.kineto.columns as columns
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(columns.Columns, "add", exhausted)
+    assert main(["info", str(DLRM[0])]) == 2
+    assert capsys.readouterr().err == (
+        "echo-view: error: out of memory (run it where more memory is free or allowed, "
+        "ulimit -v; or read fewer ranks at once: --workers 1)\n"
+    )
+
+
 def test_closed_standard_streams_are_one_line() -> None:
     """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
     AttributeError traceback."""
