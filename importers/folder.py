@@ -4,8 +4,10 @@ by name instead of skipped (a job read from 127 of 128 ranks gives wrong numbers
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from echo_view.errors import InputError
 
@@ -35,3 +37,11 @@ def folder_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 def _unreadable(path: Path, message: str) -> InputError:
     return InputError(message, path=path, hint="make it readable, or move it out of the folder")
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(path: Path) -> list[Any]:
+    """Sort key of ``path``'s name with its numbers compared as numbers: rank-2 before rank-10."""
+    return [int(t) if t.isdigit() else t for t in _DIGITS.split(path.name)]

@@ -47,7 +47,7 @@ from echo_view.validate.imported import check_rank, join_rank_checks
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
-from importers.folder import folder_files
+from importers.folder import folder_files, natural_key
 from importers.nsys import captures_in
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _trace_files(directory: Path) -> list[Path]:
         for p in folder_files(directory, (*_JSON_SUFFIXES, *_PROTO_SUFFIXES))
         if p.name.endswith(_PROTO_SUFFIXES) or looks_like_trace(sniff_head(p))
     ]
-    return sorted({*own, *captures_in(directory)})
+    return sorted({*own, *captures_in(directory)}, key=natural_key)
 
 
 def _fail(exc: OSError) -> None:

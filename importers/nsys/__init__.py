@@ -6,7 +6,6 @@ What is read, how ranks are mapped and which export flags to use: ``docs/nsys.md
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from echo_view.formats import Progress, no_progress
 from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
-from importers.folder import folder_files
+from importers.folder import folder_files, natural_key
 from importers.nsys.build import (
     CaptureInfo,
     build_trace,
@@ -45,8 +44,6 @@ from importers.nsys.tables import (
     read_memset,
     read_runtime,
 )
-
-_DIGITS = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,7 @@ class NsysImporter:
         files: list[Path] = []
         for p in map(Path, paths):
             files.extend(_captures_in(p) if p.is_dir() else [p])
-        return sorted(files, key=_natural_key), False
+        return sorted(files, key=natural_key), False
 
     def read_rank_file(self, path: Path, many: bool) -> CapturePart:
         """One capture read into its ranks, numbered from 0 (:class:`CaptureParts` shifts
@@ -217,10 +214,6 @@ def _stem(path: Path) -> str:
     for suffix in (".gz", ".sqlite", *REPORT_SUFFIXES):
         name = name.removesuffix(suffix)
     return name
-
-
-def _natural_key(path: Path) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in _DIGITS.split(path.name)]
 
 
 def _read_capture(

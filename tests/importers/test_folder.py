@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from echo_view.errors import InputError
-from importers.folder import folder_files
+from importers.folder import folder_files, natural_key
 
 
 def test_files_by_suffix_in_any_case_sub_folders_left_out(tmp_path: Path) -> None:
@@ -36,3 +36,14 @@ def test_a_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "rank1.json")  # opening it would wait for a writer for ever
     with pytest.raises(InputError, match="not a regular file"):
         folder_files(tmp_path, (".json",))
+
+
+def test_natural_order_compares_numbers_as_numbers() -> None:
+    names = ["rank-10.json", "rank-2.json", "rank-1.json", "node1_rank-0.json"]
+    ordered = sorted((Path(n) for n in names), key=natural_key)
+    assert [p.name for p in ordered] == [
+        "node1_rank-0.json",
+        "rank-1.json",
+        "rank-2.json",
+        "rank-10.json",
+    ]
