@@ -210,35 +210,36 @@ def _inflation_limit(text: str | None) -> int | None:
     return limit
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
-    warnings.showwarning = _show_warning
+def _environment_problem() -> str | None:
+    """What in the process's environment stops any command, before one is parsed; the standard
+    streams made usable on the way."""
     # Started with a standard stream closed (`>&-`, `<&-`), Python leaves it None.
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the process's own, for its life)
     if sys.stdin is None:
         sys.stdin = open(os.devnull)  # noqa: SIM115 (reads as empty, never a terminal)
     if sys.stdout is None:
-        print(
-            "echo-view: error: standard output is closed (give the command an output: "
-            "> FILE, or | less)",
-            file=sys.stderr,
-        )
-        return 2
+        return "standard output is closed (give the command an output: > FILE, or | less)"
     try:
         os.getcwd()
     except OSError:  # relative paths, imports and worker processes all need it
-        print(
-            "echo-view: error: the current directory no longer exists (cd to one that does)",
-            file=sys.stderr,
-        )
-        return 2
+        return "the current directory no longer exists (cd to one that does)"
     # An ASCII terminal or PYTHONIOENCODING=ascii cannot encode µ, ×, ± or a name's é: shown
     # as \xb5 escapes instead of a UnicodeEncodeError traceback.
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             with contextlib.suppress(ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    warnings.showwarning = _show_warning
+    problem = _environment_problem()
+    if problem is not None:
+        print(f"echo-view: error: {problem}", file=sys.stderr)
+        return 2
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         # argparse drops an error writing --help or --version: the checked stream raises it.
