@@ -204,7 +204,8 @@ _UNREACHABLE = {
 def unreachable(exc: OSError, path: Path) -> InputError:
     """An :class:`OSError` met reaching or reading the input ``path`` as a one-line error that
     names the file it was about (``path``, or a file found under it)."""
-    what, hint = _UNREACHABLE.get(exc.errno or 0, (f"cannot read ({exc.strerror})", "check it"))
+    other = (f"cannot read ({exc.strerror})", "check the path")
+    what, hint = _UNREACHABLE.get(exc.errno or 0, other)
     return InputError(what, path=exc.filename or path, hint=hint)
 
 
