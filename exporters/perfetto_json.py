@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from echo_view.formats import Progress, atomic_output, no_progress
-from echo_view.model import EventKind, Job
+from echo_view.model import DeviceInfo, EventKind, Job
 from exporters.jsonrows import (
     CHUNK_ROWS,
     counter_head,
@@ -66,6 +66,8 @@ def export_metadata(job: Job, layout: ExportLayout) -> dict[str, Any]:
         "world_size": job.world_size,
         "source": job.source,
         "predicted": job.predicted,
+        # Per rank, in Kineto's deviceProperties spelling, so that reading back keeps them.
+        "devices": {str(t.rank): [_device_properties(d) for d in t.devices] for t in job.traces},
         "alignment": {
             "method": al.method,
             "uncertainty_ns": al.uncertainty_ns,
@@ -85,6 +87,17 @@ def export_metadata(job: Job, layout: ExportLayout) -> dict[str, Any]:
             "skipped": links.skipped,
         },
     }
+
+
+def _device_properties(d: DeviceInfo) -> dict[str, Any]:
+    props: dict[str, Any] = {"id": d.index, "name": d.name}
+    if d.sm_count is not None:
+        props["numSms"] = d.sm_count
+    if d.total_memory_bytes is not None:
+        props["totalGlobalMem"] = d.total_memory_bytes
+    if d.compute_capability is not None:
+        props["computeMajor"], props["computeMinor"] = d.compute_capability
+    return props
 
 
 def _metadata_rows(layout: ExportLayout) -> list[bytes]:

@@ -203,6 +203,8 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
     pg_config = dist.get("pg_config") if isinstance(dist, dict) else None
     comms = build_collectives(view, strings, pg_config)
     steps = extra.pop("steps", None) or build_steps(view, strings)
+    # An echo-view export carries each rank's devices in its metadata, in Kineto's spelling.
+    device_props = extra.pop("device_properties", None) or top.get("deviceProperties")
     meta = trace_metadata(top, source_format(top))
     meta.update(extra)
     notes = {**tl.notes, **comms.notes}
@@ -239,7 +241,7 @@ def build_trace(parsed: ParsedFile, fc: FileColumns, rank: int, extra: dict[str,
         collectives=comms.table,
         groups=comms.groups,
         steps=steps,
-        devices=build_devices(top.get("deviceProperties")),
+        devices=build_devices(device_props),
         metadata=meta,
         facts=event_facts(events),
     )

@@ -4,9 +4,9 @@ An export holds every rank of a job in one file: processes are named ``rank R GP
 ``rank R CPU (pid P)``, overlapping slices sit on extra threads ``<name> (lane k)``, steps are
 slices of category ``echo_view_step``, times are relative to ``baseTimeNanoseconds`` and already
 shifted by the job's clock alignment, and ``metadata`` (``"generator": "echo-view"``) keeps the
-alignment, world size and whether the job was predicted. :func:`split_export` cuts such a file
-back into one column set per rank; arrows between ranks (collective links) are not per-rank flows
-and are left out (counted in the import notes).
+alignment, world size, each rank's devices and whether the job was predicted.
+:func:`split_export` cuts such a file back into one column set per rank; arrows between ranks
+(collective links) are not per-rank flows and are left out (counted in the import notes).
 """
 
 from __future__ import annotations
@@ -145,6 +145,9 @@ def split_export(parsed: ParsedFile) -> Exported | None:
         }
         if isinstance(ws, int):
             extra["world_size"] = ws
+        devices = meta.get("devices")
+        if isinstance(devices, dict) and isinstance(devices.get(str(rank)), list):
+            extra["device_properties"] = devices[str(rank)]
         pieces.append((rank, _rows_subset(fc, rows, threads), extra))
     al = meta.get("alignment") if isinstance(meta.get("alignment"), dict) else {}
     assert isinstance(al, dict)

@@ -43,6 +43,9 @@ def test_export_reads_back_as_the_same_job(dlrm: Job, tmp_path: Path) -> None:
     for a, b in zip(dlrm, back, strict=True):
         off = shifted.offset_ns(a.rank)
         assert b.metadata["rank_source"] == "echo-view export"
+        # Names, SMs, memory and compute capability: read back they were lost (GPU unknown,
+        # so a simulation of the export had no cluster).
+        assert b.devices == a.devices and a.devices[0].name == "Tesla V100-SXM2-32GB"
         assert b.steps.number.tolist() == a.steps.number.tolist()
         assert b.steps.start_ns.tolist() == [int(s) + off for s in a.steps.start_ns]
         assert Counter(a.kind(i) for i in range(len(a))) == Counter(
