@@ -204,7 +204,7 @@ def _inflation_limit(text: str | None) -> int | None:
         return None
     from echo_view.cli.sizes import parse_size
 
-    limit = parse_size(text)
+    limit = parse_size(text, "--max-inflated-bytes")
     if limit <= 0:
         raise UsageError(f"--max-inflated-bytes must be positive, got {text!r}")
     return limit

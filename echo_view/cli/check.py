@@ -339,6 +339,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         raise UsageError("-o/--output is only used with --fix")
     report = Report(selection)
     changes: list[str] = []
+    if args.show < 0:  # a slice from the end: "all but the last N"
+        raise UsageError(f"--show must be 0 or more, got {args.show}")
     if args.fix:
         if args.output is None:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")

@@ -194,7 +194,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     ``{"cluster", "model", "results": [...]}``)."""
     del registry
     kind = parse_collective(args.collective)
-    sizes = parse_sizes(args.bytes)
+    sizes = parse_sizes(args.bytes, "--bytes")
     if not 1 <= args.ranks <= MAX_RANKS:
         raise UsageError(f"--ranks must be between 1 and {MAX_RANKS:,}, got {args.ranks}")
     model = load_model(args.model)

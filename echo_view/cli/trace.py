@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             hint="echo-view trace --script train.py --world 8 -o graph.json.gz",
         )
     if args.timeout is not None and not 0 < args.timeout <= 86_400:
-        raise UsageError(f"--timeout must be between 0 and 86400 s, got {args.timeout}")
+        raise UsageError(f"--timeout must be more than 0 and at most 86400 s, got {args.timeout:g}")
     t0 = time.perf_counter()
     if args.script is not None:
         trace = _trace_script(args)

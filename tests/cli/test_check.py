@@ -188,3 +188,9 @@ def test_a_trace_of_a_folder_that_cannot_be_read_is_named_not_skipped(
     assert main(["check", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "r1.json.gz: not a regular file" in err and len(err.splitlines()) == 1, err
+
+
+def test_show_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    # -1 was a slice from the end: "all but the last location" of each code.
+    assert main(["check", "--show", "-1", str(SAMPLES / "hta_sampled_128")]) == 2
+    assert capsys.readouterr().err == "echo-view: error: --show must be 0 or more, got -1\n"

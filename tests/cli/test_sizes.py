@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_view.cli.sizes import parse_size, parse_sizes
+from echo_view.cli.sizes import MAX_SIZES, parse_size, parse_sizes
 from echo_view.errors import UsageError
 
 
@@ -23,3 +23,14 @@ def test_sizes() -> None:
     for huge in ("1e400", "1025T", "1e16"):  # 1e400 reads as an infinite float
         with pytest.raises(UsageError, match="more than 1024 TiB"):
             parse_size(huge)
+
+
+def test_a_list_holds_at_most_max_sizes_and_errors_name_the_option() -> None:
+    # 60,000 listed sizes at a million ranks ran past any timeout.
+    assert len(parse_sizes(",".join(["1"] * MAX_SIZES))) == MAX_SIZES
+    for many in (",".join(["1"] * (MAX_SIZES + 1)), "1:1024T,1:1024T"):
+        with pytest.raises(UsageError, match=f"--bytes: more than {MAX_SIZES} sizes"):
+            parse_sizes(many, "--bytes")
+    assert len(parse_sizes("1:1T")) == 41
+    with pytest.raises(UsageError, match=r"^--bytes: cannot read the size '-1'"):
+        parse_sizes("-1", "--bytes")

@@ -151,3 +151,13 @@ def test_trace_script_needs_world_and_one_input(
     assert "--script needs --world N" in capsys.readouterr().err
     assert main(["trace", "-o", str(out)]) == 2
     assert "give either CONFIG.toml or --script" in capsys.readouterr().err
+
+
+def test_a_timeout_of_0_is_refused_in_words_that_exclude_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
+    argv = ["trace", "-o", str(tmp_path / "g.json.gz"), "--timeout", "0", str(config)]
+    assert main(argv) == 2
+    # It said "between 0 and 86400 s, got 0.0".
+    assert "--timeout must be more than 0 and at most 86400 s, got 0\n" in capsys.readouterr().err
