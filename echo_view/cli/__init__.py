@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from echo_view import __version__
 from echo_view.errors import Deprecated, EchoViewError, InputNote, OutputError, UsageError
@@ -51,6 +51,14 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors show an option's value escaped and cut: they quote
+    it whole (``--ranks`` given 100,000 digits printed a 100 KB line)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(cut_middle(message)))
+
+
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
     """The sub-command action: each command's one-line help comes from :data:`COMMANDS`."""
 
@@ -65,13 +73,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     Without ``argv`` every sub-command is built in full. With it, only the command ``argv``
     names is (its module imported); the others are listed by name and help only.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="echo-view",
         description="Predict, inspect and validate the step time of distributed training jobs.",
     )
     parser.add_argument("--version", action="version", version=f"echo-view {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, action=_Commands)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, action=_Commands, parser_class=_Parser
+    )
     chosen = None if argv is None else _command_word(argv)
     for name in COMMANDS:
         if chosen is None or name == chosen:

@@ -1,4 +1,4 @@
-"""Path arguments: an empty one is a usage error, not the current directory."""
+"""Path arguments and argparse's own usage errors: an empty path is refused, a long value is cut."""
 
 from __future__ import annotations
 
@@ -19,3 +19,12 @@ def test_an_empty_path_is_a_usage_error(
         main(argv)
     assert exit_info.value.code == 2
     assert "an empty path (give a file or directory name)" in capsys.readouterr().err
+
+
+def test_a_usage_error_quotes_a_long_value_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse quoted the whole value: 100,000 digits made a 100 KB line.
+    with pytest.raises(SystemExit):
+        main(["comm", "all_reduce", "--bytes", "1MiB", "--ranks", "9" * 100_000 + "x"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("echo-view comm: error: argument --ranks: invalid int value: '999")
+    assert len(err) < 600 and " ... " in err
