@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,6 +104,17 @@ def test_write_errors_are_one_line(
         assert err.startswith(f"echo-view: error: {out}: cannot write the output")
 
 
+def cli(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``python -m echo_view ARGV`` in a child process (text output unless ``text=False``),
+    run from the repository root unless ``cwd`` says otherwise."""
+    kwargs.setdefault("cwd", ROOT)
+    kwargs.setdefault("timeout", 120)
+    kwargs.setdefault("text", True)
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs["capture_output"] = True
+    return subprocess.run([sys.executable, "-m", "echo_view", *argv], **kwargs)
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
 @pytest.mark.parametrize(
     "argv",
@@ -120,14 +132,7 @@ def test_write_errors_are_one_line(
 def test_a_full_standard_output_is_one_line(argv: list[str]) -> None:
     """`> /dev/full`: every command once ended in an OSError traceback from its first print."""
     with open("/dev/full", "w") as full:
-        run = subprocess.run(
-            [sys.executable, "-m", "echo_view", *argv],
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            timeout=120,
-        )
+        run = cli(*argv, stdout=full, stderr=subprocess.PIPE)
     assert run.returncode == 2, run.stderr
     assert run.stderr == (
         "echo-view: error: standard output: cannot write the output (No space left on device) "
@@ -137,13 +142,7 @@ def test_a_full_standard_output_is_one_line(argv: list[str]) -> None:
 
 def test_an_ascii_output_encoding_gets_escapes_not_a_traceback() -> None:
     # info prints µs and a per-GPU table; it ended in a UnicodeEncodeError traceback.
-    run = subprocess.run(
-        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
-        capture_output=True,
-        cwd=ROOT,
-        timeout=120,
-        env={**os.environ, "PYTHONIOENCODING": "ascii"},
-    )
+    run = cli("info", str(DLRM[0]), text=False, env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert run.returncode == 0, run.stderr
     assert b"\\xb5s" in run.stdout and run.stdout.isascii()
 
@@ -177,14 +176,8 @@ def test_a_current_directory_removed_is_one_line(tmp_path: Path) -> None:
         os.chdir(gone)
         os.rmdir(gone)
 
-    run = subprocess.run(
-        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        preexec_fn=enter_and_remove,
-    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = cli("info", str(DLRM[0]), cwd=None, env=env, preexec_fn=enter_and_remove)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == (
         "echo-view: error: the current directory no longer exists (cd to one that does)\n"
@@ -195,13 +188,7 @@ def test_an_input_repair_is_one_warning_line(tmp_path: Path) -> None:
     trace = tmp_path / "neg.json"
     x = {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": -5}
     trace.write_text(json.dumps([x, {**x, "ts": 20, "dur": 2}]))
-    run = subprocess.run(
-        [sys.executable, "-m", "echo_view", "info", str(trace)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    run = cli("info", str(trace))
     assert run.returncode == 0 and run.stdout
     assert run.stderr == (
         f"echo-view: warning: {trace}: 1 slice(s) of negative duration read as 0 long "
@@ -229,30 +216,14 @@ def test_running_out_of_memory_is_one_line(
 def test_closed_standard_streams_are_one_line() -> None:
     """`>&-` and `<&-`: Python starts with the stream None; the commands once ended in an
     AttributeError traceback."""
-    run = subprocess.run(
-        [sys.executable, "-m", "echo_view", "info", str(DLRM[0])],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        pass_fds=(),
-        preexec_fn=lambda: os.close(1),
-    )
+    closed_out = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    run = cli("info", str(DLRM[0]), **closed_out, preexec_fn=lambda: os.close(1))
     assert run.returncode == 2
     assert run.stderr == (
         "echo-view: error: standard output is closed (give the command an output: > FILE, or "
         "| less)\n"
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "echo_view", "tui", str(DLRM[0])],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        preexec_fn=lambda: os.close(0),
-    )
+    run = cli("tui", str(DLRM[0]), stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
     assert run.returncode == 2 and "the terminal UI needs a terminal" in run.stderr
     assert len(run.stderr.splitlines()) == 1, run.stderr
 
