@@ -61,6 +61,11 @@ I64 = npt.NDArray[np.int64]
 
 SCHEMA = json_schema("info")
 CATEGORIES = ("compute_ns", "comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns")
+#: The keys of each ``per_step`` object, in order.
+STEP_FIELDS = (
+    "step", "cpu_start_ns", "cpu_ns", "gpu_end_ns", "gpu_span_ns", "window_start_ns", "step_ns",
+    *CATEGORIES,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

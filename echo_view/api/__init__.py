@@ -105,11 +105,12 @@ def _model(job: Job | ModelJob) -> ModelJob:
     return job.model if isinstance(job, Job) else job
 
 
-def summary(job: Job | ModelJob, per: str = "step") -> DataFrame:
-    """``echo-view info``'s breakdown (:mod:`echo_view.analysis.breakdown`): with ``per="step"``
-    one row per (rank, device, step) with the step window and its compute, comm, exposed_comm,
-    memory and idle ns; with ``per="rank"`` info's per-rank table (means per step, whole ns)."""
-    result = summarize(_model(job))
+def summary(job: Job | ModelJob | PathLike, per: str = "step") -> DataFrame:
+    """``echo-view info``'s breakdown (:mod:`echo_view.analysis.breakdown`) of a job (or of
+    the job at a path, as :func:`diff` takes): with ``per="step"`` one row per (rank, device,
+    step) with the step window and its compute, comm, exposed_comm, memory and idle ns; with
+    ``per="rank"`` info's per-rank table (means per step, whole ns)."""
+    result = summarize(_model(job) if isinstance(job, Job | ModelJob) else load(job).model)
     if per == "rank":
         rows = result.to_json()["ranks"]
         return frames.records_frame(

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from echo_view.analysis.breakdown import COMM, COMPUTE, MEMORY, gpu_work
 from echo_view.analysis.diff import JobDiff, Pair
 from echo_view.analysis.steps import find_steps, step_of_gpu_work
-from echo_view.analysis.summary import JobSummary, collective_events
+from echo_view.analysis.summary import STEP_FIELDS, JobSummary, collective_events
 from echo_view.errors import UsageError
 from echo_view.model import NONE, CollectiveKind, EventKind, Job, LaneKind, Trace
 
@@ -188,7 +188,9 @@ def summary_frame(summary: JobSummary) -> DataFrame:
         for r in summary.rows
         for step in r.per_step
     ]
-    df = pd.DataFrame.from_records(records)
+    # The columns named: a job without GPU steps gives no records, and the frame its columns.
+    columns = ["rank", "device", "step_rule", "steps_detected", *STEP_FIELDS]
+    df = pd.DataFrame.from_records(records, columns=columns)
     for col in df.columns:
         if col.endswith("_ns") or col in ("rank", "device", "step"):
             df[col] = df[col].astype("Int64")

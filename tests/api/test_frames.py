@@ -70,3 +70,23 @@ def test_collectives_from_the_table_and_from_kernel_names() -> None:
     named = c[c["collective"] == "all_gather"].iloc[0]
     assert named["bytes"] == -1 and named["group_size"] == -1 and named["msg_dtype"] == ""
     assert named["gpu_dur_ns"] == 1_000 and named["seq"] == -1
+
+
+def test_a_summary_without_steps_has_its_columns() -> None:
+    # A job with no GPU steps gave a frame of shape (0, 0): steps["step_ns"] was a KeyError.
+    from dataclasses import replace
+
+    from echo_view.analysis.summary import STEP_FIELDS, summarize
+
+    result = summarize(job())
+    empty = frames.summary_frame(replace(result, rows=[]))
+    assert empty.shape == (0, 4 + len(STEP_FIELDS)) and "step_ns" in empty.columns
+    assert list(frames.summary_frame(result).columns) == list(empty.columns)
+
+
+def test_summary_takes_a_path_as_diff_does() -> None:
+    import echo_view as ev
+    from tests.conftest import SAMPLES
+
+    by_path = ev.summary(SAMPLES / "hta_sampled_128")
+    assert by_path.equals(ev.summary(ev.load(SAMPLES / "hta_sampled_128")))
