@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -247,10 +248,12 @@ def _hook_forks() -> None:
 
 
 @contextmanager
-def _local_cluster_config() -> Iterator[None]:
+def _local_cluster_config(scratch: str) -> Iterator[None]:
     """Dask's configuration for a local cluster: :data:`LOCAL_CLUSTER_CONFIG`, workers
-    started by :func:`start_method`, and their environment less :data:`_UNSET_IN_WORKERS` (a
-    variable already in this process's environment stays: the workers inherit it)."""
+    started by :func:`start_method`, their environment less :data:`_UNSET_IN_WORKERS` (a
+    variable already in this process's environment stays: the workers inherit it), and the
+    scratch folder ``scratch`` for the scheduler's and the workers' locks and spill (Dask's
+    default, ``$TMPDIR/dask-scratch-space``, kept lock files after every run)."""
     import dask
 
     key = "distributed.nanny.pre-spawn-environ"
@@ -258,7 +261,11 @@ def _local_cluster_config() -> Iterator[None]:
     method = start_method()
     if method == "fork":
         _hook_forks()
-    config = {key: environ, "distributed.worker.multiprocessing-method": method}
+    config = {
+        key: environ,
+        "distributed.worker.multiprocessing-method": method,
+        "temporary-directory": scratch,
+    }
     with dask.config.set({**config, **LOCAL_CLUSTER_CONFIG}):
         yield
 
@@ -357,8 +364,10 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             # Processes, one thread each: the work is pure Python (parsing, simulating) and
             # holds the GIL. The configuration is read as the servers are made, and sent to
             # the workers.
+            # Removed after the cluster closes (the stack unwinds in reverse).
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="echo-view-dask-"))
             try:
-                with _local_cluster_config(), _children_ignore_sigint():
+                with _local_cluster_config(scratch), _children_ignore_sigint():
                     cluster = distributed.LocalCluster(
                         n_workers=n,
                         threads_per_worker=1,

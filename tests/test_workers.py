@@ -9,10 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,3 +313,17 @@ def test_a_low_open_files_limit_is_refused_before_the_cluster_starts(
 
     _check_open_files(2)
     assert asked == [(64, 4096)]
+
+
+def test_a_local_cluster_leaves_nothing_in_the_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dask's own scratch space stayed behind: $TMPDIR/dask-scratch-space/{global,purge}.lock.
+    from echo_view.workers import dask_client
+
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with dask_client(workers=1) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+        assert any(tmp_path.iterdir())  # the cluster's folder, while it runs
+    assert list(tmp_path.iterdir()) == []
