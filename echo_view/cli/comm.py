@@ -147,11 +147,23 @@ def build_cluster(args: argparse.Namespace, ranks: int) -> tuple[Cluster, int]:
     """The cluster of the command line, with enough nodes for the group, and the group's
     ranks per node."""
     sets = parse_sets(args.set)
+    flags = {}  # the cluster keys the command's own flags set, by the flag's name
     if args.gpus_per_node is not None:
         sets["gpus_per_node"] = str(args.gpus_per_node)
+        flags["gpus_per_node"] = "--gpus-per-node"
+    nic = nic_option(args)
+    if nic is not None:
+        flags["nic_gbytes_per_s"] = "--nic-gbytes-per-s"
     nodes_given = sets.pop("nodes", None)
     spec = gpu_preset(args.gpu, where="--gpu")
-    cluster = make_cluster(spec, nic_gbytes_per_s=nic_option(args)).with_overrides(sets)
+    try:
+        cluster = make_cluster(spec, nic_gbytes_per_s=nic).with_overrides(sets)
+    except ConfigError as exc:  # a value a flag gave: the error names the flag, not the key
+        key = (exc.where or "").removeprefix("cluster.")
+        prefix = f"cluster key {key!r}"
+        if key not in flags or not exc.message.startswith(prefix):
+            raise
+        raise UsageError(flags[key] + exc.message.removeprefix(prefix), hint=exc.hint) from None
     gpn = cluster.gpus_per_node
     per_node = args.ranks_per_node if args.ranks_per_node is not None else min(ranks, gpn)
     if not 1 <= per_node <= gpn:

@@ -71,9 +71,18 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--ranks-per-node", "9"],
             "between",
         ),
-        # A config's bounds (1,024 GPUs a node): 99,999,999 ran before.
+        # A config's bounds (1,024 GPUs a node): 99,999,999 ran before. The flag is named
+        # (the error named the config key), and the key when --set gave it.
         (
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--gpus-per-node", "99999999"],
+            "error: --gpus-per-node must be a number from 1 to 1024 GPUs, got '99999999'",
+        ),
+        (
+            ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--nic-gbytes-per-s", "0"],
+            "error: --nic-gbytes-per-s must be a number from 0.001 to 1e+09 GB/s, got 0.0",
+        ),
+        (
+            ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "gpus_per_node=0"],
             "cluster.gpus_per_node: cluster key 'gpus_per_node' must be a number from 1 to 1024",
         ),
     ],
