@@ -11,7 +11,6 @@ import os
 import shutil
 import sys
 import time
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -90,12 +89,11 @@ class StderrProgress:
 
 
 def _cut(text: str, width: int) -> tuple[str, int]:
-    """``text`` cut to ``width`` terminal cells (East Asian wide characters take two), and
-    the cells it takes."""
-    cells = 0
-    for i, c in enumerate(text):
-        w = 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        if cells + w > max(width, 1):
-            return text[:i], cells
-        cells += w
-    return text, cells
+    """``text`` cut to ``width`` terminal cells as ``rich`` measures them (the tables and the
+    TUI do too), and the cells it takes."""
+    from rich.cells import cell_len, set_cell_size  # not at import: `--help` needs no rich
+
+    width = max(width, 1)
+    if cell_len(text) > width:
+        text = set_cell_size(text, width)
+    return text, cell_len(text)
