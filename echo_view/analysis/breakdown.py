@@ -57,11 +57,6 @@ class GpuWork:
     labels: I64
     device: I64
 
-    @property
-    def devices(self) -> tuple[int, ...]:
-        """Devices that ran any work, ascending."""
-        return tuple(int(d) for d in np.unique(self.device))
-
 
 def nccl_name_ids(trace: Trace) -> npt.NDArray[np.int32]:
     """String ids of the kernel names that are communication kernels (NCCL/RCCL, DeepEP; one
