@@ -35,6 +35,7 @@ from typing import Any
 
 from echo_view.model.mapped import MappedBytes
 from echo_view.model.trace import Text
+from echo_view.oslimits import raise_open_files
 
 #: Where the folders go: a RAM-backed file system on Linux (nowhere else: no spooling).
 SHM = Path("/dev/shm")
@@ -157,35 +158,12 @@ def _take_mappings(path: str, count: int) -> bool:
     return True
 
 
-def _free_fds() -> int:
-    """How many more files this process may open: its soft limit less those open now."""
-    import resource  # (Unix only, as /dev/shm is)
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 1 << 30
+def _free_fds(limit: int) -> int:
+    """How many more files this process may open under a soft ``limit``: less those open now."""
     try:
-        return soft - len(os.listdir("/proc/self/fd"))
+        return limit - len(os.listdir("/proc/self/fd"))
     except OSError:
-        return soft
-
-
-def raise_open_files_limit() -> None:
-    """This process's soft limit on open files raised to its hard limit: a read of N ranks
-    through shared memory may hold 2N mappings, each with a file open (a soft limit of 1,024
-    is common; hard limits are larger). Left as it is where the system refuses."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard
-    if hard == resource.RLIM_INFINITY:  # then the kernel's cap on open files (fs.nr_open)
-        try:
-            target = int(Path("/proc/sys/fs/nr_open").read_text())
-        except (OSError, ValueError):
-            target = 1 << 20  # its default
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +187,9 @@ def spool_folder() -> Iterator[SpoolTo | None]:
     except OSError:
         yield None
         return
-    raise_open_files_limit()
-    _BUDGETS[folder] = _free_fds() - FD_RESERVE
+    # A read of N ranks may hold 2N mappings, each with a file open; a soft limit of 1,024 is
+    # common, hard limits are larger.
+    _BUDGETS[folder] = _free_fds(raise_open_files()) - FD_RESERVE
     try:
         yield SpoolTo(folder, MIN_BYTES)
     finally:

@@ -8,7 +8,6 @@ only when a cluster is asked for.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
@@ -22,6 +21,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from echo_view.errors import UsageError
+from echo_view.oslimits import raise_open_files
 
 MAX_WORKERS = 1024  # a local cluster larger than this is a typo, not a machine
 #: Local workers per core at most: more processes than cores only share them, and each holds
@@ -296,18 +296,10 @@ def _check_open_files(n: int) -> None:
     refuse: under it Dask's servers failed to accept connections in an endless loop of
     tracebacks (``ulimit -n 16``: 188 MB of stderr in 20 s) or a nanny failed to start with a
     traceback (24-40)."""
-    try:
-        import resource
-    except ImportError:  # not Unix: no such limit to check
-        return
     need = cluster_open_files(n)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
+    soft = raise_open_files(need)
+    if soft >= need:
         return
-    if hard == resource.RLIM_INFINITY or hard >= need:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-            return
     raise UsageError(
         f"a local cluster of {n} worker processes needs at least {need} open files, and "
         f"this process may open {soft} (ulimit -n)",

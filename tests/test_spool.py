@@ -177,11 +177,11 @@ def test_the_soft_open_files_limit_is_raised_to_the_hard_one() -> None:
     if hard != resource.RLIM_INFINITY and hard <= 256:
         pytest.skip(f"this machine's hard limit on open files is {hard}")
     code = (
-        "import resource; from echo_view import spool; "
-        "s, h = resource.getrlimit(resource.RLIMIT_NOFILE); "
-        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h)); "
-        "spool.raise_open_files_limit(); "
-        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+        "import resource; from echo_view.spool import spool_folder\n"
+        "s, h = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h))\n"
+        "with spool_folder():\n"
+        "    print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
