@@ -597,11 +597,16 @@ def load_workload(path: Path) -> tuple[WorkloadConfig, TracedGraph, str, float]:
         graph = read_graph(path)
         cfg_map: Any = graph.config.get("config")
         if not cfg_map:
+            script = graph.meta.get("script")
+            hint = (
+                "a script's graph holds no batch, layout or cluster: simulate a config with "
+                f'[model] script = "{script}" and its [parallel], [batch] and [cluster] tables '
+                '(docs/workloads.md, "Tracing a training script")'
+                if script
+                else "re-run echo-view trace CONFIG.toml"
+            )
             raise InputError(
-                "the traced graph carries no workload config",
-                path=path,
-                where="config",
-                hint="re-run echo-view trace CONFIG.toml",
+                "the traced graph carries no workload config", path=path, where="config", hint=hint
             )
         cfg = parse_workload_config(cfg_map, f"{path}:config")
         check_graph_shape(graph, cfg, path)

@@ -3,6 +3,8 @@ are not one job."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import sys
 from functools import partial
@@ -396,3 +398,16 @@ def test_torch_that_cannot_load_is_not_called_missing() -> None:
         "segment from shared object)"
     )
     assert "ulimit -v" in (broken.hint or "")
+
+
+def test_a_graph_without_a_config_says_how_to_simulate_it(tmp_path: Path) -> None:
+    doc = json.loads(
+        gzip.decompress((SAMPLES / "configs/megatron-ci-small/tp1-pp2.graph.json.gz").read_bytes())
+    )
+    doc["config"] = {}
+    doc["meta"]["script"] = "train.py"  # as `trace --script` writes it
+    graph = tmp_path / "g.json.gz"
+    graph.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(InputError, match="no workload config") as err:
+        loading.load_workload(graph)
+    assert '[model] script = "train.py"' in (err.value.hint or "")

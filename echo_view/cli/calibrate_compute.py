@@ -26,8 +26,9 @@ from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import InputError, UsageError
-from echo_view.formats import Registry, atomic_output, json_text
+from echo_view.formats import Progress, Registry, atomic_output, json_text, no_progress
 from echo_view.loading import SERIAL, Parallel, read_job
 from echo_view.model import Job
 from echo_view.model.schema import json_schema
@@ -64,6 +65,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_parallel_options(p)
+    add_progress_option(p)
     p.set_defaults(func=run_compute)
 
 
@@ -77,11 +79,14 @@ def _sources(path: Path, job: Job) -> tuple[str, ...]:
 
 
 def read_samples(
-    paths: list[Path], registry: Registry, parallel: Parallel = SERIAL
+    paths: list[Path],
+    registry: Registry,
+    parallel: Parallel = SERIAL,
+    progress: Progress = no_progress,
 ) -> KernelSamples:
     """Every countable op of the traces (rank files read where ``parallel`` says); a one-line
     error when none recorded shapes."""
-    jobs = [read_job([p], registry, parallel=parallel) for p in paths]
+    jobs = [read_job([p], registry, progress, parallel) for p in paths]
     samples = samples_of_jobs(jobs, [_sources(p, j) for p, j in zip(paths, jobs, strict=True)])
     st = samples.stats
     where = paths[0] if len(paths) == 1 else None
@@ -135,7 +140,8 @@ def run_compute(args: argparse.Namespace, registry: Registry) -> int:
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
     if args.gpu is not None:
         gpu_preset(args.gpu, where="--gpu")  # before the traces are read
-    samples = read_samples(list(args.traces), registry, parallel_of(args))
+    with stderr_progress(args) as progress:
+        samples = read_samples(list(args.traces), registry, parallel_of(args), progress)
     groups, skipped = by_gpu(samples, args.gpu)
     if not groups:
         raise InputError(

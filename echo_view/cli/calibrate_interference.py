@@ -19,6 +19,7 @@ from echo_view.cli.console import console
 from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
@@ -50,13 +51,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--split", choices=SPLITS, dest="split_deprecated", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_parallel_options(p)
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.output.suffix.lower() != ".toml":
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
-    samples = load_samples(args.paths, registry, parallel_of(args))
+    with stderr_progress(args) as progress:
+        samples = load_samples(args.paths, registry, parallel_of(args), progress)
     if len(samples) < 10:
         raise UsageError(
             f"only {len(samples)} overlapped kernels with a solo reference: too few to fit",

@@ -22,12 +22,15 @@ import msgspec
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import (
     Importer,
+    Progress,
     Registry,
     atomic_output,
     check_output,
+    no_progress,
     not_a_trace,
     reach_input,
     unreachable,
@@ -115,6 +118,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("-o", "--output", type=path_arg, metavar="OUT", help="where --fix writes")
     add_parallel_options(p)
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -264,6 +268,7 @@ def check_paths(
     as_job: bool = False,
     registry: Registry | None = None,
     parallel: Parallel | None = None,
+    progress: Progress = no_progress,
 ) -> None:
     """Check every file and every job, the files read where ``parallel`` says (in this
     process by default); findings go to ``report``. Each JSON file is checked where it is
@@ -280,6 +285,7 @@ def check_paths(
     kinds = [[(path, _kind(path, registry)) for path in job.files] for job in jobs]
     json_files = [path for files in kinds for path, kind in files if kind == "json"]
     work = partial(check_file, selection=report.selection, keep=report.keep)
+    total, done = sum(len(files) for files in kinds), 0
     with closing(map_files(json_files, work, where)) as checked:
         for job, files in zip(jobs, kinds, strict=True):
             summaries: list[RankSummary] = []
@@ -293,12 +299,15 @@ def check_paths(
                     summaries.append(summary)
                 else:
                     imported.setdefault(id(kind), (kind, []))[1].append(path)
+                    continue
+                done += 1
+                progress(f"{path.name}: checked", done / total)
             if len(summaries) > 1:
                 check_job(summaries, report, job.name)
             # Imported files of one format form one job (their ranks are checked together).
             for _imp, group in imported.values():
                 rank = partial(check_rank, selection=report.selection, keep=report.keep)
-                head, ranks = read_ranks(group, rank, registry, parallel=where)
+                head, ranks = read_ranks(group, rank, registry, progress, where)
                 join_rank_checks(head, ranks, report, job.name)
 
 
@@ -361,7 +370,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             if left:
                 changes.append(f"still present in {args.output}: {left}")
     else:
-        check_paths(args.paths, report, args.job, registry, parallel_of(args))
+        with stderr_progress(args) as progress:
+            check_paths(args.paths, report, args.job, registry, parallel_of(args), progress)
     if args.json:
         doc = report.to_json()
         if args.fix:

@@ -33,8 +33,9 @@ from rich.table import Table
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, json_text
+from echo_view.formats import Progress, Registry, json_text, no_progress
 from echo_view.loading import SERIAL, Parallel, read_ranks
 from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
@@ -61,11 +62,15 @@ def register(subparsers: Any) -> None:
         help="also report held-out errors of the models, split by job, trace or step",
     )
     add_parallel_options(p)
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
 def load_samples(
-    paths: Sequence[Path], registry: Registry, parallel: Parallel = SERIAL
+    paths: Sequence[Path],
+    registry: Registry,
+    parallel: Parallel = SERIAL,
+    progress: Progress = no_progress,
 ) -> OverlapSamples:
     """Measure the overlapped kernels of every PATH, each rank where its file is read (as
     ``parallel`` says): only its samples come back, never the job's events."""
@@ -76,7 +81,7 @@ def load_samples(
             raise UsageError(f"{path} is given twice")
         names.add(str(path))
         digest = partial(measure_trace, classify=classify_kernel, job_name=str(path))
-        parts.extend(read_ranks([path], digest, registry, parallel=parallel)[1])
+        parts.extend(read_ranks([path], digest, registry, progress, parallel)[1])
     return OverlapSamples.concat(parts)
 
 
@@ -134,7 +139,8 @@ def _num(x: float) -> float | None:
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
-    samples = load_samples(args.paths, registry, parallel_of(args))
+    with stderr_progress(args) as progress:
+        samples = load_samples(args.paths, registry, parallel_of(args), progress)
     rep = report(samples, args.holdout)
     if args.json:
         sys.stdout.write(json_text({"schema": json_schema("interference"), **rep}))

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.pathargs import path_arg
+from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
-from echo_view.formats import Registry, json_text
+from echo_view.formats import Progress, Registry, json_text, no_progress
 from echo_view.text import printable
 from echo_view.units import format_duration
 
@@ -83,6 +84,7 @@ def register(subparsers: Any) -> None:
         "tensor- and data-parallel ranks are symmetric; default) or every rank",
     )
     add_parallel_options(p)
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -98,10 +100,12 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def load_job(path: Path, registry: Registry, args: argparse.Namespace) -> Job:
+def load_job(
+    path: Path, registry: Registry, args: argparse.Namespace, progress: Progress = no_progress
+) -> Job:
     """INPUT as a measured job (workload configs and traced graphs go to
     :func:`echo_view.cli.simulate_workload.run_workload` instead)."""
-    return read_job(args, registry, [path])
+    return read_job(args, registry, [path], progress)
 
 
 def run(args: argparse.Namespace, registry: Registry) -> int:
@@ -128,7 +132,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     check_keys(overrides, workload=False)  # before the (possibly long) import
     exporter = registry.exporter_for(args.output) if args.output is not None else None
     t0 = time.perf_counter()
-    job = load_job(args.input, registry, args)
+    with stderr_progress(args) as progress:
+        job = load_job(args.input, registry, args, progress)
     t_import = time.perf_counter()
     interference = setting_file(overrides.get("interference"))
     run = replay_job(job, overrides, args.comm, interference_file=interference)
@@ -140,7 +145,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         "seconds": {"import": t_import - t0, "simulate": t_sim - t_import},
     }
     if exporter is not None:
-        exporter.write(run.predicted, args.output)
+        with stderr_progress(args) as progress:
+            exporter.write(run.predicted, args.output, progress)
         report_written(exporter, run.predicted, args.output)
     if args.json:
         sys.stdout.write(json_text(report))

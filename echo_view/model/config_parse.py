@@ -83,6 +83,12 @@ class _Section:
             raise self._err(key, f"expected {kind.__name__}, got {what}")
         return value
 
+    def has(self, key: str) -> bool:
+        """Whether the table sets ``key`` (an optional key read only when set: still one of
+        the keys an unknown key's hint lists)."""
+        self.used.add(key)
+        return key in self.data
+
     def positive(self, key: str, default: int | None = None, *, required: bool = True) -> int:
         """A positive integer, at most ``LIMITS[key]`` (or :data:`LIMITS` ``["gpus"]``)."""
         value = self.get(key, int, default, required=required and default is None)
@@ -191,7 +197,7 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         tp_comm_overlap=p.get("tp_comm_overlap", bool, False),
         overlap_param_gather=p.get("overlap_param_gather", bool, False),
         align_param_gather=p.get("align_param_gather", bool, True),
-        ddp_bucket_size=p.positive("ddp_bucket_size") if "ddp_bucket_size" in p.data else None,
+        ddp_bucket_size=p.positive("ddp_bucket_size") if p.has("ddp_bucket_size") else None,
         grad_reduce_in_fp32=p.get("grad_reduce_in_fp32", bool),
         overlap_p2p_comm=p.get("overlap_p2p_comm", bool, True),
         async_tensor_model_parallel_allreduce=p.get(
@@ -201,15 +207,15 @@ def parse_workload_config(data: Mapping[str, Any], source: str = "") -> Workload
         fsdp=fsdp,
         fsdp_grad_sync=(
             p.choice("fsdp_grad_sync", FSDP_GRAD_SYNC, "every_microbatch")
-            if "fsdp_grad_sync" in p.data
+            if p.has("fsdp_grad_sync")
             else None
         ),
         ep=p.positive("ep", 1),
-        etp=p.positive("etp", 1) if "etp" in p.data else None,
+        etp=p.positive("etp", 1) if p.has("etp") else None,
         ddp=ddp,
         microbatch_group_size_per_vp_stage=(
             p.positive("microbatch_group_size_per_vp_stage")
-            if "microbatch_group_size_per_vp_stage" in p.data
+            if p.has("microbatch_group_size_per_vp_stage")
             else None
         ),
     )

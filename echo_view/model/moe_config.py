@@ -111,6 +111,7 @@ def parse_moe(section: Any, ffn_hidden: int) -> MoEConfig | None:
     """The MoE keys of ``[model]`` (``section``: the config reader's table), or ``None`` for
     a dense model; a key without ``experts`` is an error naming it."""
     data = section.data
+    section.used.update(KEYS)  # an unknown key's hint lists them on dense models too
     if "experts" not in data:
         for key in KEYS:
             if key in data:

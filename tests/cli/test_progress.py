@@ -103,3 +103,41 @@ def test_slow_export_keeps_captured_stderr_to_the_result(
     assert cli.main(["export", *map(str, paths), "-o", str(out), "--progress"]) == 0
     err = capsys.readouterr().err
     assert "%" in err.splitlines()[0] and err.splitlines()[-1].startswith("echo-view: wrote"), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "{dlrm}", "-o", "{out}.json"],
+        ["interference", "{dlrm}"],
+        ["calibrate", "interference", "{dlrm}", "-o", "{out}.toml"],
+        ["calibrate", "compute", "{dlrm}", "-o", "{out}.toml"],
+        ["check", "{dlrm}"],
+        ["check", "{nsys}"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_every_command_that_reads_a_job_reports_progress_when_asked(
+    argv: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # These read a job as info and export do, but had no --progress (docs/cli.md).
+
+    class Slow(StderrProgress):
+        def __init__(self, stream: io.TextIOBase, *, forced: bool = False) -> None:
+            super().__init__(stream, forced=forced, delay_s=0.0)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(progress_mod, "StderrProgress", Slow)
+    subs = {
+        "dlrm": str(SAMPLES / "dlrm_kineto"),
+        "nsys": str(SAMPLES / "nsys" / "mfu_2gpu_before.sqlite.gz"),
+        "out": str(tmp_path / "out"),
+    }
+    args = [a.format(**subs) for a in argv]
+    cli.main(args)
+    assert "%" not in capsys.readouterr().err
+    cli.main([*args, "--progress"])
+    err = capsys.readouterr().err
+    assert (".trace.json.gz: " in err or ".sqlite.gz: " in err) and "100%" in err, err

@@ -776,3 +776,17 @@ def test_log_params_norm_round_trips_and_is_simulation_only() -> None:
     assert norm.training.log_params_norm
     assert parse_workload_config(config_to_mapping(norm)) == norm
     assert tracing_key(norm) == tracing_key(plain)  # launches on the host, no traced op
+
+
+def test_an_unknown_key_lists_every_key_of_its_table() -> None:
+    # Keys read only when set (etp, ddp_bucket_size, fsdp_grad_sync, the vp group size) and
+    # the MoE keys of a dense model were missing from the list.
+    with pytest.raises(ConfigError) as parallel:
+        parse_workload_config(_with("parallel", ept=2), "x.toml")
+    hint = parallel.value.hint or ""
+    for key in ("etp", "ddp_bucket_size", "fsdp_grad_sync", "microbatch_group_size_per_vp_stage"):
+        assert key in hint
+    with pytest.raises(ConfigError) as model:
+        parse_workload_config(_with("model", expert=8), "x.toml")
+    assert "did you mean 'experts'?" in (model.value.hint or "")
+    assert "moe_grouped_gemm" in (model.value.hint or "")
