@@ -5,10 +5,14 @@ exist only at the edges (Chrome/Kineto JSON). A double holds exact nanoseconds o
 2**42 microseconds, so absolute-epoch microsecond floats are converted through their decimal
 text, never through ``float * 1000``; short times read as doubles are converted where the
 double provably gives what the text would (:func:`us_floats_to_ns`).
+
+Numbers a user types (options, ``--set`` values) are read by :func:`parse_number` and
+:func:`parse_integer`: ASCII digits only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from decimal import Decimal, DecimalException
 from typing import Any
@@ -20,6 +24,28 @@ import numpy.typing as npt
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
+
+# Python's float() and int() also read digits of any script ("１２", "٣"), underscores ("1_000")
+# and surrounding whitespace: a typo or a pasted character would pass as a number.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+
+
+def parse_number(text: str) -> float:
+    """``text`` as a decimal number (``12``, ``-0.5``, ``1e3``; ASCII digits, no ``_``, no
+    spaces, not ``inf`` or ``nan``), else a ``ValueError`` quoting it."""
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
+def parse_integer(text: str) -> int:
+    """``text`` as a decimal integer (``12``, ``-3``; ASCII digits, no ``_``, no spaces), else
+    a ``ValueError`` quoting it."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
 
 # Below this magnitude (in µs) a double's ULP is finer than 1/1024 ns, so round(x * 1000) is exact
 # for values that were printed with at most three decimals.

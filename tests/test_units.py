@@ -22,6 +22,8 @@ from echo_view.units import (
     format_duration,
     int_us_in_range,
     ns_to_us_text,
+    parse_integer,
+    parse_number,
     text_ns,
     us_floats_to_ns,
     us_texts_to_ns,
@@ -260,3 +262,25 @@ def test_float_ns_rounds_and_never_wraps() -> None:
     assert got[:4] == [0, 2, 2, -3]  # half to even, as np.rint
     big = OUT_OF_RANGE_NS
     assert got[4:] == [big, -big, big, -big, -big] and big > NS_LIMIT
+
+
+@pytest.mark.parametrize("text", ["12", "-3", "+7", "0"])
+def test_plain_integers_are_read(text: str) -> None:
+    assert parse_integer(text) == int(text)
+    assert parse_number(text) == float(text)
+
+
+@pytest.mark.parametrize("text", ["2.5", ".5", "5.", "1e3", "-1.5E-2"])
+def test_plain_numbers_are_read(text: str) -> None:
+    assert parse_number(text) == float(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["１２", "٣", "1_000", " 5", "5 ", "0x10", "", "inf", "nan", "1.5"]
+)
+def test_what_python_reads_leniently_or_not_as_an_integer_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not an integer"):
+        parse_integer(text)
+    if text != "1.5":
+        with pytest.raises(ValueError, match="not a number"):
+            parse_number(text)

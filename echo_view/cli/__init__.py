@@ -52,11 +52,16 @@ COMMANDS: dict[str, str] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors show an option's value escaped and cut: they quote
-    it whole (``--ranks`` given 100,000 digits printed a 100 KB line)."""
+    """argparse's parser whose usage errors are one line, as every other error is (argparse
+    printed the usage first, up to seven lines), pointing at ``--help``, with an option's
+    value escaped and cut: they quote it whole (``--ranks`` given 100,000 digits printed a
+    100 KB line)."""
 
     def error(self, message: str) -> NoReturn:
-        super().error(printable(cut_middle(message)))
+        self.exit(
+            2,
+            f"{self.prog}: error: {printable(cut_middle(message))} (see {self.prog} --help)\n",
+        )
 
 
 class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]

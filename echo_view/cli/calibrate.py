@@ -46,7 +46,7 @@ from echo_view.sim.calibrate.comm import (
     fit_nccl,
     leave_one_out,
 )
-from echo_view.sim.cluster import Cluster, gpu_preset, make_cluster, match_gpu
+from echo_view.sim.cluster import Cluster, ClusterKeys, gpu_preset, make_cluster, match_gpu
 from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
 from echo_view.text import markup_safe
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
@@ -119,14 +119,29 @@ def log_cluster(log: NcclTestsLog, args: argparse.Namespace) -> Cluster:
         gpu = spec.name
     sets = parse_sets(args.set)
     counts = log.ranks_per_host
-    gpn = args.gpus_per_node or int(sets.pop("gpus_per_node", 0)) or max(counts)
+    given = sets.pop("gpus_per_node", None)
+    where = "--set gpus_per_node"
+    if args.gpus_per_node is not None:
+        given, where = str(args.gpus_per_node), "--gpus-per-node"
+    # 0 and a value that was not a number read as "not given" (and int("1.5") a traceback).
+    gpn = (
+        int(ClusterKeys.check("gpus_per_node", given, where=where))
+        if given is not None
+        else max(counts)
+    )
+    nodes = sets.pop("nodes", None)
+    if nodes is not None and ClusterKeys.check("nodes", nodes, where="--set nodes") != len(counts):
+        raise UsageError(
+            f"--set nodes={nodes}: the log ran on {len(counts)} host(s), which are the nodes",
+            path=log.path,
+            hint="leave nodes out: it is read from the log",
+        )
     if max(counts) > gpn:
         raise ConfigError(
             f"{max(counts)} ranks ran on one host but nodes have {gpn} GPUs",
             path=log.path,
             where="cluster.gpus_per_node",
         )
-    sets.pop("nodes", None)
     cluster = make_cluster(
         gpu, gpus_per_node=gpn, nodes=len(counts), nic_gbytes_per_s=nic_option(args)
     )

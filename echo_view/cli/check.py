@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from echo_view.cli.console import console
+from echo_view.cli.numargs import int_arg
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -108,7 +109,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--show",
-        type=int,
+        type=int_arg,
         default=3,
         metavar="N",
         help="locations shown per code in the text report (default 3)",

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.cli.console import console
+from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.sizes import parse_sizes
 from echo_view.errors import ConfigError, UsageError, warn_deprecated
@@ -75,16 +76,16 @@ def add_cluster_options(p: argparse.ArgumentParser, *, gpu_default: str | None) 
         + (f"; default {gpu_default}" if gpu_default else "; default: from the log"),
     )
     p.add_argument(
-        "--gpus-per-node", type=int, metavar="G", help="GPUs per node (default: preset's 8)"
+        "--gpus-per-node", type=int_arg, metavar="G", help="GPUs per node (default: preset's 8)"
     )
     p.add_argument(
         "--nic-gbytes-per-s",
-        type=float,
+        type=float_arg,
         metavar="GBPS",
         help="NIC bandwidth per GPU in GB/s, e.g. 50 for 400 Gb/s (default: the GPU's "
         "reference system)",
     )
-    p.add_argument("--nic-gbps-per-gpu", type=float, help=argparse.SUPPRESS)  # deprecated
+    p.add_argument("--nic-gbps-per-gpu", type=float_arg, help=argparse.SUPPRESS)  # deprecated
     p.add_argument(
         "--set",
         action="append",
@@ -122,10 +123,10 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="payload per rank: 1048576, 64MiB, 1GB, a list 1MiB,1GiB or a sweep 8:1GiB",
     )
-    p.add_argument("--ranks", required=True, type=int, metavar="R", help="ranks in the group")
+    p.add_argument("--ranks", required=True, type=int_arg, metavar="R", help="ranks in the group")
     p.add_argument(
         "--ranks-per-node",
-        type=int,
+        type=int_arg,
         metavar="K",
         help="place only K of the group's ranks on each node (e.g. 1 for a data-parallel "
         "group across tensor-parallel nodes)",

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
 from echo_view.cli.console import console
+from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
@@ -53,7 +54,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the stable JSON object")
     p.add_argument(
         "--fail-above",
-        type=float,
+        type=float_arg,
         metavar="PCT",
         help="exit 1 when the step-time error exceeds PCT percent",
     )
@@ -63,10 +64,10 @@ def register(subparsers: Any) -> None:
         metavar="OUT",
         help="write step-time and breakdown bars (.png/.svg/.pdf)",
     )
-    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels/collectives (10)")
+    p.add_argument("--top", type=int_arg, default=10, metavar="N", help="kernels/collectives (10)")
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=float_arg,
         default=DEFAULT_TOLERANCE_PCT,
         metavar="PCT",
         help=f"step-time change the verdict calls a match ({DEFAULT_TOLERANCE_PCT:g})",

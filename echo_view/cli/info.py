@@ -28,6 +28,7 @@ from echo_view.analysis.summary import (
     summarize_ranks,
 )
 from echo_view.cli.console import console
+from echo_view.cli.numargs import int_arg
 from echo_view.cli.parallel import add_parallel_options, read_ranks
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="trace files of one job")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of tables")
     p.add_argument(
-        "--top", type=int, default=10, metavar="N", help="kernels/collectives to list (10)"
+        "--top", type=int_arg, default=10, metavar="N", help="kernels/collectives to list (10)"
     )
     add_progress_option(p)
     add_parallel_options(p)

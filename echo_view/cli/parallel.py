@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from echo_view.cli.numargs import int_arg
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, no_progress
 from echo_view.workers import check_scheduler, check_workers
@@ -29,7 +30,7 @@ def add_parallel_options(parser: Any) -> None:
     group = parser.add_argument_group("reading rank files in parallel (dask extra)")
     group.add_argument(
         "--workers",
-        type=int,
+        type=int_arg,
         metavar="N",
         help="read the rank files in N local worker processes (default: one per core, once "
         "they hold 256 MiB of JSON; 1: all in this process)",

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.numargs import int_arg
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -95,7 +96,7 @@ def register(subparsers: Any) -> None:
         "2 on bad input.",
     )
     p.add_argument("config", type=path_arg, metavar="CONFIG.toml")
-    p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs to plan for")
+    p.add_argument("--gpus", type=int_arg, required=True, metavar="N", help="GPUs to plan for")
     p.add_argument("--gpu", metavar="G", help="GPU preset (default: the config's)")
     p.add_argument(
         "--search",
@@ -103,7 +104,7 @@ def register(subparsers: Any) -> None:
         metavar="DIMS",
         help=f"dimensions to vary (default: {','.join(DIMENSIONS)}); others stay as in CONFIG",
     )
-    p.add_argument("--top", type=int, default=10, metavar="K", help="rows in the table (10)")
+    p.add_argument("--top", type=int_arg, default=10, metavar="K", help="rows in the table (10)")
     p.add_argument(
         "--all",
         action="store_true",
@@ -113,7 +114,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-passes",
-        type=int,
+        type=int_arg,
         default=MAX_PLAN_PASSES,
         metavar="N",
         help="stop after simulating layouts of N forward and backward chunk passes in all "
@@ -124,7 +125,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--plot", type=path_arg, metavar="OUT.png", help="step time vs memory, Pareto")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=int, metavar="N", help="local Dask worker processes")
+    where.add_argument("--workers", type=int_arg, metavar="N", help="local Dask worker processes")
     where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")
     where.add_argument("--serial", action="store_true", help="run in this process, no cluster")
     add_progress_option(p)

@@ -24,7 +24,7 @@ _UNITS = {
     "GB": 10**9,
     "TB": 10**12,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*$", re.ASCII)
 #: Most sizes one option takes, lists and sweeps together: each costs a prediction, and at a
 #: million ranks 0.2 s (60,000 listed ran past any timeout).
 MAX_SIZES = 64

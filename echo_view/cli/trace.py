@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.simulate import parse_overrides
 from echo_view.errors import UsageError
@@ -39,7 +40,7 @@ def register(subparsers: Any) -> None:
         metavar="FILE.py[:FUNCTION]",
         help="trace this training step (FUNCTION defaults to train_step) instead of a config",
     )
-    p.add_argument("--world", type=int, metavar="N", help="ranks of the --script run")
+    p.add_argument("--world", type=int_arg, metavar="N", help="ranks of the --script run")
     p.add_argument(
         "--set",
         action="append",
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=float_arg,
         default=None,
         metavar="SECONDS",
         help="time limit of one traced rank's step (default 600)",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Self
 
 from echo_view.errors import ConfigError, known_keys_hint, warn_deprecated
+from echo_view.units import parse_number
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,19 @@ class ParamSet:
                 f"{cls.NOUN} {name!r} needs a number, got {value!r}", path=path, where=place
             )
         try:
-            number = float(value)
+            # A string (a --set value) must be a plain ASCII number: float() also read
+            # "１２" and "1_000".
+            number = parse_number(value.strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             raise ConfigError(
                 f"{cls.NOUN} {name!r} needs a number, got {value!r}", path=path, where=place
             ) from None
         ok = math.isfinite(number) and spec.lo <= number <= spec.hi
+        if spec.integer and ok and not number.is_integer():
+            # int() cut 1.5 GPUs per node to 1 without a word.
+            raise ConfigError(
+                f"{cls.NOUN} {name!r} must be a whole number, got {value!r}", path=path, where=place
+            )
         if spec.switch:
             ok = number in (0.0, 1.0)
         if not ok:

@@ -116,8 +116,15 @@ def test_fail_above(
 def test_fail_above_must_be_a_percentage(
     pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], pct: str
 ) -> None:
-    """nan passed the old `< 0` check and then never failed anything."""
+    """nan passed the old `< 0` check and then never failed anything. The words nan and inf
+    are not numbers to the option's type (a usage error, exit 2); 1e400 overflows to inf."""
     a, b, _ = pair
+    if pct in ("nan", "inf"):
+        with pytest.raises(SystemExit) as usage:
+            _run(["diff", str(a), str(b), "--fail-above", pct], capsys)
+        assert usage.value.code == 2
+        assert "--fail-above: expected a number" in capsys.readouterr().err
+        return
     with pytest.raises(UsageError, match="--fail-above must be a percentage"):
         _run(["diff", str(a), str(b), "--fail-above", pct], capsys)
 
@@ -235,9 +242,11 @@ def test_bad_arguments(pair: tuple[Path, Path, Path], capsys: pytest.CaptureFixt
     a, b, _ = pair
     with pytest.raises(UsageError, match="--fail-above"):
         _run(["diff", str(a), str(b), "--fail-above", "-1"], capsys)
-    for bad in ("-1", "nan", "inf"):  # -1 and nan gave "B is 0.0% faster than A" for A vs A
+    for bad in ("-1", "1e400"):  # -1 and nan gave "B is 0.0% faster than A" for A vs A
         with pytest.raises(UsageError, match="--tolerance must be a percentage"):
             _run(["diff", str(a), str(a), "--tolerance", bad], capsys)
+    with pytest.raises(SystemExit):  # not a number to the option's type
+        _run(["diff", str(a), str(a), "--tolerance", "nan"], capsys)
     with pytest.raises(InputError, match="no such file"):
         _run(["diff", str(a), str(a.parent / "missing.pair")], capsys)
 

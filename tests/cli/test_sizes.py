@@ -34,3 +34,10 @@ def test_a_list_holds_at_most_max_sizes_and_errors_name_the_option() -> None:
     assert len(parse_sizes("1:1T")) == 41
     with pytest.raises(UsageError, match=r"^--bytes: cannot read the size '-1'"):
         parse_sizes("-1", "--bytes")
+
+
+def test_a_size_is_written_in_ascii_digits() -> None:
+    # \d matched the digits of every script: "１２" was 12 bytes.
+    for text in ("１２", "٣MiB"):
+        with pytest.raises(UsageError, match="cannot read the size"):
+            parse_size(text, "--bytes")

@@ -149,6 +149,28 @@ def test_calibrate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "[latency_us]" in target.read_text()
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--set", "gpus_per_node=1.5"], "--set gpus_per_node: cluster key 'gpus_per_node' must"),
+        (["--set", "gpus_per_node=abc"], "'gpus_per_node' needs a number, got 'abc'"),
+        (["--set", "gpus_per_node="], "'gpus_per_node' needs a number, got ''"),
+        (["--gpus-per-node", "0"], "--gpus-per-node: cluster key 'gpus_per_node' must be"),
+        (["--set", "nodes=abc"], "--set nodes: cluster key 'nodes' needs a number"),
+        (["--set", "nodes=3"], "--set nodes=3: the log ran on 1 host(s)"),
+    ],
+)
+def test_calibrate_refuses_cluster_sizes_it_cannot_use(
+    option: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 1.5 was a traceback (int("1.5")); 0, an empty value and nodes were silently ignored.
+    log = ECHO_LOGS / "nccl_8.log"
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "comm", str(log), "-o", str(out), *option]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_calibrate_bounds_the_rows_it_fits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

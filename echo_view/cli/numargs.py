@@ -1,0 +1,30 @@
+"""The types of numeric arguments: ASCII decimal numbers only
+(:func:`echo_view.units.parse_number`), where argparse's ``int`` and ``float`` types also
+took ``１２``, ``1_000`` and `` 5 ``."""
+
+from __future__ import annotations
+
+import argparse
+
+from echo_view.text import clipped, printable
+from echo_view.units import parse_integer, parse_number
+
+
+def int_arg(text: str) -> int:
+    """``text`` as an integer; argparse's one-line usage error otherwise."""
+    try:
+        return parse_integer(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer such as 8, got {printable(clipped(repr(text)))}"
+        ) from None
+
+
+def float_arg(text: str) -> float:
+    """``text`` as a number; argparse's one-line usage error otherwise."""
+    try:
+        return parse_number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number such as 2.5, got {printable(clipped(repr(text)))}"
+        ) from None
