@@ -295,17 +295,14 @@ def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
     """
     path = Path(path)
     target = output_target(path)
-    if not target.parent.is_dir():
-        raise UsageError(
-            f"output directory {str(target.parent)!r} does not exist",
-            path=path,
-            hint="create it first or write elsewhere",
-        )
+    _check_output_directory(path, target.parent)
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise write_error(exc, path) from None
+    except ValueError as exc:  # a NUL in the name
         raise OutputError(f"cannot use as output ({exc})", path=path) from None
     if stat.S_ISDIR(st.st_mode):
         raise UsageError("the output is a directory", path=path, hint="give a file name")
@@ -331,6 +328,39 @@ def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
                 path=path,
                 hint="choose another output name; echo-view never writes onto its inputs",
             )
+    if not os.access(target, os.W_OK):
+        # The output is replaced by a rename, which a write-protected file does not stop.
+        raise OutputError(
+            "the output exists and is write-protected",
+            path=path,
+            hint="make it writable (chmod u+w) or write elsewhere",
+        )
+
+
+def _check_output_directory(path: Path, folder: Path) -> None:
+    """Refuse an output whose directory is missing, is not a directory, or cannot be written
+    in: before any work, not once the output is ready (a lookup that failed otherwise, a name
+    too long or a folder without search permission, was a traceback)."""
+    try:
+        st = os.stat(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as exc:
+        raise write_error(exc, path) from None
+    except ValueError as exc:
+        raise OutputError(f"cannot use as output ({exc})", path=path) from None
+    if st is None:
+        raise UsageError(
+            f"output directory {str(folder)!r} does not exist",
+            path=path,
+            hint="create it first or write elsewhere",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(
+            f"{str(folder)!r} is not a directory", path=path, hint="give a path in a directory"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise write_error(OSError(errno.EACCES, os.strerror(errno.EACCES)), path)
 
 
 @functools.cache

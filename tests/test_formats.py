@@ -284,3 +284,38 @@ def test_a_sniffer_meeting_an_unreadable_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         registry.importer_for(tmp_path)
     assert err.value.one_line().startswith(f"{locked}: permission denied (")
+
+
+def test_an_output_directory_that_cannot_be_looked_up_is_one_error(tmp_path: Path) -> None:
+    # A name too long or a symbolic-link loop above the output was a traceback (is_dir() lets
+    # those errors through); a file in the directory's place read "does not exist".
+    with pytest.raises(OutputError, match=r"cannot write the output \(File name too long\)"):
+        check_output(tmp_path / ("d" * 300) / "x.json")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OutputError, match="Too many levels of symbolic links"):
+        check_output(loop / "x.json")
+    a_file = tmp_path / "f.json"
+    a_file.write_text("{}")
+    with pytest.raises(UsageError, match="is not a directory"):
+        check_output(a_file / "x.json")
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write-protected file was replaced (the rename ignores its mode); a directory without
+    # write permission was found only when the output was ready. As the kernel answers for
+    # an unprivileged user (root may write anything):
+    kept = tmp_path / "kept.json"
+    kept.write_text("keep")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    denied = {str(kept), str(folder)}
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: str(p) not in denied and real_access(p, mode))
+    with pytest.raises(OutputError, match="write-protected"):
+        check_output(kept)
+    with pytest.raises(OutputError, match=r"\(Permission denied\)"):
+        check_output(folder / "x.json")
+    assert kept.read_text() == "keep"

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -278,8 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code: int = args.func(args, build_registry())
             return code
     except EchoViewError as exc:
-        if args.debug:
-            raise
+        if args.debug:  # the traceback, then the same line and exit code as without --debug
+            traceback.print_exc()
         print(f"echo-view: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -287,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except MemoryError:
         if args.debug:
-            raise
+            traceback.print_exc()
         print(
             "echo-view: error: out of memory (run it where more memory is free or allowed, "
             "ulimit -v; or read fewer ranks at once: --workers 1)",

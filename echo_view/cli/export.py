@@ -18,6 +18,7 @@ from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.formats import Exporter, Registry
 from echo_view.model import Job
+from echo_view.text import printable
 
 
 def register(subparsers: Any) -> None:
@@ -63,4 +64,4 @@ def report_written(exporter: Exporter, job: Job, out: Path) -> None:
     counts them, when the exporter reports them)."""
     stats = getattr(exporter, "last_stats", None)
     detail = stats.one_line() if stats is not None else f"{job.event_count()} events"
-    print(f"echo-view: wrote {out} ({exporter.name}): {detail}", file=sys.stderr)
+    print(f"echo-view: wrote {printable(str(out))} ({exporter.name}): {detail}", file=sys.stderr)

@@ -20,6 +20,7 @@ from echo_view.errors import UsageError
 from echo_view.formats import Registry, check_input, check_output
 from echo_view.loading import load_config, torch_missing, trace_config, trace_script_config
 from echo_view.model.config import LIMITS
+from echo_view.text import printable
 from exporters.graph import write_graph
 
 
@@ -98,8 +99,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             graph, reason = trace_config(cfg), ""
     write_graph(graph, out)
     print(
-        f"traced {len(graph.roles)} role(s){reason}; {graph.op_count()} ops in "
-        f"{time.perf_counter() - t0:.1f} s -> {out}",
+        f"traced {len(graph.roles)} role(s){printable(reason)}; {graph.op_count()} ops in "
+        f"{time.perf_counter() - t0:.1f} s -> {printable(str(out))}",
         file=sys.stderr,
     )
     return 0

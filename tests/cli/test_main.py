@@ -400,3 +400,27 @@ def test_export_writes_through_an_output_link(
     assert main(["export", str(DLRM[0]), "-o", str(link)]) == 0
     assert link.is_symlink() and json.loads(real.read_text())["traceEvents"]
     assert listing(tmp_path) == ["lo.json", "real.json"]
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    # --debug re-raised: Python's exit code 1, which check, diff --fail-above and plan use for
+    # their own verdicts.
+    missing = str(tmp_path / "missing.json")
+    for argv in (["check", missing], ["info", missing]):
+        done = subprocess.run(
+            [sys.executable, "-m", "echo_view", "--debug", *argv], capture_output=True, text=True
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" in done.stderr
+        assert done.stderr.splitlines()[-1].startswith("echo-view: error: ")
+
+
+def test_an_output_name_is_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "wrote NAME" printed the name raw: an escape sequence in it reached the terminal.
+    out = tmp_path / "a\x1b[31m\nb.json"
+    assert main(["export", str(SAMPLES / "hta_nccl"), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert out.exists() and "\x1b" not in err and err.count("\n") == 1
+    assert "a\\x1b[31m\\nb.json" in err

@@ -33,7 +33,7 @@ def test_overrides_are_checked_against_bounds() -> None:
     toy = _Toy().with_overrides({"eff": "0.25", "gbs.b": 4, "gap_ns": 7.0})
     assert (toy.eff, toy.gbs, toy.gap_ns) == (0.25, (1.0, 4.0), 7)
     # A whole-number parameter was cut (7.9 -> 7) without a word; "１２" read as 12.
-    with pytest.raises(ConfigError, match="'gap_ns' must be a whole number, got 7.9"):
+    with pytest.raises(ConfigError, match=r"'gap_ns' must be a whole number, got 7\.9"):
         _Toy().with_overrides({"gap_ns": 7.9})
     with pytest.raises(ConfigError, match="'gap_ns' needs a number"):
         _Toy().with_overrides({"gap_ns": "１２"})
