@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
         type=float_arg,
         default=None,
         metavar="SECONDS",
-        help="time limit of one traced rank's step (default 600)",
+        help="time limit of one traced rank: importing the script and its step (default 600)",
     )
     p.set_defaults(func=run)
 

@@ -213,7 +213,9 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
             exc, spec, "the script", "when imported",
             'run a script\'s own entry point under `if __name__ == "__main__":`',
         ) from exc  # fmt: skip
-    except Exception as exc:  # what the script's own top-level code raised
+    except _Timeout:
+        raise
+    except BaseException as exc:  # what the script's own top-level code raised, whatever its class
         missing = isinstance(exc, ModuleNotFoundError)
         raise InputError(
             f"importing the script raised {type(exc).__name__}: {_first_line(exc)}",
@@ -324,7 +326,7 @@ def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> Ech
     else:
         hint = "fix the script; --debug shows the traceback"
     return InputError(
-        f"{spec.function}() raised {type(exc).__name__}: {text}",
+        f"{spec.function}() raised {type(exc).__name__}" + (f": {text}" if text else ""),
         path=spec.path,
         where=where,
         hint=hint,
@@ -347,14 +349,28 @@ def trace_rank(
 
     rec = _PhaseRecorder(strings if strings is not None else StringTable())
     with fake_rank(rank, world) as fake:
-        fn = load_function(spec)
+        # The limit covers the script's import too: a loop at its top level ran until the
+        # parent's wait (the limit plus the start allowance) ran out.
+        started = time.monotonic()
+        try:
+            with _time_limit(timeout_s):
+                fn = load_function(spec)
+        except _Timeout as exc:
+            raise InputError(
+                f"importing the script did not finish within {timeout_s:g} s",
+                path=spec.path,
+                where=_script_line(exc, spec.path),
+                hint="a top-level loop or wait; run the script's own work under "
+                '`if __name__ == "__main__":`, or raise the limit with --timeout',
+            ) from exc
+        step_s = max(timeout_s - (time.monotonic() - started), 1e-3) if timeout_s > 0 else 0.0
         args = call_arguments(fn, kwargs, required, spec)
         handles = [
             register_module_forward_pre_hook(rec.on_forward),
             register_optimizer_step_pre_hook(rec.on_optimizer),
         ]
         try:
-            with _time_limit(timeout_s), fake, rec, cpu_streams(rec):
+            with _time_limit(step_s), fake, rec, cpu_streams(rec):
                 fn(**args)
             rec.finish()
         except EchoViewError:
@@ -364,7 +380,7 @@ def trace_rank(
                 exc, spec, f"{spec.function}()", "",
                 "the step function must return; leave exiting to the script's entry point",
             ) from exc  # fmt: skip
-        except Exception as exc:
+        except BaseException as exc:  # whatever the step raised (KeyboardInterrupt, its own)
             raise _script_error(exc, spec, timeout_s) from exc
         finally:
             for h in handles:

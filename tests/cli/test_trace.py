@@ -84,8 +84,27 @@ def train_step():
             [],
         ),
         ("import sys; sys.exit(3)", 9, "train_step() called sys.exit(3) (the step", []),
+        # Exceptions outside Exception's tree were a RuntimeError traceback with the message
+        # raw (an escape sequence reached the terminal).
+        ("raise KeyboardInterrupt", 9, "train_step() raised KeyboardInterrupt (fix", []),
+        (
+            "raise type('Stop', (BaseException,), {})('\\x1b[31mred')",
+            9,
+            "train_step() raised Stop: \\x1b[31mred (fix",
+            [],
+        ),
     ],
-    ids=["raises", "cuda", "item", "collective", "timeout", "accumulation", "exit"],
+    ids=[
+        "raises",
+        "cuda",
+        "item",
+        "collective",
+        "timeout",
+        "accumulation",
+        "exit",
+        "interrupt",
+        "base-exception",
+    ],
 )
 def test_trace_script_errors_are_one_line_with_the_script_line(
     capsys: pytest.CaptureFixture[str],
@@ -124,8 +143,18 @@ def test_trace_script_errors_are_one_line_with_the_script_line(
             "import os\ndef train_step():\n    os._exit(0)\n",
             "the script ended rank 0's process (exit code 0) before train_step() returned",
         ),
+        (
+            "class Stop(BaseException):\n    pass\nraise Stop('x')\n",
+            "line 3: importing the script raised Stop: x",
+        ),
+        # --timeout bounded the step only: a loop at the top level ran for the limit plus
+        # the 120 s allowed for starting the process.
+        (
+            "while True:\n    pass\n",
+            "line 1: importing the script did not finish within 1 s",
+        ),
     ],
-    ids=["import", "raises", "exit", "os-exit"],
+    ids=["import", "raises", "exit", "os-exit", "base-exception", "loop"],
 )
 def test_trace_script_that_fails_outside_its_step_is_one_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, message: str
@@ -135,7 +164,8 @@ def test_trace_script_that_fails_outside_its_step_is_one_line(
     script = tmp_path / "step.py"
     script.write_text(text)
     out = tmp_path / "graph.json.gz"
-    assert main(["trace", "--script", str(script), "--world", "1", "-o", str(out)]) == 2
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(out), "--timeout", "1"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"echo-view: error: {script}: {message}") and err.count("\n") == 1
     assert not out.exists()
