@@ -11,7 +11,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -22,6 +24,7 @@ from typing import Any
 
 from echo_view.errors import UsageError
 from echo_view.oslimits import raise_open_files
+from echo_view.text import clipped
 
 MAX_WORKERS = 1024  # a local cluster larger than this is a typo, not a machine
 #: Local workers per core at most: more processes than cores only share them, and each holds
@@ -78,12 +81,30 @@ def check_scheduler(address: str) -> str:
         scheme, _ = parse_address(address, strict=False)
         if scheme not in SCHEDULER_SCHEMES:
             raise bad(f"scheme {scheme!r} is not one of {', '.join(SCHEDULER_SCHEMES)}")
-        _, port = get_address_host_port(address)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
+        host, port = get_address_host_port(address)
+    except ValueError:
+        raise bad("expected [SCHEME://]HOST:PORT") from None
+    # Dask reads the port with int(), which also takes "８７８６" and "1_000".
+    if not _PORT.search(address):
+        raise bad("the port must be written in ASCII digits")
+    if not host:
+        raise bad("no host before the port")
     if not 1 <= port <= 65535:
         raise bad(f"port {port} is not between 1 and 65535")
+    if (
+        scheme in ("tls", "wss")
+        and _dask().security.Security().get_connection_args("client").get("ssl_context") is None
+    ):
+        raise UsageError(
+            f"--scheduler {address}: a {scheme}:// address needs TLS certificates, and Dask's "
+            "configuration names none",
+            hint="set distributed.comm.tls.ca-file, .client.cert and .client.key in the Dask "
+            "configuration (or DASK_DISTRIBUTED__COMM__TLS__... variables)",
+        )
     return address
+
+
+_PORT = re.compile(r":[0-9]+/?\Z", re.ASCII)
 
 
 #: Seconds a scheduler has to accept the connection and answer an identity request.
@@ -101,6 +122,11 @@ def _scheduler_identity(address: str, timeout: float) -> dict[str, Any]:
 
     distributed = _dask()
     tls = distributed.security.Security().get_connection_args("client")  # dask config's TLS
+
+    # A refused connection is known at once; Dask's connect retries it until its timeout.
+    host, port = distributed.comm.addressing.get_address_host_port(address)
+    with socket.create_connection((host, port), timeout=timeout):
+        pass
 
     async def ask() -> Any:
         comm = await distributed.comm.connect(address, timeout=timeout, **tls)
@@ -124,7 +150,7 @@ def _check_is_scheduler(address: str) -> None:
     except OSError as exc:  # refused, reset, closed: Dask's messages say which
         why = str(exc) or type(exc).__name__
     except Exception as exc:  # another protocol's bytes read as Dask frames fail in many ways
-        detail = f"{type(exc).__name__}: {exc}"[:120] if str(exc) else type(exc).__name__
+        detail = clipped(f"{type(exc).__name__}: {exc}", 120) if str(exc) else type(exc).__name__
         why = f"what answers there does not speak Dask's protocol ({detail})"
     else:
         kind = reply.get("type")
