@@ -47,6 +47,12 @@ def printable(text: str) -> str:
     return text.translate(table)
 
 
+def printable_lines(text: str) -> str:
+    """:func:`printable` line by line: the line breaks kept, for text printed as it comes (a
+    traced script's own output)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def markup_safe(text: str) -> str:
     """:func:`printable` ``text`` with rich markup escaped: shown as written, never parsed."""
     from rich.markup import escape  # only the CLI and the TUI need rich

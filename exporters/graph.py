@@ -72,7 +72,7 @@ def write_graph(graph: TracedGraph, path: Path) -> None:
     """Write ``graph`` to ``path`` atomically (gzip for ``.gz``)."""
     data = msgspec.json.encode(graph_document(graph))
     with atomic_output(Path(path)) as tmp:
-        if str(path).endswith(".gz"):
+        if path.name.lower().endswith(".gz"):
             with gzip.open(tmp, "wb", compresslevel=6) as f:
                 f.write(data)
         else:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.errors import InputError
-from echo_view.text import clipped, cut_middle, markup_safe, printable
+from echo_view.text import clipped, cut_middle, markup_safe, printable, printable_lines
 
 HOSTILE = "[/] [bold]B[link=http://x]L \x1b[2J\x1b]8;;http://e\x07X\x1b]8;;\x07 \r\b\x9b \u202e"
 
@@ -65,3 +65,8 @@ def test_cut_middle_keeps_the_start_and_the_end() -> None:
     cut = cut_middle(long)
     assert len(cut) <= 500 and cut.startswith("start AAA") and cut.endswith("AAA end")
     assert " ... " in cut and len(cut_middle(long, 100)) <= 100
+
+
+def test_printable_lines_keeps_line_breaks_and_escapes_the_rest() -> None:
+    assert printable_lines("a\x1b[2J\nb\r\n") == "a\\x1b[2J\nb\\r\n"
+    assert printable_lines("plain\ntext") == "plain\ntext"

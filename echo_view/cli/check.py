@@ -239,7 +239,7 @@ def fix_file(src: Path, out: Path) -> list[str]:
         top, truncated = c.top, c.truncated
     result = repair(raws, top, truncated)
     with atomic_output(out) as tmp:
-        opener = gzip.open if out.name.endswith(".gz") else open
+        opener = gzip.open if out.name.lower().endswith(".gz") else open
         with opener(tmp, "wb") as fh:
             fh.writelines(result.json_parts())
     return result.changes or ["nothing to repair; wrote an unchanged copy"]
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.fix:
         if args.output is None:
             raise UsageError("--fix needs -o OUT", hint="the input is never modified")
-        if not args.output.name.endswith(_JSON_SUFFIXES):  # the rule of every other writer
+        if not args.output.name.lower().endswith(_JSON_SUFFIXES):  # the rule of every other writer
             raise UsageError(
                 f"cannot write a repaired trace to {args.output.name!r}",
                 hint="use .json or .json.gz",

@@ -72,7 +72,7 @@ def script_value(text: str) -> Any:
 def run(args: argparse.Namespace, registry: Registry) -> int:
     del registry
     out: Path = args.output
-    if not out.name.endswith((".json", ".json.gz")):
+    if not out.name.lower().endswith((".json", ".json.gz")):
         raise UsageError(
             f"cannot write a traced graph to {out.name!r}", hint="use .json or .json.gz"
         )
@@ -114,7 +114,8 @@ def _trace_script(args: argparse.Namespace) -> Any:
     world = args.world
     if world is None or not 1 <= world <= LIMITS["gpus"]:
         raise UsageError(
-            f"--script needs --world N, 1 <= N <= {LIMITS['gpus']:,} (got {world})",
+            f"--script needs --world N, 1 <= N <= {LIMITS['gpus']:,}"
+            + (f" (got {world})" if world is not None else ""),
             hint="the number of ranks the step runs on",
         )
     spec = ScriptSpec.parse(args.script)

@@ -25,6 +25,7 @@ import torch
 from echo_view.errors import ConfigError, EchoViewError, InputError
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
+from echo_view.text import printable_lines
 from echo_view.tracing.recorder import UnsupportedCollective
 from echo_view.tracing.script_env import fake_rank
 from echo_view.tracing.streams import StreamRecorder, cpu_streams
@@ -398,8 +399,25 @@ def trace_rank(
 _START_S = 120.0
 
 
+class _PrintableStream:
+    """A text stream that writes what it is given through :func:`printable_lines`: what a
+    traced script prints reaches the user's terminal, never as escape sequences."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable_lines(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _child(conn: Any, args: tuple[Any, ...]) -> None:
     """Trace one rank in a child process and send back the program or the error."""
+    sys.stdout = _PrintableStream(sys.stdout)
+    sys.stderr = _PrintableStream(sys.stderr)
     try:
         strings = StringTable()
         spec, offered, required, rank, world, timeout_s = args

@@ -194,3 +194,13 @@ def test_show_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
     # -1 was a slice from the end: "all but the last location" of each code.
     assert main(["check", "--show", "-1", str(SAMPLES / "hta_sampled_128")]) == 2
     assert capsys.readouterr().err == "echo-view: error: --show must be 0 or more, got -1\n"
+
+
+def test_a_repaired_copy_takes_an_uppercase_extension(tmp_path: Path) -> None:
+    # .JSON and .JSON.GZ were refused here while every other writer took them.
+    src = sorted(DLRM.glob("*.json.gz"))[0]
+    for name in ("FIX.JSON", "FIX.JSON.GZ"):
+        out = tmp_path / name
+        assert main(["check", str(src), "--fix", "-o", str(out)]) == 0
+        head = out.read_bytes()[:2]
+        assert (head == b"\x1f\x8b") == name.endswith(".GZ")

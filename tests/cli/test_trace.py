@@ -191,3 +191,32 @@ def test_a_timeout_of_0_is_refused_in_words_that_exclude_it(
     assert main(argv) == 2
     # It said "between 0 and 86400 s, got 0.0".
     assert "--timeout must be more than 0 and at most 86400 s, got 0\n" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_what_a_traced_script_prints_reaches_the_terminal_escaped(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A script's own prints went to the terminal raw: "\x1b[2J" cleared the screen.
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import sys\nprint('top\\x1b[2J')\ndef train_step():\n"
+        "    print('a\\x1b]0;title\\x07b')\n    sys.stderr.write('e\\x1b[31m\\n')\n"
+        "    raise ValueError('stop')\n"
+    )
+    out = tmp_path / "graph.json.gz"
+    assert main(["trace", "--script", str(script), "--world", "1", "-o", str(out)]) == 2
+    seen = capfd.readouterr()
+    assert "\x1b" not in seen.out + seen.err and "\x07" not in seen.out
+    assert "top\\x1b[2J\n" in seen.out and "a\\x1b]0;title\\x07b\n" in seen.out
+    assert "e\\x1b[31m\n" in seen.err
+
+
+def test_a_graph_takes_an_uppercase_extension(tmp_path: Path) -> None:
+    # .JSON.GZ was refused (and a .GZ graph would have been written as plain text).
+    pytest.importorskip("torch")
+    out = tmp_path / "G.JSON.GZ"
+    config = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
+    assert main(["trace", str(config), "-o", str(out)]) == 0
+    assert out.read_bytes()[:2] == b"\x1f\x8b"
