@@ -100,9 +100,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gpu", metavar="G", help="GPU preset (default: the config's)")
     p.add_argument(
         "--search",
-        default=",".join(DIMENSIONS),
+        action="append",
         metavar="DIMS",
-        help=f"dimensions to vary (default: {','.join(DIMENSIONS)}); others stay as in CONFIG",
+        help=f"dimensions to vary, comma-separated or repeated (default: {','.join(DIMENSIONS)}); "
+        "others stay as in CONFIG",
     )
     p.add_argument("--top", type=int_arg, default=10, metavar="K", help="rows in the table (10)")
     p.add_argument(
@@ -315,7 +316,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         raise UsageError(f"--top must be at least 1, got {args.top}")
     if args.max_passes < 1:
         raise UsageError(f"--max-passes must be at least 1, got {args.max_passes}")
-    dims = parse_dimensions(args.search)
+    # Repeated --search options add up (the last one alone counted).
+    dims = parse_dimensions(",".join(args.search) if args.search else ",".join(DIMENSIONS))
     if args.plot is not None:
         plot_format(args.plot)  # before the search, which takes minutes
     t0 = time.perf_counter()

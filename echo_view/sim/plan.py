@@ -85,7 +85,7 @@ def passes(cfg: WorkloadConfig) -> int:
 
 def parse_dimensions(text: str) -> tuple[str, ...]:
     """``tp,pp,...`` into a tuple of known dimensions (a UsageError names an unknown one)."""
-    dims = tuple(d.strip() for d in text.split(",") if d.strip())
+    dims = tuple(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
     for d in dims:
         if d not in DIMENSIONS:
             raise UsageError(

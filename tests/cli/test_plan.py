@@ -48,6 +48,15 @@ def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFix
     assert out["pareto"][0] == best["layout"]  # type: ignore[index]
 
 
+def test_repeated_search_options_add_up(capsys: pytest.CaptureFixture[str]) -> None:
+    # The last --search alone counted: "--search tp --search pp" searched pp only.
+    args = [str(KORTHIKANTI), "--gpus", "64", "--serial"]
+    joined = _plan(capsys, *args, "--search", "tp,pp")
+    repeated = _plan(capsys, *args, "--search", "tp", "--search", "pp,tp")
+    assert repeated["search"] == ["tp", "pp"] == joined["search"]
+    assert repeated["counts"] == joined["counts"] and repeated["ranked"] == joined["ranked"]
+
+
 @needs_torch
 def test_text_table_top_and_plot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
