@@ -66,8 +66,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--comm",
         choices=("measured", "model"),
-        default="measured",
-        help="collective times: as measured (default) or from the NCCL model",
+        help="a measured job's collective times: as measured (default) or from the NCCL model",
     )
     p.add_argument(
         "--compute",
@@ -118,6 +117,12 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     from echo_view.sim.runs import check_keys, replay_job
 
     if is_workload_input(args.input):
+        if args.comm is not None:  # accepted, and the model timed them whatever it said
+            raise UsageError(
+                "--comm applies to a measured job; a config's collectives are always timed "
+                "by the NCCL model",
+                hint="drop --comm",
+            )
         return run_workload(args, registry, parse_overrides(args.overrides))
     for option, given in (
         ("--compute", getattr(args, "compute", None)),
@@ -136,7 +141,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         job = load_job(args.input, registry, args, progress)
     t_import = time.perf_counter()
     interference = setting_file(overrides.get("interference"))
-    run = replay_job(job, overrides, args.comm, interference_file=interference)
+    run = replay_job(job, overrides, args.comm or "measured", interference_file=interference)
     t_sim = time.perf_counter()
     report = {
         "schema": json_schema("simulate"),

@@ -96,6 +96,11 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             trace = trace_script_config(cfg, args.timeout)
             graph, reason = trace.graph, f": {trace.reason}"
         else:
+            if args.timeout is not None:  # it was accepted and did nothing
+                raise UsageError(
+                    "--timeout limits a traced script; this config traces the built-in model",
+                    hint="drop --timeout, or trace a script (--script, or [model] script)",
+                )
             graph, reason = trace_config(cfg), ""
     write_graph(graph, out)
     print(

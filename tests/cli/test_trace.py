@@ -220,3 +220,17 @@ def test_a_graph_takes_an_uppercase_extension(tmp_path: Path) -> None:
     config = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
     assert main(["trace", str(config), "-o", str(out)]) == 0
     assert out.read_bytes()[:2] == b"\x1f\x8b"
+
+
+def test_options_a_config_does_not_use_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both were accepted and did nothing: a built-in model's trace has no time limit, and a
+    # config's collectives are always timed by the model.
+    config = str(SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml")
+    out = tmp_path / "g.json.gz"
+    assert main(["trace", config, "-o", str(out), "--timeout", "5"]) == 2
+    assert "--timeout limits a traced script" in capsys.readouterr().err
+    assert main(["simulate", config, "--comm", "measured"]) == 2
+    assert "--comm applies to a measured job" in capsys.readouterr().err
+    assert not out.exists()
