@@ -169,11 +169,19 @@ class Selection:
         Unknown codes raise :class:`ValueError` naming them, so a typo never silently selects
         nothing.
         """
+        select, ignore = list(select), list(ignore)
         sel, ign = _split_codes(select), _split_codes(ignore)
         for spec in (*sel, *ign):
             if not any(code.startswith(spec) for code in CODES):
                 raise ValueError(f"{spec!r} matches no validation code (codes are EV101..EV7xx)")
-        return cls(tuple(sel), tuple(ign))
+        # An empty --select (a blank value) read as "all", and an --ignore of everything
+        # selected checked nothing and reported a clean trace.
+        if select and not sel:
+            raise ValueError("--select names no code (give codes or prefixes: EV3,EV601)")
+        chosen = cls(tuple(sel), tuple(ign))
+        if not any(chosen.wants(code) for code in CODES):
+            raise ValueError("--select and --ignore leave no code to check")
+        return chosen
 
     def wants(self, code: str) -> bool:
         if self.select and not any(code.startswith(s) for s in self.select):

@@ -148,6 +148,17 @@ def test_selection_accepts_prefixes_and_rejects_typos() -> None:
         Selection.parse(["EV9"])
 
 
+def test_a_selection_of_nothing_is_refused() -> None:
+    # A blank --select read as "all"; ignoring all that was selected checked nothing and
+    # reported the trace clean.
+    for select in ([""], [","]):
+        with pytest.raises(ValueError, match="--select names no code"):
+            Selection.parse(select)
+    with pytest.raises(ValueError, match="leave no code to check"):
+        Selection.parse(["EV3"], ["EV3"])
+    assert Selection.parse([], [""]) == Selection()  # ignoring nothing checks everything
+
+
 def test_report_counts_all_but_keeps_a_few() -> None:
     report = Report(keep=2)
     events = [{"ph": "X", "name": "e", "ts": i, "pid": 1, "tid": 1} for i in range(10)]
