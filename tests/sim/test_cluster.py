@@ -76,8 +76,8 @@ def test_overrides() -> None:
         ("gpu", "Z9", "unknown GPU preset"),
         ("net_latency_us", "-1", "must be a number from 0 to"),
         # Not finite: before the keys were declared, these ran into the NCCL model (traceback).
-        ("net_latency_us", "nan", "must be a number from 0 to"),
-        ("net_latency_us", "inf", "must be a number from 0 to"),
+        ("net_latency_us", "nan", "needs a number, got 'nan'"),
+        ("net_latency_us", "inf", "needs a number, got 'inf'"),
         ("peak_tflops_bf16", True, "needs a number"),
     ],
 )
