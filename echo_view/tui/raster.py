@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
+from rich.cells import get_character_cell_size
 from rich.segment import Segment
 from textual.theme import BUILTIN_THEMES
 
@@ -75,7 +76,9 @@ class Window:
     def bounds(self, shift: int = 0) -> npt.NDArray[np.int64]:
         """Cell boundaries on a source's clock (``width + 1`` values)."""
         edges = self.t0 + self.ns_per_cell * np.arange(self.width + 1, dtype=np.float64)
-        return np.floor(edges).astype(np.int64) + shift
+        # Within int64 whatever the view (a cast past it is undefined: numpy warned).
+        edges = np.clip(np.floor(edges), -(2.0**62), 2.0**62)
+        return edges.astype(np.int64) + shift
 
     @property
     def t1(self) -> float:
@@ -127,10 +130,37 @@ def _paint(
     a, b = max(c0, 0), min(c1, width)
     if a >= b:
         return
-    label = text[a - c0 : a - c0 + (b - a)] if c0 < 0 else text[: b - a]
-    label = label.ljust(b - a)
-    glyphs[a:b] = list(label)
+    if text.isascii():  # one character a cell
+        label = text[a - c0 : a - c0 + (b - a)] if c0 < 0 else text[: b - a]
+        glyphs[a:b] = list(label.ljust(b - a))
+    else:
+        glyphs[a:b] = _cell_glyphs(text, a - c0, b - a)
     sid[a:b] = style
+
+
+def _cell_glyphs(text: str, skip: int, count: int) -> list[str]:
+    """The ``count`` cells of ``text`` after its first ``skip`` cells, one glyph a cell: a
+    wide character fills its cell and leaves the next one empty (``""``), a combining mark
+    joins the character before it, and cells past the text are blank. A wide or combining
+    character counted as one cell moved every event after it on the row."""
+    out: list[str] = []
+    need = skip + count
+    for ch in text:
+        size = get_character_cell_size(ch)
+        if size == 0:
+            if out:
+                out[-1] += ch
+            continue
+        if len(out) + size > need:
+            break
+        out.append(ch)
+        if size == 2:
+            out.append("")
+    out = out[skip:need]
+    if out and out[0] == "":  # the right half of a wide character the view's edge cut
+        out[0] = " "
+    out.extend([" "] * (count - len(out)))
+    return out
 
 
 def _label(
@@ -217,6 +247,9 @@ def _runs(glyphs: list[str], sid: npt.NDArray[np.int64], palette: Palette) -> li
     styles = palette.styles
     # One join, then slices: a join per run costs a list slice and a join each.
     text = "".join(glyphs)
+    if len(text) != len(glyphs):  # a wide character's empty cell, combining marks
+        ends = np.cumsum(np.fromiter(map(len, glyphs), dtype=np.int64, count=len(glyphs)))
+        bounds = [0, *ends[np.asarray(bounds[1:]) - 1].tolist()]
     return [
         Segment(text[a:b], styles[s]) for a, b, s in zip(bounds[:-1], bounds[1:], sids, strict=True)
     ]

@@ -36,6 +36,9 @@ from echo_view.tui.tracks import Track
 
 ZOOM_STEP = 1.5
 MIN_NS_PER_CELL = 0.05
+#: The view clock's bound (2**62 ns, 146 years): every window edge and click time stays within
+#: it, so that their int64 arithmetic cannot overflow.
+_VIEW_LIMIT_NS = float(1 << 62)
 #: The lane-name column: at least this wide, and by default at most a fifth of the terminal.
 MIN_LABEL_WIDTH = 10
 _REVERSE = Style(reverse=True)
@@ -423,6 +426,22 @@ class TimelineView(ScrollView, can_focus=True):
 
     # -- view changes ----------------------------------------------------------------------------
 
+    def validate_ns_per_cell(self, value: float) -> float:
+        # The window stays far inside int64 ns (raster bounds and clicks are int64).
+        return min(value, _VIEW_LIMIT_NS / 2 / self.cells)
+
+    def validate_t0(self, value: float) -> float:
+        """``value`` kept where the window still shows the job's span, or touches it: panning
+        had no end, and past 2**63 ns a click raised OverflowError."""
+        width = self.cells * self.ns_per_cell
+        index = getattr(self, "index", None)  # (not yet set while the widget is made)
+        if index is None:
+            return value
+        lo, hi = (float(v) for v in index.span)
+        low = max(lo - width, -_VIEW_LIMIT_NS)
+        high = min(max(hi, low), _VIEW_LIMIT_NS - width)
+        return float(min(max(value, low), high))
+
     def watch_t0(self) -> None:
         self._view_changed()
 
@@ -682,6 +701,7 @@ class TimelineView(ScrollView, can_focus=True):
             return
         shift = self.index.sources[ref.track.source].shift_ns
         t = self.t0 + (event.x - self.label_width + 0.5) * self.ns_per_cell + shift
+        t = min(max(t, -_VIEW_LIMIT_NS), _VIEW_LIMIT_NS)  # a source's shift may reach past
         pos = ref.track.at(int(t), slack=int(self.ns_per_cell))
         if pos is not None:
             tr = ref.track

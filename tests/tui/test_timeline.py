@@ -4,6 +4,7 @@ wide as the view even when names hold wide characters."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.filter import ANSIToTruecolor
 from textual.pilot import Pilot
 from textual.theme import BUILTIN_THEMES
@@ -124,3 +125,54 @@ def test_rows_are_as_wide_as_the_view_with_wide_characters_in_names() -> None:
         assert any("数据" in t for t in texts)
 
     run_app([_wide_name_job()], body, size=(80, 24))
+
+
+def _aligned_names_job() -> Job:
+    b = TraceBuilder(0, source="aligned")
+    for tid, name in ((1, "漢字" * 8), (2, "e\u0301" * 12), (3, "ab" * 16)):
+        lane = b.lane(LaneKind.CPU_THREAD, 1, tid, f"thread {tid}")
+        b.event(EventKind.CPU_OP, name, 0, 300_000, lane)
+        b.event(EventKind.CPU_OP, "LATER", 600_000, 300_000, lane)
+    return Job((b.build(),), ClockAlignment("shared-host-clock", (0,), 0), 1, "aligned", False)
+
+
+def test_an_event_sits_under_its_time_whatever_the_names_before_it() -> None:
+    # A wide character counted as one cell pushed every later event on its row to the right
+    # (and combining marks pulled them left): "LATER" was drawn 16 cells late.
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        view = app.screen.query_one(TimelineView)
+        cells = []
+        for y in range(len(view.rows)):
+            text = view.render_line(y).text
+            if "LATER" in text:
+                cells.append(cell_len(text[: text.index("LATER")]))
+        assert len(cells) == 3 and len(set(cells)) == 1, cells
+
+    run_app([_aligned_names_job()], body, size=(100, 12))
+
+
+def _far_apart_job() -> Job:
+    b = TraceBuilder(0, source="far")
+    lane = b.lane(LaneKind.CPU_THREAD, 1, 1, "thread 1")
+    # 146 years apart, as the importer accepts: zooming out reached past 2**63 ns.
+    b.event(EventKind.CPU_OP, "first", -(4_600 * 10**15), 10_000, lane)
+    b.event(EventKind.CPU_OP, "last", 4_600 * 10**15, 10_000, lane)
+    return Job((b.build(),), ClockAlignment("shared-host-clock", (0,), 0), 1, "far", False)
+
+
+def test_the_view_stays_on_the_job_however_far_it_is_zoomed_or_panned() -> None:
+    # Panning had no end, and a click past 2**63 ns raised OverflowError.
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        view = app.screen.query_one(TimelineView)
+        lo, hi = view.index.span
+        await pilot.press(*"sss")
+        row = next(i for i, r in enumerate(view.rows) if not r.header)
+        for x in range(view.label_width, view.size.width, 6):
+            await pilot.click(TimelineView, offset=(x, row))
+        await pilot.press(*"d" * 20)
+        assert view.t0 <= hi and view.window.t1 < 2.0**63
+        await pilot.press(*"a" * 40)
+        assert view.window.t1 >= lo and view.t0 > -(2.0**63)
+        assert app.return_code is None  # still running: nothing raised
+
+    run_app([_far_apart_job()], body, size=(80, 12))
