@@ -3,9 +3,10 @@ one per rank for its GPU work), grouped per rank, for one job or two (the diff s
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,11 +41,17 @@ def display_classes(trace: Trace) -> npt.NDArray[np.uint8]:
     return cls
 
 
-def matching_names(trace: Trace, pattern: re.Pattern[str]) -> npt.NDArray[np.int32]:
-    """Ids of the trace's strings that ``pattern`` finds (each distinct name is tried once)."""
-    return np.array(
-        [i for i, s in enumerate(trace.strings.strings) if pattern.search(s)], dtype=np.int32
-    )
+def matching_names(trace: Trace, pattern: Any, deadline: float) -> npt.NDArray[np.int32]:
+    """Ids of the trace's strings that ``pattern`` (a :mod:`regex` pattern) finds, each
+    distinct name tried once; ``TimeoutError`` once ``time.monotonic()`` passes ``deadline``."""
+    found = []
+    for i, s in enumerate(trace.strings.strings):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        if pattern.search(s, timeout=left):
+            found.append(i)
+    return np.array(found, dtype=np.int32)
 
 
 def _lane_label(trace: Trace, lane_id: int) -> str:
@@ -201,16 +208,18 @@ class TimelineIndex:
     def set_filter(
         self,
         classes: frozenset[int] | None,
-        pattern: re.Pattern[str] | None = None,
+        names: Mapping[tuple[int, int], npt.NDArray[np.int32]] | None = None,
         min_dur: int = 0,
     ) -> None:
-        """Show only events of ``classes`` (``None``: all) whose name matches ``pattern``
-        (``None``: any) and that last at least ``min_dur`` ns."""
+        """Show only events of ``classes`` (``None``: all) whose name is among ``names``
+        (string ids per ``(source, trace)``, a search's; ``None``: any) and that last at least
+        ``min_dur`` ns."""
         for g in self.groups:
             hit = None
-            if pattern is not None:
+            if names is not None:
                 trace = self.trace(g.source, g.trace)
-                hit = np.isin(trace.events.name, matching_names(trace, pattern))
+                ids = names.get((g.source, g.trace), np.zeros(0, dtype=np.int32))
+                hit = np.isin(trace.events.name, ids)
             for t in [*g.lanes, *([g.header] if g.header else [])]:
                 t.set_filter(classes, None if hit is None else hit[t.rows], min_dur)
 

@@ -1,17 +1,22 @@
 """Search by name or regular expression, and the filter by kind.
 
-A query is a case-insensitive regular expression; text that is not a valid expression is
-searched literally. Names are matched once per distinct string, then the events are found with
-one ``isin`` per trace, so a search over 1 M events costs a few tens of milliseconds.
+A query is a case-insensitive regular expression (Python's syntax, run by the :mod:`regex`
+module, which takes a time limit); text that is not a valid expression is searched literally.
+Names are matched once per distinct string, then the events are found with one ``isin`` per
+trace, so a search over 1 M events costs a few tens of milliseconds. A pattern that backtracks
+without end on some name (``(a|aa)+$``) is stopped after :data:`SEARCH_LIMIT_S`.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import regex
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -25,12 +30,18 @@ from echo_view.tui.tracks import N_CLASSES, Track, class_label
 I64 = npt.NDArray[np.int64]
 
 
-def compile_query(text: str) -> re.Pattern[str]:
-    """``text`` as a case-insensitive regex, or as literal text when it does not compile."""
+#: Seconds a search may spend matching names before it gives up (a search of a real trace's
+#: names takes milliseconds).
+SEARCH_LIMIT_S = 2.0
+
+
+def compile_query(text: str) -> Any:
+    """``text`` as a case-insensitive :mod:`regex` pattern (``re``'s syntax), or as literal
+    text when it does not compile."""
     try:
-        return re.compile(text, re.IGNORECASE)
-    except re.error:
-        return re.compile(re.escape(text), re.IGNORECASE)
+        return regex.compile(text, regex.IGNORECASE | regex.VERSION0)
+    except (regex.error, ValueError, OverflowError, RecursionError):
+        return regex.compile(re.escape(text), regex.IGNORECASE | regex.VERSION0)
 
 
 @dataclass(eq=False)
@@ -39,6 +50,9 @@ class Matches:
     order (for n/N)."""
 
     query: str
+    #: The matching names' string ids per ``(source, trace)`` (what the "hide the rest"
+    #: filter keeps).
+    names: dict[tuple[int, int], npt.NDArray[np.int32]] = field(default_factory=dict)
     starts: dict[int, I64] = field(default_factory=dict)
     tracks: list[Track] = field(default_factory=list)
     times: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -60,14 +74,17 @@ class Matches:
         return i if i >= 0 else len(self.times) - 1
 
 
-def search(index: TimelineIndex, query: str) -> Matches:
-    """Every event of ``index`` whose name matches ``query``."""
+def search(index: TimelineIndex, query: str, limit_s: float = SEARCH_LIMIT_S) -> Matches:
+    """Every event of ``index`` whose name matches ``query``; ``TimeoutError`` when matching
+    the names takes more than ``limit_s``."""
     pattern = compile_query(query)
+    deadline = time.monotonic() + limit_s
     out = Matches(query)
     times, track_ids, positions = [], [], []
     for g in index.groups:
         trace = index.trace(g.source, g.trace)
-        ids = matching_names(trace, pattern)
+        ids = matching_names(trace, pattern, deadline)
+        out.names[(g.source, g.trace)] = ids
         if not len(ids):
             continue
         hit = np.isin(trace.events.name, ids)
