@@ -7,6 +7,7 @@ import re
 from typing import ClassVar
 
 import numpy as np
+from rich.cells import cell_len, set_cell_size
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -29,7 +30,7 @@ from echo_view.tui.search import (
     classes_present,
     search,
 )
-from echo_view.tui.tables import short_duration
+from echo_view.tui.tables import interval_texts, short_duration
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import class_label
 
@@ -37,6 +38,8 @@ Steps = list[tuple[int, int, int]]
 #: Time axes ``t`` cycles through: from the job's first event, from the current step's start,
 #: and the trace's own clock.
 AXES = ("job", "step", "clock")
+#: Cells the status line gives the lane's name.
+STATUS_LABEL_CELLS = 32
 AXIS_TEXT = {"job": "from the job start", "step": "from the step start", "clock": "trace clock"}
 
 
@@ -229,12 +232,19 @@ class TimelinePanel(Vertical):
         if tl.rows and 0 <= tl.cursor < len(tl.rows):
             ref = tl.rows[tl.cursor]
             g = self.index.groups[ref.group]
-            label = ref.track.label if ref.track is not None and not ref.header else "gpu (all)"
+            if ref.track is not None and not ref.header:
+                label = ref.track.label
+            else:
+                label = "gpu (all)" if g.header is not None else "(no GPU work)"
             src = f"{self.index.sources[g.source].label} " if len(self.index.sources) > 1 else ""
-            parts.append(f"{src}r{g.rank} {label}")
+            # Cut: a long lane name pushed the view's bounds and the search off the line.
+            where = f"{src}r{g.rank} {label}"
+            if cell_len(where) > STATUS_LABEL_CELLS:
+                where = set_cell_size(where, STATUS_LABEL_CELLS - 1) + "…"
+            parts.append(where)
+        start, end = interval_texts(w.t0 - origin, w.t1 - origin)
         parts.append(
-            f"{short_duration(w.t0 - origin)}…{short_duration(w.t1 - origin)}"
-            f" ({short_duration(w.t1 - w.t0)}, {short_duration(w.ns_per_cell)}/cell)"
+            f"{start}…{end} ({short_duration(w.t1 - w.t0)}, {short_duration(w.ns_per_cell)}/cell)"
         )
         if 0 <= tl.step_index < len(self.steps):
             parts.append(f"step {self.steps[tl.step_index][0]}")

@@ -4,6 +4,7 @@ column's header carries ``▼`` (descending) or ``▲``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -26,7 +27,21 @@ def short_duration(ns: float) -> str:
             v = ns / scale
             digits = 2 if abs(v) < 10 else 1 if abs(v) < 100 else 0
             return f"{v:.{digits}f} {unit}"
-    return f"{ns:.0f} ns"
+    if 0 < a < 0.995:  # a zoom finer than a nanosecond a cell ("0 ns" said nothing)
+        return f"{ns:.2f} ns"
+    return f"{round(ns)} ns"  # (an int: never "-0 ns")
+
+
+def interval_texts(start: float, end: float) -> tuple[str, str]:
+    """:func:`short_duration` of ``start`` and ``end``; where the interval is under 1% of
+    their size, both in the unit of the larger with the decimals that resolve a tenth of it:
+    ``108.08 ms`` … ``108.25 ms``, not ``108 ms`` … ``108 ms``."""
+    span, big = abs(end - start), max(abs(start), abs(end))
+    if span == 0 or span * 100 >= big:
+        return short_duration(start), short_duration(end)
+    scale, unit = next(((s, u) for s, u in _UNITS if big >= s), (1.0, "ns"))
+    digits = min(9, max(1, math.ceil(-math.log10(span / scale)) + 1))
+    return f"{start / scale:.{digits}f} {unit}", f"{end / scale:.{digits}f} {unit}"
 
 
 class Cell(Text):

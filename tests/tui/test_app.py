@@ -737,3 +737,25 @@ def test_a_cut_lane_name_ends_with_an_ellipsis(dlrm: Job) -> None:
         assert "…" not in text[: tl.label_width]
 
     run_app([dlrm], body, size=(80, 24))
+
+
+def test_the_status_line_names_the_lane_briefly_and_a_rank_without_gpu_work() -> None:
+    # A 200-character thread name pushed the view's bounds off the line, and a rank with no
+    # GPU work read "gpu (all)" on its header row.
+    b = TraceBuilder(0, source="cpu")
+    lane = b.lane(LaneKind.CPU_THREAD, 1, 1, "t" * 200)
+    b.event(EventKind.CPU_OP, "aten::linear", 0, 1_000_000, lane)
+    job = Job((b.build(),), ClockAlignment("shared-host-clock", (0,), 0), 1, "cpu", False)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        panel, tl = _panel(app), _tl(app)
+        status = panel.query_one("#status", StatusLine)
+        tl.cursor = 0  # the rank's header row
+        await pilot.pause()
+        assert status.text.startswith("r0 (no GPU work) │ ")
+        tl.cursor = 1  # the thread
+        await pilot.pause()
+        where, bounds = status.text.split(" │ ")[:2]
+        assert where.endswith("…") and len(where) == 32 and "…" in bounds
+
+    run_app([job], body)
