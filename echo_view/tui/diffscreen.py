@@ -224,11 +224,16 @@ class DiffScreen(Screen[None]):
 
     def _show_alignment(self) -> None:
         pairs = self._pairs()
+        # The timelines are only placed side by side: "aligned" read as if the comparison of
+        # the Overview had paired them, when it may have paired no rank at all.
         if not pairs:
-            msg = "no steps to align: both inputs start at their first event"
+            msg = "no steps to line up: both timelines start at their first event"
         else:
             (na, _, _), (nb, _, _) = pairs[self.align_at]
-            msg = f"aligned at the start of step {na} (A) and step {nb} (B) · , . other step"
+            msg = f"timelines placed so that step {na} (A) and step {nb} (B) start together"
+            msg += " · , . other step"
+        if not self.diff.ranks:
+            msg += " · no rank of A and B could be compared (Overview)"
         self.query_one("#aligned", Static).update(Text(msg, style="dim"))
 
     def action_tab(self, tab: str) -> None:

@@ -407,8 +407,30 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
         assert app.screen.sub_title.startswith("B: ")
         await pilot.press("D")
         assert isinstance(app.screen, DiffScreen)
+        aligned = str(app.screen.query_one("#aligned", Static).render())
+        assert aligned.startswith("timelines placed so that step 0 (A) and step 0 (B) start")
+        assert "no rank" not in aligned
 
     run_app([synth, slower], body)
+
+
+def test_the_timelines_tab_does_not_claim_a_comparison_the_overview_could_not_make(
+    synth: Job,
+) -> None:
+    # With no rank in common the Overview said "no rank and step could be aligned" while the
+    # Timelines tab said "aligned at the start of step 0 (A) and step 0 (B)".
+    b = TraceBuilder(7, source="other")
+    lane = b.lane(LaneKind.CPU_THREAD, 1, 1, "thread 1")
+    b.event(EventKind.CPU_OP, "aten::linear", 0, 1_000, lane)
+    other = Job((b.build(),), ClockAlignment("shared-host-clock", (0,), 0), 8, "other", False)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        assert "no rank" in str(app.screen.query_one("#verdict", Static).render())
+        aligned = str(app.screen.query_one("#aligned", Static).render())
+        assert "no rank of A and B could be compared" in aligned and "aligned at" not in aligned
+
+    run_app([synth, other], body)
 
 
 def test_usable_at_80x24(synth: Job) -> None:
