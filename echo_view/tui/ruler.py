@@ -73,6 +73,11 @@ def ruler_text(
         k += 1
     cells = [math.floor((t - window.t0) / window.ns_per_cell) for t in marks]
     cells = [c for c in cells if 0 <= c < window.width]
+    # A mark on a tick's label clears the label ("0.0ms" read "0.0◆s"); the tick stays.
+    hit = [(a, b) for a, b in ticks if any(a <= c < b for c in cells)]
+    for a, b in hit:
+        chars[a:b] = " " * (b - a)
+    ticks = [t for t in ticks if t not in hit]
     for c in cells:
         chars[c] = MARK_GLYPH
     head = origin_label[: label_width - 1].ljust(label_width - 1) + "│"

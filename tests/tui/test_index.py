@@ -173,6 +173,9 @@ def test_ruler_steps_and_labels() -> None:
     # The last tick's label would run past the edge: it is written before the tick instead.
     end = ruler_text(Window(0, 300e6 / 58, 60), 12, "time").plain
     assert end.endswith("0.3s╵ ") and "╵0.2s" in end and len(end) == 72
+    # A bookmark on a label clears that label ("╵0ms" read "╵0◆s"); its tick stays.
+    marked = ruler_text(Window(0, 100_000, 60), 12, "time", marks=[250_000]).plain
+    assert "╵ ◆ " in marked and "0◆" not in marked and "╵2ms" in marked and len(marked) == 72
 
 
 def test_deepep_kernels_show_as_communication() -> None:
