@@ -222,7 +222,7 @@ class DetailsPane(VerticalScroll, can_focus=False):
     """Shows one event (see :func:`describe`)."""
 
     DEFAULT_CSS = """
-    DetailsPane { height: 7; border-top: solid $primary-darken-2; padding: 0 1; }
+    DetailsPane { height: 7; max-height: 40%; border-top: solid $primary-darken-2; padding: 0 1; }
     DetailsPane.-empty { height: 1; border-top: none; color: $text-muted; }
     DetailsPane.-hidden { display: none; }
     """

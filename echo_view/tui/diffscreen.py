@@ -230,8 +230,7 @@ class DiffScreen(Screen[None]):
             msg = "no steps to line up: both timelines start at their first event"
         else:
             (na, _, _), (nb, _, _) = pairs[self.align_at]
-            msg = f"timelines placed so that step {na} (A) and step {nb} (B) start together"
-            msg += " · , . other step"
+            msg = f"placed so that step {na} (A) and step {nb} (B) start together · , . other step"
         if not self.diff.ranks:
             msg += " · no rank of A and B could be compared (Overview)"
         self.query_one("#aligned", Static).update(Text(msg, style="dim"))

@@ -408,7 +408,7 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
         await pilot.press("D")
         assert isinstance(app.screen, DiffScreen)
         aligned = str(app.screen.query_one("#aligned", Static).render())
-        assert aligned.startswith("timelines placed so that step 0 (A) and step 0 (B) start")
+        assert aligned.startswith("placed so that step 0 (A) and step 0 (B) start together")
         assert "no rank" not in aligned
 
     run_app([synth, slower], body)
@@ -431,6 +431,17 @@ def test_the_timelines_tab_does_not_claim_a_comparison_the_overview_could_not_ma
         assert "no rank of A and B could be compared" in aligned and "aligned at" not in aligned
 
     run_app([synth, other], body)
+
+
+def test_a_short_terminal_keeps_lanes_beside_the_details(synth: Job) -> None:
+    # The details pane took its 7 rows whatever the height: at 80x12 one lane row was left.
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        await pilot.press("down", "down", "tab")
+        await pilot.pause()
+        assert tl.selection is not None and tl.size.height >= 3
+
+    run_app([synth], body, size=(80, 12))
 
 
 def test_usable_at_80x24(synth: Job) -> None:
