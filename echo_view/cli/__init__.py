@@ -23,15 +23,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from echo_view import __version__
-from echo_view.errors import Deprecated, EchoViewError, InputNote, OutputError, UsageError
-from echo_view.formats import (
-    INFLATION_FLOOR,
-    MAX_INFLATION_RATIO,
-    set_max_inflated_bytes,
-    write_error,
-)
-from echo_view.text import cut_middle, printable
+try:  # a Ctrl-C while these load (numpy among them) printed a KeyboardInterrupt traceback
+    from echo_view import __version__
+    from echo_view.errors import Deprecated, EchoViewError, InputNote, OutputError, UsageError
+    from echo_view.formats import (
+        INFLATION_FLOOR,
+        MAX_INFLATION_RATIO,
+        set_max_inflated_bytes,
+        write_error,
+    )
+    from echo_view.text import cut_middle, printable
+except KeyboardInterrupt:
+    sys.stderr.write("echo-view: interrupted\n")
+    raise SystemExit(130) from None
 
 #: Sub-commands in ``--help`` order with their one-line help. Each lives in the module
 #: ``echo_view.cli.<name>``, which exposes ``register(subparsers)``. A command's module is
@@ -268,11 +272,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
-    # Only a command needs these (--help and --version have exited by now).
-    from echo_view.cli.guard import check_command_paths
-    from echo_view.loading import build_registry
-
+    except KeyboardInterrupt:  # while the command's module loads
+        print("echo-view: interrupted", file=sys.stderr)
+        return 130
     try:
+        # Only a command needs these (--help and --version have exited by now); inside the
+        # try, so that a Ctrl-C while they load is "interrupted", not a traceback.
+        from echo_view.cli.guard import check_command_paths
+        from echo_view.loading import build_registry
+
         with _sigterm_raises(), _checked_stdout():
             set_max_inflated_bytes(_inflation_limit(args.max_inflated_bytes))
             check_command_paths(args)

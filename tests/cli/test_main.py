@@ -424,3 +424,32 @@ def test_an_output_name_is_shown_escaped(
     err = capsys.readouterr().err
     assert out.exists() and "\x1b" not in err and err.count("\n") == 1
     assert "a\\x1b[31m\\nb.json" in err
+
+
+@pytest.mark.parametrize(
+    ("module", "code"),
+    [
+        # While the CLI's own imports load (numpy, via echo_view.formats).
+        ("echo_view.formats", "import echo_view.cli"),
+        # While a command's layers load, after the arguments are parsed.
+        (
+            "echo_view.loading",
+            "from echo_view.cli import main; raise SystemExit(main(['info', 'x']))",
+        ),
+    ],
+)
+def test_ctrl_c_while_modules_load_is_one_line(module: str, code: str) -> None:
+    # A Ctrl-C in the first moments printed a KeyboardInterrupt traceback. The interrupt is
+    # raised by the import itself here, whenever it comes.
+    patch = (
+        "import builtins\n"
+        "real = builtins.__import__\n"
+        "def fake(name, *args, **kwargs):\n"
+        f"    if name == {module!r}:\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = fake\n"
+    )
+    done = subprocess.run([sys.executable, "-c", patch + code], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "echo-view: interrupted\n"
