@@ -14,17 +14,6 @@ from pathlib import Path
 UNLIMITED = 1 << 30
 
 
-def open_files_limit() -> tuple[int, int]:
-    """The soft and hard limits on open files (``ulimit -n``), :data:`UNLIMITED` for none;
-    both :data:`UNLIMITED` where the system has no such limit (not Unix)."""
-    try:
-        import resource
-    except ImportError:
-        return UNLIMITED, UNLIMITED
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return _finite(soft, resource.RLIM_INFINITY), _finite(hard, resource.RLIM_INFINITY)
-
-
 def raise_open_files(target: int | None = None) -> int:
     """The soft limit on open files raised to ``target`` (default: as far as allowed, the hard
     limit, or the kernel's cap ``fs.nr_open`` when the hard limit is unlimited); never lowered.
@@ -54,7 +43,3 @@ def _kernel_cap() -> int:
         return int(Path("/proc/sys/fs/nr_open").read_text())
     except (OSError, ValueError):
         return 1 << 20  # the kernel's default
-
-
-def _finite(value: int, infinity: int) -> int:
-    return UNLIMITED if value == infinity else int(value)
