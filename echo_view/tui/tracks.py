@@ -12,7 +12,7 @@ overlap the window, so one step-long annotation never forces a scan of the whole
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -94,6 +94,59 @@ class Coverage:
         return int(self.cum[-1] + self.lengths[-1])
 
 
+_Filter = tuple[frozenset[int] | None, npt.NDArray[np.bool_] | None, int]
+
+
+@dataclass(frozen=True, eq=False)
+class _Shown:
+    """What a track shows under one filter: the flags and the merged coverages."""
+
+    shown: npt.NDArray[np.bool_] | None
+    coverage: dict[int, Coverage]
+    work: Coverage
+    annotation: Coverage
+    instants: I64
+
+    @classmethod
+    def of(
+        cls,
+        track: Track,
+        classes: frozenset[int] | None,
+        keep: npt.NDArray[np.bool_] | None,
+        min_dur: int,
+    ) -> _Shown:
+        starts, ends, track_classes = track.starts, track.ends, track.classes
+        shown: npt.NDArray[np.bool_] | None = None
+        if classes is not None:
+            shown = np.isin(track_classes, np.array(sorted(classes), dtype=np.uint8))
+        if keep is not None:
+            shown = keep if shown is None else shown & keep
+        if min_dur > 0:
+            long_enough = (ends - starts) >= min_dur
+            shown = long_enough if shown is None else shown & long_enough
+        coverage = {}
+        present = np.unique(track_classes if shown is None else track_classes[shown])
+        work_mask = np.zeros(len(track_classes), dtype=bool)
+        ann_mask = np.zeros(len(track_classes), dtype=bool)
+        for c in present.tolist():
+            m = track_classes == c
+            if shown is not None:
+                m &= shown
+            coverage[c] = Coverage.of(starts[m], ends[m])
+            if c in WORK_CLASSES:
+                work_mask |= m
+            elif c in ANNOTATION_CLASSES:
+                ann_mask |= m
+        sel = shown if shown is not None else slice(None)
+        return cls(
+            shown,
+            coverage,
+            Coverage.of(starts[work_mask], ends[work_mask]),
+            Coverage.of(starts[ann_mask], ends[ann_mask]),
+            starts[sel][(ends - starts)[sel] == 0],
+        )
+
+
 @dataclass(eq=False)
 class Track:
     """One timeline row's events: a lane of one rank, or (``lane == -1``) the rank's GPU work.
@@ -111,14 +164,6 @@ class Track:
     starts: I64
     ends: I64
     classes: npt.NDArray[np.uint8]
-    tiers: list[tuple[int, I64, I64]] = field(init=False)
-    """``(longest duration, positions, their starts)`` per duration tier, positions ascending."""
-    instants: I64 = field(init=False)
-    """Sorted start times of the zero-length events (markers)."""
-    coverage: dict[int, Coverage] = field(init=False)
-    shown: npt.NDArray[np.bool_] | None = field(init=False)
-    work: Coverage = field(init=False)
-    annotation: Coverage = field(init=False)
 
     parent_pos: I64 | None = None
     """For one depth of a stacked lane: the positions of its events on the whole lane."""
@@ -127,19 +172,33 @@ class Track:
         self._sorted_ends: I64 | None = None
         self._depth: I64 | None = None
         self._levels: dict[int, Track] = {}
+        self._tiers: list[tuple[int, I64, I64]] | None = None
+        self._filter: _Filter = (None, None, 0)
+        self._shown_view: _Shown | None = None
         self.parent: Track | None = None
         """The whole lane, for one depth of a stacked lane."""
         self.last_end = int(self.ends.max()) if len(self.ends) else 0
-        durs = self.ends - self.starts
-        tier = np.zeros(len(durs), dtype=np.int64)
-        pos = durs > 0
-        tier[pos] = 1 + np.log2(durs[pos]).astype(np.int64) // _TIER_LOG2
-        order = np.argsort(tier, kind="stable")  # stable: positions stay in start order
-        cuts = np.flatnonzero(np.diff(tier[order])) + 1
-        self.tiers = []
-        for part in np.split(order, cuts) if len(order) else []:
-            self.tiers.append((int(durs[part].max()), part, self.starts[part]))
-        self.set_filter(None)
+
+    # Tiers and the filtered coverages are built on first use: a job with a thread per event has
+    # 100,000 lanes, and building them all up front took 20 s, every filter change 3-9 s more,
+    # although only the lanes on the screen are ever drawn.
+
+    @property
+    def tiers(self) -> list[tuple[int, I64, I64]]:
+        """``(longest duration, positions, their starts)`` per duration tier, positions
+        ascending."""
+        if self._tiers is None:
+            durs = self.ends - self.starts
+            tier = np.zeros(len(durs), dtype=np.int64)
+            pos = durs > 0
+            tier[pos] = 1 + np.log2(durs[pos]).astype(np.int64) // _TIER_LOG2
+            order = np.argsort(tier, kind="stable")  # stable: positions stay in start order
+            cuts = np.flatnonzero(np.diff(tier[order])) + 1
+            self._tiers = [
+                (int(durs[part].max()), part, self.starts[part])
+                for part in (np.split(order, cuts) if len(order) else [])
+            ]
+        return self._tiers
 
     def set_filter(
         self,
@@ -147,39 +206,44 @@ class Track:
         keep: npt.NDArray[np.bool_] | None = None,
         min_dur: int = 0,
     ) -> None:
-        """(Re)build the coverages for the events shown: those whose class is in ``classes``
-        (all if None), that ``keep`` marks (one flag per position; all if None) and that last at
-        least ``min_dur`` ns."""
+        """Show only the events whose class is in ``classes`` (all if None), that ``keep`` marks
+        (one flag per position; all if None) and that last at least ``min_dur`` ns. The
+        coverages are rebuilt when next drawn."""
         self._filter = (classes, keep, min_dur)
+        self._shown_view = None
         for sub in self._levels.values():
             assert sub.parent_pos is not None
             sub.set_filter(classes, None if keep is None else keep[sub.parent_pos], min_dur)
-        shown: npt.NDArray[np.bool_] | None = None
-        if classes is not None:
-            shown = np.isin(self.classes, np.array(sorted(classes), dtype=np.uint8))
-        if keep is not None:
-            shown = keep if shown is None else shown & keep
-        if min_dur > 0:
-            long_enough = (self.ends - self.starts) >= min_dur
-            shown = long_enough if shown is None else shown & long_enough
-        self.shown = shown
-        self.coverage = {}
-        present = np.unique(self.classes if shown is None else self.classes[shown])
-        work_mask = np.zeros(len(self.classes), dtype=bool)
-        ann_mask = np.zeros(len(self.classes), dtype=bool)
-        for c in present.tolist():
-            m = self.classes == c
-            if shown is not None:
-                m &= shown
-            self.coverage[c] = Coverage.of(self.starts[m], self.ends[m])
-            if c in WORK_CLASSES:
-                work_mask |= m
-            elif c in ANNOTATION_CLASSES:
-                ann_mask |= m
-        self.work = Coverage.of(self.starts[work_mask], self.ends[work_mask])
-        sel = self.shown if self.shown is not None else slice(None)
-        self.instants = self.starts[sel][(self.ends - self.starts)[sel] == 0]
-        self.annotation = Coverage.of(self.starts[ann_mask], self.ends[ann_mask])
+
+    @property
+    def shown(self) -> npt.NDArray[np.bool_] | None:
+        """One flag per position: shown under the filter (None: all are)."""
+        return self._view().shown
+
+    @property
+    def coverage(self) -> dict[int, Coverage]:
+        """Merged coverage of the shown events, per display class present."""
+        return self._view().coverage
+
+    @property
+    def work(self) -> Coverage:
+        """Merged coverage of the shown events of the work classes."""
+        return self._view().work
+
+    @property
+    def annotation(self) -> Coverage:
+        """Merged coverage of the shown annotations."""
+        return self._view().annotation
+
+    @property
+    def instants(self) -> I64:
+        """Sorted start times of the shown zero-length events (markers)."""
+        return self._view().instants
+
+    def _view(self) -> _Shown:
+        if self._shown_view is None:
+            self._shown_view = _Shown.of(self, *self._filter)
+        return self._shown_view
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -211,8 +275,7 @@ class Track:
             )  # fmt: skip
             sub.parent = self
             classes, keep, min_dur = self._filter
-            if classes is not None or keep is not None or min_dur:
-                sub.set_filter(classes, None if keep is None else keep[pos], min_dur)
+            sub.set_filter(classes, None if keep is None else keep[pos], min_dur)
             self._levels[d] = sub
         return self._levels[d]
 
