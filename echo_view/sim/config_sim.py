@@ -300,6 +300,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     owner = owner[keep]
     groups_of = {r: owner[sel].tolist() for r, sel in groups(members[keep])}
     no_ops = np.empty(0, dtype=np.intp)
+    kind_cat = np.array([strings.intern(k.label) for k in EventKind], dtype=np.int64)
     for r in wanted:
         mine = ops_of.get(r, no_ops)
         # Coarse ops kept as they are (transfers, bucket reductions, markers, the host).
@@ -328,13 +329,14 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         local_lane = np.searchsorted(my_lanes, lane_global)
         order = np.lexsort((start, local_lane))
         n = len(order)
-        cat = strings.intern("kernel")
         events = EventTable(
             kind=kind[order],
             start_ns=start[order],
             dur_ns=dur[order],
             name=name[order],
-            cat=np.full(n, cat, dtype=np.int64),
+            # Each kind under its own category, as TraceBuilder writes it: the host's dispatch
+            # and syncs written as "kernel" were read back from an export as a GPU's kernels.
+            cat=kind_cat[kind[order]],
             lane=local_lane[order],
             correlation=np.full(n, NONE, dtype=np.int64),
             external_id=np.full(n, NONE, dtype=np.int64),

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
+from echo_view.loading import read_job
 from echo_view.model.aten_ops import HOST_WAIT
 from echo_view.model.config import ParallelConfig
 from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import OpClass, OpTable, Role, TracedGraph
-from echo_view.model.kinds import LaneKind
+from echo_view.model.kinds import EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
-from echo_view.sim.config_sim import ConfigSimulation, simulate_config
+from echo_view.sim.config_sim import ConfigSimulation, predicted_config_job, simulate_config
 from echo_view.sim.host import (
     HostParams,
     IssueFold,
@@ -28,6 +30,7 @@ from echo_view.sim.host import (
 )
 from echo_view.sim.kernel_cost import ComputeParams
 from echo_view.sim.schedule import Pass, schedule_arrays
+from exporters.perfetto_json import PerfettoJsonExporter
 from tests.sim.op_tables import op_table
 
 C = 73_700  # the default host time per kernel, ns
@@ -150,6 +153,23 @@ def test_the_host_thread_and_its_syncs_are_in_the_workload() -> None:
     names = [wl.strings[int(n)] for n in wl.ops.name[wl.ops.lane == host[0]]]
     # count_zeros_fp32: three launches per gradient tensor; this graph completes none.
     assert names == ["dispatch", "dispatch", "cudaDeviceSynchronize", "dispatch"]
+
+
+def test_the_host_ops_are_read_back_from_an_export_as_host_work(tmp_path: Path) -> None:
+    # They were all written under the category "kernel", so reading an export back made the
+    # host thread a second GPU whose top kernel was "dispatch".
+    sim = _sim((2, 3, 1), 0.0, training={"log_num_zeros_in_grad": True})
+    trace = predicted_config_job(sim).traces[0]
+    cats = {trace.strings[int(c)] for c in trace.events.cat[trace.events.kind == EventKind.CPU_OP]}
+    assert cats == {"cpu_op"}
+    out = tmp_path / "predicted.json"
+    PerfettoJsonExporter().write(predicted_config_job(sim), out)
+    back = read_job([out]).traces[0]
+    kinds = {back.name(i): EventKind(int(k)) for i, k in enumerate(back.events.kind)}
+    assert kinds["dispatch"] == EventKind.CPU_OP
+    assert kinds["cudaDeviceSynchronize"] == EventKind.RUNTIME
+    kernel_lanes = {int(x) for x in back.events.lane[back.events.kind == EventKind.KERNEL]}
+    assert kernel_lanes and {back.lanes[x].kind for x in kernel_lanes} == {LaneKind.GPU_STREAM}
 
 
 def test_host_parameters_are_checked() -> None:
