@@ -15,8 +15,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from echo_view.model import Trace
+from echo_view.model import CollectiveKind, Trace
+from echo_view.model.collectives import collective
 from echo_view.model.columns import byte_slices
+from echo_view.model.dtypes import dtype_bytes
 from exporters.layout import OutThread, RankLayout
 
 #: Rows formatted per chunk: bounds the memory of one chunk's text (~200 bytes a row).
@@ -93,23 +95,65 @@ class _HeadCache:
         return out, inv.reshape(-1)
 
 
-def _args_list(trace: Trace, rows: npt.NDArray[Any]) -> list[bytes] | None:
-    """Per-row args when some need fixing (a non-object is wrapped), else ``None``."""
+def collective_args(trace: Trace) -> dict[int, bytes]:
+    """Args for the collectives whose event has none (a predicted job's, an Nsight capture's),
+    in PyTorch's spelling (``Collective name``, ``Process Group Name``/``Ranks``/
+    ``Description``, ``Seq``, and ``In``/``Out msg nelems`` with ``dtype`` when the dtype is
+    known), by event row: so that reading the export back finds the same collectives in the
+    same process groups, and ``check`` can compare the ranks."""
+    ev, coll = trace.events, trace.collectives
+    assert ev.args_offsets is not None
+    rows = coll.event.astype(np.int64)
+    bare = ev.args_offsets[rows + 1] == ev.args_offsets[rows]
+    out: dict[int, bytes] = {}
+    for i in np.flatnonzero(bare).tolist():
+        kind = CollectiveKind(int(coll.kind[i]))
+        args: dict[str, object] = {"Collective name": kind.label}
+        g = int(coll.group[i])
+        if 0 <= g < len(trace.groups):
+            pg = trace.groups[g]
+            args["Process Group Name"] = pg.name
+            args["Process Group Ranks"] = list(pg.ranks)
+            if pg.description:
+                args["Process Group Description"] = pg.description
+            if int(coll.seq[i]) >= 0:
+                args["Seq"] = int(coll.seq[i])
+        dt = int(coll.dtype[i])
+        dtype = trace.strings[dt] if dt >= 0 else None
+        size = dtype_bytes(dtype)
+        nbytes = int(coll.bytes[i])
+        if dtype is not None and size and nbytes >= 0 and nbytes % size == 0:
+            side = "Out" if collective(kind).output_sized else "In"
+            args[f"{side} msg nelems"] = nbytes // size
+            args["dtype"] = dtype
+        out[int(rows[i])] = msgspec.json.encode(args)
+    return out
+
+
+def _args_list(
+    trace: Trace, rows: npt.NDArray[Any], added: dict[int, bytes] | None = None
+) -> list[bytes] | None:
+    """Per-row args when some need fixing (a non-object is wrapped) or are ``added`` (by event
+    row, for rows without args), else ``None``."""
     ev = trace.events
     assert ev.args_offsets is not None
     lo = ev.args_offsets[rows]
     hi = ev.args_offsets[rows + 1]
+    extra = [] if not added else [i for i, r in enumerate(rows.tolist()) if r in added]
     nonempty = np.flatnonzero(hi > lo)
-    if not len(nonempty) or not len(ev.args_blob):
-        return None
-    blob = np.frombuffer(ev.args_blob, dtype=np.uint8)
-    odd = nonempty[blob[lo[nonempty]] != _OPEN]
-    if not len(odd):
+    odd = np.zeros(0, dtype=np.intp)
+    if len(nonempty) and len(ev.args_blob):
+        blob = np.frombuffer(ev.args_blob, dtype=np.uint8)
+        odd = nonempty[blob[lo[nonempty]] != _OPEN]
+    if not len(odd) and not extra:
         return None
     raw = ev.args_blob
     out = [raw[a:b] or b"{}" for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     for i in odd.tolist():
         out[i] = b'{"value":' + out[i] + b"}"
+    if added:
+        for i in extra:
+            out[i] = added[int(rows[i])]
     return out
 
 
@@ -128,6 +172,7 @@ def event_chunks(
     assert ev.args_offsets is not None
     cache = _HeadCache(trace, threads, head)
     blob = ev.args_blob
+    added = collective_args(trace)
     for lo_row in range(0, len(rows), chunk_rows):
         part = rows[lo_row : lo_row + chunk_rows]
         heads, head_of = cache.heads(ev.cat[part], ev.name[part], rl.thread[part])
@@ -138,7 +183,7 @@ def event_chunks(
         # written "{}", a wrapped one 10 bytes longer).
         head_len = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
         sizes = head_len[head_of] + (hi_b - lo_b) + 12
-        fixed = _args_list(trace, part)
+        fixed = _args_list(trace, part, added)
         us, ns = ts_us.tolist(), ts_ns.tolist()
         offs, ends = lo_b.tolist(), hi_b.tolist()
         if with_dur:

@@ -47,7 +47,12 @@ from echo_view.validate import (
 )
 from echo_view.validate.events import FLOAT_HOOK, RawEvent, events_from_objects
 from echo_view.validate.fix import repair
-from echo_view.validate.imported import check_rank, join_rank_checks
+from echo_view.validate.imported import (
+    check_rank,
+    cross_rank_checks,
+    join_rank_checks,
+    summarise_rank,
+)
 from echo_view.validate.pftrace import check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
@@ -290,6 +295,7 @@ def check_paths(
     with closing(map_files(json_files, work, where)) as checked:
         for job, files in zip(jobs, kinds, strict=True):
             summaries: list[RankSummary] = []
+            exports: list[Path] = []
             imported: dict[int, tuple[Importer, list[Path]]] = {}
             for path, kind in files:
                 if kind == "proto":
@@ -297,7 +303,10 @@ def check_paths(
                 elif isinstance(kind, str):
                     found, summary = next(checked)[1]
                     report.merge(found)
-                    summaries.append(summary)
+                    if found.files and found.files[-1].export_ranks:
+                        exports.append(path)  # its ranks form a job of their own
+                    else:
+                        summaries.append(summary)
                 else:
                     imported.setdefault(id(kind), (kind, []))[1].append(path)
                     continue
@@ -305,6 +314,12 @@ def check_paths(
                 progress(f"{path.name}: checked", done / total)
             if len(summaries) > 1:
                 check_job(summaries, report, job.name)
+            for path in exports:
+                # An echo-view export holds every rank in one file: the file rules have seen its
+                # events; the cross-rank rules need it cut into ranks, as it is imported.
+                rank = partial(summarise_rank, selection=report.selection, keep=report.keep)
+                head, ranks = read_ranks([path], rank, registry, progress, where)
+                cross_rank_checks(head, ranks, report, str(path))
             # Imported files of one format form one job (their ranks are checked together).
             for _imp, group in imported.values():
                 rank = partial(check_rank, selection=report.selection, keep=report.keep)

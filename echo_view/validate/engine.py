@@ -103,9 +103,26 @@ class FileValidator:
                 if isinstance(info.get("world_size"), int)
                 else None,
                 usable=facts.usable,
+                export_ranks=_export_ranks(facts.top),
             )
         )
         return self.kineto.summary(ctx)
+
+
+def _export_ranks(top: Mapping[str, Any] | None) -> tuple[int, ...]:
+    """The ranks of an echo-view export (its ``metadata``: generator and ranks), when it holds
+    more than one; their cross-rank rules need the file cut into ranks, as it is imported."""
+    meta = top.get("metadata") if top else None
+    if not isinstance(meta, dict) or meta.get("generator") != "echo-view":
+        return ()
+    if meta.get("predicted") is not False:
+        # A predicted job's data-parallel and pipeline collectives carry no process group
+        # yet, and the rules would compare them all as one group across pipeline stages.
+        return ()
+    ranks = meta.get("ranks")
+    if not isinstance(ranks, list) or not all(type(r) is int for r in ranks):
+        return ()
+    return tuple(ranks) if len(set(ranks)) > 1 else ()
 
 
 def _wants_family(report: Report, family: str) -> bool:

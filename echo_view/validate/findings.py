@@ -212,6 +212,9 @@ class FileFacts:
     rank: int | None = None
     world_size: int | None = None
     usable: bool = True
+    export_ranks: tuple[int, ...] = ()
+    """The ranks the file holds when it is an echo-view export of several ranks (one file,
+    one job); empty for a rank's own trace."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -73,6 +73,23 @@ def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report,
         )
     for c in checks:
         report.merge(c.findings)
+    cross_rank_checks(head, checks, report, name)
+
+
+def summarise_rank(trace: Trace, selection: Selection, keep: int) -> RankCheck:
+    """What the cross-rank rules need of one rank, without the per-rank rules (for a file
+    whose events the file rules have already checked: an echo-view export of several ranks)."""
+    summary = summary_from_trace(trace)
+    rows = {r: row_location(trace, r) for r in summary.index.tolist()}
+    return RankCheck(trace.source, trace.rank, len(trace.events), Report(selection, keep),
+                     summary, rows)  # fmt: skip
+
+
+def cross_rank_checks(
+    head: JobHead, checks: Sequence[RankCheck], report: Report, name: str
+) -> None:
+    """The EV7xx rules across the ranks of ``checks`` (``name`` locates job-wide findings),
+    their collectives located by source row."""
     if head.alignment.method == SEPARATE_RUNS:
         # Ranks of different runs need not run the same collectives or end them together.
         report.add(Finding("EV711", head.alignment.note, Location(file=name, where="job")))

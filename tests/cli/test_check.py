@@ -204,3 +204,26 @@ def test_a_repaired_copy_takes_an_uppercase_extension(tmp_path: Path) -> None:
         assert main(["check", str(src), "--fix", "-o", str(out)]) == 0
         head = out.read_bytes()[:2]
         assert (head == b"\x1f\x8b") == name.endswith(".GZ")
+
+
+@pytest.mark.parametrize("sample", ["hta_sampled_128", "dlrm_kineto"])
+def test_an_export_of_several_ranks_is_checked_across_its_ranks(
+    sample: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An export holds every rank in one file, which the file rules read as one rank: the
+    # cross-rank rules found nothing (no EV701 on 2 of 128 ranks, no EV708 straggler).
+    def cross_rank(paths: list[str]) -> list[tuple[str, int, list[str]]]:
+        capsys.readouterr()
+        assert main(["check", *paths, "--json"]) == 0
+        found = json.loads(capsys.readouterr().out)["findings"]
+        return [
+            (f["code"], f["count"], sorted(x["message"] for x in f["first"]))
+            for f in found
+            if f["code"].startswith("EV7")
+        ]
+
+    out = tmp_path / "export.json"
+    assert main(["export", str(SAMPLES / sample), "-o", str(out)]) == 0
+    expected = cross_rank([str(SAMPLES / sample)])
+    assert expected and expected[0][0] == {"hta_sampled_128": "EV701"}.get(sample, "EV708")
+    assert cross_rank([str(out)]) == expected

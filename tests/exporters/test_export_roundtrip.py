@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_view.model import EventKind, Job
+from echo_view.model import ClockAlignment, CollectiveKind, EventKind, Job, TraceBuilder
 from exporters.layout import STEP_CATEGORY, build_layout
 from exporters.perfetto_json import PerfettoJsonExporter
 from exporters.perfetto_proto import PerfettoProtoExporter
@@ -126,3 +126,54 @@ def test_dlrm_pftrace_structure(dlrm: Job, tmp_path: Path) -> None:
     out_ids = {f for s in parsed.slices for f in s.flow_out}
     end_ids = {f for s in parsed.slices for f in s.flow_end}
     assert out_ids == end_ids and len(out_ids) == len(build_layout(dlrm).links)
+
+
+def _collectives(job: Job) -> dict[int, list[tuple[str, str, int, str, tuple[int, ...], int]]]:
+    """(kernel, kind, bytes, dtype, group ranks, seq) of every collective, per rank."""
+    out = {}
+    for t in job.traces:
+        c = t.collectives
+        out[t.rank] = [
+            (
+                t.name(int(c.event[i])),
+                CollectiveKind(int(c.kind[i])).label,
+                int(c.bytes[i]),
+                t.strings[int(c.dtype[i])] if c.dtype[i] >= 0 else "",
+                t.groups[int(c.group[i])].ranks if c.group[i] >= 0 else (),
+                int(c.seq[i]),
+            )
+            for i in range(len(c.event))
+        ]
+    return out
+
+
+def test_collectives_without_args_keep_their_group_and_size(tmp_path: Path) -> None:
+    # A predicted job's collectives have no args: their process group, sequence number and
+    # size were lost on reading the export back (the cross-rank checks then compared every
+    # collective of every rank as one group).
+    traces = []
+    for rank in (0, 1):
+        b = TraceBuilder(rank)
+        s = b.gpu_stream(rank, 13)
+        dp, pp = b.group("g0", (0, 1), "dp"), b.group("g1", (0, 1))
+        k = b.event(EventKind.KERNEL, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 0, 900, s)
+        b.collective(k, CollectiveKind.ALL_REDUCE, nbytes=6 << 20, dtype="bfloat16", group=dp,
+                     seq=0)  # fmt: skip
+        k = b.event(EventKind.KERNEL, "ncclDevKernel_AllGather_RING_LL", 1000, 900, s)
+        b.collective(k, CollectiveKind.ALL_GATHER, nbytes=8 << 20, dtype="float32", group=dp,
+                     seq=1)  # fmt: skip
+        k = b.event(EventKind.KERNEL, "ncclDevKernel_SendRecv", 2000, 900, s)
+        b.collective(k, CollectiveKind.SEND_RECV, nbytes=1 << 20, group=pp, seq=0)
+        traces.append(b.build())
+    job = Job(tuple(traces), ClockAlignment("shared-host-clock", (0, 0), 0), 2, "synth", True)
+    path = tmp_path / "job.json"
+    PerfettoJsonExporter().write(job, path)
+    back = _collectives(kineto.KinetoImporter().read([path]))
+    expected = _collectives(job)
+    assert expected[0][2][2] == 1 << 20 and expected[0][2][3] == ""
+    # The send/receive's size is lost: without a dtype no element count says it.
+    expected = {r: [c if c[3] else (*c[:2], -1, *c[3:]) for c in cs] for r, cs in expected.items()}
+    assert back == expected
+    assert back[0][0] == (
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "all_reduce", 6 << 20, "bfloat16", (0, 1), 0
+    )  # fmt: skip
