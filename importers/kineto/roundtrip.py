@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 STEP_CATEGORY = "echo_view_step"
 _RANK = re.compile(r"^rank (\d+)\b")
 _LANE_SUFFIX = re.compile(r"^(.*) \(lane \d+\)$")
+_CPU_PID = re.compile(r"^rank \d+ CPU \(pid (.*)\)$", re.DOTALL)
+_RANK_REST = re.compile(r"^rank \d+ (.*)$", re.DOTALL)
+_GPU_NAME = re.compile(r"^GPU -?\d+$")
+_INT = re.compile(r"-?[0-9]{1,18}")
 
 
 @dataclass
@@ -100,6 +104,30 @@ def _steps(fc: FileColumns, rows: npt.NDArray[np.int64], base: int) -> StepTable
     )
 
 
+def _original_pids(fc: FileColumns) -> dict[int | str, int | str]:
+    """Export pid -> the pid its process name keeps: ``rank R CPU (pid P)`` -> P, ``rank R
+    other`` -> ``""``, ``rank R X`` -> X (a process of neither kind; a GPU's is left alone,
+    its device is in its name)."""
+    out: dict[int | str, int | str] = {}
+    for name, thread, args in fc.metadata:
+        value = args.get("name")
+        if name != "process_name" or not isinstance(value, str):
+            continue
+        pid = fc.threads[thread][0]
+        if m := _CPU_PID.match(value):
+            out[pid] = _pid_value(m.group(1))
+        elif (m := _RANK_REST.match(value)) and not _GPU_NAME.match(m.group(1)):
+            rest = m.group(1)
+            out[pid] = "" if rest == "other" else _pid_value(rest)
+    return out
+
+
+def _pid_value(text: str) -> int | str:
+    """A pid as the export wrote it: a number (up to 18 digits, as the importer reads them)
+    or a string."""
+    return int(text) if _INT.fullmatch(text) else text
+
+
 def split_export(parsed: ParsedFile) -> Exported | None:
     """Cut an echo-view export into ranks (``None`` when ``parsed`` is not one)."""
     meta = export_metadata(parsed.top)
@@ -127,8 +155,12 @@ def split_export(parsed: ParsedFile) -> Exported | None:
         m = _LANE_SUFFIX.match(n)
         if m and (fc.threads[t][0], m.group(1)) in by_name:
             remap[t] = by_name[(fc.threads[t][0], m.group(1))]
-    fc = replace(fc, thread=remap[fc.thread])
     rank_of_thread = np.array([pid_rank.get(p, NONE) for p, _ in fc.threads], dtype=np.int64)
+    # The export numbered the processes; their names keep the original pids: put them back, so
+    # that the job read back (and exported again) is the one exported.
+    restored = {p: pid for p, pid in _original_pids(fc).items() if p in pid_rank}
+    original = [(restored.get(p, p), t) for p, t in fc.threads]
+    fc = replace(fc, thread=remap[fc.thread], threads=original)
     row_rank = rank_of_thread[fc.thread] if len(fc) else np.zeros(0, dtype=np.int64)
     step_sid = fc.strings.index(STEP_CATEGORY) if STEP_CATEGORY in fc.strings else NONE
     is_step = fc.cat == step_sid

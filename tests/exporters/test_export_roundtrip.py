@@ -177,3 +177,30 @@ def test_collectives_without_args_keep_their_group_and_size(tmp_path: Path) -> N
     assert back[0][0] == (
         "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "all_reduce", 6 << 20, "bfloat16", (0, 1), 0
     )  # fmt: skip
+
+
+def test_dlrm_read_back_keeps_each_lanes_process(dlrm: Job, tmp_path: Path) -> None:
+    # The export numbers processes and keeps the original pid in the name ("rank 0 CPU (pid
+    # 59811)", "rank 0 Spans"); read back, the lanes took the export's numbers (pid 1, 4), so a
+    # second export named them "rank 0 CPU (pid 1)", "rank 0 CPU (pid 4)".
+    def lanes(job: Job) -> dict[int, set[tuple[str, str, str]]]:
+        return {
+            t.rank: {(lane.kind.name, repr(lane.pid), lane.name) for lane in t.lanes}
+            for t in job.traces
+        }
+
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    PerfettoJsonExporter().write(dlrm, first)
+    back: Job = kineto.KinetoImporter().read([first])
+    cpu = {(k, p, n) for k, p, n in lanes(back)[0] if k == "CPU_THREAD"}
+    assert cpu and {p for _, p, _ in cpu} == {"59811"}
+    other = {p for k, p, _ in lanes(back)[0] if k == "OTHER"}
+    assert {"'Spans'", "'Traces'"} <= other
+    original = {r: {x for x in ls if x[0] != "GPU_STREAM"} for r, ls in lanes(dlrm).items()}
+    assert {r: {x for x in ls if x[0] != "GPU_STREAM"} for r, ls in lanes(back).items()} == original
+    PerfettoJsonExporter().write(back, second)
+    names = [
+        [e["args"]["name"] for e in load_json(p)["traceEvents"] if e.get("name") == "process_name"]
+        for p in (first, second)
+    ]
+    assert names[0] == names[1] and "rank 0 CPU (pid 59811)" in names[0]
