@@ -85,7 +85,9 @@ class TransformerLayer(nn.Module):
         self.selective = p.recompute == "selective"
         fp8 = fp8_recipe(cfg)
         self.ln1 = norm(cfg, dtype)
-        qkv_out = (m.heads + 2 * m.kv_heads) * self.head_dim
+        # With fewer KV heads than tp ranks each rank keeps one, replicated across the ranks that
+        # share it (its weights as well).
+        qkv_out = (m.heads + 2 * self.kv_heads * tp) * self.head_dim
         bias = m.add_bias_linear
         self.qkv = ColumnParallelLinear(
             rec, m.hidden, qkv_out, tp, sp, dtype, m.has_qkv_bias, fp8=fp8, autocast=cast

@@ -77,6 +77,24 @@ def test_gemm_flops_match_the_closed_form() -> None:
     assert gemm + attn == pytest.approx(expected_layers + output_layer, rel=2e-3)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2, 4, 8])
+def test_fewer_kv_heads_than_tp_ranks_keep_one_each(kv_heads: int) -> None:
+    # Multi-query and grouped-query attention with kv_heads < tp (which the config accepts
+    # when tp divides by kv_heads) failed to trace: the QKV projection split the model's K and
+    # V heads over tp ranks, so a rank held a fraction of one. Each rank keeps one KV head,
+    # replicated on the tp / kv_heads ranks that share it.
+    h, s, b, tp, heads = 1024, 512, 2, 4, 16
+    g = trace_workload(_cfg(model={"kv_heads": kv_heads}, parallel={"pp": 1, "dp": 4}))
+    fwd = g.role_for_stage(0).forward[0]
+    gemm = fwd.flops[fwd.op_class == OpClass.GEMM]
+    d = h // heads
+    kv_local = max(kv_heads // tp, 1)
+    qkv = 2.0 * b * s * h * (heads // tp + 2 * kv_local) * d
+    assert np.isclose(gemm, qkv, rtol=2e-3).sum() == 8  # one QKV projection per layer
+    attn = fwd.flops[fwd.op_class == OpClass.ATTENTION].sum()
+    assert attn == pytest.approx(8 * 4.0 * b * s * s * h * 0.5 / tp, rel=1e-9)
+
+
 def test_interleaved_uneven_chunks_hold_their_layers() -> None:
     """6 layers on pp 2, vp 2 with the embedding and the loss counted as layers: 8 slots, 2 per
     chunk, so stage 0 holds (1, 2) layers and stage 1 (2, 1). Each chunk's FLOPs are its
