@@ -59,6 +59,21 @@ def test_a_number_past_pythons_digit_limit() -> None:
     assert exc.value.where == "line 2" and exc.value.path == "c.toml"
 
 
+def test_long_words_read_in_one_pass() -> None:
+    # The nesting guard searched from every character of a run of key characters, a cost
+    # quadratic in its length: a 40,000-character comment took 34 s, a 300 KB string value
+    # more than a minute, the 4 MiB a file may hold days. These hold 1 MB runs each.
+    run = "x" * 1_000_000
+    assert parse_toml(f"# {run}\ny = 2\n") == {"y": 2}
+    assert parse_toml(f'dtype = "{run}"\n') == {"dtype": run}
+    assert parse_toml(f"a = '{run}.b.c'\n") == {"a": run + ".b.c"}
+    with pytest.raises(ConfigError, match="more than 4,300 digits") as exc:
+        parse_toml("y = [" + "1, " * 100_000 + "9" * 5000 + "]\n", "c.toml")
+    assert exc.value.where == "line 1"
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_TOML_DEPTH} levels"):
+        parse_toml(f"# {run}\n" + ".".join([run] * (MAX_TOML_DEPTH + 1)) + " = 1\n")
+
+
 def test_nesting_within_the_limit() -> None:
     depth = MAX_TOML_DEPTH - 1
     assert parse_toml("x = " + "[" * depth + "]" * depth)
