@@ -345,6 +345,17 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         raise err("model.kv_heads", f"{mod.heads} heads are not divisible by {mod.kv_heads}")
     if mod.kv_heads % par.tp and par.tp % mod.kv_heads:
         raise err("model.kv_heads", f"{mod.kv_heads} kv heads cannot be split over tp = {par.tp}")
+    if mod.ffn_hidden % par.tp:
+        # Megatron-LM's column-parallel linear divides its outputs evenly (``divide``).
+        raise err(
+            "model.ffn_hidden", f"ffn_hidden {mod.ffn_hidden} is not divisible by tp = {par.tp}"
+        )
+    if mod.vocab < par.tp:
+        # Megatron pads the vocabulary to a multiple of 128 * tp; a smaller one than tp leaves
+        # a rank no row of the output layer.
+        raise err(
+            "model.vocab", f"a vocabulary of {mod.vocab} does not split over tp = {par.tp} ranks"
+        )
     if mod.hidden % mod.heads:
         raise err("model.hidden", f"hidden {mod.hidden} is not divisible by heads {mod.heads}")
     if cfg.batch.global_batch % (cfg.batch.micro * par.dp):

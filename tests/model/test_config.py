@@ -111,6 +111,10 @@ def test_published_runs_are_all_there() -> None:
         (_with("model", layers=16 * 10**8), "model.layers", "limit of 10,000"),
         (_with("batch", **{"global": 2**16 * 24, "micro": 1}), "batch.global", "micro-batches"),
         (_with("model", kv_heads=7), "model.kv_heads", "not divisible by 7"),
+        # (tracing had failed with a RuntimeError: a rank held no row of the output layer)
+        (_with("model", vocab=7), "model.vocab", "a vocabulary of 7 does not split over tp = 8"),
+        # (it was rounded down per rank: ffn_hidden 5460 and 5461 simulated the same step)
+        (_with("model", ffn_hidden=5461), "model.ffn_hidden", "5461 is not divisible by tp = 8"),
         (_with("model", activation="relu"), "model.activation", "must be one of gelu, swiglu"),
         (_with("model", tie_embeddings=1), "model.tie_embeddings", "expected bool"),
         (_with("precision", fp8_recipe="delayed"), "precision.fp8_recipe", 'needs dtype = "fp8"'),
