@@ -3,6 +3,7 @@ one per rank for its GPU work), grouped per rank, for one job or two (the diff s
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +136,13 @@ class Group:
     lane_pos: I64 = field(init=False)
     header_pos: I64 = field(init=False)
 
+    def copy(self) -> Group:
+        """The same rows with tracks that filter apart (the inverse maps are shared)."""
+        out = copy.copy(self)
+        out.lanes = [t.copy() for t in self.lanes]
+        out.header = None if self.header is None else self.header.copy()
+        return out
+
     def __post_init__(self) -> None:
         # Inverse maps, event row -> position on its lane track / on the header track, so that a
         # selection is found on a row without a scan.
@@ -198,9 +206,10 @@ class TimelineIndex:
     def view(
         self, sources: Sequence[Source] | None = None, only_source: int | None = None
     ) -> TimelineIndex:
-        """Another index over the same tracks (no copy): other clock shifts for the sources,
-        and/or only the groups of one source."""
-        groups = [g for g in self.groups if only_source is None or g.source == only_source]
+        """Another index over the same events: other clock shifts for the sources, and/or only
+        the groups of one source. Its tracks share the events' arrays but filter apart
+        (:meth:`Track.copy`)."""
+        groups = [g.copy() for g in self.groups if only_source is None or g.source == only_source]
         index = TimelineIndex(list(sources or self.sources), groups, (0, 1))
         index.span = index.compute_span()
         return index

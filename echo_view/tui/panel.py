@@ -176,6 +176,8 @@ class TimelinePanel(Vertical):
         tl.steps = steps
         if self.matches is not None:
             self._run_search(self.matches.query, self.match_label)
+        # The new index's tracks filter apart from the old one's: carry this panel's filter.
+        self._apply_filter()
 
     # -- messages ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ overlap the window, so one step-long annotation never forces a scan of the whole
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,6 +179,16 @@ class Track:
         self.parent: Track | None = None
         """The whole lane, for one depth of a stacked lane."""
         self.last_end = int(self.ends.max()) if len(self.ends) else 0
+
+    def copy(self) -> Track:
+        """The same events with a filter of their own (for another view of the job: a filter
+        set in one view must not change what another shows). Arrays and the caches that do not
+        depend on the filter are shared."""
+        out = copy.copy(self)
+        out._filter = (None, None, 0)
+        out._shown_view = None
+        out._levels = {}
+        return out
 
     # Tiers and the filtered coverages are built on first use: a job with a thread per event has
     # 100,000 lanes, and building them all up front took 20 s, every filter change 3-9 s more,

@@ -414,6 +414,35 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
     run_app([synth, slower], body)
 
 
+def test_a_filter_in_the_diffs_timelines_stays_there(synth: Job) -> None:
+    # The views shared their tracks, so hiding short events on the diff's Timelines tab hid
+    # them on A's and B's own timelines as well, whose status lines said nothing of it.
+    slower = synth_job(scale=1.5, predicted=True)
+
+    def shown(app: EchoViewApp) -> int:
+        tl = app.screen.query_one(TimelineView)
+        return sum(
+            len(t) if t.shown is None else int(t.shown.sum())
+            for g in tl.index.groups
+            for t in g.lanes
+        )
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("escape")
+        everything = shown(app)
+        await pilot.press("D", "2", "h", "h", "h", "h")  # hide what lasts under 1 ms
+        panel = app.screen.query_one(TimelinePanel)
+        assert panel.min_dur == 1_000_000 and shown(app) < 2 * everything
+        await pilot.press("full_stop")  # a new alignment keeps the panel's filter
+        assert shown(app) < 2 * everything
+        await pilot.press("1", "escape")
+        assert isinstance(app.screen, TimelineScreen) and shown(app) == everything
+        await pilot.press("b")
+        assert shown(app) == everything
+
+    run_app([synth, slower], body)
+
+
 def test_the_timelines_tab_does_not_claim_a_comparison_the_overview_could_not_make(
     synth: Job,
 ) -> None:
