@@ -177,6 +177,8 @@ class DiffScreen(Screen[None]):
         code, text = d.verdict
         colour = {"match": "#98c379", "b_slower": "#e06c75", "b_faster": "#61afef"}.get(code, "")
         head = Text(f"A: {printable(d.a_source)}\nB: {printable(d.b_source)}\n", style="dim")
+        for warning in d.warnings:  # (the inputs look like different jobs), as `diff` has them
+            head.append(f"warning: {printable(warning)}\n", style="bold #e5c07b")
         head.append(printable(text), style=f"bold {colour}")  # names the top kernel class
         head.append(verdict_line(d))
         self.query_one("#verdict", Static).update(head)
@@ -203,7 +205,7 @@ class DiffScreen(Screen[None]):
         )
         ranks = [
             [
-                name_cell(f"r{r.rank}"),
+                name_cell(f"r{r.rank}", value=r.rank),  # r2 before r10
                 ns_cell(r.step.a_ns),
                 ns_cell(r.step.b_ns),
                 delta_cell(r.step.delta_ns),

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 from rich.cells import cell_len, set_cell_size
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -347,8 +348,11 @@ class TimelinePanel(Vertical):
                 self.hide_unmatched = False
                 self._apply_filter()
             self.timeline.invalidate()
-        else:
+        elif self.timeline.selection is not None:
             self.timeline.selection = None
+        else:
+            # Nothing to clear: the key goes on to the screen (the diff screen's esc leaves it).
+            raise SkipAction()
         self._update_status()
 
     # -- bookmarks --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
@@ -52,11 +53,12 @@ class Cell(Text):
         self.value = value
 
 
-def name_cell(name: str, width: int = 60) -> Cell:
-    """A left-aligned text cell without a leading ``void``, shortened to ``width`` characters."""
+def name_cell(name: str, width: int = 60, value: Any = None) -> Cell:
+    """A left-aligned text cell without a leading ``void``, shortened to ``width`` terminal
+    cells (a wide character takes two); it sorts by ``value``, else by the name."""
     name = printable(name).removeprefix("void ")
-    short = name if len(name) <= width else name[: width - 1] + "…"
-    return Cell(short, name.lower(), justify="left")
+    short = name if cell_len(name) <= width else set_cell_size(name, width - 1) + "…"
+    return Cell(short, name.lower() if value is None else value, justify="left")
 
 
 def ns_cell(ns: int | float | None) -> Cell:

@@ -414,6 +414,48 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
     run_app([synth, slower], body)
 
 
+def test_the_diff_overview_warns_of_unrelated_jobs_and_ranks_sort_as_numbers() -> None:
+    # The Overview left out `diff`'s warning that the two inputs look like different jobs, and
+    # the Ranks tab sorted r10 before r2.
+    from tests.tui.appkit import synth_rank
+
+    def job(ranks: int, scale: float) -> Job:
+        traces = tuple(synth_rank(r, scale=scale) for r in range(ranks))
+        align = ClockAlignment("shared-host-clock", (0,) * ranks, 0)
+        return Job(traces, align, ranks, f"j{ranks}", False)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        verdict = str(app.screen.query_one("#verdict", Static).render())
+        assert "warning: A and B look like different jobs: A has 12 rank(s), B 11" in verdict
+        await pilot.press("3", "o", "r")  # by rank, ascending
+        table = app.screen.query_one("#rank-table", SortableTable)
+        ranks = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+        assert ranks == [f"r{r}" for r in range(11)]  # the ranks both ran
+
+    run_app([job(12, 1.0), job(11, 1.5)], body)
+
+
+def test_esc_leaves_the_diff_from_its_timelines_once_nothing_is_left_to_clear(
+    synth: Job,
+) -> None:
+    # The timeline panel took esc even with nothing to clear: the Timelines tab never left.
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("2", "tab")  # an event selected
+        tl = app.screen.query_one(TimelineView)
+        assert tl.selection is not None
+        await pilot.press("escape")  # clears the selection
+        assert isinstance(app.screen, DiffScreen) and tl.selection is None
+        await pilot.press("escape")
+        assert isinstance(app.screen, TimelineScreen)
+        await pilot.press("escape", "escape")  # the first screen stays
+        assert isinstance(app.screen, TimelineScreen) and app.current == 0
+
+    run_app([synth, slower], body)
+
+
 def test_a_filter_in_the_diffs_timelines_stays_there(synth: Job) -> None:
     # The views shared their tracks, so hiding short events on the diff's Timelines tab hid
     # them on A's and B's own timelines as well, whose status lines said nothing of it.

@@ -40,3 +40,18 @@ def test_view_bounds_differ_when_the_view_does(
     start: float, end: float, texts: tuple[str, str]
 ) -> None:
     assert interval_texts(start, end) == texts
+
+
+def test_a_name_is_cut_to_the_cells_it_may_take() -> None:
+    # The width was counted in characters: a CJK name took twice its share and pushed the
+    # delta columns off an 80-column screen.
+    from rich.cells import cell_len
+
+    from echo_view.tui.tables import name_cell
+
+    wide = name_cell("漢字" * 40, 30)
+    assert cell_len(wide.plain) <= 30 and wide.plain.endswith("…")
+    assert name_cell("gemm_" * 10, 30).plain == ("gemm_" * 10)[:29] + "…"
+    assert name_cell("short", 30).plain == "short"
+    # A rank sorts as a number (r2 before r10), a name as text.
+    assert name_cell("r10", value=10).value == 10 and name_cell("r10").value == "r10"
