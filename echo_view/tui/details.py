@@ -155,7 +155,9 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     text = Text()
     text.append(f"{kind.label}", style="bold")
     text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="dim")
-    text.append(f"start +{format_duration(start)} · dur {format_duration(dur)}")
+    # (before the origin in the diff's Timelines tab, whose origin is the aligned step's start)
+    sign = "-" if start < 0 else "+"
+    text.append(f"start {sign}{format_duration(abs(start))} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
     path = ancestry(trace, row)
     if path:

@@ -57,3 +57,12 @@ def test_peers_by_order_only_when_every_rank_has_as_many() -> None:
     )
     uneven = _job([3, 2], grouped=False)
     assert collective_peers(uneven, 0, int(uneven.traces[0].collectives.event[0])) == []
+
+
+def test_a_start_before_the_origin_reads_minus() -> None:
+    # On the diff's Timelines tab the origin is the aligned step's start: an event of the step
+    # before read "start +-1.000 ms".
+    job = _job([2], grouped=True)
+    kernel = int(job.traces[0].collectives.event[1])  # starts at 1,050 ns
+    assert "start +1.050 µs" in describe(job, 0, kernel, 0)[0].plain
+    assert "start -950 ns" in describe(job, 0, kernel, 2_000)[0].plain
