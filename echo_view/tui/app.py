@@ -251,9 +251,16 @@ class EchoViewApp(App[None]):
         self.push_screen(screen, self._show_kernel)
 
     def _show_kernel(self, name: str | None) -> None:
-        """Find kernel ``name`` (picked in the summary) on the current input's timeline."""
+        """Find kernel ``name`` (picked in the summary) on the timeline of the screen below:
+        the current input's, or the diff screen's Timelines tab (both inputs)."""
+        if name is None:
+            return
+        if isinstance(self.screen, DiffScreen):
+            self.screen.action_tab("timelines")
+            self.screen.query_one(TimelinePanel).find_exact(name)
+            return
         screen = self._screens.get(self.current)
-        if name is not None and screen is not None and self.screen is screen:
+        if screen is not None and self.screen is screen:
             screen.panel.find_exact(name)
 
     def action_diff(self) -> None:

@@ -239,6 +239,14 @@ class DiffScreen(Screen[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+        self._focus_tab(tab)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        # A click on a tab's header left the focus on the tab bar: the tab's keys did nothing.
+        if event.pane.id is not None:
+            self._focus_tab(event.pane.id)
+
+    def _focus_tab(self, tab: str) -> None:
         if tab == "timelines":
             self.query_one(TimelinePanel).timeline.focus()
         else:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import Input, SelectionList, Static, Tree
+from textual.widgets import Input, SelectionList, Static, TabbedContent, Tree
 
 from echo_view.errors import InputError
 from echo_view.formats import Progress
@@ -452,6 +452,44 @@ def test_esc_leaves_the_diff_from_its_timelines_once_nothing_is_left_to_clear(
         assert isinstance(app.screen, TimelineScreen)
         await pilot.press("escape", "escape")  # the first screen stays
         assert isinstance(app.screen, TimelineScreen) and app.current == 0
+
+    run_app([synth, slower], body)
+
+
+def test_a_click_on_a_diff_tab_focuses_its_content(synth: Job) -> None:
+    # The focus stayed on the tab bar: w did not zoom, o did not sort.
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.click("#--content-tab-kernels")
+        assert app.focused is app.screen.query_one("#kernel-table", SortableTable)
+        await pilot.click("#--content-tab-timelines")
+        assert isinstance(app.focused, TimelineView)
+
+    run_app([synth, slower], body)
+
+
+def test_a_kernel_picked_in_a_summary_over_the_diff_is_found_on_its_timelines(
+    synth: Job,
+) -> None:
+    # The summary (opened from the diff screen by the command palette) closed and found
+    # nothing: only a timeline screen below it was searched.
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        app.action_summary()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("2")
+        kernels = app.screen.query_one("#kernel-table", SortableTable)
+        picked = kernels.get_row_at(0)[0].plain
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, DiffScreen)
+        assert screen.query_one(TabbedContent).active == "timelines"
+        panel = screen.query_one(TimelinePanel)
+        assert panel.matches is not None and len(panel.matches) > 0
+        assert picked.startswith("cutlass::Kernel") and "cutlass::Kernel" in panel.match_label
 
     run_app([synth, slower], body)
 
