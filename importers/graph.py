@@ -80,11 +80,38 @@ def _fits(col: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> bool:
     return bool(col.min() >= info.min and col.max() <= info.max)
 
 
-def _int(value: Any, path: Path, where: str) -> int:
-    """A JSON integer (not a bool, float or string), else an InputError at ``where``."""
+def _int(value: Any, path: Path, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """A JSON integer (not a bool, float or string) within ``[lo, hi]``, else an InputError
+    at ``where``."""
     if type(value) is not int:
         raise InputError(f"expected an integer, got {clipped(repr(value))}", path=path, where=where)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+        raise InputError(
+            f"must be {bounds}, got {clipped(repr(value))}",
+            path=path,
+            where=where,
+            hint="re-run echo-view trace",
+        )
     return value
+
+
+#: ``meta`` entries the simulator reads as counts per pipeline stage (``{"0": n, ...}``).
+_STAGE_COUNTS = ("param_tensors", "expert_params")
+
+
+def _check_meta(meta: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(meta, dict):
+        raise InputError("'meta' must be an object", path=path, where="meta")
+    for key in _STAGE_COUNTS:
+        counts = meta.get(key, {})
+        if not isinstance(counts, dict):
+            raise InputError(
+                "must be an object of counts per stage", path=path, where=f"meta.{key}"
+            )
+        for stage, n in counts.items():
+            _int(n, path, f"meta.{key}.{clipped(str(stage))}", lo=0)
+    return meta
 
 
 def is_graph_document(path: Path) -> bool:
@@ -135,9 +162,10 @@ def read_graph(path: Path) -> TracedGraph:
                 _table(t, path, f"{where}.backward[{c}]") for c, t in enumerate(r["backward"])
             )
             opt = _table(r["optimizer"], path, f"{where}.optimizer")
-            stages = tuple(_int(s, path, f"{where}.stages") for s in r["stages"])
-            params = _int(r["params"], path, f"{where}.params")
-            grad = _int(r.get("grad_dtype_bytes", 4), path, f"{where}.grad_dtype_bytes")
+            stages = tuple(_int(s, path, f"{where}.stages", lo=0) for s in r["stages"])
+            params = _int(r["params"], path, f"{where}.params", lo=0)
+            # (the bytes of one gradient element: 1 for fp8 up to 8 for fp64)
+            grad = _int(r.get("grad_dtype_bytes", 4), path, f"{where}.grad_dtype_bytes", 1, 8)
             roles.append(Role(stages, fwd, bwd, opt, params, grad))
         except KeyError as exc:
             raise InputError(f"role lacks field {exc}", path=path, where=where) from exc
@@ -151,5 +179,5 @@ def read_graph(path: Path) -> TracedGraph:
             if len(t) and (t.name.max() >= len(table) or t.name.min() < 0):
                 raise InputError("an op name refers to a missing string", path=path)
     config = {"config": doc.get("config", {}), "key": doc.get("key", {})}
-    meta = doc.get("meta", {})
+    meta = _check_meta(doc.get("meta", {}), path)
     return TracedGraph(table, tuple(roles), config=config, meta=meta)

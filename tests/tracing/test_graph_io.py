@@ -116,3 +116,33 @@ def test_rejections(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"lacks column 'op_class'") as info:
         read_graph(_write(tmp_path / "d.json", doc))
     assert info.value.where == "roles[0].forward[0]"
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "text"),
+    [
+        # A ZeroDivisionError in the composer:
+        (lambda d: d["roles"][0].update(grad_dtype_bytes=0), "roles[0].grad_dtype_bytes",
+         "between 1 and 8, got 0"),
+        # Accepted, and the step time moved:
+        (lambda d: d["roles"][0].update(params=-5), "roles[0].params", "at least 0, got -5"),
+        (lambda d: d["roles"][0].update(stages=[-1]), "roles[0].stages", "at least 0"),
+        # A ValueError traceback from the workload's columns:
+        (lambda d: d["meta"].update(param_tensors={"0": -1}), "meta.param_tensors.0",
+         "at least 0, got -1"),
+        (lambda d: d["meta"].update(expert_params={"1": "x"}), "meta.expert_params.1",
+         "expected an integer"),
+        (lambda d: d["meta"].update(param_tensors=[3]), "meta.param_tensors", "an object"),
+        (lambda d: d.update(meta=[]), "meta", "must be an object"),
+    ],
+)  # fmt: skip
+def test_values_the_simulator_cannot_use_are_refused(
+    tmp_path: Path, edit: Any, where: str, text: str
+) -> None:
+    good = tmp_path / "good.json"
+    write_graph(trace_workload(parse_workload_config(CFG)), good)
+    doc = json.loads(good.read_text())
+    edit(doc)
+    with pytest.raises(InputError, match=text) as info:
+        read_graph(_write(tmp_path / "bad.json", doc))
+    assert info.value.where == where
