@@ -362,8 +362,8 @@ def setting_file(value: str | None) -> TomlDoc | None:
     """The TOML file a ``--set KEY=VALUE`` value names (``interference=model.toml``), read
     here, as the simulator reads no files; ``None`` for no value, a switch word (``on``,
     ``off``) or a path that does not exist (the simulator then says what is accepted)."""
-    if value is None or switch_value(value) is not None:
-        return None
+    if value is None or switch_value(value) is not None or not value.strip():
+        return None  # ("" is no path: Path("") would read the current directory)
     path = Path(value.strip())
     return read_toml_doc(path) if path.exists() else None
 
@@ -509,14 +509,21 @@ def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> 
     model's shape keys (with an MoE model's expert keys, ``ep`` and ``etp``), ``micro``, the
     parallel sizes and ``dtype`` are offered to its function. Returns a
     :class:`~echo_view.tracing.script.ScriptTrace`."""
+    path, function = script_file(cfg)
+    if not path.exists():
+        raise ConfigError(f"no such script: {path}", path=cfg.source or None, where="model.script")
+    if path.is_dir():
+        raise ConfigError(
+            f"{path} is a directory, not a script",
+            path=cfg.source or None,
+            where="model.script",
+            hint="give the script's file, e.g. train.py[:FUNCTION]",
+        )
+    check_input(path, directory_ok=False)
     try:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:
         raise torch_missing(exc) from exc
-    path, function = script_file(cfg)
-    if not path.exists():
-        raise ConfigError(f"no such script: {path}", path=cfg.source or None, where="model.script")
-    check_input(path, directory_ok=False)
     m, p = cfg.model, cfg.parallel
     offered = {
         "layers": m.layers,

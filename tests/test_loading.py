@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from echo_view import loading
-from echo_view.errors import InputError, LimitError, UsageError
+from echo_view.errors import ConfigError, InputError, LimitError, UsageError
 from echo_view.formats import max_inflated_bytes, set_max_inflated_bytes
 from echo_view.loading import (
     FAN_OUT_BYTES,
@@ -37,6 +37,7 @@ from echo_view.loading import (
     read_ranks,
     script_file,
     setting_file,
+    trace_script_config,
 )
 from echo_view.model import Trace
 from echo_view.workers import default_workers
@@ -184,6 +185,26 @@ def test_setting_file_reads_a_named_file_and_never_a_switch_word(
     assert doc is not None and doc.path == model and doc.data == {"kind": "constant"}
     assert setting_file("off") is None and setting_file("On") is None
     assert setting_file(None) is None and setting_file("missing.toml") is None
+    # "" named the current directory: ".: cannot read: Is a directory"
+    assert setting_file("") is None and setting_file("  ") is None
+
+
+@pytest.mark.parametrize(
+    ("script", "text"),
+    [("", "names no file"), (" :train_step", "names no file"), ("sub", "sub is a directory")],
+)
+def test_a_script_that_names_no_file_is_one_error_at_its_key(
+    tmp_path: Path, script: str, text: str
+) -> None:
+    # It was "echo-view: error: .: is a directory, not a file", naming neither the config
+    # nor the key.
+    (tmp_path / "sub").mkdir()
+    config = tmp_path / "job.toml"
+    sample = (SAMPLES / "scripts" / "llama3_8b_fsdp_8xh100.toml").read_text()
+    config.write_text(sample.replace('script = "llama3_fsdp.py"', f'script = "{script}"'))
+    with pytest.raises(ConfigError, match=text) as err:
+        trace_script_config(load_config(config))
+    assert err.value.where == "model.script" and str(err.value.path) == str(config)
 
 
 def _rank_and_events(trace: Trace) -> tuple[int, int]:

@@ -81,9 +81,18 @@ def _paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
     if not isinstance(items, Sequence) or isinstance(items, bytes):
         raise UsageError(f"expected a path or a list of paths, got {type(paths).__name__}")
     for item in items:
-        if not isinstance(item, str | os.PathLike) or not os.fspath(item):
+        if not _is_name(item):
             raise UsageError(f"not a file or directory name: {item!r}")
     return [Path(p) for p in items]
+
+
+def _is_name(item: object) -> bool:
+    """Whether ``item`` is a non-empty path given as text (a ``bytes`` path, or a path-like
+    object whose ``__fspath__`` gives bytes, is not one ``Path`` takes)."""
+    if not isinstance(item, str | os.PathLike):
+        return False
+    name = os.fspath(item)
+    return isinstance(name, str) and bool(name)
 
 
 def load(paths: PathLike | Sequence[PathLike], *, registry: Registry | None = None) -> Job:
@@ -218,6 +227,13 @@ def simulate(
     predict a workload config (``.toml``) or traced graph. ``overrides`` are the ``--set``
     knobs (``{"compute.scale.gemm": 0.5}``, :mod:`echo_view.sim.runs`); ``comm`` is
     ``measured`` or ``model`` (replays); ``compute`` and ``ranks`` apply to configs."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise UsageError(
+            f"overrides must be a mapping of knob to value, got {type(overrides).__name__}",
+            hint='e.g. {"compute.scale.gemm": 0.5}',
+        )
+    if compute is not None and not _is_name(compute):
+        raise UsageError(f"compute must name a calibration file, got {compute!r}")
     knobs = {str(k): str(v) for k, v in (overrides or {}).items()}
     job = job_or_path
     if not isinstance(job, Job | ModelJob):

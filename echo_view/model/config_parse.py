@@ -311,6 +311,8 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         or par.account_for_embedding_in_pipeline_split
         or par.account_for_loss_in_pipeline_split
     )
+    if mod.script is not None and not mod.script.partition(":")[0].strip():
+        raise err("model.script", "names no file: give the script's path, e.g. train.py")
     if mod.script is not None and par.pp > 1:
         raise err("parallel.pp", "a script is traced as one pipeline stage: it needs pp = 1")
     if mod.script is not None and par.fsdp != "none":

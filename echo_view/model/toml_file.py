@@ -9,6 +9,7 @@ needs tens of GB), so nesting and dotted keys are bounded before and after decod
 
 from __future__ import annotations
 
+import errno
 import re
 import tomllib
 from collections.abc import Mapping
@@ -89,14 +90,16 @@ def read_toml_text(path: Path) -> str:
         with path.open("rb") as f:
             raw = f.read(MAX_TOML_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=path) from None
+        hint = "check the path" if exc.errno == errno.ENOENT else None
+        raise InputError(f"cannot read: {exc.strerror}", path=path, hint=hint) from None
     if len(raw) > MAX_TOML_BYTES:
         raise ConfigError(
             f"larger than {MAX_TOML_BYTES >> 20} MiB, too large for a TOML input", path=path,
             hint=_HINT,
         )  # fmt: skip
     try:
-        return raw.decode("utf-8")
+        # A byte-order mark (Windows editors write one) is no TOML: tomllib stops at it.
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(

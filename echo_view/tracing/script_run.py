@@ -307,7 +307,14 @@ def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> Ech
             "broadcast, reduce, send/recv",
         )
     if isinstance(exc, _ScriptShape):
-        return InputError(text, path=spec.path, where=where)
+        return InputError(
+            text,
+            path=spec.path,
+            where=where,
+            hint="the function runs one training micro-batch: the model's forward, the loss's "
+            'backward, then optimizer.step(); see "Tracing a training script" in '
+            "docs/workloads.md",
+        )
     low = text.lower()
     if "cuda" in low or "nvidia" in low:
         hint = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -177,3 +178,21 @@ def test_the_hta_adapter_without_hta_names_the_extra(dlrm: ev.Job) -> None:
 def test_load_refuses_what_names_no_file(paths: Any, message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         ev.load(paths)
+
+
+class _BytesPath(os.PathLike[bytes]):
+    def __fspath__(self) -> bytes:
+        return b"/tmp"
+
+
+def test_simulate_refuses_arguments_of_the_wrong_kind() -> None:
+    # An AttributeError ('int' object has no attribute 'items') or a TypeError from pathlib.
+    config = Path(__file__).resolve().parents[2] / "samples/configs/megatron-ci-small/tp2-pp2.toml"
+    for overrides in (5, "compute.scale.all=0.5", ["a"]):
+        with pytest.raises(UsageError, match="overrides must be a mapping of knob to value"):
+            ev.simulate(config, overrides)  # type: ignore[arg-type]
+    for compute in (5, b"x.toml", ""):
+        with pytest.raises(UsageError, match="compute must name a calibration file"):
+            ev.simulate(config, compute=compute)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not a file or directory name"):
+        ev.load(_BytesPath())  # type: ignore[arg-type]

@@ -83,6 +83,14 @@ def train_step():
             "a second forward pass after the backward pass",
             [],
         ),
+        # (no hint said what the function must run)
+        (
+            "pass",
+            10,
+            "an optimizer step before any backward pass (the function runs one training "
+            "micro-batch: the model's forward, the loss's backward, then optimizer.step()",
+            [],
+        ),
         ("import sys; sys.exit(3)", 9, "train_step() called sys.exit(3) (the step", []),
         # Exceptions outside Exception's tree were a RuntimeError traceback with the message
         # raw (an escape sequence reached the terminal).
@@ -101,6 +109,7 @@ def train_step():
         "collective",
         "timeout",
         "accumulation",
+        "no-backward",
         "exit",
         "interrupt",
         "base-exception",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from echo_view.errors import ConfigError
+from echo_view.errors import ConfigError, InputError
 from echo_view.model.toml_file import MAX_TOML_DEPTH, parse_toml, read_toml
 
 GOOD = '[model]\nkind = "gpt"\nlayers = 96\n[cluster]\nnic_gbps_per_gpu = 400.0\n'
@@ -112,3 +112,16 @@ def test_dump_toml_leaves_out_unknown_values() -> None:
 
     text = dump_toml({"evaluation": {"job": {"fitted": {"mae": 0.1, "median": None}}}})
     assert parse_toml(text) == {"evaluation": {"job": {"fitted": {"mae": 0.1}}}}
+
+
+def test_a_byte_order_mark_is_read_past_and_a_missing_file_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    # tomllib stops at a BOM ("Invalid statement (at line 1, column 1)"); a missing file had
+    # no hint.
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert read_toml(path)["model"]["layers"] == 96
+    with pytest.raises(InputError, match="cannot read: No such file") as err:
+        read_toml(tmp_path / "missing.toml")
+    assert err.value.hint == "check the path"

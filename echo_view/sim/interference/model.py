@@ -143,8 +143,10 @@ def model_from_doc(doc: TomlDoc) -> InterferenceModel:
     try:
         fit = InterferenceFit.from_dict(data)
     except (KeyError, ValueError, TypeError) as exc:
+        # (a KeyError's text is the bare key: "'kind'")
+        what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ConfigError(
-            f"not an interference model: {exc}",
+            f"not an interference model: {what}",
             path=doc.path,
             hint="write one with `echo-view calibrate interference TRACE... -o FILE.toml`",
         ) from exc

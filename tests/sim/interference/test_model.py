@@ -262,3 +262,11 @@ def test_measured_overlap_by_hand_and_past_int64_spans() -> None:
     wide = np.where(np.isin(np.arange(n), firsts), -(1 << 61), 0)
     for s_, e_ in ((start + far, end + far), (start - far, end - far), (start + wide, end)):
         assert _measured_overlap(dev, s_, e_, c_ops, k_ops).tolist() == by_hand(s_, e_)
+
+
+def test_a_file_that_is_no_model_says_which_key_it_lacks(tmp_path: Path) -> None:
+    # The message was "not an interference model: 'kind'" (a KeyError's text).
+    path = tmp_path / "m.toml"
+    path.write_text('source = "x"\n')
+    with pytest.raises(ConfigError, match="not an interference model: no key 'kind'"):
+        model_from_doc(read_toml_doc(path))
