@@ -122,13 +122,17 @@ class ExportStats:
     flows_skipped: int
     processes: int
     threads: int
+    counter_values_dropped: int = 0
+    """Counter args that are no number (a ``.pftrace`` counter sample holds a number only)."""
 
     def one_line(self) -> str:
+        dropped = self.counter_values_dropped
         return (
             f"{self.events} events ({self.slices} slices), {self.processes} processes, "
             f"{self.threads} threads, "
             f"{self.slices_moved} slices moved to {self.extra_lanes} overlap lanes, "
             f"{self.flows} flows ({self.flows_skipped} skipped)"
+            + (f", {dropped} counter value(s) that are no number left out" if dropped else "")
         )
 
 

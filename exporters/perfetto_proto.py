@@ -15,6 +15,7 @@ counter packets follow, encoded column-wise by :mod:`exporters.packets` in the o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -149,8 +150,9 @@ def write_pftrace(
     out: IO[bytes],
     progress: Progress = no_progress,
     chunk_packets: int = CHUNK_PACKETS,
-) -> int:
-    """Write ``job`` laid out as ``layout`` to ``out``; returns the packets written."""
+) -> tuple[int, int]:
+    """Write ``job`` laid out as ``layout`` to ``out``; returns the packets written and the
+    counter values left out (no number)."""
     builder = StreamingTraceProtoBuilder(out)
     interned = intern(layout)
     first_free = max([t.tid for t in layout.threads] + [len(layout.processes)]) + 1
@@ -164,7 +166,7 @@ def write_pftrace(
     for lo in range(0, len(order), chunk_packets):
         out.write(encoder.encode(order, slice(lo, lo + chunk_packets)))
         progress("writing packets", min(1.0, (lo + chunk_packets) / len(order)))
-    return len(order)
+    return len(order), ctrs.dropped
 
 
 class PerfettoProtoExporter:
@@ -182,6 +184,7 @@ class PerfettoProtoExporter:
         """Write ``job`` to ``path`` atomically."""
         layout = build_layout(job)
         with atomic_output(Path(path)) as tmp, open(tmp, "wb") as fh:
-            write_pftrace(job, layout, fh, progress, self.chunk_packets)
+            _, dropped = write_pftrace(job, layout, fh, progress, self.chunk_packets)
         # + 1: the metadata instant.
-        self.last_stats = layout.stats(layout.event_count(), layout.slice_count() + 1)
+        stats = layout.stats(layout.event_count(), layout.slice_count() + 1)
+        self.last_stats = replace(stats, counter_values_dropped=dropped)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from echo_view.errors import InputError
 from echo_view.model import EventKind
+from echo_view.units import parse_number
 from exporters.layout import STEP_CATEGORY, ExportLayout
 
 I64 = npt.NDArray[np.int64]
@@ -97,6 +98,8 @@ class Counters:
     value: npt.NDArray[np.float64]
     rank: I64
     tracks: tuple[tuple[int, int, str], ...]  # (uuid, parent pid, name)
+    dropped: int = 0
+    """Args that are no number (nor a string of one), left out."""
 
 
 def counters(layout: ExportLayout, first_uuid: int) -> Counters:
@@ -106,6 +109,7 @@ def counters(layout: ExportLayout, first_uuid: int) -> Counters:
     value: list[float] = []
     rank: list[int] = []
     tracks: dict[tuple[int, str], int] = {}
+    dropped = 0
     for rl in layout.ranks:
         ev = rl.trace.events
         for i in np.flatnonzero(ev.kind == int(EventKind.COUNTER)).tolist():
@@ -122,7 +126,15 @@ def counters(layout: ExportLayout, first_uuid: int) -> Counters:
             if not isinstance(args, dict):
                 args = {"value": args}
             for key, v in args.items():
-                if isinstance(v, bool) or not isinstance(v, int | float):
+                if isinstance(v, str):
+                    # Perfetto's JSON importer reads a counter given as a string of a number.
+                    try:
+                        v = parse_number(v)
+                    except ValueError:
+                        dropped += 1
+                        continue
+                elif isinstance(v, bool) or not isinstance(v, int | float):
+                    dropped += 1
                     continue
                 track = (pid, f"{name} {key}")
                 u = tracks.setdefault(track, first_uuid + len(tracks))
@@ -136,6 +148,7 @@ def counters(layout: ExportLayout, first_uuid: int) -> Counters:
         value=np.array(value, dtype=np.float64),
         rank=np.array(rank, dtype=np.int64),
         tracks=tuple((u, pid, name) for (pid, name), u in tracks.items()),
+        dropped=dropped,
     )
 
 

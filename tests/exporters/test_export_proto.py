@@ -301,3 +301,31 @@ def test_gathered_matches_a_loop() -> None:
     assert lens.tolist() == [len(w) for w in want]
     empty, zero = gathered(pool, index, np.zeros(500, dtype=bool))
     assert len(empty) == 0 and not zero.any()
+
+
+def test_a_counter_given_as_a_string_of_a_number_keeps_its_sample(tmp_path: Path) -> None:
+    # Perfetto reads {"bytes": "200"} of a JSON counter as 200; the .pftrace left it out, and
+    # the values that are no number, without a word.
+    from echo_view.model import EventKind, LaneKind, TraceBuilder
+
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    b.event(EventKind.CPU_OP, "op", 0, 1000, cpu)
+    args = {"num": 1.5, "text": "200", "exp": "1e3", "word": "abc", "none": None, "flag": True}
+    b.event(EventKind.COUNTER, "mem", 10, 0, cpu, args=args)
+    job = Job((b.build(),), ClockAlignment("none", (0,), 0), 1, "j")
+    path = tmp_path / "c.pftrace"
+    exporter = PerfettoProtoExporter()
+    exporter.write(job, path)
+    parsed = read_pftrace(path)
+    tracks = {t.uuid: t.name for t in parsed.tracks.values() if t.HasField("counter")}
+    assert sorted((tracks[u], v) for u, _, v in parsed.counters) == [
+        ("mem exp", 1000.0),
+        ("mem num", 1.5),
+        ("mem text", 200.0),
+    ]
+    assert exporter.last_stats is not None
+    assert exporter.last_stats.counter_values_dropped == 3
+    assert exporter.last_stats.one_line().endswith(
+        ", 3 counter value(s) that are no number left out"
+    )
