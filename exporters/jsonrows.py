@@ -53,7 +53,10 @@ def instant_head(cat: bytes, name: bytes, th: OutThread) -> bytes:
 
 
 def counter_head(cat: bytes, name: bytes, th: OutThread) -> bytes:
-    return b'{"ph":"C","cat":%b,"name":%b,"pid":%d,"ts":' % (cat, name, th.pid)
+    # Counters belong to their process (Perfetto ignores a counter's tid); the tid is written
+    # so that reading the export back puts the samples on their thread again (without it they
+    # went to a new thread of the pid's number, named as the first).
+    return b'{"ph":"C","cat":%b,"name":%b,"pid":%d,"tid":%d,"ts":' % (cat, name, th.pid, th.tid)
 
 
 class _HeadCache:

@@ -204,3 +204,25 @@ def test_dlrm_read_back_keeps_each_lanes_process(dlrm: Job, tmp_path: Path) -> N
         for p in (first, second)
     ]
     assert names[0] == names[1] and "rank 0 CPU (pid 59811)" in names[0]
+
+
+def test_counters_read_back_on_their_own_thread(tmp_path: Path) -> None:
+    # A counter was written with its pid only: read back, it went to a new thread numbered as
+    # the pid, and the next export had two threads of one name.
+    job = handmade_job()
+    assert any(int(t.mask(EventKind.COUNTER).sum()) for t in job.traces)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    PerfettoJsonExporter().write(job, first)
+    back: Job = kineto.KinetoImporter().read([first])
+    for a, b in zip(job.traces, back.traces, strict=True):
+        assert Counter(lane.kind for lane in a.lanes) == Counter(lane.kind for lane in b.lanes)
+    PerfettoJsonExporter().write(back, second)
+    names = [
+        sorted(
+            (e["pid"], e["tid"], e["args"]["name"])
+            for e in load_json(p)["traceEvents"]
+            if e.get("name") == "thread_name"
+        )
+        for p in (first, second)
+    ]
+    assert names[0] == names[1]
