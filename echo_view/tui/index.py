@@ -134,6 +134,8 @@ class Group:
     header: Track | None
     lanes: list[Track]
     lane_pos: I64 = field(init=False)
+    lane_of: I64 = field(init=False)
+    """Event row -> index of its lane in :attr:`lanes` (-1: on none)."""
     header_pos: I64 = field(init=False)
 
     def copy(self) -> Group:
@@ -150,8 +152,10 @@ class Group:
         if self.header is not None and len(self.header):
             n = max(n, int(self.header.rows.max()) + 1)
         self.lane_pos = np.full(n, -1, dtype=np.int64)
-        for t in self.lanes:
+        self.lane_of = np.full(n, -1, dtype=np.int64)
+        for i, t in enumerate(self.lanes):
             self.lane_pos[t.rows] = np.arange(len(t), dtype=np.int64)
+            self.lane_of[t.rows] = i
         self.header_pos = np.full(n, -1, dtype=np.int64)
         if self.header is not None:
             self.header_pos[self.header.rows] = np.arange(len(self.header), dtype=np.int64)

@@ -87,19 +87,32 @@ def search(index: TimelineIndex, query: str, limit_s: float = SEARCH_LIMIT_S) ->
         out.names[(g.source, g.trace)] = ids
         if not len(ids):
             continue
-        hit = np.isin(trace.events.name, ids)
+        rows = np.flatnonzero(np.isin(trace.events.name, ids))
+        rows = rows[rows < len(g.lane_of)]  # (events on no row of the timeline)
         shift = index.sources[g.source].shift_ns
-        for t in [*g.lanes, *([g.header] if g.header else [])]:
-            p = np.flatnonzero(hit[t.rows])
-            if not len(p):
-                continue
-            out.starts[id(t)] = np.sort(t.starts[p])
-            if t.lane < 0:
-                continue  # the header repeats its lanes' GPU events; n/N walks the lanes
+        # The hits by lane, in position order, with one pass over the matching rows: a loop
+        # over every lane took 10 µs a lane (1.1 s for 100,000 threads).
+        lane, pos = g.lane_of[rows], g.lane_pos[rows]
+        on = lane >= 0
+        lane, pos = lane[on], pos[on]
+        order = np.lexsort((pos, lane))
+        lane, pos = lane[order], pos[order]
+        firsts, cuts = np.unique(lane, return_index=True)
+        bounds = [*cuts.tolist(), len(lane)]
+        for k, li in enumerate(firsts.tolist()):
+            t = g.lanes[li]
+            p = pos[bounds[k] : bounds[k + 1]]
+            out.starts[id(t)] = t.starts[p]  # (a lane is in start order)
             out.tracks.append(t)
             times.append(t.starts[p] - shift)
             track_ids.append(np.full(len(p), len(out.tracks) - 1, dtype=np.int64))
-            positions.append(p.astype(np.int64))
+            positions.append(p)
+        if g.header is not None and len(rows):
+            # The header repeats its lanes' GPU events (marked there too; n/N walks the lanes).
+            hp = g.header_pos[rows]
+            hp = hp[hp >= 0]
+            if len(hp):
+                out.starts[id(g.header)] = np.sort(g.header.starts[hp])
     if times:
         all_t = np.concatenate(times)
         order = np.argsort(all_t, kind="stable")
