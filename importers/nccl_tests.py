@@ -35,11 +35,11 @@ from echo_view.units import us_to_ns
 _TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
 _RANK = re.compile(
     r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
-    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*?)\s*$"
-)
+    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+)  # (the name is stripped after: a lazy name before \s*$ was quadratic in a run of spaces)
 _TEST = re.compile(r"^#\s*Collective test starting:\s*(?P<test>\S+)")
 _VERSION = re.compile(
-    r"^#\s*nccl-tests version\s+(?P<tests>\S+).*?nccl-library=(?P<nccl>\d+)", re.IGNORECASE
+    r"^#\s*nccl-tests version\s+(?P<tests>\S++).*?nccl-library=(?P<nccl>\d+)", re.IGNORECASE
 )
 _ROW_START = re.compile(r"^\s*\d+\s")
 _PARAM = re.compile(r"(\w[\w ]*?):?\s+(\S+)")
@@ -288,7 +288,12 @@ def _parse_lines(
                 ranks.setdefault(
                     rank,
                     NcclTestsRank(
-                        rank, int(m["pid"]), m["host"], int(m["device"]), m["bus"], m["name"]
+                        rank,
+                        int(m["pid"]),
+                        m["host"],
+                        int(m["device"]),
+                        m["bus"],
+                        m["name"].rstrip(),
                     ),
                 )
                 continue

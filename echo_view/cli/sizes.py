@@ -28,6 +28,8 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*$", re.ASCI
 #: Most sizes one option takes, lists and sweeps together: each costs a prediction, and at a
 #: million ranks 0.2 s (60,000 listed ran past any timeout).
 MAX_SIZES = 64
+#: Longest text read as one size (``1125899906842624``, ``1.5e3 MiB``, with spaces around).
+MAX_SIZE_TEXT = 64
 #: Largest message size accepted (1024 TiB).
 MAX_BYTES = 1 << 50
 
@@ -36,7 +38,8 @@ def parse_size(text: str, option: str = "") -> int:
     """``"64MiB"`` -> 67108864. K/M/G/T and KiB... are binary, KB/MB/GB/TB decimal; errors
     name ``option``."""
     named = f"{option}: " if option else ""
-    m = _SIZE.match(text)
+    # (a size has a few characters; "1" + 80,000 spaces + "!" took 30 s to refuse)
+    m = _SIZE.match(text) if len(text) <= MAX_SIZE_TEXT else None
     unit = m.group(2).upper() if m else ""
     if m is None or unit not in _UNITS:
         raise UsageError(

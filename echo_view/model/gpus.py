@@ -240,6 +240,9 @@ def gpu_preset(name: str, where: str = "cluster.gpu") -> GpuSpec:
     )
 
 
+#: Longest device name matched against the presets (CUDA's names are under 100 characters).
+MAX_DEVICE_NAME = 256
+
 _MATCHERS: tuple[tuple[re.Pattern[str], str | None], ...] = (
     (re.compile(r"V100[- ]SXM2"), "V100-SXM2-32GB"),
     (re.compile(r"A100[- ]SXM4?[- ]80GB|A100[- ]80GB"), "A100-SXM4-80GB"),
@@ -260,6 +263,8 @@ def match_gpu(device_name: str, memory_bytes: int | None = None) -> GpuSpec | No
     nccl-tests): ``Tesla V100-SXM2-32GB``, ``NVIDIA A100-SXM4-80GB``, ``NVIDIA H100 80GB HBM3``,
     ``NVIDIA H800``, ``NVIDIA B200``, ``NVIDIA A100-PG509-200`` (``memory_bytes`` picks the 40
     or 80 GB A100). ``None`` when no preset fits (PCIe cards, other GPUs): no guess."""
+    if len(device_name) > MAX_DEVICE_NAME:
+        return None  # no device is named so; and "H100.*PCIE" over 80,000 characters took 8 s
     name = device_name.upper()
     for pattern, preset in _MATCHERS:
         if not pattern.search(name):

@@ -41,3 +41,10 @@ def test_a_size_is_written_in_ascii_digits() -> None:
     for text in ("１２", "٣MiB"):
         with pytest.raises(UsageError, match="cannot read the size"):
             parse_size(text, "--bytes")
+
+
+def test_a_long_text_is_no_size() -> None:
+    # "1" + 80,000 spaces + "!" took 30 s to refuse.
+    with pytest.raises(UsageError, match="cannot read the size"):
+        parse_size("1" + " " * 200_000 + "!", "--bytes")
+    assert parse_size("  1.5e3 MiB  ") == 1500 << 20

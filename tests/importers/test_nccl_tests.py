@@ -168,3 +168,19 @@ def test_a_table_past_max_rows_is_refused_at_its_line(
     with pytest.raises(InputError, match="more than 10 result rows") as err:
         parse_nccl_tests(_log("nccl_8.log"))
     assert err.value.where == f"line {eleventh}"
+
+
+def test_long_header_lines_read_in_one_pass() -> None:
+    # A run of spaces in a device name and a long version token were quadratic in their
+    # length: 35 s and 40 s for one 64,000-character line.
+    spaces = " " * 60_000
+    lines = NEW_FORMAT.splitlines()
+    ranks = [i for i, line in enumerate(lines) if line.startswith("#  Rank")]
+    lines[ranks[0]] += spaces  # trailing: stripped
+    lines[ranks[1]] += spaces + "x"
+    lines.insert(0, "# nccl-tests version " + "a" * 60_000)  # no nccl-library=: not the line
+    log = parse_nccl_tests("run.log", "\n".join(lines) + "\n")
+    assert log.nccl_version_code == 22203 and log.nccl_tests_version == "2.17.6"
+    assert sorted(log.device_names) == sorted(
+        {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3" + spaces + "x"}
+    )

@@ -101,3 +101,10 @@ def test_gpu_generation() -> None:
     assert {GENERATIONS[gpu_generation(name)] for name in PRESETS} == {
         spec.arch for spec in PRESETS.values()
     }
+
+
+def test_a_device_name_longer_than_any_real_one_matches_no_preset() -> None:
+    # "H100.*PCIE" searched 80,000 characters of "H100H100..." in 8 s.
+    assert match_gpu("H100" * 50_000) is None
+    assert match_gpu("NVIDIA H100 80GB HBM3") is PRESETS["H100-SXM5-80GB"]
+    assert match_gpu("NVIDIA H100 PCIe") is None

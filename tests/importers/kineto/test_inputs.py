@@ -410,3 +410,16 @@ def test_collective_bytes_past_int64_are_unknown(tmp_path: Path, nelems: int, wa
     event = {"ph": "X", "cat": "kernel", "name": nccl, "pid": 0, "tid": 7, "ts": 1, "dur": 5}
     write_trace(tmp_path / "r0.json", [{**event, "args": args}])
     assert read(tmp_path).trace(0).collectives.bytes.tolist() == [want]
+
+
+def test_a_long_string_tid_on_a_gpu_lane_reads_in_one_pass(tmp_path: Path) -> None:
+    # The stream number is read from the end of a string tid: searched from every position,
+    # a 40,000-character tid took 27 s.
+    long_tid = "1" * 200_000 + "x"
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": long_tid, "ts": 1, "dur": 2},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7 ", "ts": 5, "dur": 2},
+    ]
+    job = KinetoImporter().read([write_trace(tmp_path / "t.json", events)])
+    streams = sorted(lane.stream for lane in job.traces[0].lanes)
+    assert streams == [-1, 7]
