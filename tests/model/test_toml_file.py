@@ -72,6 +72,13 @@ def test_long_words_read_in_one_pass() -> None:
     assert exc.value.where == "line 1"
     with pytest.raises(ConfigError, match=f"nested more than {MAX_TOML_DEPTH} levels"):
         parse_toml(f"# {run}\n" + ".".join([run] * (MAX_TOML_DEPTH + 1)) + " = 1\n")
+    # Chains one part short of the limit, 3.8 MB of them: counted, not searched from each
+    # character (4 s before); the text is no TOML.
+    short = "a." * (MAX_TOML_DEPTH - 1) + "#"
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        parse_toml(short * 60_000)
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_TOML_DEPTH} levels"):
+        parse_toml("x = 1\n" + short * 10 + "a." * MAX_TOML_DEPTH)
 
 
 def test_nesting_within_the_limit() -> None:
