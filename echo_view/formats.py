@@ -271,6 +271,27 @@ def _found_in(inp: Path, key: tuple[int, int]) -> Path | None:
     return None
 
 
+def _input_folder_holding(folder: Path, inputs: Iterable[Path]) -> Path | None:
+    """The input directory that ``folder`` is, or lies under (compared by device and inode, so
+    any spelling or link counts), else ``None``."""
+    dirs = {}
+    for inp in inputs:
+        with contextlib.suppress(OSError, ValueError):
+            st = os.stat(inp)
+            if stat.S_ISDIR(st.st_mode):
+                dirs[(st.st_dev, st.st_ino)] = Path(inp)
+    if not dirs:
+        return None
+    here = Path(os.path.realpath(folder))
+    for part in (here, *here.parents):
+        with contextlib.suppress(OSError):
+            st = os.stat(part)
+            hit = dirs.get((st.st_dev, st.st_ino))
+            if hit is not None:
+                return hit
+    return None
+
+
 def output_target(path: Path) -> Path:
     """The file an output named ``path`` is written to: where a symbolic link leads, so that the
     link is kept (renaming a temporary file over the link would replace the link itself)."""
@@ -289,9 +310,10 @@ def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or would replace an input.
 
     The output's directory must exist; an existing output must be a regular file and must not
-    be any of ``inputs`` nor a file under an input directory: files are compared by device and
-    inode, so another spelling, a symbolic link or a hard link to an input is caught too. A
-    symbolic link is judged by the file it leads to (:func:`output_target`).
+    be any of ``inputs`` nor a file under an input directory, and a new one must not go under
+    an input directory: files are compared by device and inode, so another spelling, a
+    symbolic link or a hard link to an input is caught too. A symbolic link is judged by the
+    file it leads to (:func:`output_target`).
     """
     path = Path(path)
     target = output_target(path)
@@ -299,6 +321,14 @@ def check_output(path: Path, inputs: Iterable[Path] = ()) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        inside = _input_folder_holding(target.parent, inputs)
+        if inside is not None:
+            # A new file there changes the input: a job folder would read it as one more rank.
+            raise UsageError(
+                f"the output would go into the input folder {str(inside)!r}",
+                path=path,
+                hint="write it elsewhere; echo-view never changes its inputs",
+            ) from None
         return
     except OSError as exc:
         raise write_error(exc, path) from None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from echo_view.cli import main
 from tests.cli.hostile_io import CONFIGS, DLRM, fingerprint, listing, refused, run_cli
 
 
@@ -44,6 +45,19 @@ def test_export_onto_a_rank_file_found_in_the_input_directory(
     spelled = job / ".." / job.name / rank.name
     err = refused(["export", str(job), "-o", str(spelled)], capsys, job.parent, [job], "also")
     assert f"also an input ({rank})" in err
+
+
+def test_a_new_output_inside_an_input_folder(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It was written there, and the folder then failed to load: "two files claim rank 0".
+    (job / "sub").mkdir()
+    for out in (job / "merged.json", job / "sub" / "merged.json", job / ".." / job.name / "x.json"):
+        err = refused(["export", str(job), "-o", str(out)], capsys, job.parent, [job], "input")
+        assert f"the output would go into the input folder {str(job)!r}" in err
+    err = refused(
+        ["calibrate", "compute", str(job), "-o", str(job / "c.toml")], capsys, job.parent, [job],
+        "the output would go into the input folder",
+    )  # fmt: skip
+    assert main(["export", str(job), "-o", str(job.parent / "merged.json")]) == 0
 
 
 def test_hard_and_symbolic_links_to_an_input(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
