@@ -390,7 +390,11 @@ def _check_output_directory(path: Path, folder: Path) -> None:
             f"{str(folder)!r} is not a directory", path=path, hint="give a path in a directory"
         )
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise write_error(OSError(errno.EACCES, os.strerror(errno.EACCES)), path)
+        code = errno.EACCES
+        with contextlib.suppress(OSError):
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                code = errno.EROFS  # (its own hint: the file system is read-only)
+        raise write_error(OSError(code, os.strerror(code)), path)
 
 
 @functools.cache

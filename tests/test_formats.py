@@ -319,3 +319,14 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(
     with pytest.raises(OutputError, match=r"\(Permission denied\)"):
         check_output(folder / "x.json")
     assert kept.read_text() == "keep"
+    # On a read-only file system the reason was "Permission denied" too.
+    real_statvfs = os.statvfs
+
+    class _ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(
+        os, "statvfs", lambda p: _ReadOnly() if str(p) == str(folder) else real_statvfs(p)
+    )
+    with pytest.raises(OutputError, match=r"Read-only file system.*write elsewhere"):
+        check_output(folder / "x.json")
