@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from echo_view.errors import InputError, LimitError, OutputError, UsageError
+from echo_view.leftovers import sweep, tagged
 
 if TYPE_CHECKING:  # only annotations name it; importing the model (numpy) would slow startup
     from echo_view.model.job import Job
@@ -445,13 +446,16 @@ def atomic_output(path: Path) -> Iterator[Path]:
     removed, so a failed run never leaves a half-written output behind; write errors become
     :class:`OutputError`. The file gets the mode a plain ``open`` would (``0o666`` less the
     umask), not the 0600 of a temporary file. A SIGKILL cannot be handled: it may leave the
-    hidden ``.NAME.*.tmp`` file.
+    hidden ``.NAME.<pid>-*.tmp`` file, which the next write of that output removes
+    (:mod:`echo_view.leftovers`).
     """
     path = Path(path)
     check_output(path)
     target = output_target(path)
+    prefix = f".{target.name}."
+    sweep(target.parent, prefix, ".tmp")  # what a killed write to this output left
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=tagged(prefix), suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise write_error(exc, path) from None
     tmp_path = Path(tmp)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from echo_view.leftovers import sweep, tagged
 from echo_view.model.mapped import MappedBytes
 from echo_view.model.trace import Text
 from echo_view.oslimits import raise_open_files
@@ -183,7 +184,7 @@ def spool_folder() -> Iterator[SpoolTo | None]:
         return
     sweep_stale(SHM)
     try:
-        folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=SHM)
+        folder = tempfile.mkdtemp(prefix=tagged(PREFIX), dir=SHM)
     except OSError:
         yield None
         return
@@ -219,27 +220,7 @@ def remove_folder(folder: str) -> bool:
 def sweep_stale(where: Path) -> list[Path]:
     """Remove this user's folders in ``where`` whose command is gone (killed before it could
     remove its own): a folder's name carries its command's process id. Returns them."""
-    gone: list[Path] = []
-    for folder in where.glob(f"{PREFIX}*"):
-        pid = folder.name[len(PREFIX) :].partition("-")[0]
-        try:
-            if not pid.isdigit() or folder.stat().st_uid != os.getuid() or _alive(int(pid)):
-                continue
-        except OSError:  # removed meanwhile
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        gone.append(folder)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+    return sweep(where, PREFIX)
 
 
 def spool(result: Any, to: SpoolTo | None) -> Any:

@@ -76,13 +76,18 @@ for _deps in ALLOWED.values():
 ALLOWED["echo_view.text"] = set()
 # The limit on open files (echo_view.oslimits) is the operating system's: it needs nothing.
 ALLOWED["echo_view.oslimits"] = set()
+# Temporary files a killed command left (echo_view.leftovers): the file system only; outputs,
+# the shared-memory spool and the Nsight reader's temporary folders use it.
+ALLOWED["echo_view.leftovers"] = set()
+ALLOWED["echo_view.formats"].add("echo_view.leftovers")
+ALLOWED["importers"].add("echo_view.leftovers")
 # The Dask cluster (echo_view.workers) sits on errors; the layers that fan work out may open one.
 ALLOWED["echo_view.workers"] = {"echo_view.errors", "echo_view.text", "echo_view.oslimits"}
 for _layer_name in ("echo_view.sim", "echo_view.tui", "echo_view.loading", "echo_view.api"):
     ALLOWED[_layer_name].add("echo_view.workers")
 # Results a worker hands to the command through shared memory (echo_view.spool) need only the
 # model's mapped text (echo_view.model.mapped).
-ALLOWED["echo_view.spool"] = {"echo_view.model", "echo_view.oslimits"}
+ALLOWED["echo_view.spool"] = {"echo_view.model", "echo_view.oslimits", "echo_view.leftovers"}
 ALLOWED["echo_view.loading"].add("echo_view.spool")
 # The command line and ``python -m echo_view`` compose everything: they may import anything.
 ROOTS = {"echo_view.cli", "echo_view.__main__"}

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.errors import InputError
+from echo_view.leftovers import sweep, tagged
 from echo_view.units import NS_LIMIT
 from importers.chrome_json_text import file_blocks
 from importers.nsys.columns import Columns, read_columns
@@ -104,6 +105,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 GZIP_MAGIC = b"\x1f\x8b"
 #: Report suffixes: ``.nsys-rep`` (2021.3 and later) and the older ``.qdrep``.
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+#: Start of the temporary folder a compressed export or a report is read from.
+NSYS_TMP_PREFIX = "echo-view-nsys-"
 
 #: Schema majors this reader understands, and the newest minor it was checked against.
 SUPPORTED_SCHEMA_MAJOR = 3
@@ -376,8 +379,10 @@ def open_export(path: Path) -> Iterator[Export]:
         finally:
             conn.close()
         return
+    # What a killed read left (a whole decompressed database each): removed first.
+    sweep(Path(tempfile.gettempdir()), NSYS_TMP_PREFIX)
     try:
-        tmp_dir = tempfile.TemporaryDirectory(prefix="echo-view-nsys-")
+        tmp_dir = tempfile.TemporaryDirectory(prefix=tagged(NSYS_TMP_PREFIX))
     except OSError as exc:
         raise InputError(
             f"cannot create a temporary directory ({exc.strerror or exc})",
