@@ -444,10 +444,10 @@ def atomic_output(path: Path) -> Iterator[Path]:
 
     On any exception (and on SIGTERM, which the CLI turns into one) the temporary file is
     removed, so a failed run never leaves a half-written output behind; write errors become
-    :class:`OutputError`. The file gets the mode a plain ``open`` would (``0o666`` less the
-    umask), not the 0600 of a temporary file. A SIGKILL cannot be handled: it may leave the
-    hidden ``.NAME.<pid>-*.tmp`` file, which the next write of that output removes
-    (:mod:`echo_view.leftovers`).
+    :class:`OutputError`. The file gets the mode a plain ``open`` would (an existing file's
+    own, else ``0o666`` less the umask), not the 0600 of a temporary file. A SIGKILL cannot be
+    handled: it may leave the hidden ``.NAME.<pid>-*.tmp`` file, which the next write of that
+    output removes (:mod:`echo_view.leftovers`).
     """
     path = Path(path)
     check_output(path)
@@ -460,8 +460,13 @@ def atomic_output(path: Path) -> Iterator[Path]:
         raise write_error(exc, path) from None
     tmp_path = Path(tmp)
     try:
+        mode = output_mode()
+        with contextlib.suppress(OSError):
+            # Replacing a file keeps its mode, as writing it in place would: a private (0600)
+            # output became world-readable.
+            mode = stat.S_IMODE(os.stat(target).st_mode)
         try:
-            os.fchmod(fd, output_mode())
+            os.fchmod(fd, mode)
         finally:
             os.close(fd)
         yield tmp_path

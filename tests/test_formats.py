@@ -102,6 +102,13 @@ def test_atomic_output_gets_the_umask_mode_not_0600(tmp_path: Path) -> None:
     with atomic_output(tmp_path / "out2.txt") as tmp:
         tmp.write_text("x")
     assert stat.S_IMODE((tmp_path / "out2.txt").stat().st_mode) == 0o666 & ~old
+    # Replacing a file keeps its mode, as writing it in place does (a 0600 file became 0644).
+    private = tmp_path / "private.json"
+    private.write_text("old")
+    private.chmod(0o600)
+    with atomic_output(private) as tmp:
+        tmp.write_text("new")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and private.read_text() == "new"
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
