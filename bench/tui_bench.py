@@ -78,6 +78,15 @@ class TimedApp(EchoViewApp):
             self.frame.set()
         super()._display(screen, renderable)
 
+    async def quiet(self) -> None:
+        """Wait until no frame has come for SETTLE_S."""
+        while True:
+            self.frame.clear()
+            try:
+                await asyncio.wait_for(self.frame.wait(), SETTLE_S)
+            except TimeoutError:
+                return
+
 
 async def _session(
     path: Path, size: tuple[int, int], keys: int, loader: Any, prefetch: bool = True
@@ -109,12 +118,7 @@ async def _session(
                 continue
             # A key may take more than one frame to show fully: count until the last frame
             # that arrives before the app has been quiet for SETTLE_S.
-            while True:
-                app.frame.clear()
-                try:
-                    await asyncio.wait_for(app.frame.wait(), SETTLE_S)
-                except TimeoutError:
-                    break
+            await app.quiet()
             lat.append((key, app.last_frame - start))
     return opened, dict(app.timings), lat
 

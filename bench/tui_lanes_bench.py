@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from textual.pilot import Pilot  # noqa: E402
-from tui_bench import SETTLE_S, TimedApp  # noqa: E402
+from tui_bench import TimedApp  # noqa: E402
 
 from echo_view.loading import read_job  # noqa: E402
 from echo_view.model import Job  # noqa: E402
@@ -63,17 +63,12 @@ def _trace(threads: int, fractional: bool) -> Path:
 async def _press(app: TimedApp, pilot: Pilot[None], keys: list[str]) -> float:
     """Seconds from sending ``keys`` to the end of the last frame they caused: the pilot waits
     until the app has handled them (a filter works inside the key's handler), then frames are
-    awaited until the app has been quiet for SETTLE_S."""
+    awaited until the app has been quiet (``TimedApp.quiet``)."""
     app.frame.clear()
     start = time.perf_counter()
     await pilot.press(*keys)
     handled = time.perf_counter()
-    while True:
-        app.frame.clear()
-        try:
-            await asyncio.wait_for(app.frame.wait(), SETTLE_S)
-        except TimeoutError:
-            break
+    await app.quiet()
     return max(handled, app.last_frame) - start
 
 
