@@ -362,9 +362,9 @@ class Columns:
                 continue
             points = list(map(evs.__getitem__, idx.tolist()))
             point_ph = ph[idx]
-            # A source binds to its enclosing slice whatever its "bp"; only the other flow
-            # points read it (ends do not bind).
-            bind = point_ph == PH_S
+            # A source and a step bind to their enclosing slice whatever their "bp"; an end
+            # reads it (ends of slices do not bind).
+            bind = (point_ph == PH_S) | (point_ph == PH_T)
             if out is self.flows and not bind.all():
                 rest = np.flatnonzero(~bind)
                 bps = map(_BP, map(points.__getitem__, rest.tolist()))

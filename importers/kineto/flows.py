@@ -4,8 +4,9 @@
 Flows (v1 ``s``/``t``/``f``, keyed by id, cat and name): the source binds to the deepest slice
 open on its thread at its ts, an end with ``"bp": "e"`` likewise, an end without it to the next
 slice that begins on its thread. The first ``s`` of a key is its source (Perfetto keeps the
-first); every ``t`` and ``f`` of the key becomes an arrow from it. Points that bind to nothing
-are counted, not guessed.
+first); every ``t`` and ``f`` of the key becomes an arrow from the latest ``t`` before it (in
+file order), else from that source: a step binds to its slice and becomes the new source, and
+an ``f`` does not close the flow. Points that bind to nothing are counted, not guessed.
 
 Binding runs after the file's columns exist and before any of the event table is handed over,
 so its temporaries set the importer's peak memory: they are kept to one thread's rows at a time
@@ -21,7 +22,7 @@ import numpy.typing as npt
 
 from echo_view.model import NONE, FlowTable
 from echo_view.model.trace_rules import bind_points, thread_order
-from importers.kineto.rows import I32, I64, PH_C, PH_S, FileColumns, unique
+from importers.kineto.rows import I32, I64, PH_C, PH_S, PH_T, FileColumns, unique
 
 
 def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int]) -> FlowTable:
@@ -44,15 +45,25 @@ def resolve_flows(fc: FileColumns, thread: I32, dur: I64, notes: dict[str, int])
         del sorted_col
     group = np.cumsum(new_group, dtype=np.int32)
     group -= 1
-    first = order[new_group]
-    del new_group
-    src_of_group = np.where(is_src[first], bound[first], -2)
-    del first
+    # An end or a step comes from the key's latest step before it, else from its first source
+    # (a step "t" binds to its slice and becomes the new source: s -> t -> f is two arrows).
+    # Sources come first in a key, so its first source, if any, opens it.
     is_end = ~is_src[order]
+    carries = new_group & ~is_end
+    carries |= pts.phase[order] == PH_T
+    at = np.where(carries, np.arange(len(order)), -1)
+    np.maximum.accumulate(at, out=at)
+    before = np.empty(len(order), dtype=np.int64)
+    before[0] = -1
+    before[1:] = at[:-1]
+    del at, carries
+    key_start = np.flatnonzero(new_group)[group]
+    before = np.where(before >= key_start, bound[order[np.maximum(before, 0)]], -2)
+    del new_group, key_start
     ends = order[is_end]
-    src = src_of_group[group[is_end]]
+    src = before[is_end]
     duplicated = int(is_src.sum()) - int(unique(group[~is_end]).size)
-    del src_of_group, group, order, is_end
+    del before, group, order, is_end
     dst = bound[ends]
     del bound
     ok = (src >= 0) & (dst >= 0) & (pts.id[ends] != NONE)

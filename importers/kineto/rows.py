@@ -60,8 +60,8 @@ class PointColumns:
     id: I64
     cat: I32
     name: I32
-    #: Binds to the enclosing slice rather than the next one: a source (``s``) always,
-    #: another flow point with ``"bp": "e"``; False for ends.
+    #: Binds to the enclosing slice rather than the next one: a source (``s``) or a step
+    #: (``t``) always, an end (``f``) with ``"bp": "e"``; False for ends of slices.
     bind_enclosing: npt.NDArray[np.bool_]
     #: Index in ``traceEvents`` (file order).
     index: IDX

@@ -338,3 +338,26 @@ def test_a_time_that_is_no_time_is_named_after_the_switch_to_text(tmp_path: Path
     with pytest.raises(InputError) as info:
         KinetoImporter(chunk_bytes=1 << 10).read([path])
     assert info.value.where == "traceEvents[199].ts"
+
+
+def test_a_flow_step_continues_the_flow(tmp_path: Path) -> None:
+    # A "t" step was an arrow from the source only, and bound to the next slice on its thread,
+    # not the enclosing one: s -> t -> f showed as one arrow, source to end. Perfetto draws
+    # s -> t and t -> f, and an "f" after a step comes from the step (the "f" closes nothing).
+    def x(name: str, tid: int, ts: int) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": 10}
+
+    def p(ph: str, tid: int, ts: int, **more: object) -> dict[str, object]:
+        return {"ph": ph, "id": 7, "cat": "c", "name": "fl", "pid": 1, "tid": tid, "ts": ts, **more}
+
+    events = [
+        x("a", 1, 0), x("b", 2, 20), x("c", 3, 40), x("d", 4, 60),
+        p("s", 1, 5), p("t", 2, 25), p("f", 3, 45, bp="e"), p("f", 4, 65, bp="e"),
+        {**p("s", 1, 6), "id": 8}, {**p("f", 3, 41, bp="e"), "id": 8},
+    ]  # fmt: skip
+    path = tmp_path / "flows.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = KinetoImporter().read([path]).traces[0]
+    pairs = zip(t.flows.src.tolist(), t.flows.dst.tolist(), strict=True)
+    arrows = sorted((t.name(a), t.name(b)) for a, b in pairs)
+    assert arrows == [("a", "b"), ("a", "c"), ("b", "c"), ("b", "d")]
