@@ -142,7 +142,11 @@ def _args_list(
     assert ev.args_offsets is not None
     lo = ev.args_offsets[rows]
     hi = ev.args_offsets[rows + 1]
-    extra = [] if not added else [i for i, r in enumerate(rows.tolist()) if r in added]
+    extra = (
+        np.flatnonzero(np.isin(rows, np.fromiter(added, np.int64, len(added)))).tolist()
+        if added
+        else []
+    )
     nonempty = np.flatnonzero(hi > lo)
     odd = np.zeros(0, dtype=np.intp)
     if len(nonempty) and len(ev.args_blob):

@@ -7,7 +7,6 @@ import re
 from typing import ClassVar
 
 import numpy as np
-from rich.cells import cell_len, set_cell_size
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -31,7 +30,7 @@ from echo_view.tui.search import (
     classes_present,
     search,
 )
-from echo_view.tui.tables import interval_texts, short_duration
+from echo_view.tui.tables import cut_cells, interval_texts, short_duration
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import class_label
 
@@ -241,10 +240,7 @@ class TimelinePanel(Vertical):
                 label = "gpu (all)" if g.header is not None else "(no GPU work)"
             src = f"{self.index.sources[g.source].label} " if len(self.index.sources) > 1 else ""
             # Cut: a long lane name pushed the view's bounds and the search off the line.
-            where = f"{src}r{g.rank} {label}"
-            if cell_len(where) > STATUS_LABEL_CELLS:
-                where = set_cell_size(where, STATUS_LABEL_CELLS - 1) + "…"
-            parts.append(where)
+            parts.append(cut_cells(f"{src}r{g.rank} {label}", STATUS_LABEL_CELLS))
         start, end = interval_texts(w.t0 - origin, w.t1 - origin)
         parts.append(
             f"{start}…{end} ({short_duration(w.t1 - w.t0)}, {short_duration(w.ns_per_cell)}/cell)"

@@ -53,12 +53,17 @@ class Cell(Text):
         self.value = value
 
 
+def cut_cells(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells (a wide character takes two), cut with
+    ``…`` when longer."""
+    return text if cell_len(text) <= width else set_cell_size(text, width - 1) + "…"
+
+
 def name_cell(name: str, width: int = 60, value: Any = None) -> Cell:
     """A left-aligned text cell without a leading ``void``, shortened to ``width`` terminal
-    cells (a wide character takes two); it sorts by ``value``, else by the name."""
+    cells (:func:`cut_cells`); it sorts by ``value``, else by the name."""
     name = printable(name).removeprefix("void ")
-    short = name if cell_len(name) <= width else set_cell_size(name, width - 1) + "…"
-    return Cell(short, name.lower() if value is None else value, justify="left")
+    return Cell(cut_cells(name, width), name.lower() if value is None else value, justify="left")
 
 
 def ns_cell(ns: int | float | None) -> Cell:

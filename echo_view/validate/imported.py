@@ -44,12 +44,10 @@ class RankCheck:
 
 def check_rank(trace: Trace, selection: Selection, keep: int) -> RankCheck:
     """EV601-EV603 and EV605 on one rank, and what the cross-rank rules need of it."""
-    report = Report(selection, keep)
-    _launch_rules(trace, report)
-    _step_rule(trace, report)
-    summary = summary_from_trace(trace)
-    rows = {r: row_location(trace, r) for r in summary.index.tolist()}
-    return RankCheck(trace.source, trace.rank, len(trace.events), report, summary, rows)
+    checked = summarise_rank(trace, selection, keep)
+    _launch_rules(trace, checked.findings)
+    _step_rule(trace, checked.findings)
+    return checked
 
 
 def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report, name: str) -> None:
@@ -77,8 +75,9 @@ def join_rank_checks(head: JobHead, checks: Sequence[RankCheck], report: Report,
 
 
 def summarise_rank(trace: Trace, selection: Selection, keep: int) -> RankCheck:
-    """What the cross-rank rules need of one rank, without the per-rank rules (for a file
-    whose events the file rules have already checked: an echo-view export of several ranks)."""
+    """What the cross-rank rules need of one rank, with no finding yet: the per-rank rules
+    are :func:`check_rank`'s (a file whose events the file rules have already checked, an
+    echo-view export of several ranks, needs only this)."""
     summary = summary_from_trace(trace)
     rows = {r: row_location(trace, r) for r in summary.index.tolist()}
     return RankCheck(trace.source, trace.rank, len(trace.events), Report(selection, keep),
