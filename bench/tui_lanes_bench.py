@@ -11,7 +11,9 @@ frame each caused:
 - ``h`` (hide events shorter than 1 µs), ``H`` (back to all), a search for ``op3`` (``/`` then
   the query and enter), ``F`` (hide what the search does not match) and ``F`` again.
 
-Each filter key changes what every lane shows; only the lanes on the screen are drawn.
+Each filter key changes what every lane shows; only the lanes on the screen are drawn. Last,
+``search()`` alone on an index of the job, for ``op3`` (a seventh of the lanes) and ``op``
+(every lane).
 
     python bench/tui_lanes_bench.py [--threads 100000] [--rounds 3] [--size 160x48] [--fractional]
 """
@@ -35,6 +37,8 @@ from tui_bench import TimedApp  # noqa: E402
 
 from echo_view.loading import read_job  # noqa: E402
 from echo_view.model import Job  # noqa: E402
+from echo_view.tui.index import Source, TimelineIndex  # noqa: E402
+from echo_view.tui.search import search  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 KEYS: list[tuple[str, list[str]]] = [
@@ -109,6 +113,11 @@ def main() -> None:
         rows.setdefault("import (baseline)", []).append(time.perf_counter() - t)
         for name, secs in asyncio.run(_session(job, (w, h))).items():
             rows.setdefault(name, []).append(secs)
+        index = TimelineIndex.build([Source(job, "")])
+        for query in ("op3", "op"):  # a seventh of the lanes, every lane
+            t = time.perf_counter()
+            search(index, query)
+            rows.setdefault(f"search() {query}", []).append(time.perf_counter() - t)
     base = statistics.median(rows["import (baseline)"])
     print(f"{path.name}: {args.threads:,} threads, {args.rounds} round(s), {args.size}")
     print("| step | median | per round | median / import |")
