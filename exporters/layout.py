@@ -140,11 +140,14 @@ def _sort_value(value: int | str) -> tuple[int, int, str]:
     return (0, value, "") if isinstance(value, int) else (1, 0, value)
 
 
-def _process_key(lane: Lane) -> tuple[int, tuple[int, int, str], int | str]:
+def _process_key(
+    lane: Lane, cpu_pids: set[int | str]
+) -> tuple[int, tuple[int, int, str], int | str]:
     if lane.kind == LaneKind.GPU_STREAM:
         device: int | str = lane.device if lane.device >= 0 else lane.pid
         return (1, _sort_value(device), device)
-    klass = 0 if lane.kind == LaneKind.CPU_THREAD else 2
+    # Other lanes of a process with CPU threads (its async lanes, say) stay in that process.
+    klass = 0 if lane.kind == LaneKind.CPU_THREAD or lane.pid in cpu_pids else 2
     return (klass, _sort_value(lane.pid), lane.pid)
 
 
@@ -234,9 +237,12 @@ def build_layout(job: Job) -> ExportLayout:
             np.maximum.at(extra, ev.lane, lane_no)
         by_key: dict[tuple[int, Any, int | str], _Proc] = {}
         placed: dict[int, tuple[int, int]] = {}
+        cpu_pids = {
+            trace.lanes[i].pid for i in used.tolist() if trace.lanes[i].kind == LaneKind.CPU_THREAD
+        }
         for lid in used.tolist():
             lane = trace.lanes[lid]
-            key = _process_key(lane)
+            key = _process_key(lane, cpu_pids)
             proc = by_key.get(key)
             if proc is None:
                 proc = by_key[key] = _Proc(trace.rank, key, [])

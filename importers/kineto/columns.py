@@ -188,6 +188,7 @@ class Columns:
     metadata: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
     flows: list[PointColumns] = field(default_factory=list)
     ends: list[PointColumns] = field(default_factory=list)
+    end_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # E's args, by file index
     _string_ids: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     rows: int = 0
@@ -381,6 +382,12 @@ class Columns:
                     index=_file_index(idx, chunk.first_index),
                 )
             )
+        for i in np.flatnonzero(ph == PH_E).tolist():
+            raw = evs[i].args
+            if raw and bytes(raw).strip() != _EMPTY_OBJ:
+                args = decode_args(chunk, i, raw)  # here, to name the event if it cannot be
+                if isinstance(args, dict) and args:
+                    self.end_args[chunk.first_index + i] = args
         for i in np.flatnonzero((ph == PH_OTHER) & ~is_row).tolist():
             key = evs[i].ph or "(none)"
             self.skipped[key] = self.skipped.get(key, 0) + 1
@@ -418,6 +425,7 @@ class Columns:
             flows=PointColumns.concat(self.flows),
             ends=PointColumns.concat(self.ends),
             skipped=self.skipped,
+            end_args=self.end_args,
         )
 
     def flow_ids(self, events: list[Any]) -> I64:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,9 @@ class FileColumns:
     flows: PointColumns
     ends: PointColumns
     skipped: dict[str, int]
+    #: The args of ``E`` events that carry args, by ``traceEvents`` index: merged into their
+    #: ``B`` row's args when the pair is matched (the format's rule).
+    end_args: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.phase)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -116,6 +118,7 @@ def match_ends(fc: FileColumns, dur: I64, notes: dict[str, int]) -> None:
     items += [(int(fc.ends.index[j]), 1, j) for j in range(len(fc.ends))]
     items.sort()
     stacks: dict[tuple[int | str, ...], list[int]] = {}
+    merges: dict[int, dict[str, Any]] = {}  # B row -> its E's args
     unmatched = 0
     for _, is_end, k in items:
         if not is_end:
@@ -137,11 +140,39 @@ def match_ends(fc: FileColumns, dur: I64, notes: dict[str, int]) -> None:
             continue
         row = stack.pop()
         dur[row] = max(0, int(e.ts[k]) - int(fc.start_ns[row]))
+        end_args = fc.end_args.get(int(e.index[k])) if fc.end_args else None
+        if end_args is not None and e.phase[k] == PH_E:
+            merges[row] = end_args
     open_begins = sum(len(s) for s in stacks.values())
     if unmatched:
         notes["unmatched_end_events"] = unmatched
     if open_begins:
         notes["unclosed_begin_events"] = open_begins
+    if merges:
+        _merge_end_args(fc, merges)
+
+
+def _merge_end_args(fc: FileColumns, merges: dict[int, dict[str, Any]]) -> None:
+    """Merge each ``E``'s args into its ``B`` row's args, the end's value winning on a shared
+    key (the format's rule, as the legacy viewer applies it); the args blob is rebuilt once."""
+    blob, offsets = fc.args_blob, fc.args_offsets
+    parts: list[bytes] = []
+    lengths = np.diff(offsets)
+    last = 0
+    for row in sorted(merges):
+        lo, hi = int(offsets[row]), int(offsets[row + 1])
+        begin = msgspec.json.decode(blob[lo:hi]) if hi > lo else {}
+        end = merges[row]
+        # Args that are no object are not shown by Perfetto: the end's replace them.
+        text = msgspec.json.encode({**begin, **end} if isinstance(begin, dict) else end)
+        parts += (blob[last:lo], text)
+        last = hi
+        lengths[row] = len(text)
+    parts.append(blob[last:])
+    fc.args_blob = b"".join(parts)
+    new = np.zeros_like(offsets)
+    np.cumsum(lengths, out=new[1:])
+    fc.args_offsets = new
 
 
 def build_timeline(fc: FileColumns) -> Timeline:
@@ -159,10 +190,10 @@ def build_timeline(fc: FileColumns) -> Timeline:
         dur = np.where(negative, 0, dur)
     thread = fc.thread
     threads = list(fc.threads)
+    names = _names(fc)
     if (fc.phase == PH_AB).any() or (fc.phase == PH_AN).any():
         thread = thread.copy()
-        _async_lanes(fc, thread, threads)
-    names = _names(fc)
+        _async_lanes(fc, thread, threads, names)
     lane, lanes = _lanes(fc, kind, thread, threads, names)
     # Nothing reads the rows' traceEvents indices after this (ends are matched, exports were
     # split before): freed here, their 4 bytes a row are room for flow binding's temporaries.
@@ -180,8 +211,10 @@ def build_timeline(fc: FileColumns) -> Timeline:
     )
 
 
-def _async_lanes(fc: FileColumns, thread: I32, threads: list[tuple[int | str, int | str]]) -> None:
-    """Move async (``b``/``n``) rows to one lane per (process, category)."""
+def _async_lanes(
+    fc: FileColumns, thread: I32, threads: list[tuple[int | str, int | str]], names: _Names
+) -> None:
+    """Move async (``b``/``n``) rows to one lane per (process, category), named ``cat (async)``."""
     rows = np.flatnonzero((fc.phase == PH_AB) | (fc.phase == PH_AN))
     if not len(rows):
         return
@@ -193,6 +226,7 @@ def _async_lanes(fc: FileColumns, thread: I32, threads: list[tuple[int | str, in
         if tid is None:
             tid = ids[key] = len(threads)
             threads.append(key)
+            names.threads[tid] = str(key[1])
         thread[r] = tid
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from exporters.layout import STEPS_THREAD, build_layout
 from exporters.links import COLLECTIVE_CATEGORY
 from exporters.perfetto_json import PerfettoJsonExporter
 from exporters.perfetto_proto import PerfettoProtoExporter
+from importers.kineto import KinetoImporter
 from tests.exporters.perfetto_checks import load_json, read_pftrace
 
 
@@ -53,6 +55,27 @@ def test_string_pids_other_lanes_and_names() -> None:
     assert [t.name for t in layout.threads] == ["thread 8 (python)", "events", "PyTorch Profiler"]
     assert [p.pid for p in layout.processes] == [1, 2, 3]
     assert [t.tid for t in layout.threads] == [4, 5, 6]
+
+
+def test_other_lanes_of_a_cpu_process_stay_in_it(tmp_path: Path) -> None:
+    # An async lane of pid 1 was put in a process of its own, "rank 0 1", and named
+    # "1 net (async)"; Perfetto shows a process's async tracks under it.
+    events = [
+        {"ph": "b", "name": "req", "cat": "net", "id": 5, "pid": 1, "tid": 1, "ts": 0},
+        {"ph": "e", "name": "req", "cat": "net", "id": 5, "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 3},
+        {"ph": "i", "name": "mark", "pid": 9, "tid": "x", "ts": 1, "s": "t"},
+    ]
+    path = tmp_path / "async.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    layout = build_layout(KinetoImporter().read([path]))
+    assert [p.name for p in layout.processes] == ["rank 0 CPU (pid 1)", "rank 0 9"]
+    threads = [(layout.processes[t.process].name, t.name) for t in layout.threads]
+    assert threads == [
+        ("rank 0 CPU (pid 1)", "thread 1"),
+        ("rank 0 CPU (pid 1)", "net (async)"),
+        ("rank 0 9", "9 x"),
+    ]
 
 
 def test_steps_without_cpu_lanes_get_a_process() -> None:

@@ -361,3 +361,31 @@ def test_a_flow_step_continues_the_flow(tmp_path: Path) -> None:
     pairs = zip(t.flows.src.tolist(), t.flows.dst.tolist(), strict=True)
     arrows = sorted((t.name(a), t.name(b)) for a, b in pairs)
     assert arrows == [("a", "b"), ("a", "c"), ("b", "c"), ("b", "d")]
+
+
+def test_the_args_of_an_end_event_join_its_begin(tmp_path: Path) -> None:
+    # The format merges an "E"'s args into its "B" slice (a shared key takes the end's value);
+    # they were dropped. Nested pairs each get their own end's args.
+    events = [
+        {"ph": "B", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "args": {"a": 1, "b": 2}},
+        {"ph": "B", "name": "inner", "pid": 1, "tid": 1, "ts": 1},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 2, "args": {"c": 3}},
+        {"ph": "E", "pid": 1, "tid": 1, "ts": 5, "args": {"b": 9, "d": "x"}},
+        {"ph": "X", "name": "k", "pid": 1, "tid": 2, "ts": 0, "dur": 3, "args": {"z": 1}},
+    ]
+    path = tmp_path / "be.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = KinetoImporter().read([path]).traces[0]
+    args = {t.name(i): t.events.args(i) for i in range(len(t.events))}
+    assert args == {"outer": {"a": 1, "b": 9, "d": "x"}, "inner": {"c": 3}, "k": {"z": 1}}
+
+
+def test_end_args_that_are_no_json_text_name_their_event(tmp_path: Path) -> None:
+    path = tmp_path / "be.json"
+    path.write_bytes(
+        b'{"traceEvents":[{"ph":"B","name":"a","pid":1,"tid":1,"ts":0},'
+        b'{"ph":"E","pid":1,"tid":1,"ts":1,"args":{"s":"\xff"}}]}'
+    )
+    with pytest.raises(InputError) as err:
+        KinetoImporter().read([path])
+    assert "traceEvents[1].args" in str(err.value)
