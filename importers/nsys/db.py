@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 import re
 import shlex
 import shutil
@@ -302,6 +303,65 @@ def _connect(db_path: Path, shown: Path) -> sqlite3.Connection:
         raise InputError(f"cannot open the SQLite file ({exc})", path=shown) from None
 
 
+#: First bytes of a rollback journal that a crashed writer left to be played back.
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _check_complete(path: Path) -> None:
+    """Refuse a database that is cut short, or whose last writes sit in a ``-wal`` or hot
+    ``-journal`` file beside it: the file is read immutable (no locks, no recovery), so
+    those would be read as they are, half-written (cut pages read as zero rows)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", path=path) from None
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    # The header's page count holds while its version number matches the change counter.
+    counted = pages if head[92:96] == head[24:28] else 0
+    # (A header that is not SQLite's, bytes 21-23 not its fixed 64/32/32, is left to SQLite.)
+    valid = head[21:24] == b"\x40\x20\x20" and page >= 512 and not page & (page - 1)
+    if valid and (size % page or counted * page > size):
+        raise InputError(
+            f"the file is cut short ({size:,} bytes: "
+            + (
+                f"not a whole number of {page:,}-byte pages)"
+                if size % page
+                else f"its header counts {counted:,} pages of {page:,} bytes)"
+            ),
+            path=path,
+            hint="copy the file again, or export it again with `nsys export --type sqlite`",
+        )
+    for suffix, pending in (("-wal", _wal_pending), ("-journal", _journal_pending)):
+        side = path.with_name(path.name + suffix)
+        if pending(side):
+            raise InputError(
+                f"{side.name} beside the file holds writes that are not in it yet "
+                "(a program is writing the database, or was stopped while writing)",
+                path=path,
+                hint="let the writer finish; after a crash, open the file once with sqlite3 "
+                "to recover it, then retry",
+            )
+
+
+def _wal_pending(side: Path) -> bool:
+    try:
+        return side.stat().st_size > 32  # more than the WAL header: frames not checkpointed
+    except OSError:
+        return False
+
+
+def _journal_pending(side: Path) -> bool:
+    try:
+        with side.open("rb") as fh:
+            return fh.read(8) == _JOURNAL_MAGIC  # zeroed or truncated when committed
+    except OSError:
+        return False
+
+
 def _gunzip(path: Path, tmp: Path) -> Path:
     """Inflate ``path`` into the directory ``tmp`` (bounded like every gzip input)."""
     out = tmp / (path.name.removesuffix(".gz") or "export.sqlite")
@@ -373,6 +433,7 @@ def open_export(path: Path) -> Iterator[Export]:
             hint="export the report with `nsys export --type sqlite <report>.nsys-rep`",
         )
     if kind == "sqlite":  # read in place, read-only
+        _check_complete(path)
         conn = _connect(path, path)
         try:
             yield Export(path, conn, path)

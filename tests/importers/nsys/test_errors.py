@@ -31,10 +31,33 @@ def _error(path: Path) -> InputError:
 def test_truncated_sqlite(tmp_path: Path) -> None:
     good = unpacked("mfu_2gpu_before", tmp_path)
     bad = tmp_path / "truncated.sqlite"
-    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
+    data = good.read_bytes()
+    bad.write_bytes(data[: len(data) // 3 + 100])
     err = _error(bad)
-    assert "cannot read the SQLite export" in err.message
-    assert "corrupt or truncated" in (err.hint or "")
+    assert "cut short" in err.message and "not a whole number of 4,096-byte pages" in err.message
+    # Cut inside the last page, the zeros SQLite reads past the end were rows with NULL times.
+    bad.write_bytes(data[:-2000])
+    assert "not a whole number" in _error(bad).message
+    # Cut at a page boundary: the header's page count tells.
+    bad.write_bytes(data[: len(data) // 2 // 4096 * 4096])
+    assert "its header counts" in _error(bad).message
+
+
+def test_writes_pending_beside_the_file_are_refused(tmp_path: Path) -> None:
+    # The file is read immutable (no recovery): a crashed writer's hot journal was ignored
+    # and its half-made changes read as data; a live WAL's committed rows were not seen.
+    path = unpacked("mfu_2gpu_before", tmp_path)
+    journal = path.with_name(path.name + "-journal")
+    journal.write_bytes(bytes.fromhex("d9d505f920a163d7") + bytes(504))
+    assert "-journal beside the file holds writes" in _error(path).message
+    journal.write_bytes(bytes(512))  # a committed journal left in PERSIST mode: zeroed
+    NsysImporter().read([path])
+    journal.unlink()
+    wal = path.with_name(path.name + "-wal")
+    wal.write_bytes(bytes(32))  # a header only: nothing pending
+    NsysImporter().read([path])
+    wal.write_bytes(bytes(32 + 4120))
+    assert "-wal beside the file holds writes" in _error(path).message
 
 
 def test_garbage_after_sqlite_header(tmp_path: Path) -> None:
