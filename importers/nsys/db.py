@@ -84,6 +84,10 @@ def _id_checks(cols: Columns, ints: Mapping[str, int]) -> list[_Check]:
             v = cols.ints[c]
             bad = ((v < lo) | (v > hi)) & (v != ints[c])
             checks.append((c, bad, f"have {c} values outside {lo}..{hi:,}", True))
+    if "globalPid" in ints:
+        # Ranks are told apart by process: a NULL (read as 0) made a rank of its own.
+        bad = cols.ints["globalPid"] <= 0
+        checks.append(("globalPid", bad, "have no process (globalPid NULL or below 1)", False))
     return checks
 
 

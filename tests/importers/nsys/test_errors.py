@@ -211,7 +211,7 @@ def test_missing_file(tmp_path: Path) -> None:
         assert "no such file" in _error(tmp_path / "absent.sqlite").message
 
 
-def _error_with(tmp_path: Path, table: str, column: str, value: int) -> InputError:
+def _error_with(tmp_path: Path, table: str, column: str, value: int | None) -> InputError:
     """The import error of a small capture whose ``table`` row 2 has ``column`` = ``value``."""
     path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
     con = sqlite3.connect(path)
@@ -266,6 +266,15 @@ def test_device_stream_and_correlation_ids_out_of_range(
     assert err.where == f"{table}.{column}"
     hi = "65,535" if column == "deviceId" else "4,294,967,295"
     assert err.message == f"1 row(s) have {column} values outside 0..{hi}; first {value} at rowid 2"
+
+
+@pytest.mark.parametrize("value", [None, 0, -1])
+def test_gpu_work_without_a_process_is_refused(tmp_path: Path, value: int | None) -> None:
+    # A NULL globalPid read as process 0: a rank of its own, holding that one kernel, and the
+    # real ranks renumbered.
+    err = _error_with(tmp_path, "CUPTI_ACTIVITY_KIND_KERNEL", "globalPid", value)
+    assert err.where == "CUPTI_ACTIVITY_KIND_KERNEL.globalPid"
+    assert err.message == "1 row(s) have no process (globalPid NULL or below 1); first at rowid 2"
 
 
 def test_gpu_lanes_of_many_processes(tmp_path: Path) -> None:
