@@ -106,6 +106,7 @@ class NsysImporter:
         files: list[Path] = []
         for p in map(Path, paths):
             files.extend(_captures_in(p) if p.is_dir() else [p])
+        _refuse_twice(files)
         return sorted(files, key=natural_key), False
 
     def read_rank_file(self, path: Path, many: bool) -> CapturePart:
@@ -116,6 +117,24 @@ class NsysImporter:
     def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> CaptureParts:
         """What joins the :meth:`read_rank_file` results of ``files``, in file order."""
         return CaptureParts(files, self.rank_by)
+
+
+def _refuse_twice(files: Sequence[Path]) -> None:
+    """Refuse a capture given twice (a folder and a file in it, a name and a link to it): its
+    ranks were read twice, as ranks of another node."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue  # named when it is read
+        first = seen.setdefault((st.st_dev, st.st_ino), f)
+        if first is not f:
+            raise InputError(
+                f"the capture is given twice (also as {first})",
+                path=f,
+                hint="name each capture once",
+            )
 
 
 @dataclass(frozen=True, eq=False)

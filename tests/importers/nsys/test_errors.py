@@ -304,3 +304,14 @@ def test_gpu_lanes_of_many_processes(tmp_path: Path) -> None:
         assert {lane.kind for lane in used} <= {LaneKind.GPU_STREAM}  # no kernel on a thread
         streams += len(used)
     assert kernels == 8 * 3442 and streams >= n  # a stream per process: none merged
+
+
+def test_a_capture_given_twice_is_refused(tmp_path: Path) -> None:
+    # Read twice, its ranks came back as four, "all captures ran on host modal", exit 0.
+    path = unpacked("h100_2gpu_1s", tmp_path)
+    link = tmp_path / "again.sqlite"
+    link.symlink_to(path)
+    for paths in ([path, path], [tmp_path, path], [path, link]):
+        with pytest.raises(InputError, match="the capture is given twice") as info:
+            NsysImporter().read(paths)
+        assert "\n" not in info.value.one_line()
