@@ -189,6 +189,19 @@ def _lanes(
     return tuple(lanes), lane_of
 
 
+def _trace_correlation(rows: Rows, order: I64) -> I64:
+    """The correlation ids of rows ``order``, unique within the trace: CUPTI numbers them per
+    process, so when several processes share the rank's GPU each id gets its process's index
+    above its 32 bits (the ids the args show stay as recorded). Matched on the id alone, two
+    processes' launches met each other's kernels, and the replay found cycles."""
+    corr = rows.correlation[order]
+    known = corr >= 0
+    procs, pidx = factorize(np.where(known, rows.process[order], -1))
+    if len(procs) - int(not known.all()) <= 1:
+        return corr
+    return np.where(known, (pidx.astype(np.int64) << 32) | corr, corr)
+
+
 def build_trace(
     rank: int,
     rows: Rows,
@@ -211,6 +224,7 @@ def build_trace(
     sid = sid[inv] if len(sid) else inv
     lanes, lane_of = _lanes(lane_rows, order, info.thread_names)
     args_blob, args_offsets = rows.args.take(order).pack()
+    correlation = _trace_correlation(rows, order)
     events = EventTable(
         kind=rows.kind[order],
         start_ns=rows.start[order],
@@ -218,7 +232,7 @@ def build_trace(
         name=sid[: len(order)],
         cat=sid[len(order) :],
         lane=lane_of,
-        correlation=rows.correlation[order],
+        correlation=correlation,
         external_id=np.full(len(order), -1, dtype=np.int64),
         args_blob=args_blob,
         args_offsets=args_offsets,
@@ -230,7 +244,7 @@ def build_trace(
     flows = FlowTable(
         src=src[both],
         dst=dst[both],
-        flow_id=rows.correlation[info.launch_dst[both]],
+        flow_id=correlation[dst[both]],
         cat=np.full(int(both.sum()), ac2g, dtype=np.int64),
     )
     collectives, groups = _collectives(strings, info, new_pos)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from echo_view.cli import main
 from echo_view.formats import Progress
 from echo_view.loading import build_registry
-from echo_view.model import Job
+from echo_view.model import EventKind, Job
+from importers.nsys import NsysImporter
 from tests.importers.nsys.helpers import sample, unpacked
 
 BEFORE, AFTER = str(sample("mfu_2gpu_before")), str(sample("mfu_2gpu_after"))
@@ -99,3 +102,27 @@ def test_tui_loads_an_export() -> None:
     app = run_app([Path(BEFORE)], body, loader=load)
     assert app.error is None
     assert app.loaded is not None
+
+
+def test_processes_sharing_a_gpu_keep_their_launches_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CUPTI numbers correlation ids per process. With both processes of the sample on GPU 0
+    # (one rank), 11 ids occur in both: matched on the id alone, a launch met the other
+    # process's kernel and the replay refused the job ("the dependencies form a cycle").
+    path = unpacked("h100_2gpu_1s", tmp_path)
+    con = sqlite3.connect(path)
+    for table in ("KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"):
+        con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_{table} SET deviceId = 0")
+    con.commit()
+    con.close()
+    replay = _json_out(capsys, ["simulate", "--json", str(path)])
+    ranks = replay["ranks"]
+    assert isinstance(ranks, list) and len(ranks) == 1
+    assert abs(ranks[0]["error_pct"]) < 2.0
+    t = NsysImporter().read([path]).traces[0]
+    # The trace's correlation ids name one launch each (the TUI and the exporter match on them).
+    ev = t.events
+    launches = ev.correlation[(ev.kind == int(EventKind.RUNTIME)) & (ev.correlation >= 0)]
+    assert len(launches) > 2000 and len(np.unique(launches)) == len(launches)
+    assert (ev.correlation[t.flows.src] == ev.correlation[t.flows.dst]).all()
