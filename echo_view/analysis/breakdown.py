@@ -37,6 +37,7 @@ from echo_view.analysis.intervals import pattern_measure
 from echo_view.analysis.steps import StepDetection, find_steps
 from echo_view.model import GPU_WORK_KINDS, NONE, EventKind, Lane, LaneKind, Trace, is_comm_kernel
 from echo_view.model.columns import groups
+from echo_view.model.trace import latest_end
 
 I64 = npt.NDArray[np.int64]
 
@@ -173,7 +174,7 @@ class StepBreakdown:
 
 def step_windows(cpu_start: I64, cpu_end: I64, gpu_end: I64) -> tuple[I64, I64]:
     """Disjoint step windows from steps sorted by CPU start (see the module docstring)."""
-    end = np.maximum(cpu_end, gpu_end)
+    end = latest_end(cpu_end, gpu_end)
     prev_end = np.empty_like(end)
     if len(end):
         prev_end[0] = np.iinfo(np.int64).min

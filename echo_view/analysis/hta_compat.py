@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from echo_view.analysis.breakdown import COMPUTE, MEMORY, categorize, gpu_work
 from echo_view.analysis.steps import launch_start_ns
-from echo_view.model import EventKind, Job, LaneKind, Trace
+from echo_view.model import NONE, EventKind, Job, LaneKind, Trace
 
 I64 = npt.NDArray[np.int64]
 _US = 1_000
@@ -117,7 +117,7 @@ def hta_breakdown(trace: Trace, *, filter_steps: bool, round_to_us: bool = True)
     if filter_steps:
         last = _last_step_start(trace)
         launch = launch_start_ns(trace)[rows]
-        keep = (launch >= 0) & (trace.events.correlation[rows] >= 0)
+        keep = (launch != NONE) & (trace.events.correlation[rows] >= 0)
         if last is not None:
             cut = int(_ceil_us(np.array([last]))[0]) if round_to_us else last
             launched = _ceil_us(launch) if round_to_us else launch

@@ -109,7 +109,7 @@ def step_of_gpu_work(trace: Trace, steps: StepTable) -> tuple[I64, I64]:
     if not len(work) or not len(steps):
         return work[:0].astype(np.int64), work[:0].astype(np.int64)
     launch = launch_start_ns(trace)[work]
-    t = np.where(launch >= 0, launch, trace.events.start_ns[work])
+    t = np.where(launch != NONE, launch, trace.events.start_ns[work])
     order = np.argsort(steps.start_ns, kind="stable")
     starts = np.asarray(steps.start_ns)[order]
     ends = np.asarray(steps.end_ns)[order]
@@ -122,11 +122,13 @@ def step_of_gpu_work(trace: Trace, steps: StepTable) -> tuple[I64, I64]:
 def _with_gpu_end(trace: Trace, steps: StepTable) -> StepTable:
     """``steps`` with unknown ``gpu_end_ns`` computed from the work launched in each step."""
     gpu_end = np.asarray(steps.gpu_end_ns, dtype=np.int64).copy()
-    unknown = gpu_end < 0
+    unknown = gpu_end == NONE
     if unknown.any():
         rows, idx = step_of_gpu_work(trace, steps)
-        computed = np.full(len(steps), NONE, dtype=np.int64)
+        lowest = np.iinfo(np.int64).min  # (not NONE: a work end may be negative)
+        computed = np.full(len(steps), lowest, dtype=np.int64)
         np.maximum.at(computed, idx, trace.events.end_ns[rows])
+        computed[computed == lowest] = NONE
         gpu_end[unknown] = computed[unknown]
     return replace(steps, gpu_end_ns=gpu_end)
 
@@ -242,6 +244,9 @@ def _window_step(trace: Trace, cpu: Mask) -> StepTable:
     sel = cpu if cpu.any() else np.ones(len(trace), dtype=bool)
     if not sel.any():
         return StepTable.empty()
-    start = int(trace.events.start_ns[sel].min())
+    # From the first CPU event or GPU work, whichever is earlier: work launched before the
+    # capture began (no launch in the trace) was left out of every step.
+    first = sel | trace.mask(*GPU_WORK_KINDS)
+    start = int(trace.events.start_ns[first].min())
     end = int(trace.events.end_ns[sel].max())
     return _table([0], [start], [end], detected=True)

@@ -250,6 +250,16 @@ class StepTable:
         z = np.empty(0, dtype=np.int64)
         return cls(number=z, start_ns=z, end_ns=z, gpu_end_ns=z)
 
+    def last_end_ns(self) -> I64:
+        """Per step, the later of its CPU end and its GPU end (where that is known). Compared
+        with ``!= NONE``, not ``>= 0``: a trace's times may be negative."""
+        return latest_end(self.end_ns, self.gpu_end_ns)
+
+
+def latest_end(end_ns: I64, gpu_end_ns: I64) -> I64:
+    """``max(end, gpu_end)`` per step, ``end`` where ``gpu_end`` is unknown (``NONE``)."""
+    return np.where(gpu_end_ns == NONE, end_ns, np.maximum(end_ns, gpu_end_ns))
+
 
 @dataclass(frozen=True, eq=False)
 class Trace:

@@ -244,7 +244,7 @@ def _shifted(trace: Trace, by: int) -> Trace:
             steps,
             start_ns=steps.start_ns + by,
             end_ns=np.where(steps.end_ns >= 0, steps.end_ns + by, NONE),
-            gpu_end_ns=np.where(steps.gpu_end_ns >= 0, steps.gpu_end_ns + by, NONE),
+            gpu_end_ns=np.where(steps.gpu_end_ns != NONE, steps.gpu_end_ns + by, NONE),
         ),
     )
 

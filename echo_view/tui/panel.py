@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-import numpy as np
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -53,7 +52,7 @@ def view_steps(index: TimelineIndex, source: int = 0) -> Steps:
     for tidx, trace in enumerate(job.traces):
         table = steps_of(trace)
         off = job.alignment.offsets_ns[tidx] - origin
-        ends = np.maximum(np.asarray(table.end_ns), np.asarray(table.gpu_end_ns))
+        ends = table.last_end_ns()
         for n, s, e in zip(
             table.number.tolist(), table.start_ns.tolist(), ends.tolist(), strict=True
         ):

@@ -7,7 +7,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from echo_view.analysis.steps import _top_level, find_steps, launch_start_ns, steps_of
+from echo_view.analysis.steps import (
+    _top_level,
+    find_steps,
+    launch_start_ns,
+    step_of_gpu_work,
+    steps_of,
+)
 from echo_view.model import EventKind, LaneKind, TraceBuilder
 
 UA = EventKind.USER_ANNOTATION
@@ -98,6 +104,26 @@ def test_single_annotation_falls_back_to_the_window() -> None:
     assert steps_of(b.build()).number.tolist() == [0]
 
 
+def test_the_window_starts_with_gpu_work_that_runs_before_the_first_cpu_event() -> None:
+    # A capture that begins while kernels launched before it still run (mfu_2gpu_before's
+    # rank 0: 12 kernels, 9.24 ms) left them out of every step, and of compute time.
+    b = TraceBuilder(0)
+    cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+    s7 = b.gpu_stream(0, 7)
+    early = b.event(EventKind.KERNEL, "early", 40, 30, s7)
+    b.event(EventKind.CPU_OP, "aten::mm", 100, 50, cpu)
+    b.event(EventKind.RUNTIME, "cudaLaunchKernel", 120, 10, cpu, correlation=3)
+    late = b.event(EventKind.KERNEL, "k", 160, 100, s7, correlation=3)
+    trace = b.build()
+    found = find_steps(trace)
+    assert found.rule == "window"
+    assert found.table.start_ns.tolist() == [40]
+    assert found.table.end_ns.tolist() == [150]
+    assert found.table.gpu_end_ns.tolist() == [260]
+    rows, step = step_of_gpu_work(trace, found.table)
+    assert rows.tolist() == [early, late] and step.tolist() == [0, 0]
+
+
 def test_launch_start_uses_the_earliest_cpu_event_of_a_correlation() -> None:
     b = TraceBuilder(0)
     cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
@@ -142,3 +168,27 @@ def test_top_level_for_all_threads_at_once(seed: int) -> None:
     rows = np.sort(rng.choice(n, int(rng.integers(1, n + 1)), replace=False)).astype(np.int64)
     got = _top_level(SimpleNamespace(events=ev), rows)  # type: ignore[arg-type]
     assert (got == _top_level_per_lane(ev, rows)).all()
+
+
+@pytest.mark.parametrize("shift", [-10_000_000, -200, -1])
+def test_steps_at_negative_times_are_those_of_the_trace_shifted(shift: int) -> None:
+    # -1 (NONE, "unknown") was read as a time: a GPU end before 0 stretched the step to -1 ns.
+    def steps(at: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        b = TraceBuilder(0)
+        cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+        s7 = b.gpu_stream(0, 7)
+        b.event(EventKind.CPU_OP, "aten::mm", at + 0, 50, cpu)
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", at + 10, 10, cpu, correlation=3)
+        b.event(EventKind.KERNEL, "k", at + 30, 100, s7, correlation=3)
+        b.event(EventKind.KERNEL, "after", at + 1000, 100, s7)
+        trace = b.build()
+        table = find_steps(trace).table
+        rows, _ = step_of_gpu_work(trace, table)
+        return (
+            (table.start_ns - at).tolist(),
+            (table.gpu_end_ns - at).tolist(),
+            (table.last_end_ns() - at).tolist(),
+            rows.tolist(),
+        )
+
+    assert steps(shift) == steps(0) == ([0], [130], [130], [2])
