@@ -277,12 +277,19 @@ class TimelineView(ScrollView, can_focus=True):
 
     def on_resize(self, event: events.Resize) -> None:
         # on_mount runs before layout, so the first real width is only known here.
+        old_width, old_cells = self._width, self.cells
         self._width = self.size.width
         self.virtual_size = Size(self.size.width, len(self.rows))
         if not self._fitted and self.size.width > self.label_width:
             self.fit(*(self.initial_span or self.index.span))
             self._fitted = True
+        elif self._fitted and old_width and self.cells != old_cells:
+            # The same time span across the new width (as Perfetto keeps it): a view first
+            # fitted in a 5-column terminal showed the whole trace in one cell after widening.
+            self.ns_per_cell = max(self.ns_per_cell * old_cells / self.cells, MIN_NS_PER_CELL)
         self._forget_rows()
+        if old_width and self._width != old_width:
+            self.post_message(self.Restyled())  # the ruler and status line follow the width
 
     # -- drawing ---------------------------------------------------------------------------------
 

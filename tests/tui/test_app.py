@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import io
 from pathlib import Path
 
@@ -936,3 +937,29 @@ def test_the_status_line_names_the_lane_briefly_and_a_rank_without_gpu_work() ->
         assert where.endswith("…") and len(where) == 32 and "…" in bounds
 
     run_app([job], body)
+
+
+def test_a_resize_keeps_the_span_and_redraws_the_ruler_and_status(synth: Job) -> None:
+    # The status line kept the old span and cell size, and the ruler the old label column; a
+    # view first fitted 8 cells wide showed the whole trace in a few cells once widened.
+    def shown(status: StatusLine) -> tuple[str, str]:
+        m = re.search(r"\(([^,()]+), ([^()]+)/cell\)", status.text)
+        assert m is not None, status.text
+        return m.group(1), m.group(2)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl = _tl(app)
+        status = _panel(app).query_one("#status", StatusLine)
+        ruler = _panel(app).query_one(TimeRuler)
+        await pilot.pause()
+        span, cell = shown(status)
+        assert tl.cells < 10
+        for width in (120, 60):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            assert tl.cells > width - 30
+            assert shown(status)[0] == span and shown(status)[1] != cell
+            cell = shown(status)[1]
+            assert ruler.render().plain.index("│") == tl.label_width - 1
+
+    run_app([synth], body, size=(12, 10))
