@@ -223,7 +223,19 @@ class TimelinePanel(Vertical):
         else:
             src = self.index.sources[sel.source]
             details.show(src.job, sel.trace, sel.row, src.job.start_ns() + src.shift_ns)
+        self.match_at = self._match_of_selection()
         self._update_status()
+
+    def _match_of_selection(self) -> int:
+        """The search hit that is selected (Tab and clicks select too), else -1."""
+        m, tl = self.matches, self.timeline
+        span = tl.selection_span()
+        if m is None or span is None:
+            return -1
+        if 0 <= self.match_at < len(m) and tl.selection == self._match_selection(self.match_at):
+            return self.match_at  # (n/N between hits at one instant keep their turn)
+        same_time = m.at_time(span[0])
+        return next((i for i in same_time if self._match_selection(i) == tl.selection), -1)
 
     def _update_status(self) -> None:
         tl = self.timeline
@@ -250,7 +262,8 @@ class TimelinePanel(Vertical):
             at = f"{self.match_at + 1}/" if self.match_at >= 0 else ""
             parts.append(f"/{self.match_label}: {at}{len(self.matches)}")
         if self.shown_classes is not None:
-            parts.append("kinds: " + ",".join(class_label(c) for c in sorted(self.shown_classes)))
+            shown = ",".join(class_label(c) for c in sorted(self.shown_classes))
+            parts.append("kinds: " + (shown or "none"))
         if self.hide_unmatched:
             parts.append("only matches")
         if self.min_dur:

@@ -62,6 +62,11 @@ class Matches:
     def __len__(self) -> int:
         return len(self.times)
 
+    def at_time(self, t: int) -> range:
+        """Indices of the hits that start at view time ``t``."""
+        lo, hi = np.searchsorted(self.times, [t, t + 1])
+        return range(int(lo), int(hi))
+
     def next_after(self, t: float, direction: int) -> int | None:
         """Index of the first hit strictly after (``direction`` > 0) or before view time ``t``,
         wrapping around."""

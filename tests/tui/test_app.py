@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -216,7 +216,18 @@ def test_search_and_match_navigation(synth: Job) -> None:
         assert tl.selection == first  # wraps around
         await pilot.press("N")
         assert tl.selection != first
-        assert "/linear_[34]: 8/8" in panel.query_one("#status", StatusLine).text
+        status = panel.query_one("#status", StatusLine)
+        assert "/linear_[34]: 8/8" in status.text
+        # Another event selected (Tab, click): the position follows it, or is left out.
+        at = panel.match_at
+        await pilot.press("tab")
+        assert tl.selection is not None and tl.selection != panel._match_selection(at)
+        name = synth.traces[tl.selection.trace].name(tl.selection.row)
+        if name in ("aten::linear_3", "aten::linear_4"):
+            assert panel._match_selection(panel.match_at) == tl.selection
+            assert f"/linear_[34]: {panel.match_at + 1}/8" in status.text
+        else:
+            assert "/linear_[34]: 8" in status.text and "8/8" not in status.text
         await pilot.press("escape")
         assert panel.matches is None
 
@@ -274,6 +285,9 @@ def test_filter_by_kind(synth: Job) -> None:
         assert tl.selection is None  # nothing shown on the GEMM stream
         header = tl.index.groups[0].header
         assert header is not None and set(header.coverage) == {COMM}
+        await pilot.press("k", *["down"] * (sl.option_count - 1), "space", "enter")  # no comm
+        assert _panel(app).shown_classes == frozenset()
+        assert _panel(app).query_one("#status", StatusLine).text.endswith("kinds: none")
         await pilot.press("k", "a", "enter")
         assert _panel(app).shown_classes is None
         # Closing the filter unchanged re-filtered every lane (3.8 s on 100,000 threads).
