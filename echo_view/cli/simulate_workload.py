@@ -118,11 +118,17 @@ def _render(r: dict[str, Any]) -> str:
         f"simulated {100 * r['bubble']['simulated']:.1f}%"
     )
     t = r["throughput"]
-    lines.append(
-        f"throughput: {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-        f"MFU {100 * t['mfu']:.1f}% ({t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
-        f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU)"
+    flops = (
+        f"{t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "
+        f"peak {t['peak_flops_per_gpu'] / 1e12:,.1f} TFLOP/s per GPU"
     )
+    if t["tokens_per_s_per_gpu"] is None:
+        lines.append(f"throughput: none to report: the predicted step takes no time ({flops})")
+    else:
+        lines.append(
+            f"throughput: {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+            f"MFU {100 * t['mfu']:.1f}% ({flops})"
+        )
     if "moe" in r:
         e = r["moe"]
         lines.append(

@@ -324,6 +324,8 @@ def simulate_one(
     sim = simulate_workload(cfg, graph)
     step_s = sim.step_ns / 1e9
     tp = throughput(cfg, step_s, sim.cluster.gpu.peak(cfg.dtype))
+    if tp.tokens_per_s_per_gpu is None or tp.mfu is None:  # (no layout's step is free)
+        raise ConfigError(f"layout {layout_name(cfg)} is predicted to take no time")
     rep = memory_report(cfg, sim.cluster.gpu.memory_bytes)
     layout = config_to_mapping(cfg)["parallel"] | {"micro": cfg.batch.micro}
     return Ranked(

@@ -48,10 +48,11 @@ class Throughput:
     """Tokens and model FLOPs per second implied by one step of a workload config."""
 
     tokens_per_step: int
-    tokens_per_s_per_gpu: float
+    #: ``None`` when the step takes no time (a what-if that scales every cost to 0).
+    tokens_per_s_per_gpu: float | None
     model_flops_per_token: int
     peak_flops_per_gpu: float
-    mfu: float
+    mfu: float | None
 
     def to_json(self) -> dict[str, float | int]:
         return asdict(self)
@@ -61,8 +62,10 @@ def throughput(cfg: WorkloadConfig, step_s: float, peak_flops_per_gpu: float) ->
     """Throughput and MFU of ``cfg`` when one step takes ``step_s`` seconds on GPUs of the given
     dense peak FLOP/s (for the config's dtype)."""
     tokens = cfg.batch.global_batch * cfg.model.seq_len
-    per_gpu = tokens / step_s / cfg.parallel.world_size
     flops = model_flops_per_token(cfg.model)
+    if step_s <= 0:
+        return Throughput(tokens, None, flops, peak_flops_per_gpu, None)
+    per_gpu = tokens / step_s / cfg.parallel.world_size
     return Throughput(
         tokens, per_gpu, flops, peak_flops_per_gpu, per_gpu * flops / peak_flops_per_gpu
     )

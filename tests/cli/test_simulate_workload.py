@@ -242,3 +242,17 @@ def test_set_a_simulation_only_parallel_key_equals_editing_the_config(
     # Settings that change the traced graph stay in the file.
     assert main(["simulate", str(src), "--set", "parallel.fsdp=full_shard"]) == 2
     assert "'parallel.fsdp' is not a simulation knob" in capsys.readouterr().err
+
+
+def test_a_step_that_takes_no_time_reports_no_throughput(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Every cost scaled to 0: a ZeroDivisionError traceback, exit 1.
+    argv = ["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml")]
+    argv += ["--set", "host.kernel_us=0", "--set", "compute.scale.all=0", "--set", "comm.scale=0"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step_time_s"] == 0
+    assert out["throughput"]["tokens_per_s_per_gpu"] is None and out["throughput"]["mfu"] is None
+    assert main(argv) == 0
+    assert "throughput: none to report: the predicted step takes no time" in capsys.readouterr().out
