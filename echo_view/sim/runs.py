@@ -161,7 +161,15 @@ def cluster_for_job(job: Job, overrides: Mapping[str, str]) -> Cluster | None:
     if "gpus_per_node" in cl:
         cluster = cluster.with_overrides({"gpus_per_node": cl.pop("gpus_per_node")})
     cl.setdefault("nodes", str(-(-world // cluster.gpus_per_node)))
-    return cluster.with_overrides(cl)
+    cluster = cluster.with_overrides(cl)
+    if cluster.nodes * cluster.gpus_per_node < world:
+        raise ConfigError(
+            f"{cluster.nodes:,} node(s) of {cluster.gpus_per_node:,} GPUs hold fewer GPUs "
+            f"than the job's {world:,} ranks",
+            where="--set cluster.nodes",
+            hint="give nodes x gpus_per_node at least as many GPUs as the job has ranks",
+        )
+    return cluster
 
 
 @dataclass(frozen=True, eq=False)

@@ -80,6 +80,11 @@ def test_text_report_and_export_that_passes_check(
         (["--set", "comm.scale=fast"], "expected a number"),
         (["--set", "compute.scale.all=-1"], "between 0 and 1000"),
         (["--set", "comm.scale=1e308"], "between 0 and 1000"),
+        # Accepted, and the 8-rank job replayed on a 3-GPU cluster.
+        (
+            ["--set", "cluster.gpus_per_node=3", "--set", "cluster.nodes=1"],
+            "--set cluster.nodes: 1 node(s) of 3 GPUs hold fewer GPUs than the job's 8 ranks",
+        ),
     ],
 )
 def test_bad_knobs_are_one_line_errors(
