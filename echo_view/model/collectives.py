@@ -78,13 +78,14 @@ class CollectiveInfo:
 
     def bus_factor(self, nranks: int) -> float:
         """nccl-tests' busbw / algbw: ``passes * (n-1)/n`` on rings, ``(n-1)/n`` for
-        all-to-all, 1 otherwise; a kind timed as another uses that kind's."""
+        all-to-all, gather and scatter (the root's own share does not cross a link), 1
+        otherwise; a kind timed as another uses that kind's."""
         if self.timed_as is not None:
             return collective(self.timed_as).bus_factor(nranks)
         n = max(nranks, 1)
         if self.pattern == "ring":
             return self.passes * (n - 1) / n
-        if self.pattern == "all_to_all":
+        if self.pattern == "all_to_all" or self.kind in (_K.GATHER, _K.SCATTER):
             return (n - 1) / n
         return 1.0
 

@@ -75,7 +75,9 @@ def test_bus_factors_by_hand() -> None:
     assert collective(K.ALL_GATHER).bus_factor(8) == 7 / 8
     assert collective(K.REDUCE_SCATTER).bus_factor(8) == 7 / 8
     assert collective(K.ALL_TO_ALL).bus_factor(8) == 7 / 8
-    assert collective(K.BROADCAST).bus_factor(8) == 1.0
+    assert collective(K.BROADCAST).bus_factor(8) == collective(K.REDUCE).bus_factor(8) == 1.0
+    # nccl-tests gather.cu / scatter.cu: the root's own share does not cross a link.
+    assert collective(K.GATHER).bus_factor(8) == collective(K.SCATTER).bus_factor(8) == 7 / 8
     assert collective(K.SEND_RECV).bus_factor(8) == 1.0
     # Timed as an all-reduce: its factor.
     assert collective(K.BARRIER).bus_factor(8) == collective(K.UNKNOWN).bus_factor(8) == 1.75
