@@ -208,6 +208,12 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
     del registry
     kind = parse_collective(args.collective)
     sizes = parse_sizes(args.bytes, "--bytes")
+    if kind == CollectiveKind.BARRIER and sizes != [4]:
+        # Timed as the one-element all-reduce it is: other sizes timed an all-reduce of them.
+        raise UsageError(
+            "--bytes: a barrier moves one 4-byte element (PyTorch's barrier all-reduces it); "
+            "give --bytes 4, or time all_reduce for other sizes"
+        )
     if not 1 <= args.ranks <= MAX_RANKS:
         raise UsageError(f"--ranks must be between 1 and {MAX_RANKS:,}, got {args.ranks}")
     model = load_model(args.model)

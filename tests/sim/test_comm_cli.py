@@ -85,6 +85,8 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "gpus_per_node=0"],
             "cluster.gpus_per_node: cluster key 'gpus_per_node' must be a number from 1 to 1024",
         ),
+        # Timed as a 1 GiB all-reduce, though a barrier moves one element.
+        (["comm", "barrier", "--bytes", "4,1GiB", "--ranks", "8"], "--bytes: a barrier moves"),
     ],
 )
 def test_comm_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,6 +125,26 @@ def test_calibrate_then_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["calibrate", "comm", logs[0], "-o", str(ab), "--model", "alphabeta"]) == 0
     capsys.readouterr()
     assert run_json(capsys, *args, "--model", str(ab))["algorithm"] == "alpha_beta"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Read as the defaults and labelled "calibrated (empty.toml)".
+        ("", "the file holds no model"),
+        # Accepted: 38,187 GB/s over a 300 GB/s NVLink.
+        ("[bandwidth]\nnvlink_eff = 5.0\n", "bandwidth.nvlink_eff: comm parameter 'nvlink_eff'"),
+        ("[bandwidth]\nprotocol_eff = { LL = 0.5, LL128 = 0.9, SIMPLE = 1.5 }\n", "to 1, got"),
+    ],
+)
+def test_model_files_that_are_no_model(
+    tmp_path: Path, text: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    assert main(["comm", "send_recv", "--bytes", "1GiB", "--ranks", "2", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 def test_calibrate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

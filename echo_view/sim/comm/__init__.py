@@ -66,6 +66,12 @@ def comm_model_from_toml(text: str, path: str | None = None) -> NcclModel | Alph
 def comm_model_from_mapping(
     data: Mapping[str, Any], path: str | None = None
 ) -> NcclModel | AlphaBetaModel:
+    if not data:  # an empty file read as the defaults, labelled calibrated
+        raise ConfigError(
+            "the file holds no model (no [model] table, no constants)",
+            path=path,
+            hint="write one with `echo-view calibrate comm`, or leave out --model",
+        )
     model = data.get("model", {})
     if not isinstance(model, Mapping):
         raise ConfigError("[model] must be a table", path=path)

@@ -33,6 +33,12 @@ def _bw(default: Any, key: str, help: str, unit: str = "fraction") -> Any:
     return param(default, help=help, unit=unit, lo=1e-6, hi=1e9, section="bandwidth", key=key)
 
 
+def _eff(default: Any, key: str, help: str) -> Any:
+    """A share of a nominal bandwidth in ``[bandwidth]``: above 1 it would deliver more than
+    the hardware carries."""
+    return param(default, help=help, unit="fraction", lo=1e-6, hi=1.0, section="bandwidth", key=key)
+
+
 def _launch() -> Any:
     return param(
         0.0,
@@ -80,14 +86,14 @@ class CommParams(ParamSet):
     )
     nvls_us: float = _lat(25.0, "nvls", "fixed cost of an NVLink SHARP all-reduce")
     local_copy_us: float = _lat(2.0, "local_copy", "one-rank collective: a device-to-device copy")
-    nvlink_eff: float = _bw(0.8, "nvlink_eff", "delivered / nominal NVLink bandwidth")
-    pcie_eff: float = _bw(0.75, "pcie_eff", "delivered / nominal PCIe bandwidth")
-    net_eff: float = _bw(0.96, "net_eff", "delivered / nominal NIC bandwidth")
+    nvlink_eff: float = _eff(0.8, "nvlink_eff", "delivered / nominal NVLink bandwidth")
+    pcie_eff: float = _eff(0.75, "pcie_eff", "delivered / nominal PCIe bandwidth")
+    net_eff: float = _eff(0.96, "net_eff", "delivered / nominal NIC bandwidth")
     #: NVLink SHARP all-reduce: algorithm bandwidth / per-GPU NVLink bandwidth (H100: ~275 of
     #: 450 GB/s measured, nccl-tests issue 212).
-    nvls_eff: float = _bw(0.61, "nvls_eff", "NVLS algorithm bandwidth / per-GPU NVLink bandwidth")
-    hbm_eff: float = _bw(1.0, "hbm_eff", "delivered / nominal HBM bandwidth for local copies")
-    protocol_eff: tuple[float, float, float] = _bw(
+    nvls_eff: float = _eff(0.61, "nvls_eff", "NVLS algorithm bandwidth / per-GPU NVLink bandwidth")
+    hbm_eff: float = _eff(1.0, "hbm_eff", "delivered / nominal HBM bandwidth for local copies")
+    protocol_eff: tuple[float, float, float] = _eff(
         (0.5, 0.9375, 1.0), "protocol_eff", "payload fraction of each protocol's wire format"
     )
     channel_gbs: tuple[float, float, float] = _bw(
