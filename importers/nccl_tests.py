@@ -41,7 +41,7 @@ _TEST = re.compile(r"^#\s*Collective test starting:\s*(?P<test>\S+)")
 _VERSION = re.compile(
     r"^#\s*nccl-tests version\s+(?P<tests>\S++).*?nccl-library=(?P<nccl>\d+)", re.IGNORECASE
 )
-_ROW_START = re.compile(r"^\s*\d+\s")
+_ROW_START = re.compile(r"^\s*-?\d+\s")  # (a negative size is a damaged row, not chatter)
 _PARAM = re.compile(r"(\w[\w ]*?):?\s+(\S+)")
 
 
@@ -415,9 +415,19 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
             )
         return value
 
+    nbytes = integer(0, "size")
+
     def time_ns(i: int) -> int:
         number(i, "time")
-        return us_to_ns(tokens[i])
+        ns = us_to_ns(tokens[i])
+        if ns <= 0 and nbytes > 0:  # (it was left out of the fit without a word)
+            raise InputError(
+                f"time {clipped(tokens[i])!r} µs for {nbytes:,} bytes: under a nanosecond",
+                path=path,
+                where=where,
+                hint="the row is damaged; run the test again or delete the row",
+            )
+        return ns
 
     names = table.names
     redop = tokens[names.index("redop")] if table.has_redop else None
@@ -425,7 +435,7 @@ def _parse_row(path: Path, lineno: int, tokens: list[str], table: _Table) -> Ncc
     t0, a0, b0 = table.time_cols[0], table.algbw_cols[0], table.busbw_cols[0]
     row = NcclTestsRow(
         line=lineno,
-        nbytes=integer(0, "size"),
+        nbytes=nbytes,
         count=integer(1, "count"),
         dtype=tokens[2],
         redop=redop,

@@ -112,6 +112,26 @@ def test_malformed_row_names_file_and_line() -> None:
     assert len(info.value.message) < 120
 
 
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # Both were left out of the fit without a word (a row with time 0, and a negative
+        # size read as chatter).
+        ("2048  256  float  none  -1  0.00  0.10  0.05  0  20.10  0.10  0.05  0", "time '0.00'"),
+        ("2048  256  float  none  -1  1e-300  0.10  0.05  0  20.1  0.1  0.05  0", "under a nano"),
+        ("-5  256  float  none  -1  20.40  0.10  0.05  0  20.10  0.10  0.05  0", "size -5 is"),
+    ],
+)
+def test_rows_no_collective_ran_are_refused_at_their_line(row: str, message: str) -> None:
+    good = "2048           256     float    none      -1    20.40    0.10    0.05      0    20.10"
+    assert good in NEW_FORMAT
+    line = next(n for n, text in enumerate(NEW_FORMAT.splitlines(), 1) if good in text)
+    bad = "\n".join(row if good in t else t for t in NEW_FORMAT.splitlines())
+    with pytest.raises(InputError, match=message) as info:
+        parse_nccl_tests("bad.log", bad)
+    assert info.value.where == f"line {line}"
+
+
 def test_missing_parts_are_errors() -> None:
     with pytest.raises(InputError, match="no nccl-tests result rows"):
         parse_nccl_tests("empty.log", "# nThread 1 nGpus 1\n")
