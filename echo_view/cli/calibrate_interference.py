@@ -16,7 +16,14 @@ import sys
 from typing import Any
 
 from echo_view.cli.console import console
-from echo_view.cli.interference import SPLITS, _errors, load_samples, render, report
+from echo_view.cli.interference import (
+    SPLITS,
+    _errors,
+    check_split,
+    load_samples,
+    render,
+    report,
+)
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -25,7 +32,8 @@ from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
 from echo_view.sim.interference import InterferenceModel, model_to_toml
 from echo_view.sim.interference.evaluate import MODELS, holdout
-from echo_view.sim.interference.fit import fit
+from echo_view.sim.interference.fit import fit, folds
+from echo_view.sim.interference.measure import OverlapSamples
 from echo_view.text import markup_safe
 
 
@@ -55,6 +63,15 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def default_split(samples: OverlapSamples, paths: int) -> str:
+    """``job`` with two or more inputs, else ``step``, else ``trace`` (the first with two
+    parts: a one-step capture of 8 ranks has no second step, but has other ranks)."""
+    for split in ("job", "step", "trace") if paths > 1 else ("step", "trace"):
+        if sum(bool(part.any()) for part in folds(samples, split)) >= 2:
+            return split
+    return "job" if paths > 1 else "step"
+
+
 def run(args: argparse.Namespace, registry: Registry) -> int:
     if args.output.suffix.lower() != ".toml":
         raise UsageError(f"the output must be a .toml file, got {args.output.name}")
@@ -67,7 +84,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         )
     if args.split_deprecated is not None:
         warn_deprecated("--split", "--holdout")
-    split = args.holdout or args.split_deprecated or ("job" if len(args.paths) > 1 else "step")
+    split = args.holdout or args.split_deprecated or default_split(samples, len(args.paths))
+    check_split(samples, split)
     errs, _ = holdout(samples, split)
     evaluation = {split: {m: _errors(errs[m]) for m in MODELS}}
     better = errs["fitted"].weighted_abs < errs["constant"].weighted_abs

@@ -40,7 +40,7 @@ from echo_view.loading import SERIAL, Parallel, read_ranks
 from echo_view.model.schema import json_schema
 from echo_view.sim.compute import classify_kernel
 from echo_view.sim.interference.evaluate import MODELS, Errors, holdout
-from echo_view.sim.interference.fit import fit
+from echo_view.sim.interference.fit import fit, folds
 from echo_view.sim.interference.measure import OverlapSamples, class_table, measure_trace
 
 SPLITS = ("job", "trace", "step")
@@ -124,8 +124,23 @@ def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:
     return out
 
 
+def check_split(samples: OverlapSamples, split: str) -> None:
+    """Refuse a held-out split with fewer than two parts: nothing is held out, and the
+    table showed every model at "0 kernels"."""
+    parts = sum(bool(part.any()) for part in folds(samples, split))
+    if parts < 2:
+        noun = {"job": "job", "trace": "trace", "step": "step, or only even or only odd steps"}
+        where = f"one {noun[split]}" if parts else "no step" if split == "step" else "nowhere"
+        raise UsageError(
+            f"--holdout {split}: the overlapped kernels come from {where}; a held-out split "
+            "needs two parts",
+            hint="give traces of two jobs (job), two ranks (trace) or two steps (step)",
+        )
+
+
 def holdout_report(samples: OverlapSamples, split: str) -> dict[str, Any]:
     """Held-out errors per model, as plain numbers."""
+    check_split(samples, split)
     errs, _ = holdout(samples, split)
     return {"split": split, **{m: _errors(errs[m]) for m in MODELS}}
 

@@ -78,18 +78,26 @@ def test_calibrate_names_its_split_holdout_like_interference(
     assert "trace" in tomllib.loads(out.read_text())["evaluation"]
 
 
-def test_calibrate_on_a_job_with_too_few_samples_to_evaluate_writes_a_model(
+def test_calibrate_on_one_step_of_one_job_holds_out_ranks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """DLRM has too few overlapped kernels for some held-out statistics: they are left out of
-    the file (TOML has no null), which reads back."""
+    """DLRM is one job of one step: split by step (the default for one job), nothing was held
+    out, every model read "0 kernels", and the constant model was written "because the
+    fitted one did not beat it". The ranks are the split; the model file reads back."""
     from echo_view.model.toml_file import read_toml_doc
     from echo_view.sim.interference import model_from_doc
 
     out = tmp_path / "m.toml"
-    assert main(["calibrate", "interference", str(SAMPLES / "dlrm_kineto"), "-o", str(out)]) == 0
-    capsys.readouterr()
-    assert model_from_doc(read_toml_doc(out)).fit.kind == "constant"
+    dlrm = str(SAMPLES / "dlrm_kineto")
+    assert main(["calibrate", "interference", dlrm, "-o", str(out)]) == 0
+    assert "held-out duration error (split by trace)" in capsys.readouterr().out
+    model = model_from_doc(read_toml_doc(out))
+    assert model.fit.kind == "fitted"
+    for split in ("job", "step"):
+        for argv in (["calibrate", "interference", dlrm, "-o", str(out)], ["interference", dlrm]):
+            assert main([*argv, "--holdout", split]) == 2
+            err = capsys.readouterr().err
+            assert f"--holdout {split}: the overlapped kernels come from one " in err
 
 
 def test_ranks_measured_where_read_report_what_the_whole_jobs_do(
