@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,24 @@ def folder_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
             raise _unreadable(path, f"cannot read this file ({exc.strerror})") from None
         found.append(path)
     return found
+
+
+def refuse_repeats(files: Sequence[Path], noun: str) -> None:
+    """Refuse a file given twice (a folder and a file in it, a name and a link to it): its
+    ranks were read twice, as ranks of their own."""
+    seen: dict[tuple[int, int], Path] = {}
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue  # named when it is read
+        first = seen.setdefault((st.st_dev, st.st_ino), f)
+        if first is not f:
+            raise InputError(
+                f"the {noun} is given twice (also as {first})",
+                path=f,
+                hint=f"name each {noun} once",
+            )
 
 
 def _unreadable(path: Path, message: str) -> InputError:

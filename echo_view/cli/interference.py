@@ -75,14 +75,34 @@ def load_samples(
     """Measure the overlapped kernels of every PATH, each rank where its file is read (as
     ``parallel`` says): only its samples come back, never the job's events."""
     names: set[str] = set()
+    seen: dict[tuple[int, int], Path] = {}
     parts = []
     for path in paths:
         if str(path) in names:
             raise UsageError(f"{path} is given twice")
         names.add(str(path))
+        for key, file in _file_ids(path).items():
+            # A file read as a rank of two jobs counted its kernels twice, and a held-out
+            # split by job fitted and tested on them.
+            other = seen.setdefault(key, path)
+            if other != path:
+                raise UsageError(f"{file} is given twice: it is also read as part of {other}")
         digest = partial(measure_trace, classify=classify_kernel, job_name=str(path))
         parts.extend(read_ranks([path], digest, registry, progress, parallel)[1])
     return OverlapSamples.concat(parts)
+
+
+def _file_ids(path: Path) -> dict[tuple[int, int], Path]:
+    """The (device, inode) of ``path``, or of each file in it when it is a folder."""
+    out: dict[tuple[int, int], Path] = {}
+    try:
+        files = [f for f in path.iterdir() if f.is_file()] if path.is_dir() else [path]
+        for f in files:
+            st = f.stat()
+            out[(st.st_dev, st.st_ino)] = f
+    except OSError:
+        pass  # named when it is read
+    return out
 
 
 def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:

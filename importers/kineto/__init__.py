@@ -43,7 +43,7 @@ from importers.chrome_json import (
 )
 from importers.chrome_json_text import GZIP_MAGIC
 from importers.event_args import event_facts
-from importers.folder import folder_files
+from importers.folder import folder_files, refuse_repeats
 from importers.kineto.align import ClockFacts, align_ranks, clock_facts
 from importers.kineto.columns import Columns, IntEvent, NumberEvent, RawEvent, check_args_text
 from importers.kineto.comms import EventView, build_collectives
@@ -305,6 +305,7 @@ def expand(paths: Sequence[Path]) -> tuple[list[Path], bool]:
             raise InputError("no such file or directory", path=p, hint="check the path")
     if not files:
         raise InputError("no input files given", hint="give trace files or a directory")
+    refuse_repeats(files, "rank file")
     return files, len(files) > 1
 
 

@@ -21,7 +21,7 @@ from echo_view.formats import Progress, no_progress
 from echo_view.model.job import SEPARATE_RUNS, ClockAlignment, Job
 from echo_view.model.kinds import EventKind
 from echo_view.model.trace import DeviceInfo, Trace
-from importers.folder import folder_files, natural_key
+from importers.folder import folder_files, natural_key, refuse_repeats
 from importers.nsys.build import (
     CaptureInfo,
     build_trace,
@@ -106,7 +106,7 @@ class NsysImporter:
         files: list[Path] = []
         for p in map(Path, paths):
             files.extend(_captures_in(p) if p.is_dir() else [p])
-        _refuse_twice(files)
+        refuse_repeats(files, "capture")
         return sorted(files, key=natural_key), False
 
     def read_rank_file(self, path: Path, many: bool) -> CapturePart:
@@ -117,24 +117,6 @@ class NsysImporter:
     def job_parts(self, paths: Sequence[Path], files: Sequence[Path], many: bool) -> CaptureParts:
         """What joins the :meth:`read_rank_file` results of ``files``, in file order."""
         return CaptureParts(files, self.rank_by)
-
-
-def _refuse_twice(files: Sequence[Path]) -> None:
-    """Refuse a capture given twice (a folder and a file in it, a name and a link to it): its
-    ranks were read twice, as ranks of another node."""
-    seen: dict[tuple[int, int], Path] = {}
-    for f in files:
-        try:
-            st = f.stat()
-        except OSError:
-            continue  # named when it is read
-        first = seen.setdefault((st.st_dev, st.st_ino), f)
-        if first is not f:
-            raise InputError(
-                f"the capture is given twice (also as {first})",
-                path=f,
-                hint="name each capture once",
-            )
 
 
 @dataclass(frozen=True, eq=False)

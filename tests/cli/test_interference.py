@@ -66,6 +66,22 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ".toml" in capsys.readouterr().err
 
 
+def test_a_rank_file_of_two_inputs_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its kernels were counted twice (16 samples -> 24), and a held-out split by job fitted
+    # and tested on the same kernels.
+    rank0 = sorted(Path(DLRM).iterdir())[0]
+    link = tmp_path / "rank0.json.gz"
+    link.symlink_to(rank0)
+    for extra in (rank0, link):
+        assert main(["interference", DLRM, str(extra)]) == 2
+        err = capsys.readouterr().err
+        assert f"{extra} is given twice: it is also read as part of {DLRM}" in err
+    assert main(["info", DLRM, str(rank0)]) == 2
+    assert "the rank file is given twice" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option", ["--holdout", "--split"])
 def test_calibrate_names_its_split_holdout_like_interference(
     option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
