@@ -82,8 +82,11 @@ HOST_THREAD, HOST_SYNC = "host (dispatch)", "cudaDeviceSynchronize"
 #: A zero-length op after a coarse op whose last kernel the host issues late (see
 #: ``_Composer.issue``).
 HOST_TAIL = "host-bound tail"
-#: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast).
-MAX_ALL_RANK_OPS = 20_000_000
+#: Largest workload ``ranks="all"`` builds (op-per-kernel on every rank grows fast): about
+#: 10 µs and 0.7 KB an op, so at most about 100 s and 7 GB. The Megatron-LM CI tp1-pp1 sample
+#: on 8,192 GPUs (9.1 M ops, 93-101 s and 6.4 GB: docs/performance.md) fits; at 20 M, a
+#: 4-layer model on 30,000 GPUs passed the bound and ran past 90 s and 5 GB.
+MAX_ALL_RANK_OPS = 10_000_000
 #: Largest step (traced ops per micro-batch over the stages, times the micro-batches) that
 #: ``ranks="stages"`` builds: 13x the largest shipped config (GPT-175B on 96 GPUs with 1,536
 #: micro-batches, 7.3 M, which simulates in 2.4 s and 355 MB), so a few GB and about a minute;
