@@ -383,7 +383,16 @@ def _gpu_info(exp: Export) -> dict[int, DeviceInfo]:
         f'{c(t, "computeMajor")}, {c(t, "computeMinor")} FROM "{t}"'
     )
     out: dict[int, DeviceInfo] = {}
-    for idx, name, sms, mem, major, minor in exp.query(sql, t):
+    names = (index, "smCount", "totalMemory", "computeMajor", "computeMinor")
+    for k, (idx, name, sms, mem, major, minor) in enumerate(exp.query(sql, t)):
+        for col, value in zip(names, (idx, sms, mem, major, minor), strict=True):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(
+                    f"{col} is {repr(value)[:40]}, not an integer (row {k + 1})",
+                    path=exp.path,
+                    where=f"{t}.{col}",
+                    hint="the export is damaged; export the report again with nsys",
+                )
         cc = (int(major), int(minor)) if major >= 0 and minor >= 0 else None
         out[int(idx)] = DeviceInfo(
             int(idx),

@@ -54,7 +54,7 @@ def _time_checks(cols: Columns, ints: Mapping[str, int]) -> list[_Check]:
             continue
         values = cols.ints[c]
         if needed:  # (a stored -2**63 reads as NULL too)
-            checks.append((c, values == REQUIRED_TIME, f"have no {c} time (NULL)", False))
+            checks.append((c, values == REQUIRED_TIME, f"have no {c} time (NULL or -2^63)", False))
         beyond = (values < -NS_LIMIT) | (values >= NS_LIMIT)
         what = f"have {c} times beyond ±146 years of the capture's clock"
         checks.append((c, beyond, what, False))

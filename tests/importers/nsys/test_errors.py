@@ -225,7 +225,13 @@ def _error_with(tmp_path: Path, table: str, column: str, value: int | None) -> I
     ("table", "column", "value", "where", "message"),
     [
         # (The schema has start NOT NULL; a stored -2**63 is what a NULL reads as.)
-        ("CUPTI_ACTIVITY_KIND_KERNEL", "start", -(2**63), "start", "have no start time (NULL)"),
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "start",
+            -(2**63),
+            "start",
+            "have no start time (NULL or -2^63)",
+        ),
         ("CUPTI_ACTIVITY_KIND_KERNEL", "start", 10**15, "end", "end before they start"),
         # Read as int64 these reached info, check and export (a kernel lasting 292 years) or
         # made a duration that wrapped around (`export`: a negative duration).
@@ -315,3 +321,15 @@ def test_a_capture_given_twice_is_refused(tmp_path: Path) -> None:
         with pytest.raises(InputError, match="the capture is given twice") as info:
             NsysImporter().read(paths)
         assert "\n" not in info.value.one_line()
+
+
+def test_a_gpu_description_that_is_no_number_is_named(tmp_path: Path) -> None:
+    # Was: "unexpected content in the export (TypeError: '>' not supported between ...)".
+    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
+    con = sqlite3.connect(path)
+    con.execute("UPDATE TARGET_INFO_GPU SET smCount = 'abc'")
+    con.commit()
+    con.close()
+    err = _error(path)
+    assert err.where == "TARGET_INFO_GPU.smCount"
+    assert err.message == "smCount is 'abc', not an integer (row 1)"
