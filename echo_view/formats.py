@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import gzip
 import json
 import math
 import os
+import re
 import stat
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -135,6 +138,12 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
+#: How a traced graph (``echo-view trace``'s output) begins, and what it is called.
+GRAPH_HEAD = b'{"format":"echo-view.traced-graph"'
+TRACED_GRAPH = "a traced graph (echo-view trace's output)"
+_TOML_TABLE = re.compile(rb"\[\[?[A-Za-z_][\w.\-]*\]\]?[ \t]*(?:#[^\n]*)?\r?\n")
+
+
 def describe_content(head: bytes) -> str:
     """What a file whose first bytes are ``head`` appears to be, in words ("a PNG image",
     "an empty file", "JSON text", "text", "binary data")."""
@@ -146,6 +155,10 @@ def describe_content(head: bytes) -> str:
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if not text:
         return "a file holding only whitespace"
+    if text.startswith(GRAPH_HEAD):
+        return TRACED_GRAPH
+    if _TOML_TABLE.match(text):  # "[model]": a TOML table, which no JSON text starts with
+        return "a TOML file"
     if text[:1] in (b"{", b"["):
         return "JSON text"
     try:
@@ -157,14 +170,29 @@ def describe_content(head: bytes) -> str:
 
 
 def describe_file(path: Path) -> str:
-    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory)."""
+    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory; a
+    gzip file that holds a traced graph is one)."""
     if path.is_dir():
         return "a directory"
     try:
         with open(path, "rb") as fh:
-            return describe_content(fh.read(4096))
+            what = describe_content(fh.read(4096))
+            if what == "a gzip file" and _gzip_starts_with(fh, GRAPH_HEAD):
+                return TRACED_GRAPH
+            return what
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
+
+
+def _gzip_starts_with(fh: Any, head: bytes) -> bool:
+    """Whether the gzip data of ``fh`` inflates to text starting with ``head`` (only that
+    much is inflated)."""
+    fh.seek(0)
+    try:
+        with gzip.GzipFile(fileobj=fh) as gz:
+            return gz.read(len(head)) == head
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return False
 
 
 def not_a_trace(path: Path, formats: Sequence[str]) -> InputError:
@@ -174,9 +202,10 @@ def not_a_trace(path: Path, formats: Sequence[str]) -> InputError:
     message = (
         "no trace files in this directory" if what == "a directory" else f"not a trace: {what}"
     )
-    return InputError(
-        message, path=path, hint=f"expected {', '.join(formats)}, or a directory of them"
-    )
+    hint = f"expected {', '.join(formats)}, or a directory of them"
+    if what in (TRACED_GRAPH, "a TOML file"):
+        hint += " (workload configs and traced graphs are for simulate, plan and trace)"
+    return InputError(message, path=path, hint=hint)
 
 
 _SPECIAL = (

@@ -20,6 +20,7 @@ from echo_view.errors import InputError, LimitError, OutputError, UsageError
 from echo_view.formats import (
     INFLATION_FLOOR,
     MAX_INFLATION_RATIO,
+    TRACED_GRAPH,
     Registry,
     atomic_output,
     check_inflation,
@@ -183,6 +184,12 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
         (b"  \n\t", "a file holding only whitespace"),
         (b"# a README\n", "text"),
         (bytes(range(128, 256)), "binary data"),
+        # A workload config was "JSON text" (its "[model]" read as an array).
+        (b"# GPT\n\n[model]\nlayers = 2\n", "text"),
+        (b"[model]\nlayers = 2\n", "a TOML file"),
+        (b"[[roles]] # one\n", "a TOML file"),
+        (b"[1, 2]\n", "JSON text"),
+        (b'{"format":"echo-view.traced-graph","version":1}', TRACED_GRAPH),
     ],
 )
 def test_describe_content(head: bytes, what: str) -> None:
@@ -199,6 +206,15 @@ def test_not_a_trace_says_what_the_input_is_and_what_was_expected(tmp_path: Path
     )
     assert describe_file(tmp_path) == "a directory"
     assert not_a_trace(tmp_path, ["x"]).message == "no trace files in this directory"
+    # A traced graph, gzip-compressed as `trace` writes it, was "a gzip file".
+    graph = tmp_path / "g.graph.json.gz"
+    graph.write_bytes(gzip.compress(b'{"format":"echo-view.traced-graph","version":1}'))
+    err = not_a_trace(graph, ["x"])
+    assert err.message == f"not a trace: {TRACED_GRAPH}"
+    assert "(workload configs and traced graphs are for simulate" in (err.hint or "")
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(b"x" * 100)[:12])
+    assert describe_file(cut) == "a gzip file"
 
 
 def test_an_output_link_is_written_through_and_kept(tmp_path: Path) -> None:
