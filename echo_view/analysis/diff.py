@@ -146,12 +146,12 @@ class JobDiff:
         if pct is None:
             return "no_data", "A has no step time to compare against"
         a, b = format_duration(self.step_time.a_ns), format_duration(self.step_time.b_ns)
-        head = f"step time A {a}, B {b} ({pct:+.1f}%)"
+        head = f"step time A {a}, B {b} ({'+' if pct >= 0 else '-'}{_percent(abs(pct))}%)"
         if abs(pct) <= self.tolerance_pct:
             code, text = "match", f"B matches A within {self.tolerance_pct:g}%: {head}"
         else:
             code = "b_slower" if pct > 0 else "b_faster"
-            text = f"B is {abs(pct):.1f}% {'slower' if pct > 0 else 'faster'} than A: {head}"
+            text = f"B is {_percent(abs(pct))}% {'slower' if pct > 0 else 'faster'} than A: {head}"
         cat = max(self.categories.items(), key=lambda kv: abs(kv[1].delta_ns), default=None)
         if cat is not None and cat[1].delta_ns:
             text += f"; largest category change: {cat[0]} {_signed(cat[1].delta_ns)}"
@@ -487,3 +487,9 @@ def _unrelated(a: Job, b: Job, similarity: float | None) -> list[str]:
         return []
     return ["A and B look like different jobs: " + "; ".join(why) + "; the verdict compares "
             "unlike things"]  # fmt: skip
+
+
+def _percent(value: float) -> str:
+    """A percentage with one decimal, or two significant digits under 0.1 (``--tolerance 0``
+    made a change of 0.028% read "0.0% slower")."""
+    return f"{value:.2g}" if 0 < value < 0.1 else f"{value:.1f}"

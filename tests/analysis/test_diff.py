@@ -115,6 +115,15 @@ def test_hand_computed_step_time_categories_and_kernels() -> None:
     assert d.collectives[0].time.a_ns == 400
 
 
+def test_a_small_change_is_not_read_as_zero() -> None:
+    # With --tolerance 0, a step 0.05% longer read "B is 0.0% slower than A (+0.0%)".
+    d = diff_jobs(_job(200_000, 200_000, [1]), _job(200_200, 200_000, [1]), tolerance_pct=0)
+    code, text = d.verdict
+    assert d.step_time.delta_pct() == pytest.approx(0.05, rel=0.01)
+    assert code == "b_slower" and text.startswith("B is 0.05% slower than A")
+    assert "(+0.05%)" in text
+
+
 def test_reference_is_the_measured_side() -> None:
     measured = _job(200, 200, [1])
     predicted = _job(600, 200, [1], predicted=True)
