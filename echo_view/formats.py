@@ -116,7 +116,7 @@ class Registry:
         if best is None:
             known = ", ".join(s for e in self.exporters for s in e.suffixes)
             raise UsageError(
-                f"cannot tell the output format from {path.name!r}",
+                f"-o: cannot tell the output format from {path.name!r}",
                 hint=f"use one of: {known}",
             )
         return best[1]

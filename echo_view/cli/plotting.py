@@ -21,7 +21,7 @@ def plot_format(path: Path) -> str:
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in PLOT_FORMATS:
         raise UsageError(
-            f"cannot tell the plot format from {path.name!r}",
+            f"--plot: cannot tell the plot format from {path.name!r}",
             hint=f"use one of: {', '.join('.' + f for f in PLOT_FORMATS)}",
         )
     return fmt

@@ -105,7 +105,7 @@ def test_export_by_suffix(
 @pytest.mark.parametrize(
     ("out", "message"),
     [
-        ("job.csv", "cannot tell the output format from 'job.csv'"),
+        ("job.csv", "-o: cannot tell the output format from 'job.csv'"),
         ("missing/job.json", "output directory"),
     ],
 )

@@ -61,7 +61,12 @@ def test_calibrate_then_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", DLRM, "--set", "interference=sometimes"]) != 0
-    assert "interference" in capsys.readouterr().err
+    assert (
+        "interference must be on, off or a model file, got 'sometimes'" in capsys.readouterr().err
+    )
+    missing = tmp_path / "gone.toml"
+    assert main(["simulate", DLRM, "--set", f"interference={missing}"]) == 2
+    assert f"--set interference: no such model file: '{missing}'" in capsys.readouterr().err
     assert main(["calibrate", "interference", DLRM, "-o", str(tmp_path / "m.json")]) != 0
     assert ".toml" in capsys.readouterr().err
 

@@ -130,7 +130,7 @@ def test_bad_options_are_one_line_errors(
         (["--gpus", "64", "--top", "0"], "--top must be at least 1"),
         # The name came from the command line: the error names --gpu, not the config file.
         (["--gpus", "64", "--gpu", "Z999"], "error: --gpu: unknown GPU preset 'Z999'"),
-        (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "cannot tell the plot format"),
+        (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "--plot: cannot tell the plot"),
         (["--gpus", "64", "--max-passes", "0"], "--max-passes must be at least 1, got 0"),
         # One layout fits (the paper's tp8 pp8 vp3 dp1, global batch 64 of micro-batch 1):
         # a forward and a backward of 8 stages x 3 chunks x 64 micro-batches, 3,072 passes.

@@ -164,8 +164,11 @@ def model_from_setting(
     if on is not None:
         return default_model(generation) if on else None
     if file is None:
+        path_like = value.strip().lower().endswith(".toml") or "/" in value
         raise ConfigError(
-            f"interference must be on, off or a model file, got {value!r}",
+            f"no such model file: {value!r}"
+            if path_like
+            else f"interference must be on, off or a model file, got {value!r}",
             where="--set interference",
             hint="write a model with `echo-view calibrate interference TRACE... -o FILE.toml`",
         )
