@@ -54,7 +54,10 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="e.g. --set cpu=amd")
-        out[key.strip().removeprefix("cluster.")] = value.strip()
+        name = key.strip().removeprefix("cluster.")
+        if name in out and out[name] != value.strip():  # (the last one won, unreported)
+            raise UsageError(f"--set {name} is given twice: {out[name]!r} and {value.strip()!r}")
+        out[name] = value.strip()
     return out
 
 

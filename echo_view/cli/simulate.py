@@ -95,6 +95,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
         key = key.strip()
         if not sep or not key or not value.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        if key in out and out[key] != value.strip():  # (the last one won, unreported)
+            raise UsageError(f"--set {key} is given twice: {out[key]!r} and {value.strip()!r}")
         out[key] = value.strip()
     return out
 

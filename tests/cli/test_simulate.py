@@ -80,6 +80,8 @@ def test_text_report_and_export_that_passes_check(
         (["--set", "comm.scale=fast"], "expected a number"),
         (["--set", "compute.scale.all=-1"], "between 0 and 1000"),
         (["--set", "comm.scale=1e308"], "between 0 and 1000"),
+        # The last value won, unreported.
+        (["--set", "comm.scale=0.5", "--set", "comm.scale=2"], "comm.scale is given twice"),
         # Accepted, and the 8-rank job replayed on a 3-GPU cluster.
         (
             ["--set", "cluster.gpus_per_node=3", "--set", "cluster.nodes=1"],

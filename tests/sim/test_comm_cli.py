@@ -85,6 +85,21 @@ def test_comm_table(capsys: pytest.CaptureFixture[str]) -> None:
             ["comm", "all_reduce", "--bytes", "1", "--ranks", "2", "--set", "gpus_per_node=0"],
             "cluster.gpus_per_node: cluster key 'gpus_per_node' must be a number from 1 to 1024",
         ),
+        (
+            [
+                "comm",
+                "all_reduce",
+                "--bytes",
+                "1",
+                "--ranks",
+                "2",
+                "--set",
+                "cpu=amd",
+                "--set",
+                "cluster.cpu=intel",
+            ],
+            "--set cpu is given twice: 'amd' and 'intel'",
+        ),
         # Timed as a 1 GiB all-reduce, though a barrier moves one element.
         (["comm", "barrier", "--bytes", "4,1GiB", "--ranks", "8"], "--bytes: a barrier moves"),
     ],
