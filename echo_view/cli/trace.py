@@ -16,7 +16,7 @@ from typing import Any
 from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.simulate import parse_overrides
-from echo_view.errors import UsageError
+from echo_view.errors import InputError, UsageError
 from echo_view.formats import Registry, check_input, check_output
 from echo_view.loading import load_config, torch_missing, trace_config, trace_script_config
 from echo_view.model.config import LIMITS
@@ -112,10 +112,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def _trace_script(args: argparse.Namespace) -> Any:
-    try:
-        from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
-    except ImportError as exc:
-        raise torch_missing(exc, "tracing a script") from exc
+    # What can be checked without torch first: importing it takes seconds.
     world = args.world
     if world is None or not 1 <= world <= LIMITS["gpus"]:
         raise UsageError(
@@ -123,6 +120,15 @@ def _trace_script(args: argparse.Namespace) -> Any:
             + (f" (got {world})" if world is not None else ""),
             hint="the number of ranks the step runs on",
         )
+    script = Path(args.script.partition(":")[0])
+    if script.suffix == ".py":
+        check_input(script, directory_ok=False, wants="a Python script")
+        if not script.exists():
+            raise InputError("no such script", path=script, hint="give FILE.py[:FUNCTION]")
+    try:
+        from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
+    except ImportError as exc:
+        raise torch_missing(exc, "tracing a script") from exc
     spec = ScriptSpec.parse(args.script)
     check_input(spec.path, directory_ok=False, wants="a Python script")
     check_output(args.output, [spec.path])

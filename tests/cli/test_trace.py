@@ -243,3 +243,19 @@ def test_options_a_config_does_not_use_are_refused(
     assert main(["simulate", config, "--comm", "measured"]) == 2
     assert "--comm applies to a measured job" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_script_arguments_are_checked_before_torch_is_imported(tmp_path: Path) -> None:
+    # A missing script or --world 0 was reported only after importing torch (3-6 s).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from echo_view.cli import main; "
+        f"rc = [main(['trace', '--script', {str(tmp_path / 'gone.py')!r}, '--world', w, "
+        f"'-o', {str(tmp_path / 'g.json')!r}]) for w in ('2', '0')]; "
+        "print(rc, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[2, 2] False"
+    assert "gone.py: no such script" in done.stderr and "--script needs --world N" in done.stderr
