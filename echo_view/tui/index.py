@@ -55,8 +55,17 @@ def matching_names(trace: Trace, pattern: Any, deadline: float) -> npt.NDArray[n
     return np.array(found, dtype=np.int32)
 
 
-def _lane_label(trace: Trace, lane_id: int) -> str:
-    return printable(_raw_lane_label(trace, lane_id))
+def _lane_labels(trace: Trace) -> list[str]:
+    """Each lane's label; a label that several processes' lanes share gets the process
+    (10,000 processes with one thread 1 each were 10,000 lanes all named "cpu 1")."""
+    raw = [_raw_lane_label(trace, i) for i in range(len(trace.lanes))]
+    pids: dict[str, set[int | str]] = {}
+    for label, lane in zip(raw, trace.lanes, strict=True):
+        pids.setdefault(label, set()).add(lane.pid)
+    return [
+        printable(f"{label} (pid {lane.pid})" if len(pids[label]) > 1 else label)
+        for label, lane in zip(raw, trace.lanes, strict=True)
+    ]
 
 
 def _raw_lane_label(trace: Trace, lane_id: int) -> str:
@@ -92,6 +101,7 @@ def tracks_of_trace(source: int, tidx: int, job: Job) -> tuple[Track | None, lis
     lanes_sorted = lanes_k[order]
     bounds = np.searchsorted(lanes_sorted, np.arange(len(trace.lanes) + 1))
     lanes: list[Track] = []
+    labels = _lane_labels(trace)
     for lid in sorted(range(len(trace.lanes)), key=lambda i: _lane_order(trace, i)):
         a, b = int(bounds[lid]), int(bounds[lid + 1])
         if a == b:
@@ -103,7 +113,7 @@ def tracks_of_trace(source: int, tidx: int, job: Job) -> tuple[Track | None, lis
                 source,
                 tidx,
                 lid,
-                _lane_label(trace, lid),
+                labels[lid],
                 trace.lanes[lid].kind,
                 rows,
                 st,

@@ -106,6 +106,19 @@ def test_index_groups_lanes_per_rank_with_gpu_header(synth: Job) -> None:
     assert lo == 0 and hi == max(int(t.events.end_ns.max()) for t in synth.traces)
 
 
+def test_lanes_of_processes_that_share_a_label_name_their_process() -> None:
+    # Every process's thread 1 was "cpu 1": the lanes could not be told apart.
+    b = TraceBuilder(0)
+    for pid in (7, 9):
+        b.event(EventKind.CPU_OP, "op", 0, 10, b.lane(LaneKind.CPU_THREAD, pid, 1))
+    b.event(EventKind.CPU_OP, "op", 0, 10, b.lane(LaneKind.CPU_THREAD, 7, 2))
+    b.event(EventKind.KERNEL, "k", 0, 10, b.gpu_stream(0, 7))
+    job = Job((b.build(),), ClockAlignment("none", (0,), 0))
+    index = TimelineIndex.build([Source(job, "")])
+    labels = sorted(t.label for t in index.groups[0].lanes)
+    assert labels == ["cpu 1 (pid 7)", "cpu 1 (pid 9)", "cpu 2", "gpu0 s7"]
+
+
 def test_interleaved_two_source_index_and_views(synth: Job) -> None:
     other = Job(synth.traces, synth.alignment, 2, "b", True)
     full = TimelineIndex.build([Source(synth, "A"), Source(other, "B")])
