@@ -17,6 +17,7 @@ import argparse
 import importlib
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from echo_view.cli.comm import (
 )
 from echo_view.cli.console import console
 from echo_view.cli.pathargs import path_arg
-from echo_view.errors import ConfigError, UsageError
+from echo_view.errors import ConfigError, InputNote, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
 from echo_view.sim.calibrate.comm import (
@@ -47,7 +48,13 @@ from echo_view.sim.calibrate.comm import (
     leave_one_out,
 )
 from echo_view.sim.cluster import Cluster, ClusterKeys, gpu_preset, make_cluster, match_gpu
-from echo_view.sim.comm import AlphaBetaModel, CommParams, NcclModel, comm_model_to_toml
+from echo_view.sim.comm import (
+    AlphaBetaModel,
+    CommParams,
+    NcclModel,
+    bus_factor,
+    comm_model_to_toml,
+)
 from echo_view.text import markup_safe
 from importers.nccl_tests import NcclTestsLog, parse_nccl_tests
 
@@ -157,10 +164,19 @@ def measurements_from_log(
         ranks += [host * cluster.gpus_per_node + i for i in range(count)]
     group = tuple(ranks)
     out = []
+    # Twice the fastest link the cluster has: above it no collective runs (NVLS reductions in
+    # the switch reach about 1.1x NVLink); a wrong --gpu or a damaged log does.
+    links = [cluster.nvlink_bw] + ([cluster.nic_bytes_per_s_per_gpu] if len(ranks) > 1 else [])
+    bound = 2 * max(links)
+    factor = bus_factor(log.collective, len(ranks))
+    too_fast: list[tuple[int, float]] = []
     for row in log.rows:
         t = row.in_place_time_ns if in_place else row.time_ns
         if t is None or t <= 0 or row.nbytes <= 0:
             continue
+        busbw = row.nbytes * factor / (t * 1e-9)
+        if busbw > bound:
+            too_fast.append((row.line, busbw))
         out.append(
             Measurement(
                 kind=log.collective,
@@ -172,6 +188,15 @@ def measurements_from_log(
                 source=Path(log.path).name,
                 line=row.line,
             )
+        )
+    if too_fast:
+        line, busbw = too_fast[0]
+        warnings.warn(
+            f"{Path(log.path).name}: {len(too_fast)} row(s) move data faster than twice the "
+            f"{cluster.gpu.name}'s {max(links) / 1e9:g} GB/s links (first at line {line}: "
+            f"busbw {busbw / 1e9:,.0f} GB/s); check --gpu and the log",
+            InputNote,
+            stacklevel=2,
         )
     return out
 

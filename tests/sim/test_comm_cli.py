@@ -110,6 +110,26 @@ def test_comm_errors(argv: list[str], message: str, capsys: pytest.CaptureFixtur
     assert err.startswith("echo-view: error:") and message in err and err.count("\n") == 1
 
 
+def test_calibrate_warns_of_rows_faster_than_the_hardware(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A row 1,000x too fast (busbw 1 GiB x 2 x 7/8 / 8.1 µs = 231,981 GB/s over 300 GB/s
+    # NVLink) was fitted without a word; the real log draws no warning.
+    real = SAMPLES / "echo_nccl_tests" / "nccl_8.log"
+    assert main(["calibrate", "comm", str(real), "-o", str(tmp_path / "a.toml")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    fast = tmp_path / "nccl_8.log"
+    text = real.read_text()
+    fast.write_text(text.replace("  8139.2  131.92  230.86", "     8.1  131.92  230.86"))
+    assert main(["calibrate", "comm", str(fast), "-o", str(tmp_path / "b.toml")]) == 0
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warning == [
+        "echo-view: warning: nccl_8.log: 1 row(s) move data faster than twice the "
+        "A100-SXM4-40GB's 300 GB/s links (first at line 43: busbw 231,981 GB/s); check --gpu "
+        "and the log"
+    ]
+
+
 def test_calibrate_then_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logs = [str(SAMPLES / "echo_nccl_tests" / f"nccl_{n}.log") for n in (8, 16, 32)]
     out = tmp_path / "comm.toml"
