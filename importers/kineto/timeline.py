@@ -4,8 +4,8 @@ Nothing here is Kineto-specific: it is how Perfetto reads any Chrome JSON (forma
 
 - Kinds come from ``cat`` (Kineto's current and 2021 vocabularies, and echo-view's own labels),
   then from the phase: ``i``/``I``/``R``/``n`` are instants, ``C`` counters.
-- ``B``/``E`` pairs become one slice per thread stack, ``b``/``e`` async pairs one slice per
-  (pid, cat, id) on an async lane of the process.
+- ``B``/``E`` pairs become one slice per thread stack (the ``E``'s args merged into the ``B``'s),
+  ``b``/``e`` async pairs one slice per (pid, cat, id) on the process's ``cat (async)`` lane.
 - Lanes: GPU work (kernel, memcpy, memset, GPU annotation, sync) lives on ``GPU_STREAM`` lanes
   (device = the process's ``GPU n`` label or the pid, stream = the ``stream n`` thread name or the
   tid); CPU-side kinds on ``CPU_THREAD`` lanes; instants/counters/other events on the lane kind
