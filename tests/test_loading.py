@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import sys
 from functools import partial
 from pathlib import Path
@@ -243,9 +244,13 @@ def test_ranks_read_one_file_at_a_time_give_the_job_without_its_events(
     assert read_ranks(folder, digest)[0].source == read_job(folder).source == str(folder[0])
 
 
-def test_ranks_read_apart_keep_the_job_checks() -> None:
+def test_ranks_read_apart_keep_the_job_checks(tmp_path: Path) -> None:
     files = sorted((SAMPLES / "dlrm_kineto").glob("*.json.gz"))
+    copy = tmp_path / "again.json.gz"
+    shutil.copy(files[1], copy)  # (the same file twice is refused before it is read)
     with pytest.raises(InputError, match="two files claim rank 1"):
+        read_ranks([files[0], files[1], copy], _rank_and_events)
+    with pytest.raises(InputError, match="the rank file is given twice"):
         read_ranks([files[0], files[1], files[1]], _rank_and_events)
     # A format read whole (not rank file by rank file) is digested after the read.
     nsys = SAMPLES / "nsys" / "h100_2gpu_1s.sqlite.gz"
