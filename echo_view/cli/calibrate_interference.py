@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
         "--holdout",
         choices=SPLITS,
         help="held-out split, as in `echo-view interference --holdout` (default: job with two "
-        "or more jobs, else step)",
+        "or more jobs, else step, else trace: the first with two parts)",
     )
     # The same option's earlier name, read for one more release.
     p.add_argument("--split", choices=SPLITS, dest="split_deprecated", help=argparse.SUPPRESS)
