@@ -1,4 +1,5 @@
-"""This process's limit on open files, the one operating-system limit echo-view raises.
+"""This process's limit on open files, the one operating-system limit echo-view raises, and
+a child's death with its parent (Linux's parent-death signal).
 
 Two readers need many files at once: a read through shared memory maps each rank's result
 (:mod:`echo_view.spool`), and a local Dask cluster opens sockets and pipes per worker
@@ -7,6 +8,10 @@ Two readers need many files at once: a read through shared memory maps each rank
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from contextlib import suppress
 from pathlib import Path
 
@@ -43,3 +48,21 @@ def _kernel_cap() -> int:
         return int(Path("/proc/sys/fs/nr_open").read_text())
     except (OSError, ValueError):
         return 1 << 20  # the kernel's default
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(sig: signal.Signals, parent_pid: int) -> None:
+    """Linux: have ``sig`` sent to this process when its parent (``parent_pid``, the process
+    that started it) dies, ``kill -9`` and the out-of-memory killer included; exit at once if
+    it died before the request took effect. Elsewhere (no ``prctl``), nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)

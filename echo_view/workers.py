@@ -8,7 +8,6 @@ only when a cluster is asked for.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -23,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from echo_view.errors import UsageError
-from echo_view.oslimits import raise_open_files
+from echo_view.oslimits import die_with_parent, raise_open_files
 from echo_view.text import clipped
 
 MAX_WORKERS = 1024  # a local cluster larger than this is a typo, not a machine
@@ -242,18 +241,7 @@ def _die_with_parent() -> None:
     check (a pipe whose other end the parent holds) never fires for forked workers, as each
     also holds its siblings' ends: a command killed by the OOM killer or ``kill -9`` left its
     workers running, holding their memory, until killed by hand."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # no prctl: Dask's check is all there is
-        return
-    if os.getppid() != _PARENT_PID:  # the command died before prctl took effect
-        os._exit(1)
-
-
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+    die_with_parent(signal.SIGTERM, _PARENT_PID)  # (no prctl: Dask's check is all there is)
 
 
 _FORK_HOOKED = False

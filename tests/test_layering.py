@@ -74,8 +74,11 @@ ALLOWED: dict[str, set[str]] = {
 for _deps in ALLOWED.values():
     _deps.add("echo_view.text")
 ALLOWED["echo_view.text"] = set()
-# The limit on open files (echo_view.oslimits) is the operating system's: it needs nothing.
+# The limit on open files and the parent-death signal (echo_view.oslimits) are the operating
+# system's: it needs nothing.
 ALLOWED["echo_view.oslimits"] = set()
+# A traced script's process dies with the command that started it (oslimits.die_with_parent).
+ALLOWED["echo_view.tracing"].add("echo_view.oslimits")
 # Temporary files a killed command left (echo_view.leftovers): the file system only; outputs,
 # the shared-memory spool and the Nsight reader's temporary folders use it.
 ALLOWED["echo_view.leftovers"] = set()

@@ -4,10 +4,12 @@ of a fake process group under fake tensors, and record its ops phase by phase
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import itertools
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -25,6 +27,7 @@ import torch
 from echo_view.errors import ConfigError, EchoViewError, InputError
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
+from echo_view.oslimits import die_with_parent
 from echo_view.text import printable_lines
 from echo_view.tracing.recorder import UnsupportedCollective
 from echo_view.tracing.script_env import fake_rank
@@ -203,11 +206,18 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
         raise InputError("cannot be imported as a Python module", path=spec.path)
     module = importlib.util.module_from_spec(loader)
     sys.modules[name] = module
+    # Modules beside the script import as they do under `python script.py` or torchrun.
+    folder = str(spec.path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         loader.loader.exec_module(module)
     except SyntaxError as exc:
         raise InputError(
-            f"syntax error: {exc.msg}", path=spec.path, where=f"line {exc.lineno}"
+            f"syntax error: {exc.msg}",
+            path=spec.path,
+            where=f"line {exc.lineno}" if exc.lineno is not None else None,
+            hint="fix the script: `python -m py_compile FILE.py` shows the same error",
         ) from exc
     except SystemExit as exc:
         raise _exit_error(
@@ -243,7 +253,14 @@ def call_arguments(
 ) -> dict[str, Any]:
     """The keyword arguments to call ``fn`` with: ``required`` (from ``--set``) must be
     parameters of ``fn``; ``offered`` (from a config) are passed where ``fn`` takes them."""
-    params = inspect.signature(fn).parameters
+    try:
+        params = inspect.signature(fn).parameters
+    except (ValueError, TypeError):  # a built-in such as max: no signature to call it by
+        raise InputError(
+            f"{spec.function} is not a Python function that runs a training step",
+            path=spec.path,
+            hint="give FILE.py:FUNCTION, a function defined in Python",
+        ) from None
     takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
     for key in required:
         if key not in params and not takes_any:
@@ -290,7 +307,7 @@ def _exit_error(exc: SystemExit, spec: ScriptSpec, who: str, when: str, hint: st
 
 def _first_line(exc: BaseException) -> str:
     """The first line of ``exc``'s message, at most 200 characters."""
-    return (str(exc).strip().splitlines() or [""])[0][:200]
+    return (_text(exc).strip().splitlines() or [""])[0][:200]
 
 
 def _script_error(exc: BaseException, spec: ScriptSpec, timeout_s: float) -> EchoViewError:
@@ -349,9 +366,11 @@ def trace_rank(
     world: int,
     strings: StringTable | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_start: Callable[[], None] | None = None,
 ) -> RankProgram:
     """Run the step as ``rank`` of ``world`` in this process and record it (string ids in
-    ``strings``, a new table when ``None``)."""
+    ``strings``, a new table when ``None``); ``on_start`` is called when the time limit starts
+    (before the script is imported)."""
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -360,6 +379,8 @@ def trace_rank(
         # The limit covers the script's import too: a loop at its top level ran until the
         # parent's wait (the limit plus the start allowance) ran out.
         started = time.monotonic()
+        if on_start is not None:
+            on_start()
         try:
             with _time_limit(timeout_s):
                 fn = load_function(spec)
@@ -402,8 +423,11 @@ def trace_rank(
     )
 
 
-#: Seconds a traced rank's process may take beyond the step's limit (start, import torch).
+#: Seconds a traced rank's process may take to start (import torch) before its limit starts.
 _START_S = 120.0
+#: Seconds past the limit before the parent kills the rank's process: its own alarm did not
+#: stop the script (ignored or caught, or a long call in C that never returns to Python).
+_GRACE_S = 10.0
 
 
 class _PrintableStream:
@@ -422,21 +446,36 @@ class _PrintableStream:
 
 
 def _child(conn: Any, args: tuple[Any, ...]) -> None:
-    """Trace one rank in a child process and send back the program or the error."""
+    """Trace one rank in a child process and send back the program or the error. The process
+    leads its own group, so that what the script forks ends with it, and dies with its parent
+    (a ``kill -9`` of the command left it running)."""
+    spec, offered, required, rank, world, timeout_s, parent = args
+    os.setpgrp()
+    die_with_parent(signal.SIGKILL, parent)
     sys.stdout = _PrintableStream(sys.stdout)
     sys.stderr = _PrintableStream(sys.stderr)
     try:
         strings = StringTable()
-        spec, offered, required, rank, world, timeout_s = args
-        prog = trace_rank(spec, offered, required, rank, world, strings, timeout_s)
+        prog = trace_rank(
+            spec, offered, required, rank, world, strings, timeout_s,
+            on_start=lambda: conn.send(("started",)),
+        )  # fmt: skip
         conn.send(("ok", prog, list(strings.strings)))
     except EchoViewError as exc:
         error = (type(exc).__name__, exc.message, exc.path, exc.where, exc.hint)
         conn.send(("error", error, traceback.format_exc()))
     except BaseException as exc:  # reported to the parent, which raises it
-        conn.send(("crash", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        conn.send(("crash", f"{type(exc).__name__}: {_text(exc)}", traceback.format_exc()))
     finally:
         conn.close()
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a word for it when its ``__str__`` raises."""
+    try:
+        return str(exc)
+    except Exception:  # a script's exception class whose __str__ fails
+        return "(its message cannot be shown)"
 
 
 def _remap(prog: RankProgram, names: list[str], strings: StringTable) -> RankProgram:
@@ -474,7 +513,7 @@ def start_rank(
     step stuck outside Python can be killed, and the memory is returned."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    args = (spec, dict(offered), dict(required), rank, world, timeout_s)
+    args = (spec, dict(offered), dict(required), rank, world, timeout_s, os.getpid())
     proc = ctx.Process(target=_child, args=(send, args), daemon=True)
     proc.start()
     send.close()
@@ -482,11 +521,21 @@ def start_rank(
 
 
 def stop_rank(job: RankJob) -> None:
-    """End the rank's process (killed if it still runs)."""
+    """End the rank's process and whatever it started (its process group, killed before the
+    process is reaped, so that its id cannot have been reused)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.proc.pid, signal.SIGKILL)  # (ESRCH: it had not made its group yet)
     if job.proc.is_alive():
         job.proc.kill()
     job.proc.join()
     job.recv.close()
+
+
+def _receive(job: RankJob, deadline: float) -> Any:
+    """The rank's next message, or its timeout error at ``deadline`` (monotonic)."""
+    if not job.recv.poll(max(deadline - time.monotonic(), 0.0)):
+        raise timeout_error(job.spec, job.timeout_s, None)
+    return job.recv.recv()
 
 
 def finish_rank(job: RankJob, strings: StringTable) -> RankProgram:
@@ -494,11 +543,12 @@ def finish_rank(job: RankJob, strings: StringTable) -> RankProgram:
     import echo_view.errors as errors
 
     spec = job.spec
-    left = job.timeout_s + _START_S - (time.monotonic() - job.started)
     try:
-        if not job.recv.poll(max(left, 0.0)):
-            raise timeout_error(spec, job.timeout_s, None)
-        msg = job.recv.recv()
+        msg = _receive(job, job.started + _START_S)
+        if msg[0] == "started":  # the limit runs from here, in the child and here
+            msg = _receive(job, time.monotonic() + job.timeout_s + _GRACE_S)
+        if msg[0] == "started":
+            raise InputError(f"tracing rank {job.rank} started twice", path=spec.path)
     except EOFError:
         job.proc.join()
         code = job.proc.exitcode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,117 @@ def test_script_arguments_are_checked_before_torch_is_imported(tmp_path: Path) -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[2, 2] False"
     assert "gone.py: no such script" in done.stderr and "--script needs --world N" in done.stderr
+
+
+def test_the_command_waits_the_limit_and_a_grace_once_the_step_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The parent waited the limit plus the 120 s start allowance for the result: a step that
+    # ignores or catches its alarm ran 2 minutes past --timeout 5.
+    from echo_view.errors import InputError
+    from echo_view.tracing import script_run
+
+    waits: list[float] = []
+
+    class Recv:
+        def __init__(self) -> None:
+            self.messages = [("started",)]
+
+        def poll(self, timeout: float) -> bool:
+            waits.append(timeout)
+            return bool(self.messages)
+
+        def recv(self) -> tuple[str]:
+            return self.messages.pop()
+
+        def close(self) -> None:
+            pass
+
+    class Proc:
+        pid = -1  # (killpg(-1) is refused: stop_rank goes on)
+
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self) -> None:
+            pass
+
+    monkeypatch.setattr(script_run.os, "killpg", lambda pid, sig: None)
+    spec = script_run.ScriptSpec(Path("step.py"))
+    job = script_run.RankJob(spec, 0, 5.0, Proc(), Recv(), started=script_run.time.monotonic())
+    with pytest.raises(InputError, match="did not return within 5 s"):
+        script_run.finish_rank(job, script_run.StringTable())
+    assert len(waits) == 2
+    assert waits[0] <= script_run._START_S
+    assert 5.0 < waits[1] <= 5.0 + script_run._GRACE_S
+
+
+@pytest.mark.slow
+def test_what_a_step_forks_ends_with_it(tmp_path: Path) -> None:
+    # A forked child and a subprocess of the step outlived the command.
+    pytest.importorskip("torch")
+    pids = tmp_path / "pids.txt"
+    script = tmp_path / "forks.py"
+    script.write_text(
+        STEP.format(
+            body=f"import os, subprocess, time; child = os.fork()\n"
+            f"    if child == 0: time.sleep(300); os._exit(0)\n"
+            f"    sleeper = subprocess.Popen(['sleep', '301'])\n"
+            f"    open({str(pids)!r}, 'a').write(f'{{child}} {{sleeper.pid}}\\n')\n"
+            f"    model(torch.ones(2, 64)).sum().backward()"
+        )
+    )
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(tmp_path / "g.json")]
+    assert main(argv) == 0
+    left = [int(p) for p in pids.read_text().split()]
+    assert len(left) == 2
+    for pid in left:
+        for _ in range(100):  # a killed process is gone, or a zombie, once the kill lands
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"process {pid} the step started still runs")
+
+
+@pytest.mark.slow
+def test_a_script_imports_the_modules_beside_it(tmp_path: Path) -> None:
+    # As `python train.py` or torchrun would; it was "No module named 'mylib' (install it in
+    # echo-view's environment)".
+    pytest.importorskip("torch")
+    (tmp_path / "mylib.py").write_text("WIDTH = 64\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import mylib\n" + STEP.format(body="model(torch.ones(2, mylib.WIDTH)).sum().backward()")
+    )
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(tmp_path / "g.json")]
+    assert main(argv) == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("train_step = max\n", "train_step is not a Python function that runs a training step"),
+        (
+            "class E(Exception):\n    def __str__(self):\n        raise RuntimeError('\\x1b[2J')\n"
+            "def train_step():\n    raise E()\n",
+            "line 5: train_step() raised E: (its message cannot be shown)",
+        ),
+    ],
+    ids=["builtin", "unprintable-exception"],
+)
+def test_steps_that_cannot_be_called_or_described_are_one_line(
+    tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both were a RuntimeError / ValueError traceback, exit 1 (the second with a raw escape).
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text(source)
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(tmp_path / "g.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "\x1b" not in err
