@@ -125,9 +125,12 @@ def _render(r: dict[str, Any]) -> str:
     if t["tokens_per_s_per_gpu"] is None:
         lines.append(f"throughput: none to report: the predicted step takes no time ({flops})")
     else:
+        # Model FLOPs come from the config's shape keys (PaLM's formula): past 100%, they do
+        # not describe the model that was traced (a script's own model, say).
+        odd = " (over 100%: the config's [model] shape does not describe the traced model)"
         lines.append(
             f"throughput: {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-            f"MFU {100 * t['mfu']:.1f}% ({flops})"
+            f"MFU {100 * t['mfu']:.1f}% ({flops}){odd if t['mfu'] > 1 else ''}"
         )
     if "moe" in r:
         e = r["moe"]

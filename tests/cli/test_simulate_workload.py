@@ -256,3 +256,23 @@ def test_a_step_that_takes_no_time_reports_no_throughput(
     assert out["throughput"]["tokens_per_s_per_gpu"] is None and out["throughput"]["mfu"] is None
     assert main(argv) == 0
     assert "throughput: none to report: the predicted step takes no time" in capsys.readouterr().out
+
+
+def test_an_mfu_over_100_percent_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    # Printed as it came ("MFU 2408.0%" for a script's one linear layer under a GPT shape).
+    argv = ["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml")]
+    argv += [
+        "--set",
+        "host.kernel_us=0",
+        "--set",
+        "compute.scale.all=0.01",
+        "--set",
+        "comm.scale=0",
+    ]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("throughput"))
+    mfu = float(line.split("MFU ")[1].split("%")[0])
+    assert mfu > 100
+    assert line.endswith(
+        "(over 100%: the config's [model] shape does not describe the traced model)"
+    )
