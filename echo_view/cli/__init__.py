@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
     except EchoViewError as exc:
         if args.debug:  # the traceback, then the same line and exit code as without --debug
-            traceback.print_exc()
+            _print_traceback()
         print(f"echo-view: error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except MemoryError:
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         print(
             "echo-view: error: out of memory (run it where more memory is free or allowed, "
             "ulimit -v; or read fewer ranks at once: --workers 1)",
@@ -310,3 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     finally:
         set_max_inflated_bytes(None)
+
+
+def _print_traceback() -> None:
+    """The traceback of the error being handled, for ``--debug``, with what the inputs put in
+    its messages (escape sequences, control characters) shown escaped."""
+    from echo_view.text import printable_lines
+
+    sys.stderr.write(printable_lines(traceback.format_exc()))

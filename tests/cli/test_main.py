@@ -415,6 +415,22 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> No
         assert done.stderr.splitlines()[-1].startswith("echo-view: error: ")
 
 
+@pytest.mark.slow
+def test_debug_shows_what_inputs_put_in_the_traceback_escaped(tmp_path: Path) -> None:
+    # The traceback of a traced script's exception carried its message raw: "\x1b[2J" cleared
+    # the terminal.
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text("def train_step():\n    raise ValueError('\\x1b[2J cleared')\n")
+    argv = ["trace", "--script", str(script), "--world", "1", "-o", str(tmp_path / "g.json")]
+    done = subprocess.run(
+        [sys.executable, "-m", "echo_view", "--debug", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "Traceback" in done.stderr and "cleared" in done.stderr
+    assert "\x1b" not in done.stderr
+
+
 def test_an_output_name_is_shown_escaped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
