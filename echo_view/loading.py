@@ -34,7 +34,7 @@ from echo_view.formats import (
     no_progress,
     set_max_inflated_bytes,
 )
-from echo_view.model.config import WorkloadConfig
+from echo_view.model.config import WorkloadConfig, split_script
 from echo_view.model.config_keys import config_to_mapping, tracing_key
 from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import TracedGraph
@@ -397,7 +397,7 @@ def script_file(cfg: WorkloadConfig) -> tuple[Path, str]:
     """The script file of a config's ``[model] script`` (relative to the config) and its
     function."""
     text = cfg.model.script or ""
-    path_text, _, function = text.partition(":")
+    path_text, function = split_script(text)
     path = Path(path_text)
     if not path.is_absolute() and cfg.source:
         path = Path(cfg.source).parent / path

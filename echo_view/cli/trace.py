@@ -19,7 +19,7 @@ from echo_view.cli.simulate import parse_overrides
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Registry, check_input, check_output
 from echo_view.loading import load_config, torch_missing, trace_config, trace_script_config
-from echo_view.model.config import LIMITS
+from echo_view.model.config import LIMITS, split_script
 from echo_view.text import printable
 from exporters.graph import write_graph
 
@@ -120,7 +120,7 @@ def _trace_script(args: argparse.Namespace) -> Any:
             + (f" (got {world})" if world is not None else ""),
             hint="the number of ranks the step runs on",
         )
-    script = Path(args.script.partition(":")[0])
+    script = Path(split_script(args.script)[0])
     if script.suffix == ".py":
         check_input(script, directory_ok=False, wants="a Python script")
         if not script.exists():

@@ -180,6 +180,15 @@ class ModelConfig:
         return 2 if self.activation == "swiglu" else 1
 
 
+def split_script(text: str) -> tuple[str, str]:
+    """``FILE.py[:FUNCTION]`` as (file, function; ``""`` when not given). A text that ends in
+    ``.py`` is all file: a ``:`` in a file name is no function."""
+    if text.endswith(".py") or ":" not in text:
+        return text, ""
+    path, _, function = text.rpartition(":")
+    return path, function
+
+
 def microbatch_group_error(stages: int, microbatches: int, group: int) -> str | None:
     """Why Megatron-Core's interleaved schedule refuses ``group`` contiguous micro-batches per
     chunk, or ``None``: it must lie in ``[pp, m]``, and a shorter last group must still hold

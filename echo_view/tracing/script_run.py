@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from echo_view.errors import ConfigError, EchoViewError, InputError
+from echo_view.model.config import split_script
 from echo_view.model.graph import OpTable
 from echo_view.model.strings import StringTable
 from echo_view.oslimits import die_with_parent
@@ -47,8 +48,9 @@ class ScriptSpec:
 
     @classmethod
     def parse(cls, text: str, base: Path | None = None) -> ScriptSpec:
-        """``FILE.py[:FUNCTION]``, a relative ``FILE`` taken from ``base``."""
-        path_text, _, function = text.partition(":")
+        """``FILE.py[:FUNCTION]`` (:func:`~echo_view.model.config.split_script`), a relative
+        ``FILE`` taken from ``base``."""
+        path_text, function = split_script(text)
         path = Path(path_text)
         if base is not None and not path.is_absolute():
             path = base / path
@@ -239,6 +241,12 @@ def load_function(spec: ScriptSpec) -> Callable[..., Any]:
     finally:
         sys.modules.pop(name, None)
     fn = getattr(module, spec.function, None)
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise InputError(
+            f"{spec.function}() is asynchronous (async def): its step would never run",
+            path=spec.path,
+            hint="give a plain function (def) that runs one training step",
+        )
     if not callable(fn):
         raise InputError(
             f"the script defines no function {spec.function!r}",

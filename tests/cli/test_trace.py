@@ -360,8 +360,10 @@ def test_a_script_imports_the_modules_beside_it(tmp_path: Path) -> None:
             "def train_step():\n    raise E()\n",
             "line 5: train_step() raised E: (its message cannot be shown)",
         ),
+        # A RuntimeWarning "coroutine ... was never awaited", then an optimizer-step error.
+        ("async def train_step():\n    pass\n", "train_step() is asynchronous (async def)"),
     ],
-    ids=["builtin", "unprintable-exception"],
+    ids=["builtin", "unprintable-exception", "async"],
 )
 def test_steps_that_cannot_be_called_or_described_are_one_line(
     tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]

@@ -227,6 +227,9 @@ def test_axis_of_refuses_a_group_of_no_axis() -> None:
 def test_script_spec_parses_file_and_function(tmp_path: Path) -> None:
     assert ScriptSpec.parse("a.py") == ScriptSpec(Path("a.py"), "train_step")
     assert ScriptSpec.parse("a.py:step", tmp_path) == ScriptSpec(tmp_path / "a.py", "step")
+    # A ":" in a file name is no function ("not a Python script: 'we'"); the last ":" is.
+    assert ScriptSpec.parse("we:ird.py") == ScriptSpec(Path("we:ird.py"), "train_step")
+    assert ScriptSpec.parse("c:/w/a.py:step") == ScriptSpec(Path("c:/w/a.py"), "step")
 
 
 def test_compose_adds_no_data_parallel_collective_to_a_script_graph() -> None:
