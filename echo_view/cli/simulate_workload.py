@@ -113,10 +113,17 @@ def _render(r: dict[str, Any]) -> str:
             f"{b['rank'] if b else '-'} ({100 * h['share']:.0f}% of the step) at "
             f"{h['kernel_us']:g} µs per kernel{fills}{bound}"
         )
-    lines.append(
-        f"pipeline bubble: ideal {100 * r['bubble']['ideal']:.1f}%, "
-        f"simulated {100 * r['bubble']['simulated']:.1f}%"
-    )
+    bubble = r["bubble"]
+    if bubble["ideal"] == 0:  # one stage: what idles the compute stream is no pipeline bubble
+        lines.append(
+            f"pipeline bubble: none (one stage); the compute stream is idle "
+            f"{100 * bubble['simulated']:.1f}% of the time up to its last pass"
+        )
+    else:
+        lines.append(
+            f"pipeline bubble: ideal {100 * bubble['ideal']:.1f}%, "
+            f"simulated {100 * bubble['simulated']:.1f}%"
+        )
     t = r["throughput"]
     flops = (
         f"{t['model_flops_per_token'] / 1e9:,.1f} GFLOP/token, "

@@ -276,3 +276,13 @@ def test_an_mfu_over_100_percent_says_why(capsys: pytest.CaptureFixture[str]) ->
     assert line.endswith(
         "(over 100%: the config's [model] shape does not describe the traced model)"
     )
+
+
+def test_one_stage_reports_no_pipeline_bubble(capsys: pytest.CaptureFixture[str]) -> None:
+    # "pipeline bubble: ideal 0.0%, simulated 65.9%" at pp = 1: host-bound idle time, no bubble.
+    assert main(["simulate", str(VALIDATION / "megatron-ci-7b-tp4-pp1.toml")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pipeline"))
+    assert line.startswith("pipeline bubble: none (one stage); the compute stream is idle ")
+    assert main(["simulate", str(VALIDATION / "megatron-ci-7b-tp1-pp4.toml")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pipeline"))
+    assert line.startswith("pipeline bubble: ideal ")
