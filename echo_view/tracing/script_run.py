@@ -433,9 +433,10 @@ def trace_rank(
 
 #: Seconds a traced rank's process may take to start (import torch) before its limit starts.
 _START_S = 120.0
-#: Seconds past the limit before the parent kills the rank's process: its own alarm did not
+#: Seconds past the limit before the parent kills the rank's process (room for a loaded machine
+#: to record and send a step that ended just in time): its own alarm did not
 #: stop the script (ignored or caught, or a long call in C that never returns to Python).
-_GRACE_S = 10.0
+_GRACE_S = 30.0
 
 
 class _PrintableStream:
