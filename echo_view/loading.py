@@ -491,11 +491,11 @@ def torch_missing(exc: ImportError, what: str = "tracing a config") -> ConfigErr
     )
 
 
-def trace_config(cfg: WorkloadConfig) -> TracedGraph:
-    """Trace ``cfg`` on the meta device (its script, for ``[model] script``); a clear error
-    when torch is missing."""
+def trace_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> TracedGraph:
+    """Trace ``cfg`` on the meta device (its script, for ``[model] script``, within
+    ``timeout_s`` per rank); a clear error when torch is missing."""
     if cfg.model.script is not None:
-        graph: TracedGraph = trace_script_config(cfg).graph
+        graph: TracedGraph = trace_script_config(cfg, timeout_s).graph
         return graph
     try:
         from echo_view.tracing.roles import trace_workload
@@ -567,8 +567,11 @@ def beside_graph(config: Path) -> Path:
     return config.with_name(config.stem + ".graph.json.gz")
 
 
-def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]:
-    """The traced graph of ``cfg`` and where it came from (``beside``, ``cache``, ``traced``)."""
+def graph_for_config(
+    cfg: WorkloadConfig, path: Path, timeout_s: float | None = None
+) -> tuple[TracedGraph, str]:
+    """The traced graph of ``cfg`` and where it came from (``beside``, ``cache``, ``traced``:
+    a script within ``timeout_s`` per rank)."""
     beside = beside_graph(path)
     if beside.is_file():
         graph = read_graph(beside)
@@ -584,7 +587,7 @@ def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]
             with contextlib.suppress(OSError):
                 os.utime(cached)  # recently used: kept longest by prune_cache
             return hit, "cache"
-    graph = trace_config(cfg)
+    graph = trace_config(cfg, timeout_s)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_graph(graph, cached)
@@ -594,12 +597,15 @@ def graph_for_config(cfg: WorkloadConfig, path: Path) -> tuple[TracedGraph, str]
     return graph, "traced"
 
 
-def load_workload(path: Path) -> tuple[WorkloadConfig, TracedGraph, str, float]:
-    """Config and graph for a ``.toml`` or traced-graph input, and the seconds it took."""
+def load_workload(
+    path: Path, timeout_s: float | None = None
+) -> tuple[WorkloadConfig, TracedGraph, str, float]:
+    """Config and graph for a ``.toml`` or traced-graph input (a config's script traced within
+    ``timeout_s`` per rank when it must be), and the seconds it took."""
     t0 = time.perf_counter()
     if path.suffix.lower() == ".toml":
         cfg = load_config(path)
-        graph, origin = graph_for_config(cfg, path)
+        graph, origin = graph_for_config(cfg, path, timeout_s)
     else:
         graph = read_graph(path)
         cfg_map: Any = graph.config.get("config")

@@ -82,6 +82,13 @@ def register(subparsers: Any) -> None:
         help="workload configs: simulate one rank per pipeline stage (exact when the "
         "tensor- and data-parallel ranks are symmetric; default) or every rank",
     )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="configs whose [model] names a script: the limit per rank for tracing it "
+        "(default 600), when no traced graph is at hand",
+    )
     add_parallel_options(p)
     add_progress_option(p)
     p.set_defaults(func=run)
@@ -135,6 +142,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 f"{option} applies to workload configs and traced graphs, not to a measured job",
                 hint="a replay takes its kernel times from the trace; use --set compute.scale.*",
             )
+    if getattr(args, "timeout", None) is not None:
+        raise UsageError("--timeout applies to configs whose [model] names a script")
     overrides = parse_overrides(args.overrides)
     check_keys(overrides, workload=False)  # before the (possibly long) import
     exporter = registry.exporter_for(args.output) if args.output is not None else None

@@ -286,3 +286,39 @@ def test_one_stage_reports_no_pipeline_bubble(capsys: pytest.CaptureFixture[str]
     assert main(["simulate", str(VALIDATION / "megatron-ci-7b-tp1-pp4.toml")]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pipeline"))
     assert line.startswith("pipeline bubble: ideal ")
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (SAMPLES / "dlrm_kineto", "--timeout applies to configs whose [model] names a script"),
+        (
+            SAMPLES / "configs" / "echo-gpt13b-64xH800.toml",
+            "--timeout applies to configs whose [model] names a script",
+        ),
+        (SAMPLES / "scripts" / "llama3_8b_fsdp_8xh100.toml", "--timeout must be more than 0"),
+    ],
+)
+def test_simulate_takes_a_timeout_for_script_configs_only(
+    target: Path, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A config whose script hangs was stopped only by the 600 s default per rank.
+    timeout = "0" if "must be" in message else "3"
+    assert main(["simulate", str(target), "--timeout", timeout]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_simulate_stops_a_script_that_hangs_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "loop.py").write_text("def train_step():\n    while True:\n        pass\n")
+    config = (SAMPLES / "scripts" / "llama3_8b_fsdp_8xh100.toml").read_text()
+    script_line = next(x for x in config.splitlines() if x.startswith("script"))
+    (tmp_path / "c.toml").write_text(config.replace(script_line, 'script = "loop.py"'))
+    assert main(["simulate", str(tmp_path / "c.toml"), "--timeout", "1"]) == 2
+    err = capsys.readouterr().err  # (line 2 or 3: where the alarm met the loop)
+    assert "loop.py: line " in err and "train_step() did not return within 1 s" in err
