@@ -529,11 +529,16 @@ def start_rank(
     return RankJob(spec, rank, timeout_s, proc, recv, time.monotonic())
 
 
-def stop_rank(job: RankJob) -> None:
-    """End the rank's process and whatever it started (its process group, killed before the
-    process is reaped, so that its id cannot have been reused)."""
+def _kill_group(job: RankJob) -> None:
+    """SIGKILL to the rank's process group (what the step forked or started), to be sent
+    before the process is reaped: while it is not, no other process can hold its id."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(job.proc.pid, signal.SIGKILL)  # (ESRCH: it had not made its group yet)
+
+
+def stop_rank(job: RankJob) -> None:
+    """End the rank's process and whatever it started (:func:`_kill_group`)."""
+    _kill_group(job)
     if job.proc.is_alive():
         job.proc.kill()
     job.proc.join()
@@ -559,6 +564,7 @@ def finish_rank(job: RankJob, strings: StringTable) -> RankProgram:
         if msg[0] == "started":
             raise InputError(f"tracing rank {job.rank} started twice", path=spec.path)
     except EOFError:
+        _kill_group(job)
         job.proc.join()
         code = job.proc.exitcode
         if code is not None and code < 0:  # killed by a signal: the kernel's OOM killer, mostly
