@@ -82,9 +82,11 @@ class Threads:
         """(raw pair ids, resolved thread ids) for one chunk."""
         raw = self.raw
         before = len(raw.keys_)
-        try:
+        kinds = set(map(type, pids))
+        kinds.update(map(type, tids))
+        if kinds <= _PLAIN:
             raw_ids = [raw[k] for k in zip(pids, tids, strict=True)]
-        except TypeError:  # an unhashable pid/tid (list, object)
+        else:  # true == 1 == 1.0 as dict keys: a `true` pid was read as pid 1 (and not refused)
             raw_ids = [raw[_hashable_pair(p, t)] for p, t in zip(pids, tids, strict=True)]
         arr = np.array(raw_ids, dtype=np.int32)
         if len(raw.keys_) > before:
@@ -99,7 +101,7 @@ class Threads:
             firsts.setdefault(int(arr[row]), row + first)
         extra = np.zeros(len(new_ids), dtype=np.int32)
         for j, rid in enumerate(new_ids):
-            pid, tid = _pair(self.raw.keys_[rid])
+            pid, tid = map(_untag, _pair(self.raw.keys_[rid]))
             thread = self.resolved[resolve_thread(pid, tid)]
             extra[j] = thread
             self.infos.append(ThreadInfo(pid, tid, thread, firsts[rid]))
@@ -123,8 +125,17 @@ def _display(key: Hashable) -> Any:
     return key
 
 
+#: The pid/tid types whose values key a dict apart (no ``True == 1 == 1.0``).
+_PLAIN = {int, str, type(UNSET)}
+#: Tags that keep a boolean or float pid/tid apart from an equal int in :attr:`Threads.raw`.
+_TAGS = {bool: "bool", float: "float"}
+
+
 def _hashable_pair(pid: Any, tid: Any) -> tuple[Hashable, Hashable]:
     def h(v: Any) -> Hashable:
+        tag = _TAGS.get(type(v))
+        if tag is not None:
+            return (tag, v)
         try:
             hash(v)
         except TypeError:
@@ -132,3 +143,10 @@ def _hashable_pair(pid: Any, tid: Any) -> tuple[Hashable, Hashable]:
         return v  # type: ignore[no-any-return]
 
     return h(pid), h(tid)
+
+
+def _untag(key: Any) -> Any:
+    """The pid/tid a :func:`_hashable_pair` key stands for (an unhashable one stays tagged)."""
+    if isinstance(key, tuple) and len(key) == 2 and key[0] in ("bool", "float"):
+        return key[1]
+    return key

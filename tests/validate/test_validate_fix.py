@@ -114,3 +114,21 @@ def test_fix_repairs_real_traces(rel: str, tmp_path: Path) -> None:
         return len(xs), round(sum(float(e["dur"]) for e in xs), 3)
 
     assert slices(out) == slices(src)
+
+
+def test_a_true_pid_is_not_pid_1(tmp_path: Path) -> None:
+    # true == 1 == 1.0 as dict keys: `"pid": true` shared pid 1's raw pair, was not refused,
+    # and --fix moved the valid event of pid 1.0 into a process named "pid True".
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 0, "dur": 10, "pid": True, "tid": 1},
+        {"ph": "X", "name": "c", "ts": 20, "dur": 1, "pid": 1.0, "tid": 1},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    assert run_check(src).count("EV503") == 1
+    out = tmp_path / "fixed.json"
+    changes = fix_file(src, out)
+    assert any("(True, 1) -> (2, 1)" in c for c in changes), changes
+    fixed = {e["name"]: e["pid"] for e in json.loads(out.read_text())["traceEvents"] if "dur" in e}
+    assert fixed == {"a": 1, "b": 2, "c": 1.0}
