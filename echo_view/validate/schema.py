@@ -8,6 +8,7 @@ keeps exact nanoseconds only below 2**42 µs.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -357,10 +358,22 @@ def _type_msg(e: Any) -> str:
     for f in ("ts", "dur"):
         v = getattr(e, f)
         if v is not UNSET and (
-            v is None or isinstance(v, bool | list | dict) or (isinstance(v, str) and not _num(v))
+            v is None
+            or isinstance(v, bool | list | dict)
+            or (isinstance(v, str) and not _finite_text(v))
         ):
             parts.append(f"{f}={v!r}")
     return ", ".join(parts) + " is not a number"
+
+
+def _finite_text(text: str) -> bool:
+    """Whether ``text`` reads as a finite number (``"NaN"``, ``"Infinity"`` and ``"1e400"``
+    read as floats, but as none; they were left out of the message, which read ``:  is not a
+    number``)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _number(v: Any) -> str:

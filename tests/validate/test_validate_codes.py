@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from echo_view.validate import CODES
@@ -35,3 +38,18 @@ def test_exit_codes_follow_severity() -> None:
     # Warnings alone keep the exit code at 0.
     warn = run_check(fixture("EV401", "fail"))
     assert warn.count("EV401") and warn.exit_code() == 0
+
+
+def test_a_time_that_reads_as_no_finite_number_is_named(tmp_path: Path) -> None:
+    # "NaN", "Infinity" and "1e400" parse as floats: the message left them out and read
+    # ":  is not a number".
+    events = [
+        {"ph": "X", "name": "a", "ts": t, "dur": 1, "pid": 1, "tid": 1} for t in ("NaN", "1e400")
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    texts = [f.text() for f in run_check(path).tallies["EV206"].first]
+    assert [t.rsplit(": ", 1)[1] for t in texts] == [
+        "ts='NaN' is not a number",
+        "ts='1e400' is not a number",
+    ]
