@@ -175,6 +175,11 @@ def _remap_ids(
     pid_map: dict[str, int] = {}
     moved: list[str] = []
     n = 0
+    # A process or thread that names itself keeps its name (its metadata moves with it): a
+    # second name for it was a new EV501 / EV502 in the repaired file.
+    meta = np.flatnonzero(ev.ph == PH["M"]).tolist()
+    named_threads = {int(ev.raw_thread[r]) for r in meta if ev.evs[r].name == "thread_name"}
+    named_pids = {repr(ev.evs[r].pid) for r in meta if ev.evs[r].name == "process_name"}
     for rid, info in enumerate(infos):
         pid, tid = info.pid, info.tid
         new_pid, new_tid = pid, tid
@@ -182,11 +187,13 @@ def _remap_ids(
             key = repr(pid)
             if key not in pid_map:
                 pid_map[key] = ids.free_pid(pid)
-                extra.append(_meta("process_name", pid_map[key], UNSET, f"pid {pid!r}"))
+                if key not in named_pids:
+                    extra.append(_meta("process_name", pid_map[key], UNSET, f"pid {pid!r}"))
             new_pid = pid_map[key]
         if not id_in_range(tid):
             new_tid = ids.free_tid(new_pid, tid)
-            extra.append(_meta("thread_name", new_pid, new_tid, f"tid {tid!r}"))
+            if rid not in named_threads:
+                extra.append(_meta("thread_name", new_pid, new_tid, f"tid {tid!r}"))
         if (new_pid, new_tid) == (pid, tid):
             continue
         rows = np.flatnonzero(ev.raw_thread == rid)

@@ -132,3 +132,25 @@ def test_a_true_pid_is_not_pid_1(tmp_path: Path) -> None:
     assert any("(True, 1) -> (2, 1)" in c for c in changes), changes
     fixed = {e["name"]: e["pid"] for e in json.loads(out.read_text())["traceEvents"] if "dur" in e}
     assert fixed == {"a": 1, "b": 2, "c": 1.0}
+
+
+def test_a_remapped_thread_keeps_its_own_name(tmp_path: Path) -> None:
+    # The fix named the new tid "tid -1" beside the thread's own "sync" (moved with it): the
+    # repaired file had an EV502 the input had not; the same for a process (EV501).
+    events = [
+        {"ph": "X", "name": "b", "ts": 0, "dur": 10, "pid": 1, "tid": -1},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": -1, "args": {"name": "sync"}},
+        {"ph": "X", "name": "c", "ts": 0, "dur": 10, "pid": -1, "tid": 5},
+        {"ph": "M", "name": "process_name", "pid": -1, "args": {"name": "Overhead"}},
+        {"ph": "X", "name": "d", "ts": 0, "dur": 5, "pid": 1, "tid": 1.5},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "fixed.json"
+    fix_file(src, out)
+    after = run_check(out)
+    assert after.count("EV501") == after.count("EV502") == after.count("EV503") == 0
+    names = sorted(
+        e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "M"
+    )
+    assert names == ["Overhead", "sync", "tid 1.5"]
