@@ -256,17 +256,19 @@ class SchemaRule:
         ctx.emit_rows(
             "EV210", chunk, np.flatnonzero(ts_ok & (chunk.ts_ns < 0)), lambda r: f"ts={ev[r].ts}"
         )
-        big = (ts_kind == T_BIG_FLOAT) & (chunk.ts_ns % 1000 != 0)
-        big |= (dur_kind == T_BIG_FLOAT) & (chunk.dur_ns % 1000 != 0)
-        ctx.emit_rows(
-            "EV212",
-            chunk,
-            np.flatnonzero(big),
-            lambda r: (
-                f"ts={ev[r].ts} µs is >= 2**42 with sub-µs digits; a double "
-                f"reader is off by up to {_ulp_ns(ev[r].ts)} ns"
-            ),
-        )
+        big_ts = (ts_kind == T_BIG_FLOAT) & (chunk.ts_ns % 1000 != 0)
+        big_dur = (dur_kind == T_BIG_FLOAT) & (chunk.dur_ns % 1000 != 0)
+
+        def big_msg(r: int) -> str:
+            # (A dur was reported as its event's ts, "off by up to 0 ns".)
+            field, value = ("ts", ev[r].ts) if big_ts[r] else ("dur", ev[r].dur)
+            tail = "" if big_ts[r] else " (a rebase moves ts only: write the dur as an integer)"
+            return (
+                f"{field}={value} µs is >= 2**42 with sub-µs digits; a double reader is off by "
+                f"up to {_ulp_ns(value)} ns{tail}"
+            )
+
+        ctx.emit_rows("EV212", chunk, np.flatnonzero(big_ts | big_dur), big_msg)
 
         self._ids(chunk, ctx)
         self._names(chunk, ctx)

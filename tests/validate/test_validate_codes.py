@@ -53,3 +53,15 @@ def test_a_time_that_reads_as_no_finite_number_is_named(tmp_path: Path) -> None:
         "ts='NaN' is not a number",
         "ts='1e400' is not a number",
     ]
+
+
+def test_a_dur_beyond_double_precision_is_named_as_the_dur(tmp_path: Path) -> None:
+    # It was reported as the event's ts ("ts=1 µs ... off by up to 0 ns").
+    path = tmp_path / "t.json"
+    path.write_text(
+        '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 4458676524648.797, '
+        '"pid": 1, "tid": 1}]}'
+    )
+    (text,) = [f.text() for f in run_check(path).tallies["EV212"].first]
+    assert "dur=4458676524648.797 µs is >= 2**42 with sub-µs digits" in text
+    assert "off by up to 1 ns" in text
