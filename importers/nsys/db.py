@@ -32,7 +32,7 @@ from echo_view.leftovers import sweep, tagged
 from echo_view.units import NS_LIMIT
 from importers.chrome_json_text import file_blocks
 from importers.nsys.columns import Columns, read_columns
-from importers.nsys.pages import PageFile
+from importers.nsys.pages import PageFile, page_size
 
 #: Default of a ``start``/``end`` column that must not be NULL (see :meth:`Export.read`).
 REQUIRED_TIME = -(2**63)
@@ -321,14 +321,16 @@ def _check_complete(path: Path) -> None:
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", path=path) from None
-    page = int.from_bytes(head[16:18], "big")
-    page = 65536 if page == 1 else page
+    page = page_size(head)
     pages = int.from_bytes(head[28:32], "big")
     # The header's page count holds while its version number matches the change counter.
     counted = pages if head[92:96] == head[24:28] else 0
     # (A header that is not SQLite's, bytes 21-23 not its fixed 64/32/32, is left to SQLite.)
-    valid = head[21:24] == b"\x40\x20\x20" and page >= 512 and not page & (page - 1)
-    if valid and (size % page or counted * page > size):
+    if (
+        page is not None
+        and head[21:24] == b"\x40\x20\x20"
+        and (size % page or counted * page > size)
+    ):
         raise InputError(
             f"the file is cut short ({size:,} bytes: "
             + (

@@ -122,6 +122,16 @@ class Records:
         return Text(self.file.buf, self.offsets[column], length, t == 0)
 
 
+def page_size(head: bytes) -> int | None:
+    """The page size a SQLite file's first 100 bytes state, or ``None`` when they are no
+    SQLite header with a valid one (a power of two, 512 to 65,536)."""
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if not head.startswith(_MAGIC) or page < 512 or page & (page - 1):
+        return None
+    return page
+
+
 class PageFile:
     """An SQLite file opened for reading tables page by page."""
 
@@ -150,12 +160,9 @@ class PageFile:
         except (OSError, ValueError):
             return None
         head = mapped[:100]
-        page = int.from_bytes(head[16:18], "big")
-        page = 65536 if page == 1 else page
+        page = page_size(head)
         if (
-            not head.startswith(_MAGIC)
-            or page < 512
-            or page & (page - 1)
+            page is None
             or head[18:20] != b"\x01\x01"  # 2 = WAL: pages may live in the -wal file
             or int.from_bytes(head[56:60], "big") != 1  # UTF-8
             or size % page
