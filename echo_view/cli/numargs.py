@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from echo_view.errors import UsageError
 from echo_view.text import clipped, printable
 from echo_view.units import parse_integer, parse_number
 
@@ -18,6 +19,18 @@ def int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"expected an integer such as 8, got {printable(clipped(repr(text)))}"
         ) from None
+
+
+#: Longest limit ``--timeout`` takes, in seconds (a day).
+MAX_TIMEOUT_S = 86_400
+
+
+def check_timeout(seconds: float | None) -> None:
+    """Refuse a ``--timeout`` outside (0, a day]; ``None`` (not given) passes."""
+    if seconds is not None and not 0 < seconds <= MAX_TIMEOUT_S:
+        raise UsageError(
+            f"--timeout must be more than 0 and at most {MAX_TIMEOUT_S} s, got {seconds:g}"
+        )
 
 
 def float_arg(text: str) -> float:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from echo_view.cli.numargs import float_arg
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -84,7 +85,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=float_arg,
         metavar="SECONDS",
         help="configs whose [model] names a script: the limit per rank for tracing it "
         "(default 600), when no traced graph is at hand",
@@ -92,6 +93,10 @@ def register(subparsers: Any) -> None:
     add_parallel_options(p)
     add_progress_option(p)
     p.set_defaults(func=run)
+
+
+#: ``--timeout`` given for an input that traces no script.
+TIMEOUT_FOR_SCRIPTS = "--timeout applies to configs whose [model] names a script"
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
                 hint="a replay takes its kernel times from the trace; use --set compute.scale.*",
             )
     if getattr(args, "timeout", None) is not None:
-        raise UsageError("--timeout applies to configs whose [model] names a script")
+        raise UsageError(TIMEOUT_FOR_SCRIPTS)
     overrides = parse_overrides(args.overrides)
     check_keys(overrides, workload=False)  # before the (possibly long) import
     exporter = registry.exporter_for(args.output) if args.output is not None else None

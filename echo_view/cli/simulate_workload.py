@@ -31,6 +31,8 @@ import time
 from typing import Any
 
 from echo_view.cli.export import report_written
+from echo_view.cli.numargs import check_timeout
+from echo_view.cli.simulate import TIMEOUT_FOR_SCRIPTS
 from echo_view.errors import UsageError
 from echo_view.formats import Registry, check_output, json_text
 from echo_view.loading import beside_graph, cache_dir, load_config, load_workload, setting_file
@@ -53,17 +55,16 @@ def run_workload(args: argparse.Namespace, registry: Registry, overrides: dict[s
         if args.input.suffix.lower() == ".toml":  # the graphs a config may be read with
             check_output(args.output, [beside_graph(args.input), cache_dir()])
     timeout = getattr(args, "timeout", None)
-    if timeout is not None and not 0 < timeout <= 86_400:
-        raise UsageError(f"--timeout must be more than 0 and at most 86400 s, got {timeout:g}")
+    check_timeout(timeout)
+    scripted = False
     if args.input.suffix.lower() == ".toml":
         # The cluster's values are checked before a graph is looked up or traced (minutes).
         early = load_config(args.input)
         cluster_from_config(early.cluster, early.source)
         with_parallel_settings(early, overrides)
-        if timeout is not None and early.model.script is None:  # (accepted, it did nothing)
-            raise UsageError("--timeout applies to configs whose [model] names a script")
-    elif timeout is not None:
-        raise UsageError("--timeout applies to configs whose [model] names a script")
+        scripted = early.model.script is not None
+    if timeout is not None and not scripted:  # (accepted, it did nothing)
+        raise UsageError(TIMEOUT_FOR_SCRIPTS)
     cfg, graph, origin, t_graph = load_workload(args.input, timeout)
     compute = getattr(args, "compute", None)
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from echo_view.cli.numargs import float_arg, int_arg
+from echo_view.cli.numargs import check_timeout, float_arg, int_arg
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.simulate import parse_overrides
 from echo_view.errors import InputError, UsageError
@@ -81,8 +81,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
             "give either CONFIG.toml or --script FILE.py[:FUNCTION]",
             hint="echo-view trace --script train.py --world 8 -o graph.json.gz",
         )
-    if args.timeout is not None and not 0 < args.timeout <= 86_400:
-        raise UsageError(f"--timeout must be more than 0 and at most 86400 s, got {args.timeout:g}")
+    check_timeout(args.timeout)
     t0 = time.perf_counter()
     if args.script is not None:
         trace = _trace_script(args)
@@ -129,8 +128,7 @@ def _trace_script(args: argparse.Namespace) -> Any:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:
         raise torch_missing(exc, "tracing a script") from exc
-    spec = ScriptSpec.parse(args.script)
-    check_input(spec.path, directory_ok=False, wants="a Python script")
+    spec = ScriptSpec.parse(args.script)  # (a .py path: checked above)
     check_output(args.output, [spec.path])
     required = {k: script_value(v) for k, v in parse_overrides(args.set).items()}
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout

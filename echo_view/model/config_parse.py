@@ -46,6 +46,7 @@ from echo_view.model.config import (
     chunk_layers,
     microbatch_group_error,
     resolve_attention,
+    split_script,
 )
 from echo_view.model.moe_config import check_moe_layout, parse_moe
 from echo_view.text import clipped
@@ -311,7 +312,7 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         or par.account_for_embedding_in_pipeline_split
         or par.account_for_loss_in_pipeline_split
     )
-    if mod.script is not None and not mod.script.partition(":")[0].strip():
+    if mod.script is not None and not split_script(mod.script)[0].strip():
         raise err("model.script", "names no file: give the script's path, e.g. train.py")
     if mod.script is not None and par.pp > 1:
         raise err("parallel.pp", "a script is traced as one pipeline stage: it needs pp = 1")
