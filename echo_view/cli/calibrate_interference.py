@@ -23,6 +23,7 @@ from echo_view.cli.interference import (
     load_samples,
     render,
     report,
+    split_parts,
 )
 from echo_view.cli.parallel import add_parallel_options, parallel_of
 from echo_view.cli.pathargs import path_arg
@@ -32,7 +33,7 @@ from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
 from echo_view.sim.interference import InterferenceModel, model_to_toml
 from echo_view.sim.interference.evaluate import MODELS, holdout
-from echo_view.sim.interference.fit import fit, folds
+from echo_view.sim.interference.fit import fit
 from echo_view.sim.interference.measure import OverlapSamples
 from echo_view.text import markup_safe
 
@@ -67,7 +68,7 @@ def default_split(samples: OverlapSamples, paths: int) -> str:
     """``job`` with two or more inputs, else ``step``, else ``trace`` (the first with two
     parts: a one-step capture of 8 ranks has no second step, but has other ranks)."""
     for split in ("job", "step", "trace") if paths > 1 else ("step", "trace"):
-        if sum(bool(part.any()) for part in folds(samples, split)) >= 2:
+        if split_parts(samples, split) >= 2:
             return split
     return "job" if paths > 1 else "step"
 

@@ -144,10 +144,15 @@ def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:
     return out
 
 
+def split_parts(samples: OverlapSamples, split: str) -> int:
+    """How many non-empty parts the held-out ``split`` cuts ``samples`` into."""
+    return sum(bool(part.any()) for part in folds(samples, split))
+
+
 def check_split(samples: OverlapSamples, split: str) -> None:
     """Refuse a held-out split with fewer than two parts: nothing is held out, and the
     table showed every model at "0 kernels"."""
-    parts = sum(bool(part.any()) for part in folds(samples, split))
+    parts = split_parts(samples, split)
     if parts < 2:
         noun = {"job": "job", "trace": "trace", "step": "step, or only even or only odd steps"}
         where = f"one {noun[split]}" if parts else "no step" if split == "step" else "nowhere"

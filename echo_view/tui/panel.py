@@ -232,7 +232,7 @@ class TimelinePanel(Vertical):
         span = tl.selection_span()
         if m is None or span is None:
             return -1
-        if 0 <= self.match_at < len(m) and tl.selection == self._match_selection(self.match_at):
+        if self._on_match_at():
             return self.match_at  # (n/N between hits at one instant keep their turn)
         same_time = m.at_time(span[0])
         return next((i for i in same_time if self._match_selection(i) == tl.selection), -1)
@@ -324,7 +324,7 @@ class TimelinePanel(Vertical):
             self.notify("no search results: press / to search", severity="warning")
             return
         tl = self.timeline
-        if 0 <= self.match_at < len(m) and tl.selection == self._match_selection(self.match_at):
+        if self._on_match_at():
             # Step through the list: matches at one instant on several ranks all get a turn.
             i: int | None = (self.match_at + direction) % len(m)
         else:
@@ -335,6 +335,15 @@ class TimelinePanel(Vertical):
         self.match_at = i
         tl.select(self._match_selection(i))
         self._update_status()
+
+    def _on_match_at(self) -> bool:
+        """Whether the selection is the search hit :attr:`match_at` points at."""
+        m = self.matches
+        return (
+            m is not None
+            and 0 <= self.match_at < len(m)
+            and self.timeline.selection == self._match_selection(self.match_at)
+        )
 
     def _match_selection(self, i: int) -> Selection:
         m = self.matches
