@@ -36,22 +36,33 @@ def folder_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return found
 
 
-def refuse_repeats(files: Sequence[Path], noun: str) -> None:
-    """Refuse a file given twice (a folder and a file in it, a name and a link to it): its
-    ranks were read twice, as ranks of their own."""
-    seen: dict[tuple[int, int], Path] = {}
-    for f in files:
+def first_repeat(files: Sequence[Path]) -> tuple[int, int] | None:
+    """The positions of the first file of ``files`` that is an earlier one again (by device
+    and inode: another spelling or a link counts), else ``None``; one that cannot be looked
+    up is left to its reader."""
+    seen: dict[tuple[int, int], int] = {}
+    for i, f in enumerate(files):
         try:
             st = f.stat()
         except OSError:
-            continue  # named when it is read
-        first = seen.setdefault((st.st_dev, st.st_ino), f)
-        if first is not f:
-            raise InputError(
-                f"the {noun} is given twice (also as {first})",
-                path=f,
-                hint=f"name each {noun} once",
-            )
+            continue
+        first = seen.setdefault((st.st_dev, st.st_ino), i)
+        if first != i:
+            return first, i
+    return None
+
+
+def refuse_repeats(files: Sequence[Path], noun: str) -> None:
+    """Refuse a file given twice (a folder and a file in it, a name and a link to it): its
+    ranks were read twice, as ranks of their own."""
+    repeat = first_repeat(files)
+    if repeat is not None:
+        first, again = files[repeat[0]], files[repeat[1]]
+        raise InputError(
+            f"the {noun} is given twice (also as {first})",
+            path=again,
+            hint=f"name each {noun} once",
+        )
 
 
 def _unreadable(path: Path, message: str) -> InputError:

@@ -42,6 +42,7 @@ from echo_view.sim.compute import classify_kernel
 from echo_view.sim.interference.evaluate import MODELS, Errors, holdout
 from echo_view.sim.interference.fit import fit, folds
 from echo_view.sim.interference.measure import OverlapSamples, class_table, measure_trace
+from importers.folder import first_repeat
 
 SPLITS = ("job", "trace", "step")
 
@@ -75,34 +76,31 @@ def load_samples(
     """Measure the overlapped kernels of every PATH, each rank where its file is read (as
     ``parallel`` says): only its samples come back, never the job's events."""
     names: set[str] = set()
-    seen: dict[tuple[int, int], Path] = {}
-    parts = []
     for path in paths:
         if str(path) in names:
             raise UsageError(f"{path} is given twice")
         names.add(str(path))
-        for key, file in _file_ids(path).items():
-            # A file read as a rank of two jobs counted its kernels twice, and a held-out
-            # split by job fitted and tested on them.
-            other = seen.setdefault(key, path)
-            if other != path:
-                raise UsageError(f"{file} is given twice: it is also read as part of {other}")
+    # A file read as a rank of two jobs counted its kernels twice, and a held-out split by
+    # job fitted and tested on them.
+    listed = [(path, f) for path in paths for f in _files(path)]
+    repeat = first_repeat([f for _, f in listed])
+    if repeat is not None:
+        (other, _), (_, file) = listed[repeat[0]], listed[repeat[1]]
+        raise UsageError(f"{file} is given twice: it is also read as part of {other}")
+    parts = []
+    for path in paths:
         digest = partial(measure_trace, classify=classify_kernel, job_name=str(path))
         parts.extend(read_ranks([path], digest, registry, progress, parallel)[1])
     return OverlapSamples.concat(parts)
 
 
-def _file_ids(path: Path) -> dict[tuple[int, int], Path]:
-    """The (device, inode) of ``path``, or of each file in it when it is a folder."""
-    out: dict[tuple[int, int], Path] = {}
+def _files(path: Path) -> list[Path]:
+    """``path``, or the files in it when it is a folder (one that cannot be listed is named
+    when it is read)."""
     try:
-        files = [f for f in path.iterdir() if f.is_file()] if path.is_dir() else [path]
-        for f in files:
-            st = f.stat()
-            out[(st.st_dev, st.st_ino)] = f
+        return [f for f in path.iterdir() if f.is_file()] if path.is_dir() else [path]
     except OSError:
-        pass  # named when it is read
-    return out
+        return []
 
 
 def report(samples: OverlapSamples, split: str | None) -> dict[str, Any]:
