@@ -138,8 +138,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-#: How a traced graph (``echo-view trace``'s output) begins, and what it is called.
-GRAPH_HEAD = b'{"format":"echo-view.traced-graph"'
+#: The ``format`` of a traced graph (``echo-view trace``'s output), and what it is called.
+GRAPH_FORMAT = "echo-view.traced-graph"
 TRACED_GRAPH = "a traced graph (echo-view trace's output)"
 _TOML_TABLE = re.compile(rb"\[\[?[A-Za-z_][\w.\-]*\]\]?[ \t]*(?:#[^\n]*)?\r?\n")
 
@@ -155,7 +155,7 @@ def describe_content(head: bytes) -> str:
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if not text:
         return "a file holding only whitespace"
-    if text.startswith(GRAPH_HEAD):
+    if _names_graph(head):
         return TRACED_GRAPH
     if _TOML_TABLE.match(text):  # "[model]": a TOML table, which no JSON text starts with
         return "a TOML file"
@@ -177,22 +177,26 @@ def describe_file(path: Path) -> str:
     try:
         with open(path, "rb") as fh:
             what = describe_content(fh.read(4096))
-            if what == "a gzip file" and _gzip_starts_with(fh, GRAPH_HEAD):
-                return TRACED_GRAPH
-            return what
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
+    return TRACED_GRAPH if what == "a gzip file" and is_graph_file(path) else what
 
 
-def _gzip_starts_with(fh: Any, head: bytes) -> bool:
-    """Whether the gzip data of ``fh`` inflates to text starting with ``head`` (only that
-    much is inflated)."""
-    fh.seek(0)
+def _names_graph(head: bytes) -> bool:
+    return GRAPH_FORMAT.encode() in head[:256]
+
+
+def is_graph_file(path: Path) -> bool:
+    """Cheap sniff: does the file (or the gzip data it holds) start like traced-graph JSON?"""
     try:
-        with gzip.GzipFile(fileobj=fh) as gz:
-            return gz.read(len(head)) == head
-    except (EOFError, zlib.error, gzip.BadGzipFile):
+        with path.open("rb") as f:
+            head = f.read(256)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as g:
+                head = g.read(256)
+    except (OSError, EOFError, zlib.error):
         return False
+    return _names_graph(head)
 
 
 def not_a_trace(path: Path, formats: Sequence[str]) -> InputError:

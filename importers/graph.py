@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import msgspec
 import numpy as np
 
 from echo_view.errors import InputError
+from echo_view.formats import GRAPH_FORMAT, is_graph_file
 from echo_view.model.graph import (
     GRAPH_SCHEMA_VERSION,
     OP_COLUMNS,
@@ -24,7 +23,9 @@ from echo_view.model.strings import StringTable
 from echo_view.text import clipped
 from importers.chrome_json_text import HINT_DEEP, TOO_DEEP, file_blocks, line_col, too_deep_at
 
-FORMAT_NAME = "echo-view.traced-graph"
+FORMAT_NAME = GRAPH_FORMAT
+#: The sniff of a traced graph (one place: :mod:`echo_view.formats` names the file with it).
+is_graph_document = is_graph_file
 
 
 def _load(path: Path) -> Any:
@@ -112,19 +113,6 @@ def _check_meta(meta: Any, path: Path) -> dict[str, Any]:
         for stage, n in counts.items():
             _int(n, path, f"meta.{key}.{clipped(str(stage))}", lo=0)
     return meta
-
-
-def is_graph_document(path: Path) -> bool:
-    """Cheap sniff: does the file start like traced-graph JSON?"""
-    try:
-        with path.open("rb") as f:
-            head = f.read(256)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as g:
-                head = g.read(256)
-    except (OSError, EOFError, zlib.error):
-        return False
-    return FORMAT_NAME.encode() in head
 
 
 def read_graph(path: Path) -> TracedGraph:
