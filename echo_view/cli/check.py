@@ -382,7 +382,7 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         after = Report(Selection.parse([c.split(":")[0] for c in changes if c.startswith("EV")]))
         if after.selection.select:
             check_paths([args.output], after)
-            left = {t.code: t.count for t in after}
+            left = ", ".join(f"{t.code} ×{t.count:,}" for t in after)
             if left:
                 changes.append(f"still present in {args.output}: {left}")
     else:

@@ -243,7 +243,7 @@ def _shifted(trace: Trace, by: int) -> Trace:
         steps=replace(
             steps,
             start_ns=steps.start_ns + by,
-            end_ns=np.where(steps.end_ns >= 0, steps.end_ns + by, NONE),
+            end_ns=steps.end_ns + by,  # always known: the step's CPU-side end
             gpu_end_ns=np.where(steps.gpu_end_ns != NONE, steps.gpu_end_ns + by, NONE),
         ),
     )

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from echo_view.model.trace_rules import first_fit_lanes, parse_flow_id
-from echo_view.units import ns_to_us_text
+from echo_view.units import EXACT_FLOAT_US_LIMIT, ns_to_us_text
 from echo_view.validate.events import (
     PH,
     T_BIG_FLOAT,
@@ -319,6 +319,13 @@ def _rebase(ev: _Events, top: dict[str, Any], changes: list[str]) -> None:
         return
     rows = np.flatnonzero(ev.ts_ok)
     base_us = int(ev.ts[rows].min()) // 1000
+    span_us = (int(ev.ts[rows].max()) - base_us * 1000) / 1000
+    if span_us >= EXACT_FLOAT_US_LIMIT:  # no shift brings the last one below the limit
+        changes.append(
+            f"EV212: not rebased: the timestamps span {span_us / 86_400e6:,.1f} days, beyond "
+            "the ~51 a double holds to the ns (2**42 µs); write them as integers"
+        )
+        return
     for r in rows.tolist():
         ns = int(ev.ts[r]) - base_us * 1000
         ev.edit(r)["ts"] = ns // 1000 if ns % 1000 == 0 else Decimal(ns_to_us_text(ns))

@@ -131,6 +131,16 @@ _PLAIN = {int, str, type(UNSET)}
 _TAGS = {bool: "bool", float: "float"}
 
 
+@dataclass(frozen=True, slots=True)
+class Unhashable:
+    """A list or object pid/tid, keyed by its JSON text (which is also how it is shown)."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 def _hashable_pair(pid: Any, tid: Any) -> tuple[Hashable, Hashable]:
     def h(v: Any) -> Hashable:
         tag = _TAGS.get(type(v))
@@ -139,14 +149,15 @@ def _hashable_pair(pid: Any, tid: Any) -> tuple[Hashable, Hashable]:
         try:
             hash(v)
         except TypeError:
-            return ("unhashable", repr(v))
+            return Unhashable(msgspec.json.encode(v, enc_hook=str).decode())
         return v  # type: ignore[no-any-return]
 
     return h(pid), h(tid)
 
 
 def _untag(key: Any) -> Any:
-    """The pid/tid a :func:`_hashable_pair` key stands for (an unhashable one stays tagged)."""
+    """The pid/tid a :func:`_hashable_pair` key stands for (an unhashable one stays an
+    :class:`Unhashable`)."""
     if isinstance(key, tuple) and len(key) == 2 and key[0] in ("bool", "float"):
         return key[1]
     return key

@@ -106,6 +106,25 @@ def test_fix_reports_changes_and_rechecks(
     assert code == 0
 
 
+def test_fix_says_what_it_cannot_rebase(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Timestamps from 0.5 µs to 51.6 days: the fix "rebased 2 timestamp(s) by -0 µs", wrote
+    # ts_offset_us 0 and reported what was left as a Python dict ({'EV212': 1}).
+    events = [
+        {"ph": "X", "name": "a", "ts": 0.5, "dur": 2, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 4458676524648.797, "dur": 2.5, "pid": 1, "tid": 1},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    out_path = tmp_path / "fixed.json"
+    _, out, _ = _run(capsys, str(src), "--fix", "-o", str(out_path), "--json")
+    assert json.loads(out)["fix"]["changes"] == [
+        "EV212: not rebased: the timestamps span 51.6 days, beyond the ~51 a double holds to "
+        "the ns (2**42 µs); write them as integers",
+        f"still present in {out_path}: EV212 ×1",
+    ]
+    assert "metadata" not in json.loads(out_path.read_text())
+
+
 def test_job_flag_checks_loose_files_together(capsys: pytest.CaptureFixture[str]) -> None:
     files = sorted(str(p) for p in fixture("EV703", "fail").iterdir())
     _, out, _ = _run(capsys, *files, "--json")

@@ -134,6 +134,24 @@ def test_a_true_pid_is_not_pid_1(tmp_path: Path) -> None:
     assert fixed == {"a": 1, "b": 2, "c": 1.0}
 
 
+def test_a_list_or_object_tid_is_shown_as_its_json(tmp_path: Path) -> None:
+    # A list or object tid was shown by the key that kept it apart: `tid=('unhashable', '[1,
+    # 2]')` in the finding and the fix's report.
+    events = [
+        {"ph": "X", "name": "a", "ts": 0, "dur": 1, "pid": 1, "tid": [1, 2]},
+        {"ph": "X", "name": "b", "ts": 2, "dur": 1, "pid": 1, "tid": {"x": 1}},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    texts = [f.message for f in run_check(src).tallies["EV503"].first]
+    assert texts == [
+        "tid=[1,2] on 1 event(s) becomes pid=1 tid=1 in Perfetto",
+        'tid={"x":1} on 1 event(s) becomes pid=1 tid=1 in Perfetto',
+    ]
+    changes = fix_file(src, tmp_path / "fixed.json")
+    assert any('(1, [1,2]) -> (1, 2); (1, {"x":1}) -> (1, 3)' in c for c in changes), changes
+
+
 def test_a_remapped_thread_keeps_its_own_name(tmp_path: Path) -> None:
     # The fix named the new tid "tid -1" beside the thread's own "sync" (moved with it): the
     # repaired file had an EV502 the input had not; the same for a process (EV501).
