@@ -28,6 +28,7 @@ from echo_view.tui.search import (
     Matches,
     classes_present,
     search,
+    shown_hits,
 )
 from echo_view.tui.tables import cut_cells, interval_texts, short_duration
 from echo_view.tui.timeline import Selection, TimelineView
@@ -320,6 +321,9 @@ class TimelinePanel(Vertical):
 
     def action_next_match(self, direction: int) -> None:
         m = self.matches
+        if m is not None and not len(m) and any(len(ids) for ids in m.names.values()):
+            self.notify("the filter hides every match (k, h/H change it)", severity="warning")
+            return
         if m is None or not len(m):
             self.notify("no search results: press / to search", severity="warning")
             return
@@ -425,7 +429,12 @@ class TimelinePanel(Vertical):
         m = self.matches
         names = m.names if self.hide_unmatched and m is not None else None
         self.index.set_filter(self.shown_classes, names, self.min_dur)
-        self.timeline.invalidate()
+        tl = self.timeline
+        if m is not None:  # the hits the filter now shows (no new match of the names)
+            self.matches = shown_hits(self.index, m.query, m.names)
+            tl.matches = self.matches.starts
+            self.match_at = self._match_of_selection()
+        tl.invalidate()
         self._update_status()
 
     def action_hide_unmatched(self) -> None:

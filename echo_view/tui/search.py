@@ -84,12 +84,24 @@ def search(index: TimelineIndex, query: str, limit_s: float = SEARCH_LIMIT_S) ->
     the names takes more than ``limit_s``."""
     pattern = compile_query(query)
     deadline = time.monotonic() + limit_s
-    out = Matches(query)
+    names = {
+        (g.source, g.trace): matching_names(index.trace(g.source, g.trace), pattern, deadline)
+        for g in index.groups
+    }
+    return shown_hits(index, query, names)
+
+
+def shown_hits(
+    index: TimelineIndex, query: str, names: dict[tuple[int, int], npt.NDArray[np.int32]]
+) -> Matches:
+    """The events named by ``names`` (string ids per ``(source, trace)``, as a search found
+    them) that the index's filter shows: n/N never selects an event the view hides. Called
+    again when the filter changes."""
+    out = Matches(query, names=names)
     times, track_ids, positions = [], [], []
     for g in index.groups:
         trace = index.trace(g.source, g.trace)
-        ids = matching_names(trace, pattern, deadline)
-        out.names[(g.source, g.trace)] = ids
+        ids = names.get((g.source, g.trace), np.zeros(0, dtype=np.int32))
         if not len(ids):
             continue
         rows = np.flatnonzero(np.isin(trace.events.name, ids))
@@ -107,6 +119,11 @@ def search(index: TimelineIndex, query: str, limit_s: float = SEARCH_LIMIT_S) ->
         for k, li in enumerate(firsts.tolist()):
             t = g.lanes[li]
             p = pos[bounds[k] : bounds[k + 1]]
+            shown = t.shown
+            if shown is not None:
+                p = p[shown[p]]
+                if not len(p):
+                    continue
             out.starts[id(t)] = t.starts[p]  # (a lane is in start order)
             out.tracks.append(t)
             times.append(t.starts[p] - shift)
@@ -116,6 +133,9 @@ def search(index: TimelineIndex, query: str, limit_s: float = SEARCH_LIMIT_S) ->
             # The header repeats its lanes' GPU events (marked there too; n/N walks the lanes).
             hp = g.header_pos[rows]
             hp = hp[hp >= 0]
+            shown = g.header.shown
+            if shown is not None:
+                hp = hp[shown[hp]]
             if len(hp):
                 out.starts[id(g.header)] = np.sort(g.header.starts[hp])
     if times:

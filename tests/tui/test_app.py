@@ -841,6 +841,31 @@ def test_hide_unmatched_and_minimum_duration(synth: Job) -> None:
     run_app([synth], body)
 
 
+def test_n_selects_only_matches_the_filter_shows(synth: Job) -> None:
+    # n/N walked every hit of the search, those the filter hid too: n selected a hidden
+    # 2 µs cudaLaunchKernel under "≥10.0 µs".
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await pilot.press("slash", *"^cuda", "enter")
+        assert panel.matches is not None and len(panel.matches) == 2 * 16
+        await pilot.press("h", "h")  # at least 10 µs: every cuda* call here is shorter
+        assert len(panel.matches) == 0 and "/^cuda: 0" in panel.query_one(StatusLine).text
+        before = tl.selection
+        await pilot.press("n")
+        assert tl.selection == before
+        assert any("the filter hides every match" in str(n.message) for n in app._notifications)
+        await pilot.press("slash", *"^(cuda|aten)", "enter")  # under the filter already
+        assert panel.matches is not None and len(panel.matches) == 2 * 12
+        for _ in range(len(panel.matches)):
+            sel = tl.selection
+            assert sel is not None and synth.traces[sel.trace].name(sel.row).startswith("aten")
+            await pilot.press("n")
+        await pilot.press("H", "H")  # the hidden hits come back
+        assert len(panel.matches) == 2 * 28
+
+    run_app([synth], body)
+
+
 def test_a_filter_rebuilds_only_the_lanes_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every lane's coverages were rebuilt on each filter change and at open: on a job with a
     # thread per event (100,000 lanes) opening took 20 s and each `h` 3-9 s.
