@@ -21,6 +21,7 @@ from echo_view.model import (
     ClockAlignment,
     EventKind,
     Job,
+    LaneKind,
     StepTable,
     Trace,
     TraceBuilder,
@@ -209,7 +210,9 @@ def _replayed_steps(
     anchors: _Anchors,
 ) -> StepTable:
     """Steps of the replayed trace: each starts at its marker's simulated start and ends where
-    the marker's lane map takes the measured step end; ``gpu_end_ns`` is left for the
+    the marker's lane map takes the measured step end. A marker on a lane that replays no op
+    (the annotation's thread launches nothing) maps it through the rank's busiest replayed CPU
+    lane, and a rank with none keeps the measured length. ``gpu_end_ns`` is left for the
     analysis to compute from the work launched in the step."""
     marks = np.flatnonzero(wl.steps.rank == trace.rank)
     if not len(marks):
@@ -217,16 +220,29 @@ def _replayed_steps(
     number = wl.steps.number[marks].astype(np.int64)
     marker = wl.steps.marker[marks]
     start = res.start_ns[marker].astype(np.int64)
-    end = start.copy()
-    m_step_end = wl.meta.get("measured_step_end_ns", {})
+    spans = wl.meta.get("measured_step_ns", {})
     lane_base = int(np.flatnonzero(wl.lane_rank == trace.rank)[0])
-    # The measured ends of the steps that have one, mapped in one pass (not one a step).
-    ends = [m_step_end.get((trace.rank, n)) for n in number.tolist()]
-    with_end = np.array([e is not None for e in ends], dtype=bool)
-    if with_end.any():
-        lane = wl.ops.lane[marker[with_end]].astype(np.int64) - lane_base
-        mapped, has = anchors.map(lane, np.array([e for e in ends if e is not None], np.int64))
-        end[with_end] = np.where(has, np.maximum(mapped, start[with_end]), end[with_end])
+    # The measured spans of the steps that have one, mapped in one pass (not one a step).
+    known = [spans.get((trace.rank, n)) for n in number.tolist()]
+    with_span = np.array([s is not None for s in known], dtype=bool)
+    m_start = np.array([s[0] for s in known if s is not None], dtype=np.int64)
+    m_end = np.array([s[1] for s in known if s is not None], dtype=np.int64)
+    end = start.copy()
+    end[with_span] = start[with_span] + (m_end - m_start)
+    if with_span.any():
+        lane = wl.ops.lane[marker[with_span]].astype(np.int64) - lane_base
+        mapped, has = anchors.map(lane, m_end)
+        cpu = [
+            (int(anchors.stop[k] - anchors.first[k]), int(li))
+            for k, li in enumerate(anchors.lanes.tolist())
+            if trace.lanes[li].kind != LaneKind.GPU_STREAM
+        ]
+        if cpu and not has.all():
+            busiest = max(cpu)[1]
+            again, _ = anchors.map(np.full(int((~has).sum()), busiest, np.int64), m_end[~has])
+            mapped[~has] = again
+            has[:] = True
+        end[with_span] = np.where(has, np.maximum(mapped, start[with_span]), end[with_span])
     return StepTable(
         number=number,
         start_ns=start - shift,

@@ -35,6 +35,7 @@ from importers.nsys.nvtx import read_nvtx
 from importers.nsys.ranks import RANK_BY, plan_ranks
 from importers.nsys.sync import read_sync
 from importers.nsys.tables import (
+    MISSING_NAME,
     Names,
     Rows,
     factorize,
@@ -272,6 +273,11 @@ def _read_capture(
         notes = [f"{path}: {w}" for w in exp.warnings]
         if undecoded:
             notes.append(f"{path}: {undecoded} NCCL NVTX payload(s) could not be decoded")
+        if names.missing:
+            notes.append(
+                f"{path}: {names.missing:,} name id(s) have no StringIds row; they read as "
+                f"{MISSING_NAME} (the file is damaged or was cut down)"
+            )
         meta: dict[str, Any] = {
             "format": "nsys",
             "file": str(path),

@@ -101,7 +101,7 @@ def read_nvtx(exp: Export, names: Names) -> Nvtx:
             (op_rows[~with_seq], [("op_id", ops.op_id[~with_seq])]),
         ],
     )
-    gid = names.from_ids(np.maximum(text_id, 0))
+    gid = names.from_ids(text_id)  # (inline rows, text_id < 0, are named below)
     # The other layouts (record_shapes' "sizes = [...]") are named below, by the byte split or
     # the pattern: their whole texts (nearly all distinct) are not interned.
     odd = torch_rows[ops.odd]

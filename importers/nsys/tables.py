@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.errors import InputError
 from echo_view.model.kinds import EventKind
 from importers.nsys.args import Ints, Packed, assemble
 from importers.nsys.columns import Columns
-from importers.nsys.db import REQUIRED_TIME, Export
+from importers.nsys.db import KERNEL_TABLES, REQUIRED_TIME, Export
 from importers.nsys.pages import Text
 
 I64 = npt.NDArray[np.int64]
@@ -78,6 +79,9 @@ class Names:
         self._decoded: dict[int, str] = {}
         self._extra: list[str] = []
         self._index: dict[str, int] = {}
+        #: How many name ids (0 or more) were not ``StringIds`` rows (each became
+        #: ``<missing name>``).
+        self.missing = 0
 
     def __len__(self) -> int:
         return self._base + len(self._extra)
@@ -101,6 +105,7 @@ class Names:
         out = pos_c.astype(np.int64)
         if not ok.all():
             out[~ok] = self.intern(MISSING_NAME)
+            self.missing += int(((~ok) & (ids >= 0)).sum())  # (below 0: no name was given)
         return out
 
     def remap(self, gids: I64, fn: Any) -> I64:
@@ -127,6 +132,15 @@ class Names:
 def load_names(exp: Export) -> Names:
     """The export's ``StringIds`` table (its values are decoded when used)."""
     if not exp.has("StringIds") or not {"id", "value"} <= exp.columns("StringIds"):
+        kernels = exp.first_table(*KERNEL_TABLES)
+        if kernels is not None and exp.query(f'SELECT 1 FROM "{kernels}" LIMIT 1', kernels):
+            # Every kernel's name is a StringIds id: without the table all of them read as
+            # <missing name>, and the NCCL kernels as compute.
+            raise InputError(
+                "the export has no StringIds table (id, value), which names its kernels",
+                path=exp.path,
+                hint="the file is damaged or was cut down: export the report again",
+            )
         return Names(np.empty(0, dtype=np.int64), None)
     cols = exp.read("StringIds", {"id": -1}, ("value",))
     ids, values = cols.ints["id"], cols.texts["value"]

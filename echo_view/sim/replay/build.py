@@ -114,7 +114,7 @@ class _Steps:
     rank: list[int] = field(default_factory=list)
     number: list[int] = field(default_factory=list)
     marker: list[int] = field(default_factory=list)
-    end: dict[tuple[int, int], int] = field(default_factory=dict)
+    span: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # measured
 
 
 def workload_from_job(job: Job) -> Workload:
@@ -196,7 +196,7 @@ def workload_from_job(job: Job) -> Workload:
         world_size=world,
         measured_start_ns=mstart,
         measured_end_ns=mend,
-        meta={"origin_ns": origin, "measured_step_end_ns": steps.end, "replay": info},
+        meta={"origin_ns": origin, "measured_step_ns": steps.span, "replay": info},
     )
 
 
@@ -281,7 +281,7 @@ def _rank_ops(
                 steps.rank.append(trace.rank)
                 steps.number.append(num)
                 steps.marker.append(i)
-                steps.end[(trace.rank, num)] = marks[-1 - r][2]
+                steps.span[(trace.rank, num)] = marks[-1 - r][1:]
             else:
                 text = trace.strings[int(ev.name[r])]
                 k = int(ev.kind[r])

@@ -112,6 +112,22 @@ def test_export_without_kernel_table(tmp_path: Path) -> None:
     assert "--trace=cuda" in (err.hint or "")
 
 
+def test_names_that_are_not_in_the_string_table(tmp_path: Path) -> None:
+    # Without StringIds every kernel read as <missing name> and the NCCL ones as compute
+    # (rank 0: comm 0 ns, not 17,172,652), with no word; a row deleted from it went unsaid.
+    path = unpacked("mfu_2gpu_before", tmp_path)
+    con = sqlite3.connect(path)
+    nccl = con.execute("SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%'").fetchall()
+    con.executemany("DELETE FROM StringIds WHERE id = ?", nccl)
+    con.commit()
+    with pytest.warns(UserWarning, match=r"name id\(s\) have no StringIds row"):
+        NsysImporter().read([path])
+    con.execute("DROP TABLE StringIds")
+    con.commit()
+    con.close()
+    assert "has no StringIds table" in _error(path).message
+
+
 def test_kernel_table_without_required_column(tmp_path: Path) -> None:
     path = export_2022_4(tmp_path / "odd.sqlite")
     con = sqlite3.connect(path)

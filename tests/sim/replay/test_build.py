@@ -129,6 +129,34 @@ def test_measured_durations_reproduce_the_measurement(cuda_sync: bool) -> None:
     assert pred.predicted
 
 
+def _marker_elsewhere(*, launches: bool) -> Job:
+    """``ProfilerStep#1`` (0-100 µs) on a thread that launches nothing; the kernel (10-40 µs)
+    launched from another thread at 6 µs, or with no launch record."""
+    b = TraceBuilder(0, source="rank0")
+    marks = b.lane(LaneKind.CPU_THREAD, 1, 1, "main")
+    worker = b.lane(LaneKind.CPU_THREAD, 1, 2, "autograd")
+    s7 = b.gpu_stream(0, 7)
+    b.event(EventKind.USER_ANNOTATION, "ProfilerStep#1", 0, 100 * US, marks)
+    corr = 1 if launches else -1
+    if launches:
+        b.event(EventKind.RUNTIME, "cudaLaunchKernel", 6 * US, 2 * US, worker, correlation=corr)
+    b.event(EventKind.KERNEL, "volta_sgemm_128x32_nt", 10 * US, 30 * US, s7, correlation=corr)
+    b.step(1, 0, 100 * US)
+    return Job((b.build(),), ClockAlignment("shared-host-clock", (0,), 0), 1, "synthetic")
+
+
+@pytest.mark.parametrize("launches", [True, False])
+def test_a_step_marked_on_a_thread_that_launches_nothing(launches: bool) -> None:
+    # The step's end was mapped through the marker's own lane, which replays no op: the
+    # replayed step ended where it began, 0 ns (-100%).
+    job = _marker_elsewhere(launches=launches)
+    wl = workload_from_job(job)
+    res = simulate(wl).result
+    pred = predicted_job(wl, res, job, int(wl.meta["origin_ns"]))
+    steps = pred.traces[0].steps
+    assert steps.start_ns.tolist() == [0] and steps.end_ns.tolist() == [100 * US]
+
+
 def test_faster_communication_moves_the_dependent_work() -> None:
     job = _job()
     wl = workload_from_job(job)
