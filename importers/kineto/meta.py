@@ -1,9 +1,8 @@
 """Steps, devices, rank and trace metadata of one Kineto file.
 
 - Steps: each ``ProfilerStep#N`` slice on a CPU thread (``user_annotation``, or ``Operator`` in
-  2021 traces) is step N from its start to its end; ``gpu_end_ns`` is the last end of the GPU
-  work (kernels, copies, memsets) whose launch, found through ``correlation``, started inside
-  the step, on any thread. Nothing is detected here when a trace has no such slices.
+  2021 traces) is step N from its start to its end; the end of its GPU work is left to
+  :mod:`echo_view.analysis.steps`. Nothing is detected here when a trace has no such slices.
 - Devices: ``deviceProperties`` (``id``, ``name``, ``numSms``, ``totalGlobalMem``,
   ``computeMajor``/``computeMinor``); fields a vendor leaves out stay unknown.
 - Rank: ``distributedInfo.rank``, else the file name (``rank-3``, ``rank3``, ``_rank_3``,
@@ -24,10 +23,6 @@ from importers.kineto.comms import EventView
 _STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # an int64 step number
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|trainer)[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 _CPU_KINDS = np.array([int(EventKind.CPU_OP), int(EventKind.USER_ANNOTATION)], dtype=np.uint8)
-_WORK_KINDS = np.array(
-    [int(EventKind.KERNEL), int(EventKind.MEMCPY), int(EventKind.MEMSET)], dtype=np.uint8
-)
-_LAUNCH_KINDS = np.array([int(EventKind.RUNTIME), int(EventKind.DRIVER)], dtype=np.uint8)
 
 
 def rank_from_name(path: Path) -> int | None:
@@ -37,7 +32,7 @@ def rank_from_name(path: Path) -> int | None:
 
 
 def build_steps(ev: EventView, strings: StringTable) -> StepTable:
-    """``ProfilerStep#N`` slices as steps, with the end of the GPU work each one launched."""
+    """``ProfilerStep#N`` slices as steps (``gpu_end_ns`` unknown)."""
     step_names: dict[int, int] = {}
     for sid, text in enumerate(strings.strings):
         m = _STEP.match(text)
@@ -59,26 +54,12 @@ def build_steps(ev: EventView, strings: StringTable) -> StepTable:
         return StepTable.empty()
     sel = np.array(keep, dtype=np.int64)
     start = ev.start_ns[sel]
-    end = start + ev.dur_ns[sel]
-    gpu_end = np.full(len(sel), NONE, dtype=np.int64)
-    work = np.flatnonzero(np.isin(ev.kind, _WORK_KINDS) & (ev.correlation != NONE))
-    launches = np.flatnonzero(np.isin(ev.kind, _LAUNCH_KINDS) & (ev.correlation != NONE))
-    if len(work) and len(launches):
-        order = np.argsort(ev.correlation[launches], kind="stable")
-        corr = ev.correlation[launches][order]
-        pos = np.searchsorted(corr, ev.correlation[work])
-        ok = pos < len(corr)
-        ok[ok] = corr[pos[ok]] == ev.correlation[work][ok]
-        launch_start = ev.start_ns[launches[order[pos[ok]]]]
-        work_end = (ev.start_ns + ev.dur_ns)[work[ok]]
-        step = np.searchsorted(start, launch_start, side="right") - 1
-        inside = (step >= 0) & (launch_start < end[np.maximum(step, 0)])
-        np.maximum.at(gpu_end, step[inside], work_end[inside])
     return StepTable(
         number=np.array([step_names[int(ev.name[r])] for r in keep], dtype=np.int64),
         start_ns=start,
-        end_ns=end,
-        gpu_end_ns=gpu_end,
+        end_ns=start + ev.dur_ns[sel],
+        # Left to the analysis (echo_view.analysis.steps), the one place for the rule.
+        gpu_end_ns=np.full(len(sel), NONE, dtype=np.int64),
     )
 
 

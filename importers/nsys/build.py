@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from echo_view.model.kinds import GPU_WORK_KINDS, EventKind, LaneKind
+from echo_view.model.kinds import EventKind, LaneKind
 from echo_view.model.strings import StringTable
 from echo_view.model.trace import (
+    NONE,
     CollectiveTable,
     DeviceInfo,
     EventTable,
@@ -32,8 +33,6 @@ _STEP = re.compile(
     re.IGNORECASE,
 )
 _GPU_LANE_BASE = 1 << 62
-_IS_WORK = np.zeros(len(EventKind), dtype=bool)  # by EventKind: GPU work
-_IS_WORK[[int(k) for k in GPU_WORK_KINDS]] = True
 
 
 def link_launches(work_process: I64, work_corr: I64, rt_process: I64, rt_corr: I64) -> I64:
@@ -97,19 +96,6 @@ def detect_steps(names: Names, rows: Rows, idx: I64) -> tuple[I64, I64, I64] | N
     unnumbered = number < 0
     number[unnumbered] = np.flatnonzero(unnumbered)
     return number, rows.start[pick], rows.end[pick]
-
-
-def gpu_end_per_step(step_start: I64, step_end: I64, launch_start: I64, work_end: I64) -> I64:
-    """When the last GPU work launched inside each step finished (-1 if none)."""
-    out = np.full(len(step_start), -1, dtype=np.int64)
-    ok = launch_start >= 0
-    if not len(step_start) or not ok.any():
-        return out
-    ls, we = launch_start[ok], work_end[ok]
-    i = np.searchsorted(step_start, ls, side="right") - 1
-    inside = (i >= 0) & (ls < step_end[np.maximum(i, 0)])
-    np.maximum.at(out, i[inside], we[inside])
-    return out
 
 
 def time_order(rows: Rows) -> I64:
@@ -249,10 +235,7 @@ def build_trace(
     )
     collectives, groups = _collectives(strings, info, new_pos)
 
-    # Steps and the end of the GPU work launched inside each.
-    launch_start = np.full(len(rows), -1, dtype=np.int64)
-    launch_start[info.launch_dst] = rows.start[info.launch_src]
-    work = order[_IS_WORK[rows.kind[order]]]
+    # Steps (the end of their GPU work is left to echo_view.analysis.steps, the one rule).
     steps = StepTable.empty()
     found = detect_steps(names, rows, order)
     if found is not None:
@@ -261,7 +244,7 @@ def build_trace(
             number=number,
             start_ns=s_start,
             end_ns=s_end,
-            gpu_end_ns=gpu_end_per_step(s_start, s_end, launch_start[work], rows.end[work]),
+            gpu_end_ns=np.full(len(number), NONE, dtype=np.int64),
         )
     return Trace(
         rank=rank,

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from echo_view.analysis.steps import steps_of
 from echo_view.errors import UsageError
 from echo_view.model import CollectiveKind, DeviceInfo, EventKind, LaneKind
 from importers.nsys import NsysImporter
@@ -60,7 +61,8 @@ def test_profiler_steps_from_nvtx(tmp_path: Path) -> None:
     assert steps.number.tolist() == [7, 8]
     assert steps.start_ns.tolist() == [T0, T0 + STEP]
     assert (steps.end_ns - steps.start_ns).tolist() == [900_000, 900_000]
-    assert steps.gpu_end_ns.tolist() == [proc.kernel_ends[(0, 0)], proc.kernel_ends[(1, 0)]]
+    ends = steps_of(job.traces[0]).gpu_end_ns  # (the analysis fills it)
+    assert ends.tolist() == [proc.kernel_ends[(0, 0)], proc.kernel_ends[(1, 0)]]
 
 
 def test_nvtx_marks_and_inline_text(tmp_path: Path) -> None:
