@@ -145,6 +145,8 @@ class JobDiff:
         pct = self.step_time.delta_pct()
         if pct is None:
             return "no_data", "A has no step time to compare against"
+        if not self.step_time.b_ns:  # (-100% would read as a step that takes no time at all)
+            return "no_data", "B has no step time to compare against"
         a, b = format_duration(self.step_time.a_ns), format_duration(self.step_time.b_ns)
         head = f"step time A {a}, B {b} ({'+' if pct >= 0 else '-'}{_percent(abs(pct))}%)"
         if abs(pct) <= self.tolerance_pct:

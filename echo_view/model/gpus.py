@@ -18,6 +18,7 @@ from types import MappingProxyType
 from echo_view.errors import ConfigError
 
 GB = 1e9
+GIB = 2**30
 TFLOPS = 1e12
 
 
@@ -77,13 +78,21 @@ def _spec(
     nic_gbps: float,
     source: str,
     fabric: str = "nvswitch",
+    measured_bytes: tuple[int, str] | None = None,
 ) -> GpuSpec:
+    # Memory: what CUDA reports (``totalGlobalMem``) where a public trace records it, with the
+    # trace cited; else the datasheet's figure, which counts binary GB (an "80 GB" part reports
+    # 79.1-79.2 GiB, the rest held by the driver).
+    memory = int(memory_gb * GIB)
+    if measured_bytes is not None:
+        memory, where = measured_bytes
+        source += f"; memory: totalGlobalMem {memory:,} bytes in {where}"
     return GpuSpec(
         name=name,
         peak_flops={k: v * TFLOPS for k, v in flops_t.items()},
         hbm_bytes_per_s=hbm_gbs * GB,
         nvlink_bytes_per_s=nvlink_gbs * GB,
-        memory_bytes=int(memory_gb * GB),
+        memory_bytes=memory,
         sm_count=sms,
         source=source,
         arch=arch,
@@ -105,6 +114,7 @@ _H100_SRC = (
     "1,978.9 TF dense; HBM3 3.35 TB/s; NVLink 900 GB/s (18 links); PCIe Gen5 128 GB/s; "
     "DGX H100: 8x 400 Gb/s NDR per GPU"
 )
+_H800_MEMORY = (84_943_110_144, "deepseek-profile-data/train (NVIDIA H800)")
 
 #: The presets, named as NVIDIA reports them.
 PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
@@ -126,6 +136,10 @@ PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
                 "GB/s; NVLink 300 GB/s (6 links); PCIe Gen3 32 GB/s; DGX-1: 4x 100 Gb/s EDR "
                 "per 8 GPUs (hybrid cube-mesh NVLink)",
                 fabric="nvlink",
+                measured_bytes=(
+                    34_089_730_048,
+                    "hta-tests/df_index_resolver (Tesla V100-SXM2-32GB)",
+                ),
             ),
             _spec(
                 "A100-SXM4-40GB",
@@ -139,6 +153,10 @@ PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
                 32,
                 200,
                 _A100_SRC + "; HBM2 1,555 GB/s, 40 GB",
+                measured_bytes=(
+                    42_505_273_344,
+                    "hta-tests/trace_diff/control (NVIDIA A100-PG509-200, 40 GB)",
+                ),
             ),
             _spec(
                 "A100-SXM4-80GB",
@@ -152,9 +170,24 @@ PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
                 32,
                 200,
                 _A100_SRC + "; HBM2e 2,039 GB/s, 80 GB",
+                measured_bytes=(
+                    84_990_623_744,
+                    "hta-tests/negative_queue_length_values_check (NVIDIA A100-SXM4-80GB)",
+                ),
             ),
             _spec(
-                "H100-SXM5-80GB", _H100_FLOPS, 3350, 450, 80, 132, "hopper", 18, 64, 400, _H100_SRC
+                "H100-SXM5-80GB",
+                _H100_FLOPS,
+                3350,
+                450,
+                80,
+                132,
+                "hopper",
+                18,
+                64,
+                400,
+                _H100_SRC,
+                measured_bytes=_H800_MEMORY,  # the same 80 GB HBM3
             ),
             _spec(
                 "H800-SXM5-80GB",
@@ -170,6 +203,7 @@ PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
                 "NVIDIA H800 SXM5 product brief: H100 compute and memory with NVLink reduced to "
                 "400 GB/s (8 links); 400 Gb/s NDR per GPU as in Echo's H800 cluster; compute as "
                 + _H100_SRC,
+                measured_bytes=_H800_MEMORY,
             ),
             _spec(
                 "H200-SXM-141GB",
@@ -200,6 +234,7 @@ PRESETS: Mapping[str, GpuSpec] = MappingProxyType(
                 "FP32 80 TF, TF32 1.1 PF, FP16/BF16 2.25 PF, FP8 4.5 PF dense; HBM3e 8 TB/s, "
                 "180 GB (1,440 GB per 8 GPUs); NVLink 5 1.8 TB/s (18 links); DGX B200: 8x 400 "
                 "Gb/s per GPU",
+                measured_bytes=(191_503_138_816, "tracelens/b200/eager_trace (NVIDIA B200)"),
             ),
         )
     }

@@ -134,8 +134,9 @@ class ConfigSimulation:
         return int(wl.ops.dur_ns[mine].sum())
 
     def bubble(self) -> dict[str, float]:
-        """Pipeline bubble: the ideal ``(p-1)/(v*m)`` and the simulated idle share of the
-        compute stream between the step's start and the last pass's end, averaged over stages."""
+        """Pipeline bubble as a share of the span from the step's start to the last pass's
+        end: the ideal ``(p-1)/(v*m+p-1)`` (``(p-1)/(v*m)`` of the compute time, on the span)
+        and the simulated idle share of the compute stream, averaged over stages."""
         p = self.cfg.parallel
         wl, res = self.composed.workload, self.result
         on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
@@ -151,8 +152,9 @@ class ConfigSimulation:
             span = int(res.end_ns[rows].max())
             share_of[r] = 1.0 - busy / span if span else 0.0
         shares = [share_of[r] for r in self.composed.simulated_ranks if r in share_of]
+        ideal = bubble_fraction(p.pp, self.composed.microbatches, p.virtual_stages)
         return {
-            "ideal": bubble_fraction(p.pp, self.composed.microbatches, p.virtual_stages),
+            "ideal": ideal / (1.0 + ideal),
             "simulated": float(np.mean(shares)) if shares else 0.0,
         }
 

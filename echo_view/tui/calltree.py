@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, Static, Tree
 from textual.widgets.tree import TreeNode
 
 from echo_view.tui.raster import short_name
+from echo_view.tui.tables import signed_duration
 from echo_view.tui.tracks import Track
 from echo_view.units import format_duration
 
@@ -54,10 +55,6 @@ def call_tree(track: Track, t0: int, t1: int, min_dur: int = 0) -> tuple[list[No
     return nodes, len(vis) - len(shown)
 
 
-def _signed(ns: int) -> str:
-    return ("+" if ns >= 0 else "") + format_duration(ns)
-
-
 class CallTreeScreen(Screen[int | None]):
     """The call tree of one lane; dismisses with the track position picked (Enter)."""
 
@@ -73,13 +70,21 @@ class CallTreeScreen(Screen[int | None]):
     """
 
     def __init__(
-        self, track: Track, name_of: Callable[[int], str], t0: int, t1: int, title: str
+        self,
+        track: Track,
+        name_of: Callable[[int], str],
+        t0: int,
+        t1: int,
+        title: str,
+        origin: int = 0,
     ) -> None:
-        """``name_of(p)``: the name of the event at track position ``p``."""
+        """``name_of(p)``: the name of the event at track position ``p``; ``origin``: the track
+        time the view's ruler calls 0 (the range is shown from it)."""
         super().__init__()
         self.track = track
         self.name_of = name_of
         self.t0, self.t1 = t0, t1
+        self.origin = origin
         self.sub_title = title
         self.step = 0
         self._expanded = True
@@ -118,7 +123,8 @@ class CallTreeScreen(Screen[int | None]):
             if not h.children:
                 h.allow_expand = False
         status = (
-            f"{len(nodes):,} calls between {_signed(self.t0)} and {_signed(self.t1)}"
+            f"{len(nodes):,} calls between {signed_duration(self.t0 - self.origin)} and "
+            f"{signed_duration(self.t1 - self.origin)}"
             f"{f', at least {format_duration(min_dur)}' if min_dur else ''}"
             f"{f' ({left_out:,} more not shown: raise the minimum with >)' if left_out else ''}"
             " · < > minimum duration · enter: show on the timeline"

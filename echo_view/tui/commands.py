@@ -9,8 +9,8 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 
 from echo_view.tui.panel import TimelinePanel
+from echo_view.tui.tables import signed_duration
 from echo_view.tui.timeline import TimelineView
-from echo_view.units import format_duration
 
 
 def _panel_of(screen: Screen[object]) -> TimelinePanel | None:
@@ -44,7 +44,7 @@ class EchoCommands(Provider):
                 (
                     f"Go to step {number}",
                     partial(self._goto_step, tl, i),
-                    f"at +{format_duration(start)}",
+                    f"at {signed_duration(start)}",
                 )
             )
         index = panel.index

@@ -16,6 +16,7 @@ from echo_view.analysis.cxx_names import demangle
 from echo_view.model import GPU_KINDS, NONE, CollectiveKind, EventKind, Job, Trace
 from echo_view.text import printable
 from echo_view.tui.raster import short_name
+from echo_view.tui.tables import signed_duration
 from echo_view.units import format_duration
 
 _GPU = np.array([int(k) for k in GPU_KINDS], dtype=np.uint8)
@@ -156,8 +157,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
     text.append(f"{kind.label}", style="bold")
     text.append(f" · r{trace.rank} {printable(lane.name)} · ", style="dim")
     # (before the origin in the diff's Timelines tab, whose origin is the aligned step's start)
-    sign = "-" if start < 0 else "+"
-    text.append(f"start {sign}{format_duration(abs(start))} · dur {format_duration(dur)}")
+    text.append(f"start {signed_duration(start)} · dur {format_duration(dur)}")
     text.append(f"\n{short_name(trace.name(row))}", style="bold")
     path = ancestry(trace, row)
     if path:
@@ -168,7 +168,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
         other = job.traces[link.trace]
         s = int(other.events.start_ns[link.row]) + off
         text.append(f"\n[p] {link.why}: ", style="bold #e5c07b")
-        text.append(f"{printable(other.name(link.row)[:80])} at +{format_duration(s)}")
+        text.append(f"{printable(other.name(link.row)[:80])} at {signed_duration(s)}")
     hit = np.flatnonzero(trace.collectives.event == row)
     if len(hit):
         c = int(hit[0])
@@ -195,7 +195,7 @@ def describe(job: Job, tidx: int, row: int, origin_ns: int) -> tuple[Text, list[
                 o = job.traces[p.trace]
                 skew = int(o.events.start_ns[p.row]) + job.alignment.offsets_ns[p.trace]
                 skew -= int(ev.start_ns[row]) + job.alignment.offsets_ns[tidx]
-                bits.append(f"{p.why} {'+' if skew >= 0 else '-'}{format_duration(abs(skew))}")
+                bits.append(f"{p.why} {signed_duration(skew)}")
             text.append(", ".join(bits))
         links = links + peers
     ids = []

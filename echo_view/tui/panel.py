@@ -504,7 +504,8 @@ class TimelinePanel(Vertical):
             if pos is not None:
                 tl.select(Selection(track.source, track.trace, int(track.rows[pos])))
 
-        self.app.push_screen(CallTreeScreen(track, name_of, t0, t1, title), picked)
+        origin = round(self.origin()[0]) + src.shift_ns  # (the ruler's 0, on the track's clock)
+        self.app.push_screen(CallTreeScreen(track, name_of, t0, t1, title, origin), picked)
 
     def action_jump_partner(self) -> None:
         self._jump({"launch", "gpu"})

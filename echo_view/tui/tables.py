@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 from echo_view.text import printable
+from echo_view.units import format_duration
 
 _UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"))
 
@@ -31,6 +32,11 @@ def short_duration(ns: float) -> str:
     if 0 < a < 0.995:  # a zoom finer than a nanosecond a cell ("0 ns" said nothing)
         return f"{ns:.2f} ns"
     return f"{round(ns)} ns"  # (an int: never "-0 ns")
+
+
+def signed_duration(ns: int) -> str:
+    """A time from the view's origin with its sign: ``+1.500 µs``, ``-980.000 µs``."""
+    return ("-" if ns < 0 else "+") + format_duration(abs(ns))
 
 
 def interval_texts(start: float, end: float) -> tuple[str, str]:

@@ -124,6 +124,19 @@ def test_a_small_change_is_not_read_as_zero() -> None:
     assert "(+0.05%)" in text
 
 
+def test_a_step_of_no_time_is_no_data_on_either_side() -> None:
+    # A 0 ns B step read "B is 100.0% faster than A"; a 0 ns A already gave no verdict.
+    def zero(rank: int) -> Trace:
+        b = TraceBuilder(rank)
+        b.event(EventKind.KERNEL, GEMM, 50, 0, b.gpu_stream(0, 7))
+        return b.build()
+
+    z = Job((zero(0), zero(1)), ClockAlignment("none", (0, 0), 0), 2, "zero")
+    a = _job(200, 200, [1])
+    assert diff_jobs(a, z).verdict == ("no_data", "B has no step time to compare against")
+    assert diff_jobs(z, a).verdict == ("no_data", "A has no step time to compare against")
+
+
 def test_reference_is_the_measured_side() -> None:
     measured = _job(200, 200, [1])
     predicted = _job(600, 200, [1], predicted=True)

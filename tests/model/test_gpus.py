@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import re
+
 import pytest
 
 from echo_view.errors import ConfigError
@@ -13,6 +16,7 @@ from echo_view.model.gpus import (
     known_presets,
     match_gpu,
 )
+from tests.conftest import shared_path
 
 GB = 1e9
 
@@ -108,3 +112,26 @@ def test_a_device_name_longer_than_any_real_one_matches_no_preset() -> None:
     assert match_gpu("H100" * 50_000) is None
     assert match_gpu("NVIDIA H100 80GB HBM3") is PRESETS["H100-SXM5-80GB"]
     assert match_gpu("NVIDIA H100 PCIe") is None
+
+
+@pytest.mark.parametrize(
+    ("preset", "rel"),
+    [
+        ("V100-SXM2-32GB", "hta-tests/df_index_resolver/df_index_resolver.json.gz"),
+        ("A100-SXM4-40GB", "hta-tests/trace_diff/control/control.json.gz"),
+        ("A100-SXM4-80GB", "hta-tests/negative_queue_length_values_check/rank0.json.gz"),
+        ("H800-SXM5-80GB", "deepseek-profile-data/train.json.gz"),
+        ("B200", "tracelens/b200/eager_trace.json.gz"),
+    ],
+)
+def test_memory_is_what_cuda_reports_in_the_cited_trace(preset: str, rel: str) -> None:
+    # The capacities were the datasheets' "80 GB" read as 80e9 bytes: 6% less than an 80 GB
+    # part holds (84.9e9), and published layouts that ran were refused as out of memory.
+    path = shared_path("data", *rel.split("/"))
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        head = f.read(1 << 20)
+    found = re.search(r'"totalGlobalMem":\s*(\d+)', head)
+    assert found is not None
+    spec = PRESETS[preset]
+    assert spec.memory_bytes == int(found.group(1))
+    assert rel.split("/")[0] in spec.source

@@ -39,14 +39,37 @@ KORTHIKANTI = SAMPLES / "configs" / "validation" / "korthikanti-175b-selective.t
 def test_enumeration_keeps_exactly_the_configs_the_parser_accepts() -> None:
     base = retarget(load_config(KORTHIKANTI), 64, None)
     valid, total, invalid = enumerate_layouts(base, ("tp", "pp", "micro"))
-    # tp in 1..8 (4 values) x pp in the divisors of 96 that divide 64 (6) x micro 1..8 (4).
-    assert total == 4 * 6 * 4 and total - invalid == len(valid)
+    # tp in 1..8 (4 values) x pp in the divisors of 96 that divide 64 (6) x the micro-batch
+    # sizes 1..8 that divide a data-parallel rank's 64 / dp sequences: tp * pp = 1 (one
+    # combination, dp 64: micro 1), 2 (two: 1-2), 4 (three: 1, 2, 4), 8 and more (18: 1, 2,
+    # 4, 8).
+    assert total == 1 * 1 + 2 * 2 + 3 * 3 + 18 * 4 and total - invalid == len(valid)
     for cfg in valid:
         p = cfg.parallel
         assert p.tp * p.pp * p.dp * p.cp == 64 and p.virtual_stages == 3
         assert parse_workload_config(config_to_mapping(cfg)) == replace(cfg, source="")
         assert cfg.reference is None  # the published time belongs to the base layout only
     assert any(c.parallel.tp == 8 and c.parallel.pp == 8 and c.batch.micro == 1 for c in valid)
+    # Sizes that are not powers of two are tried too (3 and 6 were not): tp 2, pp 2 on 8 GPUs
+    # (dp 2) with 12 sequences, 6 a data-parallel rank.
+    small = load_config(SAMPLES / "configs" / "megatron-ci-small" / "tp2-pp2.toml")
+    wide = replace(small, batch=replace(small.batch, global_batch=12, micro=1))
+    valid, _, _ = enumerate_layouts(wide, ("micro",))
+    assert sorted(c.batch.micro for c in valid) == [1, 2, 3, 6]
+
+
+def test_one_data_parallel_rank_has_no_distributed_optimizer_twin() -> None:
+    # With dp * cp = 1 the distributed optimizer shards nothing: "ddp" and "distopt" were
+    # enumerated, simulated and ranked as two rows with the same step time and memory.
+    base = retarget(load_config(KORTHIKANTI), 64, None)
+    valid, _, _ = enumerate_layouts(base, ("tp", "pp", "dist_opt"))
+    names = [layout_name(c) for c in valid]
+    assert len(names) == len(set(names))
+    solo = [c for c in valid if c.parallel.dp * c.parallel.cp == 1]
+    assert solo and all(
+        c.parallel.distributed_optimizer == base.parallel.distributed_optimizer for c in solo
+    )
+    assert any(c.parallel.distributed_optimizer for c in valid if c.parallel.dp > 1)
 
 
 def test_memory_pruning_and_grouping() -> None:

@@ -27,7 +27,7 @@ from echo_view.tui.ruler import TimeRuler
 from echo_view.tui.screens import TimelineScreen
 from echo_view.tui.search import KindFilterScreen, search
 from echo_view.tui.summary import SummaryScreen
-from echo_view.tui.tables import SortableTable
+from echo_view.tui.tables import SortableTable, signed_duration
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import COMM, Track, _Shown
 from echo_view.units import format_duration
@@ -778,6 +778,25 @@ def test_call_tree_of_a_lane_with_minimum_duration(synth: Job) -> None:
         assert isinstance(app.screen, TimelineScreen)
         sel = tl.selection
         assert sel is not None and synth.traces[0].name(sel.row) == "aten::linear_2"
+
+    run_app([synth], body)
+
+
+def test_the_call_tree_shows_its_range_on_the_rulers_axis(synth: Job) -> None:
+    # From a step's start (t) the ruler read -18 µs..909 µs while the tree said "between
+    # +982.000 µs and +1.909 ms", from the job's start.
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "cpu 100")
+        await pilot.press("right_square_bracket", "right_square_bracket", "t")  # step 1's start
+        origin, name = panel.origin()
+        assert name == "step 1"
+        w = tl.window
+        await pilot.press("T")
+        assert isinstance(app.screen, CallTreeScreen)
+        text = str(app.screen.query_one("#tree-status", Static).render())
+        lo, hi = round(w.t0 - origin), round(w.t1 - origin)
+        assert f"between {signed_duration(lo)} and {signed_duration(hi)}" in text
 
     run_app([synth], body)
 

@@ -66,3 +66,6 @@ def test_a_start_before_the_origin_reads_minus() -> None:
     kernel = int(job.traces[0].collectives.event[1])  # starts at 1,050 ns
     assert "start +1.050 µs" in describe(job, 0, kernel, 0)[0].plain
     assert "start -950 ns" in describe(job, 0, kernel, 2_000)[0].plain
+    # Its partner's time too: "[p] launch: cudaLaunchKernel at +-1.000 µs".
+    assert "[p] launch: cudaLaunchKernel at -1.000 µs" in describe(job, 0, kernel, 2_000)[0].plain
+    assert "[p] launch: cudaLaunchKernel at +1.000 µs" in describe(job, 0, kernel, 0)[0].plain
