@@ -170,8 +170,8 @@ def describe_content(head: bytes) -> str:
 
 
 def describe_file(path: Path) -> str:
-    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory; a
-    gzip file that holds a traced graph is one)."""
+    """:func:`describe_content` of ``path``'s first bytes ("a directory" for a directory); for
+    a gzip file, of what it holds (a traced graph is one), or how it is damaged."""
     if path.is_dir():
         return "a directory"
     try:
@@ -179,7 +179,15 @@ def describe_file(path: Path) -> str:
             what = describe_content(fh.read(4096))
     except OSError as exc:
         return f"unreadable ({exc.strerror})"
-    return TRACED_GRAPH if what == "a gzip file" and is_graph_file(path) else what
+    if what != "a gzip file":
+        return what
+    try:
+        with gzip.open(path, "rb") as g:
+            inner = g.read(4096)
+    except (OSError, EOFError, zlib.error) as exc:  # (BadGzipFile is an OSError)
+        return f"a damaged gzip file ({exc})"
+    inside = describe_content(inner)
+    return inside if inside == TRACED_GRAPH else f"a gzip file holding {inside}"
 
 
 def _names_graph(head: bytes) -> bool:

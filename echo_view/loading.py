@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from echo_view.formats import (
     describe_file,
     max_inflated_bytes,
     no_progress,
+    reach_input,
     set_max_inflated_bytes,
 )
 from echo_view.model.config import WorkloadConfig, split_script
@@ -372,7 +374,8 @@ def is_workload_input(path: Path) -> bool:
     """True for a workload config (``.toml``) or a traced-graph JSON file."""
     if path.suffix.lower() == ".toml":
         return True
-    return path.is_file() and is_graph_document(path)
+    st = reach_input(path, missing_ok=True)  # (is_file() raised on a name too long)
+    return st is not None and stat.S_ISREG(st.st_mode) and is_graph_document(path)
 
 
 #: What a workload-config input must be, for the errors about other inputs.

@@ -212,9 +212,19 @@ def test_not_a_trace_says_what_the_input_is_and_what_was_expected(tmp_path: Path
     err = not_a_trace(graph, ["x"])
     assert err.message == f"not a trace: {TRACED_GRAPH}"
     assert "(workload configs and traced graphs are for simulate" in (err.hint or "")
+    # A gzip file is described by what it holds, or how it is damaged: each was "a gzip file".
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(gzip.compress(b"x" * 100)[:12])
-    assert describe_file(cut) == "a gzip file"
+    assert describe_file(cut).startswith("a damaged gzip file (Compressed file ended")
+    crc = tmp_path / "crc.json.gz"
+    crc.write_bytes(gzip.compress(b'{"traceEvents": []}')[:-8] + bytes(8))
+    assert describe_file(crc).startswith("a damaged gzip file (CRC check failed")
+    empty = tmp_path / "empty.json.gz"
+    empty.write_bytes(gzip.compress(b""))
+    assert describe_file(empty) == "a gzip file holding an empty file"
+    png_gz = tmp_path / "plot.png.gz"
+    png_gz.write_bytes(gzip.compress(PNG))
+    assert describe_file(png_gz) == "a gzip file holding a PNG image"
 
 
 def test_an_output_link_is_written_through_and_kept(tmp_path: Path) -> None:

@@ -384,7 +384,11 @@ def diff_jobs(
     or a ``tolerance_pct`` outside 0-1,000,000 (NaN included)."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise UsageError(f"top must be a whole number 0 or more, got {top!r}")
-    if not isinstance(tolerance_pct, int | float) or not 0 <= tolerance_pct <= 1e6:
+    if (
+        isinstance(tolerance_pct, bool)  # (True read as 1%)
+        or not isinstance(tolerance_pct, int | float)
+        or not 0 <= tolerance_pct <= 1e6
+    ):
         raise UsageError(
             f"the tolerance must be a percentage from 0 to 1,000,000, got {tolerance_pct!r}"
         )

@@ -100,6 +100,11 @@ def load(paths: PathLike | Sequence[PathLike], *, registry: Registry | None = No
     ``.sqlite.gz``, ``.nsys-rep``), several files of one job, or a directory of rank files —
     the paths ``echo-view info`` takes. Workload configs and traced graphs are predicted, not
     loaded: pass them to :func:`simulate`."""
+    if registry is not None and not isinstance(registry, Registry):
+        raise UsageError(
+            f"registry must be a Registry, got {type(registry).__name__}",
+            hint="leave it out, or pass echo_view.loading.build_registry() with your importers",
+        )
     given = _paths(paths)
     if len(given) == 1 and is_workload_input(given[0]):
         raise UsageError(

@@ -10,7 +10,9 @@ needs tens of GB), so nesting and dotted keys are bounded before and after decod
 from __future__ import annotations
 
 import errno
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,7 +102,17 @@ def read_toml_doc(path: Path) -> TomlDoc:
 def read_toml_text(path: Path) -> str:
     """The text of a TOML file: at most :data:`MAX_TOML_BYTES`, UTF-8."""
     try:
-        with path.open("rb") as f:
+        # Non-blocking open: a FIFO would block it until a writer came (the Python API reads
+        # these paths without the command line's checks).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO, device or socket"
+            raise InputError(
+                f"not a regular file ({what})", path=path, hint="give the TOML file itself"
+            )
+        with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_TOML_BYTES + 1)
     except OSError as exc:
         hint = "check the path" if exc.errno == errno.ENOENT else None

@@ -52,6 +52,7 @@ from echo_view.sim.moe import moe_report
 from echo_view.sim.replay import ReplayInfo, workload_from_job
 from echo_view.sim.report import compare, job_steps
 from echo_view.sim.throughput import throughput
+from echo_view.units import parse_number
 
 #: Knobs of a measured job's replay.
 REPLAY_KEYS: tuple[str, ...] = (
@@ -73,8 +74,9 @@ WORKLOAD_KEYS: tuple[str, ...] = (
 def scale_value(key: str, value: str) -> float:
     """A scale-factor knob's value: a number from 0 to :data:`MAX_SCALE`."""
     try:
-        x = float(value)
-    except ValueError:
+        # A plain ASCII number, as for every other knob: float() also read "１２" and "1_2".
+        x = parse_number(value.strip())
+    except (ValueError, AttributeError):
         raise ConfigError(f"expected a number, got {value!r}", where=key) from None
     if not 0 <= x <= MAX_SCALE:
         raise ConfigError(f"must be between 0 and {MAX_SCALE:g}, got {value!r}", where=key)

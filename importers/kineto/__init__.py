@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ import numpy as np
 from echo_view.errors import InputError, InputNote
 from echo_view.model import ClockAlignment, EventTable, Job, JobHead, StringTable, Trace
 from echo_view.model.job import rank_problem
+from echo_view.text import clipped, printable
 from importers.chrome_json import (
     DEFAULT_CHUNK_BYTES,
     looks_like_trace,
@@ -416,6 +418,11 @@ _REPAIRS = {
 }
 
 
+#: The Trace Event Format's phases (Google's "Trace Event Format" document); events of the others,
+#: or without a phase, are skipped by every reader (Perfetto too) and noted.
+_FORMAT_PHASES = frozenset("BEXiICbnestfSTpFPONDMRVvc()")
+
+
 def repair_notes(path: Path, parsed: ParsedFile, traces: Sequence[Trace]) -> list[str]:
     """One line per repair reading ``path`` made: an array form cut inside an event (without
     its ``]``, which the format lets a tracer leave out, but with a half-written last event),
@@ -430,6 +437,17 @@ def repair_notes(path: Path, parsed: ParsedFile, traces: Sequence[Trace]) -> lis
         count = sum(int(t.metadata.get("import_notes", {}).get(key, 0)) for t in traces)
         if count:
             notes.append(f"{path}: {count:,} {words}")
+    odd: Counter[str] = Counter()
+    for t in traces:
+        for ph, n in t.metadata.get("skipped_phases", {}).items():
+            if ph not in _FORMAT_PHASES:
+                odd[ph] += int(n)
+    if odd:  # (phases of the format that echo-view does not read are routine)
+        shown = ", ".join(f"{printable(clipped(ph))} ×{n:,}" for ph, n in odd.most_common(3))
+        notes.append(
+            f'{path}: {sum(odd.values()):,} event(s) with no or an unknown phase ("ph") '
+            f"skipped ({shown}); `echo-view check` lists them"
+        )
     return notes
 
 

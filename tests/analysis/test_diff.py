@@ -74,6 +74,7 @@ def test_identical_jobs_match() -> None:
         ({"top": 2.5}, "got 2.5"),  # a TypeError from slicing
         ({"tolerance_pct": -1}, "from 0 to 1,000,000, got -1"),  # "B is 0.0% faster"
         ({"tolerance_pct": float("nan")}, "got nan"),
+        ({"tolerance_pct": True}, "got True"),  # read as 1% (top=True was refused)
     ],
 )
 def test_bad_arguments_are_usage_errors(kwargs: dict[str, Any], message: str) -> None:

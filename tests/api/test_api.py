@@ -16,7 +16,7 @@ import pytest
 
 import echo_view as ev
 from echo_view.cli import main
-from echo_view.errors import EchoViewError, UsageError
+from echo_view.errors import EchoViewError, InputError, UsageError
 
 pd = pytest.importorskip("pandas", reason="the API's DataFrames need the analysis extra (pandas)")
 
@@ -196,3 +196,10 @@ def test_simulate_refuses_arguments_of_the_wrong_kind() -> None:
             ev.simulate(config, compute=compute)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="not a file or directory name"):
         ev.load(_BytesPath())  # type: ignore[arg-type]
+    # AttributeError: 'str' object has no attribute 'importer_for'.
+    with pytest.raises(UsageError, match="registry must be a Registry, got str"):
+        ev.load(config, registry="x")  # type: ignore[arg-type]
+    # OSError (File name too long) from pathlib's is_file() for one path without .toml.
+    for call in (ev.load, ev.summary, ev.simulate):
+        with pytest.raises(InputError, match="the name is too long for the file system"):
+            call("a" * 300)

@@ -3,6 +3,7 @@ line, fast and in little memory (tomllib alone recurses or keeps every dotted-ke
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_a_file_too_large(tmp_path: Path) -> None:
     path.write_text("# " + "x" * (5 << 20))
     with pytest.raises(ConfigError, match="too large"):
         read_toml(path)
+
+
+def test_a_fifo_or_directory_is_refused_without_blocking(tmp_path: Path) -> None:
+    # The Python API reads --compute and interference files without the command line's
+    # checks: a FIFO blocked the open until a writer came (forever).
+    fifo = tmp_path / "calib.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"not a regular file \(a FIFO, device or socket\)"):
+        read_toml(fifo)
+    with pytest.raises(InputError, match=r"not a regular file \(a directory\)"):
+        read_toml(tmp_path)
 
 
 def test_dump_toml_round_trips_numpy_values_with_a_comment_header() -> None:

@@ -51,7 +51,8 @@ def test_config_keys_that_are_no_knobs(key: str, says: str) -> None:
         assert ("parallel.overlap_param_gather" in text) == key.startswith("parallel.")
 
 
-@pytest.mark.parametrize("value", ["-1", "nan", "inf", "fast"])
+# "１２" (full-width digits) and "1_2" read as 12 through float(), unlike every other knob.
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "fast", "１２", "1_2"])
 def test_scale_values_are_finite_and_not_negative(value: str) -> None:
     with pytest.raises(ConfigError, match=r"comm\.scale"):
         scale_value("comm.scale", value)

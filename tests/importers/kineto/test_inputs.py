@@ -335,8 +335,11 @@ def test_a_trace_of_metadata_only_is_refused_like_an_empty_one(tmp_path: Path) -
 def test_repairs_that_change_the_counts_are_warned_once_per_file(tmp_path: Path) -> None:
     # A negative duration read as 0 long, an end without a begin dropped, an array cut inside
     # an event: each was silent (the trace's metadata only), the results counting otherwise.
+    # Events without a phase or with one the format does not have were skipped silently.
     x = {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
-    events = [x, {**x, "ts": 5, "dur": -2}, {"ph": "E", "pid": 1, "tid": 1, "ts": 9}]
+    no_ph = {k: v for k, v in x.items() if k != "ph"}
+    events = [x, {**x, "ts": 5, "dur": -2}, {"ph": "E", "pid": 1, "tid": 1, "ts": 9}, no_ph]
+    events += [{**x, "ph": "Q"}, {**x, "ph": "R"}]  # ("R", a mark, is routine: not read)
     text = json.dumps(events).encode()[:-1] + b', {"ph": "X", "na'
     path = tmp_path / "rank-0.json"
     path.write_bytes(text)
@@ -347,6 +350,8 @@ def test_repairs_that_change_the_counts_are_warned_once_per_file(tmp_path: Path)
         "half-written last event dropped",
         f"{path}: 1 slice(s) of negative duration read as 0 long (Perfetto drops them)",
         f"{path}: 1 end event(s) (E, e) without a begin, dropped",
+        f'{path}: 2 event(s) with no or an unknown phase ("ph") skipped ((none) ×1, Q ×1); '
+        "`echo-view check` lists them",
     ]
     # Without its "]" but whole (the format allows it), and routine notes: nothing to warn.
     path.write_bytes(json.dumps([x]).encode()[:-1])
