@@ -109,3 +109,28 @@ def known_keys_hint(key: str, known: Iterable[str], noun: str = "known keys") ->
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     listing = f"{noun}: {', '.join(names)}"
     return f"did you mean {close[0]!r}? {listing}" if close else listing
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks run: temporary files and
+    half-written outputs are removed (a SIGKILL cannot be caught and may leave them)."""
+
+
+#: Set once SIGTERM arrived: the one :class:`Terminated` raised may be swallowed where Python
+#: ignores exceptions (a finalizer running when the signal came), so writers check it too.
+_stop = [False]
+
+
+def request_stop() -> None:
+    """Record that the process was asked to stop (SIGTERM)."""
+    _stop[0] = True
+
+
+def stop_requested() -> bool:
+    """Whether :func:`request_stop` was called (and not cleared by :func:`clear_stop`)."""
+    return _stop[0]
+
+
+def clear_stop() -> None:
+    """Forget a stop request (a command's end, or a test's)."""
+    _stop[0] = False

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import functools
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -24,7 +25,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from echo_view.errors import InputError, LimitError, OutputError, UsageError
+from echo_view.errors import (
+    InputError,
+    LimitError,
+    OutputError,
+    Terminated,
+    UsageError,
+    stop_requested,
+)
 from echo_view.leftovers import sweep, tagged
 
 if TYPE_CHECKING:  # only annotations name it; importing the model (numpy) would slow startup
@@ -142,6 +150,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 GRAPH_FORMAT = "echo-view.traced-graph"
 TRACED_GRAPH = "a traced graph (echo-view trace's output)"
 _TOML_TABLE = re.compile(rb"\[\[?[A-Za-z_][\w.\-]*\]\]?[ \t]*(?:#[^\n]*)?\r?\n")
+#: Comment lines and blank lines before a TOML file's first table (a config's header).
+_TOML_COMMENTS = re.compile(rb"(?:[ \t]*(?:#[^\n]*)?\r?\n)*")
 
 
 def describe_content(head: bytes) -> str:
@@ -157,7 +167,9 @@ def describe_content(head: bytes) -> str:
         return "a file holding only whitespace"
     if _names_graph(head):
         return TRACED_GRAPH
-    if _TOML_TABLE.match(text):  # "[model]": a TOML table, which no JSON text starts with
+    comments = _TOML_COMMENTS.match(text)
+    after = text[comments.end() if comments else 0 :]
+    if _TOML_TABLE.match(after):  # "[model]": a TOML table, which no JSON text starts with
         return "a TOML file"
     if text[:1] in (b"{", b"["):
         return "JSON text"
@@ -478,6 +490,20 @@ def write_error(exc: OSError, path: Path) -> OutputError:
     )
 
 
+#: The longest file name most file systems take (NAME_MAX), in bytes.
+_NAME_MAX = 255
+
+
+def _temp_prefix(name: str) -> str:
+    """The start of a temporary name beside output ``name``: ``.NAME.``, or a digest of the
+    name where ``.NAME.<pid>-XXXXXXXX.tmp`` would pass :data:`_NAME_MAX` (a legal output name
+    of 236-255 bytes was refused once written)."""
+    prefix = f".{name}."
+    if len(os.fsencode(tagged(prefix))) + len("XXXXXXXX.tmp") <= _NAME_MAX:
+        return prefix
+    return f".{hashlib.sha256(os.fsencode(name)).hexdigest()[:24]}."
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path`` (over the file
@@ -493,7 +519,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
     path = Path(path)
     check_output(path)
     target = output_target(path)
-    prefix = f".{target.name}."
+    prefix = _temp_prefix(target.name)
     sweep(target.parent, prefix, ".tmp")  # what a killed write to this output left
     try:
         fd, tmp = tempfile.mkstemp(prefix=tagged(prefix), suffix=".tmp", dir=target.parent)
@@ -511,6 +537,8 @@ def atomic_output(path: Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         yield tmp_path
+        if stop_requested():  # SIGTERM came, its exception swallowed on the way: no output
+            raise Terminated
         os.replace(tmp_path, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -88,6 +88,19 @@ def test_outputs_that_cannot_be_files_are_refused(tmp_path: Path) -> None:
         check_output(Path("/dev/null"))
 
 
+def test_atomic_output_to_a_name_near_the_limit(tmp_path: Path) -> None:
+    # ".NAME.<pid>-XXXXXXXX.tmp" passed 255 bytes for names of 236-255: "File name too long"
+    # once the whole input had been read.
+    for length in (230, 245, 255):
+        out = tmp_path / ("a" * (length - 5) + ".json")
+        with atomic_output(out) as tmp:
+            assert len(tmp.name.encode()) <= 255
+            tmp.write_text("{}")
+        assert out.read_text() == "{}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+        out.unlink()
+
+
 def test_atomic_output_gets_the_umask_mode_not_0600(tmp_path: Path) -> None:
     old = os.umask(0o027)
     try:
@@ -184,8 +197,10 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
         (b"  \n\t", "a file holding only whitespace"),
         (b"# a README\n", "text"),
         (bytes(range(128, 256)), "binary data"),
-        # A workload config was "JSON text" (its "[model]" read as an array).
-        (b"# GPT\n\n[model]\nlayers = 2\n", "text"),
+        # A workload config was "JSON text" (its "[model]" read as an array), and "text" with
+        # a comment header, as every shipped config has (no pointer to simulate).
+        (b"# GPT\n\n[model]\nlayers = 2\n", "a TOML file"),
+        (b"# a README\n[1, 2]\n", "text"),
         (b"[model]\nlayers = 2\n", "a TOML file"),
         (b"[[roles]] # one\n", "a TOML file"),
         (b"[1, 2]\n", "JSON text"),

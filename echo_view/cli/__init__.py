@@ -25,7 +25,17 @@ from typing import Any, NoReturn
 
 try:  # a Ctrl-C while these load (numpy among them) printed a KeyboardInterrupt traceback
     from echo_view import __version__
-    from echo_view.errors import Deprecated, EchoViewError, InputNote, OutputError, UsageError
+    from echo_view.errors import (
+        Deprecated,
+        EchoViewError,
+        InputNote,
+        OutputError,
+        Terminated,
+        UsageError,
+        clear_stop,
+        request_stop,
+        stop_requested,
+    )
     from echo_view.formats import (
         INFLATION_FLOOR,
         MAX_INFLATION_RATIO,
@@ -143,27 +153,26 @@ def _add_inflation_option(parser: argparse.ArgumentParser, default: str | None) 
                 _add_inflation_option(sub, argparse.SUPPRESS)
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so that ``finally`` blocks run: temporary files and
-    half-written outputs are removed (a SIGKILL cannot be caught and may leave them)."""
-
-
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup
+    if stop_requested():
+        return  # a second SIGTERM must not cut the cleanup
+    request_stop()
     raise Terminated
 
 
 @contextmanager
 def _sigterm_raises() -> Iterator[None]:
     """Turn SIGTERM into :class:`Terminated` while a command runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
     try:
         yield
+        if stop_requested():  # the Terminated raised was swallowed on the way (a finalizer)
+            raise Terminated
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        clear_stop()
 
 
 class _CheckedStdout:

@@ -35,7 +35,7 @@ from echo_view.cli.comm import (
     parse_sets,
 )
 from echo_view.cli.console import console
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.errors import ConfigError, InputNote, UsageError
 from echo_view.formats import Registry, atomic_output, json_text
 from echo_view.model.schema import json_schema
@@ -86,7 +86,7 @@ def register_comm(subparsers: Any) -> None:
         "constants as TOML. Prints the fit error per log, split at 1 MiB.",
     )
     p.add_argument("logs", nargs="+", type=path_arg, metavar="LOG", help="nccl-tests stdout logs")
-    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="FILE.toml")
+    p.add_argument("-o", "--output", type=output_arg, required=True, metavar="FILE.toml")
     p.add_argument(
         "--model",
         choices=("nccl", "alphabeta"),

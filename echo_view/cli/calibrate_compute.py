@@ -25,7 +25,7 @@ from echo_view import __version__
 from echo_view.analysis.kernel_fit import KernelSamples, samples_of_jobs
 from echo_view.cli.console import console
 from echo_view.cli.parallel import add_parallel_options, parallel_of
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Progress, Registry, atomic_output, json_text, no_progress
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "traces", nargs="+", type=path_arg, metavar="TRACE", help="Kineto trace files or rank dirs"
     )
-    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="FILE.toml")
+    p.add_argument("-o", "--output", type=output_arg, required=True, metavar="FILE.toml")
     p.add_argument(
         "--gpu",
         metavar="NAME",

@@ -26,7 +26,7 @@ from echo_view.cli.interference import (
     split_parts,
 )
 from echo_view.cli.parallel import add_parallel_options, parallel_of
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError, warn_deprecated
 from echo_view.formats import Registry, atomic_output, json_text
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
         "held-out data and write the better one as TOML.",
     )
     p.add_argument("paths", nargs="+", type=path_arg, metavar="PATH", help="measured jobs")
-    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="FILE.toml")
+    p.add_argument("-o", "--output", type=output_arg, required=True, metavar="FILE.toml")
     p.add_argument(
         "--holdout",
         choices=SPLITS,

@@ -22,7 +22,7 @@ import msgspec
 from echo_view.cli.console import console
 from echo_view.cli.numargs import int_arg
 from echo_view.cli.parallel import add_parallel_options, parallel_of
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import InputError, LimitError, UsageError
 from echo_view.formats import (
@@ -122,7 +122,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--fix", action="store_true", help="write a repaired copy of the (single) input to -o OUT"
     )
-    p.add_argument("-o", "--output", type=path_arg, metavar="OUT", help="where --fix writes")
+    p.add_argument("-o", "--output", type=output_arg, metavar="OUT", help="where --fix writes")
     add_parallel_options(p)
     add_progress_option(p)
     p.set_defaults(func=run)

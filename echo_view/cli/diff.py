@@ -25,7 +25,7 @@ from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff,
 from echo_view.cli.console import console
 from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.parallel import add_parallel_options, read_job
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.cli.tables import print_rows
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--plot",
-        type=path_arg,
+        type=output_arg,
         metavar="OUT",
         help="write step-time and breakdown bars (.png/.svg/.pdf)",
     )

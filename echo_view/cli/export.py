@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.parallel import add_parallel_options, read_job
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.formats import Exporter, Registry
 from echo_view.model import Job
@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
         "-o",
         "--output",
         required=True,
-        type=path_arg,
+        type=output_arg,
         metavar="OUT",
         help="output file; its suffix picks the format (.json, .json.gz, .pftrace)",
     )

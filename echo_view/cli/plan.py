@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.numargs import int_arg
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.plotting import new_figure, plot_format, save_figure
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
@@ -124,7 +124,7 @@ def register(subparsers: Any) -> None:
         "refuse a search above it",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    p.add_argument("--plot", type=path_arg, metavar="OUT.png", help="step time vs memory, Pareto")
+    p.add_argument("--plot", type=output_arg, metavar="OUT.png", help="step time vs memory, Pareto")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int_arg, metavar="N", help="local Dask worker processes")
     where.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler")

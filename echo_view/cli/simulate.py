@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from echo_view.cli.numargs import float_arg
 from echo_view.cli.parallel import add_parallel_options, read_job
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
 from echo_view.errors import UsageError
 from echo_view.formats import Progress, Registry, json_text, no_progress
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
         metavar="INPUT",
         help="a measured job (trace file or dir), a workload config (.toml) or a traced graph",
     )
-    p.add_argument("-o", "--output", type=path_arg, metavar="OUT", help="write the predicted job")
+    p.add_argument("-o", "--output", type=output_arg, metavar="OUT", help="write the predicted job")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument(
         "--set",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from echo_view.cli.numargs import check_timeout, float_arg, int_arg
-from echo_view.cli.pathargs import path_arg
+from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.simulate import parse_overrides
 from echo_view.errors import InputError, UsageError
 from echo_view.formats import Registry, check_input, check_output
@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
         "process group instead. Needs torch (the `trace` extra).",
     )
     p.add_argument("config", type=path_arg, metavar="CONFIG.toml", nargs="?")
-    p.add_argument("-o", "--output", type=path_arg, required=True, metavar="GRAPH.json")
+    p.add_argument("-o", "--output", type=output_arg, required=True, metavar="GRAPH.json")
     p.add_argument(
         "--script",
         metavar="FILE.py[:FUNCTION]",

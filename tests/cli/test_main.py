@@ -4,6 +4,7 @@ temporary files and half-written outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from echo_view.cli import main
+from echo_view.errors import stop_requested
 from echo_view.formats import INFLATION_FLOOR
 from tests.cli.hostile_io import DLRM, ROOT, SAMPLES, fingerprint, gzip_bomb, listing, refused
 from tests.cli.sigint import as_in_a_terminal
@@ -292,6 +294,29 @@ def test_a_signalled_export_leaves_no_temporary_file(sig: int, tmp_path: Path) -
     out.parent.mkdir()
     _signalled("os.replace", ["export", str(job), "-o", str(out)], sig, tmp_path, {})
     assert listing(out.parent) == [] and fingerprint(job) == before
+
+
+def test_a_sigterm_whose_exception_is_swallowed_still_stops_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python drops an exception raised while a finalizer runs: the one Terminated was lost,
+    # SIGTERM was ignored from then on, and the export wrote its output and exited 0.
+    import echo_view.cli as cli
+    import echo_view.formats as formats
+
+    real = formats.output_mode
+
+    def signalled_in_a_finalizer() -> int:
+        with contextlib.suppress(BaseException):  # as Python does in a finalizer
+            cli._on_sigterm(signal.SIGTERM, None)
+        return real()
+
+    monkeypatch.setattr(formats, "output_mode", signalled_in_a_finalizer)
+    out = tmp_path / "job.json"
+    assert main(["export", str(DLRM[0]), "-o", str(out)]) == 143
+    assert "echo-view: terminated" in capsys.readouterr().err
+    assert listing(tmp_path) == []
+    assert not stop_requested()  # (cleared for what runs next in this process)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
