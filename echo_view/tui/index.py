@@ -249,6 +249,14 @@ class TimelineIndex:
     def event_count(self) -> int:
         return sum(len(t) for g in self.groups for t in g.lanes)
 
+    def shown(self, source: int, trace: int, row: int) -> bool:
+        """Whether event ``row`` of that trace is on a lane and the filter shows it."""
+        g = self.group_of(source, trace)
+        if g is None or row >= len(g.lane_of) or g.lane_of[row] < 0:
+            return False
+        flags = g.lanes[int(g.lane_of[row])].shown
+        return flags is None or bool(flags[int(g.lane_pos[row])])
+
     def group_of(self, source: int, trace: int) -> Group | None:
         """The group of trace ``trace`` of source ``source``."""
         return next((g for g in self.groups if g.source == source and g.trace == trace), None)

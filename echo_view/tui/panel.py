@@ -430,6 +430,9 @@ class TimelinePanel(Vertical):
         names = m.names if self.hide_unmatched and m is not None else None
         self.index.set_filter(self.shown_classes, names, self.min_dur)
         tl = self.timeline
+        sel = tl.selection
+        if sel is not None and not self.index.shown(sel.source, sel.trace, sel.row):
+            tl.selection = None  # (it stayed drawn and selected, hidden by the filter)
         if m is not None:  # the hits the filter now shows (no new match of the names)
             self.matches = shown_hits(self.index, m.query, m.names)
             tl.matches = self.matches.starts
@@ -472,6 +475,10 @@ class TimelinePanel(Vertical):
         cand = [lk for lk in links if (lk.why in why if why else lk.why.startswith("r"))]
         if sel is None or not cand:
             self.notify("nothing to jump to", severity="warning")
+            return
+        cand = [lk for lk in cand if self.index.shown(sel.source, lk.trace, lk.row)]
+        if not cand:
+            self.notify("the filter hides where it leads (k, h/H change it)", severity="warning")
             return
         if why is None:
             # Peers are in rank order: go to the next rank after the current one, wrapping.

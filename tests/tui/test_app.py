@@ -429,6 +429,27 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
     run_app([synth, slower], body)
 
 
+def test_the_palettes_search_from_another_diff_tab_types_into_the_box(synth: Job) -> None:
+    # From the Overview, Ctrl+P "Search names" opened the Timelines tab and its search box,
+    # but the focus went back to the timeline: the query typed ran as keys (e, m, m...).
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, DiffScreen)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Search names")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        panel = app.screen.query_one(TimelinePanel)
+        assert app.focused is panel.query_one("#search", Input)
+        await pilot.press(*"linear_0", "enter")
+        assert panel.matches is not None and len(panel.matches) == 2 * 2 * 2
+
+    run_app([synth, slower], body)
+
+
 def test_the_diff_overview_warns_of_unrelated_jobs_and_ranks_sort_as_numbers() -> None:
     # The Overview left out `diff`'s warning that the two inputs look like different jobs, and
     # the Ranks tab sorted r10 before r2.
@@ -881,6 +902,34 @@ def test_n_selects_only_matches_the_filter_shows(synth: Job) -> None:
             await pilot.press("n")
         await pilot.press("H", "H")  # the hidden hits come back
         assert len(panel.matches) == 2 * 28
+
+    run_app([synth], body)
+
+
+def test_the_filter_hides_the_selection_and_what_p_leads_to(synth: Job) -> None:
+    # With every kind hidden the selected kernel stayed selected and drawn, and p selected
+    # its hidden launch.
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        tl, panel = _tl(app), _panel(app)
+        await _lane(pilot, tl, "gpu0 s7")
+        await pilot.press("tab")
+        kernel = tl.selection
+        assert kernel is not None
+        await pilot.press("p")
+        assert tl.selection is not None and tl.selection != kernel  # its launch
+        await pilot.press("p")
+        assert tl.selection == kernel
+        await pilot.press("h", "h")  # at least 10 µs: the 8 µs launch is hidden, the kernel not
+        assert tl.selection == kernel
+        await pilot.press("p")
+        assert tl.selection == kernel
+        assert any("the filter hides where it leads" in str(n.message) for n in app._notifications)
+        await pilot.press("k")
+        sl = app.screen.query_one(SelectionList)
+        for _ in range(sl.option_count):  # untick every kind
+            await pilot.press("space", "down")
+        await pilot.press("enter")
+        assert panel.shown_classes == frozenset() and tl.selection is None
 
     run_app([synth], body)
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from rich.text import Text
+
 from echo_view.analysis.diff import diff_jobs
 from echo_view.model import ClockAlignment, Job
-from echo_view.tui.diffscreen import MAX_BAR_RANKS, step_bars
+from echo_view.tui.diffscreen import MAX_BAR_RANKS, category_bars, step_bars
 from tests.tui.appkit import synth_rank
 
 
@@ -30,3 +34,18 @@ def test_step_bars_show_the_ranks_that_changed_most() -> None:
     assert max(change[r] for r in hidden) < max(change.values())
     few = diff_jobs(_job(3, 0.0), _job(3, 0.05))
     assert step_bars(few).row_count == 6
+
+
+def test_category_bars_follow_their_totals() -> None:
+    # Each part rounded on its own: A (40.0 units) drew 41 cells, B (40.04) 39 - the longer
+    # step the shorter bar.
+    def pair(a: float, b: float) -> SimpleNamespace:
+        return SimpleNamespace(a_ns=a, b_ns=b)
+
+    parts = {"compute": (10.6, 10.4), "exposed_comm": (10.6, 10.4), "memory": (10.6, 10.4)}
+    cats = {c: pair(a * 1e6, b * 1e6) for c, (a, b) in parts.items()}
+    cats["idle"] = pair(8.2e6, 8.84e6)
+    table = category_bars(SimpleNamespace(categories=cats), width=40)  # type: ignore[arg-type]
+    a_bar, b_bar = (c for c in table.columns[1]._cells[:2])
+    assert isinstance(a_bar, Text) and isinstance(b_bar, Text)
+    assert (len(a_bar), len(b_bar)) == (40, 40)
