@@ -27,7 +27,8 @@ different jobs score 0.01-0.04.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -93,6 +94,24 @@ class RankDiff:
     step_alignment: str
     step: Pair
     categories: dict[str, Pair]
+
+
+def rank_names(ranks: Sequence[RankDiff]) -> list[str]:
+    """Each row's name: its rank (``3``), with its device where the rank has several rows
+    (``0 gpu1``; ``0 gpu1/gpu2`` when A's and B's differ): two rows read ``r0`` alike."""
+    count = Counter(r.rank for r in ranks)
+
+    def dev(d: int | None) -> str:
+        return "-" if d is None else str(d)
+
+    out = []
+    for r in ranks:
+        name = str(r.rank)
+        if count[r.rank] > 1:
+            same = r.a_device == r.b_device
+            name += f" gpu{dev(r.a_device)}" + ("" if same else f"/gpu{dev(r.b_device)}")
+        out.append(name)
+    return out
 
 
 @dataclass(frozen=True)

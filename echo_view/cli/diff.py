@@ -21,7 +21,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from echo_view.analysis.diff import CATEGORIES, DEFAULT_TOLERANCE_PCT, ItemDiff, JobDiff, diff_jobs
+from echo_view.analysis.diff import (
+    CATEGORIES,
+    DEFAULT_TOLERANCE_PCT,
+    ItemDiff,
+    JobDiff,
+    diff_jobs,
+    rank_names,
+)
 from echo_view.cli.console import console
 from echo_view.cli.numargs import float_arg, int_arg
 from echo_view.cli.parallel import add_parallel_options, read_job
@@ -167,11 +174,11 @@ def render(diff: JobDiff, console: Console) -> None:
     for h in ("rank", "steps", "A", "B", "delta", "delta %", "error %"):
         rt.add_column(h, justify="right")
     rows = []
-    for r in diff.ranks:
+    for r, name in zip(diff.ranks, rank_names(diff.ranks), strict=True):
         e = r.step.error_pct(ref_b)
         rows.append(
             [
-                str(r.rank),
+                name,
                 f"{len(r.steps_a)} ({r.step_alignment})",
                 format_duration(r.step.a_ns),
                 format_duration(r.step.b_ns),
@@ -213,11 +220,11 @@ def plot_figure(diff: JobDiff) -> Figure:
     beside the axes so that they cover no bar."""
     fig = new_figure(figsize=(12, 5), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
-    ranks = [r.rank for r in diff.ranks]
+    ranks = rank_names(diff.ranks)
     xs = list(range(len(ranks)))
     ax1.bar([x - 0.2 for x in xs], [r.step.a_ns / 1e6 for r in diff.ranks], 0.4, label="A")
     ax1.bar([x + 0.2 for x in xs], [r.step.b_ns / 1e6 for r in diff.ranks], 0.4, label="B")
-    ax1.set_xticks(xs, [str(r) for r in ranks])
+    ax1.set_xticks(xs, ranks)
     ax1.set_xlabel("rank")
     ax1.set_ylabel("step time (ms)")
     ax1.set_title("Step time per rank")

@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
-from echo_view.analysis.diff import CATEGORIES, ItemDiff, JobDiff
+from echo_view.analysis.diff import CATEGORIES, ItemDiff, JobDiff, rank_names
 from echo_view.text import printable
 from echo_view.tui.index import Source, TimelineIndex
 from echo_view.tui.panel import Steps, TimelinePanel, view_steps
@@ -43,6 +43,7 @@ def step_bars(diff: JobDiff, width: int = 40, limit: int = MAX_BAR_RANKS) -> Tab
         table.add_column(no_wrap=True)
     top = max([max(r.step.a_ns, r.step.b_ns) for r in diff.ranks] or [1]) or 1
     shown = diff.ranks
+    names = dict(zip(map(id, shown), rank_names(shown), strict=True))
     if len(shown) > limit:
         by_change = sorted(shown, key=lambda r: (-abs(r.step.b_ns - r.step.a_ns), r.rank))
         shown = sorted(by_change[:limit], key=lambda r: r.rank)
@@ -54,7 +55,7 @@ def step_bars(diff: JobDiff, width: int = 40, limit: int = MAX_BAR_RANKS) -> Tab
             tail = f"{pct:+.1f}%" if side == "B" and pct is not None else ""
             colour = "" if pct is None or abs(pct) < 0.05 else "#e06c75" if pct > 0 else "#98c379"
             table.add_row(
-                f"r{r.rank} A" if side == "A" else "B",
+                f"r{names[id(r)]} A" if side == "A" else "B",
                 Text(bar.ljust(width), style=style),
                 Text(format_duration(ns), justify="right"),
                 Text(tail, style=colour),
@@ -227,13 +228,13 @@ class DiffScreen(Screen[None]):
         )
         ranks = [
             [
-                name_cell(f"r{r.rank}", value=r.rank),  # r2 before r10
+                name_cell(f"r{name}", value=r.rank),  # r2 before r10
                 ns_cell(r.step.a_ns),
                 ns_cell(r.step.b_ns),
                 delta_cell(r.step.delta_ns),
                 pct_cell(r.step.delta_pct()),
             ]
-            for r in d.ranks
+            for r, name in zip(d.ranks, rank_names(d.ranks), strict=True)
         ]
         self.query_one("#rank-table", SortableTable).fill(("rank", *cols[1:]), ranks)
         items = ("A / step", "B / step", "delta", "delta %")

@@ -4,6 +4,7 @@ that act across them (search, n/N, kind filter, jump to partner or peer)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import ClassVar
 
 from textual.actions import SkipAction
@@ -168,7 +169,16 @@ class TimelinePanel(Vertical):
             tl.focus()
 
     def set_index(self, index: TimelineIndex, steps: Steps) -> None:
-        """Show another index (a new alignment) keeping the zoom."""
+        """Show another index (a new alignment) keeping the zoom; bookmarks keep their place
+        in their input (the event's, else A's), moved by its change of shift."""
+        before = [src.shift_ns for src in self.index.sources]
+        after = [src.shift_ns for src in index.sources]
+        if len(before) == len(after) and before != after:
+            moved = []
+            for m in self.marks:
+                s = m.selection.source if m.selection is not None else 0
+                moved.append(replace(m, t=m.t + before[s] - after[s]))
+            self.marks = sorted(moved, key=lambda m: m.t)
         self.index = index
         self.steps = steps
         tl = self.timeline
@@ -207,8 +217,15 @@ class TimelinePanel(Vertical):
         self._update_status()
 
     def action_time_axis(self) -> None:
+        def usable(axis: str) -> bool:
+            if axis == "step":
+                return bool(self.timeline.steps)
+            # Two inputs (the diff) are placed on one view clock, each trace clock its own:
+            # one ruler cannot read both (B's rows were labelled with A's clock).
+            return axis != "clock" or len(self.index.sources) == 1
+
         self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
-        if self.axis == "step" and not self.timeline.steps:
+        while not usable(self.axis):
             self.axis = AXES[(AXES.index(self.axis) + 1) % len(AXES)]
         self.notify(f"time axis: {AXIS_TEXT[self.axis]}", timeout=2)
         self._view_moved()

@@ -17,6 +17,7 @@ from echo_view.analysis.diff import (
     diff_jobs,
     kernel_class,
     kernel_similarity,
+    rank_names,
 )
 from echo_view.errors import UsageError
 from echo_view.model import (
@@ -136,6 +137,26 @@ def test_a_step_of_no_time_is_no_data_on_either_side() -> None:
     a = _job(200, 200, [1])
     assert diff_jobs(a, z).verdict == ("no_data", "B has no step time to compare against")
     assert diff_jobs(z, a).verdict == ("no_data", "A has no step time to compare against")
+
+
+def test_a_rank_on_two_gpus_has_two_named_rows() -> None:
+    # One process driving GPUs 0 and 1: two rows, both read "r0" (Ranks tab, step bars, the
+    # command's per-rank table).
+    def two_gpus(scale: int) -> Trace:
+        b = TraceBuilder(0)
+        cpu = b.lane(LaneKind.CPU_THREAD, 1, 1)
+        b.event(EventKind.USER_ANNOTATION, "ProfilerStep#1", 0, 400, cpu)
+        b.step(1, 0, 400)
+        for dev in (0, 1):
+            b.event(EventKind.KERNEL, GEMM, 10, 100 * scale * (dev + 1), b.gpu_stream(dev, 7))
+        return b.build()
+
+    a, b = (Job((two_gpus(s),), ClockAlignment("none", (0,), 0), 1, f"s{s}") for s in (1, 2))
+    d = diff_jobs(a, b)
+    assert [(r.rank, r.a_device, r.b_device) for r in d.ranks] == [(0, 0, 0), (0, 1, 1)]
+    assert rank_names(d.ranks) == ["0 gpu0", "0 gpu1"]
+    assert rank_names(diff_jobs(_job(200, 200, [1]), _job(200, 200, [1])).ranks) == ["0", "1"]
+    assert rank_names([replace(d.ranks[1], b_device=None), d.ranks[0]]) == ["0 gpu1/gpu-", "0 gpu0"]
 
 
 def test_reference_is_the_measured_side() -> None:

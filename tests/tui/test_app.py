@@ -31,7 +31,7 @@ from echo_view.tui.tables import SortableTable, signed_duration
 from echo_view.tui.timeline import Selection, TimelineView
 from echo_view.tui.tracks import COMM, Track, _Shown
 from echo_view.units import format_duration
-from tests.tui.appkit import run_app, synth_job
+from tests.tui.appkit import US, run_app, synth_job
 
 
 def _tl(app: EchoViewApp) -> TimelineView:
@@ -446,6 +446,33 @@ def test_the_palettes_search_from_another_diff_tab_types_into_the_box(synth: Job
         assert app.focused is panel.query_one("#search", Input)
         await pilot.press(*"linear_0", "enter")
         assert panel.matches is not None and len(panel.matches) == 2 * 2 * 2
+
+    run_app([synth, slower], body)
+
+
+def test_diff_realigned_moves_bookmarks_and_has_no_single_clock(synth: Job) -> None:
+    # After "." the mark stayed at its old view time, now another step's event, while the
+    # jump from the marks list went to the event (at its new time).
+    slower = synth_job(scale=1.5, predicted=True)
+
+    async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
+        await pilot.press("2")
+        panel = app.screen.query_one(TimelinePanel)
+        tl = panel.timeline
+        tl.select(Selection(0, 0, 0))  # A r0's first event, ProfilerStep#0
+        await pilot.pause()
+        sel = tl.selection
+        assert sel is not None
+        await pilot.press("M", "enter")
+        (t,) = [m.t for m in panel.marks]
+        await pilot.press("full_stop")  # align at step 1: every time moves by -1 ms
+        assert [s.shift_ns for s in tl.index.sources] == [1000 * US, 1000 * US]
+        assert [m.t for m in panel.marks] == [t - 1000 * US]
+        # t: from the step start, then back to the job start; never A's trace clock for both.
+        await pilot.press("t")
+        assert panel.axis == "step"
+        await pilot.press("t")
+        assert panel.axis == "job"
 
     run_app([synth, slower], body)
 
