@@ -239,11 +239,19 @@ def simulate(
         )
     if compute is not None and not _is_name(compute):
         raise UsageError(f"compute must name a calibration file, got {compute!r}")
+    if comm not in ("measured", "model"):
+        raise UsageError(f"comm must be 'measured' or 'model', got {comm!r}")
     knobs = {str(k): str(v) for k, v in (overrides or {}).items()}
     job = job_or_path
     if not isinstance(job, Job | ModelJob):
         given = _paths(job)
         if len(given) == 1 and is_workload_input(given[0]):
+            if comm != "measured":  # (it was ignored)
+                raise UsageError(
+                    "comm applies to a measured job's replay: a workload config's collectives "
+                    "always come from the NCCL model",
+                    hint="leave comm out; comm.scale or the cluster.* overrides change them",
+                )
             cfg, graph, origin, _ = load_workload(given[0])
             run = predict_workload(
                 cfg,

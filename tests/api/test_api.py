@@ -196,6 +196,10 @@ def test_simulate_refuses_arguments_of_the_wrong_kind() -> None:
             ev.simulate(config, compute=compute)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="not a file or directory name"):
         ev.load(_BytesPath())  # type: ignore[arg-type]
+    # comm= on a config was ignored, whatever its value.
+    for comm, says in (("model", "comm applies to a measured job's replay"), ("x", "got 'x'")):
+        with pytest.raises(UsageError, match=says):
+            ev.simulate(config, comm=comm)
     # AttributeError: 'str' object has no attribute 'importer_for'.
     with pytest.raises(UsageError, match="registry must be a Registry, got str"):
         ev.load(config, registry="x")  # type: ignore[arg-type]

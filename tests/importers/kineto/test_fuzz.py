@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from echo_view.analysis.summary import summarize
-from echo_view.errors import EchoViewError
+from echo_view.errors import EchoViewError, InputNote
 from echo_view.model import EventKind
 from importers.kineto import KinetoImporter
 from tests.fuzz_data import (
@@ -38,7 +39,9 @@ def _read(data: bytes, compress: bool) -> None:
         path = Path(tmp) / ("rank0.trace.json.gz" if compress else "rank0.trace.json")
         path.write_bytes(gzip.compress(data) if compress else data)
         try:
-            job = KinetoImporter().read([path])
+            with warnings.catch_warnings():  # (notes on what a damaged field made it skip)
+                warnings.simplefilter("ignore", InputNote)
+                job = KinetoImporter().read([path])
         except EchoViewError as err:
             text = str(err)
             assert "\n" not in text, text
