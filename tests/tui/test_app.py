@@ -421,9 +421,10 @@ def test_two_inputs_open_the_diff_screen(synth: Job) -> None:
         assert app.current == 1 and isinstance(app.screen, TimelineScreen)
         assert app.screen.sub_title.startswith("B: ")
         await pilot.press("D")
-        assert isinstance(app.screen, DiffScreen)
+        # The same diff screen, as it was left: a new one each time lost its alignment.
+        assert app.screen is screen and screen.align_at == 1
         aligned = str(app.screen.query_one("#aligned", Static).render())
-        assert aligned.startswith("placed so that step 0 (A) and step 0 (B) start together")
+        assert aligned.startswith("placed so that step 1 (A) and step 1 (B) start together")
         assert "no rank" not in aligned
 
     run_app([synth, slower], body)
