@@ -45,7 +45,7 @@ from echo_view.model.params import switch_value
 from echo_view.model.toml_file import TomlDoc, read_toml, read_toml_doc
 from echo_view.model.trace import Trace
 from echo_view.spool import SpoolTo, spool, spool_folder, unspool
-from echo_view.workers import dask_client, default_workers
+from echo_view.workers import dask_client, default_workers, result_of
 from exporters.graph import write_graph
 from importers.graph import is_graph_document, read_graph
 
@@ -277,7 +277,7 @@ def map_files(
             pure=False,
         )
         for group, future in zip(groups, futures, strict=True):
-            results = future.result()
+            results = result_of(future)
             future.release()
             # Shorter than its group where a file failed: the error is its last result.
             for path, item in zip(group, results, strict=False):

@@ -8,6 +8,7 @@ only when a cluster is asked for.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -108,6 +110,11 @@ _PORT = re.compile(r":[0-9]+/?\Z", re.ASCII)
 
 #: Seconds a scheduler has to accept the connection and answer an identity request.
 SCHEDULER_REPLY_S = 10.0
+#: Seconds a command waits while its cluster has no worker (none joined an external scheduler,
+#: or all died) before it gives up: a task never runs there, and the wait was endless.
+NO_WORKER_S = 60.0
+#: Seconds between looks at the cluster while a command waits on its tasks.
+POLL_S = 2.0
 
 
 def _scheduler_identity(address: str, timeout: float) -> dict[str, Any]:
@@ -394,4 +401,84 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
                 cluster, set_as_default=False, direct_to_workers=_direct_to_workers()
             )
         stack.callback(client.close)
-        yield client
+        if scheduler is not None:
+            try:
+                client.wait_for_workers(1, timeout=NO_WORKER_S)
+            except TimeoutError:
+                raise _no_worker(scheduler) from None
+        watch = _Watch(client, scheduler)
+        _WATCHES.append(watch)
+        try:
+            yield client
+        except distributed.KilledWorker as exc:
+            raise UsageError(
+                f"the Dask workers died running one task, again and again ({clipped(str(exc))})",
+                hint="a rank file too large for a worker's memory? read it with --workers 1, or "
+                "give the workers more memory",
+            ) from None
+        except RuntimeError as exc:
+            if "can't start new thread" not in str(exc):
+                raise
+            raise UsageError(
+                "out of threads or memory for the Dask client (ulimit -u, ulimit -v)",
+                hint="read in this process with --workers 1, or raise the limits",
+            ) from None
+        finally:
+            _WATCHES.remove(watch)
+
+
+class _Watch:
+    """How long the cluster of one client has had no worker."""
+
+    def __init__(self, client: Any, scheduler: str | None) -> None:
+        self.client = client
+        self.scheduler = scheduler
+        self.since: float | None = None
+
+    def check(self) -> None:
+        """Raise :class:`UsageError` once the cluster has had no worker for
+        :data:`NO_WORKER_S`."""
+        if sum(self.client.nthreads().values()):
+            self.since = None
+            return
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.since > NO_WORKER_S:
+            raise _no_worker(self.scheduler or "the local cluster")
+
+
+#: The clients of the open :func:`dask_client` blocks, innermost last.
+_WATCHES: list[_Watch] = []
+
+
+def _no_worker(where: str) -> UsageError:
+    return UsageError(
+        f"no Dask worker at {where} for {NO_WORKER_S:g} s: the tasks cannot run",
+        hint=f"start workers with `dask worker {where}` (they need echo-view installed), or drop "
+        "--scheduler for a local cluster",
+    )
+
+
+def result_of(future: Any) -> Any:
+    """``future.result()`` of a task of the innermost :func:`dask_client`, given up (one
+    :class:`UsageError`) once the cluster has had no worker for :data:`NO_WORKER_S`."""
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            if _WATCHES:
+                _WATCHES[-1].check()
+
+
+def first_done(futures: Any) -> tuple[set[Any], set[Any]]:
+    """``concurrent.futures.wait(futures, return_when=FIRST_COMPLETED)`` for an executor of
+    the innermost :func:`dask_client`, given up like :func:`result_of`."""
+    while True:
+        done, pending = concurrent.futures.wait(
+            futures, timeout=POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        if done or not pending:
+            return done, pending
+        if _WATCHES:
+            _WATCHES[-1].check()

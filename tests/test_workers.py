@@ -336,3 +336,55 @@ def test_a_local_cluster_leaves_nothing_in_the_temporary_folder(
         assert client.submit(sum, [1, 2]).result() == 3
         assert any(tmp_path.iterdir())  # the cluster's folder, while it runs
     assert list(tmp_path.iterdir()) == []
+
+
+def _sleep_and_return(x: int) -> int:
+    time.sleep(x)
+    return x
+
+
+@pytest.mark.slow
+def test_a_scheduler_without_workers_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With no worker on the scheduler (none started, all dead, or none able to import
+    # echo-view), every command waited forever without a word.
+    import distributed
+
+    monkeypatch.setattr(workers, "NO_WORKER_S", 1.0)
+    monkeypatch.setattr(workers, "POLL_S", 0.2)
+    kw: dict[str, Any] = {"processes": False, "dashboard_address": ":0", "protocol": "tcp"}
+    with distributed.LocalCluster(n_workers=0, **kw) as empty:
+        address = empty.scheduler_address
+        with (
+            pytest.raises(UsageError, match=r"no Dask worker at tcp://.* for 1 s"),
+            dask_client(scheduler=address),
+        ):
+            pass
+        # Workers that leave once the work is sent: the wait on it ends too.
+        with (
+            distributed.LocalCluster(n_workers=1, **kw) as c,
+            dask_client(scheduler=c.scheduler_address) as client,
+        ):
+            future = client.submit(_sleep_and_return, 30, pure=False)
+            for w in list(c.workers.values()):
+                client.sync(w.close)
+            with pytest.raises(UsageError, match="no Dask worker"):
+                workers.result_of(future)
+        assert workers._WATCHES == []
+
+
+def _die() -> None:
+    os._exit(1)
+
+
+@pytest.mark.slow
+def test_a_task_that_kills_its_workers_is_one_usage_error() -> None:
+    # distributed.KilledWorker (a worker killed by the OOM killer, again and again) ended the
+    # command with a 26-line traceback, exit 1.
+    import dask
+
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        pytest.raises(UsageError, match="the Dask workers died running one task"),
+        dask_client(workers=1) as client,
+    ):
+        workers.result_of(client.submit(_die, pure=False))

@@ -79,7 +79,7 @@ from echo_view.sim.plan import (
     simulate_one,
 )
 from echo_view.text import printable
-from echo_view.workers import dask_client
+from echo_view.workers import dask_client, first_done
 
 GB = 1e9
 
@@ -191,8 +191,11 @@ def run_on_dask(
     largest_first = sorted(groups, key=lambda g: g.work(), reverse=True)
     futures = [executor.submit(simulate_group, g, graph_for) for g in largest_first]
     try:
-        for fut in concurrent.futures.as_completed(futures):
-            yield fut.result()
+        pending = set(futures)
+        while pending:
+            done, pending = first_done(pending)
+            for fut in done:
+                yield fut.result()
     finally:
         for fut in futures:
             fut.cancel()
@@ -223,9 +226,12 @@ def _completed(
         return
     keys = {executor.submit(fn, *args): key for key, args in calls}
     running.update(keys)
-    for fut in concurrent.futures.as_completed(keys):
-        running.discard(fut)
-        yield keys[fut], fut.result()
+    pending = set(keys)
+    while pending:
+        done, pending = first_done(pending)
+        for fut in done:
+            running.discard(fut)
+            yield keys[fut], fut.result()
 
 
 #: Layouts per compute-floor task on workers: a group can hold hundreds of layouts of seconds
@@ -290,9 +296,7 @@ def run_pruned(
                     fut = executor.submit(simulate_one, cfg, graph_for)
                     index[fut] = i
                     running.add(fut)
-            done, running = concurrent.futures.wait(
-                running, return_when=concurrent.futures.FIRST_COMPLETED
-            )
+            done, running = first_done(running)
             batch = []
             for f in done:
                 replay.done(index[f], r := f.result())
