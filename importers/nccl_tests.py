@@ -282,6 +282,15 @@ def _parse_lines(
                     )
                 params = _parse_params(body)
                 header_line = lineno
+                n_gpus = params.get("nGpus", "1")
+                # (int() raised a traceback on "abc"; 0 or fewer left the harness unmodelled)
+                if not (n_gpus.isascii() and n_gpus.isdigit() and 1 <= int(n_gpus) <= 1024):
+                    raise InputError(
+                        f"nGpus {clipped(n_gpus)!r} is not a GPU count from 1 to 1024",
+                        path=path,
+                        where=f"line {lineno}",
+                        hint="give the log as nccl-tests printed it",
+                    )
                 continue
             if m := _RANK.match(stripped):
                 rank = int(m["rank"])

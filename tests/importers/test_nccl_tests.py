@@ -132,6 +132,18 @@ def test_rows_no_collective_ran_are_refused_at_their_line(row: str, message: str
     assert info.value.where == f"line {line}"
 
 
+@pytest.mark.parametrize("value", ["abc", "1.5", "0", "-3", "\uff18"])
+def test_a_gpu_count_that_is_no_count_is_refused(value: str) -> None:
+    # int("abc") ended in a ValueError traceback; 0 and -3 were read and fitted (the harness
+    # floor never modelled).
+    header = next(line for line in NEW_FORMAT.splitlines() if "nGpus" in line)
+    bad = NEW_FORMAT.replace(header, header.replace("nGpus 1", f"nGpus {value}"))
+    assert bad != NEW_FORMAT
+    with pytest.raises(InputError, match="is not a GPU count from 1 to 1024") as info:
+        parse_nccl_tests("bad.log", bad)
+    assert info.value.where is not None and info.value.where.startswith("line ")
+
+
 def test_missing_parts_are_errors() -> None:
     with pytest.raises(InputError, match="no nccl-tests result rows"):
         parse_nccl_tests("empty.log", "# nThread 1 nGpus 1\n")

@@ -214,13 +214,15 @@ def _fit(
         r = np.log(np.maximum(pred, 1e-9)) - log_meas
         return np.asarray(r * weights, dtype=np.float64)
 
-    # Drop constants that no measurement depends on.
+    # Drop constants that no measurement depends on (at their start: a free one starts where
+    # it can show), free ones too: kept, they came out at their start value (0.5 for a
+    # proxy cost a one-node log cannot see) and were written as fitted.
     r0 = data_residual(z0, names)
     keep = []
     for j in range(len(names)):
         dz = z0.copy()
         dz[j] += 0.05
-        if names[j] in free or np.max(np.abs(data_residual(dz, names) - r0)) > 1e-9:
+        if np.max(np.abs(data_residual(dz, names) - r0)) > 1e-9:
             keep.append(j)
     names = [names[j] for j in keep]
     z0, prior_w = z0[keep], prior_w[keep]
