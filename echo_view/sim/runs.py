@@ -164,6 +164,13 @@ def cluster_for_job(job: Job, overrides: Mapping[str, str]) -> Cluster | None:
         cluster = cluster.with_overrides({"gpus_per_node": cl.pop("gpus_per_node")})
     cl.setdefault("nodes", str(-(-world // cluster.gpus_per_node)))
     cluster = cluster.with_overrides(cl)
+    _check_holds(cluster, world)
+    return cluster
+
+
+def _check_holds(cluster: Any, world: int) -> None:
+    """A :class:`ConfigError` when ``cluster`` (after ``--set cluster.*``) has fewer GPUs than
+    the job's ``world`` ranks: a config's 64 ranks ran on 1 node of 8 GPUs, no word said."""
     if cluster.nodes * cluster.gpus_per_node < world:
         raise ConfigError(
             f"{cluster.nodes:,} node(s) of {cluster.gpus_per_node:,} GPUs hold fewer GPUs "
@@ -171,7 +178,6 @@ def cluster_for_job(job: Job, overrides: Mapping[str, str]) -> Cluster | None:
             where="--set cluster.nodes",
             hint="give nodes x gpus_per_node at least as many GPUs as the job has ranks",
         )
-    return cluster
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,6 +276,7 @@ def simulate_workload(
     cluster = cluster_from_config(cfg.cluster, cfg.source).with_overrides(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
+    _check_holds(cluster, cfg.parallel.world_size)
     params = compute_params_for(cluster.gpu)
     if compute is not None:
         params = compute_params_from_doc(compute, cluster.gpu, params)

@@ -215,6 +215,23 @@ def test_bad_scale_values_are_one_line_errors(
     assert "compute.scale.all" in err and "\n" not in err
 
 
+@pytest.mark.parametrize(
+    ("knob", "says"),
+    [
+        ("cluster.nodes=1", "1 node(s) of 8 GPUs hold fewer GPUs than the job's 64 ranks"),
+        ("cluster.gpus_per_node=4", "8 node(s) of 4 GPUs hold fewer GPUs than the job's 64"),
+    ],
+)
+def test_a_cluster_smaller_than_the_config_is_refused(
+    knob: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Accepted: the 64-rank config's step was predicted "on 1 node" (a replay refused it).
+    config = SAMPLES / "configs" / "echo-gpt13b-64xH800.toml"
+    assert main(["simulate", str(config), "--set", knob]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+
+
 def test_set_a_simulation_only_parallel_key_equals_editing_the_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
