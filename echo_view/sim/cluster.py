@@ -154,6 +154,12 @@ class Cluster:
         items = sorted(overrides.items(), key=lambda kv: kv[0] != "gpu")
         for key, raw in items:
             if key in DEPRECATED_KEYS:
+                if DEPRECATED_KEYS[key] in overrides:  # (the new spelling silently won)
+                    raise ConfigError(
+                        f"given both as {key} and as {DEPRECATED_KEYS[key]}",
+                        where=f"cluster.{key}",
+                        hint=f"keep cluster.{DEPRECATED_KEYS[key]} (GB/s) only",
+                    )
                 key, raw = _from_gigabits(key, raw)
             if key not in OVERRIDE_KEYS:
                 raise ConfigError(

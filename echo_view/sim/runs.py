@@ -212,6 +212,14 @@ def replay_job(
         scale_value("comm.scale", overrides["comm.scale"]) if "comm.scale" in overrides else 1.0
     )
     cluster = cluster_for_job(job, overrides)
+    knobs = sorted(k for k in overrides if k.startswith("cluster."))
+    if comm == "measured" and knobs:  # (they were accepted, and the "what-if" was the replay)
+        raise ConfigError(
+            "the cluster times the modelled collectives only: a replay with --comm measured "
+            "takes every collective's time from the trace",
+            where=f"--set {knobs[0]}",
+            hint="add --comm model",
+        )
     timer: Any = None
     if comm == "model":
         if cluster is None:

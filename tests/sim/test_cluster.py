@@ -128,6 +128,12 @@ def test_gigabit_keys_still_read_with_a_warning_naming_the_new_key(
     )
 
 
+def test_a_key_given_in_both_spellings_is_refused() -> None:
+    # nvlink_gbps=80 warned "read as 10 GB/s", then nvlink_gbytes_per_s=600 silently won.
+    with pytest.raises(ConfigError, match="given both as nvlink_gbps and as nvlink_gbytes_per_s"):
+        make_cluster("A100").with_overrides({"nvlink_gbps": "80", "nvlink_gbytes_per_s": "600"})
+
+
 def test_a_misspelt_cluster_key_names_the_nearest() -> None:
     with pytest.raises(ConfigError, match=r"did you mean 'nvlink_gbytes_per_s'\?"):
         make_cluster("A100").with_overrides({"nvlnk_gbytes_per_s": 1})
