@@ -52,12 +52,15 @@ SCALE_KEYS: tuple[str, ...] = (
 _RULES: tuple[tuple[int, tuple[str, ...]], ...] = (
     (CLASS_ATTENTION, ("flash", "fmha", "attention", "attn", "sdpa")),
     (CLASS_EMBEDDING, ("embedding", "embbag", "index_select")),
+    # cuDNN's batch norm and layout transforms, before its convolutions ("cudnn" below).
+    (CLASS_NORMALIZATION, ("cudnn::bn_fw", "cudnn::bn_bw")),
+    (CLASS_ELEMENTWISE, ("nchwtonhwc", "nhwctonchw", "scalepackedtensor")),
     (
         CLASS_GEMM,
         (
             "gemm", "gemv", "cutlass", "cublas", "volta_", "turing_", "ampere_", "hopper_",
             "xmma", "wgmma", "matmul", "dot_kernel", "splitkreduce", "cudnn", "fprop",
-            "dgrad", "wgrad",
+            "dgrad", "wgrad", "nvjet",  # (cuBLAS's Hopper and Blackwell GEMMs: nvjet_tst_...)
         ),
     ),
     (CLASS_NORMALIZATION, ("layer_norm", "layernorm", "rms_norm", "rmsnorm", "batch_norm",

@@ -25,6 +25,19 @@ from echo_view.sim.compute import classify_kernel
          "(dpsk::grouped_gemm::cuda::m_grouped_fp8_ptp128c::GemmKernel::Params)", "gemm"),
         ("void flash::compute_attn_ws<Flash_fwd_kernel_traits<192, 128, 128, 12, 2>>()",
          "attention"),
+        # cuBLAS's Hopper GEMMs (nsys mfu_2gpu_after: 52.4 ms of them) were "other", so
+        # compute.scale.gemm moved nothing there.
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "gemm"),
+        # cuDNN's batch norm and layout transforms were GEMMs (54% of hta_nccl's GEMM time).
+        ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 32, true, 1>(float)",
+         "normalization"),
+        ("void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(float)",
+         "normalization"),
+        ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(float const*)",
+         "elementwise"),
+        # Its convolutions stay GEMMs.
+        ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(float)", "gemm"),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int)", "gemm"),
     ],
 )  # fmt: skip
 def test_kernel_classes(name: str, cls: str) -> None:
