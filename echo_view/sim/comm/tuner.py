@@ -133,8 +133,14 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
     """The ring graph NCCL would build for this placement."""
     arch = cluster.gpu.arch if cluster.gpu.arch in _NVLINK_LINK else "ampere"
     if placement.intra == "nvlink":
-        per_link = _NVLINK_LINK[arch]
-        links = max(1, round(cluster.nvlink_bw / 1e9 / _NVLINK_DATASHEET[arch]))
+        # Channels follow the GPU's NVLinks (NCCL's topology search); a what-if bandwidth
+        # (cluster.nvlink_gbytes_per_s) makes each link, and so each channel, faster. From the
+        # bandwidth alone, 450 GB/s gave an A100 32 channels and its calibrated per-channel
+        # cost made a 1 MiB all-reduce 13% slower than at its own 300.
+        datasheet_links = round(cluster.gpu.nvlink_bytes_per_s / 1e9 / _NVLINK_DATASHEET[arch])
+        links = cluster.gpu.nvlink_links or max(1, datasheet_links)
+        scale = cluster.nvlink_bw / (links * _NVLINK_DATASHEET[arch] * 1e9)
+        per_link = _NVLINK_LINK[arch] * scale
         intra_total, intra_ch = links * per_link, per_link
     else:
         links = 0
@@ -145,7 +151,9 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
         channels = max(1, round(intra_total / intra_ch))
         speed = intra_ch
         if placement.intra == "nvlink" and cluster.fabric == "nvswitch":
-            channels, speed = _NVSWITCH_RING.get((arch, links), (channels, speed))
+            ring = _NVSWITCH_RING.get((arch, links))
+            if ring is not None:
+                channels, speed = ring[0], ring[1] * scale
     else:
         nic = cluster.nic_bytes_per_s_per_gpu / 1e9
         steps = _SPEED_INTER_SM90 if arch == "hopper" else _SPEED_INTER
