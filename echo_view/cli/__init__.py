@@ -163,14 +163,14 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 @contextmanager
 def _sigterm_raises() -> Iterator[None]:
     """Turn SIGTERM into :class:`Terminated` while a command runs (main thread only)."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
     try:
         yield
         if stop_requested():  # the Terminated raised was swallowed on the way (a finalizer)
             raise Terminated
     finally:
-        if main:
+        if on_main:
             signal.signal(signal.SIGTERM, previous)
         clear_stop()
 
