@@ -243,11 +243,18 @@ def run_comm(args: argparse.Namespace, registry: Registry) -> int:
     measurements = read_logs(args)
     fitter = fit_nccl if args.model == "nccl" else fit_alphabeta
     sources = [p.name for p in args.logs]
+    if args.holdout and len(sources) < 2:  # (before the fit, not after it)
+        raise UsageError("--holdout needs at least two logs")
     result = fitter(measurements, source=f"calibrated on {', '.join(sources)}")
+    if len(result.fitted) >= len(measurements):  # (a one-row log "fitted" 5 at 0.0% error)
+        warnings.warn(
+            f"{len(result.fitted)} constant(s) fitted to {len(measurements)} row(s): the fit "
+            "reproduces them and says little beyond; give logs of more sizes",
+            InputNote,
+            stacklevel=2,
+        )
     holdout = None
     if args.holdout:
-        if len(sources) < 2:
-            raise UsageError("--holdout needs at least two logs")
         holdout = leave_one_out(measurements, fitter)
     model: NcclModel | AlphaBetaModel
     if isinstance(result.params, CommParams):

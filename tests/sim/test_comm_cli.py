@@ -130,6 +130,20 @@ def test_calibrate_warns_of_rows_faster_than_the_hardware(
     ]
 
 
+def test_calibrate_warns_of_more_constants_than_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A one-row log "fitted" its constants at 0.0% error without a word.
+    real = (SAMPLES / "echo_nccl_tests" / "nccl_8.log").read_text().splitlines(keepends=True)
+    rows = [i for i, line in enumerate(real) if line.strip()[:1].isdigit()]
+    one = tmp_path / "nccl_8.log"
+    one.write_text("".join(line for i, line in enumerate(real) if i not in rows[1:]))
+    argv = ["calibrate", "comm", str(one), "-o", str(tmp_path / "a.toml")]
+    assert main([*argv, "--collective", "all_reduce"]) == 0
+    warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "constant(s) fitted to 1 row(s)" in warning[0]
+
+
 def test_calibrate_then_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logs = [str(SAMPLES / "echo_nccl_tests" / f"nccl_{n}.log") for n in (8, 16, 32)]
     out = tmp_path / "comm.toml"
