@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from echo_view.cli.console import console
-from echo_view.cli.numargs import float_arg, int_arg
+from echo_view.cli.numargs import float_arg, int_arg, put_setting
 from echo_view.cli.pathargs import path_arg
 from echo_view.cli.sizes import parse_sizes
 from echo_view.errors import ConfigError, UsageError, warn_deprecated
@@ -54,10 +54,7 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set {item!r} is not KEY=VALUE", hint="e.g. --set cpu=amd")
-        name = key.strip().removeprefix("cluster.")
-        if name in out and out[name] != value.strip():  # (the last one won, unreported)
-            raise UsageError(f"--set {name} is given twice: {out[name]!r} and {value.strip()!r}")
-        out[name] = value.strip()
+        put_setting(out, key.strip().removeprefix("cluster."), value.strip())
     return out
 
 

@@ -41,3 +41,18 @@ def float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a number such as 2.5, got {printable(clipped(repr(text)))}"
         ) from None
+
+
+def put_setting(out: dict[str, str], key: str, value: str) -> None:
+    """``out[key] = value`` for one ``--set KEY=VALUE``; a key given twice is a
+    :class:`UsageError` (the last one won, unreported) unless both values are the same text or
+    the same number (``0.5`` and ``0.50``)."""
+    old = out.get(key)
+    if old is not None and old != value:
+        try:
+            same = parse_number(old) == parse_number(value)
+        except ValueError:
+            same = False
+        if not same:
+            raise UsageError(f"--set {key} is given twice: {old!r} and {value!r}")
+    out[key] = value

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from echo_view.cli.numargs import float_arg
+from echo_view.cli.numargs import float_arg, put_setting
 from echo_view.cli.parallel import add_parallel_options, read_job
 from echo_view.cli.pathargs import output_arg, path_arg
 from echo_view.cli.progress import add_progress_option, stderr_progress
@@ -107,9 +107,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
         key = key.strip()
         if not sep or not key or not value.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        if key in out and out[key] != value.strip():  # (the last one won, unreported)
-            raise UsageError(f"--set {key} is given twice: {out[key]!r} and {value.strip()!r}")
-        out[key] = value.strip()
+        put_setting(out, key, value.strip())
     return out
 
 

@@ -82,6 +82,7 @@ def test_text_report_and_export_that_passes_check(
         (["--set", "comm.scale=1e308"], "between 0 and 1000"),
         # The last value won, unreported.
         (["--set", "comm.scale=0.5", "--set", "comm.scale=2"], "comm.scale is given twice"),
+        (["--set", "comm.scale=x", "--set", "comm.scale=y"], "comm.scale is given twice"),
         # Accepted, and the replay printed as a "what-if": they change modelled times only.
         (
             ["--set", "cluster.nic_gbytes_per_s=0.001"],
