@@ -418,9 +418,10 @@ _REPAIRS = {
 }
 
 
-#: The Trace Event Format's phases (Google's "Trace Event Format" document); events of the others,
-#: or without a phase, are skipped by every reader (Perfetto too) and noted.
-_FORMAT_PHASES = frozenset("BEXiICbnestfSTpFPONDMRVvc()")
+#: The Trace Event Format's phases (Google's "Trace Event Format" document), and the empty
+#: ``{}`` that closes many array-form traces: events of the others, or without a phase, are
+#: skipped by every reader (Perfetto too) and noted.
+_FORMAT_PHASES = frozenset([*"BEXiICbnestfSTpFPONDMRVvc()", "(empty)"])
 
 
 def repair_notes(path: Path, parsed: ParsedFile, traces: Sequence[Trace]) -> list[str]:

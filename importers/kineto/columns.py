@@ -389,7 +389,8 @@ class Columns:
                 if isinstance(args, dict) and args:
                     self.end_args[chunk.first_index + i] = args
         for i in np.flatnonzero((ph == PH_OTHER) & ~is_row).tolist():
-            key = evs[i].ph or "(none)"
+            e = evs[i]
+            key = e.ph or ("(empty)" if _is_empty(e) else "(none)")
             self.skipped[key] = self.skipped.get(key, 0) + 1
 
     def finish(self) -> FileColumns:
@@ -592,3 +593,9 @@ def _missing(chunk: EventChunk[RawEvent], i: int, what: str) -> InputError:
 def _event(e: RawEvent) -> str:
     """``'X' event 'name'`` for a message, each part cut to 80 characters."""
     return f"{clipped(repr(e.ph))} event {clipped(repr(e.name))}"
+
+
+def _is_empty(event: Any) -> bool:
+    """Whether an event object holds no field at all: the ``{}`` that Chrome-style writers put
+    after the last event of the array form (routine, not a damaged event)."""
+    return bool(event == type(event)())  # (every field at its default)
