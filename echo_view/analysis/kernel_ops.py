@@ -21,6 +21,9 @@ from echo_view.model.aten_ops import GEMM, OVERWRITES, attention_flops, gemm_dim
 from echo_view.model.dtypes import dtype_info
 from echo_view.model.graph import OpClass
 
+#: More elements than any GPU holds (2^48: 512 TB of bf16): a shape that is no tensor's
+#: (`calibrate compute` fitted a [1e30, 1e30] matmul and reported a 2.9e14 % error).
+_MAX_NUMEL = 1 << 48
 # Flash/memory-efficient attention kernels take q, k, v as [batch, seq, heads, head_dim].
 _ATTN_FWD = frozenset({"_flash_attention_forward", "_efficient_attention_forward"})
 _ATTN_BWD = frozenset({"_flash_attention_backward", "_efficient_attention_backward"})
@@ -124,6 +127,7 @@ def _tensors(dims: Sequence[Any], types: Sequence[Any]) -> list[_Tensor | None]:
             known is None
             or not isinstance(d, list | tuple)
             or not all(isinstance(x, int) and x >= 0 for x in d)
+            or math.prod(d) > _MAX_NUMEL
         ):
             out.append(None)
             continue

@@ -53,6 +53,13 @@ def test_gemm_flops_by_hand(name: str, dims: list[list[int]], flops: float) -> N
     assert w.flops == flops
 
 
+def test_a_shape_no_gpu_holds_is_no_tensor() -> None:
+    # [10^30, 10^30] operands were counted (calibrate compute fitted them: 2.9e14 % error).
+    huge = 10**30
+    assert op_work("aten::mm", [[huge, huge], [huge, huge]], [BF16, BF16]) is None
+    assert op_work("aten::mm", [[1 << 24, 1 << 24], [1 << 24, 64]], [BF16, BF16]) is not None
+
+
 def test_memory_op_bytes() -> None:
     # Out of place: both inputs read, the broadcast output written.
     w = op_work("aten::add", [[16, 1024], [1024], []], ["float", "float", "Scalar"])
