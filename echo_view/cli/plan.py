@@ -326,7 +326,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         plot_format(args.plot)  # before the search, which takes minutes
     t0 = time.perf_counter()
     base = retarget(load_config(args.config), args.gpus, args.gpu)
-    valid, total, invalid = enumerate_layouts(base, dims)
+    refusals: dict[str, list[Any]] = {}
+    valid, total, invalid = enumerate_layouts(base, dims, refusals)
     candidates = check_memory(valid)
     groups = group_by_chunks(candidates)
     fitting = sum(len(g.candidates) for g in groups)
@@ -417,6 +418,8 @@ def run(args: argparse.Namespace, registry: Registry) -> int:
         "gpu": base.cluster.gpu,
         "search": list(dims),
         "counts": counts.to_json(),
+        # Why the config rules refused layouts: per key, how many and the first message.
+        "refused": {k: {"count": n, "first": text} for k, (n, text) in refusals.items()},
         "ranked": [r.to_json() for r in ranked],
         "pareto": [r.layout for r in front],
         # Where the search stopped at its budget: no layout left can be faster than
@@ -472,9 +475,13 @@ def _render(report: dict[str, Any], ranked: list[Ranked], top: int) -> str:
     if not ranked:
         if c["invalid"] == c["enumerated"]:
             # Nothing passed the config rules (a GPU count no tp x pp x cp divides, say).
+            why = sorted(report["refused"].items(), key=lambda kv: -kv[1]["count"])
             lines.append(
-                "no valid layout: the config's rules refuse every one (is the GPU count a "
-                "multiple of the parallel sizes and the batch a multiple of micro x dp?)"
+                "no valid layout: the config's rules refuse every one: "
+                + "; ".join(
+                    f"{printable(r['first'])} ({r['count']:,} layout(s), {printable(k)})"
+                    for k, r in why[:3]
+                )
             )
         elif c["too_large"]:
             lines.append("no layout that fits is small enough to simulate")

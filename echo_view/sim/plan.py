@@ -250,10 +250,11 @@ def _vps(base: WorkloadConfig, pp: int, dims: Sequence[str]) -> list[int]:
 
 
 def enumerate_layouts(
-    base: WorkloadConfig, dims: Sequence[str]
+    base: WorkloadConfig, dims: Sequence[str], refusals: dict[str, list[Any]] | None = None
 ) -> tuple[list[WorkloadConfig], int, int]:
     """Every combination of the searched dimensions' values: the valid configs, how many
-    combinations there were, and how many the config rules refused."""
+    combinations there were, and how many the config rules refused. ``refusals``, when given,
+    gets per rule (the key it names: ``model.heads``...) ``[count, first message]``."""
     ch = _choices(base, dims)
     mapping = config_to_mapping(base)
     mapping.pop("reference", None)  # a measured step time belongs to the base layout only
@@ -275,6 +276,14 @@ def enumerate_layouts(
             total += 1
             if gpus % (tp * pp * cp) or (pp > 1 and not pipelines):
                 invalid += 1
+                if refusals is not None:
+                    key, text = (
+                        ("parallel.pp", "an FSDP config without pipeline stages keeps pp = 1")
+                        if gpus % (tp * pp * cp) == 0
+                        else ("cluster", f"{gpus:,} GPUs are no multiple of tp x pp x cp = "
+                                         f"{tp} x {pp} x {cp}")
+                    )  # fmt: skip
+                    refusals.setdefault(key, [0, text])[0] += 1
                 continue
             par = dict(mapping["parallel"])
             par.update(
@@ -294,8 +303,10 @@ def enumerate_layouts(
             data = {**mapping, "parallel": par, "batch": {**mapping["batch"], "micro": micro}}
             try:
                 valid.append(parse_workload_config(data, base.source))
-            except ConfigError:
+            except ConfigError as exc:
                 invalid += 1
+                if refusals is not None:
+                    refusals.setdefault(exc.where or "", [0, exc.message])[0] += 1
     return valid, total, invalid
 
 

@@ -197,6 +197,25 @@ def test_a_gpu_count_no_layout_accepts_says_so(capsys: pytest.CaptureFixture[str
     assert main(["plan", str(cfg), "--gpus", "7", "--search", "tp,pp", "--serial"]) == 1
     out = capsys.readouterr().out
     assert "invalid, 0 out of memory, 0 simulated" in out and "no valid layout" in out
+    # The rules that refused them, not a guess that named the GPU count and the batch only.
+    assert "7 GPUs are no multiple of tp x pp x cp = 1 x 2 x 1 (" in out
+
+
+def test_refused_layouts_say_which_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 6 heads refuse tp 4 and 8; 8 sequences refuse dp 64 and 32: the advice named only the
+    # GPU count and the batch.
+    src = (SAMPLES / "configs" / "megatron-ci-small" / "tp2-pp2.toml").read_text()
+    cfg = tmp_path / "heads6.toml"
+    for old, new in (("heads = 8", "heads = 6"), ("hidden = 512", "hidden = 768"),
+                     ("global = 32", "global = 8")):  # fmt: skip
+        assert old in src
+        src = src.replace(old, new)
+    cfg.write_text(src)
+    args = [str(cfg), "--gpus", "64", "--search", "tp", "--serial", "--json"]
+    assert main(["plan", *args]) == 1
+    refused = json.loads(capsys.readouterr().out)["refused"]
+    assert refused["model.heads"] == {"count": 2, "first": "6 heads are not divisible by tp = 4"}
+    assert refused["batch.global"]["count"] == 2
 
 
 def test_a_model_no_layout_fits_exits_1_with_the_report(
