@@ -263,6 +263,7 @@ def _parse_lines(
     tests_version: str | None = None
     nccl_code: int | None = None
     avg_busbw: float | None = None
+    ended = False  # past "# Avg bus bandwidth": no more result rows
     header_line = 0
 
     for lineno, raw in enumerate(lines, start=1):
@@ -318,9 +319,12 @@ def _parse_lines(
                 continue
             if body.startswith("Avg bus bandwidth"):
                 avg_busbw = _float(body.rsplit(":", 1)[-1].strip())
+                ended = True
             continue
-        if not _ROW_START.match(line):
-            continue  # NCCL INFO lines, MPI chatter, warnings
+        if ended or not _ROW_START.match(line):
+            # NCCL INFO lines, MPI chatter, warnings; after "# Avg bus bandwidth" the table has
+            # ended: a line there that starts with a number ("3 more processes ...") is chatter.
+            continue
         if len(rows) == MAX_ROWS:
             raise InputError(
                 f"more than {MAX_ROWS:,} result rows",

@@ -144,6 +144,15 @@ def test_a_gpu_count_that_is_no_count_is_refused(value: str) -> None:
     assert info.value.where is not None and info.value.where.startswith("line ")
 
 
+def test_a_line_after_the_table_is_chatter_even_when_it_starts_with_a_number() -> None:
+    # "3 more processes have sent help message" after "# Avg bus bandwidth" was refused as a
+    # result row that cannot be read.
+    avg = next(line for line in NEW_FORMAT.splitlines() if "Avg bus bandwidth" in line)
+    chatty = NEW_FORMAT.replace(avg, avg + "\n3 more processes have sent help message")
+    assert chatty != NEW_FORMAT
+    assert parse_nccl_tests("chatty.log", chatty).rows == parse_nccl_tests("a.log", NEW_FORMAT).rows
+
+
 def test_missing_parts_are_errors() -> None:
     with pytest.raises(InputError, match="no nccl-tests result rows"):
         parse_nccl_tests("empty.log", "# nThread 1 nGpus 1\n")
