@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -338,9 +339,11 @@ def test_a_local_cluster_leaves_nothing_in_the_temporary_folder(
     assert list(tmp_path.iterdir()) == []
 
 
-def _sleep_and_return(x: int) -> int:
-    time.sleep(x)
-    return x
+class _NoWorkers:
+    """A client whose cluster has lost every worker."""
+
+    def nthreads(self) -> dict[str, int]:
+        return {}
 
 
 @pytest.mark.slow
@@ -352,24 +355,25 @@ def test_a_scheduler_without_workers_is_given_up_on(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(workers, "NO_WORKER_S", 1.0)
     monkeypatch.setattr(workers, "POLL_S", 0.2)
     kw: dict[str, Any] = {"processes": False, "dashboard_address": ":0", "protocol": "tcp"}
-    with distributed.LocalCluster(n_workers=0, **kw) as empty:
-        address = empty.scheduler_address
-        with (
-            pytest.raises(UsageError, match=r"no Dask worker at tcp://.* for 1 s"),
-            dask_client(scheduler=address),
-        ):
-            pass
-        # Workers that leave once the work is sent: the wait on it ends too.
-        with (
-            distributed.LocalCluster(n_workers=1, **kw) as c,
-            dask_client(scheduler=c.scheduler_address) as client,
-        ):
-            future = client.submit(_sleep_and_return, 30, pure=False)
-            for w in list(c.workers.values()):
-                client.sync(w.close)
-            with pytest.raises(UsageError, match="no Dask worker"):
-                workers.result_of(future)
-        assert workers._WATCHES == []
+    with (
+        distributed.LocalCluster(n_workers=0, **kw) as empty,
+        pytest.raises(UsageError, match=r"no Dask worker at tcp://.* for 1 s"),
+        dask_client(scheduler=empty.scheduler_address),
+    ):
+        pass
+    assert workers._WATCHES == []
+
+
+def test_a_wait_on_a_cluster_whose_workers_left_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Workers that leave once the work is sent: the wait on its result ends too.
+    monkeypatch.setattr(workers, "NO_WORKER_S", 0.5)
+    monkeypatch.setattr(workers, "POLL_S", 0.1)
+    never: concurrent.futures.Future[int] = concurrent.futures.Future()
+    monkeypatch.setattr(workers, "_WATCHES", [workers._Watch(_NoWorkers(), "tcp://h:1")])
+    with pytest.raises(UsageError, match=r"no Dask worker at tcp://h:1 for 0.5 s"):
+        workers.result_of(never)
+    with pytest.raises(UsageError, match="no Dask worker"):
+        workers.first_done({never})
 
 
 def _die() -> None:
