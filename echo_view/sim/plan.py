@@ -268,20 +268,22 @@ def enumerate_layouts(
         for vp, micro, rec, dist in itertools.product(
             _vps(base, pp, dims), ch["micro"], ch["recompute"], ch["dist_opt"]
         ):
-            if dist != base.parallel.distributed_optimizer and gpus == tp * pp * cp:
+            model_parallel = tp * pp * cp
+            if dist != base.parallel.distributed_optimizer and gpus == model_parallel:
                 continue  # one data-parallel rank: the same layout as without it
-            dp = max(gpus // (tp * pp * cp), 1)
+            dp = max(gpus // model_parallel, 1)
             if micro != base.batch.micro and base.batch.global_batch % (micro * dp):
                 continue  # not a size a data-parallel rank's batch splits into
             total += 1
-            if gpus % (tp * pp * cp) or (pp > 1 and not pipelines):
+            uneven = gpus % model_parallel != 0
+            if uneven or (pp > 1 and not pipelines):
                 invalid += 1
                 if refusals is not None:
                     key, text = (
-                        ("parallel.pp", "an FSDP config without pipeline stages keeps pp = 1")
-                        if gpus % (tp * pp * cp) == 0
-                        else ("cluster", f"{gpus:,} GPUs are no multiple of tp x pp x cp = "
-                                         f"{tp} x {pp} x {cp}")
+                        ("cluster", f"{gpus:,} GPUs are no multiple of tp x pp x cp = "
+                                    f"{tp} x {pp} x {cp}")
+                        if uneven
+                        else ("parallel.pp", "an FSDP config without pipeline stages keeps pp = 1")
                     )  # fmt: skip
                     refusals.setdefault(key, [0, text])[0] += 1
                 continue

@@ -65,6 +65,16 @@ async def _lane(pilot: Pilot[None], tl: TimelineView, label: str, group: int = 0
         await pilot.press("down" if tl.cursor < target else "up")
 
 
+async def _palette(pilot: Pilot[None], command: str) -> None:
+    """Run ``command`` from the command palette (Ctrl+P)."""
+    await pilot.press("ctrl+p")
+    await pilot.pause()
+    await pilot.press(*command)
+    await pilot.pause(0.3)
+    await pilot.press("enter")
+    await pilot.pause()
+
+
 def test_loads_paths_in_a_worker_with_progress() -> None:
     seen: list[tuple[str, float]] = []
     job = synth_job()
@@ -364,12 +374,7 @@ def test_help_with_two_inputs_lists_the_diff_keys(synth: Job) -> None:
 
 def test_command_palette_goes_to_a_step(synth: Job) -> None:
     async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"step 1")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
-        await pilot.pause()
+        await _palette(pilot, "step 1")
         tl = _tl(app)
         assert tl.step_index == 1
 
@@ -437,12 +442,7 @@ def test_the_palettes_search_from_another_diff_tab_types_into_the_box(synth: Job
 
     async def body(app: EchoViewApp, pilot: Pilot[None]) -> None:
         assert isinstance(app.screen, DiffScreen)
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"Search names")
-        await pilot.pause(0.3)
-        await pilot.press("enter")
-        await pilot.pause()
+        await _palette(pilot, "Search names")
         panel = app.screen.query_one(TimelinePanel)
         assert app.focused is panel.query_one("#search", Input)
         await pilot.press(*"linear_0", "enter")

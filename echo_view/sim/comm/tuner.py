@@ -137,8 +137,9 @@ def topology(placement: Placement, cluster: Cluster) -> Topology:
         # (cluster.nvlink_gbytes_per_s) makes each link, and so each channel, faster. From the
         # bandwidth alone, 450 GB/s gave an A100 32 channels and its calibrated per-channel
         # cost made a 1 MiB all-reduce 13% slower than at its own 300.
-        datasheet_links = round(cluster.gpu.nvlink_bytes_per_s / 1e9 / _NVLINK_DATASHEET[arch])
-        links = cluster.gpu.nvlink_links or max(1, datasheet_links)
+        links = cluster.gpu.nvlink_links or max(
+            1, round(cluster.gpu.nvlink_bytes_per_s / 1e9 / _NVLINK_DATASHEET[arch])
+        )
         scale = cluster.nvlink_bw / (links * _NVLINK_DATASHEET[arch] * 1e9)
         per_link = _NVLINK_LINK[arch] * scale
         intra_total, intra_ch = links * per_link, per_link

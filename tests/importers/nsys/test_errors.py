@@ -19,6 +19,16 @@ from tests.importers.nsys.capture import Proc, build
 from tests.importers.nsys.helpers import export_2022_4, sample, unpacked
 
 
+def _edit(path: Path, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Run one statement on the export at ``path`` and commit it."""
+    con = sqlite3.connect(path)
+    try:
+        con.execute(sql, params)
+        con.commit()
+    finally:
+        con.close()
+
+
 def _error(path: Path) -> InputError:
     with pytest.raises(InputError) as info:
         NsysImporter().read([path])
@@ -97,10 +107,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
 
 def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path) -> None:
     path = tmp_path / "other.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (x INTEGER)")
-    con.commit()
-    con.close()
+    _edit(path, "CREATE TABLE t (x INTEGER)")
     assert "not an Nsight Systems export" in _error(path).message
 
 
@@ -130,10 +137,7 @@ def test_names_that_are_not_in_the_string_table(tmp_path: Path) -> None:
 
 def test_kernel_table_without_required_column(tmp_path: Path) -> None:
     path = export_2022_4(tmp_path / "odd.sqlite")
-    con = sqlite3.connect(path)
-    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN correlationId")
-    con.commit()
-    con.close()
+    _edit(path, "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN correlationId")
     err = _error(path)
     assert "correlationId" in err.message
 
@@ -147,10 +151,7 @@ def test_unknown_schema_version(tmp_path: Path, version: str) -> None:
 
 def test_newer_minor_schema_warns_and_reads(tmp_path: Path) -> None:
     path = build(tmp_path / "newer.sqlite", [Proc(100, (0,), 1)])
-    con = sqlite3.connect(path)
-    con.execute("UPDATE EXPORT_META_DATA SET value = '3.99.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
-    con.commit()
-    con.close()
+    _edit(path, "UPDATE EXPORT_META_DATA SET value = '3.99.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
     with pytest.warns(UserWarning, match=r"schema 3\.99\.0 is newer"):
         job = NsysImporter().read([path])
     assert job.meta["notes"]
@@ -230,10 +231,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def _error_with(tmp_path: Path, table: str, column: str, value: int | None) -> InputError:
     """The import error of a small capture whose ``table`` row 2 has ``column`` = ``value``."""
     path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
-    con = sqlite3.connect(path)
-    con.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
-    con.commit()
-    con.close()
+    _edit(path, f"UPDATE {table} SET {column} = ? WHERE rowid = 2", (value,))
     return _error(path)
 
 
@@ -342,10 +340,7 @@ def test_a_capture_given_twice_is_refused(tmp_path: Path) -> None:
 def test_a_gpu_description_that_is_no_number_is_named(tmp_path: Path) -> None:
     # Was: "unexpected content in the export (TypeError: '>' not supported between ...)".
     path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
-    con = sqlite3.connect(path)
-    con.execute("UPDATE TARGET_INFO_GPU SET smCount = 'abc'")
-    con.commit()
-    con.close()
+    _edit(path, "UPDATE TARGET_INFO_GPU SET smCount = 'abc'")
     err = _error(path)
     assert err.where == "TARGET_INFO_GPU.smCount"
     assert err.message == "smCount is 'abc', not an integer (row 1)"
