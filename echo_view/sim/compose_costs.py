@@ -52,6 +52,12 @@ class TableCost:
     #: Rows where the host waits for the GPU (:data:`~echo_view.model.aten_ops.HOST_WAIT`):
     #: no kernel, nothing issued.
     waits: npt.NDArray[np.bool_]
+    #: Per row: for a collective that runs beside a GEMM (its :attr:`dur_ns` is what the GEMM
+    #: does not hide), that GEMM's row; else -1.
+    beside: I64 | None = None
+    #: Per row: a collective's own running time, which for a row :attr:`beside` a GEMM is
+    #: longer than its :attr:`dur_ns` (timelines draw it so, beside the GEMM); else ``dur_ns``.
+    alone_ns: I64 | None = None
 
     @cached_property
     def wait_rows(self) -> tuple[int, ...]:
@@ -328,9 +334,11 @@ def table_cost(
     dgrad_scatter = on_tp & (table.coll_kind == int(CollectiveKind.REDUCE_SCATTER))
     if p.async_tensor_model_parallel_allreduce:
         dgrad_scatter |= on_tp & (table.coll_kind == int(CollectiveKind.ALL_REDUCE))
+    alone = dur.copy()
+    beside = np.full(len(dur), -1, dtype=np.int64)
     if p.tp > 1 and (regather.any() or dgrad_scatter.any()):
         dur = overlap_linear_backward(
-            table, dur, regather, dgrad_scatter, gemm_slowdown or (lambda g: 1.0), fills
+            table, dur, regather, dgrad_scatter, gemm_slowdown or (lambda g: 1.0), fills, beside
         )
     if p.tp_comm_overlap and p.tp > 1:
         tp_ranks = layout.group("tp", rank)
@@ -359,6 +367,7 @@ def table_cost(
             )
             return float(t[0])
 
+        userbuffers = np.full(len(dur), -1, dtype=np.int64)
         dur = overlap_tp_comm(
             table,
             dur,
@@ -374,6 +383,12 @@ def table_cost(
             ),
             regather=regather,
             fills=fills,
+            beside=userbuffers,
         )
-    dur.flags.writeable = False
-    return TableCost(table, dur, is_coll, fills, waits)
+        # Userbuffers' transfers take their streamed time, not NCCL's (module tp_overlap).
+        for i, c in streamed.items():
+            if userbuffers[i] >= 0:
+                alone[i], beside[i] = round(c), userbuffers[i]
+    for a in (dur, alone, beside):
+        a.flags.writeable = False
+    return TableCost(table, dur, is_coll, fills, waits, beside, alone)

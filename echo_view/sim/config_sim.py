@@ -21,6 +21,7 @@ from echo_view.model.trace import (
     NONE,
     CollectiveTable,
     EventTable,
+    Lane,
     ProcessGroup,
     StepTable,
     Trace,
@@ -226,6 +227,73 @@ def expanded_times(
     return fstart, fend - fstart
 
 
+def _or_none(rows: I64 | None, n: int) -> I64:
+    return np.full(n, -1, dtype=np.int64) if rows is None else rows
+
+
+#: Name of the lane that shows a rank's collectives that ran beside a GEMM of its compute
+#: stream (NCCL runs them on a stream of its own).
+BESIDE_LANE = "collectives beside GEMMs"
+
+
+def draw_beside(
+    beside: I64, alone: I64, solo: I64, row: I64, table: I64, lane: I64, start: I64, dur: I64
+) -> npt.NDArray[np.bool_]:
+    """Draw each collective that ran beside a GEMM as it ran. The pass holds such a collective
+    (``beside``: its GEMM's row, else -1) as the share of its time the GEMM did not hide
+    (``solo``: the kernels' times before the pass was stretched), after the GEMM or before it;
+    here it starts where the pair starts and lasts its own time (``alone``). The ops between the
+    two keep their place beside the GEMM; when the GEMM, not the collective, ends the pair
+    (slowed while the collective lasts: :func:`~echo_view.sim.tp_overlap.nccl_beside_gemm_ns`)
+    the GEMM lasts that share longer. ``start`` and ``dur`` (kernels in program order: each
+    row's table, row and lane) are changed in place; returns which kernels are such
+    collectives (drawn on a lane of their own)."""
+    moved = np.zeros(len(start), dtype=bool)
+    p = np.flatnonzero(beside >= 0)
+    q = p + (beside[p] - row[p])
+    ok = (q >= 0) & (q < len(start))
+    p, q = p[ok], q[ok]
+    ok = (row[q] == beside[p]) & (table[q] == table[p]) & (lane[q] == lane[p])
+    p, q = p[ok], q[ok]
+    if not len(p):
+        return moved
+    gemm_first = q < p
+    a = np.where(gemm_first, start[q], start[p])
+    end = np.maximum(start[p] + dur[p], start[q] + dur[q])
+    share = dur[p].copy()
+    gemm_bound = alone[p] < solo[p] + solo[q]
+    # GEMM first: the ops between it and the collective's share move behind the slowed GEMM.
+    # Collective first: they and the GEMM move up to the pair's start.
+    shift = np.where(gemm_first, np.where(gemm_bound, share, 0), -share)
+    apart, lo = np.abs(q - p), np.minimum(p, q)
+    for k in range(1, int(apart.max())):
+        sel = k < apart
+        start[lo[sel] + k] += shift[sel]
+    start[q[~gemm_first]] -= share[~gemm_first]
+    dur[q[gemm_bound]] += share[gemm_bound]
+    start[p], dur[p] = a, np.minimum(alone[p], end - a)
+    moved[p] = True
+    return moved
+
+
+def _beside_lanes(local: I64, rows: I64, lanes: tuple[Lane, ...]) -> tuple[I64, tuple[Lane, ...]]:
+    """``local`` (each event's lane) with ``rows`` moved to a :data:`BESIDE_LANE` of their
+    device next to ``lanes`` (one per lane they were on), and the lanes with those added."""
+    local = local.copy()
+    streams = [ln.stream for ln in lanes if ln.kind == LaneKind.GPU_STREAM]
+    stream = max(streams, default=0) + 1
+    extra: list[Lane] = []
+    for src in np.unique(local[rows]).tolist():
+        at = rows[local[rows] == src]
+        g = lanes[src]
+        local[at] = len(lanes) + len(extra)
+        s = stream + len(extra)
+        extra.append(
+            Lane(LaneKind.GPU_STREAM, g.pid, s, f"stream {s} ({BESIDE_LANE})", g.device, s)
+        )
+    return local, lanes + tuple(extra)
+
+
 def _instances(
     wl: Workload, mine: list[int], src_op: I64, is_coll: npt.NDArray[np.bool_]
 ) -> tuple[tuple[ProcessGroup, ...], I64, I64]:
@@ -265,6 +333,15 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     all_cls = np.concatenate([t.table.op_class for t in tables]) if tables else all_dur
     all_bytes = np.concatenate([t.table.coll_bytes for t in tables]) if tables else all_dur
     all_kind = np.concatenate([t.table.coll_kind for t in tables]) if tables else all_dur
+    all_tid = np.repeat(np.arange(len(tables)), sizes)
+    all_beside = (
+        np.concatenate([_or_none(t.beside, len(t.table)) for t in tables]) if tables else all_dur
+    )
+    all_alone = (
+        np.concatenate([t.dur_ns if t.alone_ns is None else t.alone_ns for t in tables])
+        if tables
+        else all_dur
+    )
     strings = StringTable(wl.strings.strings)
     # Fine names: graph names, collectives renamed to NCCL kernels (DeepEP's, for its ops).
     coll_name = {int(k): strings.intern(v) for k, v in NCCL_KERNEL.items()}
@@ -316,6 +393,17 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         idx = np.repeat(toff[comp.src_table[ex]] + lo - heads, lengths) + np.arange(total)
         fstart, fdur = expanded_times(res.start_ns[ex], res.end_ns[ex], lengths, all_dur[idx])
         fcls = all_cls[idx]
+        flane = np.repeat(wl.ops.lane[ex], lengths).astype(np.int64)
+        moved = draw_beside(
+            all_beside[idx],
+            all_alone[idx],
+            all_dur[idx],
+            idx - toff[all_tid[idx]],
+            all_tid[idx],
+            flane,
+            fstart,
+            fdur,
+        )
         shown = np.where(fcls == OpClass.COLLECTIVE, fdur, np.maximum(fdur - gap, 0))
         start = np.concatenate([res.start_ns[keep], fstart])
         dur = np.concatenate([res.end_ns[keep] - res.start_ns[keep], shown])
@@ -326,9 +414,12 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
                 np.full(total, int(EventKind.KERNEL), dtype=np.int64),
             ]
         )
-        lane_global = np.concatenate([wl.ops.lane[keep], np.repeat(wl.ops.lane[ex], lengths)])
+        lane_global = np.concatenate([wl.ops.lane[keep], flane])
         my_lanes = lanes_of[int(r)]  # ascending: a lane's place in it is its local id
         local_lane = np.searchsorted(my_lanes, lane_global)
+        lanes = tuple(wl.lanes[li] for li in my_lanes)
+        if moved.any():
+            local_lane, lanes = _beside_lanes(local_lane, len(keep) + np.flatnonzero(moved), lanes)
         order = np.lexsort((start, local_lane))
         n = len(order)
         events = EventTable(
@@ -367,7 +458,6 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         end = int((events.start_ns + events.dur_ns).max()) if n else 0
         one = np.ones(1, dtype=np.int64)
         steps = StepTable(number=one * 0, start_ns=one * 0, end_ns=one * end, gpu_end_ns=one * end)
-        lanes = tuple(wl.lanes[li] for li in my_lanes)
         meta: dict[str, Any] = {
             "simulated": True,
             "world_size": wl.world_size,

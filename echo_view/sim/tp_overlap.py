@@ -123,13 +123,15 @@ def overlap_linear_backward(
     dgrad_scatter: npt.NDArray[np.bool_],
     slowdown: Callable[[float], float],
     fills: npt.NDArray[np.bool_] | None = None,
+    beside: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.int64]:
     """``dur`` with a column-parallel linear's backward collectives timed as what the GEMM
     beside them does not hide when both run through NCCL (:func:`nccl_beside_gemm_ns`): each
     weight-gradient all-gather (``regather`` rows) beside the GEMM after it (the input
     gradient), each input-gradient reduce-scatter or all-reduce (``dgrad_scatter`` rows) beside
     the GEMM before it (the weight gradient). ``slowdown(g)`` is the slowdown of a GEMM of
-    ``g`` ns beside communication; a collective with no GEMM within reach stays exposed."""
+    ``g`` ns beside communication; a collective with no GEMM within reach stays exposed.
+    ``beside`` (when given) gets, at each collective so timed, its GEMM's row."""
     out = dur.copy()
     for mask, step in ((regather, 1), (dgrad_scatter, -1)):
         for i in np.flatnonzero(mask).tolist():
@@ -139,6 +141,8 @@ def overlap_linear_backward(
             g = float(dur[j])
             total = nccl_beside_gemm_ns(g, float(dur[i]), slowdown(g))
             out[i] = max(round(total) - int(dur[j]), 0)
+            if beside is not None:
+                beside[i] = j
     return out
 
 
@@ -154,13 +158,15 @@ def overlap_tp_comm(
     output_gemm_flops: frozenset[float],
     regather: npt.NDArray[np.bool_] | None = None,
     fills: npt.NDArray[np.bool_] | None = None,
+    beside: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.int64]:
     """``dur`` with each overlapped tensor-parallel collective's time replaced by its exposed
     time. ``chunk_ns(j, n)`` is the time of GEMM ``j`` on ``1/n`` of its rows; ``streamed_ns``
     maps each tensor-parallel collective's op index to its transfer time through userbuffers
     (its bytes at the group's streaming rate, no per-call latency); GEMMs of
     ``output_gemm_flops`` are the output layer's; ``regather`` marks the weight-gradient
-    all-gathers (bulk beside the input-gradient GEMM)."""
+    all-gathers (bulk beside the input-gradient GEMM). ``beside`` (when given) gets, at each
+    collective so timed, its GEMM's row."""
     out = dur.copy()
     tp_axis = AXES.index("tp")
     margin = sm_count / max(sm_count - COMM_SMS, 1)
@@ -190,4 +196,6 @@ def overlap_tp_comm(
         else:
             continue
         out[i] = max(round(total) - int(dur[j]), 0)
+        if beside is not None:
+            beside[i] = j
     return out

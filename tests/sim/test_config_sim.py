@@ -15,9 +15,13 @@ from echo_view.analysis.summary import summarize
 from echo_view.model.config_parse import parse_workload_config
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
+from echo_view.sim.compose import COMPUTE_STREAM
+from echo_view.sim.compose_costs import CollectiveCache
 from echo_view.sim.compute_presets import compute_params_for
 from echo_view.sim.config_sim import (
+    BESIDE_LANE,
     ConfigSimulation,
+    draw_beside,
     expanded_times,
     predicted_config_job,
     simulate_config,
@@ -184,6 +188,112 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
     assert fdur.tolist() == [10_000, 30_000, 30_000, 30_000, 60_000, 10_000]
     empty = expanded_times(start[:0], end[:0], lengths[:0], solo[:0])
     assert [len(a) for a in empty] == [0, 0]
+
+
+def _beside(
+    dur: list[int], solo: list[int], beside: list[int], alone: list[int], table: list[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """:func:`draw_beside` on kernels back to back from 0, all on one lane, rows in order."""
+    d = np.array(dur, dtype=np.int64)
+    start = np.cumsum(d) - d
+    n = len(d)
+    moved = draw_beside(
+        np.array(beside, dtype=np.int64),
+        np.array(alone, dtype=np.int64),
+        np.array(solo, dtype=np.int64),
+        np.arange(n, dtype=np.int64),
+        np.array(table, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        start,
+        d,
+    )
+    return start.tolist(), d.tolist(), np.flatnonzero(moved).tolist()
+
+
+def test_collectives_beside_a_gemm_drawn_by_hand() -> None:
+    """The pass holds a GEMM (1,000 ns), a bias sum (20 ns) and the share (100 ns) of the
+    all-reduce beside the GEMM that the GEMM did not hide."""
+    no = -1
+    # GEMM-bound (the all-reduce alone 400 ns, less than GEMM + share): the GEMM, slowed while
+    # the all-reduce ran, lasts the share longer, the sum follows it; the all-reduce starts
+    # with the GEMM and lasts its own 400 ns.
+    assert _beside([1000, 20, 100], [1000, 20, 100], [no, no, 0], [0, 0, 400], [0, 0, 0]) == (
+        [0, 1100, 0],
+        [1100, 20, 400],
+        [2],
+    )
+    # Communication-bound (1,500 ns = GEMM + share): the GEMM keeps its time and the all-reduce
+    # ends where the pass holds it (after the sum, which does not wait for it).
+    assert _beside([1000, 20, 500], [1000, 20, 500], [no, no, 0], [0, 0, 1500], [0, 0, 0]) == (
+        [0, 1000, 0],
+        [1000, 20, 1500],
+        [2],
+    )
+    # A pass stretched 2x by interference: shares and GEMM twice as long, the collective its
+    # own time (solo times decide which ends the pair).
+    assert _beside([2000, 40, 200], [1000, 20, 100], [no, no, 0], [0, 0, 400], [0, 0, 0]) == (
+        [0, 2200, 0],
+        [2200, 40, 400],
+        [2],
+    )
+    # The weight-gradient all-gather before its GEMM (a cast between): the cast and the GEMM
+    # move up to the pair's start, which the all-gather shares; communication-bound here.
+    assert _beside([200, 10, 1000], [200, 10, 1000], [2, no, no], [1210, 0, 0], [0, 0, 0]) == (
+        [0, 0, 10],
+        [1210, 10, 1000],
+        [0],
+    )
+    # ... and GEMM-bound: the GEMM takes the share.
+    assert _beside([200, 10, 1000], [200, 10, 1000], [2, no, no], [500, 0, 0], [0, 0, 0]) == (
+        [0, 0, 10],
+        [500, 10, 1200],
+        [0],
+    )
+    # A partner row that is another table's kernel (another pass) is left as it is.
+    assert _beside([1000, 100], [1000, 100], [no, 0], [0, 400], [0, 1]) == (
+        [0, 1000],
+        [1000, 100],
+        [],
+    )
+
+
+@pytest.mark.parametrize("interference", ["on", "off"])
+def test_collectives_beside_a_gemm_are_drawn_for_their_own_time(interference: str) -> None:
+    """Megatron-LM's input-gradient all-reduce (GPT-13B, tp 4, no sequence parallelism) runs
+    beside the weight-gradient GEMM: the step charges what the GEMM does not hide (0 ns without
+    interference), the timeline draws each for its whole time, the comm model's, on a lane of
+    its own, and the breakdown still partitions the step."""
+    from echo_view.model.kinds import CollectiveKind
+    from echo_view.sim.interference import model_from_setting
+    from echo_view.sim.interference.features import gpu_generation
+
+    path = CONFIGS / "echo-gpt13b-64xH800.toml"
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    graph = read_graph(CONFIGS / "echo-gpt13b-64xH800.graph.json.gz")
+    cluster = cluster_from_config(cfg.cluster)
+    model = model_from_setting(interference, gpu_generation(cluster.gpu.name))
+    sim = _run(cfg, graph, interference=model)
+    t = predicted_config_job(sim).traces[0]
+    names = [ln.name for ln in t.lanes]
+    lane = next(i for i, n in enumerate(names) if BESIDE_LANE in n)
+    on_it = np.flatnonzero(t.events.lane == lane)
+    # Two column-parallel linears a layer (QKV and FC1), 5 layers a stage, 256 micro-batches.
+    assert len(on_it) == 2 * 5 * 256 == 2 * cfg.model.layers // cfg.parallel.pp * 256
+    bytes_ = {int(b) for b in t.collectives.bytes[np.isin(t.collectives.event, on_it)]}
+    assert len(bytes_) == 1
+    tp = tuple(range(cfg.parallel.tp))
+    expected = CollectiveCache(default_comm_model(), cluster).time_ns(
+        CollectiveKind.ALL_REDUCE, bytes_.pop(), tp
+    )
+    assert set(t.events.dur_ns[on_it].tolist()) == {expected}
+    # The compute stream holds no two kernels at once.
+    comp = np.flatnonzero(t.events.lane == names.index(f"stream {COMPUTE_STREAM} (compute)"))
+    ends = t.events.start_ns[comp] + t.events.dur_ns[comp]
+    assert (t.events.start_ns[comp][1:] >= ends[:-1]).all()
+    row = summarize(predicted_config_job(sim)).to_json()["ranks"][0]
+    total = row["compute_ns"] + row["exposed_comm_ns"] + row["memory_ns"] + row["idle_ns"]
+    assert total == row["step_ns"]
+    assert row["comm_ns"] - row["exposed_comm_ns"] >= len(on_it) * expected * 0.9
 
 
 @pytest.mark.parametrize(
