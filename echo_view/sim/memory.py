@@ -7,9 +7,14 @@ forward passes waiting for their backward):
   norms are replicated), in Megatron-LM's mixed-precision accounting (``docs/source/api-guide/
   dist_optimizer.md`` of NVIDIA/Megatron-LM): parameters in the training dtype (bf16 for fp8),
   the ``main_grad`` buffer in :func:`~echo_view.model.config.grad_reduce_bytes`, and for 16-bit
-  training 12 bytes of optimizer state (fp32 master copy, Adam's two moments) plus 4 more when
-  gradients are 16-bit (their fp32 copy): 18 bytes per parameter for bf16, 20 for fp16, 16 for
-  fp32. The distributed optimizer shards the optimizer states over the data- and
+  training 12 bytes of optimizer state (fp32 master copy, Adam's two moments): 18 bytes per
+  parameter for bf16 (fp32 gradients), 16 for fp16 (16-bit gradients) and for fp32. The guide's
+  20 bytes for fp16 add an fp32 copy of the 16-bit gradients, which the optimizer step makes
+  (``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()``)
+  and ``optimizer.zero_grad()`` frees before the next forward (``train_step`` in
+  ``megatron/training/training.py``): it never coexists with the activations, so a stage's
+  peak is its states plus the larger of its activations and transients, and that copy. The
+  distributed optimizer shards the optimizer states (and that copy) over the data- and
   context-parallel ranks (``6 + 12/d`` for bf16); full sharding (ZeRO-3) shards all three,
   ``grad_op`` (ZeRO-2) gradients and optimizer states. With ``[parallel] fsdp`` the accounting
   is PyTorch FSDP's mixed precision instead (``torch.distributed.fsdp.MixedPrecision``: the
@@ -263,10 +268,13 @@ class StageMemory:
     #: Micro-batches whose activations are held (summed over the stage's model chunks).
     inflight_microbatches: int
     transient: int
+    #: The fp32 copy of 16-bit gradients the optimizer step makes (when activations are gone).
+    grad_copy: int = 0
 
     @property
     def peak(self) -> int:
-        return self.weights + self.grads + self.optimizer + self.activations + self.transient
+        states = self.weights + self.grads + self.optimizer
+        return states + max(self.activations + self.transient, self.grad_copy)
 
     def to_json(self) -> dict[str, int]:
         return {**asdict(self), "peak_bytes": self.peak}
@@ -308,15 +316,16 @@ class MemoryReport:
         }
 
 
-def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int]:
+def _state_bytes(cfg: WorkloadConfig) -> tuple[int, int, int, int]:
     """Bytes per parameter of weights, gradients and optimizer states (unsharded), in
     Megatron-LM's accounting: 16-bit weights, the main-gradient buffer, and the fp32 master
-    copy and Adam's moments (plus an fp32 copy of 16-bit gradients); under ``torch.autocast``
-    the fp32 weights are the ones Adam updates (their 16-bit copies are transient)."""
+    copy and Adam's moments; then the fp32 copy of 16-bit gradients the optimizer step makes.
+    Under ``torch.autocast`` the fp32 weights are the ones Adam updates (their 16-bit copies
+    are transient)."""
     grad = grad_reduce_bytes(cfg)
     if cfg.dtype == "fp32" or cfg.autocast:
-        return 4, grad, 8
-    return 2, grad, 12 + (4 if grad == 2 else 0)
+        return 4, grad, 8, 0
+    return 2, grad, 12, 4 if grad == 2 else 0
 
 
 def _fsdp_states(cfg: WorkloadConfig, n: int, d: int, shard_mode: str) -> tuple[int, int, int]:
@@ -338,8 +347,9 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     d = p.dp * p.cp  # Megatron shards optimizer states over data- and context-parallel ranks
     n = stage_params(cfg, stage)
     experts = stage_expert_params(cfg, stage)
-    wb, gb, ob = _state_bytes(cfg)
+    wb, gb, ob, cb = _state_bytes(cfg)
     fsdp = p.fsdp != "none" and shard_mode in ("full", "grad_op")
+    copy = 0
     if fsdp:  # PyTorch FSDP's mixed precision: what it gathers is in the compute dtype
         wb = _elem_bytes(cfg)
         deferred = p.pp > 1 and p.fsdp_sync == "last_microbatch"
@@ -347,9 +357,11 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
         if deferred:  # gradients accumulate unsharded until the last backward
             grads += grad_reduce_bytes(cfg) * n
     else:
-        weights, grads, optimizer = n * wb, n * gb, n * ob
+        weights, grads, optimizer, copy = n * wb, n * gb, n * ob, n * cb
         if shard_mode != "none":  # expert states over the expert data-parallel ranks
             optimizer = -(-(n - experts) * ob // d) + -(-experts * ob // p.expert_dp)
+            # The step copies the gradients of the shard it updates.
+            copy = -(-(n - experts) * cb // d) + -(-experts * cb // p.expert_dp)
         if shard_mode in ("full", "grad_op"):
             grads = -(-grads // d)
         if shard_mode == "full":
@@ -387,7 +399,7 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
         transient += 2 * layer_params(m, t) * (wb + gb)
     elif shard_mode == "grad_op":
         transient += 2 * layer_params(m, t) * gb
-    return StageMemory(stage, weights, grads, optimizer, act, sum(held), transient)
+    return StageMemory(stage, weights, grads, optimizer, act, sum(held), transient, copy)
 
 
 def memory_report(cfg: WorkloadConfig, gpu_bytes: int, sharding: str | None = None) -> MemoryReport:

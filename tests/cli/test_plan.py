@@ -31,7 +31,8 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
 
 
 def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFixture[str]) -> None:
-    # Only tp and pp vary; the one that fits in 80 GB is the paper's (graph beside the config).
+    # Only tp and pp vary; of the two that fit in 80 GB (graphs beside the config) one is the
+    # paper's, the other (tp4 pp16) predicted 1.4% faster (docs/accuracy.md, "Layout search").
     out = _plan(capsys, str(KORTHIKANTI), "--gpus", "64", "--search", "tp,pp", "--serial")
     assert out["schema"] == "echo-view.plan/1"
     counts = out["counts"]
@@ -43,8 +44,12 @@ def test_the_published_layout_is_found_without_tracing(capsys: pytest.CaptureFix
     ranked = out["ranked"]
     assert isinstance(ranked, list) and ranked
     best = ranked[0]
-    assert best["layout"] == "tp8 pp8 vp3 cp1 dp1 mb1 selective ddp"
-    assert best["needed_bytes"] <= 80 * 10**9 and 0 < best["mfu"] < 1
+    layouts = [row["layout"] for row in ranked]
+    assert layouts == [
+        "tp4 pp16 vp3 cp1 dp1 mb1 selective ddp",
+        "tp8 pp8 vp3 cp1 dp1 mb1 selective ddp",
+    ]
+    assert all(row["needed_bytes"] <= 80 * 10**9 and 0 < row["mfu"] < 1 for row in ranked)
     assert out["pareto"][0] == best["layout"]  # type: ignore[index]
 
 
@@ -132,11 +137,12 @@ def test_bad_options_are_one_line_errors(
         (["--gpus", "64", "--gpu", "Z999"], "error: --gpu: unknown GPU preset 'Z999'"),
         (["--gpus", "64", "--plot", str(tmp_path / "p.bmp")], "--plot: cannot tell the plot"),
         (["--gpus", "64", "--max-passes", "0"], "--max-passes must be at least 1, got 0"),
-        # One layout fits (the paper's tp8 pp8 vp3 dp1, global batch 64 of micro-batch 1):
-        # a forward and a backward of 8 stages x 3 chunks x 64 micro-batches, 3,072 passes.
+        # Two layouts fit, global batch 64 of micro-batch 1: the paper's tp8 pp8 vp3 dp1 (a
+        # forward and a backward of 8 stages x 3 chunks x 64 micro-batches, 3,072 passes) and
+        # tp4 pp16 vp3 dp1 (16 x 3 x 64 x 2 = 6,144).
         (
-            ["--gpus", "64", "--search", "tp,pp", "--all", "--max-passes", "3071"],
-            "--all would simulate 3,072 forward and backward chunk passes (of 1 layouts that fit)",
+            ["--gpus", "64", "--search", "tp,pp", "--all", "--max-passes", "9215"],
+            "--all would simulate 9,216 forward and backward chunk passes (of 2 layouts that fit)",
         ),
     ]
     for extra, message in cases:

@@ -137,7 +137,13 @@ def test_bytes_per_parameter_follow_megatron() -> None:
     assert (dist.weights, dist.grads, dist.optimizer) == (2 * n, 4 * n, -(-12 * n // 4))
     fp16 = replace(bf16, dtype="fp16")
     fs = stage_memory(fp16, 1)
-    assert fs.weights + fs.grads + fs.optimizer == 20 * n
+    # The guide's 20 bytes: 16 held all step, 4 (the fp32 copy of the gradients) made by the
+    # optimizer step, after the backward freed the activations.
+    assert (fs.weights + fs.grads + fs.optimizer, fs.grad_copy) == (16 * n, 4 * n)
+    assert fs.peak == 16 * n + max(fs.activations + fs.transient, 4 * n)
+    fs_dist = stage_memory(replace(fp16, parallel=dist_cfg.parallel), 1)
+    assert (fs_dist.optimizer, fs_dist.grad_copy) == (-(-12 * n // 4), -(-4 * n // 4))
+    assert stage_memory(bf16, 1).grad_copy == 0  # fp32 gradients: nothing to copy
     full = stage_memory(bf16, 1, sharding="full")
     assert full.weights + full.grads + full.optimizer == pytest.approx(18 * n / 4, abs=3)
     with pytest.raises(ConfigError):
