@@ -58,6 +58,9 @@ class TableCost:
     #: Per row: a collective's own running time, which for a row :attr:`beside` a GEMM is
     #: longer than its :attr:`dur_ns` (timelines draw it so, beside the GEMM); else ``dur_ns``.
     alone_ns: I64 | None = None
+    #: Per row: a collective beside a GEMM through NCCL, which slows the GEMM while it lasts
+    #: (:func:`~echo_view.sim.tp_overlap.nccl_beside_gemm_ns`); userbuffers' are not.
+    slows_gemm: npt.NDArray[np.bool_] | None = None
 
     @cached_property
     def wait_rows(self) -> tuple[int, ...]:
@@ -389,6 +392,9 @@ def table_cost(
         for i, c in streamed.items():
             if userbuffers[i] >= 0:
                 alone[i], beside[i] = round(c), userbuffers[i]
-    for a in (dur, alone, beside):
+        slows = (beside >= 0) & (userbuffers < 0)
+    else:
+        slows = beside >= 0
+    for a in (dur, alone, beside, slows):
         a.flags.writeable = False
-    return TableCost(table, dur, is_coll, fills, waits, beside, alone)
+    return TableCost(table, dur, is_coll, fills, waits, beside, alone, slows)

@@ -237,17 +237,26 @@ BESIDE_LANE = "collectives beside GEMMs"
 
 
 def draw_beside(
-    beside: I64, alone: I64, solo: I64, row: I64, table: I64, lane: I64, start: I64, dur: I64
+    beside: I64,
+    alone: I64,
+    solo: I64,
+    row: I64,
+    table: I64,
+    lane: I64,
+    start: I64,
+    dur: I64,
+    slows: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Draw each collective that ran beside a GEMM as it ran. The pass holds such a collective
     (``beside``: its GEMM's row, else -1) as the share of its time the GEMM did not hide
     (``solo``: the kernels' times before the pass was stretched), after the GEMM or before it;
     here it starts where the pair starts and lasts its own time (``alone``). The ops between the
     two keep their place beside the GEMM; when the GEMM, not the collective, ends the pair
-    (slowed while the collective lasts: :func:`~echo_view.sim.tp_overlap.nccl_beside_gemm_ns`)
-    the GEMM lasts that share longer. ``start`` and ``dur`` (kernels in program order: each
-    row's table, row and lane) are changed in place; returns which kernels are such
-    collectives (drawn on a lane of their own)."""
+    and the collective slows it (``slows``, default all: NCCL's,
+    :func:`~echo_view.sim.tp_overlap.nccl_beside_gemm_ns`), the GEMM lasts that share longer;
+    else the share stays idle (userbuffers' pipelines: their fill and drain). ``start`` and
+    ``dur`` (kernels in program order: each row's table, row and lane) are changed in place;
+    returns which kernels are such collectives (drawn on a lane of their own)."""
     moved = np.zeros(len(start), dtype=bool)
     p = np.flatnonzero(beside >= 0)
     q = p + (beside[p] - row[p])
@@ -262,6 +271,8 @@ def draw_beside(
     end = np.maximum(start[p] + dur[p], start[q] + dur[q])
     share = dur[p].copy()
     gemm_bound = alone[p] < solo[p] + solo[q]
+    if slows is not None:
+        gemm_bound &= slows[p]
     # GEMM first: the ops between it and the collective's share move behind the slowed GEMM.
     # Collective first: they and the GEMM move up to the pair's start.
     shift = np.where(gemm_first, np.where(gemm_bound, share, 0), -share)
@@ -337,6 +348,16 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     all_beside = (
         np.concatenate([_or_none(t.beside, len(t.table)) for t in tables]) if tables else all_dur
     )
+    all_slows = (
+        np.concatenate(
+            [
+                _or_none(t.beside, len(t.table)) >= 0 if t.slows_gemm is None else t.slows_gemm
+                for t in tables
+            ]
+        )
+        if tables
+        else np.zeros(0, dtype=bool)
+    )
     all_alone = (
         np.concatenate([t.dur_ns if t.alone_ns is None else t.alone_ns for t in tables])
         if tables
@@ -403,6 +424,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
             flane,
             fstart,
             fdur,
+            all_slows[idx],
         )
         shown = np.where(fcls == OpClass.COLLECTIVE, fdur, np.maximum(fdur - gap, 0))
         start = np.concatenate([res.start_ns[keep], fstart])

@@ -191,7 +191,12 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
 
 
 def _beside(
-    dur: list[int], solo: list[int], beside: list[int], alone: list[int], table: list[int]
+    dur: list[int],
+    solo: list[int],
+    beside: list[int],
+    alone: list[int],
+    table: list[int],
+    slows: list[bool] | None = None,
 ) -> tuple[list[int], list[int], list[int]]:
     """:func:`draw_beside` on kernels back to back from 0, all on one lane, rows in order."""
     d = np.array(dur, dtype=np.int64)
@@ -206,6 +211,7 @@ def _beside(
         np.zeros(n, dtype=np.int64),
         start,
         d,
+        None if slows is None else np.array(slows),
     )
     return start.tolist(), d.tolist(), np.flatnonzero(moved).tolist()
 
@@ -249,6 +255,11 @@ def test_collectives_beside_a_gemm_drawn_by_hand() -> None:
         [500, 10, 1200],
         [0],
     )
+    # Userbuffers' reduce-scatter after its GEMM does not slow it: the share (the pipeline's
+    # drain) stays idle, the GEMM keeps its time.
+    assert _beside(
+        [1000, 20, 100], [1000, 20, 100], [no, no, 0], [0, 0, 400], [0, 0, 0], [False] * 3
+    ) == ([0, 1000, 0], [1000, 20, 400], [2])
     # A partner row that is another table's kernel (another pass) is left as it is.
     assert _beside([1000, 100], [1000, 100], [no, 0], [0, 400], [0, 1]) == (
         [0, 1000],
@@ -294,6 +305,22 @@ def test_collectives_beside_a_gemm_are_drawn_for_their_own_time(interference: st
     total = row["compute_ns"] + row["exposed_comm_ns"] + row["memory_ns"] + row["idle_ns"]
     assert total == row["step_ns"]
     assert row["comm_ns"] - row["exposed_comm_ns"] >= len(on_it) * expected * 0.9
+
+
+def test_slower_links_never_draw_userbuffers_pipelines_as_compute() -> None:
+    """Nemotron-4 15B with tp_comm_overlap (userbuffers): at a ninth of the NVLink bandwidth
+    the collectives take longer, the GEMMs beside them do not (they drew the pipelines' extra
+    time as compute: 0.3063 s at 900 GB/s, 0.6437 s at 100)."""
+    cfg, graph = _shipped("nemotron4-15b-768")
+    assert cfg.parallel.tp_comm_overlap
+    cluster = cluster_from_config(cfg.cluster)
+    rows = []
+    for gbs in (900, 100):
+        sim = _run(cfg, graph, cluster=cluster.with_overrides({"nvlink_gbytes_per_s": gbs}))
+        rows.append(summarize(predicted_config_job(sim)).to_json()["ranks"][0])
+    fast, slow = rows
+    assert slow["comm_ns"] > 2 * fast["comm_ns"]
+    assert slow["compute_ns"] <= fast["compute_ns"]
 
 
 @pytest.mark.parametrize(
