@@ -457,11 +457,15 @@ class _PrintableStream:
 def _child(conn: Any, args: tuple[Any, ...]) -> None:
     """Trace one rank in a child process and send back the program or the error. The process
     leads its own group, so that what the script forks ends with it, and dies with its parent
-    (a ``kill -9`` of the command left it running)."""
+    (a ``kill -9`` of the command left it running). What the script prints goes to stderr,
+    its file descriptor 1 included: the command's own output (``simulate --json``, ``plan
+    --json``) is on stdout."""
     spec, offered, required, rank, world, timeout_s, parent = args
     os.setpgrp()
     die_with_parent(signal.SIGKILL, parent)
-    sys.stdout = _PrintableStream(sys.stdout)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = _PrintableStream(sys.stderr)
     sys.stderr = _PrintableStream(sys.stderr)
     try:
         strings = StringTable()

@@ -207,7 +207,8 @@ def test_a_timeout_of_0_is_refused_in_words_that_exclude_it(
 def test_what_a_traced_script_prints_reaches_the_terminal_escaped(
     capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # A script's own prints went to the terminal raw: "\x1b[2J" cleared the screen.
+    # A script's own prints went to the terminal raw: "\x1b[2J" cleared the screen. They go to
+    # stderr (the command's output is stdout's).
     pytest.importorskip("torch")
     script = tmp_path / "step.py"
     script.write_text(
@@ -219,8 +220,8 @@ def test_what_a_traced_script_prints_reaches_the_terminal_escaped(
     assert main(["trace", "--script", str(script), "--world", "1", "-o", str(out)]) == 2
     seen = capfd.readouterr()
     assert "\x1b" not in seen.out + seen.err and "\x07" not in seen.out
-    assert "top\\x1b[2J\n" in seen.out and "a\\x1b]0;title\\x07b\n" in seen.out
-    assert "e\\x1b[31m\n" in seen.err
+    assert "top\\x1b[2J\n" in seen.err and "a\\x1b]0;title\\x07b\n" in seen.err
+    assert "e\\x1b[31m\n" in seen.err and not seen.out
 
 
 def test_a_graph_takes_an_uppercase_extension(tmp_path: Path) -> None:
@@ -376,3 +377,34 @@ def test_steps_that_cannot_be_called_or_described_are_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "\x1b" not in err
+
+
+@pytest.mark.slow
+def test_what_a_traced_script_prints_stays_off_stdout(tmp_path: Path) -> None:
+    """A config's script printing (Python's print and its file descriptor 1) while it was
+    traced wrote into ``simulate --json``'s stdout, which no longer parsed as JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = tmp_path / "step.py"
+    script.write_text(
+        STEP.format(body="model(torch.ones(2, 64)).sum().backward()").replace(
+            "def train_step():\n",
+            "def train_step():\n    print('hello'); __import__('os').write(1, b'raw\\n')\n",
+        )
+    )
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[model]\nscript = "step.py"\nlayers = 1\nhidden = 64\nheads = 1\nseq_len = 2\n'
+        "vocab = 64\n[parallel]\ntp = 1\npp = 1\ndp = 1\n[batch]\nglobal = 2\nmicro = 2\n"
+        '[cluster]\ngpu = "H100"\ngpus_per_node = 1\nnodes = 1\n[precision]\ndtype = "fp32"\n'
+    )
+    env = {**os.environ, "ECHO_VIEW_CACHE": str(tmp_path / "cache")}
+    argv = [sys.executable, "-m", "echo_view", "simulate", str(config), "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["step_time_s"] > 0
+    assert "hello" in proc.stderr and "raw" in proc.stderr
