@@ -161,6 +161,8 @@ class Composed:
     src_hi: npt.NDArray[np.int64]
     microbatches: int
     simulated_ranks: tuple[int, ...]
+    #: Per table: whether it is a forward or backward pass (not the optimizer's).
+    pass_tables: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 class _Composer:
@@ -840,6 +842,7 @@ def compose(
     for r in sim_ranks:
         comp.rank_program(r, m)
     comp.resolve()
+    passes = {id(tc) for (_, phase, _), tc in costs.items() if phase in ("forward", "backward")}
     c = comp.c
     n = len(c.rank)
     edges = [(a, b, int(DepMode.END_TO_START), 0) for a, b in comp.edges] + comp.host_edges
@@ -901,4 +904,7 @@ def compose(
         src_hi=np.array(c.src_hi, dtype=np.int64),
         microbatches=m,
         simulated_ranks=sim_ranks,
+        pass_tables=np.array(
+            [id(t) in passes for t in comp.tables] if comp.tables else [], dtype=bool
+        ),
     )

@@ -141,11 +141,12 @@ class ConfigSimulation:
         p = self.cfg.parallel
         wl, res = self.composed.workload, self.result
         on_compute = np.array([lane.stream == COMPUTE_STREAM for lane in wl.lanes], dtype=bool)
-        names, name_of = np.unique(wl.ops.name, return_inverse=True)  # (a test per name)
-        is_pass = np.array(
-            [wl.strings[int(n)].startswith(("forward", "backward")) for n in names], dtype=bool
-        )
-        passes = np.flatnonzero(on_compute[wl.ops.lane] & is_pass[name_of])
+        # A pass's ops: one coarse op, or (every rank simulated) one op a kernel.
+        src = self.composed.src_table
+        of_pass = np.zeros(len(src), dtype=bool)
+        known = src >= 0
+        of_pass[known] = self.composed.pass_tables[src[known]]
+        passes = np.flatnonzero(on_compute[wl.ops.lane] & of_pass)
         share_of = {}
         for r, sel in groups(wl.ops.rank[passes]):
             rows = passes[sel]

@@ -307,6 +307,17 @@ def test_collectives_beside_a_gemm_are_drawn_for_their_own_time(interference: st
     assert row["comm_ns"] - row["exposed_comm_ns"] >= len(on_it) * expected * 0.9
 
 
+def test_the_bubble_is_measured_when_every_rank_is_simulated() -> None:
+    """With every rank simulated a pass is one op a kernel: the bubble read 0.0% (it looked
+    for ops named after passes). Both modes find the idle share of the compute stream."""
+    cfg, graph = _shipped("megatron-ci-7b-tp1-pp4")
+    stages = _run(cfg, graph).bubble()
+    every = _run(cfg, graph, ranks="all").bubble()
+    assert stages["ideal"] == every["ideal"] > 0
+    assert every["simulated"] == pytest.approx(stages["simulated"], abs=0.05)
+    assert every["simulated"] > 0.5 * stages["ideal"]
+
+
 def test_slower_links_never_draw_userbuffers_pipelines_as_compute() -> None:
     """Nemotron-4 15B with tp_comm_overlap (userbuffers): at a ninth of the NVLink bandwidth
     the collectives take longer, the GEMMs beside them do not (they drew the pipelines' extra
