@@ -65,8 +65,10 @@ from echo_view.model.kinds import CollectiveKind
 PIPELINE_SPLITS = 4
 #: SMs the pipeline and bulk methods give their communication kernels.
 COMM_SMS = 16
-#: How far from a collective its GEMM may sit (casts, a bias-gradient sum in between).
-_WINDOW = 3
+#: How far from a collective its GEMM may sit: casts, a bias-gradient sum, and without
+#: gradient-accumulation fusion the additions of the weight's and the bias's gradients to
+#: their main gradients in between (at 3 the last of these hid the GEMM).
+_WINDOW = 4
 #: Graph op name of the all-gather of a sequence-parallel column-parallel linear's input for its
 #: weight gradient (module docstring): Korthikanti et al. 2022, Sec. 4.2.2; Megatron-LM's
 #: ``LinearWithGradAccumulationAndAsyncCommunication.backward``; Transformer Engine's

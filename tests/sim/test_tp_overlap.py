@@ -167,3 +167,32 @@ def test_weight_gradient_gather_through_userbuffers_is_bulk_beside_the_gemm() ->
     # Not a re-gather: the same all-gather before a GEMM is a ring exchange.
     ring = _run(table, [1, g], backward=True, streamed=3 * g, regather=[False, False])
     assert ring[0] == round(ring_exchange_ns(g / 4, 3 * g, 4)) - g
+
+
+def test_gradient_accumulation_between_an_all_reduce_and_its_gemm() -> None:
+    """Without gradient-accumulation fusion the traced backward holds, between the weight
+    gradient's GEMM and the input gradient's all-reduce, the bias gradient's sum and the
+    additions of both gradients to their main gradients: the all-reduce still runs beside
+    that GEMM (it was exposed whole: the search stopped one op short)."""
+    ar = int(CollectiveKind.ALL_REDUCE)
+    other = OpClass.OTHER
+    table = _table(
+        [(OpClass.GEMM, 4e12, -1), (other, 0.0, -1), (other, 0.0, -1), (other, 0.0, -1),
+         (OpClass.COLLECTIVE, 0.0, ar)]
+    )  # fmt: skip
+    ms = 1_000_000
+    dur = np.array([2 * ms, 10, 10, 10, ms], dtype=np.int64)
+    scatter = np.array([False, False, False, False, True])
+    beside = np.full(5, -1, dtype=np.int64)
+    out = overlap_linear_backward(
+        table, dur, np.zeros(5, bool), scatter, lambda g: 1.0, None, beside
+    )
+    assert out[4] == 0 and beside.tolist() == [-1, -1, -1, -1, 0]
+    # One op more is out of reach: the collective stays exposed.
+    longer = _table(
+        [(OpClass.GEMM, 4e12, -1), *[(other, 0.0, -1)] * 4, (OpClass.COLLECTIVE, 0.0, ar)]
+    )
+    dur6 = np.array([2 * ms, 10, 10, 10, 10, ms], dtype=np.int64)
+    scatter6 = np.array([False] * 5 + [True])
+    out6 = overlap_linear_backward(longer, dur6, np.zeros(6, bool), scatter6, lambda g: 1.0)
+    assert out6[5] == ms

@@ -3,6 +3,8 @@ expectations from NCCL 2.22.3's per-architecture tables and the stated delivered
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from echo_view.errors import ConfigError
@@ -45,9 +47,22 @@ def test_hopper_scales_channels_by_nccls_per_architecture_maxima() -> None:
     assert h100_hdr.net_eff == 0.64
 
 
-def test_a_line_rate_nobody_states_keeps_the_measured_fraction() -> None:
-    on = params_for(AMPERE, make_cluster("A100-SXM4-80GB", nic_gbytes_per_s=6.25))
-    assert on.net_eff == 0.64
+def test_delivered_nic_bandwidth_is_interpolated_between_stated_line_rates() -> None:
+    """Stated: 96% at 12.5, 25 and 50 GB/s; measured (the calibration): 64% at 25. Between two
+    of these the delivered GB/s are interpolated, outside them the nearest fraction holds: a
+    rate nobody states kept the calibration's 64%, so 49 and 51 GB/s delivered less than 50."""
+
+    def eff(rate: float) -> float:
+        return params_for(AMPERE, make_cluster("A100-SXM4-80GB", nic_gbytes_per_s=rate)).net_eff
+
+    assert eff(6.25) == 0.96 and eff(12.5) == 0.96 and eff(50) == 0.96 and eff(100) == 0.96
+    # Halfway from 25 (0.64 x 25 = 16 GB/s) to 50 (48 GB/s): 32 GB/s of 37.5.
+    assert eff(37.5) * 37.5 == pytest.approx(32.0)
+    # Halfway from 12.5 (12 GB/s) to 25 (16): 14 of 18.75.
+    assert eff(18.75) * 18.75 == pytest.approx(14.0)
+    rates = [r / 4 for r in range(4, 400)]
+    delivered = [eff(r) * r for r in rates]
+    assert all(b >= a for a, b in itertools.pairwise(delivered))
 
 
 def test_a_cross_node_ring_is_bound_by_the_delivered_nic() -> None:
