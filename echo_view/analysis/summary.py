@@ -46,6 +46,7 @@ from echo_view.analysis.breakdown import StepBreakdown, breakdown, step_windows
 from echo_view.analysis.steps import StepDetection, find_steps
 from echo_view.model import (
     GPU_KINDS,
+    NONE,
     CollectiveKind,
     EventKind,
     Job,
@@ -223,7 +224,7 @@ def rank_rows(bd: StepBreakdown, steps: StepDetection | None = None) -> list[Ran
 
 
 def _span(cpu_start: int, gpu_end: int) -> int | None:
-    return gpu_end - cpu_start if gpu_end >= 0 else None
+    return gpu_end - cpu_start if gpu_end != NONE else None
 
 
 def _cpu_only_row(bd: StepBreakdown, steps: StepDetection | None) -> RankRow:

@@ -82,6 +82,8 @@ def _id_checks(cols: Columns, ints: Mapping[str, int]) -> list[_Check]:
     for c, (lo, hi) in ID_RANGES.items():
         if c in ints:
             v = cols.ints[c]
+            if ints[c] < lo:  # a default outside the range: the column must be set
+                checks.append((c, v == ints[c], f"have no {c} (NULL)", False))
             bad = ((v < lo) | (v > hi)) & (v != ints[c])
             checks.append((c, bad, f"have {c} values outside {lo}..{hi:,}", True))
     if "globalPid" in ints:
@@ -341,8 +343,12 @@ def _check_complete(path: Path) -> None:
             path=path,
             hint="copy the file again, or export it again with `nsys export --type sqlite`",
         )
-    for suffix, pending in (("-wal", _wal_pending), ("-journal", _journal_pending)):
-        side = path.with_name(path.name + suffix)
+    # A writer keeps its journal beside the database it opened: beside the file a link points
+    # to (SQLite follows links), or beside the link when it opened the link's path.
+    bases = dict.fromkeys((path, path.resolve()))
+    sides = [b.with_name(b.name + s) for b in bases for s in ("-wal", "-journal")]
+    for side in sides:
+        pending = _wal_pending if side.name.endswith("-wal") else _journal_pending
         if pending(side):
             raise InputError(
                 f"{side.name} beside the file holds writes that are not in it yet "

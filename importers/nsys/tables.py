@@ -212,11 +212,12 @@ def full(n: int, value: int) -> I64:
     return np.full(n, value, dtype=np.int64)
 
 
-#: Columns every GPU activity table has, with the value that stands for NULL.
+#: Columns every GPU activity table has, with the value that stands for NULL (a NULL device
+#: is refused: read as 0, it moved the work to GPU 0).
 GPU_INTS = {
     "start": REQUIRED_TIME,
     "end": REQUIRED_TIME,
-    "deviceId": 0,
+    "deviceId": -1,
     "streamId": 0,
     "correlationId": -1,
     "globalPid": 0,

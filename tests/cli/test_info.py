@@ -30,13 +30,13 @@ SAMPLES = ROOT / "samples"
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
-def _rank(rank: int, lag: int) -> Trace:
+def _rank(rank: int, lag: int, origin: int = 0) -> Trace:
     b = TraceBuilder(rank, source=f"rank{rank}.fake")
     b.devices.append(DeviceInfo(0, "NVIDIA H100 80GB HBM3"))
     cpu = b.lane(LaneKind.CPU_THREAD, 10, 10)
     s7 = b.gpu_stream(0, 7)
     s9 = b.gpu_stream(0, 9)
-    for n, t0 in enumerate((0, 1000)):
+    for n, t0 in enumerate((origin, origin + 1000)):
         b.event(EventKind.USER_ANNOTATION, f"ProfilerStep#{n}", t0, 1000, cpu)
         for corr, (at, kind, name, lane, start, dur) in enumerate(
             [
@@ -273,3 +273,31 @@ def test_rank_by_rank_prints_what_the_whole_job_gives(
     info.render(whole, console(), title=info._title(paths))
     assert printed == capsys.readouterr().out
     assert f"ranks {info._ranks_text(whole.job.ranks)}" in printed
+
+
+def test_steps_before_the_clock_origin_keep_their_gpu_span(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A capture whose clock puts every step at negative times (an Nsight export shifted by
+    # its session start) read gpu_span_ns null: a negative GPU end was taken for "none".
+    class Shifted(FakeImporter):
+        name = "shifted"
+
+        def sniff(self, path: Path) -> bool:
+            return path.suffix == ".shifted"
+
+        def read(self, paths: Sequence[Path], progress: Progress = no_progress) -> Job:
+            clock = ClockAlignment("shared-host-clock", (0,), 1000)
+            return Job((_rank(0, 0, -70_000_000_000),), clock, 1, "job.shifted")
+
+    reg = Registry()
+    reg.add_importer(Shifted())
+    path = tmp_path / "job.shifted"
+    path.write_text("")
+    code, out = _run(capsys, reg, path, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    steps = doc["ranks"][0]["per_step"]
+    assert steps and all(s["gpu_end_ns"] < 0 for s in steps)
+    assert all(s["gpu_span_ns"] == s["gpu_end_ns"] - s["cpu_start_ns"] > 0 for s in steps)
+    _check_consistent(doc)

@@ -70,6 +70,21 @@ def test_writes_pending_beside_the_file_are_refused(tmp_path: Path) -> None:
     assert "-wal beside the file holds writes" in _error(path).message
 
 
+def test_writes_pending_beside_a_linked_file_are_refused(tmp_path: Path) -> None:
+    # Opened through a symbolic link, the journal was looked for beside the link's name, not
+    # beside the file SQLite writes it next to: a half-applied transaction was read as data.
+    path = unpacked("mfu_2gpu_before", tmp_path)
+    (tmp_path / "links").mkdir()
+    link = tmp_path / "links" / "link.sqlite"
+    link.symlink_to(path)
+    journal = path.with_name(path.name + "-journal")
+    journal.write_bytes(bytes.fromhex("d9d505f920a163d7") + bytes(504))
+    assert "-journal beside the file holds writes" in _error(link).message
+    journal.unlink()
+    path.with_name(path.name + "-wal").write_bytes(bytes(32 + 4120))
+    assert "-wal beside the file holds writes" in _error(link).message
+
+
 def test_garbage_after_sqlite_header(tmp_path: Path) -> None:
     bad = tmp_path / "garbage.sqlite"
     bad.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
@@ -286,6 +301,20 @@ def test_device_stream_and_correlation_ids_out_of_range(
     assert err.where == f"{table}.{column}"
     hi = "65,535" if column == "deviceId" else "4,294,967,295"
     assert err.message == f"1 row(s) have {column} values outside 0..{hi}; first {value} at rowid 2"
+
+
+def test_gpu_work_without_a_device_is_refused(tmp_path: Path) -> None:
+    # Nsight's schema declares deviceId NOT NULL; in a table rebuilt without the constraint a
+    # NULL was read as GPU 0: that GPU's rank got another GPU's work, silently.
+    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    path = build(tmp_path / "capture.sqlite", [Proc(100, (0,), 1)])
+    _edit(path, f"CREATE TABLE k AS SELECT * FROM {table}")
+    _edit(path, f"DROP TABLE {table}")
+    _edit(path, f"ALTER TABLE k RENAME TO {table}")
+    _edit(path, f"UPDATE {table} SET deviceId = NULL WHERE rowid = 2")
+    err = _error(path)
+    assert err.where == f"{table}.deviceId"
+    assert err.message == "1 row(s) have no deviceId (NULL); first at rowid 2"
 
 
 @pytest.mark.parametrize("value", [None, 0, -1])
