@@ -219,7 +219,14 @@ class PageFile:
         hsize, first = self._varints(pos)
         values = max(columns.values(), default=-1) + 1
         want = max(values, max(flags.values(), default=-1) + 1)
-        types = self._serial_types(first, pos + hsize, want, (first - pos) + ncols == hsize)
+        # One one-byte type a column: the header is that long and none of its bytes continues a
+        # varint (a row written before an ALTER TABLE ADD COLUMN has fewer columns, and a
+        # two-byte type can make up the length).
+        simple = (first - pos) + ncols == hsize
+        if ncols and simple.any():
+            at = np.flatnonzero(simple)
+            simple[at] = (self._window(first[at], ncols) < 0x80).all(axis=1)
+        types = self._serial_types(first, pos + hsize, want, simple)
         if types is None or int(types[:values].max(initial=0)) >= len(_SIZE):
             return None
         sizes = _SIZE[types[:values]]

@@ -165,3 +165,35 @@ def test_sql_fallback_imports_the_same_job(monkeypatch: pytest.MonkeyPatch) -> N
         assert np.array_equal(a.events.args_offsets, b.events.args_offsets)
         assert list(a.strings.strings) == list(b.strings.strings)
         assert a.lanes == b.lanes and len(a.collectives) == len(b.collectives)
+
+
+def test_rows_written_before_a_column_was_added(tmp_path: Path) -> None:
+    """After ``ALTER TABLE StringIds ADD COLUMN`` the rows already written keep two columns;
+    one with a two-byte serial type (a name of 57 bytes or more) has a header as long as a
+    three-column record of one-byte types, and was decoded as one: every such kernel name was
+    cut to about 60 bytes and different kernels merged (27 names became 19)."""
+    from importers.nsys import NsysImporter
+
+    base = unpacked("mfu_2gpu_before", tmp_path)
+    altered = tmp_path / "altered.sqlite"
+    altered.write_bytes(base.read_bytes())
+    con = sqlite3.connect(altered)
+    con.execute("ALTER TABLE StringIds ADD COLUMN note TEXT")
+    con.commit()
+    con.close()
+
+    def names(path: Path) -> list[str]:
+        job = NsysImporter().read([path])
+        return sorted({t.strings[int(n)] for t in job.traces for n in t.events.name.tolist()})
+
+    expected = names(base)
+    assert max(len(n) for n in expected) > 60
+    assert names(altered) == expected
+    pages = PageFile.open(altered)
+    assert pages is not None
+    con = sqlite3.connect(altered)
+    cols, alias = _layout(con, "StringIds")
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'StringIds'").fetchone()
+    rec = pages.records(root, len(cols), cols, alias)
+    if rec is not None:  # else read with SQL
+        _same_as_sql(altered, con, "StringIds", pages)
