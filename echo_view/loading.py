@@ -407,11 +407,18 @@ def script_file(cfg: WorkloadConfig) -> tuple[Path, str]:
     return path, function or "train_step"
 
 
+#: Revision of what the script tracer records (beside the config tracers'
+#: ``TRACER_REVISION``), so that a script traced before is traced again. 1: optimizers take
+#: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel.
+SCRIPT_TRACER_REVISION = 1
+
+
 def graph_key(cfg: WorkloadConfig) -> dict[str, Any]:
     """What a config's traced graph depends on: :func:`tracing_key`, and for a script the
     digest of its text (an edited script is traced again)."""
     key = tracing_key(cfg)
     if cfg.model.script is not None:
+        key["script_tracer"] = SCRIPT_TRACER_REVISION
         path, _ = script_file(cfg)
         try:
             key["script_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()

@@ -18,6 +18,7 @@ from echo_view.errors import ConfigError, InputError, LimitError, UsageError
 from echo_view.formats import max_inflated_bytes, set_max_inflated_bytes
 from echo_view.loading import (
     FAN_OUT_BYTES,
+    SCRIPT_TRACER_REVISION,
     SERIAL,
     Parallel,
     _on_worker,
@@ -170,6 +171,8 @@ def test_a_script_config_is_keyed_by_the_script_text(tmp_path: Path) -> None:
     script.write_text("def train_step():\n    return None\n")
     assert key_hash(cfg) != before
     assert graph_key(cfg)["model"]["script"] == "step.py:train_step"
+    # The script tracer's own revision: a graph it traced before it changed is traced again.
+    assert graph_key(cfg)["script_tracer"] == SCRIPT_TRACER_REVISION >= 1
 
 
 def test_setting_file_reads_a_named_file_and_never_a_switch_word(

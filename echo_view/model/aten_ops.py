@@ -60,6 +60,10 @@ NO_KERNEL = frozenset(
         "contiguous_noop",
         "is_same_size",
         "sym_size",
+        # ``.item()``: fake tensors answer it only for values made from Python numbers, which a
+        # GPU run keeps on the host (an optimizer's step counters, read once a parameter by
+        # Adam's bias corrections); a GPU tensor's value cannot be read while tracing.
+        "_local_scalar_dense",
     }
 )
 GEMM = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm"})

@@ -27,7 +27,11 @@ traced (and restored afterwards):
 Utilities that take their foreach (multi-tensor) path only for tensors of plain type
 (``torch.nn.utils.clip_grad_norm_``: ``_has_foreach_support`` in
 ``torch/utils/_foreach_utils.py``) take it for fake tensors too, as they do for the script's
-tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor. ``F.dropout`` in
+tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor. Optimizers built
+without ``foreach`` or ``fused`` take the path they default to on a GPU, foreach
+(``_default_to_fused_or_foreach`` in ``torch/optim/optimizer.py``, which gives CPU tensors, as
+the fake ones are, the one-kernel-per-tensor loop: 2,920 traced ops for AdamW on 292
+parameter tensors instead of 593). ``F.dropout`` in
 training runs PyTorch's fused GPU kernel (``native_dropout``), as on a GPU.
 """
 
@@ -138,8 +142,36 @@ def _adapted_torch() -> Iterator[None]:
         stack.enter_context(_patched(dist, "init_process_group", lambda *a, **k: None))
         supported = [*foreach_utils._foreach_supported_types, FakeTensor]
         stack.enter_context(_patched(foreach_utils, "_foreach_supported_types", supported))
+        for module in _optimizer_modules():
+            stack.enter_context(_patched(module, "_default_to_fused_or_foreach", _gpu_default))
         stack.enter_context(_patched(F, "dropout", _gpu_dropout(F.dropout)))
         yield
+
+
+def _optimizer_modules() -> list[Any]:
+    """The modules of ``torch.optim`` that choose an optimizer's path by
+    ``_default_to_fused_or_foreach`` (each imported the function by name)."""
+    import sys
+
+    import torch.optim  # noqa: F401  (imports the optimizers' modules)
+
+    return [
+        module
+        for name, module in sorted(sys.modules.items())
+        if name.startswith("torch.optim.") and hasattr(module, "_default_to_fused_or_foreach")
+    ]
+
+
+def _gpu_default(
+    params: list[torch.Tensor | None], differentiable: bool, use_fused: bool = False
+) -> tuple[bool, bool]:
+    """``(fused, foreach)`` as PyTorch chooses them for tensors on a GPU: fused when asked
+    for and every tensor is floating point, else foreach; neither when differentiable or
+    TorchScript-compiled."""
+    if torch._jit_internal.is_scripting() or differentiable:
+        return False, False
+    fused = use_fused and all(p is None or torch.is_floating_point(p) for p in params)
+    return fused, not fused
 
 
 def _gpu_dropout(dropout: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

@@ -349,3 +349,35 @@ def test_layout_inference_on_shared_and_on_equal_groups() -> None:
     shared, equal = infer_layout([program(False)], 32), infer_layout([program(True)], 32)
     assert shared == equal
     assert (shared.tp, shared.dp, shared.ep) == (4, 8, 2)
+
+
+ADAMW_STEP = """
+import torch
+
+
+def train_step() -> None:
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4{extra})
+    model(torch.randn(8, 64)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_an_optimizer_takes_its_gpu_default_path(tmp_path: Path) -> None:
+    """``AdamW(params)`` runs its foreach path on a GPU (``_default_to_fused_or_foreach``);
+    on the fake CPU tensors it took the loop of ten kernels per parameter tensor (the 12
+    tensors here: 120 ops), and read the step counters, which live on the host, as kernels
+    (24 of them; 24 of the 33 with foreach=True)."""
+
+    def optimizer_ops(extra: str) -> list[str]:
+        script = tmp_path / f"adamw{len(extra)}.py"
+        script.write_text(ADAMW_STEP.format(extra=extra))
+        graph = trace_script(ScriptSpec(script), 1).graph
+        return [graph.strings[int(i)] for i in graph.roles[0].optimizer.name]
+
+    default = optimizer_ops("")
+    assert default == optimizer_ops(", foreach=True")
+    assert all(name.startswith("aten::_foreach_") for name in default) and len(default) < 15
+    assert "aten::_local_scalar_dense" not in default
+    fused = optimizer_ops(", fused=True")
+    assert fused != default and len(fused) < 5
