@@ -30,8 +30,8 @@ Utilities that take their foreach (multi-tensor) path only for tensors of plain 
 tensors on a GPU (and a CPU), instead of a loop of one kernel per tensor. Optimizers built
 without ``foreach`` or ``fused`` take the path they default to on a GPU, foreach
 (``_default_to_fused_or_foreach`` in ``torch/optim/optimizer.py``, which gives CPU tensors, as
-the fake ones are, the one-kernel-per-tensor loop: 2,920 traced ops for AdamW on 292
-parameter tensors instead of 593). ``F.dropout`` in
+the fake ones are, the one-kernel-per-tensor loop: 120 traced ops for AdamW on 12 parameter
+tensors where a GPU runs 9). ``F.dropout`` in
 training runs PyTorch's fused GPU kernel (``native_dropout``), as on a GPU.
 """
 
