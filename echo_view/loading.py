@@ -407,6 +407,41 @@ def script_file(cfg: WorkloadConfig) -> tuple[Path, str]:
     return path, function or "train_step"
 
 
+#: Largest script file read: a training script is kilobytes; a device or a huge file given by
+#: mistake would otherwise be read whole to key its graph.
+MAX_SCRIPT_BYTES = 16 << 20
+
+
+def checked_script(cfg: WorkloadConfig) -> tuple[Path, str]:
+    """:func:`script_file`, refused unless it is a regular file of at most
+    :data:`MAX_SCRIPT_BYTES` that can be read (missing, a directory, a FIFO, a device, a name
+    too long: one error naming ``model.script``)."""
+    path, function = script_file(cfg)
+    where = {"path": cfg.source or None, "where": "model.script"}
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"no such script: {path}", **where) from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"cannot reach the script {path} ({reason})", **where) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(
+            f"{path} is a directory, not a script",
+            **where,
+            hint="give the script's file, e.g. train.py[:FUNCTION]",
+        )
+    check_input(path, directory_ok=False)
+    if st.st_size > MAX_SCRIPT_BYTES:
+        raise ConfigError(
+            f"the script {path} is {st.st_size:,} bytes, more than a training script "
+            f"({MAX_SCRIPT_BYTES:,})",
+            **where,
+            hint="name the Python file that defines the step function",
+        )
+    return path, function
+
+
 #: Revision of what the script tracer records (beside the config tracers'
 #: ``TRACER_REVISION``), so that a script traced before is traced again. 1: optimizers take
 #: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel.
@@ -419,11 +454,15 @@ def graph_key(cfg: WorkloadConfig) -> dict[str, Any]:
     key = tracing_key(cfg)
     if cfg.model.script is not None:
         key["script_tracer"] = SCRIPT_TRACER_REVISION
-        path, _ = script_file(cfg)
+        path, _ = checked_script(cfg)
         try:
             key["script_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            key["script_sha256"] = ""
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the script {path} ({exc.strerror or exc})",
+                path=cfg.source or None,
+                where="model.script",
+            ) from None
     return key
 
 
@@ -519,17 +558,7 @@ def trace_script_config(cfg: WorkloadConfig, timeout_s: float | None = None) -> 
     model's shape keys (with an MoE model's expert keys, ``ep`` and ``etp``), ``micro``, the
     parallel sizes and ``dtype`` are offered to its function. Returns a
     :class:`~echo_view.tracing.script.ScriptTrace`."""
-    path, function = script_file(cfg)
-    if not path.exists():
-        raise ConfigError(f"no such script: {path}", path=cfg.source or None, where="model.script")
-    if path.is_dir():
-        raise ConfigError(
-            f"{path} is a directory, not a script",
-            path=cfg.source or None,
-            where="model.script",
-            hint="give the script's file, e.g. train.py[:FUNCTION]",
-        )
-    check_input(path, directory_ok=False)
+    path, function = checked_script(cfg)
     try:
         from echo_view.tracing.script import DEFAULT_TIMEOUT_S, ScriptSpec, trace_script
     except ImportError as exc:

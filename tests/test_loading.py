@@ -211,6 +211,36 @@ def test_a_script_that_names_no_file_is_one_error_at_its_key(
     assert err.value.where == "model.script" and str(err.value.path) == str(config)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "long-name", "missing"])
+def test_a_script_that_is_no_readable_file_is_refused_before_it_is_read(
+    tmp_path: Path, kind: str
+) -> None:
+    """Keying a script config's graph read the script whole first: /dev/zero grew past 4 GB,
+    a FIFO blocked for ever, a name too long for the file system was a traceback."""
+    name = {
+        "fifo": "fifo.py",
+        "device": "/dev/zero",
+        "long-name": "a" * 300 + ".py",
+        "missing": "absent.py",
+    }[kind]
+    if kind == "fifo":
+        os.mkfifo(tmp_path / name)
+    config = tmp_path / "job.toml"
+    sample = (SAMPLES / "scripts" / "llama3_8b_fsdp_8xh100.toml").read_text()
+    config.write_text(sample.replace('script = "llama3_fsdp.py"', f'script = "{name}"'))
+    cfg = load_config(config)
+    with pytest.raises((ConfigError, InputError)) as err:
+        key_hash(cfg)
+    message = err.value.message
+    expected = {
+        "fifo": "is a FIFO (named pipe), not a regular file",
+        "device": "is a character device, not a regular file",
+        "long-name": "cannot reach the script",
+        "missing": "no such script",
+    }[kind]
+    assert expected in message
+
+
 def _rank_and_events(trace: Trace) -> tuple[int, int]:
     return trace.rank, len(trace)
 

@@ -141,8 +141,9 @@ _CHUNKS: dict[tuple[str, str], Any] = {}
 class PlanGraphs:
     """The traced graph of each candidate layout of one config.
 
-    The base layout's graph is found as ``simulate`` finds it (beside the config, in the
-    cache, or traced); every other layout's is built from chunks traced once per chunk key in
+    The base layout's graph, and every layout's of a config whose ``[model]`` names a script,
+    is found as ``simulate`` finds it (beside the config, in the cache, or traced); every other
+    layout's is built from chunks traced once per chunk key in
     this process (:class:`~echo_view.tracing.chunks.ChunkCache`, kept for the search's later
     tasks in the same process), not written to the cache (without torch, a cached graph is
     used or the one-line error says what to install). Pickled (sent to a worker), it carries
@@ -154,7 +155,9 @@ class PlanGraphs:
         self.base_key = _key_text(base)
 
     def __call__(self, cfg: WorkloadConfig) -> TracedGraph:
-        if _key_text(cfg) == self.base_key:
+        # A config whose [model] names a script: the script traced at each layout (the
+        # built-in model's chunks stood in for it, so the search ranked another model).
+        if _key_text(cfg) == self.base_key or cfg.model.script is not None:
             return graph_for_config(cfg, self.config_path)[0]
         try:
             from echo_view.tracing.chunks import ChunkCache

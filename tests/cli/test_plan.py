@@ -356,3 +356,37 @@ def test_a_search_stops_at_its_pass_budget_exact_below_the_least_floor_left(
         threaded = list(run_pruned(pool, 3, groups, graphs, 2, True, budget))[-1]
     assert serial[2] == threaded[2] == SearchEnd(0, 6, order[6][0])
     assert sorted(serial[0], key=repr) == sorted(threaded[0], key=repr)
+
+
+@needs_torch
+@pytest.mark.slow
+def test_every_layout_of_a_script_config_runs_the_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config whose [model] names a script: layouts other than the config's own were built
+    from the built-in GPT's chunks, so the search ranked another model (and a missing script
+    went unnoticed when the config's own layout did not fit)."""
+    from dataclasses import replace
+
+    from echo_view.cli.plan import PlanGraphs
+    from echo_view.loading import load_config
+
+    monkeypatch.setenv("ECHO_VIEW_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "step.py").write_text(
+        "import torch\n\n\ndef train_step(micro: int = 1) -> None:\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model(torch.ones(micro, 64)).sum().backward()\n    opt.step()\n"
+    )
+    config = tmp_path / "job.toml"
+    config.write_text(
+        '[model]\nscript = "step.py"\nlayers = 2\nhidden = 64\nheads = 1\nseq_len = 1\n'
+        "vocab = 64\n[parallel]\ntp = 1\npp = 1\ndp = 1\n[batch]\nglobal = 4\nmicro = 4\n"
+        '[cluster]\ngpu = "H100"\ngpus_per_node = 1\nnodes = 1\n[precision]\ndtype = "fp32"\n'
+    )
+    base = load_config(config)
+    other = replace(base, batch=replace(base.batch, micro=2))
+    graph = PlanGraphs(config, base)(other)
+    names = set(graph.strings.strings)
+    assert "aten::mm" in names or "aten::addmm" in names
+    assert not any("softmax" in n or "embedding" in n for n in names)  # no GPT
