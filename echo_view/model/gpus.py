@@ -22,6 +22,22 @@ GIB = 2**30
 TFLOPS = 1e12
 
 
+#: Where a dtype the GPU has no tensor-core path for runs: TF32 and BF16 at the FP32 rate
+#: (V100), FP8 at the FP16 rate (A100, V100).
+PEAK_FALLBACK = {"tf32": "fp32", "bf16": "fp32", "fp8": "fp16", "fp16": "fp32"}
+
+
+def peak_of(peak_flops: Mapping[str, float], dtype: str) -> float | None:
+    """The dense peak FLOP/s ``peak_flops`` gives ``dtype`` through :data:`PEAK_FALLBACK`;
+    ``None`` for a dtype that is no floating-point training type (integers, unknown)."""
+    key = dtype.lower()
+    while key not in peak_flops:
+        if key not in PEAK_FALLBACK:
+            return None
+        key = PEAK_FALLBACK[key]
+    return float(peak_flops[key])
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU model, as NVIDIA specifies it."""
@@ -50,19 +66,30 @@ class GpuSpec:
         object.__setattr__(self, "peak_flops", MappingProxyType(dict(self.peak_flops)))
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype``, falling back to the path the GPU actually runs:
-        TF32 and BF16 without tensor-core support run at the FP32 rate (V100), FP8 without
-        support at the FP16 rate (A100, V100)."""
-        fallback = {"tf32": "fp32", "bf16": "fp32", "fp8": "fp16", "fp16": "fp32"}
-        key = dtype.lower()
-        while key not in self.peak_flops:
-            if key not in fallback:
-                raise ConfigError(
-                    f"unknown dtype {dtype!r}",
-                    hint=f"one of: {', '.join(('fp32', *fallback))}",
-                )
-            key = fallback[key]
-        return self.peak_flops[key]
+        """Dense peak FLOP/s for ``dtype``, falling back to the path the GPU actually runs
+        (:data:`PEAK_FALLBACK`)."""
+        peak = peak_of(self.peak_flops, dtype)
+        if peak is None:
+            raise ConfigError(
+                f"unknown dtype {dtype!r}",
+                hint=f"one of: {', '.join(('fp32', *PEAK_FALLBACK))}",
+            )
+        return peak
+
+    def check_training_dtype(self, dtype: str, source: str | None = None) -> None:
+        """Refuse training in ``dtype`` on a GPU without tensor cores for it: bf16 needs
+        Ampere or later, fp8 Hopper or later (Transformer Engine refuses FP8 below compute
+        capability 8.9); the simulation would time it on another path (at the FP32 or FP16
+        rate), not as any framework runs it."""
+        if dtype in ("bf16", "fp8") and dtype not in self.peak_flops:
+            types = ", ".join(sorted(self.peak_flops))
+            raise ConfigError(
+                f"{self.name} has no {dtype} tensor cores (its types: {types})",
+                path=source,
+                where="precision.dtype",
+                hint="train in a type the GPU has (fp16 on V100, bf16 on A100), or choose "
+                "another GPU",
+            )
 
 
 def _spec(

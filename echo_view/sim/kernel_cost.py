@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from echo_view.model.gpus import peak_of
 from echo_view.model.params import ParamSet, param
 from echo_view.units import float_ns
 
@@ -110,16 +111,10 @@ def _sat(x: npt.NDArray[np.float64], eff_max: float, half: float) -> npt.NDArray
 
 
 def peak_for(gpu: GpuPeaks, dtype: str) -> float:
-    """Dense peak FLOP/s of ``gpu`` for ``dtype`` (``fp8`` falls back to ``bf16``, integer and
-    unknown types to ``fp32``)."""
-    peaks = gpu.peak_flops
-    if dtype in peaks:
-        return float(peaks[dtype])
-    if dtype == "fp8" and "bf16" in peaks:
-        return float(peaks["bf16"])
-    if dtype in ("fp16", "bf16") and "fp16" in peaks:
-        return float(peaks["fp16"])
-    return float(peaks["fp32"])
+    """Dense peak FLOP/s of ``gpu`` for an op of ``dtype``: the GPU's own rule
+    (:func:`~echo_view.model.gpus.peak_of`), integer and unknown types at ``fp32``."""
+    peak = peak_of(gpu.peak_flops, dtype)
+    return float(gpu.peak_flops["fp32"]) if peak is None else peak
 
 
 def op_times_ns(

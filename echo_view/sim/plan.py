@@ -214,7 +214,14 @@ def retarget(base: WorkloadConfig, gpus: int, gpu: str | None) -> WorkloadConfig
     cluster = replace(
         base.cluster, gpu=gpu or base.cluster.gpu, gpus_per_node=per_node, nodes=gpus // per_node
     )
-    cluster_from_config(cluster, base.source)  # an unknown GPU in the config fails here, once
+    # An unknown GPU in the config, or a dtype it cannot train in, fails here, once.
+    spec = cluster_from_config(cluster, base.source).gpu
+    try:
+        spec.check_training_dtype(base.dtype, base.source or None)
+    except ConfigError as exc:
+        if gpu is None:
+            raise
+        raise UsageError(f"--gpu: {exc.message}", hint=exc.hint) from None
     return replace(base, cluster=cluster)
 
 

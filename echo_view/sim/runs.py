@@ -285,6 +285,7 @@ def simulate_workload(
         {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
     )
     _check_holds(cluster, cfg.parallel.world_size)
+    cluster.gpu.check_training_dtype(cfg.dtype, cfg.source or None)
     params = compute_params_for(cluster.gpu)
     if compute is not None:
         params = compute_params_from_doc(compute, cluster.gpu, params)

@@ -339,3 +339,17 @@ def test_simulate_stops_a_script_that_hangs_at_its_timeout(
     assert main(["simulate", str(tmp_path / "c.toml"), "--timeout", "1"]) == 2
     err = capsys.readouterr().err  # (line 2 or 3: where the alarm met the loop)
     assert "loop.py: line " in err and "train_step() did not return within 1 s" in err
+
+
+def test_a_dtype_the_gpu_cannot_train_in_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # bf16 on V100 was timed at its FP16 rate while the MFU divided by its FP32 rate (326%);
+    # fp8 on A100 or V100 ran at their FP16 rate, which no framework does.
+    config = SAMPLES / "configs" / "megatron-ci-small" / "tp1-pp2.toml"
+    assert main(["simulate", str(config), "--set", "cluster.gpu=V100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "precision.dtype: V100-SXM2-32GB has no bf16 tensor cores" in err
+    assert main(["plan", str(config), "--gpus", "8", "--gpu", "A100"]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(config), "--gpus", "8", "--gpu", "V100"]) == 2
+    assert "--gpu: V100-SXM2-32GB has no bf16 tensor cores" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from echo_view.errors import ConfigError
+from echo_view.model.gpus import gpu_preset
 from echo_view.sim.kernel_cost import (
     ATTENTION,
     COLLECTIVE,
@@ -106,10 +107,26 @@ def test_small_gemms_are_slower_per_flop() -> None:
 
 
 def test_peak_fallbacks() -> None:
+    """One rule with the GPU presets' (``GpuSpec.peak``): FP8 without tensor cores at the FP16
+    rate, BF16 and TF32 at the FP32 rate (here BF16 on V100 was timed at its FP16 rate, 125
+    TFLOP/s, while the MFU divided by its FP32 rate, 15.7: MFU 326%)."""
     assert peak_for(GPU, "bf16") == 1000e12
-    assert peak_for(_Gpu({"fp32": 1.0, "bf16": 2.0}, 1.0), "fp8") == 2.0
-    assert peak_for(_Gpu({"fp32": 1.0, "fp16": 3.0}, 1.0), "bf16") == 3.0
+    assert peak_for(_Gpu({"fp32": 1.0, "fp16": 2.0}, 1.0), "fp8") == 2.0
+    assert peak_for(_Gpu({"fp32": 1.0, "fp16": 3.0}, 1.0), "bf16") == 1.0
     assert peak_for(GPU, "int64") == 20e12
+    v100 = gpu_preset("V100-SXM2-32GB")
+    for dtype in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+        assert peak_for(v100, dtype) == v100.peak(dtype)
+
+
+def test_training_in_a_type_the_gpu_has_no_tensor_cores_for_is_refused() -> None:
+    with pytest.raises(ConfigError, match="V100-SXM2-32GB has no bf16 tensor cores") as err:
+        gpu_preset("V100-SXM2-32GB").check_training_dtype("bf16", "job.toml")
+    assert err.value.where == "precision.dtype"
+    with pytest.raises(ConfigError, match="A100-SXM4-80GB has no fp8 tensor cores"):
+        gpu_preset("A100-SXM4-80GB").check_training_dtype("fp8")
+    gpu_preset("H100-SXM5-80GB").check_training_dtype("fp8")
+    gpu_preset("V100-SXM2-32GB").check_training_dtype("fp16")
 
 
 def test_overrides_are_checked() -> None:
