@@ -68,6 +68,7 @@ from echo_view.model.workload import (
     Workload,
 )
 from echo_view.sim.compose_costs import CollectiveCache, TableCost, table_cost, time_cuts
+from echo_view.sim.engine import check_durations
 from echo_view.sim.fsdp import FsdpRank
 from echo_view.sim.host import HostParams, PipeSyncs, crosses_stage, issue_span_ns
 from echo_view.sim.host_loops import HostLoops
@@ -845,6 +846,13 @@ def compose(
     passes = {id(tc) for (_, phase, _), tc in costs.items() if phase in ("forward", "backward")}
     c = comp.c
     n = len(c.rank)
+    check_durations(
+        np.array(c.dur, dtype=np.int64),
+        np.array(comp.coll_dur, dtype=np.int64),
+        hint="a config whose step lasts that long (model.seq_len, batch.micro, layers) is no "
+        "training job: check its sizes, or lower --set compute.scale.* / comm.scale",
+        path=cfg.source or None,
+    )
     edges = [(a, b, int(DepMode.END_TO_START), 0) for a, b in comp.edges] + comp.host_edges
     cols = np.array(edges, dtype=np.int64).reshape(-1, 4)
     deps = DepTable.from_edges(

@@ -77,7 +77,7 @@ def run(
     gaps = workload.ops.gap_ns if gap_ns is None else np.asarray(gap_ns, dtype=np.int64)
     if len(gaps) != n:
         raise ValueError("gap_ns needs one value per op")
-    _check_durations(dur, cdur, gaps)
+    check_durations(dur, cdur, gaps)
     parts_ptr, parts = _participants(workload)
     _check_collectives_complete(workload, parts_ptr, parts)
     hook = rates if rates is not None and rates.active else None
@@ -169,16 +169,24 @@ def _csr(n: int, src: I64, slot: I64, lag: I64) -> tuple[list[int], list[int], l
     return ptr.tolist(), slot[order].tolist(), lag[order].tolist()
 
 
-def _check_durations(*columns: npt.NDArray[np.integer[Any]]) -> None:
+#: What to do about durations past :func:`check_durations`' bound, by default.
+DURATIONS_HINT = "lower --set compute.scale.* / comm.scale, or check the input's durations"
+
+
+def check_durations(
+    *columns: npt.NDArray[np.integer[Any]], hint: str = DURATIONS_HINT, path: str | None = None
+) -> None:
     """Every duration and gap is at least 0, and all of them together stay within
     :data:`~echo_view.units.NS_LIMIT` (146 years), so that no time the schedule adds up can
-    overflow int64. Past it lies a scale factor or an input duration no step has."""
+    overflow int64. Past it lies a scale factor, a model size or an input duration no step
+    has."""
     total = sum(float(c.sum(dtype=np.float64)) for c in columns)
     if any(len(c) and c.min() < 0 for c in columns) or not total < NS_LIMIT:
         raise SimulationError(
             "the op durations (with their scale factors) add up to more than 146 years, or "
             "one of them is out of range",
-            hint="lower --set compute.scale.* / comm.scale, or check the input's durations",
+            path=path,
+            hint=hint,
         )
 
 

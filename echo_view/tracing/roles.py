@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from echo_view.errors import ConfigError
 from echo_view.model.config import WorkloadConfig, chunk_layers, moe_dense_prefix, resolve_attention
 from echo_view.model.config_keys import config_to_mapping, tracing_key
 from echo_view.model.graph import OP_COLUMNS, OpClass, OpTable, Role, TracedGraph
@@ -194,7 +195,21 @@ def trace_workload(cfg: WorkloadConfig, chunks: ChunkCache | None = None) -> Tra
     from ``chunks`` (a new cache when none is given; pass one to share chunk traces between
     layouts)."""
     cache = ChunkCache() if chunks is None else chunks
-    return _assemble(cfg, cache.strings, cache.body)
+    try:
+        return _assemble(cfg, cache.strings, cache.body)
+    except RuntimeError as exc:
+        # A tensor of more elements than int64 counts (torch: "Storage size calculation
+        # overflowed"): sizes no GPU holds, refused at the config's keys.
+        if "overflow" not in str(exc).lower():
+            raise
+        raise ConfigError(
+            "a tensor of the model would need more than 2^63 bytes "
+            f"(micro-batch {cfg.batch.micro:,} x sequence {cfg.model.seq_len:,} x hidden "
+            f"{cfg.model.hidden:,}; {exc})",
+            path=cfg.source or None,
+            where="model.seq_len",
+            hint="give sizes a GPU can hold (model.seq_len, batch.micro, model.hidden)",
+        ) from None
 
 
 def trace_whole(cfg: WorkloadConfig) -> TracedGraph:

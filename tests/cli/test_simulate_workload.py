@@ -353,3 +353,53 @@ def test_a_dtype_the_gpu_cannot_train_in_is_one_line(capsys: pytest.CaptureFixtu
     capsys.readouterr()
     assert main(["plan", str(config), "--gpus", "8", "--gpu", "V100"]) == 2
     assert "--gpu: V100-SXM2-32GB has no bf16 tensor cores" in capsys.readouterr().err
+
+
+SMALL_SHAPE = """[model]
+kind = "gpt"
+layers = 12
+hidden = 512
+heads = 8
+seq_len = {seq}
+attention = "{attention}"
+vocab = 50257
+[parallel]
+tp = 2
+pp = 2
+dp = 2
+[batch]
+global = {batch}
+micro = {micro}
+[cluster]
+gpu = "H100-SXM5-80GB"
+gpus_per_node = 8
+nodes = 1
+[precision]
+dtype = "bf16"
+"""
+
+
+@pytest.mark.parametrize(
+    ("attention", "seq", "micro", "message"),
+    [
+        # torch refused the unfused scores' 16,384 x 16,777,216^2 elements: a traceback.
+        ("unfused", 16_777_216, 4_096, "model.seq_len: a tensor of the model would need more"),
+        # Kernel times past int64 wrapped negative: a ValueError traceback from the workload.
+        ("flash", 134_217_728, 65_536, "the op durations (with their scale factors) add up to"),
+    ],
+)
+def test_sizes_no_gpu_holds_are_one_line_errors(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    attention: str,
+    seq: int,
+    micro: int,
+    message: str,
+) -> None:
+    pytest.importorskip("torch", reason=TORCH_MISSING)
+    path = tmp_path / "huge.toml"
+    text = SMALL_SHAPE.format(attention=attention, seq=seq, micro=micro, batch=2 * micro)
+    path.write_text(text)
+    assert main(["simulate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and str(path) in err
