@@ -375,6 +375,14 @@ def _check_consistency(cfg: WorkloadConfig) -> None:
         )
     if mod.seq_len % par.cp:
         raise err("model.seq_len", f"seq_len {mod.seq_len} is not divisible by cp = {par.cp}")
+    if par.cp > 1 and mod.seq_len % (2 * par.cp):
+        # Megatron-Core cuts the sequence into 2 x cp chunks and gives each rank two, one from
+        # each end, to balance the causal mask (get_batch_on_this_cp_rank).
+        raise err(
+            "model.seq_len",
+            f"seq_len {mod.seq_len} is not divisible by 2 x cp = {2 * par.cp} (context "
+            "parallelism gives each rank two of 2 x cp chunks)",
+        )
     if par.cp > 1 and resolve_attention(cfg) != "flash":
         raise err(
             "parallel.cp",

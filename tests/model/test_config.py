@@ -794,3 +794,15 @@ def test_an_unknown_key_lists_every_key_of_its_table() -> None:
         parse_workload_config(_with("model", expert=8), "x.toml")
     assert "did you mean 'experts'?" in (model.value.hint or "")
     assert "moe_grouped_gemm" in (model.value.hint or "")
+
+
+def test_context_parallelism_splits_the_sequence_into_two_chunks_a_rank() -> None:
+    # Megatron-Core gives each context-parallel rank two of 2 x cp chunks of the sequence
+    # (get_batch_on_this_cp_rank); seq_len 2,050 on cp = 2 was accepted.
+    data = _with("parallel", cp=2)
+    data["model"]["seq_len"] = 2050
+    data["cluster"]["nodes"] = 16
+    with pytest.raises(ConfigError) as err:
+        parse_workload_config(data, "x.toml")
+    assert err.value.where == "model.seq_len"
+    assert "seq_len 2050 is not divisible by 2 x cp = 4" in err.value.message
