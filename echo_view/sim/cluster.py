@@ -9,6 +9,7 @@ keys give them in GB/s (10^9 bytes per second) and end in ``_gbytes_per_s``.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -274,7 +275,21 @@ def _from_gigabits(key: str, raw: Any) -> tuple[str, float]:
     return new, gbytes
 
 
+def _unquoted(raw: Any) -> Any:
+    """``raw``, or the string a TOML string literal in it spells (``--set cluster.gpu="A100"``:
+    ``--set`` values are read as TOML, docs/workloads.md)."""
+    if isinstance(raw, str) and len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            return raw
+        return value if isinstance(value, str) else raw
+    return raw
+
+
 def _apply(cluster: Cluster, key: str, raw: Any) -> Cluster:
+    if key in ("gpu", "fabric", "cpu", "nccl_algo"):
+        raw = _unquoted(raw)
     if key == "gpu":
         if isinstance(raw, GpuSpec):
             return replace(cluster, gpu=raw)
@@ -356,6 +371,16 @@ def cluster_from_config(config: ClusterConfig, source: str = "") -> Cluster:
     """The cluster a workload config's ``[cluster]`` table describes; errors name ``source``
     (the config file) when given."""
     with in_file(source):
+        numbers = set(ClusterKeys.specs()) | set(DEPRECATED_KEYS)
+        for key, value in config.overrides.items():
+            # A TOML number given as a string ("5") was read as the number; --set values are
+            # text, the config's are typed.
+            if key in numbers and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ConfigError(
+                    f"expected a number, got {type(value).__name__} {value!r}",
+                    where=f"cluster.{key}",
+                    hint=f"write it without quotes: {key} = 50",
+                )
         cluster = make_cluster(
             config.gpu,
             gpus_per_node=config.gpus_per_node,

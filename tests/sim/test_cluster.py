@@ -207,3 +207,21 @@ def test_a_bad_nccl_algo_is_a_config_error(spec: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         make_cluster("H100-SXM5-80GB", nccl_algo=spec)
     assert "cluster.nccl_algo" in info.value.one_line()
+
+
+def test_a_config_number_written_as_a_string_is_refused() -> None:
+    # nic_gbytes_per_s = "5" was read as 5 (and "1e-2" as 0.01): the config's values are typed.
+    for value in ("5", True):
+        config = ClusterConfig("H100", 8, 1, {"nic_gbytes_per_s": value})
+        with pytest.raises(ConfigError, match="expected a number") as err:
+            cluster_from_config(config, "job.toml")
+        assert err.value.where == "cluster.nic_gbytes_per_s"
+    assert cluster_from_config(ClusterConfig("H100", 8, 1, {"nic_gbytes_per_s": 5})).nodes == 1
+
+
+def test_set_reads_a_quoted_string_as_toml_does() -> None:
+    # --set cluster.gpu="A100" was an unknown preset '"A100"'.
+    base = make_cluster("H100-SXM5-80GB")
+    assert base.with_overrides({"gpu": '"A100"'}).gpu.name == "A100-SXM4-80GB"
+    assert base.with_overrides({"nccl_algo": "'ring'"}).nccl_algo == "ring"
+    assert base.with_overrides({"fabric": '"pcie"'}).fabric == "pcie"
