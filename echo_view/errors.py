@@ -38,10 +38,11 @@ class EchoViewError(Exception):
     def one_line(self) -> str:
         """The error as a single line: ``file: place: message (hint)``, with any control
         character an input put into it shown as an escape (see :mod:`echo_view.text`)."""
-        parts = [p for p in (self.path, self.where) if p]
+        # Each part bounded: a key or a path an input spelt can be a megabyte long.
+        parts = [cut_middle(str(p)) for p in (self.path, self.where) if p]
         text = ": ".join([*parts, cut_middle(self.message)])
         if self.hint:
-            text += f" ({self.hint})"
+            text += f" ({cut_middle(self.hint)})"
         return printable(text.replace("\n", " "))
 
     def __str__(self) -> str:

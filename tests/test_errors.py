@@ -32,3 +32,12 @@ def test_a_long_message_is_cut_in_the_middle() -> None:
     assert line.endswith("AAA' has no ts") and " ... " in line
     short = InputError("x" * 500)
     assert short.one_line() == "x" * 500
+
+
+def test_a_long_key_path_or_hint_is_cut_too() -> None:
+    # An unknown key of 1,000,000 characters made a 1,000,084-byte error line: only the
+    # message was bounded.
+    key = "k" * 1_000_000
+    err = ConfigError("unknown key", path="p" * 10_000, where=f"cluster.{key}", hint=key)
+    line = err.one_line()
+    assert len(line) < 2_500 and " ... " in line and line.startswith("ppp")

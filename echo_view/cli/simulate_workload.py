@@ -41,7 +41,7 @@ from echo_view.model.schema import json_schema
 from echo_view.model.toml_file import read_toml_doc
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.runs import check_keys, predict_workload
-from echo_view.text import printable
+from echo_view.text import cut_middle, printable
 
 GB = 1e9
 
@@ -100,9 +100,10 @@ def _render(r: dict[str, Any]) -> str:
         f"({r['ranks_simulated']} of {r['ranks_total']} ranks simulated, mode {r['ranks_mode']})",
     ]
     if "reference" in r:
+        source = printable(cut_middle(r["reference"]["source"]))  # a config's text, any length
         lines.append(
             f"measured (reference) {r['reference']['step_time_s']:.4f} s  "
-            f"error {r['reference_error_pct']:+.1f}%  [{printable(r['reference']['source'])}]"
+            f"error {r['reference_error_pct']:+.1f}%  [{source}]"
         )
     b = r["breakdown"]
     if b:

@@ -602,6 +602,12 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
     for key, value in (("first_stage_layers", first), ("last_stage_layers", last)):
         if value is not None and value < 1:
             raise err(f"parallel.{key}", f"must be a positive integer, got {value}")
+        if value is not None and value >= layers:
+            raise err(
+                f"parallel.{key}",
+                f"{value:,} layers on one stage leave none of the model's {layers:,} for the "
+                "others",
+            )
         if value is not None and value % v:
             raise err(
                 f"parallel.{key}",
@@ -616,7 +622,7 @@ def _check_uneven(cfg: WorkloadConfig, err: Any) -> None:
         return
     if rest < middle_stages or rest % middle_stages:
         raise err(
-            "model.layers",
+            "model.layers" if rest >= 0 else "parallel.last_stage_layers",
             f"the {rest} layers left after the first/last stages do not split evenly over "
             f"the other {middle_stages} stages",
         )

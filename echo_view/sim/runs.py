@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from echo_view.analysis.summary import summarize
-from echo_view.errors import ConfigError, known_keys_hint
+from echo_view.errors import ConfigError, in_file, known_keys_hint
 from echo_view.model.config import WorkloadConfig
 from echo_view.model.config_settings import PARALLEL_SET_KEYS, with_parallel_settings
 from echo_view.model.gpus import gpu_generation
@@ -298,25 +298,29 @@ def simulate_workload(
     for i, name in enumerate(OP_CLASS_NAMES[:-1]):
         key = f"compute.scale.{name}"
         scales[i] = every * (scale_value(key, overrides[key]) if key in overrides else 1.0)
-    return simulate_config(
-        graph,
-        cfg,
-        cluster,
-        default_comm_model(),
-        params,
-        comm_scale=scale_value("comm.scale", overrides.get("comm.scale", "1")),
-        ranks=ranks,
-        scales=scales,
-        interference=model_from_setting(
-            overrides.get("interference", "on"),
-            gpu_generation(cluster.gpu.name),
-            interference_file,
-        ),
-        host=HostParams().with_overrides(
-            {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS},
-            where="--set host.",
-        ),
+    comm_scale = scale_value("comm.scale", overrides.get("comm.scale", "1"))
+    interference = model_from_setting(
+        overrides.get("interference", "on"), gpu_generation(cluster.gpu.name), interference_file
     )
+    host = HostParams().with_overrides(
+        {k.removeprefix("host."): v for k, v in overrides.items() if k in _HOST_KEYS},
+        where="--set host.",
+    )
+    # What the config's values make impossible only once simulated (an NCCL_ALGO that leaves
+    # a collective no algorithm) names the config.
+    with in_file(cfg.source or None):
+        return simulate_config(
+            graph,
+            cfg,
+            cluster,
+            default_comm_model(),
+            params,
+            comm_scale=comm_scale,
+            ranks=ranks,
+            scales=scales,
+            interference=interference,
+            host=host,
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -117,6 +117,22 @@ def test_simulate_writes_a_predicted_trace(
             "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
             "parallel.first_stage_layers: 3 layers do not split into virtual_stages = 2",
         ),
+        # It blamed model.layers: "the -9223372036854775795 layers left after ...".
+        (
+            "[model]\nkind='gpt'\nlayers=12\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"
+            "[parallel]\ntp=1\npp=2\ndp=1\nfirst_stage_layers=9223372036854775807\n"
+            "[batch]\nglobal=2\nmicro=1\n"
+            "[cluster]\ngpu='H100'\ngpus_per_node=2\nnodes=1\n[precision]\ndtype='bf16'\n",
+            "parallel.first_stage_layers: 9,223,372,036,854,775,807 layers on one stage leave",
+        ),
+        # A refusal met only in simulation named no file.
+        (
+            "[model]\nkind='gpt'\nlayers=2\nhidden=64\nheads=4\nseq_len=16\nvocab=100\n"
+            "[parallel]\ntp=2\npp=1\ndp=1\n[batch]\nglobal=2\nmicro=1\n"
+            "[cluster]\ngpu='A100'\ngpus_per_node=2\nnodes=1\nnccl_algo='nvls'\n"
+            "[precision]\ndtype='bf16'\n",
+            "cluster.nccl_algo: NCCL_ALGO 'nvls' allows no algorithm",
+        ),
     ],
 )
 def test_bad_configs_are_one_line_errors(
