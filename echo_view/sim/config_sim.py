@@ -201,30 +201,51 @@ def _coll_kind_of(name: str) -> int:
 
 
 def expanded_times(
-    start: npt.ArrayLike, end: npt.ArrayLike, lengths: npt.ArrayLike, solo_dur: npt.ArrayLike
+    start: npt.ArrayLike,
+    end: npt.ArrayLike,
+    lengths: npt.ArrayLike,
+    solo_dur: npt.ArrayLike,
+    fixed: npt.ArrayLike | None = None,
 ) -> tuple[I64, I64]:
     """Start and duration of the kernels of passes that ran from ``start`` to ``end``: pass
     ``i`` holds the next ``lengths[i]`` kernels of ``solo_dur``, back to back from its start.
     A pass slowed by interference lasts longer than its kernels' solo sum: the extra time is
-    spread evenly over its kernels (the per-kernel split is not simulated), so the slowdown
-    shows as longer kernels, not as idle time at the pass end. Passes are never compressed."""
+    spread over its kernels in proportion to their time (the per-kernel split is not
+    simulated), so the slowdown shows as longer kernels, not as idle time at the pass end;
+    ``fixed`` kernels (collectives: interference slows the compute beside them, not them)
+    keep their own time unless the pass holds nothing else. Passes are never compressed."""
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     solo_dur = np.asarray(solo_dur, dtype=np.int64)
     total = int(lengths.sum())
     if not total:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    keep = np.zeros(total, dtype=bool) if fixed is None else np.asarray(fixed, dtype=bool)
     heads = np.cumsum(lengths) - lengths
     nonempty = lengths > 0
-    before = np.cumsum(solo_dur) - solo_dur  # exclusive prefix sum over all passes
-    solo = np.zeros(len(lengths), dtype=np.int64)
-    solo[nonempty] = np.add.reduceat(solo_dur, heads[nonempty])
-    stretch = np.maximum((end - start) / np.maximum(solo, 1), 1.0)
-    per = np.repeat(stretch, lengths)
-    offset = (before - np.repeat(before[np.minimum(heads, total - 1)], lengths)) * per
+
+    def per_pass(values: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+        out = np.zeros(len(lengths), dtype=np.float64)
+        out[nonempty] = np.add.reduceat(values.astype(np.float64), heads[nonempty])
+        return out
+
+    solo = per_pass(solo_dur)
+    free = per_pass(np.where(keep, 0, solo_dur))
+    extra = np.maximum((end - start) - solo, 0.0)
+    # The extra time goes to the kernels that are not fixed; to all where there are none.
+    stretch_free = np.where(free > 0, 1.0 + extra / np.maximum(free, 1.0), 1.0)
+    stretch_all = 1.0 + extra / np.maximum(solo, 1.0)
+    per = np.where(
+        keep,
+        np.repeat(np.where(free > 0, 1.0, stretch_all), lengths),
+        np.repeat(np.where(free > 0, stretch_free, stretch_all), lengths),
+    )
+    scaled = solo_dur * per
+    before = np.cumsum(scaled) - scaled  # exclusive prefix sum over all passes
+    offset = before - np.repeat(before[np.minimum(heads, total - 1)], lengths)
     first = np.repeat(start, lengths)
     fstart = first + np.rint(offset).astype(np.int64)
-    fend = first + np.rint(offset + solo_dur * per).astype(np.int64)
+    fend = first + np.rint(offset + scaled).astype(np.int64)
     return fstart, fend - fstart
 
 
@@ -413,8 +434,10 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         total = int(lengths.sum())
         heads = np.cumsum(lengths) - lengths  # index of each group's first fine op
         idx = np.repeat(toff[comp.src_table[ex]] + lo - heads, lengths) + np.arange(total)
-        fstart, fdur = expanded_times(res.start_ns[ex], res.end_ns[ex], lengths, all_dur[idx])
         fcls = all_cls[idx]
+        fstart, fdur = expanded_times(
+            res.start_ns[ex], res.end_ns[ex], lengths, all_dur[idx], fcls == OpClass.COLLECTIVE
+        )
         flane = np.repeat(wl.ops.lane[ex], lengths).astype(np.int64)
         moved = draw_beside(
             all_beside[idx],
