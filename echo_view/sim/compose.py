@@ -11,7 +11,8 @@ where every such group is placed alike, reach each collective at the same instan
 per pipeline stage is simulated, a collective's time comes straight from the communication
 model, and a pass is one op (exact: its ops run back to back on one stream with nothing outside
 waiting in between). ``ranks="all"`` builds every rank with every op and real collectives that
-wait for their last participant; tests check both give the same step time.
+wait for their last participant; tests check both give the same step time without
+interference (with it, passes and kernels are slowed at their own granularity).
 
 Data-parallel gradients: with ``overlap_grad_reduce`` the gradients of each model chunk are
 reduced in buckets (``ddp_bucket_size`` parameters, by default Megatron's ``max(40e6, 1e6 *
