@@ -359,7 +359,10 @@ def _thread_names(exp: Export, names: Names) -> dict[int, str]:
     t = "ThreadNames"
     if not exp.has(t) or not {"globalTid", "nameId"} <= exp.columns(t):
         return {}
-    rows = exp.query(f'SELECT globalTid, nameId FROM "{t}"', t)
+    # A thread without an id (NULL: the column allows it) names nothing; its row is left out.
+    rows = [
+        r for r in exp.query(f'SELECT globalTid, nameId FROM "{t}"', t) if isinstance(r[0], int)
+    ]
     if not rows:
         return {}
     ids = names.from_ids(np.array([r[1] if r[1] is not None else -1 for r in rows]))
@@ -426,7 +429,9 @@ def _clock(exp: Export) -> _Clock:
     t = "TARGET_INFO_SESSION_START_TIME"
     if {"utcEpochNs", "systemClockNs"} <= exp.columns(t):
         got = exp.query(f'SELECT utcEpochNs, systemClockNs FROM "{t}" LIMIT 1', t)
-        if got and got[0][0] is not None and got[0][1] is not None:
+        # Integers only: another value (text, a float) leaves the capture unanchored, as a
+        # missing row does (an anchor is a convenience for aligning several captures).
+        if got and all(isinstance(v, int) for v in got[0]):
             anchor = int(got[0][0]) - int(got[0][1])
     return _Clock(host, anchor)
 

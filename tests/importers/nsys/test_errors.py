@@ -373,3 +373,16 @@ def test_a_gpu_description_that_is_no_number_is_named(tmp_path: Path) -> None:
     err = _error(path)
     assert err.where == "TARGET_INFO_GPU.smCount"
     assert err.message == "smCount is 'abc', not an integer (row 1)"
+
+
+def test_optional_values_of_another_kind_leave_the_export_readable(tmp_path: Path) -> None:
+    # A thread name row without its thread id (the column allows NULL) and a session start
+    # time written as text refused the whole file: "unexpected content (TypeError: int()
+    # argument must be ..., not 'NoneType')".
+    base = unpacked("mfu_2gpu_before", tmp_path)
+    path = tmp_path / "odd.sqlite"
+    path.write_bytes(base.read_bytes())
+    _edit(path, "UPDATE ThreadNames SET globalTid = NULL WHERE rowid = 1")
+    _edit(path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'abc'")
+    odd, good = NsysImporter().read([path]), NsysImporter().read([base])
+    assert [len(t) for t in odd.traces] == [len(t) for t in good.traces]
