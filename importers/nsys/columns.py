@@ -109,7 +109,10 @@ def _read_sql(
     texts: Sequence[str],
     present: Sequence[str],
 ) -> Columns:
-    exprs = ["rowid"]
+    # A WITHOUT ROWID table has no rowid: its rows are numbered in their (primary key) order.
+    schema = exp.query("SELECT sql FROM sqlite_master WHERE name = ?", table, (table,))
+    keyed = bool(schema and schema[0][0] and "WITHOUT ROWID" in str(schema[0][0]).upper())
+    exprs = ["ROW_NUMBER() OVER ()" if keyed else "rowid"]
     exprs += [f'"{c}"' for c in (*ints, *texts) if c in pos]
     exprs += [f'"{c}" IS NOT NULL' for c in present if c in pos]
     rows = exp.query(f'SELECT {", ".join(exprs)} FROM "{table}"', table)

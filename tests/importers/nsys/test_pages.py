@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from echo_view.errors import InputError
+from echo_view.model import EventKind
 from importers.nsys.db import Export
 from importers.nsys.pages import PageFile
 from tests.importers.nsys.helpers import SAMPLE_NAMES, unpacked
@@ -197,3 +198,35 @@ def test_rows_written_before_a_column_was_added(tmp_path: Path) -> None:
     rec = pages.records(root, len(cols), cols, alias)
     if rec is not None:  # else read with SQL
         _same_as_sql(altered, con, "StringIds", pages)
+
+
+def test_a_without_rowid_table_reads_through_sql_alike(tmp_path: Path) -> None:
+    """The page reader leaves a WITHOUT ROWID table (its rows live in an index B-tree) to SQL,
+    whose query asked for the rowid such a table lacks: 'no such column: rowid'."""
+    from importers.nsys import NsysImporter
+
+    base = unpacked("mfu_2gpu_before", tmp_path)
+    path = tmp_path / "keyed.sqlite"
+    path.write_bytes(base.read_bytes())
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+    con = sqlite3.connect(path)
+    (sql,) = con.execute("SELECT sql FROM sqlite_master WHERE name = ?", (kernels,)).fetchone()
+    body = sql.replace(kernels, "k", 1).rstrip().rstrip(")").replace("PRIMARY KEY", "")
+    con.execute(f"{body}, PRIMARY KEY (deviceId, streamId, start, correlationId)) WITHOUT ROWID")
+    con.execute(f"INSERT INTO k SELECT * FROM {kernels}")
+    con.execute(f"DROP TABLE {kernels}")
+    con.execute(f"ALTER TABLE k RENAME TO {kernels}")
+    con.commit()
+    con.close()
+
+    def kernel_times(p: Path) -> list[tuple[int, int]]:
+        job = NsysImporter().read([p])
+        return sorted(
+            (int(s), int(d))
+            for t in job.traces
+            for s, d, k in zip(t.events.start_ns, t.events.dur_ns, t.events.kind, strict=True)
+            if int(k) == int(EventKind.KERNEL)
+        )
+
+    times = kernel_times(base)
+    assert len(times) > 1000 and kernel_times(path) == times
