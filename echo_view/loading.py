@@ -444,8 +444,9 @@ def checked_script(cfg: WorkloadConfig) -> tuple[Path, str]:
 
 #: Revision of what the script tracer records (beside the config tracers'
 #: ``TRACER_REVISION``), so that a script traced before is traced again. 1: optimizers take
-#: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel.
-SCRIPT_TRACER_REVISION = 1
+#: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel. 2: DDP's
+#: buckets are the ones it rebuilds after the first step (filled in gradient-ready order).
+SCRIPT_TRACER_REVISION = 2
 
 
 def graph_key(cfg: WorkloadConfig) -> dict[str, Any]:
