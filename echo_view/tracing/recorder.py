@@ -62,7 +62,7 @@ def _nbytes(t: torch.Tensor) -> int:
 #: ``torch.distributed`` (DDP, FSDP2) and the functional collectives (DTensor).
 C10D_NAMESPACES = ("c10d", "_c10d_functional")
 #: Dispatcher collectives that launch no communication kernel.
-C10D_NO_KERNEL = frozenset({"wait_tensor", "barrier", "monitored_barrier_"})
+C10D_NO_KERNEL = frozenset({"wait_tensor", "monitored_barrier_"})
 #: Collectives whose payload is the output (the gathered buffer), not the input.
 _OUTPUT_PAYLOAD = frozenset({CollectiveKind.ALL_GATHER})
 
@@ -346,9 +346,28 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         """A collective that reached the dispatcher: its kind from the catalogue, its payload
         (the whole buffer, as :meth:`collective` counts it) from the tensors, its group's
         ranks kept in :attr:`groups`; the axis is set by the caller."""
-        kind = collective_kind_from_name(name.split("::", 1)[1])
+        op = name.split("::", 1)[1]
+        if op in ("barrier", "barrier_"):
+            # NCCL runs a barrier as an all-reduce of one element (ProcessGroupNCCL::barrier).
+            assert self._cols is not None
+            ranks = group_ranks(args)
+            self.groups.append((len(self._cols), self._group_tuples.setdefault(ranks, ranks)))
+            self.collective(CollectiveKind.ALL_REDUCE, 4, "none", name)
+            return
+        kind = collective_kind_from_name(op)
         if kind == CollectiveKind.UNKNOWN:
             raise UnsupportedCollective(name)
+        if kind == CollectiveKind.ALL_TO_ALL:
+            # all_to_all_single's split sizes (c10d::alltoall_base_, after the process group):
+            # the collective model times an even exchange only.
+            splits = [
+                a for a in args if isinstance(a, list | tuple) and a and isinstance(a[0], int)
+            ]
+            if any(len(set(s)) > 1 for s in splits):
+                raise UnsupportedCollective(
+                    f"{name} with uneven split sizes {list(splits[0])[:8]} (an all-to-all is "
+                    "timed as an even exchange: give equal splits or none)"
+                )
         flat, _ = tree_flatten((list(args), kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
         if name.startswith("_c10d_functional"):

@@ -14,6 +14,7 @@ from echo_view.loading import trace_config
 from echo_view.model.aten_ops import attention_flops
 from echo_view.model.config_parse import parse_workload_config
 from echo_view.model.graph import AXES, OpClass, OpTable, TracedGraph
+from echo_view.model.kinds import CollectiveKind
 from echo_view.sim.layout import Layout
 from echo_view.sim.runs import predict_workload
 from tests.conftest import SAMPLES, TORCH_MISSING
@@ -417,3 +418,47 @@ def test_ddp_buckets_are_those_it_rebuilds_after_the_first_step(tmp_path: Path) 
     assert buckets("torch.bfloat16", eight, ", bucket_cap_mb=5") == [6297600, 6297600, 4198400]
     mlp = "[nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)]"
     assert buckets("torch.float32", mlp, "") == [16781312, 16793600]
+
+
+COLLECTIVE_STEP = """
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def train_step() -> None:
+    model = nn.Linear(64, 64, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 64)).sum().backward()
+    {call}
+    opt.step()
+"""
+
+
+def test_a_barrier_is_a_one_element_all_reduce(tmp_path: Path) -> None:
+    # dist.barrier() was recorded as nothing; NCCL runs it as an all-reduce of one element
+    # (ProcessGroupNCCL::barrier).
+    script = tmp_path / "barrier.py"
+    script.write_text(COLLECTIVE_STEP.format(call="dist.barrier()"))
+    table = trace_script(ScriptSpec(script), 4).graph.roles[0].backward[0]
+    colls = table.op_class == OpClass.COLLECTIVE
+    assert table.coll_bytes[colls].tolist() == [4]
+    assert table.coll_kind[colls].tolist() == [int(CollectiveKind.ALL_REDUCE)]
+
+
+def test_an_uneven_all_to_all_is_refused(tmp_path: Path) -> None:
+    # Split sizes were ignored: an exchange sending everything to rank 0 was timed as even.
+    from echo_view.errors import InputError
+
+    call = (
+        "dist.all_to_all_single(torch.empty(64, 64), model.weight.grad, "
+        "output_split_sizes=[64, 0, 0, 0], input_split_sizes=[64, 0, 0, 0])"
+    )
+    script = tmp_path / "a2a.py"
+    script.write_text(COLLECTIVE_STEP.format(call=call))
+    with pytest.raises(InputError, match="uneven split sizes"):
+        trace_script(ScriptSpec(script), 4)
+    even = call.replace("[64, 0, 0, 0]", "[16, 16, 16, 16]")
+    script.write_text(COLLECTIVE_STEP.format(call=even))
+    table = trace_script(ScriptSpec(script), 4).graph.roles[0].backward[0]
+    assert table.coll_bytes[table.op_class == OpClass.COLLECTIVE].tolist() == [64 * 64 * 4]
