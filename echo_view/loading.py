@@ -446,7 +446,8 @@ def checked_script(cfg: WorkloadConfig) -> tuple[Path, str]:
 #: ``TRACER_REVISION``), so that a script traced before is traced again. 1: optimizers take
 #: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel. 2: DDP's
 #: buckets are the ones it rebuilds after the first step (filled in gradient-ready order).
-SCRIPT_TRACER_REVISION = 2
+#: 3: a barrier is a one-element all-reduce.
+SCRIPT_TRACER_REVISION = 3
 
 
 def graph_key(cfg: WorkloadConfig) -> dict[str, Any]:
