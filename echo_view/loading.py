@@ -446,7 +446,8 @@ def checked_script(cfg: WorkloadConfig) -> tuple[Path, str]:
 #: ``TRACER_REVISION``), so that a script traced before is traced again. 1: optimizers take
 #: their GPU default path (foreach) and ``.item()`` of a host scalar is no kernel. 2: DDP's
 #: buckets are the ones it rebuilds after the first step (filled in gradient-ready order).
-#: 3: a barrier is a one-element all-reduce.
+#: 3: a barrier is a one-element all-reduce. (Accepting a ``Module.to`` that moves nothing
+#: changes no graph that traced before: such a script failed.)
 SCRIPT_TRACER_REVISION = 3
 
 

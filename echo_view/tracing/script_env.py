@@ -33,7 +33,9 @@ without ``foreach`` or ``fused`` take the path they default to on a GPU, foreach
 (``_default_to_fused_or_foreach`` in ``torch/optim/optimizer.py``, which gives CPU tensors, as
 the fake ones are, the one-kernel-per-tensor loop: 120 traced ops for AdamW on 12 parameter
 tensors where a GPU runs 9). ``F.dropout`` in
-training runs PyTorch's fused GPU kernel (``native_dropout``), as on a GPU.
+training runs PyTorch's fused GPU kernel (``native_dropout``), as on a GPU. ``Module.to`` to
+where the module already is (``model.to(device)`` with the CPU) returns it: fake parameters
+cannot be converted, not even to their own device.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ def _adapted_torch() -> Iterator[None]:
         for module in _optimizer_modules():
             stack.enter_context(_patched(module, "_default_to_fused_or_foreach", _gpu_default))
         stack.enter_context(_patched(F, "dropout", _gpu_dropout(F.dropout)))
+        stack.enter_context(_patched(torch.nn.Module, "to", _to_where_it_is(torch.nn.Module.to)))
         yield
 
 
@@ -176,6 +179,25 @@ def _ready_order_buckets(assign: Callable[..., Any]) -> Callable[..., Any]:
         buckets, caps = assign(list(reversed(params)), limits, list(reversed(sparse)), *rest)
         ready = [[n - 1 - int(i) for i in bucket] for bucket in buckets]
         return list(reversed(ready)), list(reversed(caps))
+
+    return run
+
+
+def _to_where_it_is(module_to: Callable[..., Any]) -> Callable[..., Any]:
+    """``Module.to`` that returns the module when it moves nothing (``model.to(device)`` with
+    the CPU the fake tensors are on, the dtype they have): converting fake parameters fails
+    ("Couldn't swap"), even to where they are."""
+
+    @functools.wraps(module_to)
+    def run(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        tensors = [*self.parameters(), *self.buffers()]
+        if all(
+            (device is None or t.device == device) and (dtype is None or t.dtype == dtype)
+            for t in tensors
+        ):
+            return self
+        return module_to(self, *args, **kwargs)
 
     return run
 

@@ -462,3 +462,20 @@ def test_an_uneven_all_to_all_is_refused(tmp_path: Path) -> None:
     script.write_text(COLLECTIVE_STEP.format(call=even))
     table = trace_script(ScriptSpec(script), 4).graph.roles[0].backward[0]
     assert table.coll_bytes[table.op_class == OpClass.COLLECTIVE].tolist() == [64 * 64 * 4]
+
+
+def test_moving_a_model_to_the_device_it_is_on_is_accepted(tmp_path: Path) -> None:
+    # model.to(device) with the CPU (torch.cuda.is_available() is false while tracing) was
+    # refused: "Couldn't swap Linear.weight", fake parameters cannot be converted.
+    script = tmp_path / "to_device.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n\n\ndef train_step() -> None:\n"
+        "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 8)).to(device)\n"
+        "    model = model.to(torch.float32).to(device=device, dtype=torch.float32)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    model(torch.randn(4, 64, device=device)).sum().backward()\n    opt.step()\n"
+    )
+    graph = trace_script(ScriptSpec(script), 1).graph
+    names = [graph.strings[int(i)] for i in graph.roles[0].forward[0].name]
+    assert names.count("aten::addmm") == 2
