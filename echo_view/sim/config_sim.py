@@ -502,8 +502,13 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
             protocol=np.full(len(coll_rows), NONE),
         )
         end = int((events.start_ns + events.dur_ns).max()) if n else 0
+        # The step ends with the rank's last op, a host-bound tail's end included (not drawn:
+        # a zero-length op ending where the host's last issue lets its pass end).
+        host_end = max(end, int(res.end_ns[mine].max()) if len(mine) else 0)
         one = np.ones(1, dtype=np.int64)
-        steps = StepTable(number=one * 0, start_ns=one * 0, end_ns=one * end, gpu_end_ns=one * end)
+        steps = StepTable(
+            number=one * 0, start_ns=one * 0, end_ns=one * host_end, gpu_end_ns=one * end
+        )
         meta: dict[str, Any] = {
             "simulated": True,
             "world_size": wl.world_size,

@@ -421,3 +421,17 @@ def test_predicted_job_links_each_collective_across_its_ranks() -> None:
         for a, b in zip(src.tolist(), dst.tolist(), strict=True)
     ]
     assert all(same_group) and (src != dst).all()
+
+
+def test_the_predicted_step_ends_where_the_simulated_step_does() -> None:
+    """Nemotron-4 15B (pp 1): the step ends with a host-bound tail (a zero-length op that holds
+    the stream until the host's last issue lets the pass end), which the timeline does not
+    draw; `info` of the predicted job read the step 30.5 µs short of `simulate`'s."""
+    cfg, graph = _shipped("nemotron4-15b-768")
+    sim = _run(cfg, graph)
+    job = predicted_config_job(sim)
+    (row,) = summarize(job).to_json()["ranks"]
+    assert row["step_ns"] == sim.step_ns
+    t = job.traces[0]
+    drawn_end = int((t.events.start_ns + t.events.dur_ns).max())
+    assert drawn_end < sim.step_ns  # the tail is not drawn
