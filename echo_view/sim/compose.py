@@ -122,6 +122,8 @@ class _Cols:
     src_table: list[int] = field(default_factory=list)
     src_lo: list[int] = field(default_factory=list)
     src_hi: list[int] = field(default_factory=list)
+    # Payload of a coarse collective (a bucket reduction, a transfer), else NONE.
+    nbytes: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ class Composed:
     simulated_ranks: tuple[int, ...]
     #: Per table: whether it is a forward or backward pass (not the optimizer's).
     pass_tables: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    #: Per op: a coarse collective's payload (bucket reductions, transfers), else NONE.
+    op_bytes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class _Composer:
@@ -318,8 +322,10 @@ class _Composer:
         coll: int = NONE,
         src: tuple[int, int, int] = (-1, 0, 0),
         issue: bool = True,
+        nbytes: int = NONE,
     ) -> int:
-        """Append one op; a kernel the host issues (``issue``) gets its host op after it."""
+        """Append one op (``nbytes``: a collective's payload); a kernel the host issues
+        (``issue``) gets its host op after it."""
         c = self.c
         c.rank.append(rank)
         c.lane.append(lane)
@@ -331,6 +337,7 @@ class _Composer:
         c.src_table.append(src[0])
         c.src_lo.append(src[1])
         c.src_hi.append(src[2])
+        c.nbytes.append(nbytes)
         i = len(c.rank) - 1
         if self.lanes[lane].kind == LaneKind.GPU_STREAM:
             self.lane_last[lane] = i
@@ -375,7 +382,8 @@ class _Composer:
         """A data-parallel collective of ``nbytes`` over ``group`` on ``lane``, timed by the
         communication model (a lane op: ranks of the group run it alike)."""
         dur = self.colls.time_ns(kind, nbytes, group)
-        return self.op(rank, lane, f"{NCCL_KERNEL[kind]} ({what})", dur, cls=OpClass.COLLECTIVE)
+        name = f"{NCCL_KERNEL[kind]} ({what})"
+        return self.op(rank, lane, name, dur, cls=OpClass.COLLECTIVE, nbytes=nbytes)
 
     # -- passes ----------------------------------------------------------------------------
     def emit_table(self, rank: int, lane: int, tc: TableCost, label: str, lo: int, hi: int) -> int:
@@ -473,12 +481,12 @@ class _Composer:
         ``dispatched`` (``align_param_gather``: one gather a bucket, in order), was dispatched
         by the schedule before. Returns the first and the last op of the pass."""
         comp, dpl = lanes
-        cuts, dur = self.bucket_plan(tc, params, bucket_params, ag)
+        cuts, dur, nbytes = self.bucket_plan(tc, params, bucket_params, ag)
         lo, first = 0, -1
         ends: list[int] = []
         for k, hi in enumerate(cuts):
             if dispatched is None:
-                gather = self.bucket_gather(rank, dpl, label, k, dur)
+                gather = self.bucket_gather(rank, dpl, label, k, dur, nbytes)
                 if k >= 2:
                     self.edges.append((ends[k - 2], gather))
             else:
@@ -492,18 +500,21 @@ class _Composer:
 
     def bucket_plan(
         self, tc: TableCost, params: int, bucket_params: int, ag: tuple[int, tuple[int, ...]]
-    ) -> tuple[list[int], int]:
+    ) -> tuple[list[int], int, int]:
         """A chunk's forward pass ``tc`` cut into one piece per parameter bucket, and one
-        bucket's all-gather time (``ag``: element bytes and the data-parallel group)."""
+        bucket's all-gather time and bytes (``ag``: element bytes and the data-parallel
+        group)."""
         elem_bytes, group = ag
         cuts = time_cuts(tc, max(1, -(-params // bucket_params)))
-        per_bucket = params // len(cuts)
-        return cuts, self.colls.time_ns(CollectiveKind.ALL_GATHER, per_bucket * elem_bytes, group)
+        nbytes = params // len(cuts) * elem_bytes
+        return cuts, self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, group), nbytes
 
-    def bucket_gather(self, rank: int, dpl: int, label: str, k: int, dur: int) -> int:
+    def bucket_gather(
+        self, rank: int, dpl: int, label: str, k: int, dur: int, nbytes: int = NONE
+    ) -> int:
         """The all-gather of parameter bucket ``k`` of the chunk pass ``label``."""
         name = f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params {label} bucket {k})"
-        return self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
+        return self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE, nbytes=nbytes)
 
     def last_backward(
         self, rank: int, lanes: tuple[int, int], tc: TableCost, label: str, g: int, grad_b: int
@@ -525,7 +536,7 @@ class _Composer:
             for n, group, what in dp.reductions(grads):
                 dur = self.colls.time_ns(dp.red_kind, n * dp.red_bytes, group)
                 name = f"{NCCL_KERNEL[dp.red_kind]} ({what} chunk {g})"
-                op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE)
+                op = self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE, nbytes=n * dp.red_bytes)
                 self.edges.append((end, op))
                 self.dp_pending.append(op)
         return end
@@ -592,9 +603,9 @@ class _Composer:
         def dispatch(chunk: int) -> None:
             tc = self.costs[(role_idx, "forward", chunk)]
             label = f"forward chunk {chunk * p.pp + stage}"
-            cuts, dur = self.bucket_plan(tc, chunk_params(chunk), bucket_params, ag)
+            cuts, dur, nbytes = self.bucket_plan(tc, chunk_params(chunk), bucket_params, ag)
             dispatched[chunk] = [
-                self.bucket_gather(rank, dpl, label, k, dur) for k in range(len(cuts))
+                self.bucket_gather(rank, dpl, label, k, dur, nbytes) for k in range(len(cuts))
             ]
 
         # align_param_gather: Megatron-Core's interleaved schedule dispatches whole chunks'
@@ -640,6 +651,7 @@ class _Composer:
                     f"ncclDevKernel_SendRecv ({'act' if ps.forward else 'grad'} {ps.microbatch})",
                     t,
                     cls=OpClass.COLLECTIVE,
+                    nbytes=act_bytes,
                 )
                 self.pending.append(((peer_rank, ps.forward, peer_g, ps.microbatch), xfer))
             if not ps.forward:
@@ -735,6 +747,7 @@ class _Composer:
             dur,
             cls=OpClass.COLLECTIVE,
             coll=coll,
+            nbytes=nbytes,
         )
 
     def resolve(self) -> None:
@@ -916,4 +929,5 @@ def compose(
         pass_tables=np.array(
             [id(t) in passes for t in comp.tables] if comp.tables else [], dtype=bool
         ),
+        op_bytes=np.array(c.nbytes, dtype=np.int64),
     )

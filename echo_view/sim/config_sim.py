@@ -483,9 +483,10 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         # Collectives: the fine collective kernels and the coarse transfer/bucket ops.
         ev_name = events.name
         coll_rows = np.flatnonzero(name_kind[ev_name] != int(CollectiveKind.UNKNOWN))
-        fine_bytes = np.concatenate([np.full(len(keep), NONE, dtype=np.int64), all_bytes[idx]])[
-            order
-        ][coll_rows]
+        kept_bytes = (
+            comp.op_bytes[keep] if len(comp.op_bytes) else np.full(len(keep), NONE, dtype=np.int64)
+        )
+        fine_bytes = np.concatenate([kept_bytes, all_bytes[idx]])[order][coll_rows]
         src_op = np.concatenate([keep, np.repeat(ex, lengths)])[order][coll_rows]
         fine_coll = np.concatenate([np.ones(len(keep), bool), fcls == OpClass.COLLECTIVE])
         pgs, group, seq = _instances(
