@@ -166,9 +166,9 @@ class Composed:
     microbatches: int
     simulated_ranks: tuple[int, ...]
     #: Per table: whether it is a forward or backward pass (not the optimizer's).
-    pass_tables: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    pass_tables: npt.NDArray[np.bool_]
     #: Per op: a coarse collective's payload (bucket reductions, transfers), else NONE.
-    op_bytes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    op_bytes: npt.NDArray[np.int64]
 
 
 class _Composer:
@@ -926,8 +926,6 @@ def compose(
         src_hi=np.array(c.src_hi, dtype=np.int64),
         microbatches=m,
         simulated_ranks=sim_ranks,
-        pass_tables=np.array(
-            [id(t) in passes for t in comp.tables] if comp.tables else [], dtype=bool
-        ),
+        pass_tables=np.array([id(t) in passes for t in comp.tables], dtype=bool),
         op_bytes=np.array(c.nbytes, dtype=np.int64),
     )

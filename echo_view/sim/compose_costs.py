@@ -54,13 +54,13 @@ class TableCost:
     waits: npt.NDArray[np.bool_]
     #: Per row: for a collective that runs beside a GEMM (its :attr:`dur_ns` is what the GEMM
     #: does not hide), that GEMM's row; else -1.
-    beside: I64 | None = None
+    beside: I64
     #: Per row: a collective's own running time, which for a row :attr:`beside` a GEMM is
     #: longer than its :attr:`dur_ns` (timelines draw it so, beside the GEMM); else ``dur_ns``.
-    alone_ns: I64 | None = None
+    alone_ns: I64
     #: Per row: a collective beside a GEMM through NCCL, which slows the GEMM while it lasts
     #: (:func:`~echo_view.sim.tp_overlap.nccl_beside_gemm_ns`); userbuffers' are not.
-    slows_gemm: npt.NDArray[np.bool_] | None = None
+    slows_gemm: npt.NDArray[np.bool_]
 
     @cached_property
     def wait_rows(self) -> tuple[int, ...]:

@@ -249,10 +249,6 @@ def expanded_times(
     return fstart, fend - fstart
 
 
-def _or_none(rows: I64 | None, n: int) -> I64:
-    return np.full(n, -1, dtype=np.int64) if rows is None else rows
-
-
 #: Name of the lane that shows a rank's collectives that ran beside a GEMM of its compute
 #: stream (NCCL runs them on a stream of its own).
 BESIDE_LANE = "collectives beside GEMMs"
@@ -367,24 +363,11 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     all_bytes = np.concatenate([t.table.coll_bytes for t in tables]) if tables else all_dur
     all_kind = np.concatenate([t.table.coll_kind for t in tables]) if tables else all_dur
     all_tid = np.repeat(np.arange(len(tables)), sizes)
-    all_beside = (
-        np.concatenate([_or_none(t.beside, len(t.table)) for t in tables]) if tables else all_dur
-    )
+    all_beside = np.concatenate([t.beside for t in tables]) if tables else all_dur
     all_slows = (
-        np.concatenate(
-            [
-                _or_none(t.beside, len(t.table)) >= 0 if t.slows_gemm is None else t.slows_gemm
-                for t in tables
-            ]
-        )
-        if tables
-        else np.zeros(0, dtype=bool)
+        np.concatenate([t.slows_gemm for t in tables]) if tables else np.zeros(0, dtype=bool)
     )
-    all_alone = (
-        np.concatenate([t.dur_ns if t.alone_ns is None else t.alone_ns for t in tables])
-        if tables
-        else all_dur
-    )
+    all_alone = np.concatenate([t.alone_ns for t in tables]) if tables else all_dur
     strings = StringTable(wl.strings.strings)
     # Fine names: graph names, collectives renamed to NCCL kernels (DeepEP's, for its ops).
     coll_name = {int(k): strings.intern(v) for k, v in NCCL_KERNEL.items()}
@@ -483,10 +466,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         # Collectives: the fine collective kernels and the coarse transfer/bucket ops.
         ev_name = events.name
         coll_rows = np.flatnonzero(name_kind[ev_name] != int(CollectiveKind.UNKNOWN))
-        kept_bytes = (
-            comp.op_bytes[keep] if len(comp.op_bytes) else np.full(len(keep), NONE, dtype=np.int64)
-        )
-        fine_bytes = np.concatenate([kept_bytes, all_bytes[idx]])[order][coll_rows]
+        fine_bytes = np.concatenate([comp.op_bytes[keep], all_bytes[idx]])[order][coll_rows]
         src_op = np.concatenate([keep, np.repeat(ex, lengths)])[order][coll_rows]
         fine_coll = np.concatenate([np.ones(len(keep), bool), fcls == OpClass.COLLECTIVE])
         pgs, group, seq = _instances(
