@@ -349,47 +349,46 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         op = name.split("::", 1)[1]
         if op in ("barrier", "barrier_"):
             # NCCL runs a barrier as an all-reduce of one element (ProcessGroupNCCL::barrier).
-            assert self._cols is not None
-            ranks = group_ranks(args)
-            self.groups.append((len(self._cols), self._group_tuples.setdefault(ranks, ranks)))
-            self.collective(CollectiveKind.ALL_REDUCE, 4, "none", name)
-            return
-        kind = collective_kind_from_name(op)
-        if kind == CollectiveKind.UNKNOWN:
-            raise UnsupportedCollective(name)
-        if kind == CollectiveKind.ALL_TO_ALL:
-            # all_to_all_single's split sizes (c10d::alltoall_base_, after the process group):
-            # the collective model times an even exchange only.
-            splits = [
-                a for a in args if isinstance(a, list | tuple) and a and isinstance(a[0], int)
-            ]
-            if any(len(set(s)) > 1 for s in splits):
-                raise UnsupportedCollective(
-                    f"{name} with uneven split sizes {list(splits[0])[:8]} (an all-to-all is "
-                    "timed as an even exchange: give equal splits or none)"
-                )
-        flat, _ = tree_flatten((list(args), kwargs))
-        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
-        if name.startswith("_c10d_functional"):
-            # Functional collectives take the input and return the output.
-            nbytes = sum(_nbytes(t) for t in tensors)
-            if kind in _OUTPUT_PAYLOAD:
-                nbytes *= len(group_ranks(args))
+            kind, nbytes = CollectiveKind.ALL_REDUCE, 4
         else:
-            # c10d ops take (outputs, inputs) for gathers and scatters, else the buffers.
-            outs = [t for t in tree_flatten(args[0])[0] if isinstance(t, torch.Tensor)]
-            ins = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
-            gather_like = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
-            if gather_like and ins:
-                nbytes = sum(_nbytes(t) for t in (outs if kind in _OUTPUT_PAYLOAD else ins))
-            elif kind == CollectiveKind.ALL_TO_ALL and ins:
-                nbytes = sum(_nbytes(t) for t in ins)
-            else:
-                nbytes = sum(_nbytes(t) for t in outs)
+            kind = collective_kind_from_name(op)
+            if kind == CollectiveKind.UNKNOWN:
+                raise UnsupportedCollective(name)
+            if kind == CollectiveKind.ALL_TO_ALL:
+                # all_to_all_single's split sizes (c10d::alltoall_base_, after the process
+                # group): the collective model times an even exchange only.
+                splits = [
+                    a for a in args if isinstance(a, list | tuple) and a and isinstance(a[0], int)
+                ]
+                if any(len(set(s)) > 1 for s in splits):
+                    raise UnsupportedCollective(
+                        f"{name} with uneven split sizes {list(splits[0])[:8]} (an all-to-all "
+                        "is timed as an even exchange: give equal splits or none)"
+                    )
+            nbytes = _payload(name, kind, args, kwargs)
         assert self._cols is not None
         ranks = group_ranks(args)
         self.groups.append((len(self._cols), self._group_tuples.setdefault(ranks, ranks)))
         self.collective(kind, nbytes, "none", name)
+
+
+def _payload(name: str, kind: CollectiveKind, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """A dispatched collective's payload in bytes (the whole buffer, as
+    :meth:`Recorder.collective` counts it), from its tensors."""
+    if name.startswith("_c10d_functional"):
+        # Functional collectives take the input and return the output.
+        flat, _ = tree_flatten((list(args), kwargs))
+        nbytes = sum(_nbytes(t) for t in flat if isinstance(t, torch.Tensor))
+        return nbytes * len(group_ranks(args)) if kind in _OUTPUT_PAYLOAD else nbytes
+    # c10d ops take (outputs, inputs) for gathers and scatters, else the buffers.
+    outs = [t for t in tree_flatten(args[0])[0] if isinstance(t, torch.Tensor)]
+    ins = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
+    gather_like = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER)
+    if gather_like and ins:
+        return sum(_nbytes(t) for t in (outs if kind in _OUTPUT_PAYLOAD else ins))
+    if kind == CollectiveKind.ALL_TO_ALL and ins:
+        return sum(_nbytes(t) for t in ins)
+    return sum(_nbytes(t) for t in outs)
 
 
 def _arguments(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
