@@ -345,18 +345,17 @@ def _check_complete(path: Path) -> None:
         )
     # A writer keeps its journal beside the database it opened: beside the file a link points
     # to (SQLite follows links), or beside the link when it opened the link's path.
-    bases = dict.fromkeys((path, path.resolve()))
-    sides = [b.with_name(b.name + s) for b in bases for s in ("-wal", "-journal")]
-    for side in sides:
-        pending = _wal_pending if side.name.endswith("-wal") else _journal_pending
-        if pending(side):
-            raise InputError(
-                f"{side.name} beside the file holds writes that are not in it yet "
-                "(a program is writing the database, or was stopped while writing)",
-                path=path,
-                hint="let the writer finish; after a crash, open the file once with sqlite3 "
-                "to recover it, then retry",
-            )
+    for base in dict.fromkeys((path, path.resolve())):
+        for suffix, pending in (("-wal", _wal_pending), ("-journal", _journal_pending)):
+            side = base.with_name(base.name + suffix)
+            if pending(side):
+                raise InputError(
+                    f"{side.name} beside the file holds writes that are not in it yet "
+                    "(a program is writing the database, or was stopped while writing)",
+                    path=path,
+                    hint="let the writer finish; after a crash, open the file once with "
+                    "sqlite3 to recover it, then retry",
+                )
 
 
 def _wal_pending(side: Path) -> bool:
