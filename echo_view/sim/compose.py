@@ -169,6 +169,9 @@ class Composed:
     pass_tables: npt.NDArray[np.bool_]
     #: Per op: a coarse collective's payload (bucket reductions, transfers), else NONE.
     op_bytes: npt.NDArray[np.int64]
+    #: Per op: the host op that issued a coarse op's kernels (its first kernel's issue ends
+    #: its host op's first cost after that op starts), else NONE.
+    dispatch: npt.NDArray[np.int64]
 
 
 class _Composer:
@@ -194,6 +197,8 @@ class _Composer:
         self.spans: dict[tuple[int, int, int], int] = {}
         # Host-path edges: (src, dst, mode, lag).
         self.host_edges: list[tuple[int, int, int, int]] = []
+        # Coarse op -> the host op that issues its kernels.
+        self.dispatch: dict[int, int] = {}
         self.strings = StringTable(graph.strings.strings)
         self.c = _Cols()
         self.lanes: list[Lane] = []
@@ -290,6 +295,7 @@ class _Composer:
                 self.host_edges.append((h, op, start, int(issued[j])))
             return last
         self.host_edges.append((h, first, start, int(issued[0])))
+        self.dispatch[first] = h
         if tail_lag < 0:
             return last
         gpu_lane = self.c.lane[first]
@@ -886,6 +892,11 @@ def compose(
         coll=np.array(c.coll),
         source=none,
     )
+    dispatch = np.full(n, NONE, dtype=np.int64)
+    if comp.dispatch:
+        dispatch[np.fromiter(comp.dispatch, np.int64)] = np.fromiter(
+            comp.dispatch.values(), np.int64
+        )
     rows = comp.coll_rows
     colls_spec = (
         CollectiveSpecs(
@@ -928,4 +939,5 @@ def compose(
         simulated_ranks=sim_ranks,
         pass_tables=np.array([id(t) in passes for t in comp.tables], dtype=bool),
         op_bytes=np.array(c.nbytes, dtype=np.int64),
+        dispatch=dispatch,
     )

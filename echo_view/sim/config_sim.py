@@ -249,6 +249,40 @@ def expanded_times(
     return fstart, fend - fstart
 
 
+def issued_starts(fstart: I64, lengths: I64, issued: I64) -> I64:
+    """Starts of the kernels of passes drawn back to back (``fstart``, ``lengths`` per pass)
+    once each also waits for the host to have issued it (``issued``, absolute; -1 where no
+    host issues it): a kernel starts at ``max(the kernel before it ends, its issue)``, so a
+    pass the host issued more slowly than the GPU ran it shows its kernels spread out, each
+    after its launch (:mod:`echo_view.sim.host`), not back to back with the stream idle at
+    its end. The delay of a kernel carries over to every later kernel of its pass."""
+    if not len(fstart):
+        return fstart
+    late = np.maximum(np.where(issued >= 0, issued - fstart, 0), 0)
+    # A running maximum within each pass: each pass's ranks of the values (not the values,
+    # which could overflow) offset above every earlier pass's.
+    values, rank = np.unique(late, return_inverse=True)
+    base = np.repeat(np.arange(len(lengths), dtype=np.int64) * len(values), lengths)
+    delay = values[np.maximum.accumulate(rank.reshape(-1) + base) - base]
+    return np.asarray(fstart + delay, dtype=np.int64)
+
+
+def _issue_times(
+    comp: Composed, res: SimResult, ex: I64, lengths: I64, idx: I64, costs: I64
+) -> I64:
+    """When the host issued each fine op of the coarse ops ``ex`` (``idx``: their rows in
+    the tables' flat arrays): its coarse op's host op's start plus the issue costs up to and
+    including it; -1 for coarse ops no host op issued."""
+    h = comp.dispatch[ex]
+    c = costs[idx]
+    run = np.cumsum(c)  # inclusive, over every pass; each pass's own from its head on
+    heads = np.cumsum(lengths) - lengths  # every pass holds at least one op
+    within = run - np.repeat(run[heads] - c[heads], lengths)
+    host = np.where(h >= 0, res.start_ns[np.maximum(h, 0)], NONE)
+    issued = np.repeat(host, lengths) + within
+    return np.where(np.repeat(h, lengths) >= 0, issued, NONE).astype(np.int64)
+
+
 #: Name of the lane that shows a rank's collectives that ran beside a GEMM of its compute
 #: stream (NCCL runs them on a stream of its own).
 BESIDE_LANE = "collectives beside GEMMs"
@@ -349,9 +383,10 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
     """The simulated step as a Job: each coarse pass is expanded back into its kernels (they
     ran back to back on the compute stream, so their times follow exactly from the pass's
     start; a pass slowed by interference stretches them evenly to its simulated end), the
-    kernel-to-kernel gap shown as idle time. A pass the host issued more slowly than the GPU
-    ran it shows its kernels back to back from its start and the stream idle until its
-    host-bound end (the zero-length tail ops that hold the stream are left out)."""
+    kernel-to-kernel gap shown as idle time. A kernel also waits for the host to have issued
+    it (:func:`issued_starts`), so a pass the host issued more slowly than the GPU ran it
+    shows its kernels spread out over its host-bound time (the zero-length tail ops that hold
+    the stream to that end are left out)."""
     comp, res, wl = sim.composed, sim.result, sim.composed.workload
     tables = comp.tables
     gap = sim.params.kernel_gap_ns
@@ -368,6 +403,10 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         np.concatenate([t.slows_gemm for t in tables]) if tables else np.zeros(0, dtype=bool)
     )
     all_alone = np.concatenate([t.alone_ns for t in tables]) if tables else all_dur
+    # Host time of issuing each fine op (its kernel's launch), as the composer charged it.
+    costs = (
+        np.concatenate([sim.host.issue_ns(t.fills, t.waits) for t in tables]) if tables else all_dur
+    )
     strings = StringTable(wl.strings.strings)
     # Fine names: graph names, collectives renamed to NCCL kernels (DeepEP's, for its ops).
     coll_name = {int(k): strings.intern(v) for k, v in NCCL_KERNEL.items()}
@@ -421,6 +460,7 @@ def predicted_config_job(sim: ConfigSimulation, ranks: Sequence[int] | None = No
         fstart, fdur = expanded_times(
             res.start_ns[ex], res.end_ns[ex], lengths, all_dur[idx], fcls == OpClass.COLLECTIVE
         )
+        fstart = issued_starts(fstart, lengths, _issue_times(comp, res, ex, lengths, idx, costs))
         flane = np.repeat(wl.ops.lane[ex], lengths).astype(np.int64)
         moved = draw_beside(
             all_beside[idx],

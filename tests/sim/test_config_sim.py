@@ -13,6 +13,7 @@ import pytest
 
 from echo_view.analysis.summary import summarize
 from echo_view.model.config_parse import parse_workload_config
+from echo_view.model.kinds import EventKind
 from echo_view.sim.cluster import cluster_from_config
 from echo_view.sim.comm.defaults import default_comm_model
 from echo_view.sim.compose import COMPUTE_STREAM
@@ -23,6 +24,7 @@ from echo_view.sim.config_sim import (
     ConfigSimulation,
     draw_beside,
     expanded_times,
+    issued_starts,
     predicted_config_job,
     simulate_config,
 )
@@ -188,6 +190,48 @@ def test_expanded_kernels_stretch_to_a_slowed_pass_by_hand() -> None:
     assert fdur.tolist() == [10_000, 30_000, 30_000, 30_000, 60_000, 10_000]
     empty = expanded_times(start[:0], end[:0], lengths[:0], solo[:0])
     assert [len(a) for a in empty] == [0, 0]
+
+
+def test_kernels_wait_for_their_issue_by_hand() -> None:
+    """Pass 0: kernels of 10, 20, 30 µs drawn back to back from 0, issued at 5, 50, 55 µs:
+    the first waits 5 µs, the second starts at its issue (50), the third after the second
+    ends (70), not at its issue. Pass 1 (no host op, -1) keeps its starts."""
+    fstart = np.array([0, 10_000, 30_000, 100_000, 150_000])
+    lengths = np.array([3, 2])
+    issued = np.array([5_000, 50_000, 55_000, -1, -1])
+    assert issued_starts(fstart, lengths, issued).tolist() == [
+        5_000,
+        50_000,
+        70_000,
+        100_000,
+        150_000,
+    ]
+    # A delay never moves a later pass, and a late issue in pass 1 moves only its own kernels.
+    issued = np.array([0, 0, 0, 120_000, 0])
+    assert issued_starts(fstart, lengths, issued).tolist() == [0, 10_000, 30_000, 120_000, 170_000]
+
+
+def test_a_host_bound_pass_draws_each_kernel_after_its_launch() -> None:
+    """Megatron-LM CI's hidden-512 GPT on one H100 is host-bound: each kernel of the first
+    forward runs shorter than the 73.7 µs its launch costs the host, so it starts when it is
+    issued: the embedding at 73.7 µs, the next kernel at 147.4, two fills of new buffers (10.5
+    µs of host time each, no Python) at 157.9 and 168.4, the next launch at 242.1. They were
+    drawn back to back from the pass's start (73.7, 105.3, 113.3, ...) with the stream idle
+    at the pass's end."""
+    path = CONFIGS / "megatron-ci-small" / "tp1-pp2.toml"
+    cfg = parse_workload_config(tomllib.loads(path.read_text()), str(path))
+    sim = _run(cfg, read_graph(path.with_suffix(".graph.json.gz")))
+    job = predicted_config_job(sim)
+    t = job.traces[0]
+    ev = t.events
+    names = [lane.name for lane in t.lanes]
+    on = (ev.lane == names.index(f"stream {COMPUTE_STREAM} (compute)")) & (
+        ev.kind == int(EventKind.KERNEL)
+    )
+    starts = ev.start_ns[on]
+    assert (starts[:5] / 1000).round(1).tolist() == [73.7, 147.4, 157.9, 168.4, 242.1]
+    ends = starts + ev.dur_ns[on]
+    assert (ends[:-1] <= starts[1:]).all()  # still one after another on their stream
 
 
 def test_a_slowed_pass_keeps_its_collectives_own_time() -> None:
