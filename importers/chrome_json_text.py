@@ -113,7 +113,9 @@ def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError)
         msg[:1].lower() + msg[1:],
         path=path,
         where=f"traceEvents[{first_index + idx}]{rest}",
-        hint="every event must be an object whose fields have the trace-event types",
+        hint="echo-view reads the trace-event types strictly: ts and dur as JSON numbers, "
+        "name and cat as strings, pid and tid as integers or strings (Perfetto is more "
+        "lenient); `echo-view check FILE` lists every such event",
     )
 
 

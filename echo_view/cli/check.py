@@ -53,7 +53,7 @@ from echo_view.validate.imported import (
     join_rank_checks,
     summarise_rank,
 )
-from echo_view.validate.pftrace import check_pftrace
+from echo_view.validate.pftrace import XPLANE_SUFFIX, check_pftrace
 from echo_view.validate.render import render_report
 from importers.chrome_json import looks_like_trace, read_container, sniff_head
 from importers.folder import folder_files, natural_key
@@ -137,11 +137,13 @@ class _Job:
 def _trace_files(directory: Path) -> list[Path]:
     """The traces in ``directory``: JSON, protobuf and Nsight Systems captures (each capture
     once: not a report beside its SQLite export)."""
-    # A trace by its name that cannot be read is refused, not skipped.
+    # A trace by its name that cannot be read is refused, not skipped; an XLA profile's
+    # XSpace (beside the trace JSON it is the profile of) is no trace.
     own = [
         p
         for p in folder_files(directory, (*_JSON_SUFFIXES, *_PROTO_SUFFIXES))
-        if p.name.endswith(_PROTO_SUFFIXES) or looks_like_trace(sniff_head(p))
+        if not p.name.endswith(XPLANE_SUFFIX)
+        and (p.name.endswith(_PROTO_SUFFIXES) or looks_like_trace(sniff_head(p)))
     ]
     return sorted({*own, *captures_in(directory)}, key=natural_key)
 

@@ -45,6 +45,10 @@ define(
     "before SEQ_INCREMENTAL_STATE_CLEARED)",
 )
 
+#: The name ending of an XLA profile (an ``XSpace`` protobuf): jax.profiler and TensorBoard's
+#: profile plugin write ``<host>.xplane.pb`` beside the trace's JSON.
+XPLANE_SUFFIX = ".xplane.pb"
+
 #: Builds the location of packet ``i`` (with its timestamp in ns, when known).
 _Loc = Callable[..., Location]
 
@@ -58,6 +62,19 @@ def check_pftrace(data: bytes, path: str, report: Report) -> None:
     trace = pb.Trace()
     facts = FileFacts(path=path, form="pftrace")
     report.files.append(facts)
+    if not data:
+        # An empty message parses as a trace of no packets: nothing Perfetto could show.
+        facts.usable = False
+        report.add(Finding("EV111", "empty file (0 bytes): no trace packets", Location(file=path)))
+        return
+    if path.endswith(XPLANE_SUFFIX):
+        facts.usable = False
+        msg = (
+            "an XLA profile (XSpace, as jax.profiler and TensorBoard write it), not a Perfetto "
+            "trace: check the *.trace.json.gz written beside it"
+        )
+        report.add(Finding("EV111", msg, Location(file=path)))
+        return
     if data[:1] == b"\x00":
         # Field number 0 is invalid in protobuf: refused before the parser, which on an
         # all-zero file of gigabytes first allocates in proportion to it.

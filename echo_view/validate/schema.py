@@ -314,6 +314,8 @@ class SchemaRule:
             odd = [i for i in ids.tolist() if not isinstance(table[i], str)]
             if odd:
                 extra.extend(np.flatnonzero(np.isin(col, odd)).tolist())
+        # A category that is no string nor absent (an array, an object) is not interned.
+        extra.extend(r for r in np.flatnonzero(chunk.cat < 0).tolist() if ev[r].cat is not UNSET)
         if extra:
             rows = np.union1d(rows, np.array(extra, dtype=np.intp))
         ctx.emit_rows(

@@ -113,14 +113,18 @@ def match_ends(fc: FileColumns, dur: I64, notes: dict[str, int]) -> None:
     begins = np.flatnonzero((fc.phase == PH_B) | (fc.phase == PH_AB))
     if not len(begins) and not len(fc.ends):
         return
-    # Walk begins and ends together in file order; stacks per thread / per async key.
-    items: list[tuple[int, int, int]] = [(int(fc.index[r]), 0, int(r)) for r in begins]
-    items += [(int(fc.ends.index[j]), 1, j) for j in range(len(fc.ends))]
+    # Walk begins and ends together in time order (file order among equal times), stacks per
+    # thread / per async key: Perfetto sorts a JSON trace's events by time before it pairs
+    # them, so an end written before a begin that precedes it in time still closes it.
+    items: list[tuple[int, int, int, int]] = [
+        (int(fc.start_ns[r]), int(fc.index[r]), 0, int(r)) for r in begins
+    ]
+    items += [(int(fc.ends.ts[j]), int(fc.ends.index[j]), 1, j) for j in range(len(fc.ends))]
     items.sort()
     stacks: dict[tuple[int | str, ...], list[int]] = {}
     merges: dict[int, dict[str, Any]] = {}  # B row -> its E's args
     unmatched = 0
-    for _, is_end, k in items:
+    for _, _, is_end, k in items:
         if not is_end:
             if fc.phase[k] == PH_B:
                 key: tuple[int | str, ...] = (0, int(fc.thread[k]))

@@ -377,6 +377,8 @@ def test_event_of_the_wrong_shape_is_named(tmp_path: Path) -> None:
         read_all(path, 1024, Ev)
     assert info.value.where == "traceEvents[321].ts"
     assert "expected `int`, got `str`" in info.value.message
+    # What to do: the hint said only that fields must have their types.
+    assert "`echo-view check FILE` lists every such event" in (info.value.hint or "")
 
 
 def test_chunks_switch_type_between_chunks(tmp_path: Path) -> None:

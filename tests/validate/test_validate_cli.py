@@ -177,6 +177,38 @@ def test_info_and_check_word_an_empty_directory_alike(
         assert err.count("\n") == 1
 
 
+def test_an_empty_protobuf_trace_is_unusable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # It parsed as a trace of no packets: "0 events ... OK", where an empty .json is refused.
+    path = tmp_path / "empty.pftrace"
+    path.write_bytes(b"")
+    code, out, _ = _run(capsys, str(path), "--json")
+    doc = json.loads(out)
+    assert code == 2 and not doc["files"][0]["usable"]
+    assert doc["findings"][0]["code"] == "EV111"
+    assert "empty file" in doc["findings"][0]["first"][0]["message"]
+
+
+def test_an_xla_profile_beside_its_trace_is_no_perfetto_trace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # jax.profiler / TensorBoard write <host>.xplane.pb (an XSpace protobuf) beside the trace's
+    # JSON: a directory check parsed it as a Perfetto trace ("Wire format was corrupt ...
+    # write it again") and called the profile unusable; given alone it is named for what it is.
+    run = tmp_path / "plugins" / "profile" / "2024_06_01_12_00_00"
+    run.mkdir(parents=True)
+    (run / "host0.trace.json").write_bytes(fixture("EV301", "pass").read_bytes())
+    xspace = run / "host0.xplane.pb"
+    xspace.write_bytes(b"\x0a\x08\x08\x01\x12\x04/gpu")  # XSpace.planes[0]: id 1, name
+    code, out, _ = _run(capsys, str(tmp_path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and [f["path"] for f in doc["files"]] == [str(run / "host0.trace.json")]
+    code, out, _ = _run(capsys, str(xspace), "--json")
+    doc = json.loads(out)
+    assert code == 2 and "XLA profile" in doc["findings"][0]["first"][0]["message"]
+
+
 def _deepep_rank(rank: int, kernels: list[str]) -> dict[str, object]:
     """One rank of a DeepEP job as the profiler writes it: launches and their kernels."""
     events: list[dict[str, object]] = []

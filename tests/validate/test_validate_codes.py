@@ -65,3 +65,16 @@ def test_a_dur_beyond_double_precision_is_named_as_the_dur(tmp_path: Path) -> No
     (text,) = [f.text() for f in run_check(path).tallies["EV212"].first]
     assert "dur=4458676524648.797 µs is >= 2**42 with sub-µs digits" in text
     assert "off by up to 1 ns" in text
+
+
+def test_a_category_that_is_no_string_is_named(tmp_path: Path) -> None:
+    # `info` refuses `"cat": ["x", "y"]` (traceEvents[0].cat: expected `str`) while `check`
+    # reported nothing: an array is not interned, so it looked like an absent category.
+    events = [
+        {"ph": "X", "name": "a", "cat": ["x", "y"], "ts": 0, "dur": 5, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": 0, "dur": 5, "pid": 1, "tid": 2},  # absent: fine
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (text,) = [f.text() for f in run_check(path).tallies["EV216"].first]
+    assert "traceEvents[0]" in text and "cat=['x', 'y']" in text

@@ -381,6 +381,26 @@ def test_the_args_of_an_end_event_join_its_begin(tmp_path: Path) -> None:
     assert args == {"outer": {"a": 1, "b": 9, "d": "x"}, "inner": {"c": 3}, "k": {"z": 1}}
 
 
+@pytest.mark.parametrize("async_", [False, True])
+def test_begins_and_ends_pair_in_time_order_not_file_order(tmp_path: Path, async_: bool) -> None:
+    # Written out of time order (a writer with several threads), outer's end came before
+    # inner's: paired in file order, outer took 30-35 and inner 31-40 (crossing slices, one
+    # moved to an overlap lane). Perfetto sorts the events by time first: outer 30-40 holds
+    # inner 31-35.
+    b, e = ("b", "e") if async_ else ("B", "E")
+    more = {"cat": "c", "id": "0x1"} if async_ else {}
+
+    def ev(ph: str, name: str, ts: int) -> dict[str, object]:
+        return {"ph": ph, "name": name, "pid": 1, "tid": 1, "ts": ts, **more}
+
+    events = [ev(b, "outer", 30), ev(b, "inner", 31), ev(e, "outer", 40), ev(e, "inner", 35)]
+    path = tmp_path / "be.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = KinetoImporter().read([path]).traces[0]
+    spans = {t.name(i): (int(t.events.start_ns[i]), int(t.events.dur_ns[i])) for i in range(2)}
+    assert spans == {"outer": (30_000, 10_000), "inner": (31_000, 4_000)}
+
+
 def test_end_args_that_are_no_json_text_name_their_event(tmp_path: Path) -> None:
     path = tmp_path / "be.json"
     path.write_bytes(
