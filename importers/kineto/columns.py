@@ -246,7 +246,7 @@ class Columns:
             )
         del text
         self.phase.append(ph[rows])
-        self.name.append(names[rows])
+        self.name.append(self._counter_names(names[rows], ph[rows], row_evs))
         self.cat.append(cats[rows])
         self.thread.append(threads[rows])
         self.start_ns.append(ts[rows])
@@ -266,6 +266,22 @@ class Columns:
         for j in np.flatnonzero((row_ph == PH_AB) | (row_ph == PH_AN)).tolist():
             self.async_id[self.rows + j] = int(self.flow_ids([row_evs[j]])[0])
         self.rows += len(rows)
+
+    def _counter_names(
+        self, names: npt.NDArray[Any], ph: npt.NDArray[np.uint8], evs: list[Any]
+    ) -> npt.NDArray[Any]:
+        """Row names, a counter's with its ``id`` added as Perfetto names its tracks
+        (``<name> id: <id>``): counters of one name and different ids are separate series."""
+        counters = np.flatnonzero(ph == PH_C)
+        if not len(counters):
+            return names
+        with_id = [j for j in counters.tolist() if evs[j].id is not None]
+        if not with_id:
+            return names
+        text = list(self.strings)
+        for j in with_id:
+            names[j] = self.strings[f"{text[int(names[j])]} id: {evs[j].id}"]
+        return names
 
     def _times(self, chunk: EventChunk[Any]) -> tuple[I64, I64]:
         """Exact ns of the chunk's ``ts`` and ``dur`` (MISSING where absent)."""

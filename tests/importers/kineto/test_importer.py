@@ -401,6 +401,22 @@ def test_begins_and_ends_pair_in_time_order_not_file_order(tmp_path: Path, async
     assert spans == {"outer": (30_000, 10_000), "inner": (31_000, 4_000)}
 
 
+def test_counters_of_one_name_and_two_ids_are_two_series(tmp_path: Path) -> None:
+    # The id was dropped: "mem" of gpu0 (1, 2) and of gpu1 (100, 200) became one series, which
+    # an export drew as one track holding 1 and 100 at one time. Perfetto names a counter's
+    # track "<name> id: <id> <arg>".
+    def c(ts: int, id_: object, v: int) -> dict[str, object]:
+        return {"ph": "C", "name": "mem", "id": id_, "pid": 1, "tid": 1, "ts": ts, "args": {"b": v}}
+
+    events = [c(0, "gpu0", 1), c(0, 7, 100), c(5, "gpu0", 2), c(5, 7, 200)]
+    events.append({"ph": "C", "name": "util", "pid": 1, "tid": 1, "ts": 0, "args": {"p": 5}})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    t = KinetoImporter().read([path]).traces[0]
+    names = [t.name(i) for i in range(len(t.events))]
+    assert sorted(names) == ["mem id: 7", "mem id: 7", "mem id: gpu0", "mem id: gpu0", "util"]
+
+
 def test_end_args_that_are_no_json_text_name_their_event(tmp_path: Path) -> None:
     path = tmp_path / "be.json"
     path.write_bytes(
