@@ -449,6 +449,12 @@ def repair_notes(path: Path, parsed: ParsedFile, traces: Sequence[Trace]) -> lis
             f'{path}: {sum(odd.values()):,} event(s) with no or an unknown phase ("ph") '
             f"skipped ({shown}); `echo-view check` lists them"
         )
+    system = parsed.top.get("systemTraceEvents")
+    if system:  # Chrome's ftrace text beside the events: Perfetto shows it, echo-view does not
+        notes.append(
+            f"{path}: systemTraceEvents (system trace text, {len(str(system)):,} characters) "
+            "not read: echo-view reads traceEvents only, and an export leaves it out"
+        )
     return notes
 
 

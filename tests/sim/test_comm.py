@@ -92,6 +92,36 @@ def test_time_grows_with_size_within_an_algorithm() -> None:
                 prev = (shape, est.time_ns)
 
 
+def _threshold_sizes(n: int) -> list[int]:
+    """Sizes on both sides of every point where NCCL adds a channel (threads x threshold
+    bytes per channel: ring LL 4096 n, tree LL 4096, LL128 5120, Simple 32768 / 16384), and
+    a grid of eight sizes an octave between them, 1 B to 128 MiB."""
+    edges = {c * w for c in range(1, 33) for w in (4096 * n, 4096, 5120, 32768, 16384)}
+    grid = {round(2 ** (k / 8)) for k in range(0, 8 * 27)}
+    return sorted(grid | {e + d for e in edges for d in (-1, 0, 1)})
+
+
+@pytest.mark.parametrize("shipped", [True, False])
+def test_a_larger_collective_never_takes_less_time(shipped: bool) -> None:
+    # With NCCL's channel count rounded down, 64 KiB - 1 B all-reduced over 8 A100 ran ring
+    # LL on 1 channel (its bandwidth one channel's) and lost to LL128 on 12 at 42.6 us, while
+    # 64 KiB ran ring LL on 2 at 30.6 us: 207 such drops with the shipped constants, 827
+    # with the defaults, up to 1.43x.
+    model = default_comm_model() if shipped else NcclModel()
+    assert isinstance(model, NcclModel)
+    k = CollectiveKind
+    for gpu, nodes, per_node in (("A100", 1, 8), ("H100", 1, 4), ("A100", 2, 8), ("H100", 16, 1)):
+        cluster = make_cluster(gpu, nodes=nodes)
+        ranks = [(i // per_node) * 8 + i % per_node for i in range(nodes * per_node)]
+        sizes = _threshold_sizes(len(ranks))
+        for kind in (AR, k.ALL_GATHER, k.REDUCE_SCATTER, k.BROADCAST):
+            prev = 0
+            for nbytes in sizes:
+                t = model.collective_time_ns(kind, nbytes, ranks, cluster)
+                assert t >= prev, (gpu, nodes, per_node, kind.label, nbytes)
+                prev = t
+
+
 _BANDWIDTH_CASES = (("A100", 16, 1), ("A100", 2, 8), ("H100", 8, 8), ("A100", 1, 8), ("V100", 1, 8))
 _BANDWIDTH_KNOBS = (
     ("nic_gbytes_per_s", 25, 50),

@@ -83,15 +83,14 @@ def time_choice_us(
         return params.nvls_us + nbytes / (cluster.nvlink_bw * params.nvls_eff) * 1e6
     p = PROTOCOLS.index(choice.protocol)
     intra_hop = (params.nvlink_hop_us if placement.intra == "nvlink" else params.pcie_hop_us)[p]
+    nc = choice.share or choice.channels  # continuous: tuner.channel_share
     # Every network step, the proxy thread posts one send and one receive per channel.
-    net_hop = (
-        params.net_hop_us[p] + cluster.net_latency_s * 1e6 + choice.channels * params.proxy_us[p]
-    )
+    net_hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 + nc * params.proxy_us[p]
     bus = min(
-        choice.channels * params.channel_gbs[p],
+        nc * params.channel_gbs[p],
         params.protocol_eff[p] * tier_bandwidths(placement, cluster, params),
     )
-    fixed = params.base_us[p] + choice.channels * params.channel_us
+    fixed = params.base_us[p] + nc * params.channel_us
     if choice.algorithm == TREE:
         depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
         hops = (placement.ppn_max - 1) * intra_hop + depth * net_hop

@@ -102,7 +102,11 @@ def channel_rate_ratio(arch: str, measured_on: str) -> tuple[float, float, float
     )
 
 
-#: nccl-tests / NCCL minimum per-thread P2P size below which LL is used.
+#: ``NCCL_P2P_LL_THRESHOLD``: a peer's share up to this many bytes goes by LL, above by Simple.
+#: NCCL applies it per channel part (<= 2.21), times ``p2pnChannelsPerPeer`` per peer
+#: (2.22-2.28: 512 KiB on an 8-GPU NVSwitch node, 32 KiB or 16 KiB across nodes) or times the
+#: channels the share is split over (>= 2.29: 16 KiB per peer in effect); the model keeps
+#: 16 KiB per peer.
 P2P_LL_THRESHOLD = 16384
 
 
@@ -127,6 +131,9 @@ class TunerChoice:
     channels: int
     #: NCCL's own predicted time, µs.
     time_us: float
+    #: The channel count as a continuous quantity (:func:`channel_share`), what the time
+    #: model runs on; 0: ``channels``.
+    share: float = 0.0
 
 
 def topology(placement: Placement, cluster: Cluster) -> Topology:
@@ -300,7 +307,8 @@ def candidates(
             lat *= 1.9 if topo.arch == "volta" else 1.4  # "plateau effect of ring"
         choice = TunerChoice(algo, proto, 0, lat + nbytes / (1000.0 * bw))
         nc = channels(nbytes, choice, placement, topo)
-        out.append(TunerChoice(algo, proto, nc, choice.time_us))
+        share = channel_share(nbytes, choice, placement, topo)
+        out.append(TunerChoice(algo, proto, nc, choice.time_us, share))
     if not out:
         raise ValueError(f"no NCCL algorithm for {kind.label}")
     return out
@@ -315,18 +323,39 @@ def choose(options: list[TunerChoice]) -> TunerChoice:
     return best
 
 
-def channels(nbytes: int, choice: TunerChoice, placement: Placement, topo: Topology) -> int:
-    """Channels NCCL runs ``choice`` on: fewer for small messages, so that each thread of each
-    channel gets at least a threshold of bytes."""
-    if choice.algorithm == NVLS:
-        return NVLS_CHANNELS
+def _channel_bytes(choice: TunerChoice, placement: Placement, topo: Topology) -> int:
+    """Bytes NCCL wants per channel before it adds one: threads x per-thread threshold."""
     threads = _MAX_THREADS[choice.protocol]
     if choice.protocol == SIMPLE and topo.graph_channels * topo.channel_gbs <= PCI_BW:
         threads = 256
     threshold = _THREAD_THRESHOLD[choice.protocol]
     if choice.algorithm == RING and choice.protocol == LL:
         threshold *= placement.nranks
+    return threads * threshold
+
+
+def channels(nbytes: int, choice: TunerChoice, placement: Placement, topo: Topology) -> int:
+    """Channels NCCL runs ``choice`` on: fewer for small messages, so that each thread of each
+    channel gets at least a threshold of bytes (``src/enqueue.cc`` ``topoGetAlgoInfo``)."""
+    if choice.algorithm == NVLS:
+        return NVLS_CHANNELS
+    per_channel = _channel_bytes(choice, placement, topo)
     nc = topo.comm_channels
-    while nbytes < nc * threads * threshold and nc >= 2:
+    while nbytes < nc * per_channel and nc >= 2:
         nc -= 1
     return nc
+
+
+def channel_share(nbytes: int, choice: TunerChoice, placement: Placement, topo: Topology) -> float:
+    """NCCL's channel count without its rounding down: ``nbytes`` over the bytes NCCL gives a
+    channel, between 1 and the communicator's channels (:func:`channels` is its floor). Each
+    channel then carries the same bytes whatever the size, so one byte more never takes a
+    whole channel's share away from the others and the time cannot fall as the size grows
+    (with the floor, 64 KiB - 1 B all-reduced over 8 A100 ran ring LL on 1 channel and took
+    42.6 µs, 64 KiB on 2 channels 30.6 µs). Equal to :func:`channels` where ``nbytes`` is a
+    multiple of the per-channel bytes (every power of two the calibration logs hold for LL
+    and Simple)."""
+    if choice.algorithm == NVLS:
+        return float(NVLS_CHANNELS)
+    share = nbytes / _channel_bytes(choice, placement, topo)
+    return min(float(topo.comm_channels), max(1.0, share))

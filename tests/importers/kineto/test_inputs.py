@@ -430,3 +430,18 @@ def test_a_long_string_tid_on_a_gpu_lane_reads_in_one_pass(tmp_path: Path) -> No
     job = KinetoImporter().read([write_trace(tmp_path / "t.json", events)])
     streams = sorted(lane.stream for lane in job.traces[0].lanes)
     assert streams == [-1, 7]
+
+
+def test_system_trace_text_is_warned_as_not_read(tmp_path: Path) -> None:
+    # Chrome writes ftrace text beside the events ("systemTraceEvents"), which Perfetto shows:
+    # it was dropped without a word, from `info` and from an export.
+    x = {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+    path = tmp_path / "chrome.json"
+    text = "# tracer: nop\n  <idle>-0 [000] d..1 100.000000: cpu_idle: state=1 cpu_id=0\n"
+    path.write_text(json.dumps({"traceEvents": [x], "systemTraceEvents": text}))
+    with pytest.warns(InputNote) as seen:
+        read(path)
+    assert [str(w.message) for w in seen] == [
+        f"{path}: systemTraceEvents (system trace text, {len(text)} characters) not read: "
+        "echo-view reads traceEvents only, and an export leaves it out"
+    ]
