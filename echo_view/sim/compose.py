@@ -169,8 +169,8 @@ class Composed:
     pass_tables: npt.NDArray[np.bool_]
     #: Per op: a coarse collective's payload (bucket reductions, transfers), else NONE.
     op_bytes: npt.NDArray[np.int64]
-    #: Per op: the host op that issued a coarse op's kernels (its first kernel's issue ends
-    #: its host op's first cost after that op starts), else NONE.
+    #: Per op: the host op that issued a coarse op's kernels, kernel ``j`` once the host op's
+    #: first ``j + 1`` issue costs have passed (:meth:`_Composer.issue`), else NONE.
     dispatch: npt.NDArray[np.int64]
 
 
