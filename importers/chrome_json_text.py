@@ -115,7 +115,8 @@ def validation_error(path: Path, first_index: int, exc: msgspec.ValidationError)
         where=f"traceEvents[{first_index + idx}]{rest}",
         hint="echo-view reads the trace-event types strictly: ts and dur as JSON numbers, "
         "name and cat as strings, pid and tid as integers or strings (Perfetto is more "
-        "lenient); `echo-view check FILE` lists every such event",
+        "lenient); `echo-view check FILE` lists every such event, and `check --fix` writes "
+        "times given as numeric strings as numbers",
     )
 
 

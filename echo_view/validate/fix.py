@@ -8,7 +8,9 @@
 - EV404 exact copies of a flow start are dropped;
 - EV212 timestamps are rebased by a whole number of µs so they fit a double exactly; the offset
   goes to ``metadata.ts_offset_us`` and ``baseTimeNanoseconds`` is moved by the same amount;
-- EV305 events are sorted by timestamp (stable; metadata first) when B/E go backwards.
+- EV305 events are sorted by timestamp (stable; metadata first) when B/E go backwards;
+- EV207 a ts or dur written as a numeric string is written as that number (its text kept
+  digit for digit), which readers other than Perfetto need (echo-view's own importer too).
 
 Only the events that change are decoded; the others are copied byte for byte. The output is
 always the object form ``{"traceEvents": [...], <other top-level keys>}``.
@@ -47,7 +49,7 @@ from echo_view.validate.events import (
 )
 
 #: Codes ``--fix`` repairs.
-FIXABLE = ("EV104", "EV212", "EV301", "EV305", "EV404", "EV503")
+FIXABLE = ("EV104", "EV207", "EV212", "EV301", "EV305", "EV404", "EV503")
 
 _GOOD = np.array([T_INT, T_FLOAT, T_BIG_FLOAT, T_STRING], dtype=np.uint8)
 _ANY = msgspec.json.Decoder(float_hook=Decimal)
@@ -98,7 +100,9 @@ class _Events:
 
         self.ph = cat("ph").astype(np.uint8)
         self.ts = cat("ts_ns").astype(np.int64)
-        self.ts_ok = np.isin(cat("ts_kind"), _GOOD)
+        self.ts_kind = cat("ts_kind").astype(np.uint8)
+        self.dur_kind = cat("dur_kind").astype(np.uint8)
+        self.ts_ok = np.isin(self.ts_kind, _GOOD)
         self.big = (cat("ts_kind") == T_BIG_FLOAT) & (self.ts % 1000 != 0)
         self.dur = cat("dur_ns").astype(np.int64)
         self.dur_ok = np.isin(cat("dur_kind"), _GOOD)
@@ -313,6 +317,18 @@ def _dedupe_flows(ev: _Events, changes: list[str]) -> None:
         changes.append(f"EV404: dropped {dropped} duplicate flow start(s)")
 
 
+def _numbers(ev: _Events, changes: list[str]) -> None:
+    """EV207: a ts or dur written as a numeric string becomes that number, its digits kept."""
+    n = 0
+    for key, kind in (("ts", ev.ts_kind), ("dur", ev.dur_kind)):
+        for r in np.flatnonzero(kind == T_STRING).tolist():
+            d = ev.edit(r)
+            d[key] = Decimal(str(d[key]).strip())
+            n += 1
+    if n:
+        changes.append(f"EV207: wrote {n} ts/dur string(s) as numbers")
+
+
 def _rebase(ev: _Events, top: dict[str, Any], changes: list[str]) -> None:
     """EV212: shift every ts by a whole number of µs so values fall below 2**42 µs."""
     if not ev.big.any():
@@ -366,6 +382,7 @@ def repair(
     pairs = _remap_ids(ev, ids, extra, changes)
     _lanes(ev, pairs, ids, extra, changes)
     _dedupe_flows(ev, changes)
+    _numbers(ev, changes)
     _rebase(ev, out_top, changes)
     order: npt.NDArray[np.intp] = np.arange(len(ev))
     if _needs_sort(ev):

@@ -75,7 +75,9 @@ define(
     "EV207",
     Severity.WARNING,
     "ts or dur written as a string",
-    "write a JSON number; Perfetto parses numeric strings, other readers may not",
+    "write a JSON number; Perfetto parses numeric strings, other readers (echo-view's importer "
+    "too) do not; `check --fix` writes them as numbers",
+    fixable=True,
 )
 define(
     "EV208",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from echo_view.cli import main
 from echo_view.cli.check import fix_file
 from echo_view.errors import UsageError
 from echo_view.validate import CODES
@@ -172,3 +173,18 @@ def test_a_remapped_thread_keeps_its_own_name(tmp_path: Path) -> None:
         e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "M"
     )
     assert names == ["Overhead", "sync", "tid 1.5"]
+
+
+def test_fix_writes_numeric_strings_as_their_numbers(tmp_path: Path) -> None:
+    # `info` refused a ts written as "100.5" (EV207: Perfetto parses it) and --fix left it.
+    src = tmp_path / "s.json"
+    events = [
+        {"ph": "X", "name": "a", "ts": "100.5", "dur": " 10.25 ", "pid": 1, "tid": 1},
+        {"ph": "X", "name": "b", "ts": "1234567890123.4567", "dur": 5, "pid": 1, "tid": 1},
+    ]
+    src.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "fixed.json"
+    assert any(c.startswith("EV207: wrote 3 ") for c in fix_file(src, out))
+    text = out.read_text().replace(" ", "")
+    assert '"ts":100.5,"dur":10.25' in text and '"ts":1234567890123.4567' in text  # digit for digit
+    assert main(["info", str(out)]) == 0
