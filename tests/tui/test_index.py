@@ -262,3 +262,27 @@ def test_search_finds_what_a_lane_by_lane_scan_finds(synth: Job, query: str) -> 
     ]
     assert sorted(got) == sorted(hits) and [h[0] for h in got] == sorted(h[0] for h in hits)
     assert (len(found) > 0) == (query != "x^")
+
+
+def test_a_search_builds_no_lane_coverages_and_honours_a_filter(synth: Job) -> None:
+    # Since the hits follow the filters, the search asked every lane with a hit for its shown
+    # flags through the lane's whole drawn view (coverages per class): 100,000 undrawn lanes
+    # took 3 s where the search alone took 0.3 s. The flags alone need no coverage.
+    from echo_view.tui.search import search
+
+    index = TimelineIndex.build([Source(synth, "A")])
+    lanes = [t for g in index.groups for t in [*g.lanes, *([g.header] if g.header else [])]]
+    found = search(index, "linear|nccl")
+    assert len(found) > 0
+    assert all(t._shown_view is None for t in lanes)  # nothing drawn, nothing built
+    # Under a filter the flags are the drawn view's: hide every event shorter than the median.
+    durs = np.concatenate([t.ends - t.starts for t in lanes])
+    cut = int(np.median(durs)) + 1
+    for t in lanes:
+        t.set_filter(None, None, cut)
+    flags = [t.shown for t in lanes]
+    assert all(t._shown_view is None for t in lanes)
+    for t, f in zip(lanes, flags, strict=True):
+        assert f is not None and f.tolist() == t._view().shown.tolist()
+    hidden = search(index, "linear|nccl")
+    assert 0 < len(hidden) < len(found)
