@@ -515,9 +515,7 @@ class _Composer:
         nbytes = params // len(cuts) * elem_bytes
         return cuts, self.colls.time_ns(CollectiveKind.ALL_GATHER, nbytes, group), nbytes
 
-    def bucket_gather(
-        self, rank: int, dpl: int, label: str, k: int, dur: int, nbytes: int = NONE
-    ) -> int:
+    def bucket_gather(self, rank: int, dpl: int, label: str, k: int, dur: int, nbytes: int) -> int:
         """The all-gather of parameter bucket ``k`` of the chunk pass ``label``."""
         name = f"{NCCL_KERNEL[CollectiveKind.ALL_GATHER]} (params {label} bucket {k})"
         return self.op(rank, dpl, name, dur, cls=OpClass.COLLECTIVE, nbytes=nbytes)

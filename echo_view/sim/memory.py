@@ -359,9 +359,12 @@ def stage_memory(cfg: WorkloadConfig, stage: int, sharding: str | None = None) -
     else:
         weights, grads, optimizer, copy = n * wb, n * gb, n * ob, n * cb
         if shard_mode != "none":  # expert states over the expert data-parallel ranks
-            optimizer = -(-(n - experts) * ob // d) + -(-experts * ob // p.expert_dp)
+
+            def sharded(per_param: int) -> int:
+                return -(-(n - experts) * per_param // d) + -(-experts * per_param // p.expert_dp)
+
             # The step copies the gradients of the shard it updates.
-            copy = -(-(n - experts) * cb // d) + -(-experts * cb // p.expert_dp)
+            optimizer, copy = sharded(ob), sharded(cb)
         if shard_mode in ("full", "grad_op"):
             grads = -(-grads // d)
         if shard_mode == "full":

@@ -100,7 +100,7 @@ def build_batch(
                     {
                         "row_kind": row_kind,
                         "proto": PROTOCOLS.index(o.protocol),
-                        "channels": float(o.share or o.channels),
+                        "channels": o.share,
                         "passes": passes,
                         "factor": factor,
                         "nccl_pick": o is pick,

@@ -83,7 +83,7 @@ def time_choice_us(
         return params.nvls_us + nbytes / (cluster.nvlink_bw * params.nvls_eff) * 1e6
     p = PROTOCOLS.index(choice.protocol)
     intra_hop = (params.nvlink_hop_us if placement.intra == "nvlink" else params.pcie_hop_us)[p]
-    nc = choice.share or choice.channels  # continuous: tuner.channel_share
+    nc = choice.share  # continuous: tuner.channel_share
     # Every network step, the proxy thread posts one send and one receive per channel.
     net_hop = params.net_hop_us[p] + cluster.net_latency_s * 1e6 + nc * params.proxy_us[p]
     bus = min(

@@ -132,8 +132,8 @@ class TunerChoice:
     #: NCCL's own predicted time, µs.
     time_us: float
     #: The channel count as a continuous quantity (:func:`channel_share`), what the time
-    #: model runs on; 0: ``channels``.
-    share: float = 0.0
+    #: model runs on.
+    share: float
 
 
 def topology(placement: Placement, cluster: Cluster) -> Topology:
@@ -305,7 +305,7 @@ def candidates(
             and nbytes / (topo.comm_channels * placement.nranks) >= 64
         ):
             lat *= 1.9 if topo.arch == "volta" else 1.4  # "plateau effect of ring"
-        choice = TunerChoice(algo, proto, 0, lat + nbytes / (1000.0 * bw))
+        choice = TunerChoice(algo, proto, 0, lat + nbytes / (1000.0 * bw), 0.0)
         nc = channels(nbytes, choice, placement, topo)
         share = channel_share(nbytes, choice, placement, topo)
         out.append(TunerChoice(algo, proto, nc, choice.time_us, share))
